@@ -1,0 +1,49 @@
+"""``vitdeploy export``: official model + checkpoint -> rewritten, checked ONNX file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from vitdeploy.cli.options import handle_errors, model_source_options, report_option, verbose_option
+
+
+@click.command("export")
+@model_source_options
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=str), help="ONNX file to write.")
+@click.option("--image-size", type=click.IntRange(min=1), default=None,
+              help="Static export size (square); default: the recipe's img_size. Must be a multiple of the patch size.")
+@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Static batch size.")
+@click.option("--dynamic-batch", is_flag=True, help="Make the batch axis dynamic (symbolic 'batch').")
+@click.option("--opset", type=click.IntRange(min=17), default=None, help="ONNX opset (default: the recipe's, 18).")
+@click.option("--layernorm2d", type=click.Choice(["matmul", "native"]), default="matmul", show_default=True,
+              help="Neck LayerNorm2d form: channel statistics by MatMul, or the LayerNormalization op (TensorRT FP16).")
+@report_option
+@verbose_option
+@handle_errors
+def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int, output: str, image_size: int | None,
+           batch: int, dynamic_batch: bool, opset: int | None, layernorm2d: str, report: str | None, verbose: bool) -> None:
+    """Export a model to a static, checked ONNX graph.
+
+    \b
+    Examples:
+      vitdeploy export --recipe sam_vit_b --checkpoint sam_vit_b_01ec64.pth -o sam_vit_b.onnx
+      vitdeploy export --recipe sam_vit_b --random-weights --seed 0 --image-size 512 -o demo_512.onnx
+    """
+    from vitdeploy.pipeline import export_from_recipe
+    from vitdeploy.fileio import atomic_write_bytes, check_output_path
+
+    if report:
+        check_output_path(report)
+    result = export_from_recipe(
+        recipe, output, checkpoint=checkpoint, random_weights=random_weights, seed=seed, image_size=image_size,
+        batch=batch, dynamic_batch=dynamic_batch, opset=opset, layernorm2d=layernorm2d, echo=click.echo,
+    )
+    ops = ", ".join(f"{k} {v}" for k, v in sorted(result.hygiene.op_counts.items()))
+    click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB): inputs {result.input_shapes}, outputs {result.output_shapes}")
+    click.echo(f"graph hygiene: clean; nodes: {ops}")
+    if report:
+        atomic_write_bytes(report, json.dumps(result.to_dict(), indent=2).encode())
+        click.echo(f"report: {Path(report)}")

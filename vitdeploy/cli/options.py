@@ -1,0 +1,83 @@
+"""Options shared by several commands, defined once (Polygraphy's argument groups are the model)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from vitdeploy.errors import VitdeployError
+
+
+class UserError(click.ClickException):
+    """A VitdeployError shown as one line with exit code 1."""
+
+    exit_code = 1
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def verbose_option(fn: Callable) -> Callable:
+    return click.option("--verbose", "-v", is_flag=True, help="Show tracebacks and detailed logs.")(fn)
+
+
+def handle_errors(fn: Callable) -> Callable:
+    """Turn VitdeployError (and unexpected errors) into a one-line message and exit code 1.
+
+    ``--verbose`` (on the command or the group) prints the traceback first.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        verbose = bool(kwargs.get("verbose")) or bool((ctx.obj or {}).get("verbose"))
+        try:
+            return fn(*args, **kwargs)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except VitdeployError as exc:
+            if verbose:
+                traceback.print_exc(file=sys.stderr)
+            raise UserError(str(exc)) from exc
+        except KeyboardInterrupt:
+            raise click.exceptions.Abort() from None
+        except Exception as exc:
+            if verbose:
+                traceback.print_exc(file=sys.stderr)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise UserError(
+                f"unexpected {type(exc).__name__}: {first} (a vitdeploy bug: rerun with --verbose and report the traceback)"
+            ) from exc
+
+    return wrapper
+
+
+def model_source_options(fn: Callable) -> Callable:
+    """--recipe, --checkpoint, --random-weights, --seed: where the eager model comes from."""
+    options = [
+        click.option("--recipe", "-r", default="sam_vit_b", show_default=True,
+                     help="Recipe name under export/ (sam_vit_b, sam_vit_l, sam_vit_h) or a path to a .toml file."),
+        click.option("--checkpoint", "-c", type=click.Path(dir_okay=False, path_type=str), default=None,
+                     help="Weights: full SAM checkpoint, encoder-only state dict (.pth) or .safetensors."),
+        click.option("--random-weights", is_flag=True,
+                     help="Use seeded random weights instead of a checkpoint (demos and tests only)."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed for --random-weights."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def threads_option(fn: Callable) -> Callable:
+    return click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True,
+                        help="Threads for both eager PyTorch and ONNX Runtime (same count, fair comparison).")(fn)
+
+
+def report_option(fn: Callable) -> Callable:
+    return click.option("--report", type=click.Path(dir_okay=False, path_type=str), default=None,
+                        help="Write a machine-readable JSON report here.")(fn)

@@ -1,0 +1,86 @@
+"""``vitdeploy validate``: parity table and latency of a deployed model against the eager official model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from vitdeploy.cli.options import handle_errors, report_option, threads_option, verbose_option
+
+
+@click.command("validate")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--checkpoint", "-c", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="The checkpoint the model was exported from (not needed for --random-weights exports).")
+@click.option("--images", "-i", multiple=True, type=click.Path(path_type=str),
+              help="Image files or folders, run through the model's own preprocessing (repeatable).")
+@click.option("--random-inputs", type=click.IntRange(min=0), default=2, show_default=True,
+              help="How many seeded random inputs to compare.")
+@click.option("--tolerance", type=click.Choice(["auto", "fp32", "fp16", "int8"]), default="auto", show_default=True,
+              help="Named tolerance set; auto picks the one for the model's precision (from its metadata).")
+@click.option("--runs", type=click.IntRange(min=0), default=5, show_default=True, help="Timed runs per backend (0: no timing).")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True, help="Untimed warm-up runs.")
+@threads_option
+@report_option
+@verbose_option
+@handle_errors
+def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random_inputs: int, tolerance: str,
+             runs: int, warmup: int, threads: int, report: str | None, verbose: bool) -> None:
+    """Compare a deployed model with the eager official model on the same inputs.
+
+    Prints max-abs, relative L2, cosine and NaN/Inf counts against named tolerances, then the
+    latency of eager PyTorch and ONNX Runtime with the same thread count. Exit code 1 when a
+    tolerance fails.
+
+    \b
+    Examples:
+      vitdeploy validate sam_vit_b.onnx --checkpoint sam_vit_b_01ec64.pth --images photos/
+      vitdeploy validate demo.onnx --runs 10 --report demo-validate.json
+    """
+    from vitdeploy.errors import InputError, ParityError
+    from vitdeploy.fileio import atomic_write_bytes, check_output_path
+    from vitdeploy.runtime.runners import OnnxRuntimeRunner
+    from vitdeploy.validation.inputs import image_input_sets
+    from vitdeploy.validation.parity import TOLERANCES
+    from vitdeploy.validation.references import eager_reference
+    from vitdeploy.validation.torch_runner import TorchRunner
+    from vitdeploy.validation.validate import random_image_inputs, validate_runner
+
+    if report:
+        check_output_path(report)
+    candidate = OnnxRuntimeRunner(model, threads=threads)
+    meta = candidate.metadata
+    if not meta.get("family"):
+        raise InputError(f"'{model}' carries no vitdeploy metadata: validate models written by 'vitdeploy export'")
+    if meta.get("random_weights"):
+        click.echo(f"note: {Path(model).name} has RANDOM WEIGHTS (seed {meta.get('random_seed')}); parity is still meaningful")
+    precision = meta.get("precision", "fp32")
+    tol = TOLERANCES[precision if tolerance == "auto" else tolerance]
+    click.echo(f"building the eager official reference ({meta.get('family')}, {meta.get('variant')})")
+    reference = TorchRunner(eager_reference(meta, checkpoint), candidate.input_names, candidate.output_names,
+                            threads=threads, metadata=meta)
+    shapes = candidate.input_shapes()
+    input_name = candidate.input_names[0]
+    shape = [d if isinstance(d, int) else 1 for d in shapes[input_name]]
+    input_sets = random_image_inputs(input_name, shape, random_inputs)
+    input_sets += image_input_sets(images, meta, input_name)
+    if not input_sets:
+        raise InputError("no inputs to compare: use --random-inputs N or --images PATH")
+    click.echo(f"parity of {Path(model).name} ({precision}) vs eager official, tolerance '{tol.name}' "
+               f"(cosine >= {tol.cosine_min}, rel L2 <= {tol.rel_l2_max}, max-abs/scale <= {tol.max_abs_rel}):")
+    result = validate_runner(reference, candidate, input_sets, tol, latency_runs=runs, latency_warmup=warmup,
+                             threads=threads, echo=click.echo)
+    if result.latency:
+        click.echo(f"latency, {threads} thread(s), median / p90:")
+        for lat in result.latency:
+            click.echo(f"  {lat.label:<22} {lat.median_ms:10.1f} ms {lat.p90_ms:10.1f} ms")
+        click.echo(f"  ratio onnxruntime / eager: {result.latency_ratio:.3f}")
+    if report:
+        atomic_write_bytes(report, json.dumps(result.to_dict(), indent=2).encode())
+        click.echo(f"report: {report}")
+    if not result:
+        failed = sum(1 for p in result.parity if not p)
+        raise ParityError(f"{failed} of {len(result.parity)} comparisons exceed the '{tol.name}' tolerances (see the table above)")
+    click.echo("parity: all comparisons within tolerance")

@@ -1,0 +1,59 @@
+"""Atomic file output: an interrupted run never leaves a half-written file under the final name."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from vitdeploy.errors import InputError
+
+
+def check_output_path(path: str | os.PathLike) -> Path:
+    """Return ``path`` as a Path after checking that its directory exists and is writable."""
+    out = Path(path)
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"output directory '{parent}' does not exist: create it or choose another -o path")
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"output directory '{parent}' is not writable: choose another -o path")
+    if out.is_dir():
+        raise InputError(f"output path '{out}' is a directory: give a file name")
+    return out
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; rename it onto ``path`` only if the block succeeds.
+
+    The temporary file lives in the same directory so the final ``os.replace`` is atomic.
+    """
+    final = check_output_path(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix + ".tmp", dir=final.parent or ".")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically and return the final path."""
+    with atomic_output(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,10 @@
+"""Stage 6: runners with one interface (ONNX Runtime, TensorRT) and NumPy pre/post-processing.
+
+Nothing in this package imports torch: applications can run deployed models without PyTorch.
+"""
+
+from vitdeploy.runtime.images import read_image_rgb
+from vitdeploy.runtime.preprocess import SamPreprocessor, preprocess_shape
+from vitdeploy.runtime.runners import OnnxRuntimeRunner, Runner
+
+__all__ = ["OnnxRuntimeRunner", "Runner", "SamPreprocessor", "preprocess_shape", "read_image_rgb"]

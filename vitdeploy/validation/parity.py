@@ -1,0 +1,112 @@
+"""One parity API: ``compare`` returns a result that is truthy when it passes and carries every metric."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from vitdeploy.errors import ParityError
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Limits for one precision. ``max_abs_rel`` is max-abs error divided by max |reference|."""
+
+    name: str
+    cosine_min: float
+    rel_l2_max: float
+    max_abs_rel: float
+    nonfinite_max: int = 0
+
+
+#: Named tolerances per precision, used by tests, ``vitdeploy validate`` and the precision passes.
+TOLERANCES: dict[str, Tolerance] = {
+    # FP32 rewrite/export vs official eager: reordered float sums only.
+    "fp32": Tolerance("fp32", cosine_min=0.99999, rel_l2_max=1e-4, max_abs_rel=1e-3),
+    # Mixed FP16 with FP32 islands: ~3 decimal digits per op, accumulated over depth.
+    "fp16": Tolerance("fp16", cosine_min=0.9999, rel_l2_max=2e-2, max_abs_rel=5e-2),
+    # Explicit INT8 on GEMMs: judged by direction (cosine) more than by elementwise error.
+    "int8": Tolerance("int8", cosine_min=0.99, rel_l2_max=0.15, max_abs_rel=0.5),
+}
+
+
+@dataclass
+class ParityResult:
+    """Metrics of ``candidate`` vs ``reference``; truthy when every limit holds."""
+
+    label: str
+    tolerance: Tolerance
+    max_abs: float
+    max_abs_rel: float
+    rel_l2: float
+    cosine: float
+    nan_count: int
+    inf_count: int
+    shape: tuple[int, ...]
+    failures: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return not self.failures
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def summary(self) -> str:
+        status = "ok" if self else "FAIL: " + "; ".join(self.failures)
+        return (
+            f"{self.label}: max_abs={self.max_abs:.3g} (rel {self.max_abs_rel:.3g}) rel_l2={self.rel_l2:.3g} "
+            f"cosine={self.cosine:.8f} nan={self.nan_count} inf={self.inf_count} [{self.tolerance.name}] {status}"
+        )
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["tolerance"] = asdict(self.tolerance)
+        d["passed"] = self.passed
+        d["shape"] = list(self.shape)
+        return d
+
+
+def _as_numpy(x: object) -> np.ndarray:
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().float().numpy()  # torch tensor, without importing torch here
+    return np.asarray(x, dtype=np.float64)
+
+
+def compare(reference: object, candidate: object, tolerance: Tolerance | str = "fp32", label: str = "output") -> ParityResult:
+    """Compare two arrays (NumPy or torch) of the same shape against a named tolerance."""
+    tol = TOLERANCES[tolerance] if isinstance(tolerance, str) else tolerance
+    ref, cand = _as_numpy(reference), _as_numpy(candidate)
+    if ref.shape != cand.shape:
+        raise ParityError(f"{label}: shape {cand.shape} differs from the reference's {ref.shape}")
+    nan_count = int(np.isnan(cand).sum())
+    inf_count = int(np.isinf(cand).sum())
+    finite = np.isfinite(cand)
+    diff = np.where(finite, cand - ref, 0.0)
+    max_abs = float(np.abs(diff).max()) if diff.size else 0.0
+    scale = float(np.abs(ref).max()) if ref.size else 0.0
+    ref_norm = float(np.linalg.norm(ref))
+    rel_l2 = float(np.linalg.norm(diff) / ref_norm) if ref_norm > 0 else float(np.linalg.norm(diff))
+    cand_f = np.where(finite, cand, 0.0)
+    denom = ref_norm * float(np.linalg.norm(cand_f))
+    cosine = float(np.dot(ref.ravel(), cand_f.ravel()) / denom) if denom > 0 else (1.0 if ref_norm == 0 else 0.0)
+    max_abs_rel = max_abs / scale if scale > 0 else max_abs
+    failures = []
+    if nan_count + inf_count > tol.nonfinite_max:
+        failures.append(f"{nan_count} NaN and {inf_count} Inf values (allowed {tol.nonfinite_max})")
+    if cosine < tol.cosine_min:
+        failures.append(f"cosine {cosine:.8f} < {tol.cosine_min}")
+    if rel_l2 > tol.rel_l2_max:
+        failures.append(f"relative L2 {rel_l2:.3g} > {tol.rel_l2_max}")
+    if max_abs_rel > tol.max_abs_rel:
+        failures.append(f"max-abs/scale {max_abs_rel:.3g} > {tol.max_abs_rel}")
+    return ParityResult(label, tol, max_abs, max_abs_rel, rel_l2, cosine, nan_count, inf_count, tuple(ref.shape), failures)
+
+
+def raise_on_failures(results: Iterable[ParityResult]) -> None:
+    """Collect every failed comparison and raise them together, with all measured values."""
+    failed = [r for r in results if not r]
+    if failed:
+        raise ParityError("parity failed: " + " | ".join(r.summary() for r in failed))

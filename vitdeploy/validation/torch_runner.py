@@ -1,0 +1,34 @@
+"""Eager PyTorch behind the Runner interface, so parity and latency treat every backend alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class TorchRunner:
+    """Runs an ``nn.Module`` on CPU (or CUDA) with NumPy in and out; the module is not modified."""
+
+    def __init__(self, module: nn.Module, input_names: list[str], output_names: list[str],
+                 threads: int | None = None, device: str = "cpu", metadata: dict[str, Any] | None = None):
+        self.module = module.eval()
+        self.input_names = list(input_names)
+        self.output_names = list(output_names)
+        self.device = torch.device(device)
+        self.threads = threads
+        self.name = f"torch-eager-{device}"
+        self.metadata = dict(metadata or {})
+        if threads:
+            torch.set_num_threads(int(threads))
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        args = [torch.from_numpy(np.ascontiguousarray(feeds[n])).to(self.device) for n in self.input_names]
+        with torch.inference_mode():
+            out = self.module(*args)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return {name: o.detach().float().cpu().numpy() for name, o in zip(self.output_names, outs)}

@@ -1,0 +1,106 @@
+"""``validate``: the same inputs through the eager official model and a deployed model; parity + latency."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vitdeploy.runtime.runners import Runner
+from vitdeploy.validation.latency import LatencyStats, measure_latency
+from vitdeploy.validation.parity import ParityResult, Tolerance, compare
+
+
+@dataclass
+class InputSet:
+    """One named set of model inputs, with a description of where it came from."""
+
+    label: str
+    feeds: dict[str, np.ndarray]
+    source: str
+
+
+@dataclass
+class ValidationReport:
+    model: str
+    tolerance: Tolerance
+    parity: list[ParityResult]
+    latency: list[LatencyStats] = field(default_factory=list)
+    environment: dict[str, Any] = field(default_factory=dict)
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return all(self.parity)
+
+    @property
+    def latency_ratio(self) -> float | None:
+        """Candidate median / eager median (below 1: the deployed model is faster)."""
+        if len(self.latency) < 2:
+            return None
+        return self.latency[1].median_ms / self.latency[0].median_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "passed": bool(self),
+            "tolerance": self.tolerance.__dict__,
+            "parity": [p.to_dict() for p in self.parity],
+            "latency": [lat.to_dict() for lat in self.latency],
+            "latency_ratio_candidate_over_eager": self.latency_ratio,
+            "environment": self.environment,
+            "inputs": self.inputs,
+        }
+
+
+def validate_runner(
+    reference: Runner,
+    candidate: Runner,
+    input_sets: list[InputSet],
+    tolerance: Tolerance,
+    *,
+    latency_runs: int = 5,
+    latency_warmup: int = 1,
+    threads: int | None = None,
+    echo: Callable[[str], None] | None = None,
+) -> ValidationReport:
+    """Run every input set through both runners, compare every output, then time both (same inputs)."""
+    from vitdeploy.metadata import tool_versions
+
+    parity = []
+    for inputs in input_sets:
+        ref_out = reference.run(inputs.feeds)
+        cand_out = candidate.run(inputs.feeds)
+        for name in candidate.output_names:
+            ref_name = name if name in ref_out else reference.output_names[candidate.output_names.index(name)]
+            result = compare(ref_out[ref_name], cand_out[name], tolerance, label=f"{inputs.label}/{name}")
+            parity.append(result)
+            if echo:
+                echo("  " + result.summary())
+    latency = []
+    if latency_runs > 0 and input_sets:
+        feeds = input_sets[0].feeds
+        for runner in (reference, candidate):
+            if echo:
+                echo(f"  timing {runner.name}: {latency_warmup} warm-up + {latency_runs} runs")
+            latency.append(measure_latency(lambda r=runner: r.run(feeds), runner.name, latency_runs, latency_warmup))
+    env = {"machine": platform.machine(), "processor": platform.processor(), "threads": threads, "versions": tool_versions()}
+    return ValidationReport(
+        model=getattr(candidate, "path", candidate.name).__str__(),
+        tolerance=tolerance,
+        parity=parity,
+        latency=latency,
+        environment=env,
+        inputs=[{"label": s.label, "source": s.source, "shapes": {k: list(v.shape) for k, v in s.feeds.items()}} for s in input_sets],
+    )
+
+
+def random_image_inputs(input_name: str, shape: list[int], count: int, seed: int = 0) -> list[InputSet]:
+    """``count`` different seeded standard-normal inputs (the scale of normalized images)."""
+    sets = []
+    for i in range(count):
+        rng = np.random.default_rng(seed + i)
+        sets.append(InputSet(f"random{i}", {input_name: rng.standard_normal(shape).astype(np.float32)}, f"normal(0,1), seed {seed + i}"))
+    return sets
