@@ -24,12 +24,19 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 
 
 def _register() -> None:
-    # Each command lives in its own module; importing them is cheap (heavy imports are inside commands).
-    from vitdeploy.cli.export_cmd import export
-    from vitdeploy.cli.validate_cmd import validate
+    """Add every verb: each lives in ``vitdeploy/cli/<verb>_cmd.py`` as a click command named ``COMMAND``.
 
-    for command in (export, validate):
-        cli.add_command(command)
+    Importing them is cheap: heavy imports (torch, onnxruntime, tensorrt) happen inside the commands.
+    """
+    import importlib
+    import pkgutil
+
+    import vitdeploy.cli as package
+
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if info.name.endswith("_cmd"):
+            module = importlib.import_module(f"vitdeploy.cli.{info.name}")
+            cli.add_command(module.COMMAND)
 
 
 _register()

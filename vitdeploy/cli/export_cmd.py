@@ -47,3 +47,6 @@ def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int,
     if report:
         atomic_write_bytes(report, json.dumps(result.to_dict(), indent=2).encode())
         click.echo(f"report: {Path(report)}")
+
+
+COMMAND = export

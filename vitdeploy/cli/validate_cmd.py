@@ -84,3 +84,6 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
         failed = sum(1 for p in result.parity if not p)
         raise ParityError(f"{failed} of {len(result.parity)} comparisons exceed the '{tol.name}' tolerances (see the table above)")
     click.echo("parity: all comparisons within tolerance")
+
+
+COMMAND = validate
