@@ -37,10 +37,18 @@ def atomic_output(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
+        apply_default_mode(tmp)
         os.replace(tmp, final)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def apply_default_mode(path: Path) -> None:
+    """Give a staged file the mode a plain ``open(..., 'w')`` would (mkstemp creates it 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from vitdeploy.errors import ExportError
-from vitdeploy.fileio import check_output_path
+from vitdeploy.fileio import apply_default_mode, check_output_path
 from vitdeploy.metadata import encode
 from vitdeploy.onnx_export.hygiene import HygieneReport, check_graph_hygiene, raise_if_unclean
 
@@ -156,7 +156,9 @@ def export_onnx(
         ext_path = None
         if use_external:
             ext_path = final.parent / data_name
+            apply_default_mode(Path(tmpdir) / data_name)
             os.replace(Path(tmpdir) / data_name, ext_path)
+        apply_default_mode(staged)
         os.replace(staged, final)  # the ONNX file is the commit point
     return ExportResult(
         path=final,

@@ -114,7 +114,7 @@ class ExportableImageEncoder(nn.Module):
         super().__init__()
         _check_official_encoder(official)
         patch = int(official.patch_embed.proj.kernel_size[0])
-        self.img_size = int(img_size or official.img_size)
+        self.img_size = int(official.img_size if img_size is None else img_size)
         if self.img_size <= 0 or self.img_size % patch:
             raise InputError(
                 f"image size {self.img_size} is not a positive multiple of the patch size {patch}: "

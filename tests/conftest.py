@@ -1,0 +1,68 @@
+"""Shared fixtures: tiny seeded SAM encoders with every parameter non-zero."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from vitdeploy.models.sam_encoder import SamEncoderArch, load_sam_image_encoder
+
+#: Tiny architectures covering the code paths: windowed + global blocks, a token grid that needs
+#: window padding (8 tokens, window 3), one that does not (window 4), all-global attention.
+TINY_ARCHS = {
+    "padded_windows": SamEncoderArch(img_size=64, patch_size=8, embed_dim=32, depth=3, num_heads=2, out_chans=16,
+                                     window_size=3, global_attn_indexes=(1,)),
+    "even_windows": SamEncoderArch(img_size=64, patch_size=8, embed_dim=32, depth=2, num_heads=4, out_chans=8,
+                                   window_size=4, global_attn_indexes=(0,)),
+    "all_global": SamEncoderArch(img_size=32, patch_size=4, embed_dim=16, depth=2, num_heads=2, out_chans=8,
+                                 window_size=0, global_attn_indexes=()),
+}
+
+TINY_RECIPE = """\
+[model]
+family = "sam_image_encoder"
+variant = "tiny"
+checkpoint_prefix = "image_encoder."
+
+[architecture]
+img_size = 64
+patch_size = 8
+embed_dim = 32
+depth = 3
+num_heads = 2
+out_chans = 16
+window_size = 3
+global_attn_indexes = [1]
+
+[export]
+output_name = "image_embeddings"
+"""
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads():
+    torch.set_num_threads(2)
+
+
+def tiny_encoder(name: str = "padded_windows", seed: int = 0) -> torch.nn.Module:
+    return load_sam_image_encoder(TINY_ARCHS[name], random_seed=seed)
+
+
+@pytest.fixture
+def tiny_recipe(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_RECIPE)
+    return path
+
+
+@pytest.fixture
+def tiny_checkpoint(tmp_path: Path) -> Path:
+    """An official-layout full-SAM checkpoint (image_encoder.* keys plus other modules' keys)."""
+    encoder = tiny_encoder(seed=3)
+    state = {f"image_encoder.{k}": v for k, v in encoder.state_dict().items()}
+    state["mask_decoder.dummy.weight"] = torch.ones(2)
+    path = tmp_path / "sam_tiny.pth"
+    torch.save(state, path)
+    return path

@@ -1,0 +1,175 @@
+"""``vitdeploy export`` / ``validate`` end to end, and every bad input: one line, exit 1, nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from click.testing import CliRunner
+from PIL import Image
+
+from vitdeploy.cli import cli
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("cli")
+    recipe = root / "tiny.toml"
+    from tests.conftest import TINY_RECIPE
+
+    recipe.write_text(TINY_RECIPE)
+    out = root / "tiny.onnx"
+    code, output = run("export", "-r", str(recipe), "--random-weights", "--seed", "7", "-o", str(out),
+                       "--report", str(root / "export.json"))
+    assert code == 0, output
+    assert "RANDOM WEIGHTS" in output
+    return recipe, out
+
+
+def _assert_user_error(code: int, output: str, *needles: str) -> None:
+    assert code == 1, output
+    assert "Traceback" not in output
+    error_lines = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1, output
+    for needle in needles:
+        assert needle in error_lines[0], output
+
+
+def test_export_report_and_validate_pass(exported: tuple[Path, Path], tmp_path: Path) -> None:
+    recipe, model = exported
+    report = json.loads((model.parent / "export.json").read_text())
+    assert report["hygiene"]["clean"] and report["hygiene"]["op_counts"]["Softmax"] == 3
+    images = tmp_path / "imgs"
+    images.mkdir()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 70, 3), dtype=np.uint8)).save(images / "a.png")
+    code, output = run("validate", str(model), "--images", str(images), "--runs", "2", "--report", str(tmp_path / "v.json"))
+    assert code == 0, output
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert data["passed"] and len(data["parity"]) == 3  # two random inputs and one image
+    assert all(p["cosine"] >= 0.99999 and p["rel_l2"] <= 1e-4 for p in data["parity"])
+    assert [lat["label"] for lat in data["latency"]] == ["torch-eager-cpu", "onnxruntime-cpu"]
+    assert data["environment"]["threads"] == 2 and "torch" in data["environment"]["versions"]
+
+
+def test_validate_fails_with_exit_1_when_parity_fails(exported: tuple[Path, Path], tmp_path: Path) -> None:
+    """A model whose metadata claims other weights than it holds must fail, not pass quietly."""
+    _, model = exported
+    proto = onnx.load(str(model))
+    for prop in proto.metadata_props:
+        if prop.key == "vitdeploy.random_seed":
+            prop.value = "8"
+    lying = tmp_path / "lying.onnx"
+    onnx.save(proto, str(lying))
+    code, output = run("validate", str(lying), "--runs", "0")
+    _assert_user_error(code, output, "exceed the 'fp32' tolerances")
+    assert "FAIL" in output
+
+
+def test_checkpoint_export_needs_the_same_checkpoint_to_validate(tiny_recipe: Path, tiny_checkpoint: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ck.onnx"
+    code, output = run("export", "-r", str(tiny_recipe), "-c", str(tiny_checkpoint), "-o", str(out))
+    assert code == 0, output
+    assert "RANDOM" not in output
+    _assert_user_error(*run("validate", str(out), "--runs", "0"), "pass it with --checkpoint")
+    other = tmp_path / "other.pth"
+    state = torch.load(tiny_checkpoint, weights_only=True)
+    state["image_encoder.pos_embed"] = state["image_encoder.pos_embed"] + 1
+    torch.save(state, other)
+    _assert_user_error(*run("validate", str(out), "-c", str(other), "--runs", "0"), "not the one this model was exported from")
+    code, output = run("validate", str(out), "-c", str(tiny_checkpoint), "--runs", "0")
+    assert code == 0, output
+
+
+def _corrupt(tmp_path: Path, ckpt: Path) -> Path:
+    path = tmp_path / "corrupt.pth"
+    path.write_bytes(ckpt.read_bytes()[:300])
+    return path
+
+
+class _Evil:
+    def __reduce__(self):
+        return (print, ("pwned",))
+
+
+def _evil(tmp_path: Path, _: Path) -> Path:
+    path = tmp_path / "evil.pth"
+    torch.save({"x": _Evil()}, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make_checkpoint", "needle"),
+    [
+        (lambda tmp, ck: tmp / "missing.pth", "not found"),
+        (_corrupt, "corrupt"),
+        (_evil, "could run code"),
+    ],
+    ids=["missing", "corrupt", "pickle"],
+)
+def test_bad_checkpoints(tiny_recipe: Path, tiny_checkpoint: Path, tmp_path: Path, make_checkpoint, needle: str) -> None:
+    ckpt = make_checkpoint(tmp_path, tiny_checkpoint)
+    out = tmp_path / "o.onnx"
+    code, output = run("export", "-r", str(tiny_recipe), "-c", str(ckpt), "-o", str(out))
+    _assert_user_error(code, output, needle)
+    assert "pwned" not in output
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_checkpoint_of_another_variant(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o.onnx"
+    code, output = run("export", "-r", "sam_vit_b", "-c", str(tiny_checkpoint), "-o", str(out))
+    _assert_user_error(code, output, "does not fit recipe 'sam_vit_b'", "embed_dim 32", "--recipe")
+    assert not out.exists()
+
+
+def test_image_size_not_multiple_of_patch(tiny_recipe: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o.onnx"
+    code, output = run("export", "-r", str(tiny_recipe), "--random-weights", "--image-size", "50", "-o", str(out))
+    _assert_user_error(code, output, "not a multiple of the patch size 8", "use 48 or 56")
+    assert not out.exists()
+
+
+def test_output_in_missing_directory(tiny_recipe: Path, tmp_path: Path) -> None:
+    out = tmp_path / "no" / "such" / "dir" / "o.onnx"
+    _assert_user_error(*run("export", "-r", str(tiny_recipe), "--random-weights", "-o", str(out)), "does not exist")
+    assert not (tmp_path / "no").exists()
+
+
+def test_weights_must_be_chosen(tiny_recipe: Path, tmp_path: Path) -> None:
+    _assert_user_error(*run("export", "-r", str(tiny_recipe), "-o", str(tmp_path / "o.onnx")), "--random-weights")
+
+
+def test_unreadable_image_and_missing_model(exported: tuple[Path, Path], tmp_path: Path) -> None:
+    _, model = exported
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not a png at all")
+    _assert_user_error(*run("validate", str(model), "--images", str(bad), "--runs", "0"), "cannot be decoded")
+    _assert_user_error(*run("validate", str(tmp_path / "none.onnx")), "not found")
+
+
+def test_verbose_shows_the_traceback(tiny_recipe: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["export", "-r", str(tiny_recipe), "-c", str(tmp_path / "x.pth"),
+                                      "-o", str(tmp_path / "o.onnx"), "--verbose"])
+    assert result.exit_code == 1
+    assert "Traceback" in result.output and "CheckpointError" in result.output
+
+
+def test_usage_error_is_exit_2() -> None:
+    assert run("export", "--image-size", "abc", "-o", "x.onnx")[0] == 2
+
+
+def test_python_dash_m_entry_point() -> None:
+    proc = subprocess.run([sys.executable, "-m", "vitdeploy", "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "export" in proc.stdout and "validate" in proc.stdout
