@@ -162,3 +162,13 @@ def test_large_recipes_export_clean(recipe: str, tmp_path: Path) -> None:
     assert result.hygiene, result.hygiene.problems
     if recipe == "sam_vit_h":
         assert result.external_data is not None and result.external_data.stat().st_size > 2**31
+
+
+def test_architecture_read_off_the_module_matches_the_recipe() -> None:
+    from vitdeploy.models.recipes import load_recipe
+    from vitdeploy.models.sam_encoder import SamEncoderArch, build_sam_image_encoder
+
+    for name, arch in TINY_ARCHS.items():
+        assert SamEncoderArch.from_module(tiny_encoder(name)) == arch, name
+    vit_b = SamEncoderArch.from_recipe(load_recipe("sam_vit_b"))
+    assert SamEncoderArch.from_module(build_sam_image_encoder(vit_b)) == vit_b

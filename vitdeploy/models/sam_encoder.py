@@ -48,6 +48,29 @@ class SamEncoderArch:
         arch.validate(recipe.name)
         return arch
 
+    @classmethod
+    def from_module(cls, encoder: nn.Module) -> SamEncoderArch:
+        """Read the architecture off an official ``ImageEncoderViT`` (e.g. one from ``sam_model_registry``)."""
+        first = encoder.blocks[0]
+        embed_dim = encoder.patch_embed.proj.out_channels
+        windows = [int(b.window_size) for b in encoder.blocks]
+        return cls(
+            img_size=int(encoder.img_size),
+            patch_size=int(encoder.patch_embed.proj.kernel_size[0]),
+            in_chans=int(encoder.patch_embed.proj.in_channels),
+            embed_dim=int(embed_dim),
+            depth=len(encoder.blocks),
+            num_heads=int(first.attn.num_heads),
+            mlp_ratio=first.mlp.lin1.out_features / embed_dim,
+            out_chans=int(encoder.neck[0].out_channels),
+            qkv_bias=first.attn.qkv.bias is not None,
+            use_abs_pos=encoder.pos_embed is not None,
+            use_rel_pos=bool(first.attn.use_rel_pos),
+            window_size=max(windows),
+            global_attn_indexes=tuple(i for i, w in enumerate(windows) if w == 0) if max(windows) else (),
+            layer_norm_eps=float(first.norm1.eps),
+        )
+
     def validate(self, where: str = "architecture") -> None:
         if self.img_size % self.patch_size:
             raise RecipeError(f"{where}: img_size {self.img_size} is not a multiple of patch_size {self.patch_size}")

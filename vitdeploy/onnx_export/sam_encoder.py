@@ -56,7 +56,7 @@ def export_sam_image_encoder(
     encoder: nn.Module,
     path: str | os.PathLike,
     *,
-    metadata: dict[str, Any],
+    metadata: dict[str, Any] | None = None,
     img_size: int | None = None,
     batch: int = 1,
     dynamic_batch: bool = False,
@@ -66,9 +66,24 @@ def export_sam_image_encoder(
     output_name: str = "image_embeddings",
     external_data: bool | None = None,
 ) -> ExportResult:
-    """Rewrite an official SAM image encoder (a copy) and export it to ``path``."""
+    """Rewrite an official SAM image encoder (a copy) and export it to ``path``.
+
+    Without ``metadata``, it is read off the module: architecture from the module, SAM's pixel
+    mean/std, variant guessed from the architecture (``custom`` otherwise), weights marked as not random.
+    """
     exportable = rewrite_sam_image_encoder(encoder, img_size=img_size, layernorm2d=layernorm2d)
     size = exportable.img_size
+    if metadata is None:
+        from vitdeploy.models.recipes import SAM_PIXEL_MEAN, SAM_PIXEL_STD
+        from vitdeploy.models.sam_encoder import SamEncoderArch
+
+        arch = SamEncoderArch.from_module(encoder)
+        known = {(768, 12): "vit_b", (1024, 24): "vit_l", (1280, 32): "vit_h"}
+        metadata = sam_encoder_metadata(
+            variant=known.get((arch.embed_dim, arch.depth), "custom"), img_size=size, pixel_mean=SAM_PIXEL_MEAN,
+            pixel_std=SAM_PIXEL_STD, architecture=arch.to_dict(), random_seed=None, dynamic_batch=dynamic_batch,
+            input_name=input_name, output_name=output_name, layernorm2d=layernorm2d,
+        )
     example = torch.randn(batch, exportable.patch_embed.proj.in_channels, size, size, generator=torch.Generator().manual_seed(0))
     return export_onnx(
         exportable,
