@@ -1,0 +1,94 @@
+"""``vitdeploy calibrate``: FP32 ONNX + calibration images -> FP16 (mixed) or INT8 (Q/DQ) ONNX, with parity."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from vitdeploy.cli.options import handle_errors, report_option, threads_option, verbose_option
+
+
+class _Progress:
+    """One self-overwriting stderr line per stage (``decoding images 12/16``)."""
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        click.echo(f"\r  {stage}: {done}/{total}", nl=done >= total, err=True)
+
+
+@click.command("calibrate")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--precision", "-p", required=True, type=click.Choice(["fp16", "int8"]), help="Target precision.")
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=str), help="ONNX file to write.")
+@click.option("--images", "-i", multiple=True, type=click.Path(path_type=str),
+              help="Calibration image files or folders (repeatable); default: the bundled procedural set, with a warning.")
+@click.option("--method", type=click.Choice(["minmax", "percentile", "entropy"]), default="minmax", show_default=True,
+              help="INT8 activation range calibration.")
+@click.option("--percentile", type=click.FloatRange(50, 100), default=99.999, show_default=True,
+              help="Percentile for --method percentile.")
+@click.option("--target-cosine", type=click.FloatRange(0, 1), default=None,
+              help="Accuracy budget: worst cosine vs FP32 on held-out images. INT8: keep the most sensitive layers in "
+                   "FP32 until it holds. FP16: default the 'fp16' tolerance (0.9999).")
+@click.option("--holdout", type=click.IntRange(min=0), default=4, show_default=True,
+              help="Images held out of calibration to measure parity on.")
+@click.option("--min-images", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Refuse to calibrate on fewer usable images.")
+@click.option("--max-images", type=click.IntRange(min=1), default=None, help="Use at most this many images.")
+@click.option("--keep-fp32", multiple=True, help="Node name to keep in FP32 (repeatable).")
+@click.option("--sensitivity", is_flag=True, help="INT8: measure per-layer sensitivity even when no target is missed.")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
+              help="Cache of decoded images (default ~/.cache/vitdeploy or $VITDEPLOY_CACHE_DIR).")
+@click.option("--no-cache", is_flag=True, help="Decode the images again and do not write the cache.")
+@click.option("--checkpoint", "-c", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="The checkpoint the model was exported from, for parity against the eager model.")
+@click.option("--no-eager", is_flag=True, help="Skip parity against the eager official model.")
+@threads_option
+@report_option
+@verbose_option
+@handle_errors
+def calibrate(model: str, precision: str, output: str, images: tuple[str, ...], method: str, percentile: float,
+              target_cosine: float | None, holdout: int, min_images: int, max_images: int | None,
+              keep_fp32: tuple[str, ...], sensitivity: bool, cache_dir: str | None, no_cache: bool,
+              checkpoint: str | None, no_eager: bool, threads: int, report: str | None, verbose: bool) -> None:
+    """Convert an FP32 ONNX export to FP16 (mixed, FP32 islands) or INT8 (symmetric Q/DQ), calibrated on images.
+
+    Images go through the model's own preprocessing (read from its metadata). Prints which nodes
+    stayed in higher precision and why, and parity against the FP32 ONNX and the eager model on
+    held-out images. The output carries the precision, method, image count and kept nodes in its
+    metadata, so 'vitdeploy validate' applies the matching tolerance.
+
+    \b
+    Examples:
+      vitdeploy calibrate sam_vit_b.onnx --precision fp16 -o sam_vit_b.fp16.onnx --images photos/
+      vitdeploy calibrate sam_vit_b.onnx -p int8 --method percentile --target-cosine 0.99 -o sam_vit_b.int8.onnx -i photos/
+    """
+    from vitdeploy.fileio import atomic_write_bytes, check_output_path
+    from vitdeploy.precision.calibrate import CalibrateOptions, calibrate_onnx
+    from vitdeploy.precision.report import summarize
+
+    if report:
+        check_output_path(report)
+    options = CalibrateOptions(
+        precision=precision, images=images, method=method, percentile=percentile, target_cosine=target_cosine,
+        holdout=holdout, min_images=min_images, max_images=max_images, keep_fp32=keep_fp32, cache_dir=cache_dir,
+        use_cache=not no_cache, sensitivity=sensitivity, checkpoint=checkpoint, eager=not no_eager, threads=threads,
+    )
+    result = calibrate_onnx(model, output, options, echo=click.echo, progress=_Progress())
+    click.echo(f"{len(result.kept)} of {result.node_count} node(s) in higher precision ({result.tool}):")
+    for line in result.kept_lines():
+        click.echo(line)
+    if result.sensitivity:
+        click.echo("most sensitive layers (worst cosine when quantized alone):")
+        for s in result.sensitivity[:8]:
+            click.echo(f"  {s['name']:<32} {s['op_type']:<8} {s['cosine_alone']:.6f}")
+    click.echo(f"parity vs FP32 ONNX: {summarize(result.parity_fp32)}")
+    if result.parity_eager:
+        click.echo(f"parity vs eager official: {summarize(result.parity_eager)}")
+    elif result.eager_note:
+        click.echo(result.eager_note)
+    if report:
+        atomic_write_bytes(report, json.dumps(result.to_dict(), indent=2).encode())
+        click.echo(f"report: {report}")
+
+
+COMMAND = calibrate

@@ -1,0 +1,65 @@
+"""Run two ONNX graphs on the same feeds with ONNX Runtime and compare every output (the parity API)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+
+from vitdeploy.validation.parity import ParityResult, Tolerance, compare
+
+Feeds = dict[str, np.ndarray]
+
+
+def ort_session(model: onnx.ModelProto | bytes, threads: int | None = None):
+    """A CPU ONNX Runtime session for an in-memory model (all graph optimizations, quiet logs)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = int(threads)
+        options.inter_op_num_threads = 1
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+
+
+def run_all(session, feeds_list: Sequence[Feeds]) -> list[dict[str, np.ndarray]]:
+    """Outputs of ``session`` for every feed dict (graph output names -> arrays)."""
+    names = [o.name for o in session.get_outputs()]
+    return [dict(zip(names, session.run(names, feeds))) for feeds in feeds_list]
+
+
+def compare_outputs(
+    reference: Sequence[dict[str, np.ndarray]],
+    candidate: Sequence[dict[str, np.ndarray]],
+    tolerance: Tolerance | str,
+    labels: Sequence[str] | None = None,
+) -> list[ParityResult]:
+    """One ParityResult per feed and output (outputs matched by name)."""
+    results = []
+    for k, (ref, cand) in enumerate(zip(reference, candidate)):
+        label = labels[k] if labels else f"input{k}"
+        for name, value in ref.items():
+            results.append(compare(value, cand[name], tolerance, label=f"{label}/{name}"))
+    return results
+
+
+def worst_cosine(results: Sequence[ParityResult]) -> float:
+    """The lowest cosine among results (1.0 for none); a non-finite output counts as 0."""
+    return min((r.cosine if r.nan_count + r.inf_count == 0 else 0.0 for r in results), default=1.0)
+
+
+def run_faithful(model: onnx.ModelProto, feeds_list: Sequence[Feeds], threads: int | None = None) -> list[dict[str, np.ndarray]]:
+    """Outputs of ``model`` run node by node, so every tensor is stored in the type the graph declares.
+
+    Why not one ONNX Runtime session: on a CPU, ORT runs FP16 ops without an FP16 kernel in FP32 and
+    removes the Cast pairs between them, so a chain of such ops never rounds to FP16 and never
+    overflows. Measured on the overflow test model: a naive FP16 graph gives finite outputs in one
+    session and Inf/NaN node by node (which is what a GPU that stores each layer in FP16 gives).
+    """
+    from vitdeploy.precision.node_runner import NodeByNodeRunner
+
+    runner = NodeByNodeRunner(model, threads=threads, fp16=False)
+    return [runner.run(feeds, {}) for feeds in feeds_list]
