@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# GPU verification in one command, on a machine with an NVIDIA GPU, TensorRT 10/11, polygraphy and cuda-python:
+#   install the project -> export the full-size SAM ViT-B encoder (random weights) and, when the recipe
+#   exists, the mask decoder -> FP16 / INT8 ONNX via 'vitdeploy calibrate' (skipped if that verb is absent)
+#   -> FP32 / FP16 / INT8 TensorRT engines -> parity of each engine against the eager official model with
+#   the named tolerances -> benchmark against eager PyTorch (FP32 and FP16/BF16 autocast) on the same GPU,
+#   static batch 1 and a dynamic batch 1/4/8 -> the gated tests (pytest -m "tensorrt or gpu") -> one report.
+#
+#   scripts/gpu-check.sh                 # everything, into out/gpu-check/
+#   OUT_DIR=/tmp/gc RUNS=20 scripts/gpu-check.sh
+#   PYTHON=/path/to/python SKIP_INSTALL=1 scripts/gpu-check.sh   # an environment already set up
+#
+# Every step runs even if an earlier one failed (as far as its inputs exist); each step's status, time
+# and log land in $OUT_DIR/report.md and report.json. Exit code: 0 all passed, 1 a step failed,
+# 2 this machine cannot build engines ('vitdeploy doctor' says why).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+OUT="${OUT_DIR:-out/gpu-check}"
+RUNS="${RUNS:-50}"
+WARMUP="${WARMUP:-10}"
+mkdir -p "$OUT/logs"
+STEPS="$OUT/steps.tsv"
+: > "$STEPS"
+
+# step NAME CMD...: run, log to $OUT/logs/NAME.log, record "NAME<TAB>status<TAB>seconds".
+step() {
+    local name="$1"; shift
+    local start=$SECONDS status
+    echo "== $name: $*"
+    if "$@" > "$OUT/logs/$name.log" 2>&1; then status=passed; else status="FAILED (exit $?)"; fi
+    tail -n 25 "$OUT/logs/$name.log"
+    printf '%s\t%s\t%s\n' "$name" "$status" "$((SECONDS - start))" >> "$STEPS"
+    echo "== $name: $status in $((SECONDS - start)) s"
+    [ "$status" = passed ]
+}
+skip() { printf '%s\tskipped: %s\t0\n' "$1" "$2" >> "$STEPS"; echo "== $1: skipped: $2"; }
+
+# --- install: the full extras when the package index is reachable, else this checkout on top of what is there.
+if [ "${SKIP_INSTALL:-0}" = 1 ]; then
+    echo "SKIP_INSTALL=1: using the vitdeploy already importable by $PYTHON"
+elif ! "$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[dev,tensorrt]" > "$OUT/logs/install.log" 2>&1; then
+    echo "full install failed (offline?), installing this checkout without dependencies; see $OUT/logs/install.log"
+    "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e . >> "$OUT/logs/install.log" 2>&1 \
+        || { echo "cannot install the project"; exit 1; }
+fi
+VD=("$PYTHON" -m vitdeploy)
+
+step doctor "${VD[@]}" doctor --report "$OUT/doctor.json"
+if ! "$PYTHON" -c "import sys; from vitdeploy.doctor import tensorrt_unavailable_reason as r; why = r(); print(why or ''); sys.exit(1 if why else 0)"; then
+    echo "this machine cannot build TensorRT engines (see above and $OUT/logs/doctor.log)"; exit 2
+fi
+TORCH_CUDA=$("$PYTHON" -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
+
+# --- export (random weights: the numbers are meaningless, parity and speed are not).
+step export_encoder "${VD[@]}" export --recipe sam_vit_b --random-weights --seed 0 --layernorm2d native \
+    -o "$OUT/sam_vit_b.onnx" --report "$OUT/sam_vit_b.export.json"
+step export_encoder_dynamic "${VD[@]}" export --recipe sam_vit_b --random-weights --seed 0 --layernorm2d native \
+    --dynamic-batch -o "$OUT/sam_vit_b_dyn.onnx"
+if [ -f export/sam_vit_b_decoder.toml ]; then
+    step export_decoder "${VD[@]}" export --recipe sam_vit_b_decoder --random-weights --seed 0 -o "$OUT/sam_vit_b_decoder.onnx"
+else
+    skip export_decoder "no export/sam_vit_b_decoder.toml recipe in this checkout"
+fi
+
+# --- precision passes (vitdeploy calibrate): FP16 mixed and INT8 Q/DQ ONNX from the FP32 export.
+if "${VD[@]}" calibrate --help > /dev/null 2>&1; then
+    step calibrate_fp16 "${VD[@]}" calibrate "$OUT/sam_vit_b.onnx" --precision fp16 -o "$OUT/sam_vit_b.fp16.onnx" \
+        --images calibration/images --report "$OUT/sam_vit_b.fp16.calibrate.json"
+    step calibrate_int8 "${VD[@]}" calibrate "$OUT/sam_vit_b.onnx" --precision int8 -o "$OUT/sam_vit_b.int8.onnx" \
+        --images calibration/images --report "$OUT/sam_vit_b.int8.calibrate.json"
+else
+    skip calibrate_fp16 "'vitdeploy calibrate' is not in this checkout"
+    skip calibrate_int8 "'vitdeploy calibrate' is not in this checkout"
+fi
+
+# --- engines: strongly typed, one shared timing cache, a verbose log each.
+ENGINES=()
+build() {  # build NAME ONNX [extra build-engine options]
+    local name="$1" onnx="$2"; shift 2
+    if [ ! -f "$onnx" ]; then skip "build_$name" "$onnx was not produced"; return; fi
+    step "build_$name" "${VD[@]}" build-engine "$onnx" -o "$OUT/$name.plan" --timing-cache "$OUT/timing.cache" \
+        --log-file "$OUT/logs/build_$name.trt.log" --report "$OUT/$name.build.json" "$@" && ENGINES+=("$OUT/$name.plan")
+}
+build sam_vit_b "$OUT/sam_vit_b.onnx"
+build sam_vit_b.fp16 "$OUT/sam_vit_b.fp16.onnx"
+build sam_vit_b.int8 "$OUT/sam_vit_b.int8.onnx"
+build sam_vit_b_dyn "$OUT/sam_vit_b_dyn.onnx" --batch-profile 1 4 8
+build sam_vit_b_decoder "$OUT/sam_vit_b_decoder.onnx"
+
+# --- parity of every engine against the eager official model (CPU, FP32: the reference), named tolerances.
+for plan in "${ENGINES[@]}"; do
+    name=$(basename "$plan" .plan)
+    step "validate_$name" "$PYTHON" - "$plan" "$OUT/$name.validate.json" <<'PY'
+import json
+import sys
+
+from vitdeploy.fileio import atomic_write_bytes
+from vitdeploy.runtime.loader import open_runner
+from vitdeploy.validation.inputs import image_input_sets
+from vitdeploy.validation.parity import TOLERANCES
+from vitdeploy.validation.references import eager_reference
+from vitdeploy.validation.torch_runner import TorchRunner
+from vitdeploy.validation.validate import validate_runner
+
+try:
+    from vitdeploy.validation.family_inputs import random_input_sets
+except ImportError:  # older checkout: image models only
+    from vitdeploy.validation.validate import random_image_inputs
+
+    def random_input_sets(meta, names, shapes, count, seed=0):
+        return random_image_inputs(names[0], [d if isinstance(d, int) else 1 for d in shapes[names[0]]], count, seed)
+
+plan, report = sys.argv[1], sys.argv[2]
+engine = open_runner(plan)
+meta = engine.metadata
+tol = TOLERANCES[meta.get("precision", "fp32")]
+reference = TorchRunner(eager_reference(meta), engine.input_names, engine.output_names, threads=None, metadata=meta)
+sets = random_input_sets(meta, engine.input_names, engine.input_shapes(), 2)
+if meta.get("family") == "sam_image_encoder":
+    sets += image_input_sets(["calibration/images"], meta, engine.input_names[0])[:4]
+print(f"{plan}: precision {meta.get('precision')}, tolerance '{tol.name}', {len(sets)} input sets, warnings {getattr(engine, 'warnings', [])}")
+result = validate_runner(reference, engine, sets, tol, latency_runs=0, echo=print)
+atomic_write_bytes(report, json.dumps(result.to_dict(), indent=2).encode())
+print("parity:", "all within tolerance" if result else "FAILED")
+sys.exit(0 if result else 1)
+PY
+done
+
+# --- benchmark against eager PyTorch on the same GPU (CPU eager if this PyTorch has no CUDA).
+STATIC=()
+for p in "$OUT/sam_vit_b.plan" "$OUT/sam_vit_b.fp16.plan" "$OUT/sam_vit_b.int8.plan"; do [ -f "$p" ] && STATIC+=("$p"); done
+EAGER=(--eager-precision fp32 --eager-precision fp16 --eager-precision bf16)
+if [ "$TORCH_CUDA" = cpu ]; then EAGER=(--eager-precision fp32); RUNS=5; WARMUP=1; fi
+if [ ${#STATIC[@]} -gt 0 ]; then
+    step benchmark_batch1 "${VD[@]}" benchmark "${STATIC[@]}" --device "$TORCH_CUDA" "${EAGER[@]}" --runs "$RUNS" \
+        --warmup "$WARMUP" --threads "$(nproc)" --report "$OUT/benchmark_batch1.json"
+else
+    skip benchmark_batch1 "no static engine was built"
+fi
+if [ -f "$OUT/sam_vit_b_dyn.plan" ]; then
+    step benchmark_batches "${VD[@]}" benchmark "$OUT/sam_vit_b_dyn.plan" --device "$TORCH_CUDA" "${EAGER[@]}" \
+        --batch 1 --batch 4 --batch 8 --runs "$RUNS" --warmup "$WARMUP" --threads "$(nproc)" --report "$OUT/benchmark_batches.json"
+else
+    skip benchmark_batches "no dynamic-batch engine was built"
+fi
+
+# --- the gated tests: the TensorRT/GPU tests that skip everywhere else.
+step pytest_gpu "$PYTHON" -m pytest -m "tensorrt or gpu" -rs -q -p no:cacheprovider
+
+# --- one report.
+"$PYTHON" - "$OUT" <<'PY'
+import json
+import pathlib
+import sys
+
+out = pathlib.Path(sys.argv[1])
+steps = [dict(zip(("step", "status", "seconds"), line.split("\t"))) for line in (out / "steps.tsv").read_text().splitlines()]
+data = {"steps": steps}
+for name in ("doctor", "benchmark_batch1", "benchmark_batches"):
+    path = out / f"{name}.json"
+    if path.exists():
+        data[name] = json.loads(path.read_text())
+data["validation"] = {}
+for path in sorted(out.glob("*.validate.json")):
+    v = json.loads(path.read_text())
+    data["validation"][path.name] = {"passed": v["passed"], "tolerance": v["tolerance"]["name"],
+                                     "worst_cosine": min(p["cosine"] for p in v["parity"]),
+                                     "worst_rel_l2": max(p["rel_l2"] for p in v["parity"])}
+(out / "report.json").write_text(json.dumps(data, indent=2))
+lines = ["# vitdeploy GPU check", "", "| step | status | seconds |", "|---|---|---|"]
+lines += [f"| {s['step']} | {s['status']} | {s['seconds']} |" for s in steps]
+lines += ["", "## Parity of each engine vs the eager official model", "",
+          "| engine | tolerance | worst cosine | worst rel L2 | passed |", "|---|---|---|---|---|"]
+lines += [f"| {k} | {v['tolerance']} | {v['worst_cosine']:.6f} | {v['worst_rel_l2']:.3g} | {v['passed']} |"
+          for k, v in data["validation"].items()]
+for name in ("benchmark_batch1", "benchmark_batches"):
+    log = out / "logs" / f"{name}.log"
+    if log.exists():
+        text = log.read_text()
+        table = text[text.find("contender"):] if "contender" in text else text[-3000:]
+        lines += ["", f"## {name}", "", "```", table.strip(), "```"]
+doctor = out / "logs" / "doctor.log"
+if doctor.exists():
+    lines += ["", "## Machine (vitdeploy doctor)", "", "```", doctor.read_text().strip(), "```"]
+(out / "report.md").write_text("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
+echo "report: $OUT/report.md and $OUT/report.json"
+if grep -q "FAILED" "$STEPS"; then exit 1; fi
+exit 0

@@ -1,0 +1,87 @@
+"""``vitdeploy doctor`` reports the truth: each finding is checked against the component itself."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import onnxruntime
+import pytest
+import torch
+from click.testing import CliRunner
+
+from vitdeploy.cli import cli
+from vitdeploy.doctor import Component, probe_components, tensorrt_unavailable_reason, verb_readiness
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+@pytest.fixture(scope="module")
+def found() -> dict[str, Component]:
+    return probe_components()
+
+
+def test_components_match_what_is_importable(found: dict[str, Component]) -> None:
+    assert found["torch"].ok and found["torch"].version == torch.__version__
+    assert found["torch-cuda"].ok is torch.cuda.is_available()
+    assert found["onnxruntime"].version == onnxruntime.__version__
+    assert found["onnxruntime"].detail == "providers: " + ", ".join(onnxruntime.get_available_providers())
+    try:
+        import tensorrt
+    except ImportError:
+        assert not found["tensorrt"].ok and "pip install tensorrt" in found["tensorrt"].detail
+    else:
+        assert found["tensorrt"].ok and found["tensorrt"].version == tensorrt.__version__
+
+
+def test_gpu_finding_matches_cuda(found: dict[str, Component]) -> None:
+    from vitdeploy.errors import VitdeployError
+    from vitdeploy.runtime.cuda import query_gpu
+
+    try:
+        gpu = query_gpu(0)
+    except VitdeployError as exc:
+        assert not found["gpu"].ok
+        assert found["gpu"].detail == str(exc) or not found["cuda-python"].ok
+    else:
+        assert found["gpu"].ok and gpu.name in found["gpu"].detail
+    assert (tensorrt_unavailable_reason() is None) == (found["tensorrt"].ok and found["gpu"].ok and found["polygraphy"].ok)
+
+
+def test_verb_readiness_from_component_states() -> None:
+    states = {"torch": True, "onnx": True, "segment_anything": True, "onnxruntime": True, "tensorrt": False,
+              "polygraphy": True, "cuda-python": True, "gpu": False}
+    cpu_only = {name: Component(name, ok) for name, ok in states.items()}
+    status = {v.verb: v for v in verb_readiness(["export", "build-engine", "benchmark", "doctor", "newverb"], cpu_only)}
+    assert status["export"].ready and status["doctor"].ready and status["newverb"].ready
+    assert not status["build-engine"].ready and status["build-engine"].missing == ["tensorrt", "gpu"]
+    assert status["benchmark"].ready
+    assert "without TensorRT engines (needs tensorrt, gpu)" in status["benchmark"].extras
+    assert "with eager PyTorch baseline" in status["benchmark"].extras
+    everything = {name: Component(name, True) for name in
+                  ["torch", "torch-cuda", "onnx", "segment_anything", "onnxruntime", "tensorrt", "polygraphy", "cuda-python", "gpu"]}
+    status = {v.verb: v for v in verb_readiness(["build-engine", "benchmark"], everything)}
+    assert status["build-engine"].ready and all(e.startswith("with ") for e in status["benchmark"].extras)
+
+
+def test_cli_lists_every_registered_verb_and_exits_0(tmp_path: object) -> None:
+    code, output = run("doctor")
+    assert code == 0, output
+    verbs = output.split("verbs:")[1]
+    for verb in cli.commands:
+        assert f"  {verb} " in verbs, output
+    code, output = run("doctor", "--json")
+    data = json.loads(output)
+    assert set(data["components"]) >= {"torch", "onnxruntime", "tensorrt", "gpu"}
+    assert {v["verb"] for v in data["verbs"]} == set(cli.commands)
+
+
+def test_cli_without_tensorrt_says_build_engine_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    code, output = run("doctor")
+    assert code == 0
+    line = next(ln for ln in output.splitlines() if ln.strip().startswith("build-engine"))
+    assert "unavailable: needs tensorrt" in line

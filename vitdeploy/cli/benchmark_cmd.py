@@ -1,0 +1,87 @@
+"""``vitdeploy benchmark``: latency and throughput of eager PyTorch, ONNX Runtime and TensorRT side by side."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from vitdeploy.cli.options import handle_errors, report_option, threads_option, verbose_option
+
+
+@click.command("benchmark")
+@click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=str))
+@click.option("--eager/--no-eager", default=True, show_default=True,
+              help="Time the official eager PyTorch model too (rebuilt from the first model's metadata).")
+@click.option("--eager-precision", "eager_precisions", multiple=True, type=click.Choice(["fp32", "fp16", "bf16"]),
+              help="Eager precision(s): fp32, or fp16/bf16 under torch.autocast (repeatable; default fp32).")
+@click.option("--checkpoint", "-c", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Checkpoint the models were exported from (not needed for --random-weights exports).")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="Where eager PyTorch and ONNX Runtime run (TensorRT engines always run on the GPU).")
+@click.option("--gpu", type=click.IntRange(min=0), default=0, show_default=True, help="CUDA device index for TensorRT engines.")
+@click.option("--batch", "batches", multiple=True, type=click.IntRange(min=1),
+              help="Batch size(s) to time (repeatable; default 1). Static-batch models skip other sizes.")
+@click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True, help="Timed runs per contender and batch.")
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Untimed warm-up runs.")
+@threads_option
+@report_option
+@verbose_option
+@handle_errors
+def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str, ...], checkpoint: str | None, device: str,
+              gpu: int, batches: tuple[int, ...], runs: int, warmup: int, threads: int, report: str | None, verbose: bool) -> None:
+    """Time deployed models (.onnx with ONNX Runtime, .plan with TensorRT) against eager PyTorch.
+
+    Prints median / p90 / p99 latency, throughput and the speed-up over the first contender (the
+    eager FP32 model unless --no-eager) for every batch size, with the device, thread count,
+    precision and versions in the JSON report.
+
+    \b
+    Examples:
+      vitdeploy benchmark sam_vit_b.onnx --runs 10
+      vitdeploy benchmark sam_vit_b.plan sam_vit_b_fp16.plan --device cuda --eager-precision fp32 --eager-precision fp16
+      vitdeploy benchmark enc_dyn.onnx enc_dyn.plan --batch 1 --batch 4 --report bench.json
+    """
+    from vitdeploy.benchmark.contenders import deployed_contender, eager_contender, input_template
+    from vitdeploy.benchmark.harness import run_benchmark
+    from vitdeploy.benchmark.report import TIMING, BenchmarkReport, environment
+    from vitdeploy.errors import InputError
+    from vitdeploy.fileio import atomic_write_bytes, check_output_path
+
+    if report:
+        check_output_path(report)
+    deployed = [deployed_contender(m, threads=threads, device=device, gpu=gpu) for m in models]
+    for c in deployed:
+        for warning in getattr(c.runner, "warnings", []):
+            click.echo(f"warning: {warning}")
+    first = deployed[0].runner
+    template = input_template(first)
+    contenders = []
+    if eager:
+        meta = first.metadata
+        if not meta.get("family"):
+            raise InputError(f"'{models[0]}' carries no vitdeploy metadata to rebuild the eager model from: use --no-eager")
+        if meta.get("random_weights"):
+            click.echo(f"note: RANDOM WEIGHTS (seed {meta.get('random_seed')}); timings are still meaningful")
+        for precision in eager_precisions or ("fp32",):
+            click.echo(f"building the eager official model ({meta.get('family')}, {meta.get('variant')}, {precision}, {device})")
+            contenders.append(eager_contender(first, metadata=meta, checkpoint=checkpoint, precision=precision,
+                                              device=device, threads=threads))
+    elif eager_precisions:
+        raise InputError("--eager-precision needs the eager baseline: drop --no-eager")
+    contenders += deployed
+    rows = run_benchmark(contenders, template, list(batches or (1,)), runs=runs, warmup=warmup, echo=click.echo)
+    result = BenchmarkReport(
+        rows=rows,
+        settings={"runs": runs, "warmup": warmup, "batches": list(batches or (1,)), "threads": threads,
+                  "device": device, "timing": TIMING, "models": list(models)},
+        environment=environment(threads, contenders),
+    )
+    click.echo(f"latency over {runs} runs after {warmup} warm-up, {threads} CPU thread(s); {TIMING}")
+    click.echo(result.table())
+    if report:
+        atomic_write_bytes(report, json.dumps(result.to_dict(), indent=2).encode())
+        click.echo(f"report: {report}")
+
+
+COMMAND = benchmark

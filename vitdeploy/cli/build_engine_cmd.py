@@ -1,0 +1,83 @@
+"""``vitdeploy build-engine``: ONNX -> TensorRT engine (.plan) + JSON sidecar, strongly typed."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from vitdeploy.cli.options import handle_errors, report_option, verbose_option
+
+
+@click.command("build-engine")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="Engine file to write (its sidecar goes to OUTPUT.json).")
+@click.option("--workspace", "workspace_mib", type=click.IntRange(min=1), default=None,
+              help="Workspace memory pool limit in MiB (default: TensorRT's, the GPU's memory).")
+@click.option("--batch-profile", type=click.IntRange(min=1), nargs=3, default=None, metavar="MIN OPT MAX",
+              help="Batch range of a dynamic-batch model, and the batch TensorRT optimizes for.")
+@click.option("--input-profile", "input_profile", multiple=True, metavar="NAME=MIN:OPT:MAX",
+              help="Shape range of one dynamic input, shapes like 1x5x2 (repeatable; e.g. a decoder's prompt count).")
+@click.option("--timing-cache", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Tactic timing cache: read if it exists, written after the build (speeds up rebuilds).")
+@click.option("--optimization-level", type=click.IntRange(0, 5), default=None,
+              help="Builder optimization level 0-5 (default: TensorRT's, 3). Higher: longer build, maybe faster engine.")
+@click.option("--hardware-compatibility", type=click.Choice(["none", "ampere_plus", "same_compute_capability"]),
+              default="none", show_default=True, help="GPUs the engine may run on besides this one's architecture.")
+@click.option("--version-compatible", is_flag=True, help="Let later TensorRT releases run the engine (may be slower).")
+@click.option("--tf32", is_flag=True, help="Allow TF32 for FP32 tensors (faster on Ampere+; FP32 parity tolerances then do not hold).")
+@click.option("--legacy-fp16", is_flag=True,
+              help="TensorRT 10 only: weakly typed network with BuilderFlag.FP16 (TensorRT picks precisions). "
+                   "Default and TensorRT 11: strongly typed, precision exactly as in the ONNX.")
+@click.option("--log-file", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Write TensorRT's verbose build log here.")
+@click.option("--device", type=click.IntRange(min=0), default=0, show_default=True, help="CUDA device index.")
+@report_option
+@verbose_option
+@handle_errors
+def build_engine(model: str, output: str, workspace_mib: int | None, batch_profile: tuple[int, int, int] | None,
+                 input_profile: tuple[str, ...], timing_cache: str | None, optimization_level: int | None,
+                 hardware_compatibility: str, version_compatible: bool, tf32: bool, legacy_fp16: bool,
+                 log_file: str | None, device: int, report: str | None, verbose: bool) -> None:
+    """Build a TensorRT engine from an ONNX model, with a JSON sidecar of its metadata.
+
+    The network is strongly typed: TensorRT computes in exactly the precision the ONNX graph
+    declares (FP32, FP16 mixed from 'vitdeploy calibrate', INT8 Q/DQ). Needs an NVIDIA GPU,
+    TensorRT 10 or 11, polygraphy and cuda-python ('vitdeploy doctor' says what is missing).
+
+    \b
+    Examples:
+      vitdeploy build-engine sam_vit_b.onnx -o sam_vit_b.plan
+      vitdeploy build-engine sam_vit_b_fp16.onnx -o sam_vit_b_fp16.plan --timing-cache trt.cache --log-file build.log
+      vitdeploy build-engine encoder_dyn.onnx -o encoder_dyn.plan --batch-profile 1 2 8 --workspace 4096
+    """
+    from vitdeploy.engine.builder import BuildOptions, build_engine as build
+    from vitdeploy.engine.profiles import BatchProfile, parse_input_profile
+    from vitdeploy.fileio import atomic_write_bytes, check_output_path
+
+    if report:
+        check_output_path(report)
+    explicit = dict(parse_input_profile(text) for text in input_profile)
+    options = BuildOptions(
+        workspace_mib=workspace_mib,
+        batch_profile=BatchProfile(*batch_profile) if batch_profile else None,
+        input_profiles=explicit,
+        timing_cache=timing_cache,
+        optimization_level=optimization_level,
+        hardware_compatibility=hardware_compatibility,
+        version_compatible=version_compatible,
+        tf32=tf32,
+        legacy_fp16=legacy_fp16,
+        log_file=log_file,
+        device=device,
+    )
+    result = build(model, output, options, echo=click.echo)
+    for note in result.notes:
+        click.echo(f"note: {note}")
+    if report:
+        atomic_write_bytes(report, json.dumps(result.to_dict(), indent=2).encode())
+        click.echo(f"report: {report}")
+
+
+COMMAND = build_engine

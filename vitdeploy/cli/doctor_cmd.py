@@ -1,0 +1,43 @@
+"""``vitdeploy doctor``: what this machine can do (torch, ONNX Runtime, TensorRT, GPU) and which verbs work."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from vitdeploy.cli.options import handle_errors, report_option, verbose_option
+
+
+@click.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON instead of a table.")
+@report_option
+@verbose_option
+@handle_errors
+def doctor(as_json: bool, report: str | None, verbose: bool) -> None:
+    """Say what this machine can do and which verbs will work here.
+
+    Probes PyTorch, ONNX Runtime (and its providers), TensorRT, polygraphy, cuda-python and the GPU
+    by importing and calling them. Always exits 0: it reports, it does not judge.
+
+    \b
+    Examples:
+      vitdeploy doctor
+      vitdeploy doctor --json --report machine.json
+    """
+    from vitdeploy.doctor import diagnose
+    from vitdeploy.fileio import atomic_write_bytes, check_output_path
+
+    if report:
+        check_output_path(report)
+    group = click.get_current_context().parent
+    verbs = sorted(group.command.commands) if group is not None and isinstance(group.command, click.Group) else []
+    result = diagnose(verbs)
+    text = json.dumps(result.to_dict(), indent=2)
+    click.echo(text if as_json else result.text())
+    if report:
+        atomic_write_bytes(report, text.encode())
+        click.echo(f"report: {report}", err=as_json)
+
+
+COMMAND = doctor

@@ -1,0 +1,219 @@
+"""What this machine can do: the components vitdeploy uses, probed for real, and which verbs will work.
+
+Every probe imports or calls the actual component (no guessing from package lists): a TensorRT
+wheel that is installed but cannot load its libraries is reported as unusable, a CUDA build of
+PyTorch on a machine without a driver as "no GPU". The verb table is derived from those results by
+:func:`verb_readiness`, a pure function of the component states.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Component:
+    """One probed component: usable or not, its version, and a one-line detail."""
+
+    name: str
+    ok: bool
+    version: str | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: What each verb needs (component names as in :func:`probe_components`). Verbs not listed need only
+#: the core install. ``benchmark`` is partial: it works with ONNX Runtime and grows with the rest.
+VERB_NEEDS: dict[str, tuple[str, ...]] = {
+    "export": ("torch", "onnx", "segment_anything"),
+    "validate": ("torch", "onnxruntime", "segment_anything"),
+    "calibrate": ("onnx", "onnxruntime"),
+    "benchmark": ("onnxruntime",),
+    "build-engine": ("tensorrt", "polygraphy", "cuda-python", "gpu"),
+}
+#: Optional extras of a verb: (components, what they add).
+VERB_EXTRAS: dict[str, list[tuple[tuple[str, ...], str]]] = {
+    "benchmark": [(("torch",), "eager PyTorch baseline"), (("tensorrt", "cuda-python", "gpu"), "TensorRT engines"),
+                  (("torch-cuda",), "eager PyTorch on the GPU")],
+}
+
+
+@dataclass
+class VerbStatus:
+    verb: str
+    ready: bool
+    missing: list[str] = field(default_factory=list)
+    extras: list[str] = field(default_factory=list)  # "with X" / "without X (needs a, b)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def verb_readiness(verbs: Iterable[str], components: dict[str, Component]) -> list[VerbStatus]:
+    """For each verb: ready or which components are missing, and which optional parts work."""
+
+    def ok(name: str) -> bool:
+        return name in components and components[name].ok
+
+    out = []
+    for verb in sorted(verbs):
+        missing = [n for n in VERB_NEEDS.get(verb, ()) if not ok(n)]
+        extras = []
+        for needs, what in VERB_EXTRAS.get(verb, []):
+            lacking = [n for n in needs if not ok(n)]
+            extras.append(f"with {what}" if not lacking else f"without {what} (needs {', '.join(lacking)})")
+        out.append(VerbStatus(verb, not missing, missing, extras))
+    return out
+
+
+def _module(name: str, import_name: str | None = None) -> Component:
+    try:
+        module = __import__(import_name or name)
+    except ImportError as exc:
+        return Component(name, False, None, f"not installed ({exc})")
+    version = getattr(module, "__version__", None)
+    if version is None:
+        from importlib.metadata import PackageNotFoundError, version as dist_version
+
+        try:
+            version = dist_version(name.replace("_", "-"))
+        except PackageNotFoundError:
+            version = "unknown"
+    return Component(name, True, str(version))
+
+
+def _torch() -> tuple[Component, Component]:
+    comp = _module("torch")
+    if not comp.ok:
+        return comp, Component("torch-cuda", False, None, "PyTorch not installed")
+    import torch
+
+    build = f"CUDA build {torch.version.cuda}" if torch.version.cuda else "CPU-only build"
+    comp.detail = build
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0)
+        return comp, Component("torch-cuda", True, torch.version.cuda, f"{torch.cuda.device_count()} GPU(s), first: {name}")
+    return comp, Component("torch-cuda", False, torch.version.cuda, f"{build}; torch.cuda.is_available() is False")
+
+
+def _onnxruntime() -> Component:
+    comp = _module("onnxruntime")
+    if comp.ok:
+        import onnxruntime
+
+        comp.detail = "providers: " + ", ".join(onnxruntime.get_available_providers())
+    return comp
+
+
+def _tensorrt() -> Component:
+    from vitdeploy.engine.versions import installed_tensorrt_version, weak_typing_available
+
+    version, note = installed_tensorrt_version()
+    if version is None:
+        return Component("tensorrt", False, None, note)
+    typing = "strongly typed builds; legacy weakly typed FP16 available" if weak_typing_available(version) else \
+        "strongly typed builds only (weak typing removed in TensorRT 11)"
+    return Component("tensorrt", True, version, typing)
+
+
+def _cuda_python_and_gpu() -> tuple[Component, Component]:
+    from vitdeploy.errors import VitdeployError
+    from vitdeploy.runtime.cuda import cuda_python_version, cudart, query_gpu
+
+    version = cuda_python_version()
+    try:
+        cudart()
+    except VitdeployError as exc:
+        return Component("cuda-python", False, version, str(exc)), _gpu_without_cuda_python()
+    comp = Component("cuda-python", True, version, "cuda.bindings.runtime importable")
+    try:
+        gpu = query_gpu(0)
+    except VitdeployError as exc:
+        return comp, Component("gpu", False, None, str(exc))
+    return comp, Component("gpu", True, gpu.compute_capability,
+                           f"{gpu.name}, compute capability {gpu.compute_capability}, {gpu.total_memory_mib} MiB, "
+                           f"driver supports CUDA {gpu.driver_cuda_version}")
+
+
+def _gpu_without_cuda_python() -> Component:
+    """Best effort when cuda-python is absent: ``nvidia-smi -L`` if it is on PATH."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return Component("gpu", False, None, "cuda-python not installed and no nvidia-smi on PATH: no GPU seen")
+    try:
+        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Component("gpu", False, None, f"nvidia-smi failed ({exc})")
+    lines = [ln for ln in listed.stdout.splitlines() if ln.startswith("GPU ")]
+    if not lines:
+        return Component("gpu", False, None, f"nvidia-smi lists no GPU ({listed.stderr.strip() or 'empty output'})")
+    return Component("gpu", False, None, f"{lines[0]} (seen by nvidia-smi; install cuda-python to use it)")
+
+
+def probe_components() -> dict[str, Component]:
+    """Probe everything vitdeploy can use on this machine."""
+    torch_comp, torch_cuda = _torch()
+    cuda_python, gpu = _cuda_python_and_gpu()
+    comps = [
+        Component("python", True, platform.python_version(), f"{platform.system()} {platform.machine()}"),
+        torch_comp, torch_cuda,
+        _module("onnx"), _module("onnxscript"), _onnxruntime(), _module("segment_anything"), _module("timm"),
+        _module("polygraphy"), _tensorrt(), cuda_python, gpu,
+    ]
+    return {c.name: c for c in comps}
+
+
+@dataclass
+class DoctorReport:
+    vitdeploy_version: str
+    components: dict[str, Component]
+    verbs: list[VerbStatus]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"vitdeploy_version": self.vitdeploy_version,
+                "components": {k: v.to_dict() for k, v in self.components.items()},
+                "verbs": [v.to_dict() for v in self.verbs]}
+
+    def text(self) -> str:
+        lines = [f"vitdeploy {self.vitdeploy_version}", "components:"]
+        for c in self.components.values():
+            lines.append(f"  {'ok' if c.ok else 'NO'}  {c.name:<17} {c.version or '-':<14} {c.detail}")
+        lines.append("verbs:")
+        for v in self.verbs:
+            head = "ready" if v.ready else f"unavailable: needs {', '.join(v.missing)}"
+            tail = f" ({'; '.join(v.extras)})" if v.extras else ""
+            lines.append(f"  {v.verb:<14} {head}{tail}")
+        return "\n".join(lines)
+
+
+def diagnose(verbs: Iterable[str]) -> DoctorReport:
+    """Probe the machine and judge ``verbs`` (the CLI passes its registered verbs)."""
+    import vitdeploy
+
+    components = probe_components()
+    return DoctorReport(vitdeploy.__version__, components, verb_readiness(verbs, components))
+
+
+def tensorrt_unavailable_reason(device: int = 0) -> str | None:
+    """Why TensorRT engines cannot be built or run here (None when they can): tests skip with this reason."""
+    from vitdeploy.engine.versions import installed_tensorrt_version
+    from vitdeploy.errors import VitdeployError
+    from vitdeploy.runtime.cuda import query_gpu
+
+    version, note = installed_tensorrt_version()
+    if version is None:
+        return f"TensorRT is {note}"
+    if not _module("polygraphy").ok:
+        return "polygraphy is not installed: pip install 'vitdeploy[tensorrt]'"
+    try:
+        query_gpu(device)
+    except VitdeployError as exc:
+        return str(exc)
+    return None

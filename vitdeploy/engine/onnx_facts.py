@@ -1,0 +1,132 @@
+"""What the engine builder needs to know about an ONNX file, read without TensorRT and without weights.
+
+Inputs and outputs (names, element types, static or symbolic dimensions), node names and op types
+(to name the failing node when TensorRT reports a layer), external-data files (hashed into the
+sidecar) and the precision the graph itself encodes: with strongly typed networks TensorRT computes
+exactly in the types the graph declares, so the engine's precision is read from the graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vitdeploy.errors import InputError
+
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
+
+@dataclass(frozen=True)
+class TensorFacts:
+    """One graph input or output: name, NumPy dtype name and dimensions (int, or a symbolic name)."""
+
+    name: str
+    dtype: str
+    dims: tuple[int | str, ...]
+
+    @property
+    def dynamic_axes(self) -> list[int]:
+        return [i for i, d in enumerate(self.dims) if not isinstance(d, int) or d <= 0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": [d if isinstance(d, int) and d > 0 else -1 for d in self.dims]}
+
+
+@dataclass
+class OnnxFacts:
+    path: Path
+    inputs: list[TensorFacts]
+    outputs: list[TensorFacts]
+    node_ops: dict[str, str]  # node name -> op type
+    external_data: list[Path]
+    metadata: dict[str, Any]
+    graph_precision: str
+    op_counts: dict[str, int] = field(default_factory=dict)
+
+
+def _dtype_name(elem_type: int) -> str:
+    import onnx
+
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, ValueError):
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+
+
+def _tensor(value: Any) -> TensorFacts:
+    t = value.type.tensor_type
+    dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim)
+    return TensorFacts(value.name, _dtype_name(t.elem_type), dims)
+
+
+def graph_precision(model: Any) -> str:
+    """``int8`` when the graph holds Q/DQ nodes, ``fp16``/``bf16`` when it computes in that type, else ``fp32``."""
+    import onnx
+
+    graph = model.graph
+    ops = {n.op_type for n in graph.node}
+    if ops & QDQ_OPS:
+        return "int8"
+    low = {onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.BFLOAT16: "bf16"}
+    for init in graph.initializer:
+        if init.data_type in low:
+            return low[init.data_type]
+    for node in graph.node:
+        if node.op_type == "Cast":
+            for attr in node.attribute:
+                if attr.name == "to" and attr.i in low:
+                    return low[attr.i]
+    for value in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if value.type.tensor_type.elem_type in low:
+            return low[value.type.tensor_type.elem_type]
+    return "fp32"
+
+
+def _external_files(model: Any, base: Path) -> list[Path]:
+    import onnx
+
+    files: list[Path] = []
+    for init in model.graph.initializer:
+        if init.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in init.external_data if e.key == "location"), None)
+        if location and (base / location) not in files:
+            files.append(base / location)
+    return files
+
+
+def read_onnx_facts(path: str | Path) -> OnnxFacts:
+    """Facts about an ONNX file (weights are not loaded); InputError for a missing or invalid file."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    from vitdeploy.metadata import decode
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"ONNX file '{path}' not found: export one with 'vitdeploy export' or check the path")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise InputError(f"'{path}' is not a readable ONNX file ({type(exc).__name__}): give a model written by 'vitdeploy export'") from exc
+    if not model.graph.node:
+        raise InputError(f"'{path}' holds no graph nodes: give a model written by 'vitdeploy export'")
+    external = _external_files(model, path.parent)
+    missing = [f for f in external if not f.is_file()]
+    if missing:
+        raise InputError(f"'{path.name}' keeps its weights in '{missing[0].name}', which is missing: keep it next to the ONNX file")
+    initializers = {i.name for i in model.graph.initializer}
+    counts: dict[str, int] = {}
+    for node in model.graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return OnnxFacts(
+        path=path,
+        inputs=[_tensor(v) for v in model.graph.input if v.name not in initializers],
+        outputs=[_tensor(v) for v in model.graph.output],
+        node_ops={n.name: n.op_type for n in model.graph.node if n.name},
+        external_data=external,
+        metadata=decode({p.key: p.value for p in model.metadata_props}),
+        graph_precision=graph_precision(model),
+        op_counts=dict(sorted(counts.items())),
+    )

@@ -1,0 +1,139 @@
+"""The JSON sidecar next to every engine: what it is, how and where it was built, and its hashes.
+
+``model.plan`` gets ``model.plan.json``. A plan file is opaque, tied to one TensorRT release and one
+GPU architecture; the sidecar lets a runtime (Python or C++) check that before deserializing, use
+the model without being told how it was made (the ONNX file's vitdeploy metadata is carried over),
+and detect a truncated or swapped plan (its size and SHA-256). Keys are a contract: add keys, never
+rename them; bump :data:`SIDECAR_SCHEMA` only for an incompatible change.
+
+Layout (schema ``vitdeploy.engine-sidecar/1``)::
+
+    schema, vitdeploy_version, created_utc, build_seconds
+    plan:      {file, size_bytes, sha256}
+    onnx:      {file, sha256, external_data: {file: sha256}}
+    metadata:  the ONNX file's vitdeploy metadata (family, variant, input_size, pixel_mean, ...), with
+               precision set to the engine's
+    precision: fp32 | fp16 | int8   (what the engine computes in)
+    network:   strongly_typed | weakly_typed_fp16
+    tensorrt:  {version}
+    gpu:       {name, compute_capability, index}
+    profiles:  [{input: {min, opt, max}}]   (empty for static shapes)
+    io:        {inputs: [{name, dtype, shape}], outputs: [...]}   (shapes as in the ONNX; -1 dynamic)
+    build_options: {workspace_mib, optimization_level, hardware_compatibility, version_compatible,
+                    tf32, legacy_fp16, timing_cache, batch_profile}
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from vitdeploy.errors import EngineError, InputError
+from vitdeploy.fileio import atomic_write_bytes
+
+SIDECAR_SCHEMA = "vitdeploy.engine-sidecar/1"
+SIDECAR_SUFFIX = ".json"
+
+#: (section, key) pairs a runtime needs; a sidecar without them is rejected.
+REQUIRED = (
+    ("plan", "size_bytes"),
+    ("plan", "sha256"),
+    ("tensorrt", "version"),
+    ("gpu", "compute_capability"),
+)
+
+
+def sidecar_path(plan: str | os.PathLike) -> Path:
+    """``model.plan`` -> ``model.plan.json``."""
+    return Path(str(plan) + SIDECAR_SUFFIX)
+
+
+def make_sidecar(
+    *,
+    plan_file: str,
+    plan_size: int,
+    plan_sha256: str,
+    onnx_file: str,
+    onnx_sha256: str,
+    external_data: dict[str, str],
+    metadata: dict[str, Any],
+    precision: str,
+    network: str,
+    tensorrt_version: str,
+    gpu: dict[str, Any],
+    profiles: list[dict[str, dict[str, list[int]]]],
+    io: dict[str, list[dict[str, Any]]],
+    build_options: dict[str, Any],
+    build_seconds: float,
+) -> dict[str, Any]:
+    """Assemble a sidecar dictionary (see the module docstring for the layout)."""
+    import vitdeploy
+
+    return {
+        "schema": SIDECAR_SCHEMA,
+        "vitdeploy_version": vitdeploy.__version__,
+        "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "build_seconds": round(float(build_seconds), 3),
+        "plan": {"file": plan_file, "size_bytes": int(plan_size), "sha256": plan_sha256},
+        "onnx": {"file": onnx_file, "sha256": onnx_sha256, "external_data": dict(external_data)},
+        "metadata": dict(metadata),
+        "precision": precision,
+        "network": network,
+        "tensorrt": {"version": tensorrt_version},
+        "gpu": dict(gpu),
+        "profiles": list(profiles),
+        "io": io,
+        "build_options": dict(build_options),
+    }
+
+
+def write_sidecar(plan: str | os.PathLike, sidecar: dict[str, Any]) -> Path:
+    """Write ``sidecar`` next to ``plan`` atomically; returns the sidecar's path."""
+    return atomic_write_bytes(sidecar_path(plan), (json.dumps(sidecar, indent=2, sort_keys=True) + "\n").encode())
+
+
+def read_sidecar(plan: str | os.PathLike) -> dict[str, Any]:
+    """The sidecar of ``plan``, checked for the schema and the keys a runtime needs."""
+    plan = Path(plan)
+    path = sidecar_path(plan)
+    rebuild = "rebuild the engine with 'vitdeploy build-engine', which writes both files"
+    if not path.is_file():
+        raise EngineError(f"'{plan.name}' has no sidecar '{path.name}' next to it: {rebuild}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise EngineError(f"sidecar '{path.name}' is not valid JSON ({exc}): {rebuild}") from exc
+    if not isinstance(data, dict) or data.get("schema") != SIDECAR_SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise EngineError(f"sidecar '{path.name}' has schema '{found}', expected '{SIDECAR_SCHEMA}': {rebuild}")
+    missing = [f"{section}.{key}" for section, key in REQUIRED if key not in (data.get(section) or {})]
+    if missing:
+        raise EngineError(f"sidecar '{path.name}' lacks {', '.join(missing)}: {rebuild}")
+    return data
+
+
+def read_plan_checked(plan: str | os.PathLike, sidecar: dict[str, Any]) -> bytes:
+    """The plan's bytes, after checking their size and SHA-256 against the sidecar.
+
+    Catches a truncated copy, an interrupted transfer, or a plan replaced without its sidecar,
+    before TensorRT sees the bytes (it would fail with a less specific deserialization error).
+    """
+    import hashlib
+
+    plan = Path(plan)
+    if not plan.is_file():
+        raise InputError(f"engine file '{plan}' not found: build it with 'vitdeploy build-engine' or check the path")
+    data = plan.read_bytes()
+    expected_size = int(sidecar["plan"]["size_bytes"])
+    rebuild = "copy it again or rebuild it with 'vitdeploy build-engine'"
+    if len(data) != expected_size:
+        raise EngineError(
+            f"'{plan.name}' is {len(data)} bytes but its sidecar records {expected_size}: "
+            f"the plan is truncated or was replaced; {rebuild}"
+        )
+    if hashlib.sha256(data).hexdigest() != sidecar["plan"]["sha256"]:
+        raise EngineError(f"'{plan.name}' does not match the SHA-256 in its sidecar: the plan was modified or replaced; {rebuild}")
+    return data
