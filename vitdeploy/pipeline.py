@@ -31,6 +31,11 @@ def load_eager_from_recipe(recipe_name: str, checkpoint: str | None, random_weig
     if not checkpoint and not random_weights:
         raise InputError("no weights given: pass --checkpoint PATH, or --random-weights for a demo model")
     recipe = load_recipe(recipe_name)
+    if recipe.family in ("sam_mask_decoder", "timm_vit"):
+        from vitdeploy.family_export import load_family_eager
+
+        arch, model = load_family_eager(recipe, checkpoint, seed if random_weights else None)
+        return recipe, arch, model
     if recipe.family != "sam_image_encoder":
         raise RecipeError(f"recipe '{recipe.name}' is for family '{recipe.family}', which this command does not export yet")
     arch = SamEncoderArch.from_recipe(recipe)
@@ -61,6 +66,14 @@ def export_from_recipe(
 
     check_output_path(output)  # fail before minutes of work, not after
     recipe, arch, model = load_eager_from_recipe(recipe_name, checkpoint, random_weights, seed)
+    if recipe.family != "sam_image_encoder":
+        from vitdeploy.family_export import export_family
+
+        if random_weights:
+            echo(RANDOM_WEIGHTS_WARNING.format(seed=seed))
+        return export_family(recipe, arch, model, output, checkpoint=checkpoint, random_seed=seed if random_weights else None,
+                             image_size=image_size, batch=batch, dynamic_batch=dynamic_batch, opset=opset,
+                             layernorm2d=layernorm2d, echo=echo)
     size = image_size or arch.img_size
     if size % arch.patch_size:
         lower = max(arch.patch_size, size // arch.patch_size * arch.patch_size)

@@ -11,7 +11,7 @@ from vitdeploy.cli.options import handle_errors, report_option, threads_option, 
 
 
 @click.command("validate")
-@click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("model", type=click.Path(dir_okay=False, path_type=str))  # ONNX file or TensorRT .plan
 @click.option("--checkpoint", "-c", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="The checkpoint the model was exported from (not needed for --random-weights exports).")
 @click.option("--images", "-i", multiple=True, type=click.Path(path_type=str),
@@ -41,19 +41,22 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
     """
     from vitdeploy.errors import InputError, ParityError
     from vitdeploy.fileio import atomic_write_bytes, check_output_path
-    from vitdeploy.runtime.runners import OnnxRuntimeRunner
+    from vitdeploy.runtime.loader import open_runner
     from vitdeploy.validation.inputs import image_input_sets
     from vitdeploy.validation.parity import TOLERANCES
     from vitdeploy.validation.references import eager_reference
     from vitdeploy.validation.torch_runner import TorchRunner
-    from vitdeploy.validation.validate import random_image_inputs, validate_runner
+    from vitdeploy.validation.validate import validate_runner
 
     if report:
         check_output_path(report)
-    candidate = OnnxRuntimeRunner(model, threads=threads)
+    candidate = open_runner(model, threads=threads)  # .onnx -> ONNX Runtime, .plan -> TensorRT
     meta = candidate.metadata
     if not meta.get("family"):
         raise InputError(f"'{model}' carries no vitdeploy metadata: validate models written by 'vitdeploy export'")
+    from vitdeploy.validation.family_inputs import check_image_inputs_apply, random_input_sets
+
+    check_image_inputs_apply(meta, images)
     if meta.get("random_weights"):
         click.echo(f"note: {Path(model).name} has RANDOM WEIGHTS (seed {meta.get('random_seed')}); parity is still meaningful")
     precision = meta.get("precision", "fp32")
@@ -61,10 +64,8 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
     click.echo(f"building the eager official reference ({meta.get('family')}, {meta.get('variant')})")
     reference = TorchRunner(eager_reference(meta, checkpoint), candidate.input_names, candidate.output_names,
                             threads=threads, metadata=meta)
-    shapes = candidate.input_shapes()
     input_name = candidate.input_names[0]
-    shape = [d if isinstance(d, int) else 1 for d in shapes[input_name]]
-    input_sets = random_image_inputs(input_name, shape, random_inputs)
+    input_sets = random_input_sets(meta, candidate.input_names, candidate.input_shapes(), random_inputs)
     input_sets += image_input_sets(images, meta, input_name)
     if not input_sets:
         raise InputError("no inputs to compare: use --random-inputs N or --images PATH")
@@ -76,7 +77,7 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
         click.echo(f"latency, {threads} thread(s), median / p90:")
         for lat in result.latency:
             click.echo(f"  {lat.label:<22} {lat.median_ms:10.1f} ms {lat.p90_ms:10.1f} ms")
-        click.echo(f"  ratio onnxruntime / eager: {result.latency_ratio:.3f}")
+        click.echo(f"  ratio {candidate.name} / eager: {result.latency_ratio:.3f}")
     if report:
         atomic_write_bytes(report, json.dumps(result.to_dict(), indent=2).encode())
         click.echo(f"report: {report}")

@@ -6,5 +6,6 @@ Nothing in this package imports torch: applications can run deployed models with
 from vitdeploy.runtime.images import read_image_rgb
 from vitdeploy.runtime.preprocess import SamPreprocessor, preprocess_shape
 from vitdeploy.runtime.runners import OnnxRuntimeRunner, Runner
+from vitdeploy.runtime.sam_predictor import SamPredictor
 
-__all__ = ["OnnxRuntimeRunner", "Runner", "SamPreprocessor", "preprocess_shape", "read_image_rgb"]
+__all__ = ["OnnxRuntimeRunner", "Runner", "SamPredictor", "SamPreprocessor", "preprocess_shape", "read_image_rgb"]

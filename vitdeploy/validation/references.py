@@ -18,6 +18,14 @@ def eager_reference(metadata: dict[str, Any], checkpoint: str | None = None) -> 
     family = metadata.get("family")
     if family == "sam_image_encoder":
         return _sam_image_encoder(metadata, checkpoint)
+    if family == "sam_mask_decoder":
+        from vitdeploy.validation.family_references import sam_mask_decoder_reference
+
+        return sam_mask_decoder_reference(metadata, checkpoint)
+    if family == "timm_vit":
+        from vitdeploy.validation.family_references import timm_vit_reference
+
+        return timm_vit_reference(metadata, checkpoint)
     raise InputError(f"no eager reference for model family '{family}': this file was not made by this vitdeploy version")
 
 

@@ -1,0 +1,175 @@
+"""timm ViT-B/16 (224) and the SAM ViT-B prompt encoder + mask decoder (random weights): eager PyTorch vs
+ONNX Runtime on vitdeploy's exports, one run, same thread count, contenders alternated round by round.
+
+Contenders:
+  vit_base_patch16_224    eager timm (fused attention, timm's default)   vs  ORT on the rewritten export
+  SAM decoder, per prompt eager official PromptEncoder + MaskDecoder      vs  ORT on the decoder graph
+                          (one click + padding point, all mask tokens; the embedding is given)
+  SAM predict, per prompt official SamPredictor.predict                   vs  vitdeploy.runtime.SamPredictor.predict
+                          (decoder + mask upscaling to a 1500x2250 original; the embedding is given)
+
+Usage:
+    .venv/bin/python benchmarks/bench_timm_and_decoder.py --threads 2 --rounds 10 --out out/bench_timm_decoder.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vitdeploy.metadata import tool_versions
+from vitdeploy.runtime.runners import OnnxRuntimeRunner
+from vitdeploy.validation.latency import stats_from_samples
+from vitdeploy.validation.masks import compare_masks
+from vitdeploy.validation.parity import compare
+
+ORIGINAL_SIZE = (1500, 2250)
+
+
+def alternate(contenders: dict[str, Callable[[], object]], rounds: int, warmup: int, label: str) -> dict[str, list[float]]:
+    for _ in range(warmup):
+        for fn in contenders.values():
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for r in range(rounds):
+        for name, fn in contenders.items():
+            start = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - start) * 1000)
+    print(f"{label}: " + ", ".join(f"{n} median {np.median(s):.1f} ms" for n, s in samples.items()), flush=True)
+    return samples
+
+
+def bench_timm(tmp: Path, threads: int, rounds: int, warmup: int) -> dict:
+    from vitdeploy.pipeline import export_from_recipe, load_eager_from_recipe
+
+    _, _, model = load_eager_from_recipe("timm_vit_base_patch16_224", None, True, 0)
+    t0 = time.perf_counter()
+    result = export_from_recipe("timm_vit_base_patch16_224", tmp / "vit_b16.onnx", random_weights=True, seed=0)
+    export_s = time.perf_counter() - t0
+    ort = OnnxRuntimeRunner(result.path, threads=threads)
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    xt = torch.from_numpy(x)
+
+    def eager() -> np.ndarray:
+        with torch.inference_mode():
+            return model(xt).numpy()
+
+    contenders = {"eager timm": eager, "ORT vitdeploy export": lambda: ort.run({"image": x})["logits"]}
+    parity = compare(eager(), contenders["ORT vitdeploy export"](), "fp32", label="logits")
+    samples = alternate(contenders, rounds, warmup, "vit_base_patch16_224")
+    return {"export_seconds": export_s, "parity": parity.to_dict(), **_rows(samples, "eager timm")}
+
+
+def bench_decoder(tmp: Path, threads: int, rounds: int, warmup: int) -> dict:
+    from segment_anything import SamPredictor as OfficialPredictor
+    from segment_anything.modeling import Sam
+
+    from vitdeploy.models.recipes import load_recipe
+    from vitdeploy.models.sam_encoder import SamEncoderArch, build_sam_image_encoder
+    from vitdeploy.onnx_export.sam_encoder import sam_encoder_metadata
+    from vitdeploy.pipeline import export_from_recipe, load_eager_from_recipe
+    from vitdeploy.runtime.preprocess import preprocess_shape
+    from vitdeploy.runtime.sam_predictor import SamPredictor
+
+    _, _, decoder = load_eager_from_recipe("sam_vit_b_decoder", None, True, 0)
+    t0 = time.perf_counter()
+    result = export_from_recipe("sam_vit_b_decoder", tmp / "sam_vit_b_decoder.onnx", random_weights=True, seed=0)
+    export_s = time.perf_counter() - t0
+    ort = OnnxRuntimeRunner(result.path, threads=threads)
+    pe, md = decoder.prompt_encoder, decoder.mask_decoder
+    rng = np.random.default_rng(0)
+    emb = rng.standard_normal((1, 256, 64, 64)).astype(np.float32)
+    click = np.array([[[400.0, 300.0]]], dtype=np.float32)
+    feeds = {"image_embeddings": emb, "point_coords": np.concatenate([click, np.zeros((1, 1, 2), np.float32)], 1),
+             "point_labels": np.array([[1.0, -1.0]], np.float32), "mask_input": np.zeros((1, 1, 256, 256), np.float32),
+             "has_mask_input": np.zeros(1, np.float32)}
+    emb_t, click_t, label_t = torch.from_numpy(emb), torch.from_numpy(click), torch.tensor([[1]])
+
+    def eager_decoder() -> np.ndarray:
+        with torch.inference_mode():
+            sparse, dense = pe(points=(click_t, label_t), boxes=None, masks=None)
+            masks, _ = md.predict_masks(emb_t, pe.get_dense_pe(), sparse, dense)
+            return masks.numpy()
+
+    graph = {"eager official decoder": eager_decoder, "ORT decoder graph": lambda: ort.run(feeds)["low_res_masks"]}
+    parity = compare(eager_decoder(), graph["ORT decoder graph"](), "fp32", label="low_res_masks")
+    samples = alternate(graph, rounds, warmup, "SAM decoder per prompt")
+
+    # End to end per prompt from a given embedding: the official predictor vs ours (the encoder is not run).
+    arch = SamEncoderArch.from_recipe(load_recipe("sam_vit_b"))
+    sam = Sam(build_sam_image_encoder(arch), pe, md).eval()
+    official = OfficialPredictor(sam)
+    official.features, official.original_size = emb_t, ORIGINAL_SIZE
+    official.input_size = preprocess_shape(*ORIGINAL_SIZE, 1024)
+    official.is_image_set = True
+    enc_meta = sam_encoder_metadata(variant="vit_b", img_size=1024, pixel_mean=sam.pixel_mean.flatten().tolist(),
+                                    pixel_std=sam.pixel_std.flatten().tolist(), architecture=arch.to_dict(), random_seed=0)
+
+    class _EncoderStandIn:  # metadata only: the embedding is given, the encoder never runs
+        name, input_names, output_names, metadata = "given-embedding", ["image"], ["image_embeddings"], enc_meta
+
+        def run(self, feeds):  # pragma: no cover - never called
+            raise RuntimeError("not used")
+
+    ours = SamPredictor(_EncoderStandIn(), ort)
+    ours.set_image_embedding(emb, ORIGINAL_SIZE)
+    point = dict(point_coords=np.array([[600.0, 660.0]]), point_labels=np.array([1]))
+    ref = official.predict(multimask_output=True, **point)
+    out = ours.predict(multimask_output=True, **point)
+    masks = compare_masks(ref[0], out[0], "fp32", label="masks 1500x2250")
+    e2e = {"official SamPredictor.predict": lambda: official.predict(multimask_output=True, **point),
+           "vitdeploy SamPredictor.predict": lambda: ours.predict(multimask_output=True, **point)}
+    e2e_samples = alternate(e2e, rounds, warmup, f"predict per prompt, {ORIGINAL_SIZE[1]}x{ORIGINAL_SIZE[0]} original")
+    return {"export_seconds": export_s, "parity": parity.to_dict(), "mask_parity": masks.to_dict(),
+            **_rows(samples, "eager official decoder"),
+            "predict": _rows(e2e_samples, "official SamPredictor.predict")}
+
+
+def _rows(samples: dict[str, list[float]], baseline: str) -> dict:
+    stats = {name: stats_from_samples(name, s, 0) for name, s in samples.items()}
+    base = stats[baseline].median_ms
+    return {"rows": [{"contender": n, "median_ms": st.median_ms, "p90_ms": st.p90_ms, "ratio_to_eager": st.median_ms / base}
+                     for n, st in stats.items()]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=10, help="timed runs per contender (alternated)")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    tmp = Path(tempfile.mkdtemp(prefix="vitdeploy-bench-"))
+    print(f"exports go to {tmp}", flush=True)
+    report = {"threads": args.threads, "rounds": args.rounds, "machine": platform.machine(),
+              "processor": platform.processor(), "versions": tool_versions(),
+              "timm_vit_base_patch16_224": bench_timm(tmp, args.threads, args.rounds, args.warmup),
+              "sam_vit_b_decoder": bench_decoder(tmp, args.threads, args.rounds, args.warmup)}
+    print(f"\n{args.threads} threads, {args.rounds} alternated rounds after {args.warmup} warm-up, "
+          f"{platform.processor() or platform.machine()}")
+    print(f"{'contender':<36} {'median ms':>10} {'p90 ms':>10} {'x eager':>8}")
+    for section in (report["timm_vit_base_patch16_224"], report["sam_vit_b_decoder"], report["sam_vit_b_decoder"]["predict"]):
+        for row in section["rows"]:
+            print(f"{row['contender']:<36} {row['median_ms']:>10.2f} {row['p90_ms']:>10.2f} {row['ratio_to_eager']:>8.3f}")
+    vit, dec = report["timm_vit_base_patch16_224"]["parity"], report["sam_vit_b_decoder"]
+    print(f"parity: vit logits cosine {vit['cosine']:.8f} rel L2 {vit['rel_l2']:.2e}; decoder low-res masks cosine "
+          f"{dec['parity']['cosine']:.8f} rel L2 {dec['parity']['rel_l2']:.2e}; 1500x2250 masks min IoU "
+          f"{min(dec['mask_parity']['iou']):.5f}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2))
+        print(f"report: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

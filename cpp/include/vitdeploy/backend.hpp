@@ -1,0 +1,65 @@
+// The inference backend interface: one model file, its metadata, named float32 tensors in and out.
+//
+// Mirrors the Python Runner protocol (vitdeploy/runtime/runners.py). Implementations:
+//   OnnxRuntimeBackend (.onnx; the ONNX Runtime shared library)  -- when built with ONNX Runtime
+//   TensorRtBackend    (.plan/.engine; TensorRT 10/11 + CUDA)   -- when built with TensorRT
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vitdeploy/metadata.hpp"
+#include "vitdeploy/tensor.hpp"
+
+namespace vitdeploy {
+
+struct BackendOptions {
+    /// CPU threads for ONNX Runtime (0: its default).
+    int threads = 0;
+    /// A JSON metadata file to use instead of the model's own metadata (the ONNX file's
+    /// metadata_props, or the engine's sidecar '<engine>.json'). Empty: the model's own.
+    std::string metadata_path;
+    /// CUDA device index for TensorRT.
+    int device = 0;
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    Backend(const Backend&) = delete;
+    Backend& operator=(const Backend&) = delete;
+
+    /// "onnxruntime-cpu", "tensorrt", ...
+    virtual std::string name() const = 0;
+    virtual const std::string& path() const = 0;
+    virtual const std::vector<TensorInfo>& inputs() const = 0;
+    virtual const std::vector<TensorInfo>& outputs() const = 0;
+    virtual const Metadata& metadata() const = 0;
+    /// Things that may still work but deserve a look (printed by the example app).
+    virtual const std::vector<std::string>& warnings() const = 0;
+
+    /// Run once. ``feeds`` must hold every input by name, with shapes the model accepts; the result
+    /// holds every output by name. Throws InputError for bad feeds, BackendError when the runtime fails.
+    virtual std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& feeds) = 0;
+
+    /// The input or output called ``name``; throws MetadataError naming what the model has instead.
+    const TensorInfo& input(const std::string& name) const;
+    const TensorInfo& output(const std::string& name) const;
+
+protected:
+    Backend() = default;
+    /// Throws InputError unless ``feeds`` holds exactly the inputs, with matching shapes and sizes.
+    void check_feeds(const std::map<std::string, Tensor>& feeds) const;
+};
+
+/// Open ``path`` with the backend its extension calls for: .onnx -> ONNX Runtime; .plan, .engine,
+/// .trt -> TensorRT. Throws InputError for a missing file or unknown extension, BackendError when the
+/// backend is not compiled into this build.
+std::unique_ptr<Backend> open_model(const std::string& path, const BackendOptions& options = {});
+
+/// Names of the backends compiled into this build ("onnxruntime", "tensorrt").
+std::vector<std::string> available_backends();
+
+}  // namespace vitdeploy

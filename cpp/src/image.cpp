@@ -1,0 +1,313 @@
+// Image decoding with libpng (and libjpeg when found), matching Pillow's convert("RGB").
+//
+// libpng and libjpeg report errors by longjmp. A longjmp must not skip C++ destructors, so every
+// setjmp below lives in a small helper whose locals are all trivially destructible; buffers are
+// owned by the caller and allocated between the header and pixel phases.
+#include "vitdeploy/image.hpp"
+
+#include <png.h>
+
+#include <algorithm>
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <system_error>
+
+#include <unistd.h>
+
+#include "vitdeploy/error.hpp"
+
+#ifdef VITDEPLOY_HAVE_JPEG
+#include <jpeglib.h>
+#include <jerror.h>  // JWRN_JPEG_EOF
+#endif
+
+namespace vitdeploy {
+
+namespace {
+
+constexpr std::size_t kMaxPixels = std::size_t(1) << 28;  // 268 MP: past Pillow's decompression-bomb error too
+
+[[noreturn]] void undecodable(const std::string& path, const std::string& why) {
+    throw InputError("image '" + path + "' cannot be decoded (" + why + "): use a valid PNG" +
+                     (jpeg_supported() ? std::string(" or JPEG") : std::string()) + " file");
+}
+
+struct FileCloser {
+    void operator()(FILE* f) const {
+        if (f) std::fclose(f);
+    }
+};
+using File = std::unique_ptr<FILE, FileCloser>;
+
+// ---------------------------------------------------------------------------------------------- PNG
+
+struct PngState {
+    png_structp png = nullptr;
+    png_infop info = nullptr;
+    char message[256] = {0};
+};
+
+void png_error_fn(png_structp png, png_const_charp msg) {
+    auto* state = static_cast<PngState*>(png_get_error_ptr(png));
+    std::snprintf(state->message, sizeof state->message, "%s", msg);
+    png_longjmp(png, 1);
+}
+
+// libpng warnings (an unknown chunk, an odd ICC profile) do not stop decoding, and Pillow decodes such
+// files too; the image is still read exactly.
+void png_warning_fn(png_structp, png_const_charp) {}
+
+struct PngLayout {
+    png_uint_32 width = 0;
+    png_uint_32 height = 0;
+    int channels = 0;        // after transforms: 1 grey, 2 grey+alpha, 3 RGB, 4 RGBA
+    int bit_depth = 0;       // after transforms: 8, or 16 for 16-bit grey kept for clipping
+    std::size_t rowbytes = 0;
+};
+
+bool png_read_layout(PngState* s, FILE* fp, PngLayout* out) {
+    if (setjmp(png_jmpbuf(s->png))) return false;
+    png_init_io(s->png, fp);
+    png_set_sig_bytes(s->png, 8);
+    png_set_user_limits(s->png, 1u << 24, 1u << 24);
+    png_read_info(s->png, s->info);
+    png_uint_32 width = 0, height = 0;
+    int depth = 0, color = 0;
+    png_get_IHDR(s->png, s->info, &width, &height, &depth, &color, nullptr, nullptr, nullptr);
+    // Pillow opens 16-bit grey as mode "I;16", whose convert("RGB") clips each value to 255; every
+    // other 16-bit layout it unpacks by taking the high byte of each sample ("RGB;16B", "LA;16B"...).
+    bool clip_grey16 = depth == 16 && color == PNG_COLOR_TYPE_GRAY;
+    if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(s->png);
+    if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(s->png);  // 1 -> 255, like mode "1"
+    if (depth == 16 && !clip_grey16) png_set_strip_16(s->png);  // keeps the high byte
+    png_set_interlace_handling(s->png);
+    png_read_update_info(s->png, s->info);
+    out->width = width;
+    out->height = height;
+    out->channels = png_get_channels(s->png, s->info);
+    out->bit_depth = png_get_bit_depth(s->png, s->info);
+    out->rowbytes = png_get_rowbytes(s->png, s->info);
+    return true;
+}
+
+bool png_read_rows(PngState* s, png_bytep* rows) {
+    if (setjmp(png_jmpbuf(s->png))) return false;
+    png_read_image(s->png, rows);
+    return true;
+}
+
+RgbImage read_png(const std::string& path, FILE* fp) {
+    PngState state;
+    state.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &state, png_error_fn, png_warning_fn);
+    if (!state.png) throw InputError("out of memory reading image '" + path + "'");
+    state.info = png_create_info_struct(state.png);
+    struct Cleanup {
+        PngState* s;
+        ~Cleanup() { png_destroy_read_struct(&s->png, s->info ? &s->info : nullptr, nullptr); }
+    } cleanup{&state};
+    if (!state.info) throw InputError("out of memory reading image '" + path + "'");
+
+    PngLayout layout;
+    if (!png_read_layout(&state, fp, &layout)) undecodable(path, state.message);
+    if (layout.width == 0 || layout.height == 0) undecodable(path, "empty image");
+    if (static_cast<std::size_t>(layout.width) * layout.height > kMaxPixels)
+        throw InputError("image '" + path + "' is too large (" + std::to_string(layout.width) + "x" +
+                         std::to_string(layout.height) + "): downscale it first");
+
+    std::vector<png_byte> raw(layout.rowbytes * layout.height);
+    std::vector<png_bytep> rows(layout.height);
+    for (png_uint_32 y = 0; y < layout.height; ++y) rows[y] = raw.data() + y * layout.rowbytes;
+    if (!png_read_rows(&state, rows.data())) undecodable(path, state.message);
+
+    RgbImage image(static_cast<int>(layout.width), static_cast<int>(layout.height));
+    const int c = layout.channels;
+    for (png_uint_32 y = 0; y < layout.height; ++y) {
+        const png_byte* in = rows[y];
+        std::uint8_t* out = image.row(static_cast<int>(y));
+        for (png_uint_32 x = 0; x < layout.width; ++x, out += 3) {
+            if (layout.bit_depth == 16) {  // 16-bit grey, big-endian samples
+                unsigned v = (unsigned(in[2 * x]) << 8) | in[2 * x + 1];
+                out[0] = out[1] = out[2] = static_cast<std::uint8_t>(std::min(v, 255u));
+            } else if (c <= 2) {  // grey (+ alpha, dropped)
+                out[0] = out[1] = out[2] = in[x * c];
+            } else {  // RGB (+ alpha, dropped)
+                out[0] = in[x * c];
+                out[1] = in[x * c + 1];
+                out[2] = in[x * c + 2];
+            }
+        }
+    }
+    return image;
+}
+
+// --------------------------------------------------------------------------------------------- JPEG
+
+#ifdef VITDEPLOY_HAVE_JPEG
+struct JpegErrors {
+    jpeg_error_mgr mgr;
+    std::jmp_buf jump;
+    char message[JMSG_LENGTH_MAX];
+};
+
+void jpeg_error_exit(j_common_ptr cinfo) {
+    auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
+    (*cinfo->err->format_message)(cinfo, errors->message);
+    std::longjmp(errors->jump, 1);
+}
+
+// libjpeg pads a truncated file with grey and only warns; Pillow raises "image file is truncated".
+void jpeg_emit_message(j_common_ptr cinfo, int level) {
+    if (level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF) jpeg_error_exit(cinfo);
+}
+
+bool jpeg_read_layout(jpeg_decompress_struct* cinfo, JpegErrors* errors, FILE* fp, bool* unsupported_colour) {
+    if (setjmp(errors->jump)) return false;
+    jpeg_create_decompress(cinfo);
+    jpeg_stdio_src(cinfo, fp);
+    jpeg_read_header(cinfo, TRUE);
+    *unsupported_colour = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
+    if (*unsupported_colour) return true;
+    // Pillow asks libjpeg for RGB (or grey, replicated by convert("RGB")) with default decoding settings
+    // (JDCT_ISLOW, fancy upsampling), so do the same.
+    cinfo->out_color_space = JCS_RGB;
+    jpeg_start_decompress(cinfo);
+    return true;
+}
+
+bool jpeg_read_rows(jpeg_decompress_struct* cinfo, JpegErrors* errors, std::uint8_t* pixels) {
+    if (setjmp(errors->jump)) return false;
+    const std::size_t stride = static_cast<std::size_t>(cinfo->output_width) * 3;
+    while (cinfo->output_scanline < cinfo->output_height) {
+        JSAMPROW row = pixels + cinfo->output_scanline * stride;
+        jpeg_read_scanlines(cinfo, &row, 1);
+    }
+    jpeg_finish_decompress(cinfo);
+    return true;
+}
+
+RgbImage read_jpeg(const std::string& path, FILE* fp) {
+    jpeg_decompress_struct cinfo;
+    JpegErrors errors;
+    std::memset(&cinfo, 0, sizeof cinfo);
+    cinfo.err = jpeg_std_error(&errors.mgr);
+    errors.mgr.error_exit = jpeg_error_exit;
+    errors.mgr.emit_message = jpeg_emit_message;
+    errors.message[0] = '\0';
+    struct Cleanup {
+        jpeg_decompress_struct* c;
+        ~Cleanup() { jpeg_destroy_decompress(c); }
+    } cleanup{&cinfo};
+
+    bool cmyk = false;
+    if (!jpeg_read_layout(&cinfo, &errors, fp, &cmyk)) undecodable(path, errors.message);
+    if (cmyk) undecodable(path, "CMYK JPEG is not supported here; save it as RGB");
+    if (cinfo.output_components != 3) undecodable(path, "unexpected JPEG colour layout");
+    if (static_cast<std::size_t>(cinfo.output_width) * cinfo.output_height > kMaxPixels)
+        throw InputError("image '" + path + "' is too large: downscale it first");
+    RgbImage image(static_cast<int>(cinfo.output_width), static_cast<int>(cinfo.output_height));
+    if (!jpeg_read_rows(&cinfo, &errors, image.pixels.data())) undecodable(path, errors.message);
+    return image;
+}
+#endif
+
+// ----------------------------------------------------------------------------------------- PNG out
+
+struct PngWriteState {
+    png_structp png = nullptr;
+    png_infop info = nullptr;
+    char message[256] = {0};
+};
+
+bool png_write_all(PngWriteState* s, FILE* fp, int width, int height, png_bytep* rows) {
+    if (setjmp(png_jmpbuf(s->png))) return false;
+    png_init_io(s->png, fp);
+    png_set_IHDR(s->png, s->info, static_cast<png_uint_32>(width), static_cast<png_uint_32>(height), 8,
+                 PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(s->png, s->info);
+    png_write_image(s->png, rows);
+    png_write_end(s->png, nullptr);
+    return true;
+}
+
+void png_write_error_fn(png_structp png, png_const_charp msg) {
+    auto* state = static_cast<PngWriteState*>(png_get_error_ptr(png));
+    std::snprintf(state->message, sizeof state->message, "%s", msg);
+    png_longjmp(png, 1);
+}
+
+}  // namespace
+
+bool jpeg_supported() {
+#ifdef VITDEPLOY_HAVE_JPEG
+    return true;
+#else
+    return false;
+#endif
+}
+
+RgbImage read_image(const std::string& path) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec))
+        throw InputError("image '" + path + "' not found: check the path");
+    File fp(std::fopen(path.c_str(), "rb"));
+    if (!fp) throw InputError("image '" + path + "' cannot be opened (" + std::strerror(errno) + "): check its permissions");
+    unsigned char sig[8] = {0};
+    std::size_t n = std::fread(sig, 1, sizeof sig, fp.get());
+    if (n == 8 && png_sig_cmp(sig, 0, 8) == 0) return read_png(path, fp.get());
+    if (n >= 3 && sig[0] == 0xFF && sig[1] == 0xD8 && sig[2] == 0xFF) {
+#ifdef VITDEPLOY_HAVE_JPEG
+        std::rewind(fp.get());
+        return read_jpeg(path, fp.get());
+#else
+        undecodable(path, "this build has no JPEG support (libjpeg was not found when it was built)");
+#endif
+    }
+    undecodable(path, n == 0 ? "empty file" : "not a PNG or JPEG file");
+}
+
+void write_png_gray(const std::string& path, int width, int height, const std::vector<std::uint8_t>& pixels) {
+    namespace fs = std::filesystem;
+    if (width <= 0 || height <= 0 || pixels.size() != static_cast<std::size_t>(width) * height)
+        throw InputError("cannot write '" + path + "': pixel buffer does not match " + std::to_string(width) + "x" +
+                         std::to_string(height));
+    fs::path target(path);
+    fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+    std::error_code ec;
+    if (!fs::is_directory(parent, ec))
+        throw InputError("output directory '" + parent.string() + "' does not exist: create it or choose another path");
+    if (fs::is_directory(target, ec)) throw InputError("output path '" + path + "' is a directory: give a file name");
+
+    fs::path tmp = parent / ("." + target.filename().string() + "." + std::to_string(::getpid()) + ".tmp");
+    PngWriteState state;
+    bool ok = false;
+    {
+        File fp(std::fopen(tmp.c_str(), "wb"));
+        if (!fp)
+            throw InputError("cannot write '" + path + "' (" + std::strerror(errno) + "): choose a writable path");
+        state.png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &state, png_write_error_fn, png_warning_fn);
+        if (state.png) state.info = png_create_info_struct(state.png);
+        if (state.png && state.info) {
+            std::vector<png_bytep> rows(static_cast<std::size_t>(height));
+            for (int y = 0; y < height; ++y)
+                rows[y] = const_cast<png_bytep>(pixels.data() + static_cast<std::size_t>(y) * width);
+            ok = png_write_all(&state, fp.get(), width, height, rows.data());
+        }
+        png_destroy_write_struct(&state.png, state.info ? &state.info : nullptr);
+        if (ok && std::fflush(fp.get()) != 0) ok = false;
+    }
+    if (ok) {
+        fs::rename(tmp, target, ec);
+        ok = !ec;
+    }
+    if (!ok) {
+        fs::remove(tmp, ec);
+        throw InputError("cannot write '" + path + "'" + (state.message[0] ? std::string(" (") + state.message + ")" : "") +
+                         ": check free space and permissions");
+    }
+}
+
+}  // namespace vitdeploy

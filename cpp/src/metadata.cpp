@@ -1,0 +1,164 @@
+#include "vitdeploy/metadata.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include "vitdeploy/error.hpp"
+
+namespace vitdeploy {
+
+namespace {
+
+bool starts_with(std::string_view s, std::string_view prefix) {
+    return s.substr(0, prefix.size()) == prefix;
+}
+
+// vitdeploy.metadata.decode: json.loads(raw), or the raw string when that fails.
+Json decode_value(const std::string& raw) {
+    try {
+        return Json::parse(raw);
+    } catch (const MetadataError&) {
+        return Json::string(raw);
+    }
+}
+
+}  // namespace
+
+Metadata Metadata::from_properties(const std::vector<std::pair<std::string, std::string>>& props,
+                                   std::string source) {
+    Metadata meta;
+    meta.source_ = std::move(source);
+    for (const auto& [key, raw] : props) {
+        if (!starts_with(key, kMetadataPrefix)) continue;
+        meta.set(key.substr(kMetadataPrefix.size()), decode_value(raw));
+    }
+    return meta;
+}
+
+Metadata Metadata::from_json(const Json& document, std::string source) {
+    if (!document.is_object())
+        throw MetadataError("metadata in " + source + " must be a JSON object, got " +
+                            Json::type_name(document.type()) + ": write it with vitdeploy");
+    const Json* root = &document;
+    const Json* wrapped = document.find("metadata");
+    if (wrapped && wrapped->is_object() && !document.find("family") &&
+        !document.find(std::string(kMetadataPrefix) + "family"))
+        root = wrapped;
+    Metadata meta;
+    meta.source_ = std::move(source);
+    for (std::size_t i = 0; i < root->keys().size(); ++i) {
+        const std::string& key = root->keys()[i];
+        const Json& value = root->values()[i];
+        if (starts_with(key, kMetadataPrefix)) {
+            // Prefixed form: values are strings as in metadata_props (decode them), or already JSON.
+            meta.set(key.substr(kMetadataPrefix.size()), value.is_string() ? decode_value(value.as_string()) : value);
+        } else {
+            meta.set(key, value);
+        }
+    }
+    return meta;
+}
+
+Metadata Metadata::from_sidecar_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw MetadataError("metadata file '" + path +
+                            "' not found: it is written next to the engine by 'vitdeploy build-engine'; "
+                            "pass its path with --encoder-metadata/--decoder-metadata");
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    return from_json(Json::parse(buffer.str(), "metadata file '" + path + "'"), "metadata file '" + path + "'");
+}
+
+bool Metadata::has(std::string_view key) const {
+    for (const auto& k : keys_)
+        if (k == key) return true;
+    return false;
+}
+
+const Json& Metadata::get(std::string_view key) const {
+    for (std::size_t i = 0; i < keys_.size(); ++i)
+        if (keys_[i] == key) return values_[i];
+    throw MetadataError(source_ + " has no '" + std::string(key) +
+                        "' metadata: re-export the model with a current vitdeploy (it stamps every artifact)");
+}
+
+void Metadata::bad_value(std::string_view key, const std::string& why) const {
+    throw MetadataError("metadata '" + std::string(key) + "' in " + source_ + " is " + get(key).dump() +
+                        ", " + why + ": re-export the model with vitdeploy");
+}
+
+std::string Metadata::get_string(std::string_view key) const {
+    const Json& v = get(key);
+    if (!v.is_string()) bad_value(key, "expected a string");
+    return v.as_string();
+}
+
+bool Metadata::get_bool(std::string_view key) const {
+    const Json& v = get(key);
+    if (!v.is_bool()) bad_value(key, "expected true or false");
+    return v.as_bool();
+}
+
+std::int64_t Metadata::get_int(std::string_view key) const {
+    const Json& v = get(key);
+    try {
+        return v.as_integer();
+    } catch (const MetadataError&) {
+        bad_value(key, "expected an integer");
+    }
+}
+
+std::vector<double> Metadata::get_numbers(std::string_view key) const {
+    const Json& v = get(key);
+    if (!v.is_array()) bad_value(key, "expected a list of numbers");
+    std::vector<double> out;
+    for (const Json& item : v.as_array()) {
+        if (!item.is_number()) bad_value(key, "expected a list of numbers");
+        out.push_back(item.as_number());
+    }
+    return out;
+}
+
+std::vector<std::int64_t> Metadata::get_ints(std::string_view key) const {
+    const Json& v = get(key);
+    if (!v.is_array()) bad_value(key, "expected a list of integers");
+    std::vector<std::int64_t> out;
+    for (const Json& item : v.as_array()) {
+        try {
+            out.push_back(item.as_integer());
+        } catch (const MetadataError&) {
+            bad_value(key, "expected a list of integers");
+        }
+    }
+    return out;
+}
+
+std::string Metadata::get_string_or(std::string_view key, const std::string& fallback) const {
+    for (std::size_t i = 0; i < keys_.size(); ++i)
+        if (keys_[i] == key && values_[i].is_string()) return values_[i].as_string();
+    return fallback;
+}
+
+void Metadata::set(const std::string& key, Json value) {
+    for (std::size_t i = 0; i < keys_.size(); ++i) {
+        if (keys_[i] == key) {
+            values_[i] = std::move(value);
+            return;
+        }
+    }
+    keys_.push_back(key);
+    values_.push_back(std::move(value));
+}
+
+void Metadata::require_family(const std::string& expected, const std::string& role) const {
+    if (empty())
+        throw MetadataError(source_ + " carries no vitdeploy metadata: export it with 'vitdeploy export' "
+                            "(or give a metadata JSON file) so the application knows how to feed it");
+    std::string family = get_string(std::string_view("family"));
+    if (family != expected)
+        throw MetadataError(source_ + " is a '" + family + "' model, but " + role + " needs a '" + expected +
+                            "' model: check which file you passed where");
+}
+
+}  // namespace vitdeploy

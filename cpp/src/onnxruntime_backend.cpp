@@ -1,0 +1,188 @@
+// ONNX Runtime backend through its C++ API (a header-only wrapper over the versioned C API).
+//
+// ORT_API_MANUAL_INIT: the API table is fetched here, so a library older than the headers gives an
+// error for people instead of a null-pointer crash on first use.
+#define ORT_API_MANUAL_INIT
+#include <onnxruntime_cxx_api.h>
+
+#include "vitdeploy/onnxruntime_backend.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <mutex>
+#include <utility>
+
+#include "vitdeploy/error.hpp"
+
+namespace vitdeploy {
+
+namespace {
+
+std::once_flag g_api_once;
+const OrtApi* g_api = nullptr;
+
+void init_api() {
+    std::call_once(g_api_once, [] {
+        const OrtApiBase* base = OrtGetApiBase();
+        g_api = base ? base->GetApi(ORT_API_VERSION) : nullptr;
+        if (g_api) Ort::InitApi(g_api);
+    });
+    if (!g_api) {
+        const OrtApiBase* base = OrtGetApiBase();
+        throw BackendError(std::string("the ONNX Runtime library loaded here (") + (base ? base->GetVersionString() : "unknown") +
+                           ") is older than the headers this program was built with (C API version " +
+                           std::to_string(ORT_API_VERSION) + "): install a newer onnxruntime or rebuild against its headers");
+    }
+}
+
+Ort::Env& environment() {
+    static Ort::Env env(ORT_LOGGING_LEVEL_WARNING, "vitdeploy");
+    return env;
+}
+
+ElementType from_onnx(ONNXTensorElementDataType t) {
+    switch (t) {
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return ElementType::Float32;
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return ElementType::Float16;
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return ElementType::BFloat16;
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return ElementType::Int64;
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return ElementType::Int32;
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8: return ElementType::Int8;
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8: return ElementType::UInt8;
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: return ElementType::Bool;
+        default: return ElementType::Unsupported;
+    }
+}
+
+std::string first_line(const std::string& text) {
+    auto end = text.find('\n');
+    return end == std::string::npos ? text : text.substr(0, end);
+}
+
+TensorInfo describe(const std::string& name, const Ort::TypeInfo& type) {
+    TensorInfo info;
+    info.name = name;
+    if (type.GetONNXType() != ONNX_TYPE_TENSOR) {
+        info.type = ElementType::Unsupported;
+        return info;
+    }
+    auto tensor = type.GetTensorTypeAndShapeInfo();
+    info.type = from_onnx(tensor.GetElementType());
+    info.shape = tensor.GetShape();  // dynamic dimensions are -1
+    return info;
+}
+
+ONNXTensorElementDataType to_onnx(ElementType t) {
+    switch (t) {
+        case ElementType::Float32: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+        case ElementType::Float16: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+        case ElementType::BFloat16: return ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
+        case ElementType::Int64: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+        case ElementType::Int32: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
+        case ElementType::Int8: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8;
+        case ElementType::UInt8: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
+        case ElementType::Bool: return ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL;
+        case ElementType::Unsupported: break;
+    }
+    return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+}
+
+}  // namespace
+
+struct OnnxRuntimeBackend::Impl {
+    Ort::Session session{nullptr};
+    Ort::MemoryInfo memory = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
+};
+
+std::string OnnxRuntimeBackend::runtime_version() {
+    const OrtApiBase* base = OrtGetApiBase();
+    return base ? base->GetVersionString() : "unknown";
+}
+
+OnnxRuntimeBackend::OnnxRuntimeBackend(const std::string& path, const BackendOptions& options) : path_(path) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec))
+        throw InputError("ONNX file '" + path + "' not found: run 'vitdeploy export' first or check the path");
+    init_api();
+    impl_ = std::make_unique<Impl>();
+    try {
+        Ort::SessionOptions so;
+        if (options.threads > 0) {
+            so.SetIntraOpNumThreads(options.threads);
+            so.SetInterOpNumThreads(1);
+        }
+        so.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL);
+        impl_->session = Ort::Session(environment(), path.c_str(), so);
+    } catch (const Ort::Exception& e) {
+        throw BackendError("ONNX Runtime cannot load '" + path + "' (" + first_line(e.what()) +
+                           "): re-export it with 'vitdeploy export'");
+    }
+    Ort::AllocatorWithDefaultOptions allocator;
+    Ort::Session& s = impl_->session;
+    for (std::size_t i = 0; i < s.GetInputCount(); ++i)
+        inputs_.push_back(describe(s.GetInputNameAllocated(i, allocator).get(), s.GetInputTypeInfo(i)));
+    for (std::size_t i = 0; i < s.GetOutputCount(); ++i)
+        outputs_.push_back(describe(s.GetOutputNameAllocated(i, allocator).get(), s.GetOutputTypeInfo(i)));
+    for (const auto& info : inputs_)
+        if (info.type == ElementType::Unsupported)
+            throw BackendError("input '" + info.name + "' of '" + path + "' has an element type this backend does not feed");
+
+    if (!options.metadata_path.empty()) {
+        metadata_ = Metadata::from_sidecar_file(options.metadata_path);
+    } else {
+        Ort::ModelMetadata model_meta = s.GetModelMetadata();
+        std::vector<std::pair<std::string, std::string>> props;
+        for (const auto& key : model_meta.GetCustomMetadataMapKeysAllocated(allocator)) {
+            auto value = model_meta.LookupCustomMetadataMapAllocated(key.get(), allocator);
+            props.emplace_back(key.get(), value ? value.get() : "");
+        }
+        metadata_ = Metadata::from_properties(props, "'" + path + "'");
+    }
+}
+
+OnnxRuntimeBackend::~OnnxRuntimeBackend() = default;
+
+std::map<std::string, Tensor> OnnxRuntimeBackend::run(const std::map<std::string, Tensor>& feeds) {
+    check_feeds(feeds);
+    // Each input converted to the model's element type; the buffers outlive the Ort::Values viewing them.
+    std::vector<std::vector<unsigned char>> buffers(inputs_.size());
+    std::vector<Ort::Value> values;
+    std::vector<const char*> in_names, out_names;
+    values.reserve(inputs_.size());
+    for (std::size_t i = 0; i < inputs_.size(); ++i) {
+        const TensorInfo& info = inputs_[i];
+        const Tensor& t = feeds.at(info.name);
+        std::vector<unsigned char>& bytes = buffers[i];
+        bytes.resize(std::max<std::size_t>(1, t.data.size() * element_size(info.type)));
+        encode_elements(t.data.data(), t.data.size(), info.type, bytes.data());
+        values.push_back(Ort::Value::CreateTensor(impl_->memory, bytes.data(), t.data.size() * element_size(info.type),
+                                                  t.shape.data(), t.shape.size(), to_onnx(info.type)));
+        in_names.push_back(info.name.c_str());
+    }
+    for (const auto& info : outputs_) out_names.push_back(info.name.c_str());
+
+    std::vector<Ort::Value> results;
+    try {
+        results = impl_->session.Run(Ort::RunOptions{nullptr}, in_names.data(), values.data(), values.size(),
+                                     out_names.data(), out_names.size());
+    } catch (const Ort::Exception& e) {
+        throw BackendError("ONNX Runtime failed to run '" + path_ + "' (" + first_line(e.what()) + ")");
+    }
+
+    std::map<std::string, Tensor> out;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        auto info = results[i].GetTensorTypeAndShapeInfo();
+        ElementType type = from_onnx(info.GetElementType());
+        if (type == ElementType::Unsupported)
+            throw BackendError("output '" + outputs_[i].name + "' of '" + path_ + "' has an unsupported element type");
+        Tensor t;
+        t.shape = info.GetShape();
+        t.data.resize(info.GetElementCount());
+        decode_elements(results[i].GetTensorRawData(), t.data.size(), type, t.data.data());
+        out.emplace(outputs_[i].name, std::move(t));
+    }
+    return out;
+}
+
+}  // namespace vitdeploy

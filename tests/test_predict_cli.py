@@ -1,0 +1,142 @@
+"""CLI: ``vitdeploy predict`` (mask PNG + overlay, bad input), and ``export``/``validate`` on the new families."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from tests.sam_tiny import TinySamArtifacts, sample_image
+from vitdeploy.cli import cli
+from vitdeploy.runtime import SamPredictor
+
+TINY_TIMM_RECIPE = """\
+[model]
+family = "timm_vit"
+variant = "tiny_vit"
+
+[architecture]
+img_size = 32
+patch_size = 8
+embed_dim = 32
+depth = 2
+num_heads = 2
+num_classes = 10
+class_token = false
+global_pool = "avg"
+
+[timm]
+output = "logits"
+"""
+
+pytest_plugins = ["tests.sam_tiny_fixtures"]  # the session fixture tiny_sam_artifacts, shared by every file
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def image_file(tmp_path: Path) -> Path:
+    path = tmp_path / "photo.png"
+    Image.fromarray(sample_image(48, 80, seed=3)).save(path)
+    return path
+
+
+def test_predict_writes_mask_and_overlay(tiny_sam_artifacts: TinySamArtifacts, image_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "mask.png"
+    result = _invoke("predict", "-e", str(tiny_sam_artifacts.encoder), "-d", str(tiny_sam_artifacts.decoder),
+                     "-i", str(image_file), "--point", "30,25", "--box", "6,5,70,40", "--point", "60,33,0",
+                     "-o", str(out), "--report", str(tmp_path / "r.json"), "--threads", "1")
+    assert result.exit_code == 0, result.output
+    assert "1 mask(s)" in result.output and (tmp_path / "r.json").is_file()
+    written = np.asarray(Image.open(out))
+    overlay = np.asarray(Image.open(tmp_path / "mask.overlay.png"))
+    assert written.shape == (48, 80) and set(np.unique(written)) <= {0, 255}
+    assert overlay.shape == (48, 80, 3)
+    predictor = SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=1)
+    predictor.set_image(sample_image(48, 80, seed=3))
+    masks, _, _ = predictor.predict(np.array([[30.0, 25.0], [60.0, 33.0]]), np.array([1, 0]), np.array([6.0, 5, 70, 40]),
+                                    multimask_output=False)
+    assert np.array_equal(written == 255, masks[0])
+
+
+def test_predict_single_point_writes_best_of_three(tiny_sam_artifacts: TinySamArtifacts, image_file: Path, tmp_path: Path) -> None:
+    result = _invoke("predict", "-e", str(tiny_sam_artifacts.encoder), "-d", str(tiny_sam_artifacts.decoder),
+                     "-i", str(image_file), "--point", "30,25", "-o", str(tmp_path / "m.png"), "--overlay", str(tmp_path / "o.png"))
+    assert result.exit_code == 0, result.output
+    assert "3 mask(s)" in result.output and (tmp_path / "o.png").is_file()
+
+
+@pytest.mark.parametrize("extra,code,message", [
+    (["--point", "300,20"], 1, "outside the 80x48 image"),
+    (["--box", "0,0,10,90"], 1, "outside the 80x48 image"),
+    ([], 1, "no prompt"),
+    (["--point", "1,a"], 2, "is not X,Y or X,Y,LABEL"),
+    (["--point", "1,2,5"], 2, "LABEL must be 1"),
+    (["--box", "1,2,3"], 2, "is not X0,Y0,X1,Y1"),
+])
+def test_predict_bad_prompts(tiny_sam_artifacts: TinySamArtifacts, image_file: Path, tmp_path: Path, extra: list[str],
+                             code: int, message: str) -> None:
+    out = tmp_path / "mask.png"
+    result = _invoke("predict", "-e", str(tiny_sam_artifacts.encoder), "-d", str(tiny_sam_artifacts.decoder),
+                     "-i", str(image_file), "-o", str(out), *extra)
+    assert result.exit_code == code and message in result.output, result.output
+    assert "Traceback" not in result.output and not out.exists() and not (tmp_path / "mask.overlay.png").exists()
+    if code == 1:
+        assert len(result.output.strip().splitlines()) == 1
+
+
+def test_predict_bad_files(tiny_sam_artifacts: TinySamArtifacts, image_file: Path, tmp_path: Path) -> None:
+    enc, dec = str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder)
+    cases = [
+        (["-e", dec, "-d", dec, "-i", str(image_file), "-o", str(tmp_path / "m.png")], "not a SAM image encoder"),
+        (["-e", enc, "-d", enc, "-i", str(image_file), "-o", str(tmp_path / "m.png")], "not a SAM mask decoder"),
+        (["-e", enc, "-d", dec, "-i", str(tmp_path / "missing.png"), "-o", str(tmp_path / "m.png")], "not found"),
+        (["-e", enc, "-d", dec, "-i", str(image_file), "-o", str(tmp_path / "m.jpg")], "must be a .png"),
+        (["-e", enc, "-d", dec, "-i", str(image_file), "-o", str(tmp_path / "no_dir" / "m.png")], "does not exist"),
+        (["-e", enc, "-d", dec, "-i", str(image_file), "-o", str(tmp_path / "m.png"), "--overlay", str(tmp_path / "m.png")],
+         "same file"),
+    ]
+    for args, message in cases:
+        result = _invoke("predict", *args, "--point", "3,4")
+        assert result.exit_code == 1 and message in result.output, (args, result.output)
+    assert sorted(tmp_path.glob("*.png")) == [image_file]
+
+
+def test_export_and_validate_decoder_recipe(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
+    """The decoder artifact the pipeline wrote validates against the official modules (multi-input feeds)."""
+    result = _invoke("validate", str(tiny_sam_artifacts.decoder), "--random-inputs", "2", "--runs", "1", "--threads", "1")
+    assert result.exit_code == 0, result.output
+    assert "prompt0/low_res_masks" in result.output and "prompt1/iou_predictions" in result.output
+    assert "all comparisons within tolerance" in result.output
+    bad = _invoke("validate", str(tiny_sam_artifacts.decoder), "--images", str(tmp_path))
+    assert bad.exit_code == 1 and "not images" in bad.output
+    for extra, message in ((["--dynamic-batch"], "do not apply to the mask decoder"), (["--image-size", "60"], "multiple of the encoder patch size 8")):
+        out = tmp_path / "d.onnx"
+        result = _invoke("export", "-r", str(tiny_sam_artifacts.decoder_recipe), "--random-weights", "-o", str(out), *extra)
+        assert result.exit_code == 1 and message in result.output and not out.exists(), result.output
+
+
+def test_export_and_validate_timm_recipe_with_checkpoint(tmp_path: Path) -> None:
+    import torch
+
+    from vitdeploy.models.timm_vit import TimmVitArch, load_timm_vit
+
+    recipe = tmp_path / "tiny_vit.toml"
+    recipe.write_text(TINY_TIMM_RECIPE)
+    arch = TimmVitArch(kwargs={"img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 2, "num_heads": 2,
+                               "num_classes": 10, "class_token": False, "global_pool": "avg"})
+    checkpoint = tmp_path / "tiny_vit.pth"
+    torch.save({"model": load_timm_vit(arch, random_seed=4).state_dict()}, checkpoint)
+    out = tmp_path / "vit.onnx"
+    result = _invoke("export", "-r", str(recipe), "-c", str(checkpoint), "--image-size", "48", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert "'image': [1, 3, 48, 48]" in result.output and "'logits': [1, 10]" in result.output
+    result = _invoke("validate", str(out), "-c", str(checkpoint), "--runs", "1", "--threads", "1")
+    assert result.exit_code == 0 and "random1/logits" in result.output, result.output
+    missing = _invoke("validate", str(out), "--runs", "0")
+    assert missing.exit_code == 1 and "pass it with --checkpoint" in missing.output

@@ -1,0 +1,124 @@
+"""``vitdeploy predict``: masks for an image and point/box prompts from an exported encoder + decoder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from vitdeploy.cli.options import handle_errors, report_option, threads_option, verbose_option
+
+
+def _parse_point(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[tuple[float, float, int]]:
+    points = []
+    for text in values:
+        parts = text.split(",")
+        try:
+            if len(parts) not in (2, 3):
+                raise ValueError
+            x, y = float(parts[0]), float(parts[1])
+            label = int(parts[2]) if len(parts) == 3 else 1
+        except ValueError:
+            raise click.BadParameter(f"'{text}' is not X,Y or X,Y,LABEL (pixels; LABEL 1 foreground, 0 background)") from None
+        if label not in (0, 1):
+            raise click.BadParameter(f"'{text}': LABEL must be 1 (foreground) or 0 (background)")
+        points.append((x, y, label))
+    return points
+
+
+def _parse_box(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[float] | None:
+    if value is None:
+        return None
+    try:
+        box = [float(v) for v in value.split(",")]
+    except ValueError:
+        box = []
+    if len(box) != 4:
+        raise click.BadParameter(f"'{value}' is not X0,Y0,X1,Y1 (pixels)")
+    return box
+
+
+@click.command("predict")
+@click.option("--encoder", "-e", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="Exported SAM image encoder (.onnx, or a TensorRT engine).")
+@click.option("--decoder", "-d", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="Exported SAM prompt encoder + mask decoder (.onnx, or a TensorRT engine).")
+@click.option("--image", "-i", required=True, type=click.Path(dir_okay=False, path_type=str), help="Input image (JPEG/PNG/WebP).")
+@click.option("--point", "-p", "points", multiple=True, callback=_parse_point,
+              help="Prompt point X,Y[,LABEL] in pixels; LABEL 1 foreground (default) or 0 background. Repeatable.")
+@click.option("--box", "-b", callback=_parse_box, default=None, help="Prompt box X0,Y0,X1,Y1 in pixels.")
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="Mask PNG to write (white = object).")
+@click.option("--overlay", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Overlay picture to write (default: next to --output, named <stem>.overlay.png).")
+@click.option("--multimask", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+              help="Three candidate masks (the best-scoring one is written) or one; auto: three for a single point "
+                   "without a box, as SAM advises for ambiguous clicks.")
+@click.option("--device", type=click.Choice(["cpu", "cuda", "tensorrt"]), default="cpu", show_default=True,
+              help="ONNX Runtime execution provider for .onnx files.")
+@click.option("--no-weight-check", is_flag=True,
+              help="Accept an encoder and decoder exported from different checkpoints (e.g. a separately fine-tuned decoder).")
+@threads_option
+@report_option
+@verbose_option
+@handle_errors
+def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, float, int]], box: list[float] | None,
+            output: str, overlay: str | None, multimask: str, device: str, no_weight_check: bool, threads: int,
+            report: str | None, verbose: bool) -> None:
+    """Segment an object: run the exported encoder and decoder on an image with point/box prompts.
+
+    Writes the mask as a PNG and the mask blended over the image (prompts drawn), and prints the
+    predicted quality score of each candidate mask. Needs no PyTorch.
+
+    \b
+    Examples:
+      vitdeploy predict -e sam_vit_b.onnx -d sam_vit_b_decoder.onnx -i dog.jpg --point 420,310 -o dog_mask.png
+      vitdeploy predict -e enc.onnx -d dec.onnx -i street.png --box 40,60,380,420 --point 200,250,0 -o car.png
+    """
+    import numpy as np
+
+    from vitdeploy.errors import InputError
+    from vitdeploy.fileio import atomic_write_bytes, check_output_path
+    from vitdeploy.runtime.images import read_image_rgb
+    from vitdeploy.runtime.overlay import overlay_mask, save_png
+    from vitdeploy.runtime.sam_predictor import SamPredictor, check_prompts_inside
+
+    if not points and box is None:
+        raise InputError("no prompt: give at least one --point X,Y[,LABEL] or a --box X0,Y0,X1,Y1")
+    out_path = Path(output)
+    if out_path.suffix.lower() != ".png":
+        raise InputError(f"--output '{output}' must be a .png file (the mask is written as PNG)")
+    overlay_path = Path(overlay) if overlay else out_path.with_name(out_path.stem + ".overlay.png")
+    if overlay_path.resolve() == out_path.resolve():
+        raise InputError("--overlay and --output are the same file: give two different paths")
+    for path in (out_path, overlay_path) + ((Path(report),) if report else ()):
+        check_output_path(path)
+    picture = read_image_rgb(image)
+    coords = np.array([[x, y] for x, y, _ in points], dtype=np.float64) if points else None
+    labels = np.array([lab for _, _, lab in points], dtype=np.int64) if points else None
+    check_prompts_inside(picture.shape[:2], coords, box)  # before seconds of encoding
+
+    predictor = SamPredictor(encoder, decoder, device=device, threads=threads, check_weights=not no_weight_check)
+    click.echo(f"encoding {Path(image).name} ({picture.shape[1]}x{picture.shape[0]}) with {Path(encoder).name} "
+               f"({predictor.variant}, {predictor.encoder.name})")
+    predictor.set_image(picture)
+    use_multi = {"on": True, "off": False, "auto": len(points) == 1 and box is None}[multimask]
+    masks, scores, _ = predictor.predict(coords, labels, np.array(box) if box else None, multimask_output=use_multi)
+    best = int(np.argmax(scores))
+    mask = masks[best]
+    save_png(mask, out_path)
+    save_png(overlay_mask(picture, mask, points=coords, labels=labels, box=np.array(box) if box else None), overlay_path)
+    shown = ", ".join(f"{s:.3f}" for s in scores)
+    click.echo(f"{len(scores)} mask(s), scores {shown}; wrote mask {best} ({mask.mean() * 100:.1f}% of the image) to "
+               f"{out_path} and the overlay to {overlay_path}")
+    if report:
+        data = {"image": image, "encoder": encoder, "decoder": decoder, "points": points, "box": box,
+                "multimask": use_multi, "scores": [float(s) for s in scores], "chosen": best,
+                "mask_area_fraction": float(mask.mean()), "mask": str(out_path), "overlay": str(overlay_path),
+                "runners": [predictor.encoder.name, predictor.decoder.name]}
+        atomic_write_bytes(report, json.dumps(data, indent=2).encode())
+        click.echo(f"report: {report}")
+
+
+COMMAND = predict

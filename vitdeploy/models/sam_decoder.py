@@ -1,0 +1,198 @@
+"""The eager reference: the official ``segment_anything`` PromptEncoder + MaskDecoder, built from a recipe.
+
+The two modules live in a small container whose attribute names are those of ``Sam``
+(``prompt_encoder``, ``mask_decoder``), so the keys of a full SAM checkpoint load unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from vitdeploy.errors import CheckpointError, InputError, RecipeError
+from vitdeploy.models.checkpoints import check_fits, load_state_dict_file
+from vitdeploy.models.recipes import Recipe
+from vitdeploy.models.sam_encoder import randomize_parameters
+
+#: Key prefixes of the prompt encoder and mask decoder in an official full-SAM checkpoint.
+DECODER_PREFIXES = ("prompt_encoder.", "mask_decoder.")
+
+
+@dataclass(frozen=True)
+class SamDecoderArch:
+    """Arguments of ``segment_anything.build_sam._build_sam`` for the prompt encoder and mask decoder.
+
+    Defaults are those of every official SAM variant (vit_b, vit_l and vit_h share this architecture).
+    ``input_image_size`` is the encoder's input size (the frame of the point coordinates) and
+    ``image_embedding_size`` its output grid.
+    """
+
+    embed_dim: int = 256  # prompt_embed_dim == transformer_dim
+    image_embedding_size: int = 64
+    input_image_size: int = 1024
+    mask_in_chans: int = 16
+    num_multimask_outputs: int = 3
+    transformer_depth: int = 2
+    transformer_mlp_dim: int = 2048
+    transformer_num_heads: int = 8
+    attention_downsample_rate: int = 2
+    iou_head_depth: int = 3
+    iou_head_hidden_dim: int = 256
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe) -> SamDecoderArch:
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(recipe.architecture) - known)
+        if unknown:
+            raise RecipeError(f"recipe '{recipe.name}' has unknown architecture keys {unknown}: allowed are {sorted(known)}")
+        arch = cls(**recipe.architecture)
+        arch.validate(f"recipe '{recipe.name}'")
+        return arch
+
+    @classmethod
+    def from_modules(cls, prompt_encoder: nn.Module, mask_decoder: nn.Module) -> SamDecoderArch:
+        """Read the architecture off official ``PromptEncoder``/``MaskDecoder`` modules (e.g. of a ``Sam``)."""
+        transformer = mask_decoder.transformer
+        iou_head = mask_decoder.iou_prediction_head
+        return cls(
+            embed_dim=int(prompt_encoder.embed_dim),
+            image_embedding_size=int(prompt_encoder.image_embedding_size[0]),
+            input_image_size=int(prompt_encoder.input_image_size[0]),
+            mask_in_chans=int(prompt_encoder.mask_downscaling[3].out_channels),
+            num_multimask_outputs=int(mask_decoder.num_multimask_outputs),
+            transformer_depth=int(transformer.depth),
+            transformer_mlp_dim=int(transformer.mlp_dim),
+            transformer_num_heads=int(transformer.num_heads),
+            attention_downsample_rate=int(transformer.embedding_dim // transformer.final_attn_token_to_image.internal_dim),
+            iou_head_depth=int(iou_head.num_layers),
+            iou_head_hidden_dim=int(iou_head.layers[0].out_features) if iou_head.num_layers > 1 else 256,
+        )
+
+    @property
+    def encoder_stride(self) -> int:
+        """Pixels of the encoder input per embedding cell (the encoder's patch size, 16 for SAM)."""
+        return self.input_image_size // self.image_embedding_size
+
+    def validate(self, where: str = "architecture") -> None:
+        if self.input_image_size % self.image_embedding_size:
+            raise RecipeError(
+                f"{where}: input_image_size {self.input_image_size} is not a multiple of "
+                f"image_embedding_size {self.image_embedding_size}"
+            )
+        internal = self.embed_dim // self.attention_downsample_rate
+        if self.embed_dim % 8 or internal % self.transformer_num_heads:
+            raise RecipeError(
+                f"{where}: embed_dim {self.embed_dim} must be a multiple of 8 and embed_dim/attention_downsample_rate "
+                f"({internal}) divisible by transformer_num_heads {self.transformer_num_heads}"
+            )
+        if self.mask_in_chans % 4:
+            raise RecipeError(f"{where}: mask_in_chans {self.mask_in_chans} is not a multiple of 4")
+
+    def at_input_size(self, img_size: int) -> SamDecoderArch:
+        """The same decoder paired with an encoder exported at ``img_size`` (same patch size).
+
+        The prompt encoder's positional encoding is a function of normalised coordinates, so the
+        official modules built for another size take the same weights; only the sizes change.
+        """
+        stride = self.encoder_stride
+        if img_size <= 0 or img_size % stride:
+            lower = max(stride, img_size // stride * stride)
+            raise InputError(
+                f"image size {img_size} is not a multiple of the encoder patch size {stride}: use {lower} or {lower + stride}"
+            )
+        return replace(self, input_image_size=img_size, image_embedding_size=img_size // stride)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class SamPromptDecoder(nn.Module):
+    """Container of the official ``PromptEncoder`` and ``MaskDecoder`` under ``Sam``'s attribute names."""
+
+    def __init__(self, prompt_encoder: nn.Module, mask_decoder: nn.Module):
+        super().__init__()
+        self.prompt_encoder = prompt_encoder
+        self.mask_decoder = mask_decoder
+
+
+def build_sam_prompt_decoder(arch: SamDecoderArch) -> SamPromptDecoder:
+    """Build the official prompt encoder and mask decoder exactly as ``_build_sam`` does, in eval mode."""
+    from segment_anything.modeling import MaskDecoder, PromptEncoder, TwoWayTransformer
+
+    emb = (arch.image_embedding_size, arch.image_embedding_size)
+    prompt_encoder = PromptEncoder(
+        embed_dim=arch.embed_dim,
+        image_embedding_size=emb,
+        input_image_size=(arch.input_image_size, arch.input_image_size),
+        mask_in_chans=arch.mask_in_chans,
+    )
+    mask_decoder = MaskDecoder(
+        num_multimask_outputs=arch.num_multimask_outputs,
+        transformer=TwoWayTransformer(
+            depth=arch.transformer_depth,
+            embedding_dim=arch.embed_dim,
+            mlp_dim=arch.transformer_mlp_dim,
+            num_heads=arch.transformer_num_heads,
+            attention_downsample_rate=arch.attention_downsample_rate,
+        ),
+        transformer_dim=arch.embed_dim,
+        iou_head_depth=arch.iou_head_depth,
+        iou_head_hidden_dim=arch.iou_head_hidden_dim,
+    )
+    return SamPromptDecoder(prompt_encoder, mask_decoder).eval()
+
+
+def randomize_prompt_decoder(module: nn.Module, seed: int) -> nn.Module:
+    """Seeded non-zero random parameters, and a seeded positional-encoding buffer, in place.
+
+    The official ``PositionEmbeddingRandom`` draws its Gaussian matrix (a persistent buffer) from the
+    global RNG at construction; it is redrawn here from ``seed`` (scale 1, as official) so that a
+    random-weight model can be rebuilt bit for bit in another process.
+    """
+    randomize_parameters(module, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, buf in sorted(module.named_buffers()):
+            if name.endswith("positional_encoding_gaussian_matrix"):
+                buf.copy_(torch.randn(buf.shape, generator=gen, dtype=torch.float32))
+    return module
+
+
+def select_decoder_keys(state: dict[str, torch.Tensor], path: str | Path) -> dict[str, torch.Tensor]:
+    """Keep the ``prompt_encoder.*`` and ``mask_decoder.*`` keys of a full SAM checkpoint."""
+    if state and all(k.startswith("module.") for k in state):
+        state = {k[len("module."):]: v for k, v in state.items()}
+    kept = {k: v for k, v in state.items() if k.startswith(DECODER_PREFIXES)}
+    if not kept:
+        raise CheckpointError(
+            f"checkpoint '{path}' holds no prompt_encoder.* / mask_decoder.* keys: pass a full SAM checkpoint "
+            "(e.g. sam_vit_b_01ec64.pth), not an encoder-only one"
+        )
+    return kept
+
+
+def load_sam_prompt_decoder(
+    arch: SamDecoderArch,
+    checkpoint: str | Path | None = None,
+    *,
+    random_seed: int | None = None,
+    what: str = "the SAM prompt encoder and mask decoder",
+) -> SamPromptDecoder:
+    """Build the official prompt encoder + mask decoder and fill them from a checkpoint or a seed.
+
+    Exactly one of ``checkpoint`` and ``random_seed`` must be given. Checkpoints are read with
+    :func:`vitdeploy.models.checkpoints.load_state_dict_file` (weights only, or safetensors).
+    """
+    if (checkpoint is None) == (random_seed is None):
+        raise ValueError("give exactly one of checkpoint and random_seed")
+    model = build_sam_prompt_decoder(arch)
+    if checkpoint is None:
+        return randomize_prompt_decoder(model, random_seed).eval()
+    state = select_decoder_keys(load_state_dict_file(checkpoint), checkpoint)
+    check_fits(model, state, what, hint=": choose the matching --recipe")
+    model.load_state_dict(state, strict=True)
+    return model.eval()

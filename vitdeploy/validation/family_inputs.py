@@ -1,0 +1,64 @@
+"""Seeded random inputs for ``validate``, per model family (the decoder takes five inputs, not an image)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vitdeploy.errors import InputError
+from vitdeploy.validation.validate import InputSet, random_image_inputs
+
+
+def random_input_sets(metadata: dict[str, Any], input_names: list[str], input_shapes: dict[str, list[Any]],
+                      count: int, seed: int = 0) -> list[InputSet]:
+    """``count`` different seeded input sets for a model of ``metadata['family']``.
+
+    Image models get standard-normal images (the scale of normalized pixels); the SAM mask decoder
+    gets embeddings plus prompts laid out as ``SamPredictor`` does, alternating between two clicks and
+    a padding point without a mask prompt, and a click plus a box with a mask prompt.
+    """
+    if metadata.get("family") == "sam_mask_decoder":
+        return decoder_input_sets(metadata, count, seed)
+    name = input_names[0]
+    shape = [d if isinstance(d, int) else 1 for d in input_shapes[name]]
+    return random_image_inputs(name, shape, count, seed)
+
+
+def decoder_input_sets(metadata: dict[str, Any], count: int, seed: int = 0) -> list[InputSet]:
+    """Prompt sets for a decoder artifact, in the graph's input names."""
+    size = int(metadata["input_size"][0])
+    grid = int(metadata["image_embedding_size"][0])
+    channels = int(metadata["embed_dim"])
+    mask_hw = [int(d) for d in metadata["mask_input_size"]]
+    sets = []
+    for i in range(count):
+        rng = np.random.default_rng(seed + i)
+        embeddings = rng.standard_normal((1, channels, grid, grid)).astype(np.float32)
+        mask = (4.0 * rng.standard_normal((1, 1, *mask_hw))).astype(np.float32)
+        if i % 2 == 0:  # two clicks + padding, no mask prompt
+            coords = np.concatenate([rng.uniform(0, size, (2, 2)), np.zeros((1, 2))])
+            labels = np.array([1.0, 0.0, -1.0])
+            has_mask, what = 0.0, "2 points + padding, no mask"
+        else:  # one click + a box, mask prompt
+            x0, y0 = rng.uniform(0, size / 2, 2)
+            x1, y1 = x0 + rng.uniform(1, size / 2), y0 + rng.uniform(1, size / 2)
+            coords = np.concatenate([rng.uniform(0, size, (1, 2)), [[x0, y0], [x1, y1]]])
+            labels = np.array([1.0, 2.0, 3.0])
+            has_mask, what = 1.0, "1 point + box, mask prompt"
+        feeds = {
+            "image_embeddings": embeddings,
+            "point_coords": coords[None].astype(np.float32),
+            "point_labels": labels[None].astype(np.float32),
+            "mask_input": mask,
+            "has_mask_input": np.array([has_mask], dtype=np.float32),
+        }
+        sets.append(InputSet(f"prompt{i}", feeds, f"seed {seed + i}: {what}"))
+    return sets
+
+
+def check_image_inputs_apply(metadata: dict[str, Any], images: tuple[str, ...] | list[str]) -> None:
+    """Refuse ``--images`` for a model that does not take images."""
+    if images and metadata.get("family") == "sam_mask_decoder":
+        raise InputError("the mask decoder takes image embeddings and prompts, not images: drop --images "
+                         "(validate the encoder with --images instead)")
