@@ -58,3 +58,49 @@ def check_rgb_uint8(image: object) -> None:
         raise InputError(f"expected an HxWx3 uint8 RGB image, got a {desc}: convert it with np.asarray(img.convert('RGB'))")
     if image.shape[0] == 0 or image.shape[1] == 0:
         raise InputError(f"image has an empty side ({image.shape[0]}x{image.shape[1]})")
+
+
+_PIL_FILTERS = {"bilinear": 2, "bicubic": 3, "nearest": 0, "lanczos": 1, "box": 4, "hamming": 5}
+
+
+@dataclass(frozen=True)
+class TimmPreprocessor:
+    """timm's evaluation transform in NumPy: resize the shorter side, center crop, scale, normalize.
+
+    Numerically ``timm.data.create_transform(**data_config)`` for ``crop_mode='center'``: torchvision's
+    ``Resize(floor(size / crop_pct))`` on a PIL image (PIL resize with the configured filter, longer
+    side ``int(short_new * long / short)``), ``CenterCrop(size)``, ``ToTensor`` and ``Normalize``.
+    """
+
+    data_config: dict
+
+    def __call__(self, image: np.ndarray) -> np.ndarray:
+        """HxWx3 uint8 -> (1, 3, H', W') float32."""
+        import math
+
+        from PIL import Image
+
+        check_rgb_uint8(image)
+        cfg = self.data_config
+        if cfg.get("crop_mode", "center") != "center":
+            raise InputError(f"timm crop_mode '{cfg.get('crop_mode')}' is not supported by this runtime: use 'center'")
+        _, out_h, out_w = (int(v) for v in cfg["input_size"])
+        crop_pct = float(cfg.get("crop_pct") or 1.0)
+        if out_h != out_w:
+            # timm switches to its ResizeKeepRatio transform for non-square sizes; not mirrored here.
+            raise InputError(f"timm input size {out_h}x{out_w} is not square: this runtime mirrors timm's square eval transform only")
+        scale = math.floor(out_h / crop_pct)
+        h, w = image.shape[:2]
+        short, long = (h, w) if h <= w else (w, h)
+        new_short, new_long = scale, int(scale * long / short)
+        new_h, new_w = (new_short, new_long) if h <= w else (new_long, new_short)
+        resample = _PIL_FILTERS.get(str(cfg.get("interpolation", "bicubic")), 3)
+        resized = np.asarray(Image.fromarray(image).resize((new_w, new_h), resample))
+        top = int(round((new_h - out_h) / 2.0))
+        left = int(round((new_w - out_w) / 2.0))
+        if top < 0 or left < 0:
+            raise InputError(f"image {w}x{h} resized to {new_w}x{new_h} is smaller than the crop {out_w}x{out_h}")
+        crop = resized[top:top + out_h, left:left + out_w].astype(np.float32) / 255.0
+        mean = np.asarray(cfg.get("mean", (0.485, 0.456, 0.406)), dtype=np.float32)
+        std = np.asarray(cfg.get("std", (0.229, 0.224, 0.225)), dtype=np.float32)
+        return ((crop - mean) / std).transpose(2, 0, 1)[None].astype(np.float32)

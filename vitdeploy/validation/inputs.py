@@ -8,7 +8,7 @@ from typing import Any
 
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.images import IMAGE_SUFFIXES, read_image_rgb
-from vitdeploy.runtime.preprocess import SamPreprocessor
+from vitdeploy.runtime.preprocess import SamPreprocessor, TimmPreprocessor
 from vitdeploy.validation.validate import InputSet
 
 
@@ -34,5 +34,8 @@ def image_input_sets(paths: Iterable[str | Path], metadata: dict[str, Any], inpu
     files = expand_image_paths(paths)
     if not files:
         return []
-    prep = SamPreprocessor(int(metadata["input_size"][0]), metadata["pixel_mean"], metadata["pixel_std"])
+    if metadata.get("family") == "timm_vit":
+        prep = TimmPreprocessor(metadata["data_config"])  # timm's own eval transform, from the metadata
+    else:
+        prep = SamPreprocessor(int(metadata["input_size"][0]), metadata["pixel_mean"], metadata["pixel_std"])
     return [InputSet(f"image:{f.name}", {input_name: prep(read_image_rgb(f))}, str(f)) for f in files]
