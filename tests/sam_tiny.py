@@ -15,30 +15,13 @@ import numpy as np
 import pytest
 import torch
 
+from tests.conftest import TINY_RECIPE
 from vitdeploy.models.sam_decoder import SamDecoderArch, load_sam_prompt_decoder
 from vitdeploy.models.sam_encoder import SamEncoderArch, load_sam_image_encoder
 
 SEED = 5
 
-ENCODER_RECIPE = """\
-[model]
-family = "sam_image_encoder"
-variant = "tiny"
-checkpoint_prefix = "image_encoder."
-
-[architecture]
-img_size = 64
-patch_size = 8
-embed_dim = 32
-depth = 3
-num_heads = 2
-out_chans = 16
-window_size = 3
-global_attn_indexes = [1]
-
-[export]
-output_name = "image_embeddings"
-"""
+ENCODER_RECIPE = TINY_RECIPE  # the same tiny encoder the encoder tests use
 
 DECODER_RECIPE = """\
 [model]

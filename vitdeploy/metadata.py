@@ -69,3 +69,36 @@ def read_onnx_metadata(path: str) -> dict[str, Any]:
 
     model = onnx.load(path, load_external_data=False)
     return decode({p.key: p.value for p in model.metadata_props})
+
+
+def artifact_metadata(
+    *,
+    family: str,
+    variant: str,
+    input_size: int,
+    pixel_mean: Any,
+    pixel_std: Any,
+    architecture: dict[str, Any],
+    random_seed: int | None,
+    checkpoint_name: str | None,
+    checkpoint_sha256: str | None,
+    **family_keys: Any,
+) -> dict[str, Any]:
+    """The keys every exported model carries (:data:`REQUIRED_KEYS` and provenance), plus ``family_keys``."""
+    versions = tool_versions()
+    return {
+        "family": family,
+        "variant": variant,
+        "input_size": [input_size, input_size],
+        "pixel_mean": list(pixel_mean),
+        "pixel_std": list(pixel_std),
+        "precision": "fp32",
+        "random_weights": random_seed is not None,
+        "random_seed": random_seed,
+        "checkpoint": checkpoint_name,
+        "checkpoint_sha256": checkpoint_sha256,
+        "architecture": architecture,
+        **family_keys,
+        "vitdeploy_version": versions["vitdeploy"],
+        "tool_versions": versions,
+    }

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitdeploy.metadata import tool_versions
+from vitdeploy.metadata import artifact_metadata
 from vitdeploy.onnx_export.exporter import ExportResult, export_onnx
 from vitdeploy.rewrites.sam_decoder import LayerNorm2dMode, MaskOutput, rewrite_sam_decoder
 
@@ -50,38 +50,33 @@ def sam_decoder_metadata(
     grid = int(architecture["image_embedding_size"])
     embed = int(architecture["embed_dim"])
     indices = {"all": list(range(num_mask_tokens)), "multimask": list(range(1, num_mask_tokens)), "single": [0]}[mask_output]
-    versions = tool_versions()
 
     def profile(*tail: int) -> dict[str, list[int]]:
         return {"min": [1, 1, *tail], "opt": [1, opt_points, *tail], "max": [1, max_points, *tail]}
 
-    return {
-        "family": "sam_mask_decoder",
-        "variant": variant,
-        "input_size": [size, size],
-        "pixel_mean": list(pixel_mean),
-        "pixel_std": list(pixel_std),
-        "precision": "fp32",
-        "random_weights": random_seed is not None,
-        "random_seed": random_seed,
-        "checkpoint": checkpoint_name,
-        "checkpoint_sha256": checkpoint_sha256,
-        "architecture": architecture,
-        "image_embedding_size": [grid, grid],
-        "embed_dim": embed,
-        "mask_input_size": [4 * grid, 4 * grid],
-        "num_mask_tokens": num_mask_tokens,
-        "mask_output": mask_output,
-        "mask_output_indices": indices,  # which mask tokens the outputs hold; 0 is the single-mask output
-        "input_names": list(INPUT_NAMES),
-        "output_names": list(OUTPUT_NAMES),
-        "dynamic_axes": {"point_coords": {"1": POINTS_DIM}, "point_labels": {"1": POINTS_DIM}},
-        "shape_profile": {"point_coords": profile(2), "point_labels": profile()},
-        "point_labels": {"-1": "padding", "0": "background", "1": "foreground", "2": "box top-left", "3": "box bottom-right"},
-        "layernorm2d": layernorm2d,
-        "vitdeploy_version": versions["vitdeploy"],
-        "tool_versions": versions,
-    }
+    return artifact_metadata(
+        family="sam_mask_decoder",
+        variant=variant,
+        input_size=size,
+        pixel_mean=pixel_mean,
+        pixel_std=pixel_std,
+        architecture=architecture,
+        random_seed=random_seed,
+        checkpoint_name=checkpoint_name,
+        checkpoint_sha256=checkpoint_sha256,
+        image_embedding_size=[grid, grid],
+        embed_dim=embed,
+        mask_input_size=[4 * grid, 4 * grid],
+        num_mask_tokens=num_mask_tokens,
+        mask_output=mask_output,
+        mask_output_indices=indices,  # which mask tokens the outputs hold; 0 is the single-mask output
+        input_names=list(INPUT_NAMES),
+        output_names=list(OUTPUT_NAMES),
+        dynamic_axes={"point_coords": {"1": POINTS_DIM}, "point_labels": {"1": POINTS_DIM}},
+        shape_profile={"point_coords": profile(2), "point_labels": profile()},
+        point_labels={"-1": "padding", "0": "background", "1": "foreground", "2": "box top-left", "3": "box bottom-right"},
+        layernorm2d=layernorm2d,
+    )
 
 
 def decoder_example_inputs(embed_dim: int, grid: int, input_size: int, points: int = EXAMPLE_POINTS,

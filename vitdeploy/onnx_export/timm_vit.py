@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitdeploy.metadata import tool_versions
+from vitdeploy.metadata import artifact_metadata
 from vitdeploy.onnx_export.exporter import ExportResult, export_onnx
 from vitdeploy.rewrites.timm_vit import TimmOutput, rewrite_timm_vit
 
@@ -35,27 +35,22 @@ def timm_vit_metadata(
     ``pixel_mean``/``pixel_std`` are on the 0..255 scale like SAM's (timm's own [0, 1] values, crop and
     interpolation are kept in ``data_config``).
     """
-    versions = tool_versions()
-    return {
-        "family": "timm_vit",
-        "variant": variant,
-        "input_size": [img_size, img_size],
-        "pixel_mean": list(pixel_mean),
-        "pixel_std": list(pixel_std),
-        "precision": "fp32",
-        "random_weights": random_seed is not None,
-        "random_seed": random_seed,
-        "checkpoint": checkpoint_name,
-        "checkpoint_sha256": checkpoint_sha256,
-        "architecture": architecture,
-        "output": output,
-        "data_config": data_config or {},
-        "dynamic_batch": dynamic_batch,
-        "input_name": input_name,
-        "output_name": output_name,
-        "vitdeploy_version": versions["vitdeploy"],
-        "tool_versions": versions,
-    }
+    return artifact_metadata(
+        family="timm_vit",
+        variant=variant,
+        input_size=img_size,
+        pixel_mean=pixel_mean,
+        pixel_std=pixel_std,
+        architecture=architecture,
+        random_seed=random_seed,
+        checkpoint_name=checkpoint_name,
+        checkpoint_sha256=checkpoint_sha256,
+        output=output,
+        data_config=data_config or {},
+        dynamic_batch=dynamic_batch,
+        input_name=input_name,
+        output_name=output_name,
+    )
 
 
 def export_timm_vit(
