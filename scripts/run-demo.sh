@@ -12,5 +12,5 @@ PYTHON="${PYTHON:-python3}"
 mkdir -p out
 if [ $# -ge 1 ]; then WEIGHTS=(--checkpoint "$1"); VALIDATE=(--checkpoint "$1"); else WEIGHTS=(--random-weights --seed 0); VALIDATE=(); fi
 .venv/bin/vitdeploy export --recipe sam_vit_b "${WEIGHTS[@]}" -o out/sam_vit_b.onnx --report out/sam_vit_b.export.json
-.venv/bin/vitdeploy validate out/sam_vit_b.onnx "${VALIDATE[@]}" --images calibration/images --random-inputs 1 \
+.venv/bin/vitdeploy validate out/sam_vit_b.onnx "${VALIDATE[@]}" --images calibration/images/calib_00_landscape.jpg --images calibration/images/calib_01_shapes.png --random-inputs 1 \
     --runs 3 --threads 2 --report out/sam_vit_b.validate.json
