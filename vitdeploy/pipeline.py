@@ -59,12 +59,26 @@ def export_from_recipe(
     opset: int | None = None,
     layernorm2d: str = "matmul",
     echo: Echo = _quiet,
+    target: str = "generic",
 ) -> ExportResult:
-    """Build the eager model of a recipe, rewrite it and export it to ``output``."""
+    """Build the eager model of a recipe, rewrite it and export it to ``output``.
+
+    ``target`` (SAM image encoder recipes only) picks the attention form for a runtime; see
+    :mod:`vitdeploy.onnx_export.targets` (default ``generic``: portable standard ONNX).
+    """
     from vitdeploy.fileio import check_output_path, sha256_file
     from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
+    from vitdeploy.onnx_export.targets import DEFAULT_TARGET, get_target
 
     check_output_path(output)  # fail before minutes of work, not after
+    get_target(target)
+    if target != DEFAULT_TARGET:
+        from vitdeploy.models.recipes import load_recipe
+
+        early = load_recipe(recipe_name)
+        if early.family != "sam_image_encoder":
+            raise InputError(f"--target {target} applies to SAM image encoder recipes; recipe '{early.name}' "
+                             f"({early.family}) has one export form: drop --target")
     recipe, arch, model = load_eager_from_recipe(recipe_name, checkpoint, random_weights, seed)
     if recipe.family != "sam_image_encoder":
         from vitdeploy.family_export import export_family
@@ -96,9 +110,10 @@ def export_from_recipe(
         input_name=recipe.input_name,
         output_name=recipe.output_name,
         layernorm2d=layernorm2d,
+        target=target,
     )
     return export_sam_image_encoder(
         model, output, metadata=metadata, img_size=size, batch=batch, dynamic_batch=dynamic_batch,
         opset=opset or recipe.opset, layernorm2d=layernorm2d,  # type: ignore[arg-type]
-        input_name=recipe.input_name, output_name=recipe.output_name,
+        input_name=recipe.input_name, output_name=recipe.output_name, target=target,
     )

@@ -9,6 +9,10 @@ import click
 
 from vitdeploy.cli.options import handle_errors, model_source_options, report_option, verbose_option
 
+#: The names of vitdeploy.onnx_export.targets.TARGETS, listed here so that --help needs no torch import
+#: (tests/test_fused_attention_export.py checks that the two agree).
+TARGET_NAMES = ("generic", "tensorrt", "onnxruntime-cpu")
+
 
 @click.command("export")
 @model_source_options
@@ -20,17 +24,24 @@ from vitdeploy.cli.options import handle_errors, model_source_options, report_op
 @click.option("--opset", type=click.IntRange(min=17), default=None, help="ONNX opset (default: the recipe's, 18).")
 @click.option("--layernorm2d", type=click.Choice(["matmul", "native"]), default="matmul", show_default=True,
               help="Neck LayerNorm2d form: channel statistics by MatMul, or the LayerNormalization op (TensorRT FP16).")
+@click.option("--target", type=click.Choice(TARGET_NAMES), default="generic", show_default=True,
+              help="Runtime the SAM encoder graph is written for: generic = standard ONNX with attention as the "
+                   "official model computes it (any runtime); tensorrt = standard ONNX with bias-free attention "
+                   "that TensorRT fuses; onnxruntime-cpu = ONNX Runtime's contrib MultiHeadAttention (CPU flash "
+                   "attention, ONNX Runtime only). Same weights and numbers for all.")
 @report_option
 @verbose_option
 @handle_errors
 def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int, output: str, image_size: int | None,
-           batch: int, dynamic_batch: bool, opset: int | None, layernorm2d: str, report: str | None, verbose: bool) -> None:
+           batch: int, dynamic_batch: bool, opset: int | None, layernorm2d: str, target: str, report: str | None,
+           verbose: bool) -> None:
     """Export a model to a static, checked ONNX graph.
 
     \b
     Examples:
       vitdeploy export --recipe sam_vit_b --checkpoint sam_vit_b_01ec64.pth -o sam_vit_b.onnx
       vitdeploy export --recipe sam_vit_b --random-weights --seed 0 --image-size 512 -o demo_512.onnx
+      vitdeploy export --recipe sam_vit_b --checkpoint sam_vit_b_01ec64.pth --target onnxruntime-cpu -o sam_b_cpu.onnx
     """
     from vitdeploy.pipeline import export_from_recipe
     from vitdeploy.fileio import atomic_write_bytes, check_output_path
@@ -40,6 +51,7 @@ def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int,
     result = export_from_recipe(
         recipe, output, checkpoint=checkpoint, random_weights=random_weights, seed=seed, image_size=image_size,
         batch=batch, dynamic_batch=dynamic_batch, opset=opset, layernorm2d=layernorm2d, echo=click.echo,
+        target=target,
     )
     ops = ", ".join(f"{k} {v}" for k, v in sorted(result.hygiene.op_counts.items()))
     click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB): inputs {result.input_shapes}, outputs {result.output_shapes}")

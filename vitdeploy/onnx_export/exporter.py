@@ -72,6 +72,7 @@ def export_onnx(
     dynamic_axes: dict[str, dict[int, str]] | None = None,
     allowed_ops: frozenset[str] = frozenset(),
     external_data: bool | None = None,
+    custom_translation_table: dict | None = None,
 ) -> ExportResult:
     """Export ``module`` to ``path``: trace, full ``onnx.checker``, hygiene check, metadata, atomic write.
 
@@ -82,6 +83,8 @@ def export_onnx(
         dynamic_axes: further symbolic axes per input name (e.g. a decoder's point count).
         allowed_ops: banned op types the graph may hold (see :func:`check_graph_hygiene`).
         external_data: force (True) or forbid (False) external weights; default: when over ~1.8 GB.
+        custom_translation_table: ONNX translations of custom torch ops (e.g.
+            :func:`vitdeploy.onnx_export.ort_contrib.ort_contrib_translations`), passed to the exporter.
 
     The module is not modified. Raises ExportError when tracing or a check fails; nothing is left at
     ``path`` then.
@@ -123,6 +126,7 @@ def export_onnx(
                     input_names=input_names,
                     output_names=output_names,
                     dynamic_shapes=dynamic_shapes,
+                    custom_translation_table=custom_translation_table,
                     verbose=False,
                     optimize=True,
                 )

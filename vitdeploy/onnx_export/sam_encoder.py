@@ -9,8 +9,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitdeploy.metadata import tool_versions
+from vitdeploy.metadata import artifact_metadata
 from vitdeploy.onnx_export.exporter import ExportResult, export_onnx
+from vitdeploy.onnx_export.targets import DEFAULT_TARGET, get_target
 from vitdeploy.rewrites.sam_encoder import LayerNorm2dMode, rewrite_sam_image_encoder
 
 
@@ -28,28 +29,25 @@ def sam_encoder_metadata(
     input_name: str = "image",
     output_name: str = "image_embeddings",
     layernorm2d: str = "matmul",
+    target: str = DEFAULT_TARGET,
 ) -> dict[str, Any]:
     """Metadata for an exported encoder (see :mod:`vitdeploy.metadata` for the contract)."""
-    versions = tool_versions()
-    return {
-        "family": "sam_image_encoder",
-        "variant": variant,
-        "input_size": [img_size, img_size],
-        "pixel_mean": list(pixel_mean),
-        "pixel_std": list(pixel_std),
-        "precision": "fp32",
-        "random_weights": random_seed is not None,
-        "random_seed": random_seed,
-        "checkpoint": checkpoint_name,
-        "checkpoint_sha256": checkpoint_sha256,
-        "architecture": architecture,
-        "dynamic_batch": dynamic_batch,
-        "input_name": input_name,
-        "output_name": output_name,
-        "layernorm2d": layernorm2d,
-        "vitdeploy_version": versions["vitdeploy"],
-        "tool_versions": versions,
-    }
+    return artifact_metadata(
+        family="sam_image_encoder",
+        variant=variant,
+        input_size=img_size,
+        pixel_mean=pixel_mean,
+        pixel_std=pixel_std,
+        architecture=architecture,
+        random_seed=random_seed,
+        checkpoint_name=checkpoint_name,
+        checkpoint_sha256=checkpoint_sha256,
+        dynamic_batch=dynamic_batch,
+        input_name=input_name,
+        output_name=output_name,
+        layernorm2d=layernorm2d,
+        target=target,
+    )
 
 
 def export_sam_image_encoder(
@@ -65,13 +63,30 @@ def export_sam_image_encoder(
     input_name: str = "image",
     output_name: str = "image_embeddings",
     external_data: bool | None = None,
+    target: str = DEFAULT_TARGET,
 ) -> ExportResult:
     """Rewrite an official SAM image encoder (a copy) and export it to ``path``.
 
     Without ``metadata``, it is read off the module: architecture from the module, SAM's pixel
     mean/std, variant guessed from the architecture (``custom`` otherwise), weights marked as not random.
+    ``target`` picks the attention form (:mod:`vitdeploy.onnx_export.targets`) and is stamped in the
+    metadata as ``target``.
     """
+    spec = get_target(target)
     exportable = rewrite_sam_image_encoder(encoder, img_size=img_size, layernorm2d=layernorm2d)
+    translations = None
+    if spec.attention != "decomposed":
+        from vitdeploy.rewrites.fused_attention import fuse_sam_attention
+
+        exportable = fuse_sam_attention(exportable, spec.attention, pad_value=spec.pad_value)  # type: ignore[arg-type]
+    if spec.ort_gelu:
+        from vitdeploy.rewrites.gelu import fusable_gelu
+
+        exportable = fusable_gelu(exportable)
+    if spec.contrib_ops:
+        from vitdeploy.onnx_export.ort_contrib import ort_contrib_translations
+
+        translations = ort_contrib_translations()
     size = exportable.img_size
     if metadata is None:
         from vitdeploy.models.recipes import SAM_PIXEL_MEAN, SAM_PIXEL_STD
@@ -82,8 +97,10 @@ def export_sam_image_encoder(
         metadata = sam_encoder_metadata(
             variant=known.get((arch.embed_dim, arch.depth), "custom"), img_size=size, pixel_mean=SAM_PIXEL_MEAN,
             pixel_std=SAM_PIXEL_STD, architecture=arch.to_dict(), random_seed=None, dynamic_batch=dynamic_batch,
-            input_name=input_name, output_name=output_name, layernorm2d=layernorm2d,
+            input_name=input_name, output_name=output_name, layernorm2d=layernorm2d, target=spec.name,
         )
+    else:
+        metadata = {**metadata, "target": spec.name}
     example = torch.randn(batch, exportable.patch_embed.proj.in_channels, size, size, generator=torch.Generator().manual_seed(0))
     return export_onnx(
         exportable,
@@ -95,4 +112,5 @@ def export_sam_image_encoder(
         opset=opset,
         dynamic_batch=dynamic_batch,
         external_data=external_data,
+        custom_translation_table=translations,
     )

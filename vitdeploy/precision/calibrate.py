@@ -146,7 +146,8 @@ def calibrate_onnx(model_path: str | Path, output: str | Path, options: Calibrat
         from vitdeploy.precision.int8_pass import convert_int8
 
         config = Int8Config(method=options.method, percentile=options.percentile, exclude_nodes=tuple(options.keep_fp32),
-                            threads=options.threads)
+                            threads=options.threads,
+                            progress=(lambda d, t: progress("collecting activation ranges", d, t)) if progress else None)
         result = convert_int8(model, calibration, evaluation, config, target_cosine=options.target_cosine,
                               always_sensitivity=options.sensitivity, echo=echo,
                               progress=(lambda d, t: progress("layer sensitivity", d, t)) if progress else None)

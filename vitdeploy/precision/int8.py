@@ -14,15 +14,18 @@ encoder, worst cosine 0.979 with it), biases are left in FP32 (``QuantizeBias=Fa
 MatMul operands that are not 2-D (e.g. folded relative-position tables) are quantized per tensor,
 because ONNX Runtime's CPU QLinearMatMul rejects per-channel zero points on N-D weights.
 
-Known limit (ONNX Runtime 1.31): ``quantize_static`` does not pass bin counts to its entropy
-calibrator, whose defaults (128 bins, 128 quantized bins) leave one candidate threshold, the full
-range; measured on the tiny SAM encoder, ``entropy`` then gives the same scales as ``minmax``.
+Calibration is vitdeploy's (:mod:`vitdeploy.precision.range_collection`): ranges are collected
+image by image while the graph runs node by node, in bounded memory, and handed to
+``quantize_static`` as its calibration cache. ONNX Runtime 1.31's own calibrators keep every
+calibrated tensor of every image (tens of GB for the full-size SAM encoder at 1024 px) and give the
+entropy method one candidate threshold (it never receives bin counts), so ``entropy`` equalled
+``minmax``; the entropy search here uses TensorRT's 2048 bins / 128 levels.
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,12 +52,15 @@ class Int8Config:
         method: activation range calibration: minmax, percentile or entropy.
         percentile: the percentile for ``method='percentile'``.
         exclude_nodes: node names kept in FP32 (on top of the normalization statistics).
+        threads: ONNX Runtime threads while calibrating.
+        progress: ``progress(done, total)`` after each calibration input.
     """
 
     method: str = "minmax"
     percentile: float = 99.999
     exclude_nodes: tuple[str, ...] = ()
     threads: int | None = None
+    progress: Callable[[int, int], None] | None = None
 
 
 def tool_version() -> str:
@@ -95,30 +101,14 @@ def _per_tensor_overrides(model: onnx.ModelProto, nodes: set[str]) -> dict[str, 
     return overrides
 
 
-class _FeedsReader:
-    """ONNX Runtime CalibrationDataReader over a list of feed dicts."""
-
-    def __init__(self, feeds: Sequence[Feeds]):
-        self._feeds = list(feeds)
-        self._next = 0
-
-    def get_next(self) -> Feeds | None:
-        if self._next >= len(self._feeds):
-            return None
-        self._next += 1
-        return self._feeds[self._next - 1]
-
-    def rewind(self) -> None:
-        self._next = 0
-
-
 def quantize_int8(model: onnx.ModelProto, calibration: Sequence[Feeds], config: Int8Config = Int8Config()) -> tuple[onnx.ModelProto, list[str], dict[str, str]]:
     """Quantize every eligible GEMM-like node; returns (Q/DQ model, quantized node names, {skipped node: reason}).
 
     ``model`` is not modified; unnamed nodes are named (:func:`ensure_node_names`) in the result.
     """
     try:
-        from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
+        from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+        from onnxruntime.quantization.calibrate import save_tensors_data
     except ImportError as exc:  # pragma: no cover - onnxruntime is a core dependency
         raise MissingDependencyError("onnxruntime", "INT8 quantization") from exc
     if config.method not in METHODS:
@@ -131,7 +121,11 @@ def quantize_int8(model: onnx.ModelProto, calibration: Sequence[Feeds], config: 
     if not nodes:
         raise PrecisionError("the graph has no MatMul/Gemm/Conv node left to quantize")
 
-    reader_cls = type("Reader", (_FeedsReader, CalibrationDataReader), {})
+    from vitdeploy.precision.range_collection import RangeConfig, calibrated_tensors, collect_ranges
+
+    ranges = collect_ranges(source, calibration, calibrated_tensors(source, nodes),
+                            RangeConfig(method=config.method, percentile=config.percentile),
+                            threads=config.threads, progress=config.progress)
     extra = {
         "ActivationSymmetric": True,
         "WeightSymmetric": True,
@@ -140,17 +134,16 @@ def quantize_int8(model: onnx.ModelProto, calibration: Sequence[Feeds], config: 
         "OpTypesToExcludeOutputQuantization": list(QUANTIZED_OPS),
         "TensorQuantOverrides": _per_tensor_overrides(source, set(nodes)),
     }
-    if config.method == "percentile":
-        extra["CalibPercentile"] = float(config.percentile)
     with tempfile.TemporaryDirectory(prefix="vitdeploy-int8-") as tmp:
-        src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
+        src, dst, cache = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx", Path(tmp) / "ranges.json"
         onnx.save_model(source, str(src))
+        save_tensors_data(ranges, cache)
         try:
             quantize_static(
-                str(src), str(dst), reader_cls(calibration), quant_format=QuantFormat.QDQ,
+                str(src), str(dst), None, quant_format=QuantFormat.QDQ,
                 op_types_to_quantize=list(QUANTIZED_OPS), nodes_to_quantize=nodes, per_channel=True,
                 activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                calibrate_method=getattr(CalibrationMethod, METHODS[config.method]), extra_options=extra,
+                calibrate_method=ranges.calibration_method, extra_options=extra, calibration_cache_path=cache,
             )
         except (RuntimeError, ValueError) as exc:  # ORT reports calibration/graph failures with these
             raise PrecisionError(f"ONNX Runtime quantize_static failed: {str(exc).splitlines()[0]}") from exc

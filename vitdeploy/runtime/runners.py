@@ -9,6 +9,11 @@ import numpy as np
 
 from vitdeploy.errors import InputError, MissingDependencyError
 from vitdeploy.metadata import decode
+from vitdeploy.runtime.ort_settings import OrtSettings
+
+_ORT_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+                    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
+                    "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
 
 
 @runtime_checkable
@@ -44,7 +49,13 @@ def ort_providers(device: str) -> list[str]:
 
 
 class OnnxRuntimeRunner:
-    """Runs an ONNX file with ONNX Runtime; reads the file's vitdeploy metadata."""
+    """Runs an ONNX file with ONNX Runtime; reads the file's vitdeploy metadata.
+
+    The keyword-only arguments expose ONNX Runtime's session settings (see
+    :class:`vitdeploy.runtime.ort_settings.OrtSettings`); left out, ONNX Runtime's defaults apply.
+    With ``io_binding=True`` inputs are bound in place and outputs are written into arrays allocated
+    once per runner: the arrays ``run`` returns are then reused by the next ``run`` (copy them to keep them).
+    """
 
     def __init__(
         self,
@@ -53,6 +64,13 @@ class OnnxRuntimeRunner:
         device: str = "cpu",
         optimization: str = "all",
         optimized_model_path: str | Path | None = None,
+        *,
+        memory_arena: bool = True,
+        memory_pattern: bool = True,
+        spinning: bool | None = None,
+        io_binding: bool = False,
+        session_config: dict[str, str] | None = None,
+        disabled_optimizers: tuple[str, ...] | None = None,
     ):
         try:
             import onnxruntime as ort
@@ -61,20 +79,18 @@ class OnnxRuntimeRunner:
         path = Path(path)
         if not path.is_file():
             raise InputError(f"ONNX file '{path}' not found: run 'vitdeploy export' first or check the path")
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = int(threads)
-            options.inter_op_num_threads = 1
-        options.graph_optimization_level = {
-            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-        }[optimization]
-        if optimized_model_path is not None:
-            options.optimized_model_filepath = str(optimized_model_path)
+        self.settings = OrtSettings(
+            threads=threads, optimization=optimization,
+            optimized_model_path=str(optimized_model_path) if optimized_model_path is not None else None,
+            memory_arena=memory_arena, memory_pattern=memory_pattern, spinning=spinning, io_binding=io_binding,
+            disabled_optimizers=tuple(disabled_optimizers) if disabled_optimizers is not None else None,
+            config=dict(session_config or {}),
+        )
+        options = self.settings.session_options()
+        self.disabled_optimizers = self.settings.optimizers_to_disable(path)
         try:
-            self.session = ort.InferenceSession(str(path), options, providers=ort_providers(device))
+            self.session = ort.InferenceSession(str(path), options, providers=ort_providers(device),
+                                                disabled_optimizers=self.disabled_optimizers or None)
         except Exception as exc:  # ORT raises its own Fail/InvalidGraph types; all mean "unusable file".
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise InputError(f"ONNX Runtime cannot load '{path}' ({first}): re-export it with 'vitdeploy export'") from exc
@@ -85,6 +101,13 @@ class OnnxRuntimeRunner:
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.metadata = decode(self.session.get_modelmeta().custom_metadata_map)
+        self._binding = self.session.io_binding() if io_binding else None
+        self._out_buffers: dict[str, np.ndarray] = {}
+        if self._binding is not None:
+            for out in self.session.get_outputs():
+                dtype = _ORT_NUMPY_TYPES.get(out.type)
+                if dtype is not None and all(isinstance(d, int) and d > 0 for d in out.shape):
+                    self._out_buffers[out.name] = np.empty(out.shape, dtype=dtype)
 
     def input_shapes(self) -> dict[str, list[int | str]]:
         return {i.name: list(i.shape) for i in self.session.get_inputs()}
@@ -93,5 +116,29 @@ class OnnxRuntimeRunner:
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
             raise InputError(f"missing inputs {missing} for '{self.path.name}' (it takes {self.input_names})")
+        if self._binding is not None:
+            return self._run_bound(feeds)
         outputs = self.session.run(self.output_names, {n: feeds[n] for n in self.input_names})
         return dict(zip(self.output_names, outputs))
+
+    def _run_bound(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One run through I/O binding: inputs bound in place, static outputs into the runner's own arrays."""
+        binding = self._binding
+        binding.clear_binding_inputs()
+        binding.clear_binding_outputs()
+        kept = []
+        for name in self.input_names:
+            array = np.ascontiguousarray(feeds[name])
+            kept.append(array)  # alive until the run is over
+            binding.bind_cpu_input(name, array)
+        for name in self.output_names:
+            buffer = self._out_buffers.get(name)
+            if buffer is None:
+                binding.bind_output(name, "cpu")
+            else:
+                binding.bind_output(name, "cpu", 0, buffer.dtype, list(buffer.shape), buffer.ctypes.data)
+        self.session.run_with_iobinding(binding)
+        if len(self._out_buffers) == len(self.output_names):
+            return {n: self._out_buffers[n] for n in self.output_names}
+        copied = dict(zip(self.output_names, binding.copy_outputs_to_cpu()))  # every bound output, in bind order
+        return {n: self._out_buffers.get(n, copied[n]) for n in self.output_names}

@@ -1,0 +1,398 @@
+"""Full-size SAM encoder speed on CPU: vitdeploy on ONNX Runtime vs eager and torch.compile PyTorch, against the floor.
+
+One command, one run:
+
+    /tmp/venvtest/bin/python benchmarks/bench_encoder_speed.py --threads 2 --rounds 3 --workdir out/speed
+
+What it does:
+
+1. Prepares the artifacts in ``--workdir`` (kept, and reused with ``--reuse``): the official encoder
+   with seeded random weights; its naive export (``torch.onnx.export`` of the official module);
+   vitdeploy's FP32 export for every ``--target``; an INT8 Q/DQ graph calibrated from the
+   ``onnxruntime-cpu`` export with ``vitdeploy calibrate`` (bundled images, minmax); the input: a
+   held-out bundled image through SAM's preprocessing (the INT8 graph is calibrated on images, so
+   it is timed and compared on one).
+2. Counts the official model's FLOPs (``torch.utils.flop_counter``).
+3. Runs ``--rounds`` rounds. In each, every contender runs in its own fresh subprocess, one after
+   the other, in an order rotated every round so machine drift spreads over all of them: load,
+   warm-up, ``--runs`` timed runs. A GEMM-throughput probe runs as one more contender each round.
+   Why one process per contender and round: each process's peak resident memory is its own (the
+   kernel's high-water mark ``VmHWM`` of the process image, nothing sampled or missed; not
+   ``ru_maxrss``, which Linux carries over from the forking parent), and no contender's caches,
+   arenas or threads sit in another's process. The ONNX Runtime workers import no torch (as
+   a deployed application would not).
+4. Reports per contender: median and p90 of all timed runs, ratio to eager, multiple of the floor
+   (FLOPs / best measured GEMM throughput), peak RSS of the whole process and during the timed runs
+   (VmHWM reset by ``/proc/self/clear_refs`` after warm-up), parity vs eager (named tolerance of the
+   contender's precision), and for INT8 also vs its FP32 source on ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TARGETS = ("generic", "tensorrt", "onnxruntime-cpu")
+#: Runner settings of the vitdeploy rows (the naive row gets ONNX Runtime's defaults, as a user would).
+VITDEPLOY_ORT_SETTINGS = {"optimization": "all", "io_binding": True}
+
+
+def contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, int8_path: Path | None = None) -> list[dict[str, Any]]:
+    rows = [{"name": "eager official (PyTorch)", "kind": "eager", "precision": "fp32"}]
+    if with_compile:
+        rows.append({"name": "torch.compile official", "kind": "compile", "precision": "fp32"})
+    rows.append({"name": "ORT, naive export", "kind": "ort", "model": "naive.onnx", "precision": "fp32", "settings": {}})
+    for target in targets:
+        rows.append({"name": f"ORT, vitdeploy FP32 --target {target}", "kind": "ort", "model": f"vitdeploy_{target}.onnx",
+                     "precision": "fp32", "settings": VITDEPLOY_ORT_SETTINGS, "target": target})
+    if with_int8:
+        model = str(int8_path.resolve()) if int8_path else "vitdeploy_int8.onnx"  # a path relative to the workdir
+        rows.append({"name": "ORT, vitdeploy INT8 (onnxruntime-cpu)", "kind": "ort", "model": model,
+                     "precision": "int8", "settings": VITDEPLOY_ORT_SETTINGS, "fp32_source": "ORT, vitdeploy FP32 --target onnxruntime-cpu"})
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------- worker side
+
+
+def _vm_hwm_kb() -> int:
+    with open("/proc/self/status") as fh:
+        return int(re.search(r"VmHWM:\s+(\d+)", fh.read()).group(1))
+
+
+def _reset_hwm() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _build_torch(spec: dict[str, Any]):
+    import torch
+
+    from vitdeploy.models.recipes import load_recipe
+    from vitdeploy.models.sam_encoder import SamEncoderArch, load_sam_image_encoder
+
+    torch.set_num_threads(spec["threads"])
+    arch = SamEncoderArch.from_recipe(load_recipe(spec["recipe"]))
+    module = load_sam_image_encoder(arch, random_seed=spec["seed"]).eval()
+    if spec["kind"] == "compile":
+        module = torch.compile(module)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return module(torch.from_numpy(x)).numpy()
+
+    return run
+
+
+def _build_ort(spec: dict[str, Any]):
+    from vitdeploy.runtime.runners import OnnxRuntimeRunner
+
+    runner = OnnxRuntimeRunner(Path(spec["workdir"]) / spec["model"], threads=spec["threads"], **spec["settings"])
+    name, out = runner.input_names[0], runner.output_names[0]
+    return lambda x: runner.run({name: x})[out]
+
+
+def worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """Runs in a fresh process: time one contender, measure its memory, save its output."""
+    if spec["kind"] == "gemm":
+        from vitdeploy.validation.floor import measure_gemm_peak
+
+        peak = measure_gemm_peak(spec["threads"])
+        return {"gemm_peak": peak.to_dict()}
+    x = np.load(Path(spec["workdir"]) / "input.npy")
+    start = time.perf_counter()
+    run = _build_ort(spec) if spec["kind"] == "ort" else _build_torch(spec)
+    load_s = time.perf_counter() - start
+    start = time.perf_counter()
+    out = np.array(run(x), copy=True)
+    first_s = time.perf_counter() - start
+    for _ in range(spec["warmup"] - 1):
+        run(x)
+    load_peak_kb = _vm_hwm_kb()
+    reset = _reset_hwm()
+    samples = []
+    for _ in range(spec["runs"]):
+        start = time.perf_counter()
+        run(x)
+        samples.append((time.perf_counter() - start) * 1000.0)
+    result = {
+        "samples_ms": samples, "load_s": load_s, "first_run_s": first_s,
+        "peak_rss_mb": max(load_peak_kb, _vm_hwm_kb()) / 1024.0,
+        "run_peak_rss_mb": _vm_hwm_kb() / 1024.0 if reset else None,
+        "torch_imported": "torch" in sys.modules,
+    }
+    if spec.get("output"):
+        np.save(spec["output"], out)
+    return result
+
+
+# ----------------------------------------------------------------------------------------------- parent side
+
+
+def prepare(args: argparse.Namespace, workdir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Exports, INT8 calibration, the input image and the FLOP count (kept in ``workdir``)."""
+    import onnx
+    import torch
+
+    from vitdeploy.models.recipes import load_recipe
+    from vitdeploy.models.sam_encoder import SamEncoderArch, load_sam_image_encoder
+    from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
+    from vitdeploy.precision.calibration_data import bundled_calibration_dir, load_calibration_set
+    from vitdeploy.validation.floor import count_flops
+
+    torch.set_num_threads(args.threads)
+    recipe = load_recipe(args.recipe)
+    arch = SamEncoderArch.from_recipe(recipe)
+    encoder = load_sam_image_encoder(arch, random_seed=args.seed).eval()
+    size = arch.img_size
+    info: dict[str, Any] = {"export_seconds": {}}
+
+    def fresh(name: str) -> bool:
+        return not (args.reuse and (workdir / name).is_file())
+
+    if fresh("naive.onnx"):
+        print("exporting the naive official model ...", flush=True)
+        start = time.perf_counter()
+        with torch.no_grad():
+            torch.onnx.export(encoder, (torch.randn(1, 3, size, size),), None, dynamo=True, opset_version=18,
+                              input_names=["image"], output_names=["image_embeddings"]).save(str(workdir / "naive.onnx"))
+        info["export_seconds"]["naive"] = time.perf_counter() - start
+    for row in rows:
+        target = row.get("target")
+        if target and fresh(row["model"]):
+            print(f"exporting vitdeploy --target {target} ...", flush=True)
+            meta = sam_encoder_metadata(variant=recipe.variant, img_size=size, pixel_mean=recipe.pixel_mean,
+                                        pixel_std=recipe.pixel_std, architecture=arch.to_dict(), random_seed=args.seed,
+                                        target=target)
+            start = time.perf_counter()
+            export_sam_image_encoder(encoder, workdir / row["model"], metadata=meta, target=target)
+            info["export_seconds"][target] = time.perf_counter() - start
+    source = workdir / "vitdeploy_onnxruntime-cpu.onnx"
+    meta = onnx.load(str(source), load_external_data=False).metadata_props
+    from vitdeploy.metadata import decode
+
+    metadata = decode({p.key: p.value for p in meta})
+    cal = load_calibration_set([bundled_calibration_dir()], metadata, "image", [1, 3, size, size], cache_dir=workdir / "images")
+    _, held = cal.split(4)
+    np.save(workdir / "input.npy", held.inputs[:1])
+    info["input_image"] = held.names[0]
+    if any(r["precision"] == "int8" for r in rows):
+        report_path = workdir / "int8_report.json"
+        if args.int8:
+            report_path = args.int8_report or report_path
+        elif fresh("vitdeploy_int8.onnx") or not report_path.is_file():
+            print("calibrating INT8 (vitdeploy calibrate, bundled images, minmax) ...", flush=True)
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "vitdeploy", "calibrate", str(source), "-p", "int8", "-o",
+                            str(workdir / "vitdeploy_int8.onnx"), "--report", str(workdir / "int8_report.json"),
+                            "--cache-dir", str(workdir / "images"), "--threads", str(args.threads)], check=True)
+            info["export_seconds"]["int8_calibration"] = time.perf_counter() - start
+            import resource
+
+            # The only child so far; an upper bound if the parent (forked from) was larger than the child's peak.
+            info["int8_calibration_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+            print(f"calibration peak RSS {info['int8_calibration_peak_rss_mb']:.0f} MB", flush=True)
+        if report_path.is_file():
+            info["int8_report"] = json.loads(report_path.read_text())
+    info["fusions"] = fusion_checks(workdir, rows)
+    print("counting FLOPs of the official model ...", flush=True)
+    flops = count_flops(encoder, (torch.from_numpy(np.load(workdir / "input.npy")),))
+    info["flops"] = flops.to_dict()
+    return info
+
+
+def fusion_checks(workdir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What ONNX Runtime fused in each vitdeploy graph, with the settings its row runs with."""
+    from vitdeploy.runtime.ort_fusions import fusion_report, optimized_graph
+    from vitdeploy.runtime.ort_settings import OrtSettings
+
+    checks = {}
+    for row in rows:
+        if row["kind"] != "ort" or not row["settings"]:
+            continue
+        model = workdir / row["model"]
+        settings = OrtSettings(threads=1, optimization=row["settings"].get("optimization", "all"))
+        report = fusion_report(optimized_graph(model, workdir / f"optimized_{Path(row['model']).stem}.onnx", settings))
+        checks[row["name"]] = {**report.to_dict(), "missing": report.missing()}
+        print(f"{row['name']}: fused {report.fused}, unfused {report.unfused}", flush=True)
+    return checks
+
+
+def _steal_and_total() -> tuple[int, int]:
+    """(steal, total) CPU jiffies since boot, from /proc/stat (steal: time the hypervisor gave to others)."""
+    with open("/proc/stat") as fh:
+        values = [int(v) for v in fh.readline().split()[1:]]
+    return values[7] if len(values) > 7 else 0, sum(values)
+
+
+def run_worker(spec: dict[str, Any], workdir: Path, tag: str) -> dict[str, Any]:
+    spec_path = workdir / f"spec_{tag}.json"
+    out_path = workdir / f"result_{tag}.json"
+    spec_path.write_text(json.dumps(spec))
+    subprocess.run([sys.executable, __file__, "--worker", str(spec_path), "--worker-out", str(out_path)], check=True)
+    return json.loads(out_path.read_text())
+
+
+def summarize(rows: list[dict[str, Any]], results: dict[str, list[dict[str, Any]]], peak: dict[str, Any],
+              flops: int, workdir: Path) -> list[dict[str, Any]]:
+    from vitdeploy.validation.floor import floor_ms
+    from vitdeploy.validation.parity import compare
+
+    floor = floor_ms(flops, peak["gflops"])
+    outputs = {r["name"]: np.load(workdir / f"output_{i}.npy") for i, r in enumerate(rows)}
+    eager = outputs[rows[0]["name"]]
+    table = []
+    for row in rows:
+        runs = [s for res in results[row["name"]] for s in res["samples_ms"]]
+        median = float(np.median(runs))
+        parity = compare(eager, outputs[row["name"]], row["precision"], label=row["name"])
+        entry = {
+            "contender": row["name"], "precision": row["precision"], "runs": len(runs), "median_ms": median,
+            "p90_ms": float(np.percentile(runs, 90)), "min_ms": float(min(runs)), "samples_ms": runs,
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in results[row["name"]]),
+            "run_peak_rss_mb": max((r["run_peak_rss_mb"] or 0.0) for r in results[row["name"]]),
+            "load_s": float(np.median([r["load_s"] for r in results[row["name"]]])),
+            "first_run_s": float(np.median([r["first_run_s"] for r in results[row["name"]]])),
+            "torch_in_process": results[row["name"]][0]["torch_imported"],
+            "parity_vs_eager": parity.to_dict(), "floor_ms": floor, "x_floor": median / floor,
+            "settings": row.get("settings"),
+        }
+        if row.get("fp32_source"):
+            entry["parity_vs_fp32_source"] = compare(outputs[row["fp32_source"]], outputs[row["name"]], "int8",
+                                                     label=f"{row['name']} vs FP32").to_dict()
+        table.append(entry)
+    eager_ms = table[0]["median_ms"]
+    eager_rss = table[0]["peak_rss_mb"]
+    for entry in table:
+        entry["x_eager"] = entry["median_ms"] / eager_ms
+        entry["rss_vs_eager"] = entry["peak_rss_mb"] / eager_rss
+    return table
+
+
+def markdown(table: list[dict[str, Any]], peak: dict[str, Any], flops: int, header: dict[str, Any],
+             fusions: dict[str, Any] | None = None) -> str:
+    lines = [
+        f"{header['recipe']} encoder at {header['size']}x{header['size']}, {header['threads']} threads, "
+        f"{header['rounds']} alternated rounds x {header['runs']} timed runs, {header['processor']}; "
+        f"load average {header['load_before']} before, {header['load_after']} after; CPU steal {header['steal_pct']:.1f}% "
+        "while timing.",
+        f"Floor: {flops / 1e9:.1f} GFLOP (torch.utils.flop_counter, official model) / {peak['gflops']:.0f} GFLOP/s "
+        f"(best FP32 GEMM here, {peak['library']}, {header['threads']} threads) = {table[0]['floor_ms']:.0f} ms.",
+        "",
+        "| contender | median ms | p90 ms | x eager | x floor | peak RSS MB (process) | peak RSS MB (timed runs) | cosine vs eager | rel L2 vs eager | parity |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for e in table:
+        p = e["parity_vs_eager"]
+        lines.append(f"| {e['contender']} | {e['median_ms']:.0f} | {e['p90_ms']:.0f} | {e['x_eager']:.3f} | {e['x_floor']:.2f} | "
+                     f"{e['peak_rss_mb']:.0f} | {e['run_peak_rss_mb']:.0f} | {p['cosine']:.6f} | {p['rel_l2']:.2e} | "
+                     f"{'ok' if p['passed'] else 'FAIL'} ({p['tolerance']['name']}) |")
+    for e in table:
+        if "parity_vs_fp32_source" in e:
+            p = e["parity_vs_fp32_source"]
+            lines.append("")
+            lines.append(f"{e['contender']} vs its FP32 source on ONNX Runtime: cosine {p['cosine']:.6f}, rel L2 "
+                         f"{p['rel_l2']:.3g}, max-abs/scale {p['max_abs_rel']:.3g} ({'ok' if p['passed'] else 'FAIL'}, int8 tolerance).")
+    if fusions:
+        lines += ["", "ONNX Runtime's optimized graphs (fused kernels / patterns left unfused):", ""]
+        for name, check in fusions.items():
+            fused = ", ".join(f"{k} {v}/{check['unfused'][k]}" for k, v in check["fused"].items())
+            lines.append(f"- {name}: {fused}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", default="sam_vit_b")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds (one fresh process per contender each)")
+    parser.add_argument("--runs", type=int, default=2, help="timed runs per contender and round")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS)
+    parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    parser.add_argument("--no-int8", action="store_true", help="leave the INT8 row out")
+    parser.add_argument("--int8", type=Path, default=None,
+                        help="use this INT8 file (calibrated from the onnxruntime-cpu export) instead of calibrating one")
+    parser.add_argument("--int8-report", type=Path, default=None, help="the 'vitdeploy calibrate --report' JSON of --int8")
+    parser.add_argument("--workdir", type=Path, default=Path("out/bench_encoder_speed"))
+    parser.add_argument("--reuse", action="store_true", help="reuse artifacts already in --workdir")
+    parser.add_argument("--out", type=Path, default=None, help="JSON report (default: WORKDIR/report.json)")
+    parser.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.worker:
+        result = worker(json.loads(args.worker.read_text()))
+        args.worker_out.write_text(json.dumps(result))
+        return
+
+    workdir = args.workdir
+    workdir.mkdir(parents=True, exist_ok=True)
+    rows = contenders(tuple(args.targets), not args.no_compile, not args.no_int8, args.int8)
+    load_before = os.getloadavg()
+    info = prepare(args, workdir, rows)
+    from vitdeploy.models.recipes import load_recipe
+
+    size = load_recipe(args.recipe).architecture.get("img_size", 1024)
+    base = {"workdir": str(workdir), "threads": args.threads, "warmup": args.warmup, "runs": args.runs,
+            "recipe": args.recipe, "seed": args.seed}
+    results: dict[str, list[dict[str, Any]]] = {r["name"]: [] for r in rows}
+    peaks: list[dict[str, Any]] = []
+    probes = [*rows, {"name": "GEMM probe", "kind": "gemm"}]
+    loads = []
+    steal_start = _steal_and_total()
+    for rnd in range(args.rounds):
+        order = probes[rnd % len(probes):] + probes[:rnd % len(probes)]
+        loads.append(os.getloadavg())
+        for probe in order:
+            idx = probes.index(probe)
+            spec = {**base, **probe}
+            if rnd == 0 and probe["kind"] != "gemm":
+                spec["output"] = str(workdir / f"output_{idx}.npy")
+            res = run_worker(spec, workdir, f"{rnd}_{idx}")
+            if probe["kind"] == "gemm":
+                peaks.append(res["gemm_peak"])
+                print(f"round {rnd + 1}: GEMM peak {res['gemm_peak']['gflops']:.0f} GFLOP/s ({res['gemm_peak']['library']})", flush=True)
+                continue
+            results[probe["name"]].append(res)
+            print(f"round {rnd + 1}: {probe['name']}: " + ", ".join(f"{s:.0f}" for s in res["samples_ms"])
+                  + f" ms, peak RSS {res['peak_rss_mb']:.0f} MB", flush=True)
+    steal_end = _steal_and_total()
+    steal_pct = 100.0 * (steal_end[0] - steal_start[0]) / max(1, steal_end[1] - steal_start[1])
+    peak = max(peaks, key=lambda p: p["gflops"])
+    flops = info["flops"]["total"]
+    table = summarize(rows, results, peak, flops, workdir)
+    load_after = os.getloadavg()
+    header = {"recipe": args.recipe, "size": size, "threads": args.threads, "rounds": args.rounds, "runs": args.runs,
+              "processor": platform.processor() or platform.machine(),
+              "load_before": " ".join(f"{v:.2f}" for v in load_before), "load_after": " ".join(f"{v:.2f}" for v in load_after),
+              "steal_pct": steal_pct}
+    text = markdown(table, peak, flops, header, info.get("fusions"))
+    print("\n" + text)
+    from vitdeploy.metadata import tool_versions
+
+    report = {"header": header, "table": table, "gemm_peaks": peaks, "gemm_peak": peak, "flops": info["flops"],
+              "prepare": info, "load_per_round": loads, "versions": tool_versions(), "command": sys.argv}
+    out = args.out or workdir / "report.json"
+    out.write_text(json.dumps(report, indent=2, default=str))
+    (workdir / "table.md").write_text(text + "\n")
+    print(f"\nreport: {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The latency floor: FLOPs counted on the official model match the architecture's arithmetic; GEMM peak measured."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import TINY_ARCHS, tiny_encoder
+from vitdeploy.models.sam_encoder import SamEncoderArch
+from vitdeploy.validation.floor import count_flops, floor_ms, measure_gemm_peak
+
+
+def expected_flops(arch: SamEncoderArch) -> int:
+    """GEMM/conv FLOPs of the official ImageEncoderViT, from its architecture (a multiply-add is 2 FLOPs)."""
+    grid = arch.img_size // arch.patch_size
+    tokens, dim, heads = grid * grid, arch.embed_dim, arch.num_heads
+    hd = dim // heads
+    mlp = int(dim * arch.mlp_ratio)
+    flops = 2 * tokens * dim * arch.in_chans * arch.patch_size ** 2  # patch embedding
+    for i in range(arch.depth):
+        is_global = i in arch.global_attn_indexes or arch.window_size == 0
+        side = grid if is_global else arch.window_size
+        windows = 1 if is_global else (-(-grid // side)) ** 2  # padded token grid, cut into windows
+        n = side * side
+        rows = windows * n  # tokens attention runs on (padding included)
+        flops += 2 * rows * dim * (3 * dim) + 2 * rows * dim * dim  # qkv, proj (on the padded windows)
+        flops += windows * heads * (2 * n * n * hd * 2)  # q.k^T and attn.v
+        flops += windows * heads * (2 * n * side * hd * 2)  # rel_h and rel_w einsums
+        flops += 2 * 2 * tokens * dim * mlp  # MLP
+    flops += 2 * tokens * dim * arch.out_chans + 2 * tokens * arch.out_chans * arch.out_chans * 9  # neck convs
+    return flops
+
+
+@pytest.mark.parametrize("name", list(TINY_ARCHS))
+def test_flop_count_matches_the_architecture(name: str) -> None:
+    arch = TINY_ARCHS[name]
+    counted = count_flops(tiny_encoder(name), (torch.randn(1, 3, arch.img_size, arch.img_size),))
+    assert counted.total == expected_flops(arch), counted.by_op
+    assert set(counted.by_op) <= {"aten.convolution", "aten.addmm", "aten.bmm", "aten.mm"}
+
+
+def test_full_size_vit_b_flops_are_the_known_figure() -> None:
+    """ViT-B at 1024 px: ~488 GMAC (the figure quoted for SAM's image encoder), from the same arithmetic."""
+    assert abs(expected_flops(SamEncoderArch()) / 2e9 - 488) < 5
+
+
+def test_gemm_peak_and_floor() -> None:
+    peak = measure_gemm_peak(threads=1, shapes=((256, 256, 256),), repeats=2)
+    assert peak.gflops > 0 and peak.library in ("torch", "onnxruntime") and len(peak.measured) == 2
+    assert floor_ms(2_000_000_000, 100.0) == pytest.approx(20.0)
+    with pytest.raises(ValueError):
+        floor_ms(1, 0.0)
+
+
+def test_benchmark_contenders_cover_the_issue_rows() -> None:
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_encoder_speed.py"
+    spec = importlib.util.spec_from_file_location("bench_encoder_speed", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_encoder_speed"] = module
+    spec.loader.exec_module(module)
+    rows = module.contenders(module.TARGETS, True, True)
+    names = [r["name"] for r in rows]
+    assert names[0].startswith("eager") and any("torch.compile" in n for n in names) and any("naive" in n for n in names)
+    assert {r.get("target") for r in rows} >= set(module.TARGETS)
+    int8 = [r for r in rows if r["precision"] == "int8"]
+    assert len(int8) == 1 and int8[0]["fp32_source"] in names

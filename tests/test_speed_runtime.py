@@ -1,0 +1,92 @@
+"""ONNX Runtime session settings through OnnxRuntimeRunner: same numbers, the fusions they promise, INT8 kept integer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from precision_fixtures import calib_cache, calibration_feeds, export_tiny  # noqa: F401  (fixtures)
+from vitdeploy.errors import InputError
+from vitdeploy.metadata import encode
+from vitdeploy.runtime.ort_fusions import fusion_report, optimized_graph
+from vitdeploy.runtime.ort_settings import INT8_DISABLED_OPTIMIZERS, OrtSettings, read_metadata_props
+from vitdeploy.runtime.runners import OnnxRuntimeRunner
+
+
+@pytest.fixture(scope="module")
+def fp32_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export_tiny(tmp_path_factory.mktemp("speed") / "tiny.onnx")
+
+
+@pytest.fixture(scope="module")
+def int8_model(fp32_model: Path, calib_cache: Path) -> Path:  # noqa: F811  (fixture)
+    from vitdeploy.precision.int8 import Int8Config, quantize_int8
+    from vitdeploy.precision.report import read_metadata, stamp_metadata
+
+    cal, _ = calibration_feeds(fp32_model, calib_cache)
+    model = onnx.load(str(fp32_model))
+    qmodel, _, _ = quantize_int8(model, cal[:4], Int8Config())
+    stamp_metadata(qmodel, {**read_metadata(model), "precision": "int8"})
+    path = fp32_model.parent / "tiny_int8.onnx"
+    onnx.save(qmodel, str(path))
+    return path
+
+
+def _input() -> dict[str, np.ndarray]:
+    return {"image": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)}
+
+
+def test_settings_change_speed_knobs_not_numbers(fp32_model: Path, tmp_path: Path) -> None:
+    default = OnnxRuntimeRunner(fp32_model, threads=2)
+    tuned = OnnxRuntimeRunner(fp32_model, threads=2, optimization="extended", optimized_model_path=tmp_path / "opt.onnx",
+                              memory_arena=False, memory_pattern=False, spinning=False, io_binding=True,
+                              session_config={"session.intra_op.allow_spinning": "0"})
+    plain = OnnxRuntimeRunner(fp32_model, threads=1, optimization="disable")
+    ref = default.run(_input())["image_embeddings"]
+    for runner in (tuned, plain):
+        out = runner.run(_input())["image_embeddings"]
+        assert out.shape == ref.shape and float(np.abs(out - ref).max() / np.abs(ref).max()) < 1e-5
+    assert (tmp_path / "opt.onnx").is_file()
+    assert tuned.settings.to_dict()["io_binding"] and not tuned.settings.memory_arena
+    # I/O binding writes into the runner's own output array: a second run reuses it.
+    first = tuned.run(_input())["image_embeddings"]
+    second = tuned.run({"image": np.zeros((1, 3, 64, 64), np.float32)})["image_embeddings"]
+    assert first is second
+
+
+def test_metadata_is_read_without_loading_the_graph(fp32_model: Path) -> None:
+    model = onnx.load(str(fp32_model), load_external_data=False)
+    assert read_metadata_props(fp32_model) == {p.key: p.value for p in model.metadata_props}
+    assert read_metadata_props(fp32_model)["vitdeploy.precision"] == encode({"precision": "fp32"})["vitdeploy.precision"]
+
+
+def test_not_onnx_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\xff\xff\xff\xff\x0f")
+    with pytest.raises(InputError):
+        read_metadata_props(bad)
+    with pytest.raises(InputError, match="unknown graph optimization level 'fast'"):
+        OrtSettings(optimization="fast")
+    with pytest.raises(InputError, match="threads must be at least 1"):
+        OrtSettings(threads=0)
+
+
+def test_int8_graph_runs_integer_kernels_by_default(int8_model: Path, fp32_model: Path, tmp_path: Path) -> None:
+    """MatMulAddFusion is skipped for Q/DQ graphs, so DQ->MatMul becomes MatMulIntegerToFloat, not a float Gemm."""
+    runner = OnnxRuntimeRunner(int8_model, threads=2)
+    assert runner.disabled_optimizers == list(INT8_DISABLED_OPTIMIZERS)
+    assert OnnxRuntimeRunner(fp32_model, threads=2).disabled_optimizers == []
+    auto = fusion_report(optimized_graph(int8_model, tmp_path / "auto.onnx", OrtSettings(optimization="extended")))
+    forced = fusion_report(optimized_graph(int8_model, tmp_path / "forced.onnx",
+                                           OrtSettings(optimization="extended", disabled_optimizers=())))
+    print(f"int8 kernels: auto {auto.fused['int8']} (fake-quant {auto.unfused['int8']}), "
+          f"with MatMulAddFusion {forced.fused['int8']} (fake-quant {forced.unfused['int8']})")
+    assert auto.fused["int8"] > forced.fused["int8"]
+    assert auto.unfused["int8"] < forced.unfused["int8"]
+    # Same numbers either way (integer kernels vs float math on dequantized values).
+    a = runner.run(_input())["image_embeddings"]
+    b = OnnxRuntimeRunner(int8_model, threads=2, disabled_optimizers=())
+    assert float(np.abs(a - b.run(_input())["image_embeddings"]).max() / np.abs(a).max()) < 1e-3

@@ -1,0 +1,123 @@
+"""The hardware floor of a model's latency: its GEMM/convolution FLOPs over the machine's measured GEMM throughput.
+
+``floor = FLOPs / peak``, where FLOPs are counted by ``torch.utils.flop_counter`` on the official
+model (matrix products and convolutions; element-wise work, softmax and normalization are not
+counted, so the floor is a lower bound no runtime reaches) and the peak is the best large FP32 GEMM
+throughput measured here at the same thread count, by PyTorch (MKL/oneDNN) and by ONNX Runtime
+(MLAS), whichever is higher. A latency is then also reported as a multiple of the floor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+#: GEMM shapes (M, K, N) of the SAM ViT-B encoder at 1024 px: qkv, MLP in, MLP out, and a square one.
+GEMM_SHAPES: tuple[tuple[int, int, int], ...] = ((4096, 768, 2304), (4096, 768, 3072), (4096, 3072, 768), (2048, 2048, 2048))
+
+
+@dataclass(frozen=True)
+class FlopCount:
+    """FLOPs of one forward pass (a multiply-add counts 2), total and per operator."""
+
+    total: int
+    by_op: dict[str, int]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class GemmPeak:
+    """Best measured FP32 GEMM throughput (GFLOP/s) at ``threads``, per library and shape."""
+
+    threads: int
+    gflops: float
+    library: str
+    measured: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def count_flops(module, example_inputs: tuple) -> FlopCount:
+    """FLOPs of ``module(*example_inputs)`` (no gradients) by ``torch.utils.flop_counter.FlopCounterMode``."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        module(*example_inputs)
+    by_op = {str(op): int(n) for op, n in counter.get_flop_counts().get("Global", {}).items()}
+    return FlopCount(int(counter.get_total_flops()), by_op)
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    fn()  # warm-up (packing, allocation)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def torch_gemm_gflops(threads: int, shapes: Sequence[tuple[int, int, int]] = GEMM_SHAPES, repeats: int = 5) -> dict[str, float]:
+    """PyTorch FP32 ``mm`` GFLOP/s per shape at ``threads`` (the thread count is restored afterwards)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out = {}
+        for m, k, n in shapes:
+            a, b = torch.randn(m, k), torch.randn(k, n)
+            out[f"torch {m}x{k}x{n}"] = 2.0 * m * k * n / _median_seconds(lambda: torch.mm(a, b), repeats) / 1e9
+        return out
+    finally:
+        torch.set_num_threads(before)
+
+
+def onnxruntime_gemm_gflops(threads: int, shapes: Sequence[tuple[int, int, int]] = GEMM_SHAPES, repeats: int = 5) -> dict[str, float]:
+    """ONNX Runtime (CPU, MLAS) FP32 MatMul GFLOP/s per shape, constant weights, at ``threads``."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    out = {}
+    for m, k, n in shapes:
+        weight = numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32), "w")
+        graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "gemm",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], [weight])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+        onnx.checker.check_model(model)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        out[f"onnxruntime {m}x{k}x{n}"] = 2.0 * m * k * n / _median_seconds(lambda: session.run(None, {"x": x}), repeats) / 1e9
+    return out
+
+
+def measure_gemm_peak(threads: int, shapes: Sequence[tuple[int, int, int]] = GEMM_SHAPES, repeats: int = 5) -> GemmPeak:
+    """The best FP32 GEMM throughput of PyTorch and ONNX Runtime here, at ``threads``."""
+    measured = {**torch_gemm_gflops(threads, shapes, repeats), **onnxruntime_gemm_gflops(threads, shapes, repeats)}
+    best = max(measured, key=measured.get)
+    return GemmPeak(threads, measured[best], best.split()[0], measured)
+
+
+def floor_ms(flops: int, peak_gflops: float) -> float:
+    """Milliseconds ``flops`` take at ``peak_gflops``."""
+    if peak_gflops <= 0:
+        raise ValueError("peak GFLOP/s must be positive")
+    return flops / (peak_gflops * 1e9) * 1000.0
+
+
+__all__ = ["GEMM_SHAPES", "FlopCount", "GemmPeak", "count_flops", "floor_ms", "measure_gemm_peak",
+           "onnxruntime_gemm_gflops", "torch_gemm_gflops"]
