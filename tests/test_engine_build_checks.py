@@ -331,3 +331,23 @@ def test_options_map_to_polygraphy_create_config_arguments(tmp_path: Path) -> No
     loader = poly.CreateConfig(**kwargs)  # no TypeError: every argument exists in this Polygraphy
     assert loader.builder_optimization_level == 4 and loader.version_compatible and loader.tf32
     assert not loader.int8 and loader.calibrator is None and loader.quantization_flags is None
+
+
+def test_onnxruntime_cpu_target_is_refused_before_tensorrt(tmp_path) -> None:
+    """A graph with ONNX Runtime contrib ops cannot go to TensorRT: say so, whatever is installed."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from vitdeploy.engine.builder import BuildOptions, build_engine
+    from vitdeploy.errors import InputError
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])])
+    model = helper.make_model(graph)
+    model.metadata_props.append(onnx.StringStringEntryProto(key="vitdeploy.target", value="onnxruntime-cpu"))
+    path = tmp_path / "cpu.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(InputError, match="--target tensorrt"):
+        build_engine(path, tmp_path / "cpu.plan", BuildOptions())
+    assert not (tmp_path / "cpu.plan").exists()

@@ -209,6 +209,10 @@ def build_engine(
     if options.timing_cache:
         check_output_path(options.timing_cache)
     facts = read_onnx_facts(onnx_path)
+    if facts.metadata.get("target") == "onnxruntime-cpu":
+        # That graph holds com.microsoft contrib ops, which TensorRT's ONNX parser does not know.
+        raise InputError(f"'{Path(onnx_path).name}' was exported with --target onnxruntime-cpu (ONNX Runtime contrib ops): "
+                         "re-export with --target tensorrt or generic for TensorRT")
     if plan.resolve() == facts.path.resolve():
         raise InputError(f"-o '{plan}' is the ONNX file itself: choose another output name, e.g. {facts.path.with_suffix('.plan')}")
     recorded = facts.metadata.get("shape_profile") if isinstance(facts.metadata.get("shape_profile"), dict) else None
