@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.images import IMAGE_SUFFIXES
+from vitdeploy.runtime.images import expand_image_paths
 
 Feeds = dict[str, np.ndarray]
 ImageProgress = Callable[[int, int, str], None]
@@ -122,23 +122,6 @@ def preprocessor_for(metadata: dict[str, Any]):
                      "images): use the Python API with your own calibration feeds")
 
 
-def expand_images(paths: Iterable[str | Path]) -> list[Path]:
-    """Image files from files and folders (folders: their files with an image suffix, sorted)."""
-    out: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-            if not found:
-                raise InputError(f"folder '{path}' holds no images ({', '.join(IMAGE_SUFFIXES)}): point --images at a folder of photos")
-            out.extend(found)
-        elif path.is_file():
-            out.append(path)
-        else:
-            raise InputError(f"calibration image path '{path}' not found: check --images")
-    return out
-
-
 def read_calibration_image(path: Path, channels: int) -> np.ndarray | str:
     """HxWx3 uint8 RGB, or the reason this file cannot be used (undecodable, wrong channel count)."""
     from PIL import Image, UnidentifiedImageError
@@ -230,7 +213,7 @@ def load_calibration_set(
         if warn:
             warn(BUNDLED_WARNING.format(path=folder))
         images = [folder]
-    files = expand_images(images)
+    files = expand_image_paths(images, what="calibration image path")
     if max_images is not None:
         files = files[:max_images]
     source = ", ".join(str(p) for p in images)
