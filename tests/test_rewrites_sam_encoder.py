@@ -120,3 +120,44 @@ def test_unknown_module_raises_instead_of_being_skipped() -> None:
         rewrite_sam_image_encoder(official)
     with pytest.raises(ExportError, match="ImageEncoderViT"):
         rewrite_sam_image_encoder(torch.nn.Linear(2, 2))
+
+
+
+def _qkv_proj_flops(module: torch.nn.Module, x: torch.Tensor, dim: int) -> int:
+    """FLOPs of the GEMMs with a (dim, 3*dim) or (dim, dim) right operand: the qkv and proj projections."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    total = 0
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            nonlocal total
+            if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
+                a, b = args[-2], args[-1]
+                if tuple(b.shape) in ((dim, 3 * dim), (dim, dim)):
+                    total += 2 * a.shape[0] * a.shape[1] * b.shape[1]
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Count():
+        module(x)
+    return total
+
+
+@pytest.mark.parametrize("arch", ["padded_windows", "even_windows"])
+def test_windowed_blocks_skip_the_padding_in_qkv_and_proj(arch: str) -> None:
+    """qkv/proj of the rewrite run on the real tokens: the official's extra work is exactly the padded rows."""
+    official = tiny_encoder(arch)
+    rewritten = rewrite_sam_image_encoder(official)
+    a = TINY_ARCHS[arch]
+    grid = a.img_size // a.patch_size
+    padded = -(-grid // a.window_size) * a.window_size
+    windowed = a.depth - len(a.global_attn_indexes)
+    batch, dim = 2, a.embed_dim
+    # Per padded token: qkv (dim x 3dim) and proj (dim x dim) multiply-adds, 2 FLOPs each.
+    expected_saving = batch * windowed * (padded**2 - grid**2) * 2 * (dim * 3 * dim + dim * dim)
+    x = torch.randn(batch, 3, a.img_size, a.img_size, generator=torch.Generator().manual_seed(0))
+    official_flops = _qkv_proj_flops(official, x, dim)
+    saving = official_flops - _qkv_proj_flops(rewritten, x, dim)
+    assert official_flops > 0
+    assert saving == expected_saving, f"{arch}: saved {saving} FLOPs, padding accounts for {expected_saving}"
+    assert (saving > 0) == (padded != grid)

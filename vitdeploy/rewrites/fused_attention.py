@@ -112,10 +112,11 @@ class FusedAttention(nn.Module):
         k_aug = F.pad(k, (0, h + w)) + self.key_onehot[None, :, None, :]  # B, N, heads, hd+kh+kw
         return q_aug, k_aug
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # B, h, w, C
+    def attend(self, qkv: torch.Tensor) -> torch.Tensor:  # B, h, w, 3C -> B, h, w, C (before proj)
+        """Attention of the ``qkv`` projection's output, without the output projection."""
         (h, w), heads, hd, da = self.tokens_hw, self.num_heads, self.head_dim, self.aug_dim
         n = h * w
-        qkv = self.qkv(x).reshape(-1, n, 3, heads, hd)  # B, N, 3, heads, hd
+        qkv = qkv.reshape(-1, n, 3, heads, hd)  # B, N, 3, heads, hd
         q, k, v = qkv.unbind(2)  # B, N, heads, hd each
         q_aug, k_aug = self.augmented_qk(q, k)
         if self.kernel == "ort_mha":
@@ -129,7 +130,10 @@ class FusedAttention(nn.Module):
             if self.pad_value and da > hd:
                 out = out[..., :hd]
             out = out.transpose(1, 2)  # B, N, heads, hd
-        return self.proj(out.reshape(-1, h, w, self.dim))
+        return out.reshape(-1, h, w, self.dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # B, h, w, C
+        return self.proj(self.attend(self.qkv(x)))
 
 
 def fuse_sam_attention(encoder: ExportableImageEncoder, kernel: AttentionKernel = "sdpa",

@@ -4,6 +4,9 @@ What differs from the official module, and why:
 
 * Window partition/unpartition: padding, window counts and the crop are fixed for the static token
   grid (official: computed from ``x.shape`` at run time -> Shape/Gather/Pad chains in the graph).
+  Where the grid needs padding, the ``qkv`` and ``proj`` GEMMs run on the real tokens only (the
+  official block runs them on the zero padding too: 20% more rows at 1024 px); see
+  :meth:`ExportableBlock.windowed_attention`.
 * Relative positions: ``get_rel_pos``'s interpolation and ``arange`` index grid are resolved at
   construction into a constant gather matrix (official: Range/Mod/Cast nodes at run time), and the
   decomposed term uses broadcast MatMul (official: ``einsum``, exported as an Einsum node that
@@ -22,6 +25,7 @@ import copy
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vitdeploy.errors import ExportError, InputError
@@ -65,17 +69,21 @@ class ExportableAttention(nn.Module):
         bias = rel_h.unsqueeze(-1) + rel_w.unsqueeze(-2)  # B*heads, qh, qw, kh, kw
         return bias.reshape(-1, h * w, h * w)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # B, h, w, C
+    def attend(self, qkv: torch.Tensor) -> torch.Tensor:  # B, h, w, 3C -> B, h, w, C (before proj)
+        """Attention of the ``qkv`` projection's output, without the output projection."""
         (h, w), heads, hd = self.tokens_hw, self.num_heads, self.head_dim
         n = h * w
-        qkv = self.qkv(x).reshape(-1, n, 3, heads, hd).permute(2, 0, 3, 1, 4)  # 3, B, heads, N, hd
+        qkv = qkv.reshape(-1, n, 3, heads, hd).permute(2, 0, 3, 1, 4)  # 3, B, heads, N, hd
         q, k, v = qkv.reshape(3, -1, n, hd).unbind(0)  # B*heads, N, hd each
         attn = torch.matmul(q * self.scale, k.transpose(-2, -1))  # B*heads, N, N
         if self.use_rel_pos:
             attn = attn + self.rel_pos_bias(q)
         attn = attn.softmax(dim=-1)
         out = torch.matmul(attn, v).reshape(-1, heads, h, w, hd).permute(0, 2, 3, 1, 4)  # B, h, w, heads, hd
-        return self.proj(out.reshape(-1, h, w, self.dim))
+        return out.reshape(-1, h, w, self.dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # B, h, w, C
+        return self.proj(self.attend(self.qkv(x)))
 
 
 class ExportableBlock(nn.Module):
@@ -90,19 +98,34 @@ class ExportableBlock(nn.Module):
         dim = official.attn.qkv.in_features
         if self.window_size > 0:
             self.windows: WindowPartition | None = WindowPartition(grid_hw, self.window_size, dim)
+            self.qkv_windows: WindowPartition | None = WindowPartition(grid_hw, self.window_size, 3 * dim)
             tokens_hw = (self.window_size, self.window_size)
         else:
-            self.windows = None
+            self.windows = self.qkv_windows = None
             tokens_hw = grid_hw
         self.attn = ExportableAttention(official.attn, tokens_hw)
+
+    def windowed_attention(self, x: torch.Tensor) -> torch.Tensor:  # B, H, W, C -> B, H, W, C
+        """Window attention with the ``qkv``/``proj`` GEMMs on the unpadded grid only.
+
+        The official block pads the grid with zero tokens and runs ``qkv`` and ``proj`` over the
+        padded windows too (at 1024 px: 70x70 = 4900 tokens instead of 64x64 = 4096). A zero token's
+        qkv is the bias alone, so ``qkv(pad(x)) == pad(x @ W^T) + b`` exactly; the padded tokens still
+        take part in attention as keys, as in the official code. ``proj`` is per token, so it runs
+        after the crop. Without padding this is the plain partition -> attention -> unpartition.
+        """
+        attn, windows = self.attn, self.windows
+        if windows.padding is None:
+            return windows.unpartition(attn(windows(x)))
+        qkv = self.qkv_windows(F.linear(x, attn.qkv.weight))  # B*nW, ws, ws, 3C; padded tokens are 0
+        if attn.qkv.bias is not None:
+            qkv = qkv + attn.qkv.bias  # ... and now exactly the bias, as qkv(0) is
+        return attn.proj(windows.unpartition(attn.attend(qkv)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # B, H, W, C
         shortcut = x
         x = self.norm1(x)
-        if self.windows is not None:
-            x = self.windows.unpartition(self.attn(self.windows(x)))
-        else:
-            x = self.attn(x)
+        x = self.windowed_attention(x) if self.windows is not None else self.attn(x)
         x = shortcut + x
         return x + self.mlp(self.norm2(x))
 
