@@ -92,3 +92,31 @@ def test_bad_inputs(tiny_exports, calib_cache, fp16_file, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".never")]
     usage = _run(["calibrate", model, "-p", "bf16", "-o", str(out)])
     assert usage.exit_code == 2
+
+
+def test_external_data_models_convert_and_oversized_ones_are_refused(tmp_path, calib_cache, monkeypatch):
+    """Weights in a .data file are read for the passes; a model over the protobuf limit gets a clear error, not a crash."""
+    from precision_fixtures import MEAN, STD, TINY
+    from vitdeploy.models.sam_encoder import load_sam_image_encoder
+    from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
+    from vitdeploy.precision import calibrate as calibrate_module
+
+    model = tmp_path / "ext.onnx"
+    meta = sam_encoder_metadata(variant="tiny", img_size=TINY.img_size, pixel_mean=MEAN, pixel_std=STD,
+                                architecture=TINY.to_dict(), random_seed=0)
+    result = export_sam_image_encoder(load_sam_image_encoder(TINY, random_seed=0), model, metadata=meta, external_data=True)
+    assert result.external_data is not None and result.external_data.is_file()
+    out = tmp_path / "ext.int8.onnx"
+    converted = _run(["calibrate", str(model), "-p", "int8", "-o", str(out), "-i", IMAGES, "--cache-dir", str(calib_cache),
+                      "--no-eager"])
+    assert converted.exit_code == 0, converted.output
+    assert any(n.op_type == "QuantizeLinear" for n in onnx.load(str(out)).graph.node)
+
+    weights = calibrate_module.initializer_bytes(onnx.load(str(model), load_external_data=False))
+    loaded = sum(onnx.numpy_helper.to_array(t).nbytes for t in onnx.load(str(model)).graph.initializer)
+    assert weights == loaded > result.external_data.stat().st_size // 2  # from shapes alone, data file unread
+    monkeypatch.setattr(calibrate_module, "PRECISION_PASS_MAX_WEIGHT_BYTES", weights - 1)
+    refused = tmp_path / "refused.onnx"
+    _assert_user_error(_run(["calibrate", str(model), "-p", "fp16", "-o", str(refused), "-i", IMAGES]),
+                       "GB of weights", "2 GiB", "vit_b or vit_l")
+    assert not refused.exists()

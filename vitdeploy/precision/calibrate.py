@@ -10,7 +10,7 @@ from typing import Any
 
 import onnx
 
-from vitdeploy.errors import InputError, VitdeployError
+from vitdeploy.errors import InputError, PrecisionError, VitdeployError
 from vitdeploy.fileio import atomic_output, check_output_path
 from vitdeploy.precision.calibration_data import DEFAULT_MIN_IMAGES, CalibrationSet, load_calibration_set
 from vitdeploy.precision.report import PrecisionReport, precision_metadata, read_metadata, stamp_metadata
@@ -45,17 +45,45 @@ class CalibrateOptions:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+#: The precision passes copy, serialize and hand the whole model to ONNX Runtime as one protobuf
+#: message, which protobuf caps at 2 GiB (SAM ViT-H in FP32 carries ~2.5 GB of weights).
+PRECISION_PASS_MAX_WEIGHT_BYTES = 2**31 - 2**24
+
+
+def initializer_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of all initializers, from their shapes and types (external data is not read)."""
+    total = 0
+    for tensor in model.graph.initializer:
+        count = 1
+        for dim in tensor.dims:
+            count *= dim
+        total += count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    return total
+
+
 def load_fp32_onnx(path: str | Path) -> onnx.ModelProto:
-    """Load an ONNX file with errors for people (missing, not ONNX)."""
+    """Load an ONNX file with errors for people (missing, not ONNX, too large for the precision passes)."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"ONNX file '{path}' not found: run 'vitdeploy export' first or check the path")
     from google.protobuf.message import DecodeError
 
     try:
-        return onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, OSError, ValueError) as exc:
         raise InputError(f"'{path}' is not a readable ONNX file ({type(exc).__name__}): re-export it") from exc
+    weights = initializer_bytes(model)
+    if weights > PRECISION_PASS_MAX_WEIGHT_BYTES:
+        raise PrecisionError(
+            f"'{path.name}' holds {weights / 1e9:.2f} GB of weights, over the 2 GiB the FP16/INT8 passes can handle "
+            "(they keep the model in one protobuf message; SAM ViT-H is the case): convert vit_b or vit_l, "
+            "or deploy this model in FP32"
+        )
+    try:
+        onnx.load_external_data_for_model(model, str(path.parent))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"the external weights of '{path}' cannot be read ({exc}): keep the .data file next to the .onnx file") from exc
+    return model
 
 
 def image_input(model: onnx.ModelProto) -> tuple[str, list[int | str | None]]:
