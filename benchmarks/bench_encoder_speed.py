@@ -21,6 +21,9 @@ What it does:
    ``ru_maxrss``, which Linux carries over from the forking parent), and no contender's caches,
    arenas or threads sit in another's process. The ONNX Runtime workers import no torch (as
    a deployed application would not).
+   When ``bash cpp/build.sh`` has built vitdeploy's fused rel-pos attention kernel
+   (``libvitdeploy_ort_ops.so``), the ``onnxruntime-cpu`` FP32 and INT8 files run once more with it
+   (``OnnxRuntimeRunner(fused_attention=True)``); ``--no-fused`` leaves those rows out.
 4. Reports per contender: median and p90 of all timed runs, ratio to eager, multiple of the floor
    (FLOPs / best measured GEMM throughput), peak RSS of the whole process and during the timed runs
    (VmHWM reset by ``/proc/self/clear_refs`` after warm-up), parity vs eager (named tolerance of the
@@ -47,7 +50,8 @@ TARGETS = ("generic", "tensorrt", "onnxruntime-cpu")
 VITDEPLOY_ORT_SETTINGS = {"optimization": "all", "io_binding": True}
 
 
-def contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, int8_path: Path | None = None) -> list[dict[str, Any]]:
+def contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, int8_path: Path | None = None,
+               with_fused: bool = False) -> list[dict[str, Any]]:
     rows = [{"name": "eager official (PyTorch)", "kind": "eager", "precision": "fp32"}]
     if with_compile:
         rows.append({"name": "torch.compile official", "kind": "compile", "precision": "fp32"})
@@ -59,6 +63,15 @@ def contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, in
         model = str(int8_path.resolve()) if int8_path else "vitdeploy_int8.onnx"  # a path relative to the workdir
         rows.append({"name": "ORT, vitdeploy INT8 (onnxruntime-cpu)", "kind": "ort", "model": model,
                      "precision": "int8", "settings": VITDEPLOY_ORT_SETTINGS, "fp32_source": "ORT, vitdeploy FP32 --target onnxruntime-cpu"})
+    if with_fused and "onnxruntime-cpu" in targets:
+        # The same files, with the folded attention swapped for vitdeploy's fused kernel at load time.
+        fused = {**VITDEPLOY_ORT_SETTINGS, "fused_attention": True}
+        rows.append({"name": "ORT, vitdeploy FP32 --target onnxruntime-cpu + fused rel-pos kernel", "kind": "ort",
+                     "model": "vitdeploy_onnxruntime-cpu.onnx", "precision": "fp32", "settings": fused})
+        if with_int8:
+            int8_model = str(int8_path.resolve()) if int8_path else "vitdeploy_int8.onnx"
+            rows.append({"name": "ORT, vitdeploy INT8 + fused rel-pos kernel", "kind": "ort", "model": int8_model,
+                         "precision": "int8", "settings": fused, "fp32_source": "ORT, vitdeploy FP32 --target onnxruntime-cpu"})
     return rows
 
 
@@ -222,8 +235,8 @@ def fusion_checks(workdir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     checks = {}
     for row in rows:
-        if row["kind"] != "ort" or not row["settings"]:
-            continue
+        if row["kind"] != "ort" or not row["settings"] or row["settings"].get("fused_attention"):
+            continue  # the fused rows run the same files as their plain rows
         model = workdir / row["model"]
         settings = OrtSettings(threads=1, optimization=row["settings"].get("optimization", "all"))
         report = fusion_report(optimized_graph(model, workdir / f"optimized_{Path(row['model']).stem}.onnx", settings))
@@ -326,6 +339,8 @@ def main() -> None:
     parser.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS)
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     parser.add_argument("--no-int8", action="store_true", help="leave the INT8 row out")
+    parser.add_argument("--no-fused", action="store_true",
+                        help="leave out the rows on vitdeploy's fused rel-pos kernel (included when cpp/build.sh has built it)")
     parser.add_argument("--int8", type=Path, default=None,
                         help="use this INT8 file (calibrated from the onnxruntime-cpu export) instead of calibrating one")
     parser.add_argument("--int8-report", type=Path, default=None, help="the 'vitdeploy calibrate --report' JSON of --int8")
@@ -343,7 +358,12 @@ def main() -> None:
 
     workdir = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
-    rows = contenders(tuple(args.targets), not args.no_compile, not args.no_int8, args.int8)
+    from vitdeploy.runtime.relpos_kernel import library_path
+
+    with_fused = not args.no_fused and library_path() is not None
+    if not args.no_fused and not with_fused:
+        print("note: no fused rel-pos kernel rows: build libvitdeploy_ort_ops.so with 'bash cpp/build.sh'", flush=True)
+    rows = contenders(tuple(args.targets), not args.no_compile, not args.no_int8, args.int8, with_fused=with_fused)
     load_before = os.getloadavg()
     info = prepare(args, workdir, rows)
     from vitdeploy.models.recipes import load_recipe

@@ -22,12 +22,15 @@ from vitdeploy.cli.options import handle_errors, report_option, threads_option, 
               help="Named tolerance set; auto picks the one for the model's precision (from its metadata).")
 @click.option("--runs", type=click.IntRange(min=0), default=5, show_default=True, help="Timed runs per backend (0: no timing).")
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True, help="Untimed warm-up runs.")
+@click.option("--fused-attention", is_flag=True,
+              help="Run --target onnxruntime-cpu attention on vitdeploy's fused rel-pos kernel "
+                   "(custom-op library from 'bash cpp/build.sh'; ONNX models on the CPU).")
 @threads_option
 @report_option
 @verbose_option
 @handle_errors
 def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random_inputs: int, tolerance: str,
-             runs: int, warmup: int, threads: int, report: str | None, verbose: bool) -> None:
+             runs: int, warmup: int, fused_attention: bool, threads: int, report: str | None, verbose: bool) -> None:
     """Compare a deployed model with the eager official model on the same inputs.
 
     Prints max-abs, relative L2, cosine and NaN/Inf counts against named tolerances, then the
@@ -50,7 +53,11 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
 
     if report:
         check_output_path(report)
-    candidate = open_runner(model, threads=threads)  # .onnx -> ONNX Runtime, .plan -> TensorRT
+    candidate = open_runner(model, threads=threads, fused_attention=fused_attention)  # .onnx -> ONNX Runtime, .plan -> TensorRT
+    fusion = getattr(candidate, "fusion", None)
+    if fusion is not None:
+        click.echo(f"fused rel-pos attention: {len(fusion.swapped)} attention node(s) on vitdeploy's kernel, "
+                   f"{len(fusion.kept)} left to ONNX Runtime")
     meta = candidate.metadata
     if not meta.get("family"):
         raise InputError(f"'{model}' carries no vitdeploy metadata: validate models written by 'vitdeploy export'")

@@ -11,15 +11,18 @@ ONNX_SUFFIXES = (".onnx",)
 ENGINE_SUFFIXES = (".plan", ".engine", ".trt")
 
 
-def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str = "cpu", gpu: int = 0) -> Runner:
-    """``.onnx`` -> :class:`OnnxRuntimeRunner` (``threads``, ``ort_device``); ``.plan``/``.engine``/``.trt`` ->
-    :class:`TensorRTRunner` on CUDA device ``gpu``."""
+def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str = "cpu", gpu: int = 0,
+                fused_attention: bool = False) -> Runner:
+    """``.onnx`` -> :class:`OnnxRuntimeRunner` (``threads``, ``ort_device``, ``fused_attention``);
+    ``.plan``/``.engine``/``.trt`` -> :class:`TensorRTRunner` on CUDA device ``gpu``."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix in ONNX_SUFFIXES:
         from vitdeploy.runtime.runners import OnnxRuntimeRunner
 
-        return OnnxRuntimeRunner(path, threads=threads, device=ort_device)
+        return OnnxRuntimeRunner(path, threads=threads, device=ort_device, fused_attention=fused_attention)
+    if fused_attention:
+        raise InputError(f"--fused-attention applies to ONNX models on ONNX Runtime, not to '{path.name}'")
     if suffix in ENGINE_SUFFIXES:
         from vitdeploy.runtime.tensorrt_runner import TensorRTRunner
 

@@ -55,6 +55,9 @@ class OnnxRuntimeRunner:
     :class:`vitdeploy.runtime.ort_settings.OrtSettings`); left out, ONNX Runtime's defaults apply.
     With ``io_binding=True`` inputs are bound in place and outputs are written into arrays allocated
     once per runner: the arrays ``run`` returns are then reused by the next ``run`` (copy them to keep them).
+    With ``fused_attention=True`` (CPU only) the graph's folded rel-pos attention runs on vitdeploy's
+    fused kernel (:mod:`vitdeploy.runtime.relpos_kernel`, a custom-op library built by
+    ``bash cpp/build.sh``); which nodes were swapped is in ``fusion``.
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class OnnxRuntimeRunner:
         io_binding: bool = False,
         session_config: dict[str, str] | None = None,
         disabled_optimizers: tuple[str, ...] | None = None,
+        fused_attention: bool = False,
     ):
         try:
             import onnxruntime as ort
@@ -88,8 +92,20 @@ class OnnxRuntimeRunner:
         )
         options = self.settings.session_options()
         self.disabled_optimizers = self.settings.optimizers_to_disable(path)
+        source: str | bytes = str(path)
+        self.fusion = None
+        if fused_attention:
+            from vitdeploy.runtime.relpos_kernel import fused_session_source, require_library
+
+            if device != "cpu":
+                raise InputError(f"fused attention is a CPU kernel: use --device cpu (got '{device}')")
+            library = require_library()
+            source, self.fusion = fused_session_source(path, library)
+            options.register_custom_ops_library(str(library))
+            # The swapped graph is loaded from memory: external weights are read from the model's folder.
+            options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(path.parent.resolve()))
         try:
-            self.session = ort.InferenceSession(str(path), options, providers=ort_providers(device),
+            self.session = ort.InferenceSession(source, options, providers=ort_providers(device),
                                                 disabled_optimizers=self.disabled_optimizers or None)
         except Exception as exc:  # ORT raises its own Fail/InvalidGraph types; all mean "unusable file".
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

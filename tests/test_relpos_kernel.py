@@ -1,0 +1,169 @@
+"""vitdeploy's fused rel-pos attention kernel (ONNX Runtime custom op): same numbers, swapped only where proven safe."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+from tests.conftest import TINY_ARCHS, tiny_encoder
+from vitdeploy.cli import cli
+from vitdeploy.errors import InputError
+from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder
+from vitdeploy.runtime import relpos_kernel
+from vitdeploy.runtime.runners import OnnxRuntimeRunner
+from vitdeploy.validation.parity import compare
+
+CPP = Path(__file__).resolve().parents[1] / "cpp"
+BUILD = CPP / "build"
+ARCH = "padded_windows"  # two windowed blocks (9 tokens: left to ONNX Runtime) and one 8x8 global block
+#: Kernel vs float64 reference: float32 sums over at most 64 keys of O(1) terms.
+KERNEL_MAX_ABS = 1e-5
+#: Fused vs unfused ONNX Runtime graph, max-abs error relative to the output scale (reordered float sums).
+FUSED_VS_MHA_MAX_ABS_REL = 1e-5
+
+pytestmark = pytest.mark.skipif(not (shutil.which("cmake") and (shutil.which("c++") or shutil.which("g++"))),
+                                reason="cmake and a C++ compiler are needed to build the custom-op library")
+
+
+@pytest.fixture(scope="module")
+def library() -> Path:
+    """cpp/build/libvitdeploy_ort_ops.so after ``cpp/build.sh`` (incremental; tests/test_cpp.py builds the same tree)."""
+    env = dict(os.environ, PYTHON=sys.executable, SKIP_CTEST="1", JOBS=str(os.cpu_count() or 2))
+    done = subprocess.run(["bash", str(CPP / "build.sh"), str(BUILD)], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"C++ build failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    path = BUILD / relpos_kernel.LIBRARY_NAME
+    assert path.is_file()
+    assert relpos_kernel.library_path() == path  # the default location the runner looks in
+    return path
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("relpos_kernel")
+    encoder = tiny_encoder(ARCH, seed=7)
+    return {t: export_sam_image_encoder(encoder, root / f"{t}.onnx", target=t).path for t in ("onnxruntime-cpu", "generic")}
+
+
+def _needs_fast_path(library: Path, tokens: int, head_dim: int) -> None:
+    if not relpos_kernel.fast_path(tokens, head_dim, library):
+        pytest.skip("this CPU has no AVX-512F: the kernel would take its portable path, which the swap does not use")
+
+
+def _op_model(heads: int, grid_h: int, grid_w: int, head_dim: int) -> onnx.ModelProto:
+    aug = heads * (head_dim + grid_h + grid_w)
+    vi = lambda name, width: helper.make_tensor_value_info(name, TensorProto.FLOAT, ["b", grid_h * grid_w, width])  # noqa: E731
+    node = helper.make_node("RelPosAttention", ["q_aug", "k_aug", "v"], ["out"], domain=relpos_kernel.DOMAIN,
+                            num_heads=heads, grid_h=grid_h, grid_w=grid_w)
+    graph = helper.make_graph([node], "op", [vi("q_aug", aug), vi("k_aug", aug), vi("v", heads * head_dim)],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(relpos_kernel.DOMAIN, 1)],
+                             ir_version=10)
+
+
+def _reference(q_aug: np.ndarray, k_aug: np.ndarray, v: np.ndarray, heads: int, grid_h: int, grid_w: int) -> np.ndarray:
+    """softmax(q . k + rel_h[key row] + rel_w[key column]) v per head, in float64."""
+    b, n, _ = q_aug.shape
+    d = v.shape[-1] // heads
+    q4 = q_aug.reshape(b, n, heads, -1).astype(np.float64)
+    k4 = k_aug.reshape(b, n, heads, -1).astype(np.float64)
+    v4 = v.reshape(b, n, heads, d).astype(np.float64)
+    scores = np.einsum("bqhc,bkhc->bhqk", q4[..., :d], k4[..., :d])
+    rows, cols = np.divmod(np.arange(n), grid_w)
+    rel_h = q4[..., d:d + grid_h].transpose(0, 2, 1, 3)  # b, h, q, grid_h
+    rel_w = q4[..., d + grid_h:].transpose(0, 2, 1, 3)
+    scores += rel_h[..., rows] + rel_w[..., cols]
+    scores -= scores.max(axis=-1, keepdims=True)
+    p = np.exp(scores)
+    p /= p.sum(axis=-1, keepdims=True)
+    return np.einsum("bhqk,bkhc->bqhc", p, v4).reshape(b, n, heads * d)
+
+
+@pytest.mark.parametrize(("heads", "grid_h", "grid_w", "head_dim", "fast"), [
+    (2, 8, 8, 16, True),    # 64 tokens, head 16: the AVX-512 path
+    (3, 4, 8, 32, True),    # 32 tokens: 32-query tiles
+    (2, 3, 3, 8, False),    # 9 tokens, head 8: the portable path
+    (1, 5, 7, 16, False),   # non-square grid, 35 tokens
+])
+def test_op_matches_float64_reference(library: Path, heads: int, grid_h: int, grid_w: int, head_dim: int, fast: bool) -> None:
+    if fast:
+        _needs_fast_path(library, grid_h * grid_w, head_dim)
+    else:
+        assert not relpos_kernel.fast_path(grid_h * grid_w, head_dim, library)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    options.register_custom_ops_library(str(library))
+    session = ort.InferenceSession(_op_model(heads, grid_h, grid_w, head_dim).SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(grid_h * 100 + head_dim)
+    n, aug = grid_h * grid_w, head_dim + grid_h + grid_w
+    q_aug = rng.standard_normal((2, n, heads * aug)).astype(np.float32)
+    k_aug = rng.standard_normal((2, n, heads * aug)).astype(np.float32)  # the kernel reads k's first head_dim values only
+    v = rng.standard_normal((2, n, heads * head_dim)).astype(np.float32)
+    out = session.run(None, {"q_aug": q_aug, "k_aug": k_aug, "v": v})[0]
+    err = float(np.abs(out - _reference(q_aug, k_aug, v, heads, grid_h, grid_w)).max())
+    assert err <= KERNEL_MAX_ABS, f"max-abs error {err:.3g}"
+
+
+def test_fused_runner_matches_official_and_mha(library: Path, exports: dict[str, Path]) -> None:
+    arch = TINY_ARCHS[ARCH]
+    grid = arch.img_size // arch.patch_size
+    _needs_fast_path(library, grid * grid, arch.embed_dim // arch.num_heads)
+    fused = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2, fused_attention=True)
+    plain = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2)
+    assert len(fused.fusion.swapped) == len(arch.global_attn_indexes)  # the global block
+    assert set(fused.fusion.kept.values()) == {next(iter(fused.fusion.kept.values()))}  # the windowed ones, one reason
+    assert "not the library's AVX-512 path" in next(iter(fused.fusion.kept.values()))
+    official = tiny_encoder(ARCH, seed=7)
+    for seed in (0, 1):
+        x = torch.randn(1, 3, arch.img_size, arch.img_size, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            ref = official(x)
+        out = fused.run({"image": x.numpy()})["image_embeddings"]
+        result = compare(ref, out, "fp32", label=f"fused seed {seed}")
+        assert result, result.summary()
+        mha = plain.run({"image": x.numpy()})["image_embeddings"]
+        assert float(np.abs(out - mha).max() / np.abs(mha).max()) <= FUSED_VS_MHA_MAX_ABS_REL
+
+
+def test_swap_needs_the_exact_one_hot_keys(library: Path, exports: dict[str, Path], tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no attention the fused kernel can take"):
+        relpos_kernel.fused_session_source(exports["generic"], library)  # no MultiHeadAttention at all
+    model = onnx.load(str(exports["onnxruntime-cpu"]))
+    _, report = relpos_kernel.fuse_relpos_attention(onnx.load(str(exports["onnxruntime-cpu"])), library)
+    assert report.swapped  # untouched, the global block is swapped ...
+    producers = {o: n for n in model.graph.node for o in n.output}
+    tables = set()
+    for node in model.graph.node:
+        if node.op_type == "MultiHeadAttention":  # key <- Reshape <- Add(Pad(k), one-hot table)
+            tables.update(producers[producers[node.input[1]].input[0]].input)
+    tampered = 0
+    for init in model.graph.initializer:
+        if init.name in tables:
+            table = onnx.numpy_helper.to_array(init).copy()
+            table.reshape(-1, table.shape[-1])[0, -1] = 1.0  # one key in two columns: not the kernel's layout
+            init.CopyFrom(onnx.numpy_helper.from_array(table, init.name))
+            tampered += 1
+    assert tampered
+    _, report = relpos_kernel.fuse_relpos_attention(model, library)  # ... tampered, nothing is
+    assert report.swapped == []
+    assert set(report.kept.values()) == {"the key table is not the one-hot rel-pos layout"}
+
+
+def test_missing_library_is_a_clear_error(exports: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(relpos_kernel.LIBRARY_ENV, str(tmp_path / "nowhere.so"))
+    result = CliRunner().invoke(cli, ["validate", str(exports["onnxruntime-cpu"]), "--fused-attention", "--runs", "0"])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    last = result.output.strip().splitlines()[-1]
+    assert "nowhere.so not found" in last and "cpp/build.sh" in last
