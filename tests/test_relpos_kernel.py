@@ -19,7 +19,8 @@ from onnx import TensorProto, helper
 from tests.conftest import TINY_ARCHS, tiny_encoder
 from vitdeploy.cli import cli
 from vitdeploy.errors import InputError
-from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder
+from vitdeploy.models.recipes import SAM_PIXEL_MEAN, SAM_PIXEL_STD
+from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
 from vitdeploy.runtime import relpos_kernel
 from vitdeploy.runtime.runners import OnnxRuntimeRunner
 from vitdeploy.validation.parity import compare
@@ -52,7 +53,14 @@ def library() -> Path:
 def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("relpos_kernel")
     encoder = tiny_encoder(ARCH, seed=7)
-    return {t: export_sam_image_encoder(encoder, root / f"{t}.onnx", target=t).path for t in ("onnxruntime-cpu", "generic")}
+    arch = TINY_ARCHS[ARCH]
+
+    def meta(target: str) -> dict:  # random weights by seed: validate rebuilds the eager model from it
+        return sam_encoder_metadata(variant="tiny", img_size=arch.img_size, pixel_mean=SAM_PIXEL_MEAN, pixel_std=SAM_PIXEL_STD,
+                                    architecture=arch.to_dict(), random_seed=7, target=target)
+
+    return {t: export_sam_image_encoder(encoder, root / f"{t}.onnx", metadata=meta(t), target=t).path
+            for t in ("onnxruntime-cpu", "generic")}
 
 
 def _needs_fast_path(library: Path, tokens: int, head_dim: int) -> None:
@@ -167,3 +175,16 @@ def test_missing_library_is_a_clear_error(exports: dict[str, Path], tmp_path: Pa
     assert "Traceback" not in result.output
     last = result.output.strip().splitlines()[-1]
     assert "nowhere.so not found" in last and "cpp/build.sh" in last
+
+
+def test_validate_and_benchmark_run_the_fused_kernel(library: Path, exports: dict[str, Path]) -> None:
+    arch = TINY_ARCHS[ARCH]
+    grid = arch.img_size // arch.patch_size
+    _needs_fast_path(library, grid * grid, arch.embed_dim // arch.num_heads)
+    model = str(exports["onnxruntime-cpu"])
+    validated = CliRunner().invoke(cli, ["validate", model, "--fused-attention", "--random-inputs", "1", "--runs", "0"])
+    assert validated.exit_code == 0, validated.output
+    assert "1 attention node(s) on vitdeploy's kernel, 2 left to ONNX Runtime" in validated.output
+    timed = CliRunner().invoke(cli, ["benchmark", model, "--fused-attention", "--no-eager", "--runs", "1", "--warmup", "0"])
+    assert timed.exit_code == 0, timed.output
+    assert "fused rel-pos kernel" in timed.output

@@ -55,12 +55,14 @@ def input_template(runner: Any) -> dict[str, list[int | str]]:
     return template
 
 
-def deployed_contender(path: str | Path, *, threads: int | None, device: str, gpu: int = 0) -> Contender:
-    """An ONNX file (ONNX Runtime on ``device``) or a TensorRT plan (on CUDA device ``gpu``)."""
+def deployed_contender(path: str | Path, *, threads: int | None, device: str, gpu: int = 0,
+                       fused_attention: bool = False) -> Contender:
+    """An ONNX file (ONNX Runtime on ``device``, optionally with the fused rel-pos kernel) or a TensorRT plan
+    (on CUDA device ``gpu``)."""
     from vitdeploy.runtime.loader import ENGINE_SUFFIXES, open_runner
 
     path = Path(path)
-    runner = open_runner(path, threads=threads, ort_device=device, gpu=gpu)
+    runner = open_runner(path, threads=threads, ort_device=device, gpu=gpu, fused_attention=fused_attention)
     precision = str(runner.metadata.get("precision", "fp32"))
     if path.suffix.lower() in ENGINE_SUFFIXES:
         name = runner.input_names[0]
@@ -74,8 +76,9 @@ def deployed_contender(path: str | Path, *, threads: int | None, device: str, gp
         )
     first = next(iter(runner.input_shapes().values()))  # type: ignore[attr-defined]
     static = isinstance(first[0], int)
+    fused = " + fused rel-pos kernel" if fused_attention else ""
     return Contender(
-        label=f"onnxruntime-{device} {precision} ({path.name})", runner=runner, backend="onnxruntime",
+        label=f"onnxruntime-{device} {precision}{fused} ({path.name})", runner=runner, backend="onnxruntime",
         precision=precision, device=device,
         batch_range=(first[0], first[0]) if static else None,
         batch_note=f"static batch {first[0]} (re-export with --dynamic-batch)" if static else "",

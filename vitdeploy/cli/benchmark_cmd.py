@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -24,12 +25,16 @@ from vitdeploy.cli.options import handle_errors, report_option, threads_option, 
               help="Batch size(s) to time (repeatable; default 1). Static-batch models skip other sizes.")
 @click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True, help="Timed runs per contender and batch.")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Untimed warm-up runs.")
+@click.option("--fused-attention", is_flag=True,
+              help="ONNX models: run --target onnxruntime-cpu attention on vitdeploy's fused rel-pos kernel "
+                   "(custom-op library from 'bash cpp/build.sh').")
 @threads_option
 @report_option
 @verbose_option
 @handle_errors
 def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str, ...], checkpoint: str | None, device: str,
-              gpu: int, batches: tuple[int, ...], runs: int, warmup: int, threads: int, report: str | None, verbose: bool) -> None:
+              gpu: int, batches: tuple[int, ...], runs: int, warmup: int, fused_attention: bool, threads: int,
+              report: str | None, verbose: bool) -> None:
     """Time deployed models (.onnx with ONNX Runtime, .plan with TensorRT) against eager PyTorch.
 
     Prints median / p90 / p99 latency, throughput and the speed-up over the first contender (the
@@ -47,10 +52,12 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
     from vitdeploy.benchmark.report import TIMING, BenchmarkReport, environment
     from vitdeploy.errors import InputError
     from vitdeploy.fileio import atomic_write_bytes, check_output_path
+    from vitdeploy.runtime.loader import ONNX_SUFFIXES
 
     if report:
         check_output_path(report)
-    deployed = [deployed_contender(m, threads=threads, device=device, gpu=gpu) for m in models]
+    deployed = [deployed_contender(m, threads=threads, device=device, gpu=gpu,
+                                   fused_attention=fused_attention and Path(m).suffix.lower() in ONNX_SUFFIXES) for m in models]
     for c in deployed:
         for warning in getattr(c.runner, "warnings", []):
             click.echo(f"warning: {warning}")
