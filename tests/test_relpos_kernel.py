@@ -188,3 +188,22 @@ def test_validate_and_benchmark_run_the_fused_kernel(library: Path, exports: dic
     timed = CliRunner().invoke(cli, ["benchmark", model, "--fused-attention", "--no-eager", "--runs", "1", "--warmup", "0"])
     assert timed.exit_code == 0, timed.output
     assert "fused rel-pos kernel" in timed.output
+
+
+def test_int8_graph_takes_the_kernel_with_the_same_numbers(library: Path, exports: dict[str, Path], tmp_path: Path) -> None:
+    """Calibration keeps the folded attention float: the swap applies to INT8 graphs unchanged."""
+    from vitdeploy.precision.calibration_data import bundled_calibration_dir
+
+    arch = TINY_ARCHS[ARCH]
+    grid = arch.img_size // arch.patch_size
+    _needs_fast_path(library, grid * grid, arch.embed_dim // arch.num_heads)
+    int8 = tmp_path / "int8.onnx"
+    done = CliRunner().invoke(cli, ["calibrate", str(exports["onnxruntime-cpu"]), "-p", "int8", "-o", str(int8), "--no-eager",
+                                    "-i", str(bundled_calibration_dir()), "--cache-dir", str(tmp_path / "cache")])
+    assert done.exit_code == 0, done.output
+    fused = OnnxRuntimeRunner(int8, threads=2, fused_attention=True)
+    plain = OnnxRuntimeRunner(int8, threads=2)
+    assert len(fused.fusion.swapped) == len(arch.global_attn_indexes)
+    x = torch.randn(1, 3, arch.img_size, arch.img_size, generator=torch.Generator().manual_seed(3)).numpy()
+    out, ref = fused.run({"image": x})["image_embeddings"], plain.run({"image": x})["image_embeddings"]
+    assert float(np.abs(out - ref).max() / np.abs(ref).max()) <= FUSED_VS_MHA_MAX_ABS_REL
