@@ -41,7 +41,8 @@ VERB_NEEDS: dict[str, tuple[str, ...]] = {
 #: Optional extras of a verb: (components, what they add).
 VERB_EXTRAS: dict[str, list[tuple[tuple[str, ...], str]]] = {
     "benchmark": [(("torch",), "eager PyTorch baseline"), (("tensorrt", "cuda-python", "gpu"), "TensorRT engines"),
-                  (("torch-cuda",), "eager PyTorch on the GPU")],
+                  (("torch-cuda",), "eager PyTorch on the GPU"), (("fused-attention",), "--fused-attention")],
+    "validate": [(("fused-attention",), "--fused-attention")],
 }
 
 
@@ -157,6 +158,22 @@ def _gpu_without_cuda_python() -> Component:
     return Component("gpu", False, None, f"{lines[0]} (seen by nvidia-smi; install cuda-python to use it)")
 
 
+def _fused_attention() -> Component:
+    """vitdeploy's fused rel-pos attention library: built, loadable, and on which path ViT-B's global blocks run."""
+    from vitdeploy.runtime import relpos_kernel
+
+    path = relpos_kernel.library_path()
+    if path is None:
+        return Component("fused-attention", False, None,
+                         f"{relpos_kernel.LIBRARY_NAME} not built: 'bash cpp/build.sh' (or set {relpos_kernel.LIBRARY_ENV})")
+    try:
+        fast = relpos_kernel.fast_path(4096, 64, path)
+    except OSError as exc:
+        return Component("fused-attention", False, None, f"{path} cannot be loaded ({exc}): rebuild with 'bash cpp/build.sh'")
+    how = "AVX-512 path" if fast else "no AVX-512 on this CPU: portable path only, the runner leaves attention to ONNX Runtime"
+    return Component("fused-attention", fast, None, f"{path}; ViT-B global blocks: {how}")
+
+
 def probe_components() -> dict[str, Component]:
     """Probe everything vitdeploy can use on this machine."""
     torch_comp, torch_cuda = _torch()
@@ -165,7 +182,7 @@ def probe_components() -> dict[str, Component]:
         Component("python", True, platform.python_version(), f"{platform.system()} {platform.machine()}"),
         torch_comp, torch_cuda,
         _module("onnx"), _module("onnxscript"), _onnxruntime(), _module("segment_anything"), _module("timm"),
-        _module("polygraphy"), _tensorrt(), cuda_python, gpu,
+        _module("polygraphy"), _tensorrt(), cuda_python, gpu, _fused_attention(),
     ]
     return {c.name: c for c in comps}
 
