@@ -59,9 +59,9 @@ def contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, in
     for target in targets:
         rows.append({"name": f"ORT, vitdeploy FP32 --target {target}", "kind": "ort", "model": f"vitdeploy_{target}.onnx",
                      "precision": "fp32", "settings": VITDEPLOY_ORT_SETTINGS, "target": target})
+    int8_model = str(int8_path.resolve()) if int8_path else "vitdeploy_int8.onnx"  # a path relative to the workdir
     if with_int8:
-        model = str(int8_path.resolve()) if int8_path else "vitdeploy_int8.onnx"  # a path relative to the workdir
-        rows.append({"name": "ORT, vitdeploy INT8 (onnxruntime-cpu)", "kind": "ort", "model": model,
+        rows.append({"name": "ORT, vitdeploy INT8 (onnxruntime-cpu)", "kind": "ort", "model": int8_model,
                      "precision": "int8", "settings": VITDEPLOY_ORT_SETTINGS, "fp32_source": "ORT, vitdeploy FP32 --target onnxruntime-cpu"})
     if with_fused and "onnxruntime-cpu" in targets:
         # The same files, with the folded attention swapped for vitdeploy's fused kernel at load time.
@@ -69,7 +69,6 @@ def contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, in
         rows.append({"name": "ORT, vitdeploy FP32 --target onnxruntime-cpu + fused rel-pos kernel", "kind": "ort",
                      "model": "vitdeploy_onnxruntime-cpu.onnx", "precision": "fp32", "settings": fused})
         if with_int8:
-            int8_model = str(int8_path.resolve()) if int8_path else "vitdeploy_int8.onnx"
             rows.append({"name": "ORT, vitdeploy INT8 + fused rel-pos kernel", "kind": "ort", "model": int8_model,
                          "precision": "int8", "settings": fused, "fp32_source": "ORT, vitdeploy FP32 --target onnxruntime-cpu"})
     return rows

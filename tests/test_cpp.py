@@ -12,10 +12,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import struct
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 
@@ -24,6 +22,7 @@ import PIL
 import pytest
 from PIL import Image
 
+from cpp_build import cpp_build, toolchain_missing  # noqa: F401 (session fixture)
 from sam_tiny import SEED, sample_image, tiny_sam_artifacts  # noqa: F401 (session fixture)
 from vitdeploy.metadata import read_onnx_metadata
 from vitdeploy.models.recipes import SAM_PIXEL_MEAN, SAM_PIXEL_STD
@@ -31,9 +30,6 @@ from vitdeploy.runtime.images import read_image_rgb
 from vitdeploy.runtime.postprocess import MaskUpscaler, resize_coords
 from vitdeploy.runtime.preprocess import SamPreprocessor
 from vitdeploy.runtime.sam_predictor import SamPredictor
-
-CPP = Path(__file__).resolve().parents[1] / "cpp"
-BUILD = CPP / "build"
 
 #: C++ vs Python limits, named per metric. Preprocessing: the issue's 1e-3 on normalized inputs (what
 #: is measured is 0: the resize reproduces Pillow's fixed-point arithmetic). Post-processing and the
@@ -50,25 +46,7 @@ CPP_TOLERANCES = {
 THREADS = 1
 
 
-def _toolchain_missing() -> str | None:
-    if not shutil.which("cmake"):
-        return "cmake is not installed (apt-get install cmake)"
-    if not (shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")):
-        return "no C++ compiler is installed (apt-get install g++)"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_toolchain_missing() is not None, reason=str(_toolchain_missing()))
-
-
-@pytest.fixture(scope="module")
-def cpp_build() -> Path:
-    """cpp/build after ``cpp/build.sh`` (configure + build; incremental after the first run)."""
-    env = dict(os.environ, PYTHON=sys.executable, SKIP_CTEST="1", JOBS=str(os.cpu_count() or 2))
-    done = subprocess.run(["bash", str(CPP / "build.sh"), str(BUILD)], env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"C++ build failed:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
-    assert "TensorRT backend: " in done.stdout, "CMake must report whether the TensorRT backend is built"
-    return BUILD
+pytestmark = pytest.mark.skipif(toolchain_missing() is not None, reason=str(toolchain_missing()))
 
 
 # --- golden inputs ---------------------------------------------------------------------------------

@@ -9,23 +9,21 @@ TensorRT tar install with TENSORRT_ROOT=/path/to/TensorRT.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from cpp_build import run_build_sh
 from sam_tiny import sample_image, tiny_sam_artifacts  # noqa: F401 (session fixture)
 from vitdeploy.doctor import tensorrt_unavailable_reason
 from vitdeploy.runtime.sam_predictor import SamPredictor
 from vitdeploy.validation.masks import compare_masks
 
-CPP = Path(__file__).resolve().parents[1] / "cpp"
 TRT_REASON = tensorrt_unavailable_reason()
 pytestmark = [pytest.mark.tensorrt, pytest.mark.gpu,
               pytest.mark.skipif(TRT_REASON is not None, reason=f"needs TensorRT and a GPU: {TRT_REASON}"),
@@ -36,8 +34,7 @@ pytestmark = [pytest.mark.tensorrt, pytest.mark.gpu,
 def trt_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """cpp/ built with the TensorRT backend (skips when CMake does not find the TensorRT C++ SDK)."""
     build = tmp_path_factory.mktemp("cpp_tensorrt")
-    env = dict(os.environ, PYTHON=sys.executable, SKIP_CTEST="1", JOBS=str(os.cpu_count() or 2))
-    done = subprocess.run(["bash", str(CPP / "build.sh"), str(build)], env=env, capture_output=True, text=True, timeout=1200)
+    done = run_build_sh(build, timeout=1200)
     skipped = re.search(r"TensorRT backend: skipped \((.*)\)", done.stdout)
     if skipped:
         pytest.skip(f"CMake did not find the TensorRT C++ SDK: {skipped.group(1)}")

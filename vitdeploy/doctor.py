@@ -168,8 +168,8 @@ def _fused_attention() -> Component:
                          f"{relpos_kernel.LIBRARY_NAME} not built: 'bash cpp/build.sh' (or set {relpos_kernel.LIBRARY_ENV})")
     try:
         fast = relpos_kernel.fast_path(4096, 64, path)
-    except OSError as exc:
-        return Component("fused-attention", False, None, f"{path} cannot be loaded ({exc}): rebuild with 'bash cpp/build.sh'")
+    except (OSError, AttributeError) as exc:  # not loadable, or a library without the probe symbol
+        return Component("fused-attention", False, None, f"{path} cannot be used ({exc}): rebuild with 'bash cpp/build.sh'")
     how = "AVX-512 path" if fast else "no AVX-512 on this CPU: portable path only, the runner leaves attention to ONNX Runtime"
     return Component("fused-attention", fast, None, f"{path}; ViT-B global blocks: {how}")
 

@@ -65,3 +65,39 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := handle.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+def load_onnx_graph(path: str | os.PathLike):
+    """An ONNX file's ``ModelProto`` without its external weights, with errors for people.
+
+    InputError for a missing file, a file that is not ONNX, or external weights whose file is missing
+    (checked here, so a later ``onnx.load_external_data_for_model`` finds them).
+    """
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"ONNX file '{path}' not found: run 'vitdeploy export' first or check the path")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, OSError, ValueError, RuntimeError) as exc:
+        raise InputError(f"'{path}' is not a readable ONNX file ({type(exc).__name__}): give a model written by 'vitdeploy export'") from exc
+    missing = [f for f in external_data_files(model, path.parent) if not f.is_file()]
+    if missing:
+        raise InputError(f"'{path.name}' keeps its weights in '{missing[0].name}', which is missing: keep it next to the ONNX file")
+    return model
+
+
+def external_data_files(model, base: Path) -> list[Path]:
+    """The files ``model``'s external initializers live in, resolved against ``base`` (the model's folder)."""
+    import onnx
+
+    files: list[Path] = []
+    for init in model.graph.initializer:
+        if init.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in init.external_data if e.key == "location"), None)
+        if location and (base / location) not in files:
+            files.append(base / location)
+    return files

@@ -194,22 +194,15 @@ VITDEPLOY_AVX512 float add_rel_pos16(const Problem& p, const float* q, float* ro
     return _mm512_reduce_max_ps(top);
 }
 
-VITDEPLOY_AVX512 void fast_tile(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) {
+// One tile of queries on the AVX-512 path; C = head_dim / 16.
+template <int C>
+VITDEPLOY_AVX512 void fast_tile_c(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) {
     thread_local std::vector<float> scores, o, inv;
     scores.resize(static_cast<size_t>(rows * p.tokens));
     o.resize(static_cast<size_t>(rows * p.head_dim));
     inv.resize(static_cast<size_t>(rows));
     const int64_t bh = b * p.heads + h;
-    const float* q0_row = q_row(p, b, q0, h);
-    const float* kp = p.packed_k[bh].data();
-    const int64_t qs = p.heads * p.aug;
-    switch (p.head_dim / 16) {
-        case 1: qk_panels<1>(q0_row, qs, kp, p.tokens, scores.data(), rows); break;
-        case 2: qk_panels<2>(q0_row, qs, kp, p.tokens, scores.data(), rows); break;
-        case 3: qk_panels<3>(q0_row, qs, kp, p.tokens, scores.data(), rows); break;
-        case 4: qk_panels<4>(q0_row, qs, kp, p.tokens, scores.data(), rows); break;
-        default: qk_panels<5>(q0_row, qs, kp, p.tokens, scores.data(), rows); break;
-    }
+    qk_panels<C>(q_row(p, b, q0, h), p.heads * p.aug, p.packed_k[bh].data(), p.tokens, scores.data(), rows);
     const bool wide = p.grid_w % 16 == 0;
     for (int64_t i = 0; i < rows; ++i) {
         float* row = scores.data() + i * p.tokens;
@@ -223,17 +216,20 @@ VITDEPLOY_AVX512 void fast_tile(const Problem& p, int64_t b, int64_t h, int64_t 
         }
         inv[static_cast<size_t>(i)] = 1.0f / _mm512_reduce_add_ps(sum);
     }
-    const float* v = p.packed_v[bh].data();
-    switch (p.head_dim / 16) {
-        case 1: pv_rows<1>(scores.data(), p.tokens, v, o.data(), rows); break;
-        case 2: pv_rows<2>(scores.data(), p.tokens, v, o.data(), rows); break;
-        case 3: pv_rows<3>(scores.data(), p.tokens, v, o.data(), rows); break;
-        case 4: pv_rows<4>(scores.data(), p.tokens, v, o.data(), rows); break;
-        default: pv_rows<5>(scores.data(), p.tokens, v, o.data(), rows); break;
-    }
+    pv_rows<C>(scores.data(), p.tokens, p.packed_v[bh].data(), o.data(), rows);
     for (int64_t i = 0; i < rows; ++i) {
         float* dst = p.out + ((b * p.tokens + q0 + i) * p.heads + h) * p.head_dim;
         for (int64_t d = 0; d < p.head_dim; ++d) dst[d] = o[static_cast<size_t>(i * p.head_dim + d)] * inv[static_cast<size_t>(i)];
+    }
+}
+
+void fast_tile(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) {
+    switch (p.head_dim / 16) {  // fast_path_fits: head_dim is 16, 32, 48, 64 or 80
+        case 1: fast_tile_c<1>(p, b, h, q0, rows); break;
+        case 2: fast_tile_c<2>(p, b, h, q0, rows); break;
+        case 3: fast_tile_c<3>(p, b, h, q0, rows); break;
+        case 4: fast_tile_c<4>(p, b, h, q0, rows); break;
+        default: fast_tile_c<5>(p, b, h, q0, rows); break;
     }
 }
 

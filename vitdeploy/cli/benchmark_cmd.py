@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import handle_errors, report_option, threads_option, verbose_option
+from vitdeploy.cli.options import fused_attention_option, handle_errors, report_option, threads_option, verbose_option
 
 
 @click.command("benchmark")
@@ -25,9 +25,7 @@ from vitdeploy.cli.options import handle_errors, report_option, threads_option, 
               help="Batch size(s) to time (repeatable; default 1). Static-batch models skip other sizes.")
 @click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True, help="Timed runs per contender and batch.")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Untimed warm-up runs.")
-@click.option("--fused-attention", is_flag=True,
-              help="ONNX models: run --target onnxruntime-cpu attention on vitdeploy's fused rel-pos kernel "
-                   "(custom-op library from 'bash cpp/build.sh').")
+@fused_attention_option
 @threads_option
 @report_option
 @verbose_option

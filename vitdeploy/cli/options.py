@@ -79,6 +79,12 @@ def threads_option(fn: Callable) -> Callable:
                         help="Threads for both eager PyTorch and ONNX Runtime (same count, fair comparison).")(fn)
 
 
+def fused_attention_option(fn: Callable) -> Callable:
+    return click.option("--fused-attention", is_flag=True,
+                        help="ONNX models on the CPU: run --target onnxruntime-cpu attention on vitdeploy's fused rel-pos "
+                             "kernel (custom-op library built by 'bash cpp/build.sh').")(fn)
+
+
 def report_option(fn: Callable) -> Callable:
     return click.option("--report", type=click.Path(dir_okay=False, path_type=str), default=None,
                         help="Write a machine-readable JSON report here.")(fn)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import handle_errors, report_option, threads_option, verbose_option
+from vitdeploy.cli.options import fused_attention_option, handle_errors, report_option, threads_option, verbose_option
 
 
 @click.command("validate")
@@ -22,9 +22,7 @@ from vitdeploy.cli.options import handle_errors, report_option, threads_option, 
               help="Named tolerance set; auto picks the one for the model's precision (from its metadata).")
 @click.option("--runs", type=click.IntRange(min=0), default=5, show_default=True, help="Timed runs per backend (0: no timing).")
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True, help="Untimed warm-up runs.")
-@click.option("--fused-attention", is_flag=True,
-              help="Run --target onnxruntime-cpu attention on vitdeploy's fused rel-pos kernel "
-                   "(custom-op library from 'bash cpp/build.sh'; ONNX models on the CPU).")
+@fused_attention_option
 @threads_option
 @report_option
 @verbose_option

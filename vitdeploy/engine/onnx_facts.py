@@ -83,39 +83,16 @@ def graph_precision(model: Any) -> str:
     return "fp32"
 
 
-def _external_files(model: Any, base: Path) -> list[Path]:
-    import onnx
-
-    files: list[Path] = []
-    for init in model.graph.initializer:
-        if init.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        location = next((e.value for e in init.external_data if e.key == "location"), None)
-        if location and (base / location) not in files:
-            files.append(base / location)
-    return files
-
-
 def read_onnx_facts(path: str | Path) -> OnnxFacts:
     """Facts about an ONNX file (weights are not loaded); InputError for a missing or invalid file."""
-    import onnx
-    from google.protobuf.message import DecodeError
-
+    from vitdeploy.fileio import external_data_files, load_onnx_graph
     from vitdeploy.metadata import decode
 
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"ONNX file '{path}' not found: export one with 'vitdeploy export' or check the path")
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except (DecodeError, ValueError, RuntimeError) as exc:
-        raise InputError(f"'{path}' is not a readable ONNX file ({type(exc).__name__}): give a model written by 'vitdeploy export'") from exc
+    model = load_onnx_graph(path)
     if not model.graph.node:
         raise InputError(f"'{path}' holds no graph nodes: give a model written by 'vitdeploy export'")
-    external = _external_files(model, path.parent)
-    missing = [f for f in external if not f.is_file()]
-    if missing:
-        raise InputError(f"'{path.name}' keeps its weights in '{missing[0].name}', which is missing: keep it next to the ONNX file")
+    external = external_data_files(model, path.parent)
     initializers = {i.name for i in model.graph.initializer}
     counts: dict[str, int] = {}
     for node in model.graph.node:

@@ -71,14 +71,20 @@ def _unwrap(obj: object, path: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def without_data_parallel_prefix(state: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+    """``state`` without the ``module.`` prefix DataParallel puts on every key (unchanged otherwise)."""
+    if state and all(k.startswith("module.") for k in state):
+        return {k[len("module."):]: v for k, v in state.items()}
+    return state
+
+
 def select_prefix(state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
     """Keep the keys under ``prefix`` (e.g. ``image_encoder.`` of a full SAM checkpoint), stripped.
 
     A DataParallel ``module.`` prefix is removed first. When no key carries ``prefix`` the state dict is
     taken to be the sub-model's own (an encoder-only checkpoint) and returned unchanged.
     """
-    if state and all(k.startswith("module.") for k in state):
-        state = {k[len("module."):]: v for k, v in state.items()}
+    state = without_data_parallel_prefix(state)
     if prefix and any(k.startswith(prefix) for k in state):
         return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     return dict(state)

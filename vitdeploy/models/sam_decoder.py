@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from vitdeploy.errors import CheckpointError, InputError, RecipeError
-from vitdeploy.models.checkpoints import check_fits, load_state_dict_file
+from vitdeploy.models.checkpoints import check_fits, load_state_dict_file, without_data_parallel_prefix
 from vitdeploy.models.recipes import Recipe
 from vitdeploy.models.sam_encoder import randomize_parameters
 
@@ -164,9 +164,7 @@ def randomize_prompt_decoder(module: nn.Module, seed: int) -> nn.Module:
 
 def select_decoder_keys(state: dict[str, torch.Tensor], path: str | Path) -> dict[str, torch.Tensor]:
     """Keep the ``prompt_encoder.*`` and ``mask_decoder.*`` keys of a full SAM checkpoint."""
-    if state and all(k.startswith("module.") for k in state):
-        state = {k[len("module."):]: v for k, v in state.items()}
-    kept = {k: v for k, v in state.items() if k.startswith(DECODER_PREFIXES)}
+    kept = {k: v for k, v in without_data_parallel_prefix(state).items() if k.startswith(DECODER_PREFIXES)}
     if not kept:
         raise CheckpointError(
             f"checkpoint '{path}' holds no prompt_encoder.* / mask_decoder.* keys: pass a full SAM checkpoint "

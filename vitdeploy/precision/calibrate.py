@@ -11,7 +11,7 @@ from typing import Any
 import onnx
 
 from vitdeploy.errors import InputError, PrecisionError, VitdeployError
-from vitdeploy.fileio import atomic_output, check_output_path
+from vitdeploy.fileio import atomic_output, check_output_path, load_onnx_graph
 from vitdeploy.precision.calibration_data import DEFAULT_MIN_IMAGES, CalibrationSet, load_calibration_set
 from vitdeploy.precision.report import PrecisionReport, precision_metadata, read_metadata, stamp_metadata
 from vitdeploy.validation.parity import ParityResult
@@ -64,14 +64,7 @@ def initializer_bytes(model: onnx.ModelProto) -> int:
 def load_fp32_onnx(path: str | Path) -> onnx.ModelProto:
     """Load an ONNX file with errors for people (missing, not ONNX, too large for the precision passes)."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"ONNX file '{path}' not found: run 'vitdeploy export' first or check the path")
-    from google.protobuf.message import DecodeError
-
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except (DecodeError, OSError, ValueError) as exc:
-        raise InputError(f"'{path}' is not a readable ONNX file ({type(exc).__name__}): re-export it") from exc
+    model = load_onnx_graph(path)
     weights = initializer_bytes(model)
     if weights > PRECISION_PASS_MAX_WEIGHT_BYTES:
         raise PrecisionError(

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitdeploy.errors import InputError
+from vitdeploy.relpos_layout import onehot_key_table
 from vitdeploy.rewrites.attention_ops import ort_multihead_attention
 from vitdeploy.rewrites.sam_encoder import ExportableAttention, ExportableImageEncoder
 
@@ -48,14 +49,9 @@ KERNELS = ("sdpa", "ort_mha")
 
 
 def key_onehot(head_dim: int, h: int, w: int) -> torch.Tensor:
-    """(h*w, head_dim + h + w): zeros, then one-hot of the key's row, then one-hot of its column."""
-    n = h * w
-    table = torch.zeros(n, head_dim + h + w)
-    rows = torch.arange(n) // w
-    cols = torch.arange(n) % w
-    table[torch.arange(n), head_dim + rows] = 1.0
-    table[torch.arange(n), head_dim + h + cols] = 1.0
-    return table
+    """(h*w, head_dim + h + w): zeros, then one-hot of the key's row, then one-hot of its column
+    (:func:`vitdeploy.relpos_layout.onehot_key_table`, the layout the fused CPU kernel reads)."""
+    return torch.from_numpy(onehot_key_table(head_dim, h, w))
 
 
 class FusedAttention(nn.Module):

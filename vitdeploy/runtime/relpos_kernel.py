@@ -28,6 +28,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from vitdeploy.errors import InputError, MissingDependencyError
+from vitdeploy.relpos_layout import onehot_key_table
 
 DOMAIN = "ai.vitdeploy"
 OP_TYPE = "RelPosAttention"
@@ -99,8 +100,6 @@ def _constant(name: str, inits: dict[str, onnx.TensorProto], producers: dict[str
 
 def _onehot_layout(table: np.ndarray) -> tuple[int, int, int] | None:
     """(head_dim, grid_h, grid_w) if ``table`` (N, A) is exactly zeros | one-hot(row) | one-hot(column)."""
-    from vitdeploy.rewrites.fused_attention import key_onehot
-
     if table.ndim != 2:
         return None
     n, width = table.shape
@@ -110,7 +109,7 @@ def _onehot_layout(table: np.ndarray) -> tuple[int, int, int] | None:
     head_dim = int(nonzero[0])
     for grid_h in range(1, width - head_dim):
         grid_w = width - head_dim - grid_h
-        if grid_h * grid_w == n and np.array_equal(table, key_onehot(head_dim, grid_h, grid_w).numpy()):
+        if grid_h * grid_w == n and np.array_equal(table, onehot_key_table(head_dim, grid_h, grid_w)):
             return head_dim, grid_h, grid_w
     return None
 
@@ -162,7 +161,7 @@ def fuse_relpos_attention(model: onnx.ModelProto, library: Path | None = None) -
         if node.op_type != "MultiHeadAttention" or node.domain != "com.microsoft":
             continue
         label = node.name or f"node{index}"
-        inputs = [i for i in node.input]
+        inputs = list(node.input)
         if len(inputs) < 3 or any(inputs[3:]) or float(_attr(node, "scale", 0.0)) != 1.0:
             report.kept[label] = "has a bias/mask input or its own scale (not the folded form)"
             continue
@@ -186,8 +185,9 @@ def fuse_relpos_attention(model: onnx.ModelProto, library: Path | None = None) -
 
 def fused_session_source(path: Path, library: Path | None = None) -> tuple[bytes, FusionReport]:
     """The model at ``path`` with the swap applied, serialized (external weights stay in their file)."""
-    model = onnx.load(str(path), load_external_data=False)
-    model, report = fuse_relpos_attention(model, library)
+    from vitdeploy.fileio import load_onnx_graph
+
+    model, report = fuse_relpos_attention(load_onnx_graph(path), library)
     if not report.swapped:
         reasons = sorted(set(report.kept.values())) or ["the graph has no MultiHeadAttention node"]
         raise InputError(f"'{path.name}' has no attention the fused kernel can take ({'; '.join(reasons)}): "
