@@ -1,0 +1,17 @@
+# Sourced by scripts/test.sh and scripts/run-demo.sh: make a virtual environment from this checkout's
+# own files and print its directory.
+#   default                  .venv, every package at the version in requirements.lock (what CI runs)
+#   VITDEPLOY_DEPS=latest    .venv-latest, the newest releases pyproject.toml allows (no lock)
+#   PYTHON=python3.11        the interpreter to create it with (default: python3)
+vitdeploy_venv() {
+    local extras="$1" venv lock=()
+    local python="${PYTHON:-python3}"
+    case "${VITDEPLOY_DEPS:-locked}" in
+        locked) venv=.venv; lock=(-c requirements.lock) ;;
+        latest) venv=.venv-latest; lock=(--upgrade --upgrade-strategy eager) ;;
+        *) echo "VITDEPLOY_DEPS must be 'locked' or 'latest', not '${VITDEPLOY_DEPS}'" >&2; return 2 ;;
+    esac
+    [ -x "$venv/bin/python" ] || "$python" -m venv "$venv" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${lock[@]}" -e ".[$extras]" >&2
+    echo "$venv"
+}

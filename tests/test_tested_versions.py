@@ -1,0 +1,34 @@
+"""The tested-version table doctor checks against agrees with requirements.lock, and drift is reported."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from vitdeploy.tested_versions import TESTED, VersionDrift, version_drift
+
+LOCK = Path(__file__).resolve().parents[1] / "requirements.lock"
+
+
+def _lock() -> dict[str, str]:
+    pins = {}
+    for line in LOCK.read_text().splitlines():
+        match = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s;]+)", line.strip())
+        if match:
+            pins[match.group(1).lower().replace("_", "-")] = match.group(2)
+    return pins
+
+
+def test_the_locked_version_is_the_first_tested_one() -> None:
+    pins = _lock()
+    for package, versions in TESTED.items():
+        key = package.lower().replace("_", "-")
+        assert key in pins, f"{package} is in the tested table but not in requirements.lock"
+        assert pins[key] == versions[0], f"{package}: lock {pins[key]}, tested table {versions}"
+
+
+def test_drift_names_the_package_and_the_tested_versions() -> None:
+    installed = {"onnxruntime": "9.9.9", "torch": TESTED["torch"][0], "timm": None}
+    drift = version_drift(installed)
+    assert drift == [VersionDrift("onnxruntime", "9.9.9", TESTED["onnxruntime"])]
+    assert str(drift[0]).startswith("onnxruntime 9.9.9 (tested: ")

@@ -1,0 +1,65 @@
+"""The versions of the packages vitdeploy imports that its test suite has passed with.
+
+``requirements.lock`` at the top of the checkout holds the full locked set the README's commands
+install (the first version of each entry below is the locked one; a test keeps them equal). Further
+versions listed were also run through the whole suite (see README, "Tested versions").
+``vitdeploy doctor`` compares what is installed against this table without importing anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+
+#: distribution name -> versions the suite passed with (locked first).
+TESTED: dict[str, tuple[str, ...]] = {
+    "torch": ("2.14.1",),
+    "torchvision": ("0.29.1",),
+    "segment-anything": ("1.0",),
+    "timm": ("1.0.31",),
+    "onnx": ("1.23.2",),
+    "onnxscript": ("0.7.2",),
+    "onnx-ir": ("1.1.0",),
+    "onnxruntime": ("1.32.0",),
+    "onnxconverter-common": ("1.16.0",),
+    "numpy": ("2.4.6",),
+    "protobuf": ("7.36.2",),
+    "ml_dtypes": ("0.6.0",),
+    "click": ("8.5.1",),
+    "safetensors": ("0.8.0",),
+    "pillow": ("13.0.0",),
+    "polygraphy": ("0.53.6",),
+}
+
+
+@dataclass(frozen=True)
+class VersionDrift:
+    """An installed package whose version the suite has not been run with."""
+
+    package: str
+    installed: str
+    tested: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.package} {self.installed} (tested: {', '.join(self.tested)})"
+
+
+def installed_versions(packages: list[str] | None = None) -> dict[str, str | None]:
+    """Installed version of each package (None when absent), from package metadata: nothing is imported."""
+    out: dict[str, str | None] = {}
+    for name in packages or list(TESTED):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def version_drift(installed: dict[str, str | None] | None = None) -> list[VersionDrift]:
+    """Installed packages outside the tested set (absent ones are not drift: doctor reports them as missing)."""
+    installed = installed if installed is not None else installed_versions()
+    return [VersionDrift(name, v, TESTED[name]) for name, v in installed.items()
+            if v is not None and name in TESTED and v not in TESTED[name]]
+
+
+__all__ = ["TESTED", "VersionDrift", "installed_versions", "version_drift"]
