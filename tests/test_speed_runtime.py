@@ -79,6 +79,7 @@ def test_int8_graph_runs_integer_kernels_by_default(int8_model: Path, fp32_model
     runner = OnnxRuntimeRunner(int8_model, threads=2)
     assert runner.disabled_optimizers == list(INT8_DISABLED_OPTIMIZERS)
     assert OnnxRuntimeRunner(fp32_model, threads=2).disabled_optimizers == []
+    assert OnnxRuntimeRunner(fp32_model, threads=2).int8_kernels is None
     auto = fusion_report(optimized_graph(int8_model, tmp_path / "auto.onnx", OrtSettings(optimization="extended")))
     forced = fusion_report(optimized_graph(int8_model, tmp_path / "forced.onnx",
                                            OrtSettings(optimization="extended", disabled_optimizers=())))
@@ -89,4 +90,56 @@ def test_int8_graph_runs_integer_kernels_by_default(int8_model: Path, fp32_model
     # Same numbers either way (integer kernels vs float math on dequantized values).
     a = runner.run(_input())["image_embeddings"]
     b = OnnxRuntimeRunner(int8_model, threads=2, disabled_optimizers=())
-    assert float(np.abs(a - b.run(_input())["image_embeddings"]).max() / np.abs(a).max()) < 1e-3
+    assert _rel_max_abs(a, b.run(_input())["image_embeddings"]) < INT8_KERNEL_VS_FLOAT
+
+
+#: Integer kernels vs the Q/DQ graph computed in float (what TensorRT computes), max-abs / max|ref|:
+#: int32 accumulation of exact int8 products differs from float only in rounding.
+INT8_KERNEL_VS_FLOAT = 1e-3
+#: What makes an AVX-512 machine decide like an AVX2-only one (and the other way round is the real CPU).
+AVX2_ONLY_MASK = "avx512*,amx*,avx_vnni"
+
+
+def _rel_max_abs(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def _float_semantics(int8_model: Path) -> np.ndarray:
+    """The Q/DQ graph with no graph optimization: every DQ -> MatMul computed in float."""
+    return OnnxRuntimeRunner(int8_model, threads=2, optimization="disable").run(_input())["image_embeddings"]
+
+
+def test_int8_kernels_match_float_semantics_on_this_cpu(int8_model: Path) -> None:
+    """Whatever this CPU is, the kernels the runner picks compute the graph's own numbers."""
+    from vitdeploy.cpu_features import cpu_features
+
+    cpu = cpu_features()
+    runner = OnnxRuntimeRunner(int8_model, threads=2)
+    err = _rel_max_abs(runner.run(_input())["image_embeddings"], _float_semantics(int8_model))
+    print(f"{cpu.summary()}: {runner.int8_kernels}; max-abs vs float semantics {err:.2e}")
+    assert err < INT8_KERNEL_VS_FLOAT
+    assert runner.int8_kernels.startswith("u8u8" if cpu.u8s8_saturates else "u8s8")
+
+
+def test_int8_kernels_on_a_cpu_without_vnni(int8_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forced on any CPU: deciding as on an AVX2-only one picks the exact u8u8 kernels, with the same numbers."""
+    monkeypatch.setenv("VITDEPLOY_CPU_MASK", AVX2_ONLY_MASK)
+    runner = OnnxRuntimeRunner(int8_model, threads=2)
+    assert runner.int8_kernels.startswith("u8u8") and "session.x64quantprecision=1" in runner.int8_kernels
+    assert _rel_max_abs(runner.run(_input())["image_embeddings"], _float_semantics(int8_model)) < INT8_KERNEL_VS_FLOAT
+
+
+def test_default_u8s8_kernels_saturate_exactly_where_the_cpu_says(int8_model: Path) -> None:
+    """The root cause, measured on the CPU at hand: ONNX Runtime's default u8s8 kernels (option off) match the
+    float semantics on CPUs with VNNI/AMX and miss them on CPUs without (int16 pair sums saturate)."""
+    from vitdeploy.cpu_features import cpu_features
+
+    default = OnnxRuntimeRunner(int8_model, threads=2, session_config={"session.x64quantprecision": "0"})
+    assert "given by the caller" in default.int8_kernels
+    err = _rel_max_abs(default.run(_input())["image_embeddings"], _float_semantics(int8_model))
+    cpu = cpu_features()
+    print(f"{cpu.summary()}: default u8s8 kernels, max-abs vs float semantics {err:.2e}")
+    if cpu.u8s8_saturates:
+        assert err > INT8_KERNEL_VS_FLOAT, "no saturation measured on a CPU without VNNI: revisit int8_kernels()"
+    else:
+        assert err < INT8_KERNEL_VS_FLOAT

@@ -192,14 +192,24 @@ class DoctorReport:
     vitdeploy_version: str
     components: dict[str, Component]
     verbs: list[VerbStatus]
+    cpu: dict[str, Any] = field(default_factory=dict)
+    version_drift: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"vitdeploy_version": self.vitdeploy_version,
+        return {"vitdeploy_version": self.vitdeploy_version, "cpu": self.cpu,
                 "components": {k: v.to_dict() for k, v in self.components.items()},
+                "versions_outside_tested_set": self.version_drift,
                 "verbs": [v.to_dict() for v in self.verbs]}
 
     def text(self) -> str:
-        lines = [f"vitdeploy {self.vitdeploy_version}", "components:"]
+        lines = [f"vitdeploy {self.vitdeploy_version}", f"cpu: {self.cpu.get('summary', '?')}",
+                 f"     kernels: {self.cpu.get('decisions', '?')}"]
+        if self.version_drift:
+            lines.append("versions: OUTSIDE the tested set (results may differ from the README's; "
+                         "'pip install -c requirements.lock' restores them): " + "; ".join(self.version_drift))
+        else:
+            lines.append("versions: every installed package at a tested version")
+        lines.append("components:")
         for c in self.components.values():
             lines.append(f"  {'ok' if c.ok else 'NO'}  {c.name:<17} {c.version or '-':<14} {c.detail}")
         lines.append("verbs:")
@@ -213,9 +223,16 @@ class DoctorReport:
 def diagnose(verbs: Iterable[str]) -> DoctorReport:
     """Probe the machine and judge ``verbs`` (the CLI passes its registered verbs)."""
     import vitdeploy
+    from vitdeploy.cpu_features import cpu_features
+    from vitdeploy.runtime.ort_settings import int8_kernels
+    from vitdeploy.tested_versions import version_drift
 
     components = probe_components()
-    return DoctorReport(vitdeploy.__version__, components, verb_readiness(verbs, components))
+    cpu = cpu_features()
+    cpu_info = {**cpu.to_dict(), "summary": cpu.summary(),
+                "decisions": f"INT8 on ONNX Runtime: {int8_kernels(cpu).description}"}
+    return DoctorReport(vitdeploy.__version__, components, verb_readiness(verbs, components), cpu_info,
+                        [str(d) for d in version_drift()])
 
 
 def tensorrt_unavailable_reason(device: int = 0) -> str | None:

@@ -26,14 +26,19 @@ def environment(threads: int | None, contenders: Sequence[Contender]) -> dict[st
 
         versions["tensorrt"] = str(tensorrt.__version__)
         versions["cuda-python"] = str(cuda_python_version())
-    providers = {}
+    from vitdeploy.cpu_features import cpu_features
+
+    providers, int8 = {}, {}
     for c in contenders:
         session = getattr(c.runner, "session", None)
         if session is not None:
             providers[c.label] = session.get_providers()
+        if getattr(c.runner, "int8_kernels", None):
+            int8[c.label] = c.runner.int8_kernels
     return {
         "machine": platform.machine(),
-        "processor": platform.processor() or platform.machine(),
+        "cpu": cpu_features().to_dict(),
+        "int8_kernels": int8,
         "cpu_count": os.cpu_count(),
         "threads": threads,
         "devices": sorted({c.device for c in contenders}),

@@ -59,6 +59,8 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
     for c in deployed:
         for warning in getattr(c.runner, "warnings", []):
             click.echo(f"warning: {warning}")
+        if getattr(c.runner, "int8_kernels", None):
+            click.echo(f"{c.label}: {c.runner.int8_kernels}")
     first = deployed[0].runner
     template = input_template(first)
     contenders = []

@@ -56,6 +56,8 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
     if fusion is not None:
         click.echo(f"fused rel-pos attention: {len(fusion.swapped)} attention node(s) on vitdeploy's kernel, "
                    f"{len(fusion.kept)} left to ONNX Runtime")
+    if getattr(candidate, "int8_kernels", None):
+        click.echo(f"int8: {candidate.int8_kernels}")
     meta = candidate.metadata
     if not meta.get("family"):
         raise InputError(f"'{model}' carries no vitdeploy metadata: validate models written by 'vitdeploy export'")

@@ -17,24 +17,23 @@ def ort_session(model: onnx.ModelProto | bytes, threads: int | None = None):
 
     No memory arena: these sessions run a few feeds and are dropped, so what they allocate goes back
     at once (with an arena, the full-size SAM encoder's FP32 and INT8 evaluation sessions held
-    6.4 GB and 9.8 GB). Q/DQ graphs run with ``MatMulAddFusion`` disabled, as
-    :class:`vitdeploy.runtime.runners.OnnxRuntimeRunner` does, so they run integer kernels.
+    6.4 GB and 9.8 GB). Q/DQ graphs get the settings :class:`vitdeploy.runtime.runners.OnnxRuntimeRunner`
+    gives them (``MatMulAddFusion`` off so they run integer kernels; on CPUs where those saturate,
+    the exact ones: :func:`vitdeploy.runtime.ort_settings.int8_kernels`), so what is measured here is
+    what a deployment runs.
     """
     import onnxruntime as ort
 
-    from vitdeploy.runtime.ort_settings import INT8_DISABLED_OPTIMIZERS
+    from vitdeploy.runtime.ort_settings import OrtSettings
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.enable_cpu_mem_arena = False
-    if threads:
-        options.intra_op_num_threads = int(threads)
-        options.inter_op_num_threads = 1
     proto = model if isinstance(model, onnx.ModelProto) else onnx.ModelProto.FromString(model)
     quantized = any(n.op_type == "QuantizeLinear" for n in proto.graph.node)
+    settings = OrtSettings(threads=threads, memory_arena=False)
+    options = settings.session_options(quantized)
+    options.log_severity_level = 3
     data = model if isinstance(model, bytes) else model.SerializeToString()
     return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"],
-                                disabled_optimizers=list(INT8_DISABLED_OPTIMIZERS) if quantized else None)
+                                disabled_optimizers=settings.optimizers_to_disable(quantized) or None)
 
 
 def run_all(session, feeds_list: Sequence[Feeds]) -> list[dict[str, np.ndarray]]:

@@ -106,11 +106,12 @@ def optimized_graph(path: str | Path, out_path: str | Path, settings: Any = None
     import onnx
     import onnxruntime as ort
 
-    from vitdeploy.runtime.ort_settings import OrtSettings
+    from vitdeploy.runtime.ort_settings import OrtSettings, is_int8_file
 
     chosen = dataclasses.replace(settings or OrtSettings(), optimized_model_path=str(out_path))
-    ort.InferenceSession(str(path), chosen.session_options(), providers=["CPUExecutionProvider"],
-                         disabled_optimizers=chosen.optimizers_to_disable(path) or None)
+    quantized = is_int8_file(path)
+    ort.InferenceSession(str(path), chosen.session_options(quantized), providers=["CPUExecutionProvider"],
+                         disabled_optimizers=chosen.optimizers_to_disable(quantized) or None)
     return onnx.load(str(out_path), load_external_data=False)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from vitdeploy.errors import InputError, MissingDependencyError
 from vitdeploy.metadata import decode
-from vitdeploy.runtime.ort_settings import OrtSettings
+from vitdeploy.runtime.ort_settings import OrtSettings, int8_kernels, is_int8_file
 
 _ORT_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
                     "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
@@ -90,8 +90,11 @@ class OnnxRuntimeRunner:
             disabled_optimizers=tuple(disabled_optimizers) if disabled_optimizers is not None else None,
             config=dict(session_config or {}),
         )
-        options = self.settings.session_options()
-        self.disabled_optimizers = self.settings.optimizers_to_disable(path)
+        quantized = is_int8_file(path)
+        options = self.settings.session_options(quantized)
+        self.disabled_optimizers = self.settings.optimizers_to_disable(quantized)
+        #: Which integer kernels run this file's Q/DQ GEMMs on this CPU (None: not an INT8 graph).
+        self.int8_kernels = int8_kernels(overrides=self.settings.config).description if quantized else None
         source: str | bytes = str(path)
         self.fusion = None
         if fused_attention:

@@ -86,7 +86,10 @@ def validate_runner(
             if echo:
                 echo(f"  timing {runner.name}: {latency_warmup} warm-up + {latency_runs} runs")
             latency.append(measure_latency(lambda r=runner: r.run(feeds), runner.name, latency_runs, latency_warmup))
-    env = {"machine": platform.machine(), "processor": platform.processor(), "threads": threads, "versions": tool_versions()}
+    from vitdeploy.cpu_features import cpu_features
+
+    env = {"machine": platform.machine(), "cpu": cpu_features().to_dict(), "threads": threads, "versions": tool_versions(),
+           "int8_kernels": getattr(candidate, "int8_kernels", None)}
     return ValidationReport(
         model=getattr(candidate, "path", candidate.name).__str__(),
         tolerance=tolerance,

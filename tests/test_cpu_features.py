@@ -1,0 +1,81 @@
+"""CPU feature detection: parsed from cpuinfo, masked on request, and the decisions derived from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vitdeploy.cpu_features import apply_mask, cpu_features, parse_cpuinfo
+
+XEON = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: fpu sse2 avx avx2 fma f16c avx512f avx512bw avx512_vnni avx512_bf16 amx_tile amx_int8 amx_bf16
+"""
+EPYC = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC
+flags\t\t: fpu sse2 avx avx2 fma f16c sha_ni
+"""
+OLD_X86 = """model name\t: Intel(R) Core(TM)2 Duo
+flags\t\t: fpu sse2 ssse3
+"""
+
+
+def _features(tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch, mask: str = ""):
+    path = tmp_path / "cpuinfo"
+    path.write_text(text)
+    monkeypatch.setenv("VITDEPLOY_CPU_MASK", mask)
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    from vitdeploy.cpu_features import _read
+
+    _read.cache_clear()
+    try:
+        return cpu_features(str(path))
+    finally:
+        _read.cache_clear()
+
+
+@pytest.mark.parametrize(("text", "model", "simd", "saturates"), [
+    (XEON, "Intel(R) Xeon(R) Platinum 8480+", "avx512", False),
+    (EPYC, "AMD EPYC", "avx2", True),
+    (OLD_X86, "Intel(R) Core(TM)2 Duo", "baseline", True),
+])
+def test_decisions_follow_the_flags(tmp_path, monkeypatch, text, model, simd, saturates) -> None:
+    cpu = _features(tmp_path, text, monkeypatch)
+    assert (cpu.model, cpu.simd, cpu.u8s8_saturates, cpu.int8_dot) == (model, simd, saturates, not saturates)
+    assert cpu.known and model in cpu.summary()
+
+
+def test_mask_makes_a_xeon_decide_like_an_epyc(tmp_path, monkeypatch) -> None:
+    cpu = _features(tmp_path, XEON, monkeypatch, mask="avx512*,amx*, avx_vnni")
+    assert cpu.simd == "avx2" and cpu.u8s8_saturates
+    assert cpu.masked == {"avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"}
+    assert "masked by VITDEPLOY_CPU_MASK" in cpu.summary()
+    assert _features(tmp_path, XEON, monkeypatch, mask="avx2").simd == "avx512"  # masking only what it names
+
+
+def test_unreadable_cpuinfo_takes_the_safe_side(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    from vitdeploy.cpu_features import _read
+
+    _read.cache_clear()
+    cpu = cpu_features(str(tmp_path / "missing"))
+    _read.cache_clear()
+    assert not cpu.known and cpu.u8s8_saturates and cpu.simd == "baseline"
+    assert "decisions take the safe side" in cpu.summary()
+
+
+def test_this_machine_is_read(monkeypatch) -> None:
+    monkeypatch.delenv("VITDEPLOY_CPU_MASK", raising=False)
+    cpu = cpu_features()
+    print(cpu.summary())
+    if Path("/proc/cpuinfo").is_file():
+        _, flags = parse_cpuinfo(Path("/proc/cpuinfo").read_text())
+        assert cpu.flags == flags and cpu.known
+
+
+def test_apply_mask_wildcards() -> None:
+    kept, hidden = apply_mask(frozenset({"avx2", "avx512f", "avx512_vnni", "fma"}), "avx512*")
+    assert kept == {"avx2", "fma"} and hidden == {"avx512f", "avx512_vnni"}

@@ -1,0 +1,141 @@
+"""What this CPU can do, read once at run time: the facts that pick kernels and runtime settings.
+
+Machines differ (this project's own have been an Intel Xeon with AVX-512/AMX and an AMD EPYC with
+AVX2 only), and several decisions depend on the CPU, not on the model:
+
+* ONNX Runtime's x86 INT8 kernels multiply uint8 activations by int8 weights. Without VNNI
+  (AVX2, or AVX-512 without VNNI) they add pairs of products in int16 (``vpmaddubsw``), which
+  saturates for large values (2 x 255 x 127 > 32767); ONNX Runtime documents the session option
+  ``session.x64quantprecision`` for exactly this (u8u8 kernels instead). VNNI (``vpdpbusd``) and
+  AMX accumulate in int32 and do not saturate.
+* vitdeploy's fused rel-pos attention kernel has AVX-512 and AVX2/FMA paths and a portable one.
+
+Linux: flags from ``/proc/cpuinfo``. Elsewhere the flags are unknown and every decision takes its
+safe side (e.g. INT8 treated as saturating). ``VITDEPLOY_CPU_MASK`` hides features, to exercise the
+other CPU kind's decisions on any machine: a comma-separated list of flag names, ``*`` as a suffix
+wildcard (``VITDEPLOY_CPU_MASK='avx512*,amx*,avx_vnni'`` makes an AVX-512 machine decide like an
+AVX2-only one). Masking changes vitdeploy's decisions only; ONNX Runtime picks its own kernels from
+the real CPU.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import platform
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+MASK_ENV = "VITDEPLOY_CPU_MASK"
+#: Flags reported (others are read but not listed in reports).
+REPORTED = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni",
+            "amx_tile", "amx_int8", "amx_bf16", "asimd", "asimddp", "i8mm", "sve")
+#: Flags whose presence means INT8 dot products accumulate in int32 (no int16 saturation).
+INT8_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+X86_MACHINES = ("x86_64", "amd64", "i386", "i686")
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    """The CPU's model and feature flags (after ``VITDEPLOY_CPU_MASK``), and the decisions derived from them."""
+
+    model: str
+    machine: str
+    flags: frozenset[str]
+    masked: frozenset[str] = frozenset()
+    source: str = "/proc/cpuinfo"
+
+    def has(self, flag: str) -> bool:
+        return flag in self.flags
+
+    @property
+    def x86(self) -> bool:
+        return self.machine.lower() in X86_MACHINES
+
+    @property
+    def known(self) -> bool:
+        """Whether the flags were read (False: unknown OS or no cpuinfo; decisions take the safe side)."""
+        return self.source != "unknown"
+
+    @property
+    def simd(self) -> str:
+        """The widest vector ISA vitdeploy's kernels use here: ``avx512``, ``avx2``, ``neon`` or ``baseline``."""
+        if self.x86:
+            if self.has("avx512f"):
+                return "avx512"
+            if self.has("avx2") and self.has("fma"):
+                return "avx2"
+            return "baseline"
+        return "neon" if self.has("asimd") else "baseline"
+
+    @property
+    def int8_dot(self) -> bool:
+        """INT8 dot products accumulate in int32 on this CPU (x86: VNNI or AMX; ARM: always)."""
+        if not self.x86:
+            return self.known
+        return any(self.has(f) for f in INT8_DOT_FLAGS)
+
+    @property
+    def u8s8_saturates(self) -> bool:
+        """ONNX Runtime's default x86 INT8 GEMM (u8 x s8, int16 pair sums) can saturate here."""
+        return self.x86 and not self.int8_dot
+
+    def summary(self) -> str:
+        """One line: model, vector ISA, INT8 dot product support, and any masked flags."""
+        shown = [f for f in REPORTED if f in self.flags]
+        text = f"{self.model} ({self.machine}; {', '.join(shown) or 'no listed SIMD flags'})"
+        if not self.known:
+            text += "; flags unknown on this OS: decisions take the safe side"
+        if self.masked:
+            text += f"; masked by {MASK_ENV}: {', '.join(sorted(self.masked))}"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "machine": self.machine, "simd": self.simd, "int8_dot": self.int8_dot,
+                "u8s8_saturates": self.u8s8_saturates, "flags": [f for f in REPORTED if f in self.flags],
+                "masked": sorted(self.masked), "source": self.source}
+
+
+def parse_cpuinfo(text: str) -> tuple[str, frozenset[str]]:
+    """(model name, flags) from the text of ``/proc/cpuinfo`` (x86 ``flags``, ARM ``Features``)."""
+    model, flags = "", set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key in ("model name", "hardware", "cpu model") and not model:
+            model = value.strip()
+        elif key in ("flags", "features") and not flags:
+            flags = set(value.split())
+    return model, frozenset(flags)
+
+
+def apply_mask(flags: frozenset[str], mask: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(flags left, flags hidden) after a ``VITDEPLOY_CPU_MASK`` value."""
+    patterns = [p.strip().lower() for p in mask.split(",") if p.strip()]
+    hidden = frozenset(f for f in flags if any(fnmatch.fnmatchcase(f, p) for p in patterns))
+    return flags - hidden, hidden
+
+
+@lru_cache(maxsize=8)
+def _read(mask: str, cpuinfo: str) -> CpuFeatures:
+    machine = platform.machine() or "unknown"
+    path = Path(cpuinfo)
+    try:
+        model, flags = parse_cpuinfo(path.read_text(errors="replace"))
+        source = str(path)
+    except OSError:
+        model, flags, source = "", frozenset(), "unknown"
+    if not flags:
+        source = "unknown"
+    kept, hidden = apply_mask(flags, mask)
+    return CpuFeatures(model or platform.processor() or machine, machine, kept, hidden, source)
+
+
+def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> CpuFeatures:
+    """This CPU's features, ``VITDEPLOY_CPU_MASK`` applied (read once per mask value)."""
+    return _read(os.environ.get(MASK_ENV, ""), cpuinfo)
+
+
+__all__ = ["MASK_ENV", "CpuFeatures", "apply_mask", "cpu_features", "parse_cpuinfo"]
