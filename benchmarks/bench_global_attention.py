@@ -8,6 +8,9 @@ reference on one head (so a fast-but-wrong form cannot hide):
 
   folded MHA (vitdeploy)   contrib MultiHeadAttention, rel-pos folded into q/k (head size 64+64+64=192
                            for Q.K, 64 for V): the flash path, no bias. What --target onnxruntime-cpu exports.
+  vitdeploy kernel (PATH)  ai.vitdeploy::RelPosAttention (cpp/ort_ops, built by 'bash cpp/build.sh') on the
+                           same folded inputs, once per vector path this CPU has (avx512, avx2), forced
+                           through the node's isa attribute: what the runner swaps in with --fused-attention.
   MHA + bias               contrib MultiHeadAttention, head size 64, the rel-pos term as a materialized
                            (1, 12, 4096, 4096) attention bias (no flash path), bias construction included.
   ONNX Attention + bias    the standard opset-23 ``Attention`` op with the same float mask.
@@ -60,6 +63,11 @@ def _session(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], inputs:
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
+    if any(n.op_type == "QuantizeLinear" for n in nodes):  # the integer kernels vitdeploy's runner picks for this CPU
+        from vitdeploy.runtime.ort_settings import int8_kernels
+
+        for key, value in int8_kernels().config.items():
+            so.add_session_config_entry(key, value)
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
@@ -122,6 +130,34 @@ def build(threads: int, x: dict[str, np.ndarray]) -> dict[str, tuple[ort.Inferen
 
     plain = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["out"], domain="com.microsoft", num_heads=HEADS, scale=SCALE)
     forms["MHA without rel-pos (lower bound, not the model)"] = (_session([plain], [], ["q", "k", "v"], threads), ["q", "k", "v"], None)
+    forms.update(kernel_forms(threads))
+    return forms
+
+
+def kernel_forms(threads: int) -> dict[str, tuple[ort.InferenceSession, list[str], float]]:
+    """vitdeploy's fused kernel on each vector path this CPU takes (none when the library is not built)."""
+    from vitdeploy.runtime import relpos_kernel
+
+    library = relpos_kernel.library_path()
+    if library is None:
+        print(f"note: {relpos_kernel.LIBRARY_NAME} not built ('bash cpp/build.sh'): no vitdeploy kernel rows")
+        return {}
+    forms = {}
+    for path in ("avx512", "avx2"):
+        if relpos_kernel.kernel_path(TOKENS, HEAD_DIM, library, path) != path:
+            continue  # this CPU lacks it
+        node = helper.make_node("RelPosAttention", ["q_aug", "k_aug", "v"], ["out"], domain=relpos_kernel.DOMAIN,
+                                num_heads=HEADS, grid_h=TOKENS_HW, grid_w=TOKENS_HW, isa=relpos_kernel.PATHS.index(path))
+        graph = helper.make_graph([node], "kernel", [_vi(n, [1, TOKENS, HEADS * (3 if n != "v" else 1) * HEAD_DIM])
+                                                     for n in ("q_aug", "k_aug", "v")], [_vi("out", None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23), helper.make_opsetid(relpos_kernel.DOMAIN, 1)],
+                                  ir_version=10)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.register_custom_ops_library(str(library))
+        session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        forms[f"vitdeploy kernel ({path})"] = (session, ["q_aug", "k_aug", "v"], FLOAT_ATOL)
     return forms
 
 
@@ -177,11 +213,15 @@ def main() -> None:
             start = time.perf_counter()
             runs[name]()
             samples[name].append((time.perf_counter() - start) * 1000.0)
+    from vitdeploy.cpu_features import cpu_features
+
     base = float(np.median(samples["folded MHA (vitdeploy)"]))
+    cpu = cpu_features()
     print(f"one global-attention block, SAM ViT-B at 1024 px ({HEADS} heads x {TOKENS} tokens x {HEAD_DIM}), "
-          f"{args.threads} threads, {args.rounds} alternated rounds, onnxruntime {ort.__version__}, {platform.machine()}\n")
+          f"{args.threads} threads, {args.rounds} alternated rounds, onnxruntime {ort.__version__}, {cpu.summary()}\n")
     print("| form | median ms | × folded MHA | max-abs err (head 0) | parity |\n|---|---:|---:|---:|---|")
-    report = {"threads": args.threads, "rounds": args.rounds, "onnxruntime": ort.__version__, "forms": {}}
+    report = {"threads": args.threads, "rounds": args.rounds, "onnxruntime": ort.__version__, "cpu": cpu.to_dict(),
+              "machine": platform.machine(), "forms": {}}
     for name, ms in samples.items():
         med = float(np.median(ms))
         p = parity[name]

@@ -57,16 +57,29 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             for t in ("onnxruntime-cpu", "generic")}
 
 
-def _needs_fast_path(library: Path, tokens: int, head_dim: int) -> None:
-    if not relpos_kernel.fast_path(tokens, head_dim, library):
-        pytest.skip("this CPU has no AVX-512F: the kernel would take its portable path, which the swap does not use")
+def _expected_path(tokens: int, head_dim: int, requested: str) -> str:
+    """The rule the library must follow, stated independently: the widest path the real CPU has, no wider than
+    requested, for shapes with tokens % 32 == 0 and head_dim % 16 == 0 up to 80; portable otherwise."""
+    from vitdeploy.cpu_features import _read
+
+    real = _read("", "/proc/cpuinfo").simd  # the library checks the real CPU, not VITDEPLOY_CPU_MASK
+    best = relpos_kernel.PATHS.index(real) if real in relpos_kernel.PATHS else 0
+    if tokens % 32 or head_dim % 16 or head_dim > 80:
+        return "portable"
+    return relpos_kernel.PATHS[min(best, relpos_kernel.PATHS.index(requested))]
 
 
-def _op_model(heads: int, grid_h: int, grid_w: int, head_dim: int) -> onnx.ModelProto:
+def _global_block_shape() -> tuple[int, int]:
+    arch = TINY_ARCHS[ARCH]
+    grid = arch.img_size // arch.patch_size
+    return grid * grid, arch.embed_dim // arch.num_heads
+
+
+def _op_model(heads: int, grid_h: int, grid_w: int, head_dim: int, isa: int) -> onnx.ModelProto:
     aug = heads * (head_dim + grid_h + grid_w)
     vi = lambda name, width: helper.make_tensor_value_info(name, TensorProto.FLOAT, ["b", grid_h * grid_w, width])  # noqa: E731
     node = helper.make_node("RelPosAttention", ["q_aug", "k_aug", "v"], ["out"], domain=relpos_kernel.DOMAIN,
-                            num_heads=heads, grid_h=grid_h, grid_w=grid_w)
+                            num_heads=heads, grid_h=grid_h, grid_w=grid_w, isa=isa)
     graph = helper.make_graph([node], "op", [vi("q_aug", aug), vi("k_aug", aug), vi("v", heads * head_dim)],
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(relpos_kernel.DOMAIN, 1)],
@@ -91,22 +104,26 @@ def _reference(q_aug: np.ndarray, k_aug: np.ndarray, v: np.ndarray, heads: int, 
     return np.einsum("bhqk,bkhc->bqhc", p, v4).reshape(b, n, heads * d)
 
 
-@pytest.mark.parametrize(("heads", "grid_h", "grid_w", "head_dim", "fast"), [
-    (2, 8, 8, 16, True),    # 64 tokens, head 16: the AVX-512 path
-    (3, 4, 8, 32, True),    # 32 tokens: 32-query tiles
-    (2, 3, 3, 8, False),    # 9 tokens, head 8: the portable path
-    (1, 5, 7, 16, False),   # non-square grid, 35 tokens
+@pytest.mark.parametrize("requested", relpos_kernel.PATHS)
+@pytest.mark.parametrize(("heads", "grid_h", "grid_w", "head_dim"), [
+    (2, 8, 8, 16),    # 64 tokens, head 16: 64-query tiles on AVX-512, 32 on AVX2
+    (3, 4, 8, 32),    # 32 tokens: 32-query tiles
+    (2, 4, 8, 48),    # head 48: the AVX2 P.V product's 16-column tail
+    (1, 8, 4, 80),    # head 80 (the widest the vector paths take), grid_w 4 (rel-pos added lane by lane)
+    (2, 3, 3, 8),     # 9 tokens, head 8: always the portable path
+    (1, 5, 7, 16),    # non-square grid, 35 tokens: portable
 ])
-def test_op_matches_float64_reference(library: Path, heads: int, grid_h: int, grid_w: int, head_dim: int, fast: bool) -> None:
-    if fast:
-        _needs_fast_path(library, grid_h * grid_w, head_dim)
-    else:
-        assert not relpos_kernel.fast_path(grid_h * grid_w, head_dim, library)
+def test_op_matches_float64_reference(library: Path, heads: int, grid_h: int, grid_w: int, head_dim: int,
+                                      requested: str) -> None:
+    """Every path the library has, forced through the node's isa attribute, on whatever CPU runs this: the
+    path taken is the one the rule says for this CPU, and its numbers match float64."""
+    taken = relpos_kernel.kernel_path(grid_h * grid_w, head_dim, library, requested)
+    assert taken == _expected_path(grid_h * grid_w, head_dim, requested)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
     options.register_custom_ops_library(str(library))
-    session = ort.InferenceSession(_op_model(heads, grid_h, grid_w, head_dim).SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    model = _op_model(heads, grid_h, grid_w, head_dim, relpos_kernel.PATHS.index(requested))
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(grid_h * 100 + head_dim)
     n, aug = grid_h * grid_w, head_dim + grid_h + grid_w
     q_aug = rng.standard_normal((2, n, heads * aug)).astype(np.float32)
@@ -114,25 +131,40 @@ def test_op_matches_float64_reference(library: Path, heads: int, grid_h: int, gr
     v = rng.standard_normal((2, n, heads * head_dim)).astype(np.float32)
     out = session.run(None, {"q_aug": q_aug, "k_aug": k_aug, "v": v})[0]
     err = float(np.abs(out - _reference(q_aug, k_aug, v, heads, grid_h, grid_w)).max())
-    assert err <= KERNEL_MAX_ABS, f"max-abs error {err:.3g}"
+    print(f"asked {requested}, took {taken}: max-abs {err:.2e}")
+    assert err <= KERNEL_MAX_ABS, f"{taken} path: max-abs error {err:.3g}"
 
 
-def test_fused_runner_matches_official_and_mha(library: Path, exports: dict[str, Path]) -> None:
-    arch = TINY_ARCHS[ARCH]
-    grid = arch.img_size // arch.patch_size
-    _needs_fast_path(library, grid * grid, arch.embed_dim // arch.num_heads)
+#: VITDEPLOY_CPU_MASK values: this CPU as it is, as an AVX2-only one, as one without AVX2 (portable only).
+CPU_KINDS = {"this CPU": "", "as AVX2-only": "avx512*,amx*,avx_vnni", "as pre-AVX2": "avx512*,amx*,avx_vnni,avx2,fma"}
+
+
+@pytest.mark.parametrize("kind", list(CPU_KINDS))
+def test_fused_runner_matches_official_and_mha(library: Path, exports: dict[str, Path], kind: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner asks for the path the (masked) CPU allows; where that is only the portable path it keeps
+    ONNX Runtime's attention and says so. The numbers are the official model's either way."""
+    monkeypatch.setenv("VITDEPLOY_CPU_MASK", CPU_KINDS[kind])
+    expected = _expected_path(*_global_block_shape(), relpos_kernel.requested_path())
     fused = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2, fused_attention=True)
     plain = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2)
-    assert len(fused.fusion.swapped) == len(arch.global_attn_indexes)  # the global block
-    reasons = set(fused.fusion.kept.values())  # the windowed blocks, all for the same reason
-    assert len(reasons) == 1 and "not the library's AVX-512 path" in reasons.pop()
+    arch = TINY_ARCHS[ARCH]
+    if expected == "portable":
+        assert fused.fusion.swapped == [] and fused.warnings and "running ONNX Runtime's attention" in fused.warnings[0]
+    else:
+        assert len(fused.fusion.swapped) == len(arch.global_attn_indexes)  # the global block
+        assert set(fused.fusion.paths.values()) == {expected} and fused.warnings == []
+    # The windowed blocks (9 tokens) always, the global block too where the CPU has no vector path: one reason.
+    assert len(fused.fusion.kept) == arch.depth - len(fused.fusion.swapped)
+    reasons = {r.split(":")[1] for r in fused.fusion.kept.values()}
+    assert len(reasons) == 1 and "only the kernel's portable path" in reasons.pop()
     official = tiny_encoder(ARCH, seed=7)
     for seed in (0, 1):
         x = torch.randn(1, 3, arch.img_size, arch.img_size, generator=torch.Generator().manual_seed(seed))
         with torch.no_grad():
             ref = official(x)
         out = fused.run({"image": x.numpy()})["image_embeddings"]
-        result = compare(ref, out, "fp32", label=f"fused seed {seed}")
+        result = compare(ref, out, "fp32", label=f"fused {expected} seed {seed}")
         assert result, result.summary()
         mha = plain.run({"image": x.numpy()})["image_embeddings"]
         assert float(np.abs(out - mha).max() / np.abs(mha).max()) <= FUSED_VS_MHA_MAX_ABS_REL
@@ -143,7 +175,8 @@ def test_swap_needs_the_exact_one_hot_keys(library: Path, exports: dict[str, Pat
         relpos_kernel.fused_session_source(exports["generic"], library)  # no MultiHeadAttention at all
     model = onnx.load(str(exports["onnxruntime-cpu"]))
     _, report = relpos_kernel.fuse_relpos_attention(onnx.load(str(exports["onnxruntime-cpu"])), library)
-    assert report.swapped  # untouched, the global block is swapped ...
+    # Untouched, the global block passes the layout check (swapped, or on a CPU without a vector path kept for that) ...
+    assert len(report.swapped) + len(report.portable_only) == 3 and len(report.swapped) <= 1
     producers = {o: n for n in model.graph.node for o in n.output}
     tables = set()
     for node in model.graph.node:
@@ -172,13 +205,14 @@ def test_missing_library_is_a_clear_error(exports: dict[str, Path], tmp_path: Pa
 
 
 def test_validate_and_benchmark_run_the_fused_kernel(library: Path, exports: dict[str, Path]) -> None:
-    arch = TINY_ARCHS[ARCH]
-    grid = arch.img_size // arch.patch_size
-    _needs_fast_path(library, grid * grid, arch.embed_dim // arch.num_heads)
+    expected = _expected_path(*_global_block_shape(), relpos_kernel.requested_path())
     model = str(exports["onnxruntime-cpu"])
     validated = CliRunner().invoke(cli, ["validate", model, "--fused-attention", "--random-inputs", "1", "--runs", "0"])
     assert validated.exit_code == 0, validated.output
-    assert "1 attention node(s) on vitdeploy's kernel, 2 left to ONNX Runtime" in validated.output
+    if expected == "portable":
+        assert "warning: fused attention: no attention node can take" in validated.output
+    else:
+        assert f"1 attention node(s) on vitdeploy's kernel ({expected} path), 2 left to ONNX Runtime" in validated.output
     timed = CliRunner().invoke(cli, ["benchmark", model, "--fused-attention", "--no-eager", "--runs", "1", "--warmup", "0"])
     assert timed.exit_code == 0, timed.output
     assert "fused rel-pos kernel" in timed.output
@@ -189,15 +223,14 @@ def test_int8_graph_takes_the_kernel_with_the_same_numbers(library: Path, export
     from vitdeploy.precision.calibration_data import bundled_calibration_dir
 
     arch = TINY_ARCHS[ARCH]
-    grid = arch.img_size // arch.patch_size
-    _needs_fast_path(library, grid * grid, arch.embed_dim // arch.num_heads)
+    expected = _expected_path(*_global_block_shape(), relpos_kernel.requested_path())
     int8 = tmp_path / "int8.onnx"
     done = CliRunner().invoke(cli, ["calibrate", str(exports["onnxruntime-cpu"]), "-p", "int8", "-o", str(int8), "--no-eager",
                                     "-i", str(bundled_calibration_dir()), "--cache-dir", str(tmp_path / "cache")])
     assert done.exit_code == 0, done.output
     fused = OnnxRuntimeRunner(int8, threads=2, fused_attention=True)
     plain = OnnxRuntimeRunner(int8, threads=2)
-    assert len(fused.fusion.swapped) == len(arch.global_attn_indexes)
+    assert len(fused.fusion.swapped) == (0 if expected == "portable" else len(arch.global_attn_indexes))
     x = torch.randn(1, 3, arch.img_size, arch.img_size, generator=torch.Generator().manual_seed(3)).numpy()
     out, ref = fused.run({"image": x})["image_embeddings"], plain.run({"image": x})["image_embeddings"]
     assert float(np.abs(out - ref).max() / np.abs(ref).max()) <= FUSED_VS_MHA_MAX_ABS_REL
@@ -208,7 +241,7 @@ def test_swap_imports_no_torch(library: Path, exports: dict[str, Path]) -> None:
     code = ("import sys\n"
             "from vitdeploy.runtime.runners import OnnxRuntimeRunner\n"
             f"runner = OnnxRuntimeRunner({str(exports['onnxruntime-cpu'])!r}, fused_attention=True)\n"
-            "assert runner.fusion.swapped, runner.fusion\n"
+            "assert len(runner.fusion.swapped) + len(runner.fusion.portable_only) == 3, runner.fusion\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, **{relpos_kernel.LIBRARY_ENV: str(library)}))

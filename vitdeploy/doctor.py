@@ -166,12 +166,15 @@ def _fused_attention() -> Component:
     if path is None:
         return Component("fused-attention", False, None,
                          f"{relpos_kernel.LIBRARY_NAME} not built: 'bash cpp/build.sh' (or set {relpos_kernel.LIBRARY_ENV})")
+    from vitdeploy.errors import InputError
+
     try:
-        fast = relpos_kernel.fast_path(4096, 64, path)
-    except (OSError, AttributeError) as exc:  # not loadable, or a library without the probe symbol
+        taken = relpos_kernel.kernel_path(4096, 64, path)
+    except (OSError, InputError) as exc:  # not loadable, or a library without the probe symbol
         return Component("fused-attention", False, None, f"{path} cannot be used ({exc}): rebuild with 'bash cpp/build.sh'")
-    how = "AVX-512 path" if fast else "no AVX-512 on this CPU: portable path only, the runner leaves attention to ONNX Runtime"
-    return Component("fused-attention", fast, None, f"{path}; ViT-B global blocks: {how}")
+    how = (f"{taken} path" if taken != "portable" else
+           "portable path only (no AVX2/FMA here): the runner leaves attention to ONNX Runtime")
+    return Component("fused-attention", taken != "portable", None, f"{path}; ViT-B global blocks: {how}")
 
 
 def probe_components() -> dict[str, Component]:

@@ -12,10 +12,14 @@
 // the scores of each tile of queries itself, instead of a Q.K product head_dim + grid_h + grid_w wide.
 // Same arithmetic in float32: scores, exact max-subtracted softmax, P.V.
 //
-// Fast path (x86-64 with AVX-512F, checked at run time): tokens a multiple of 32, head_dim a multiple of
-// 16 up to 80; hand-written FMA micro-kernels over 32-key panels of K, tiles of 64 (or 32) queries, the
-// tile's score block kept in L2. Other shapes or CPUs: a portable loop (same results, slower).
-// Attributes: num_heads, grid_h, grid_w. Shapes: q_aug, k_aug (B, N, heads*(D+grid_h+grid_w)),
+// Paths (x86-64, CPU features checked at run time), for tokens a multiple of 32 and head_dim a multiple
+// of 16 up to 80: AVX-512F (16-lane FMA micro-kernels, tiles of 64 or 32 queries) and AVX2+FMA (8-lane
+// micro-kernels, 4 queries x 16 keys of scores in registers, tiles of 16 queries, P.V in 64-key blocks so
+// V stays in L1); both read K as 32-key panels. Other shapes or CPUs: a portable loop
+// (same results, slower). The node's `isa` attribute caps the path (0 portable, 1 AVX2, 2 AVX-512; the
+// Python side sets it from the CPU features it sees, which VITDEPLOY_CPU_MASK can hide); the kernel
+// never takes a path the CPU lacks.
+// Attributes: num_heads, grid_h, grid_w, isa (default 2). Shapes: q_aug, k_aug (B, N, heads*(D+grid_h+grid_w)),
 // v (B, N, heads*D) -> (B, N, heads*D), N = grid_h * grid_w.
 #define ORT_API_MANUAL_INIT
 #include <onnxruntime_cxx_api.h>
@@ -36,6 +40,8 @@
 
 namespace {
 
+enum Isa : int { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+
 struct Problem {
     const float* q_aug;
     const float* k_aug;
@@ -45,7 +51,7 @@ struct Problem {
     int64_t tile;                  // queries per task
     std::vector<float>* packed_k;  // per (batch, head): fast path: N/32 panels of [D x 32]; portable: [N x D]
     std::vector<float>* packed_v;  // per (batch, head): [N x D]
-    bool fast;
+    Isa isa;                       // the path taken
 };
 
 const float* q_row(const Problem& p, int64_t b, int64_t n, int64_t h) {
@@ -62,7 +68,7 @@ void pack(const Problem& p, int64_t bh) {
     for (int64_t n = 0; n < n_tok; ++n) {
         const float* src = p.k_aug + ((b * n_tok + n) * p.heads + h) * p.aug;
         for (int64_t d = 0; d < d_head; ++d) {
-            const size_t at = p.fast ? static_cast<size_t>((n / 32) * 32 * d_head + d * 32 + n % 32)
+            const size_t at = p.isa != kPortable ? static_cast<size_t>((n / 32) * 32 * d_head + d * 32 + n % 32)
                                      : static_cast<size_t>(n * d_head + d);
             k[at] = src[d];
         }
@@ -223,24 +229,204 @@ VITDEPLOY_AVX512 void fast_tile_c(const Problem& p, int64_t b, int64_t h, int64_
     }
 }
 
-void fast_tile(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) {
-    switch (p.head_dim / 16) {  // fast_path_fits: head_dim is 16, 32, 48, 64 or 80
-        case 1: fast_tile_c<1>(p, b, h, q0, rows); break;
-        case 2: fast_tile_c<2>(p, b, h, q0, rows); break;
-        case 3: fast_tile_c<3>(p, b, h, q0, rows); break;
-        case 4: fast_tile_c<4>(p, b, h, q0, rows); break;
-        default: fast_tile_c<5>(p, b, h, q0, rows); break;
+#define VITDEPLOY_AVX2 __attribute__((target("avx2,fma")))
+
+// S[rows x N] = Q[rows x D] (row stride qs) . K^T, K as N/32 panels of [D x 32]; each panel as two halves of
+// 16 keys, 4 query rows at a time (8 accumulators: AVX2 has 16 vector registers); rows % 4 == 0.
+template <int C>
+VITDEPLOY_AVX2 void qk_panels_avx2(const float* q, int64_t qs, const float* kp, int64_t n, float* s, int64_t rows) {
+    constexpr int d_head = 16 * C;
+    for (int64_t j = 0; j < n; j += 32) {
+        const float* panel = kp + j * d_head;
+        for (int half = 0; half < 32; half += 16) {
+            for (int64_t i = 0; i < rows; i += 4) {
+                __m256 a0[4], a1[4];
+                for (int r = 0; r < 4; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
+                for (int d = 0; d < d_head; ++d) {
+                    const __m256 b0 = _mm256_loadu_ps(panel + d * 32 + half), b1 = _mm256_loadu_ps(panel + d * 32 + half + 8);
+                    for (int r = 0; r < 4; ++r) {
+                        const __m256 a = _mm256_broadcast_ss(q + (i + r) * qs + d);
+                        a0[r] = _mm256_fmadd_ps(a, b0, a0[r]);
+                        a1[r] = _mm256_fmadd_ps(a, b1, a1[r]);
+                    }
+                }
+                for (int r = 0; r < 4; ++r) {
+                    _mm256_storeu_ps(s + (i + r) * n + j + half, a0[r]);
+                    _mm256_storeu_ps(s + (i + r) * n + j + half + 8, a1[r]);
+                }
+            }
+        }
     }
 }
 
-bool cpu_has_avx512() { return __builtin_cpu_supports("avx512f"); }
+// Two rows of O (stride os) += P (stride n) . V for `keys` keys, over W vectors (8 floats each) of V's columns
+// (stride vs); `first`: O starts at zero.
+template <int W>
+VITDEPLOY_AVX2 void pv_block_avx2(const float* p, int64_t n, const float* v, int64_t vs, float* o, int64_t os, int64_t keys,
+                                  bool first) {
+    __m256 acc[2][W];
+    for (int r = 0; r < 2; ++r)
+        for (int w = 0; w < W; ++w) acc[r][w] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(o + r * os + 8 * w);
+    for (int64_t j = 0; j < keys; ++j) {
+        __m256 vv[W];
+        for (int w = 0; w < W; ++w) vv[w] = _mm256_loadu_ps(v + j * vs + 8 * w);
+        for (int r = 0; r < 2; ++r) {
+            const __m256 a = _mm256_broadcast_ss(p + r * n + j);
+            for (int w = 0; w < W; ++w) acc[r][w] = _mm256_fmadd_ps(a, vv[w], acc[r][w]);
+        }
+    }
+    for (int r = 0; r < 2; ++r)
+        for (int w = 0; w < W; ++w) _mm256_storeu_ps(o + r * os + 8 * w, acc[r][w]);
+}
+
+// O[rows x 16*C] = P[rows x N] . V[N x 16*C], in blocks of kPvKeys keys so a block of V (16 KB at head size 64)
+// stays in L1 while every row of the tile uses it: without blocking, V (1 MB per head at 4096 tokens) streams
+// from L3 once per pair of rows on CPUs with a 512 KB L2. 32-column blocks, a 16-column one for odd C; rows % 2 == 0.
+constexpr int64_t kPvKeys = 64;
+template <int C>
+VITDEPLOY_AVX2 void pv_rows_avx2(const float* p, int64_t n, const float* v, float* o, int64_t rows) {
+    constexpr int width = 16 * C;
+    for (int64_t j0 = 0; j0 < n; j0 += kPvKeys) {
+        const int64_t keys = std::min(kPvKeys, n - j0);
+        for (int64_t i = 0; i < rows; i += 2) {
+            int c = 0;
+            for (; c + 32 <= width; c += 32)
+                pv_block_avx2<4>(p + i * n + j0, n, v + j0 * width + c, width, o + i * width + c, width, keys, j0 == 0);
+            if (c < width)
+                pv_block_avx2<2>(p + i * n + j0, n, v + j0 * width + c, width, o + i * width + c, width, keys, j0 == 0);
+        }
+    }
+}
+
+// exp(x) for x <= 0 (the same Cephes polynomial as exp16), 8 lanes; 2^n built in the exponent bits.
+VITDEPLOY_AVX2 __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    const __m256i pow2 = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(pow2));
+}
+
+VITDEPLOY_AVX2 float reduce_max8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+
+VITDEPLOY_AVX2 float reduce_add8(__m256 v) {
+    __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_add_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+
+// add_rel_pos with 8-wide vectors (grid_w a multiple of 8).
+VITDEPLOY_AVX2 float add_rel_pos8(const Problem& p, const float* q, float* row) {
+    const float* rel_h = q + p.head_dim;
+    const float* rel_w = rel_h + p.grid_h;
+    __m256 top = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t kh = 0; kh < p.grid_h; ++kh) {
+        const __m256 a = _mm256_set1_ps(rel_h[kh]);
+        float* seg = row + kh * p.grid_w;
+        for (int64_t kw = 0; kw < p.grid_w; kw += 8) {
+            const __m256 x = _mm256_add_ps(_mm256_loadu_ps(seg + kw), _mm256_add_ps(a, _mm256_loadu_ps(rel_w + kw)));
+            _mm256_storeu_ps(seg + kw, x);
+            top = _mm256_max_ps(top, x);
+        }
+    }
+    return reduce_max8(top);
+}
+
+// One tile of queries on the AVX2 path; C = head_dim / 16.
+template <int C>
+VITDEPLOY_AVX2 void avx2_tile_c(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) {
+    thread_local std::vector<float> scores, o, inv;
+    scores.resize(static_cast<size_t>(rows * p.tokens));
+    o.resize(static_cast<size_t>(rows * p.head_dim));
+    inv.resize(static_cast<size_t>(rows));
+    const int64_t bh = b * p.heads + h;
+    qk_panels_avx2<C>(q_row(p, b, q0, h), p.heads * p.aug, p.packed_k[bh].data(), p.tokens, scores.data(), rows);
+    const bool wide = p.grid_w % 8 == 0;
+    for (int64_t i = 0; i < rows; ++i) {
+        float* row = scores.data() + i * p.tokens;
+        const float* q = q_row(p, b, q0 + i, h);
+        const __m256 top = _mm256_set1_ps(wide ? add_rel_pos8(p, q, row) : add_rel_pos(p, q, row));
+        __m256 sum = _mm256_setzero_ps();
+        for (int64_t j = 0; j < p.tokens; j += 8) {
+            const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), top));
+            _mm256_storeu_ps(row + j, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        inv[static_cast<size_t>(i)] = 1.0f / reduce_add8(sum);
+    }
+    pv_rows_avx2<C>(scores.data(), p.tokens, p.packed_v[bh].data(), o.data(), rows);
+    for (int64_t i = 0; i < rows; ++i) {
+        float* dst = p.out + ((b * p.tokens + q0 + i) * p.heads + h) * p.head_dim;
+        for (int64_t d = 0; d < p.head_dim; ++d) dst[d] = o[static_cast<size_t>(i * p.head_dim + d)] * inv[static_cast<size_t>(i)];
+    }
+}
+
+// head_dim is 16, 32, 48, 64 or 80 on the vector paths (shape_fits).
+template <template <int> class Tile>
+void by_head_dim(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) {
+    switch (p.head_dim / 16) {
+        case 1: Tile<1>::run(p, b, h, q0, rows); break;
+        case 2: Tile<2>::run(p, b, h, q0, rows); break;
+        case 3: Tile<3>::run(p, b, h, q0, rows); break;
+        case 4: Tile<4>::run(p, b, h, q0, rows); break;
+        default: Tile<5>::run(p, b, h, q0, rows); break;
+    }
+}
+template <int C>
+struct Avx512Tile {
+    static void run(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) { fast_tile_c<C>(p, b, h, q0, rows); }
+};
+template <int C>
+struct Avx2Tile {
+    static void run(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) { avx2_tile_c<C>(p, b, h, q0, rows); }
+};
+
+Isa cpu_best_isa() {
+    if (__builtin_cpu_supports("avx512f")) return kAvx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return kAvx2;
+    return kPortable;
+}
+
+void vector_tile(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) {
+    if (p.isa == kAvx512) {
+        by_head_dim<Avx512Tile>(p, b, h, q0, rows);
+    } else {
+        by_head_dim<Avx2Tile>(p, b, h, q0, rows);
+    }
+}
 #else
-bool cpu_has_avx512() { return false; }
-void fast_tile(const Problem&, int64_t, int64_t, int64_t, int64_t) {}
+Isa cpu_best_isa() { return kPortable; }
+void vector_tile(const Problem&, int64_t, int64_t, int64_t, int64_t) {}
 #endif
 
-bool fast_path_fits(int64_t tokens, int64_t head_dim) {
-    return cpu_has_avx512() && tokens % 32 == 0 && head_dim % 16 == 0 && head_dim <= 80;
+bool shape_fits(int64_t tokens, int64_t head_dim) { return tokens % 32 == 0 && head_dim % 16 == 0 && head_dim <= 80; }
+
+// The path a problem takes: the widest the CPU has, no wider than requested, portable for other shapes.
+Isa choose_path(int64_t tokens, int64_t head_dim, int64_t requested) {
+    if (!shape_fits(tokens, head_dim)) return kPortable;
+    const Isa best = cpu_best_isa();
+    const int64_t cap = std::max<int64_t>(kPortable, std::min<int64_t>(requested, kAvx512));
+    return static_cast<Isa>(std::min<int64_t>(best, cap));
+}
+
+// Queries per task. AVX2: 16, so the tile's score block (16 x 4096 floats = 256 KB for ViT-B's global blocks)
+// stays within a 512 KB L2 (AMD Zen); measured on an EPYC, 16 to 32 made no difference beyond noise.
+int64_t tile_rows(Isa isa, int64_t tokens) {
+    if (isa == kAvx512) return tokens % 64 == 0 ? 64 : 32;
+    return 16;
 }
 
 void pack_task(void* data, size_t i) { pack(*static_cast<const Problem*>(data), static_cast<int64_t>(i)); }
@@ -250,8 +436,8 @@ void tile_task(void* data, size_t i) {
     const int64_t tiles = (p.tokens + p.tile - 1) / p.tile;
     const int64_t task = static_cast<int64_t>(i), bh = task / tiles, q0 = (task % tiles) * p.tile;
     const int64_t rows = std::min(p.tile, p.tokens - q0);
-    if (p.fast) {
-        fast_tile(p, bh / p.heads, bh % p.heads, q0, rows);
+    if (p.isa != kPortable) {
+        vector_tile(p, bh / p.heads, bh % p.heads, q0, rows);
     } else {
         portable_tile(p, bh / p.heads, bh % p.heads, q0, rows);
     }
@@ -263,6 +449,11 @@ struct RelPosAttentionKernel {
         heads_ = ki.GetAttribute<int64_t>("num_heads");
         grid_h_ = ki.GetAttribute<int64_t>("grid_h");
         grid_w_ = ki.GetAttribute<int64_t>("grid_w");
+        try {
+            isa_ = ki.GetAttribute<int64_t>("isa");
+        } catch (const Ort::Exception&) {  // optional: the widest path the CPU has
+            isa_ = kAvx512;
+        }
     }
 
     void Compute(OrtKernelContext* context) {
@@ -287,8 +478,8 @@ struct RelPosAttentionKernel {
             throw Ort::Exception("RelPosAttention: N must be grid_h*grid_w and the q/k head size head_dim+grid_h+grid_w",
                                  ORT_INVALID_ARGUMENT);
         }
-        p.fast = fast_path_fits(p.tokens, p.head_dim);
-        p.tile = p.fast ? (p.tokens % 64 == 0 ? 64 : 32) : 16;
+        p.isa = choose_path(p.tokens, p.head_dim, isa_);
+        p.tile = tile_rows(p.isa, p.tokens);
         Ort::UnownedValue out = ctx.GetOutput(0, vs);
         p.q_aug = q.GetTensorData<float>();
         p.k_aug = k.GetTensorData<float>();
@@ -302,7 +493,7 @@ struct RelPosAttentionKernel {
         ctx.ParallelFor(tile_task, packed_k.size() * tiles, 0, &p);
     }
 
-    int64_t heads_, grid_h_, grid_w_;
+    int64_t heads_, grid_h_, grid_w_, isa_;
 };
 
 struct RelPosAttentionOp : Ort::CustomOpBase<RelPosAttentionOp, RelPosAttentionKernel> {
@@ -342,8 +533,9 @@ __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps
     return nullptr;
 }
 
-// Whether this CPU takes the AVX-512 path for a given problem (for reports and tests).
-__attribute__((visibility("default"))) int VitdeployRelPosFastPath(int64_t tokens, int64_t head_dim) {
-    return fast_path_fits(tokens, head_dim) ? 1 : 0;
+// The path (0 portable, 1 AVX2, 2 AVX-512) a problem takes on this CPU with the node attribute isa=requested
+// (for the swap decision, reports and tests).
+__attribute__((visibility("default"))) int VitdeployRelPosPath(int64_t tokens, int64_t head_dim, int64_t requested) {
+    return static_cast<int>(choose_path(tokens, head_dim, requested));
 }
 }

@@ -54,8 +54,9 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
     candidate = open_runner(model, threads=threads, fused_attention=fused_attention)  # .onnx -> ONNX Runtime, .plan -> TensorRT
     fusion = getattr(candidate, "fusion", None)
     if fusion is not None:
-        click.echo(f"fused rel-pos attention: {len(fusion.swapped)} attention node(s) on vitdeploy's kernel, "
-                   f"{len(fusion.kept)} left to ONNX Runtime")
+        click.echo(f"fused rel-pos attention: {fusion.summary()}")
+    for warning in getattr(candidate, "warnings", []):
+        click.echo(f"warning: {warning}")
     if getattr(candidate, "int8_kernels", None):
         click.echo(f"int8: {candidate.int8_kernels}")
     meta = candidate.metadata

@@ -8,11 +8,17 @@ built by ``bash cpp/build.sh`` as ``libvitdeploy_ort_ops.so``) takes the same th
 one-hot key columns, and adds the rel-pos term per tile of queries itself: same numbers, about half
 the attention arithmetic.
 
+The library has an AVX-512 path, an AVX2/FMA path and a portable one (:data:`PATHS`). Which one a
+node takes is asked of the library itself (:func:`kernel_path`): the widest the CPU has, no wider than
+vitdeploy requests from :func:`vitdeploy.cpu_features.cpu_features` (so ``VITDEPLOY_CPU_MASK`` forces
+the narrower paths on any CPU); the request is written into the node's ``isa`` attribute.
+
 :func:`fuse_relpos_attention` swaps a ``MultiHeadAttention`` node for it only after checking, in the
 graph, that its key input is ``Pad(k) + one-hot table`` with exactly the table the kernel assumes;
-and only where the library's AVX-512 path applies (elsewhere ONNX Runtime's kernel is faster). The
-file on disk is not changed: :class:`vitdeploy.runtime.runners.OnnxRuntimeRunner` does the swap in
-memory with ``fused_attention=True``.
+and only where a vector path applies (on the portable path ONNX Runtime's kernel is faster). When no
+node can take one on this CPU, the runner keeps ONNX Runtime's attention and says so. The file on
+disk is not changed: :class:`vitdeploy.runtime.runners.OnnxRuntimeRunner` does the swap in memory
+with ``fused_attention=True``.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from vitdeploy.cpu_features import CpuFeatures, cpu_features
 from vitdeploy.errors import InputError, MissingDependencyError
 from vitdeploy.relpos_layout import onehot_key_table
 
@@ -55,30 +62,57 @@ def require_library() -> Path:
     return path
 
 
+#: Kernel paths, by the library's index (the node attribute ``isa``, the probe's answer).
+PATHS = ("portable", "avx2", "avx512")
+
+
 @lru_cache(maxsize=4)
-def _fast_path_probe(path: str):
+def _path_probe(path: str):
     lib = ctypes.CDLL(path)
-    probe = lib.VitdeployRelPosFastPath
-    probe.argtypes = [ctypes.c_int64, ctypes.c_int64]
+    try:
+        probe = lib.VitdeployRelPosPath
+    except AttributeError as exc:
+        raise InputError(f"{path} was built by an older vitdeploy (no VitdeployRelPosPath): rebuild it with "
+                         "'bash cpp/build.sh'") from exc
+    probe.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
     probe.restype = ctypes.c_int
     return probe
 
 
-def fast_path(tokens: int, head_dim: int, library: Path | None = None) -> bool:
-    """Whether the library runs this shape on its AVX-512 path on this CPU (asked of the library itself)."""
+def requested_path(cpu: CpuFeatures | None = None) -> str:
+    """The widest path vitdeploy asks for on this CPU (its vector ISA, after ``VITDEPLOY_CPU_MASK``)."""
+    simd = (cpu or cpu_features()).simd
+    return simd if simd in PATHS else "portable"
+
+
+def kernel_path(tokens: int, head_dim: int, library: Path | None = None, requested: str | None = None) -> str:
+    """The path (:data:`PATHS`) the library takes for this shape on this CPU when asked for ``requested``
+    (default :func:`requested_path`): asked of the library itself, which checks the real CPU."""
     path = library or require_library()
-    return bool(_fast_path_probe(str(path))(tokens, head_dim))
+    want = requested or requested_path()
+    if want not in PATHS:
+        raise InputError(f"unknown kernel path '{want}': use one of {', '.join(PATHS)}")
+    return PATHS[_path_probe(str(path))(tokens, head_dim, PATHS.index(want))]
 
 
 @dataclass
 class FusionReport:
-    """Which MultiHeadAttention nodes were swapped, and why the others were not."""
+    """Which MultiHeadAttention nodes were swapped (and the kernel path each takes), and why the others were not."""
 
     swapped: list[str] = field(default_factory=list)
     kept: dict[str, str] = field(default_factory=dict)
+    paths: dict[str, str] = field(default_factory=dict)
+    #: Nodes in the folded form that only the portable path would take (shape or CPU): left to ONNX Runtime.
+    portable_only: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        taken = sorted(set(self.paths.values()))
+        return (f"{len(self.swapped)} attention node(s) on vitdeploy's kernel"
+                f"{' (' + ', '.join(taken) + ' path)' if taken else ''}, {len(self.kept)} left to ONNX Runtime")
 
     def to_dict(self) -> dict:
-        return {"swapped": list(self.swapped), "kept": dict(self.kept)}
+        return {"swapped": list(self.swapped), "kept": dict(self.kept), "paths": dict(self.paths),
+                "portable_only": list(self.portable_only)}
 
 
 def _attr(node: onnx.NodeProto, name: str, default=None):
@@ -147,12 +181,15 @@ def _key_layout(key: str, inits, producers) -> tuple[tuple[int, int, int] | None
     return layout, ""
 
 
-def fuse_relpos_attention(model: onnx.ModelProto, library: Path | None = None) -> tuple[onnx.ModelProto, FusionReport]:
+def fuse_relpos_attention(model: onnx.ModelProto, library: Path | None = None,
+                          requested: str | None = None) -> tuple[onnx.ModelProto, FusionReport]:
     """Swap verified folded ``MultiHeadAttention`` nodes for ``ai.vitdeploy::RelPosAttention``, in place.
 
-    ``model`` may be loaded without its external data (only small constants are read).
+    ``model`` may be loaded without its external data (only small constants are read). ``requested``
+    caps the kernel path (default :func:`requested_path`, this CPU's).
     """
     library = library or require_library()
+    requested = requested or requested_path()
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     producers = {o: n for n in graph.node for o in n.output}
@@ -170,30 +207,43 @@ def fuse_relpos_attention(model: onnx.ModelProto, library: Path | None = None) -
             report.kept[label] = why
             continue
         head_dim, grid_h, grid_w = layout
-        if not fast_path(grid_h * grid_w, head_dim, library):
-            report.kept[label] = (f"{grid_h * grid_w} tokens x head size {head_dim}: not the library's AVX-512 path "
-                                  "on this CPU (ONNX Runtime's kernel is faster there)")
+        path = kernel_path(grid_h * grid_w, head_dim, library, requested)
+        if path == "portable":
+            report.kept[label] = (f"{grid_h * grid_w} tokens x head size {head_dim}: only the kernel's portable path "
+                                  f"(vector paths need tokens % 32 == 0 and AVX2/AVX-512; asked for {requested}); "
+                                  "ONNX Runtime's kernel is faster there")
+            report.portable_only.append(label)
             continue
         fused = helper.make_node(OP_TYPE, inputs[:3], list(node.output)[:1], name=label, domain=DOMAIN,
-                                 num_heads=int(_attr(node, "num_heads")), grid_h=grid_h, grid_w=grid_w)
+                                 num_heads=int(_attr(node, "num_heads")), grid_h=grid_h, grid_w=grid_w,
+                                 isa=PATHS.index(path))
         graph.node[index].CopyFrom(fused)
         report.swapped.append(label)
+        report.paths[label] = path
     if report.swapped and not any(o.domain == DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return model, report
 
 
-def fused_session_source(path: Path, library: Path | None = None) -> tuple[bytes, FusionReport]:
-    """The model at ``path`` with the swap applied, serialized (external weights stay in their file)."""
+def fused_session_source(path: Path, library: Path | None = None) -> tuple[bytes | None, FusionReport]:
+    """The model at ``path`` with the swap applied, serialized (external weights stay in their file).
+
+    None instead of bytes when the graph's folded attention is there but no node can take a vector path
+    on this CPU: the caller runs the file as it is (and says so). InputError when the graph has no
+    attention the kernel could take at all (another export target).
+    """
     from vitdeploy.fileio import load_onnx_graph
 
     model, report = fuse_relpos_attention(load_onnx_graph(path), library)
     if not report.swapped:
+        if report.portable_only:
+            return None, report
         reasons = sorted(set(report.kept.values())) or ["the graph has no MultiHeadAttention node"]
         raise InputError(f"'{path.name}' has no attention the fused kernel can take ({'; '.join(reasons)}): "
                          "export with --target onnxruntime-cpu, or run without fused attention")
     return model.SerializeToString(), report
 
 
-__all__ = ["DOMAIN", "OP_TYPE", "LIBRARY_ENV", "FusionReport", "fast_path", "fuse_relpos_attention", "fused_session_source",
+__all__ = ["DOMAIN", "OP_TYPE", "LIBRARY_ENV", "PATHS", "FusionReport", "fuse_relpos_attention", "fused_session_source",
+           "kernel_path", "requested_path",
            "library_path", "require_library"]

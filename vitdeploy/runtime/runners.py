@@ -97,16 +97,25 @@ class OnnxRuntimeRunner:
         self.int8_kernels = int8_kernels(overrides=self.settings.config).description if quantized else None
         source: str | bytes = str(path)
         self.fusion = None
+        #: Things a user should know about how this file runs here (printed by the CLI verbs).
+        self.warnings: list[str] = []
         if fused_attention:
             from vitdeploy.runtime.relpos_kernel import fused_session_source, require_library
 
             if device != "cpu":
                 raise InputError(f"fused attention is a CPU kernel: use --device cpu (got '{device}')")
             library = require_library()
-            source, self.fusion = fused_session_source(path, library)
-            options.register_custom_ops_library(str(library))
-            # The swapped graph is loaded from memory: external weights are read from the model's folder.
-            options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(path.parent.resolve()))
+            swapped, self.fusion = fused_session_source(path, library)
+            if swapped is None:
+                self.warnings.append("fused attention: no attention node can take one of the kernel's vector paths on "
+                                     f"this CPU ({'; '.join(sorted(set(self.fusion.kept.values())))}): running ONNX "
+                                     "Runtime's attention")
+            else:
+                source = swapped
+                options.register_custom_ops_library(str(library))
+                # The swapped graph is loaded from memory: external weights are read from the model's folder.
+                options.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                                 str(path.parent.resolve()))
         try:
             self.session = ort.InferenceSession(source, options, providers=ort_providers(device),
                                                 disabled_optimizers=self.disabled_optimizers or None)
