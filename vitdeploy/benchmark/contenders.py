@@ -56,13 +56,14 @@ def input_template(runner: Any) -> dict[str, list[int | str]]:
 
 
 def deployed_contender(path: str | Path, *, threads: int | None, device: str, gpu: int = 0,
-                       fused_attention: bool = False) -> Contender:
-    """An ONNX file (ONNX Runtime on ``device``, optionally with the fused rel-pos kernel) or a TensorRT plan
-    (on CUDA device ``gpu``)."""
+                       fused_attention: bool = False, tf32: bool = False, allow_unverified: bool = False) -> Contender:
+    """An ONNX file (ONNX Runtime on ``device``, optionally with the fused rel-pos kernel; FP32 unless ``tf32``)
+    or a TensorRT plan (on CUDA device ``gpu``)."""
     from vitdeploy.runtime.loader import ENGINE_SUFFIXES, open_runner
 
     path = Path(path)
-    runner = open_runner(path, threads=threads, ort_device=device, gpu=gpu, fused_attention=fused_attention)
+    runner = open_runner(path, threads=threads, ort_device=device, gpu=gpu, fused_attention=fused_attention,
+                         tf32=tf32 and path.suffix.lower() not in ENGINE_SUFFIXES, allow_unverified=allow_unverified)
     precision = str(runner.metadata.get("precision", "fp32"))
     if path.suffix.lower() in ENGINE_SUFFIXES:
         name = runner.input_names[0]
@@ -77,8 +78,9 @@ def deployed_contender(path: str | Path, *, threads: int | None, device: str, gp
     first = next(iter(runner.input_shapes().values()))  # type: ignore[attr-defined]
     static = isinstance(first[0], int)
     fused = " + fused rel-pos kernel" if fused_attention else ""
+    math = " tf32" if tf32 and device != "cpu" and precision == "fp32" else ""
     return Contender(
-        label=f"onnxruntime-{device} {precision}{fused} ({path.name})", runner=runner, backend="onnxruntime",
+        label=f"onnxruntime-{device} {precision}{math}{fused} ({path.name})", runner=runner, backend="onnxruntime",
         precision=precision, device=device,
         batch_range=(first[0], first[0]) if static else None,
         batch_note=f"static batch {first[0]} (re-export with --dynamic-batch)" if static else "",
@@ -86,10 +88,12 @@ def deployed_contender(path: str | Path, *, threads: int | None, device: str, gp
 
 
 def eager_contender(reference: Runner, *, metadata: dict[str, Any], checkpoint: str | None, precision: str, device: str,
-                    threads: int | None) -> Contender:
+                    threads: int | None, tf32: bool = False) -> Contender:
     """The official eager model (rebuilt from ``metadata`` as ``vitdeploy validate`` does) in FP32 or under autocast.
 
-    ``reference`` supplies the input and output names (a deployed runner of the same model).
+    ``reference`` supplies the input and output names (a deployed runner of the same model). On CUDA, FP32
+    matmuls and cuDNN convolutions use TF32 only with ``tf32`` (PyTorch's cuDNN default is TF32 on): the
+    same math as the ONNX Runtime contenders.
     """
     import torch
 
@@ -101,6 +105,9 @@ def eager_contender(reference: Runner, *, metadata: dict[str, Any], checkpoint: 
         raise InputError(f"eager precision '{precision}' is not one of {', '.join(EAGER_PRECISIONS)}")
     if device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: this PyTorch sees no CUDA GPU ('vitdeploy doctor' shows why); use --device cpu")
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
     module = eager_reference(metadata, checkpoint).to(device)
     if precision != "fp32":
         module = AutocastModule(module, device, precision)

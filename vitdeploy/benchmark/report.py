@@ -28,11 +28,12 @@ def environment(threads: int | None, contenders: Sequence[Contender]) -> dict[st
         versions["cuda-python"] = str(cuda_python_version())
     from vitdeploy.cpu_features import cpu_features
 
-    providers, int8 = {}, {}
+    providers, plans, int8 = {}, {}, {}
     for c in contenders:
         session = getattr(c.runner, "session", None)
         if session is not None:
             providers[c.label] = session.get_providers()
+            plans[c.label] = getattr(c.runner, "provider", None)
         if getattr(c.runner, "int8_kernels", None):
             int8[c.label] = c.runner.int8_kernels
     return {
@@ -43,6 +44,7 @@ def environment(threads: int | None, contenders: Sequence[Contender]) -> dict[st
         "threads": threads,
         "devices": sorted({c.device for c in contenders}),
         "onnxruntime_providers": providers,
+        "onnxruntime_provider_plans": plans,
         "versions": versions,
     }
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import fused_attention_option, handle_errors, report_option, threads_option, verbose_option
+from vitdeploy.cli.options import fused_attention_option, handle_errors, ort_device_options, report_option, threads_option, verbose_option
 
 
 @click.command("benchmark")
@@ -18,8 +18,7 @@ from vitdeploy.cli.options import fused_attention_option, handle_errors, report_
               help="Eager precision(s): fp32, or fp16/bf16 under torch.autocast (repeatable; default fp32).")
 @click.option("--checkpoint", "-c", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Checkpoint the models were exported from (not needed for --random-weights exports).")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
-              help="Where eager PyTorch and ONNX Runtime run (TensorRT engines always run on the GPU).")
+@ort_device_options(("cpu", "cuda"), "Where eager PyTorch and ONNX Runtime run (TensorRT engines always run on the GPU).")
 @click.option("--gpu", type=click.IntRange(min=0), default=0, show_default=True, help="CUDA device index for TensorRT engines.")
 @click.option("--batch", "batches", multiple=True, type=click.IntRange(min=1),
               help="Batch size(s) to time (repeatable; default 1). Static-batch models skip other sizes.")
@@ -31,7 +30,7 @@ from vitdeploy.cli.options import fused_attention_option, handle_errors, report_
 @verbose_option
 @handle_errors
 def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str, ...], checkpoint: str | None, device: str,
-              gpu: int, batches: tuple[int, ...], runs: int, warmup: int, fused_attention: bool, threads: int,
+              tf32: bool, allow_unverified: bool, gpu: int, batches: tuple[int, ...], runs: int, warmup: int, fused_attention: bool, threads: int,
               report: str | None, verbose: bool) -> None:
     """Time deployed models (.onnx with ONNX Runtime, .plan with TensorRT) against eager PyTorch.
 
@@ -54,13 +53,15 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
 
     if report:
         check_output_path(report)
-    deployed = [deployed_contender(m, threads=threads, device=device, gpu=gpu,
+    deployed = [deployed_contender(m, threads=threads, device=device, gpu=gpu, tf32=tf32, allow_unverified=allow_unverified,
                                    fused_attention=fused_attention and Path(m).suffix.lower() in ONNX_SUFFIXES) for m in models]
     for c in deployed:
         for warning in getattr(c.runner, "warnings", []):
             click.echo(f"warning: {warning}")
         if getattr(c.runner, "int8_kernels", None):
             click.echo(f"{c.label}: {c.runner.int8_kernels}")
+        if getattr(c.runner, "provider", None) and device != "cpu":
+            click.echo(f"{c.label}: {c.runner.provider}")
     first = deployed[0].runner
     template = input_template(first)
     contenders = []
@@ -73,7 +74,7 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
         for precision in eager_precisions or ("fp32",):
             click.echo(f"building the eager official model ({meta.get('family')}, {meta.get('variant')}, {precision}, {device})")
             contenders.append(eager_contender(first, metadata=meta, checkpoint=checkpoint, precision=precision,
-                                              device=device, threads=threads))
+                                              device=device, threads=threads, tf32=tf32))
     elif eager_precisions:
         raise InputError("--eager-precision needs the eager baseline: drop --no-eager")
     contenders += deployed
@@ -81,7 +82,7 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
     result = BenchmarkReport(
         rows=rows,
         settings={"runs": runs, "warmup": warmup, "batches": list(batches or (1,)), "threads": threads,
-                  "device": device, "timing": TIMING, "models": list(models)},
+                  "device": device, "tf32": tf32, "timing": TIMING, "models": list(models)},
         environment=environment(threads, contenders),
     )
     click.echo(f"latency over {runs} runs after {warmup} warm-up, {threads} CPU thread(s); {TIMING}")

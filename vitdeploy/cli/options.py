@@ -88,3 +88,22 @@ def fused_attention_option(fn: Callable) -> Callable:
 def report_option(fn: Callable) -> Callable:
     return click.option("--report", type=click.Path(dir_okay=False, path_type=str), default=None,
                         help="Write a machine-readable JSON report here.")(fn)
+
+
+def ort_device_options(choices: tuple[str, ...], help_text: str = "ONNX Runtime execution provider for .onnx files.",
+                       allow_unverified: bool = True) -> Callable:
+    """--device, --tf32 and (``allow_unverified``) --allow-unverified: where ONNX files run and with what math
+    (see vitdeploy.runtime.providers)."""
+
+    def decorate(fn: Callable) -> Callable:
+        if allow_unverified:
+            fn = click.option("--allow-unverified", is_flag=True,
+                              help="Run a graph on a GPU provider where vitdeploy has not verified it (then check it "
+                                   "with 'vitdeploy validate').")(fn)
+        fn = click.option("--tf32", is_flag=True,
+                          help="CUDA: let FP32 GEMMs and convolutions use TF32 (faster, ~1e-3 relative error). "
+                               "Default: exact FP32.")(fn)
+        return click.option("--device", type=click.Choice(list(choices)), default="cpu", show_default=True,
+                            help=help_text)(fn)
+
+    return decorate

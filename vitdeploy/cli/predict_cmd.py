@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import handle_errors, report_option, threads_option, verbose_option
+from vitdeploy.cli.options import handle_errors, ort_device_options, report_option, threads_option, verbose_option
 
 
 def _parse_point(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[tuple[float, float, int]]:
@@ -55,8 +55,7 @@ def _parse_box(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 @click.option("--multimask", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Three candidate masks (the best-scoring one is written) or one; auto: three for a single point "
                    "without a box, as SAM advises for ambiguous clicks.")
-@click.option("--device", type=click.Choice(["cpu", "cuda", "tensorrt"]), default="cpu", show_default=True,
-              help="ONNX Runtime execution provider for .onnx files.")
+@ort_device_options(("cpu", "cuda", "tensorrt"))
 @click.option("--no-weight-check", is_flag=True,
               help="Accept an encoder and decoder exported from different checkpoints (e.g. a separately fine-tuned decoder).")
 @threads_option
@@ -64,7 +63,8 @@ def _parse_box(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 @verbose_option
 @handle_errors
 def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, float, int]], box: list[float] | None,
-            output: str, overlay: str | None, multimask: str, device: str, no_weight_check: bool, threads: int,
+            output: str, overlay: str | None, multimask: str, device: str, tf32: bool, allow_unverified: bool,
+            no_weight_check: bool, threads: int,
             report: str | None, verbose: bool) -> None:
     """Segment an object: run the exported encoder and decoder on an image with point/box prompts.
 
@@ -99,7 +99,8 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
     labels = np.array([lab for _, _, lab in points], dtype=np.int64) if points else None
     check_prompts_inside(picture.shape[:2], coords, box)  # before seconds of encoding
 
-    predictor = SamPredictor(encoder, decoder, device=device, threads=threads, check_weights=not no_weight_check)
+    predictor = SamPredictor(encoder, decoder, device=device, threads=threads, check_weights=not no_weight_check,
+                             tf32=tf32, allow_unverified=allow_unverified)
     click.echo(f"encoding {Path(image).name} ({picture.shape[1]}x{picture.shape[0]}) with {Path(encoder).name} "
                f"({predictor.variant}, {predictor.encoder.name})")
     predictor.set_image(picture)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import fused_attention_option, handle_errors, report_option, threads_option, verbose_option
+from vitdeploy.cli.options import fused_attention_option, handle_errors, ort_device_options, report_option, threads_option, verbose_option
 
 
 @click.command("validate")
@@ -22,13 +22,17 @@ from vitdeploy.cli.options import fused_attention_option, handle_errors, report_
               help="Named tolerance set; auto picks the one for the model's precision (from its metadata).")
 @click.option("--runs", type=click.IntRange(min=0), default=5, show_default=True, help="Timed runs per backend (0: no timing).")
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True, help="Untimed warm-up runs.")
+@ort_device_options(("cpu", "cuda", "tensorrt"), "ONNX Runtime execution provider for the ONNX model (the eager reference "
+                   "runs on the CPU in FP32). Combinations vitdeploy has not verified run here: this is the check.",
+                   allow_unverified=False)
 @fused_attention_option
 @threads_option
 @report_option
 @verbose_option
 @handle_errors
 def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random_inputs: int, tolerance: str,
-             runs: int, warmup: int, fused_attention: bool, threads: int, report: str | None, verbose: bool) -> None:
+             runs: int, warmup: int, device: str, tf32: bool, fused_attention: bool, threads: int,
+             report: str | None, verbose: bool) -> None:
     """Compare a deployed model with the eager official model on the same inputs.
 
     Prints max-abs, relative L2, cosine and NaN/Inf counts against named tolerances, then the
@@ -51,7 +55,11 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
 
     if report:
         check_output_path(report)
-    candidate = open_runner(model, threads=threads, fused_attention=fused_attention)  # .onnx -> ONNX Runtime, .plan -> TensorRT
+    # .onnx -> ONNX Runtime on --device, .plan -> TensorRT
+    candidate = open_runner(model, threads=threads, fused_attention=fused_attention, ort_device=device, tf32=tf32,
+                            allow_unverified=True)
+    if device != "cpu" and getattr(candidate, "provider", None):
+        click.echo(f"runs on {candidate.provider}")
     fusion = getattr(candidate, "fusion", None)
     if fusion is not None:
         click.echo(f"fused rel-pos attention: {fusion.summary()}")

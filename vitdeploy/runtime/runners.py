@@ -9,7 +9,8 @@ import numpy as np
 
 from vitdeploy.errors import InputError, MissingDependencyError
 from vitdeploy.metadata import decode
-from vitdeploy.runtime.ort_settings import OrtSettings, int8_kernels, is_int8_file
+from vitdeploy.runtime.ort_settings import OrtSettings, int8_kernels, read_metadata_props
+from vitdeploy.runtime.providers import ProviderPlan, plan_providers
 
 _ORT_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
                     "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
@@ -30,22 +31,17 @@ class Runner(Protocol):
         ...
 
 
-def ort_providers(device: str) -> list[str]:
-    """ONNX Runtime execution providers for ``cpu``, ``cuda`` or ``tensorrt``, best first."""
+def _require_providers(plan: ProviderPlan) -> None:
+    """InputError naming what to install when this ONNX Runtime lacks the plan's first provider."""
     import onnxruntime as ort
 
     available = ort.get_available_providers()
-    wanted = {
-        "cpu": ["CPUExecutionProvider"],
-        "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
-        "tensorrt": ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
-    }[device]
-    if wanted[0] not in available:
+    wanted = plan.providers_names()[0]
+    if wanted not in available:
         raise InputError(
-            f"ONNX Runtime here has no {wanted[0]} (available: {', '.join(available)}): "
+            f"ONNX Runtime here has no {wanted} (available: {', '.join(available)}): "
             "install onnxruntime-gpu on a CUDA machine, or use --device cpu"
         )
-    return wanted
 
 
 class OnnxRuntimeRunner:
@@ -58,6 +54,9 @@ class OnnxRuntimeRunner:
     With ``fused_attention=True`` (CPU only) the graph's folded rel-pos attention runs on vitdeploy's
     fused kernel (:mod:`vitdeploy.runtime.relpos_kernel`, a custom-op library built by
     ``bash cpp/build.sh``); which nodes were swapped is in ``fusion``.
+    ``device`` ``cuda``/``tensorrt`` runs on ONNX Runtime's GPU providers where the graph was verified
+    (:mod:`vitdeploy.runtime.providers`; ``allow_unverified`` overrides), in FP32 unless ``tf32``;
+    ``provider`` says what ran.
     """
 
     def __init__(
@@ -75,6 +74,8 @@ class OnnxRuntimeRunner:
         session_config: dict[str, str] | None = None,
         disabled_optimizers: tuple[str, ...] | None = None,
         fused_attention: bool = False,
+        tf32: bool = False,
+        allow_unverified: bool = False,
     ):
         try:
             import onnxruntime as ort
@@ -90,7 +91,9 @@ class OnnxRuntimeRunner:
             disabled_optimizers=tuple(disabled_optimizers) if disabled_optimizers is not None else None,
             config=dict(session_config or {}),
         )
-        quantized = is_int8_file(path)
+        file_metadata = decode(read_metadata_props(path))
+        plan = plan_providers(file_metadata, device, tf32=tf32, allow_unverified=allow_unverified, name=f"'{path.name}'")
+        quantized = file_metadata.get("precision") == "int8"
         options = self.settings.session_options(quantized)
         self.disabled_optimizers = self.settings.optimizers_to_disable(quantized)
         #: Which integer kernels run this file's Q/DQ GEMMs on this CPU (None: not an INT8 graph).
@@ -116,8 +119,11 @@ class OnnxRuntimeRunner:
                 # The swapped graph is loaded from memory: external weights are read from the model's folder.
                 options.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                                  str(path.parent.resolve()))
+        _require_providers(plan)
+        #: The providers, their math (TF32 or not) and the verification behind them, in one line.
+        self.provider = plan.describe()
         try:
-            self.session = ort.InferenceSession(source, options, providers=ort_providers(device),
+            self.session = ort.InferenceSession(source, options, providers=plan.providers,
                                                 disabled_optimizers=self.disabled_optimizers or None)
         except Exception as exc:  # ORT raises its own Fail/InvalidGraph types; all mean "unusable file".
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -34,13 +34,14 @@ DECODER_OUTPUTS = ("low_res_masks", "iou_predictions")
 MASK_THRESHOLD = 0.0  # Sam.mask_threshold
 
 
-def as_runner(model: Runner | str | os.PathLike, device: str = "cpu", threads: int | None = None) -> Runner:
+def as_runner(model: Runner | str | os.PathLike, device: str = "cpu", threads: int | None = None, *, tf32: bool = False,
+              allow_unverified: bool = False) -> Runner:
     """``model`` if it already is a Runner; otherwise the runner for its file suffix (``.onnx``: ONNX
     Runtime on ``device``; ``.plan``/``.engine``/``.trt``: TensorRT) via :func:`vitdeploy.runtime.loader.open_runner`."""
     if isinstance(model, (str, os.PathLike)):
         from vitdeploy.runtime.loader import open_runner
 
-        return open_runner(Path(model), threads=threads, ort_device=device)
+        return open_runner(Path(model), threads=threads, ort_device=device, tf32=tf32, allow_unverified=allow_unverified)
     if isinstance(model, Runner):
         return model
     raise InputError(f"expected a model path or a Runner, got {type(model).__name__}")
@@ -92,16 +93,19 @@ class SamPredictor:
     Args:
         encoder: the exported image encoder (``.onnx`` path, engine path, or a Runner).
         decoder: the exported prompt encoder + mask decoder (same forms).
-        device: ONNX Runtime device for paths: ``cpu``, ``cuda`` or ``tensorrt``.
+        device: ONNX Runtime device for paths: ``cpu``, ``cuda`` or ``tensorrt`` (GPU providers only where the
+            files were verified, see :mod:`vitdeploy.runtime.providers`; ``allow_unverified`` overrides).
         threads: ONNX Runtime intra-op threads for paths (default: ONNX Runtime's choice).
+        tf32: on CUDA, let FP32 GEMMs use TF32 (default: exact FP32; masks then match the CPU's).
         check_weights: refuse an encoder and decoder whose weights come from different checkpoints or
             seeds (turn off for a decoder fine-tuned apart from its encoder).
     """
 
     def __init__(self, encoder: Runner | str | os.PathLike, decoder: Runner | str | os.PathLike, *,
-                 device: str = "cpu", threads: int | None = None, check_weights: bool = True):
-        self.encoder = as_runner(encoder, device, threads)
-        self.decoder = as_runner(decoder, device, threads)
+                 device: str = "cpu", threads: int | None = None, check_weights: bool = True, tf32: bool = False,
+                 allow_unverified: bool = False):
+        self.encoder = as_runner(encoder, device, threads, tf32=tf32, allow_unverified=allow_unverified)
+        self.decoder = as_runner(decoder, device, threads, tf32=tf32, allow_unverified=allow_unverified)
         enc, dec = self.encoder.metadata, self.decoder.metadata
         check_artifact_pair(enc, dec, check_weights=check_weights)
         missing = [n for n in DECODER_INPUTS if n not in self.decoder.input_names]

@@ -89,7 +89,7 @@ def validate_runner(
     from vitdeploy.cpu_features import cpu_features
 
     env = {"machine": platform.machine(), "cpu": cpu_features().to_dict(), "threads": threads, "versions": tool_versions(),
-           "int8_kernels": getattr(candidate, "int8_kernels", None)}
+           "int8_kernels": getattr(candidate, "int8_kernels", None), "provider": getattr(candidate, "provider", None)}
     return ValidationReport(
         model=getattr(candidate, "path", candidate.name).__str__(),
         tolerance=tolerance,
