@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from vitdeploy.errors import RecipeError
 
-#: Shipped recipes live in the repository's top-level ``export/`` folder.
-RECIPE_DIR = Path(__file__).resolve().parents[2] / "export"
+#: Shipped recipes: the repository's top-level ``export/`` folder, installed as the data package
+#: ``vitdeploy._recipes`` (setup.py), so a wheel outside the checkout carries them too.
+RECIPE_DIR = Path(str(resources.files("vitdeploy._recipes")))
 
 SAM_PIXEL_MEAN = (123.675, 116.28, 103.53)
 SAM_PIXEL_STD = (58.395, 57.12, 57.375)

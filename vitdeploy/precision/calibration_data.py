@@ -35,9 +35,12 @@ BUNDLED_WARNING = (
 
 
 def bundled_calibration_dir() -> Path:
-    """The bundled image set: ``$VITDEPLOY_CALIBRATION_DIR``, else ``calibration/images`` of the source tree."""
+    """The bundled image set: ``$VITDEPLOY_CALIBRATION_DIR``, else ``calibration/images`` of the source tree,
+    installed as the data package ``vitdeploy._calibration_images`` (setup.py; a wheel carries it)."""
+    from importlib import resources
+
     env = os.environ.get("VITDEPLOY_CALIBRATION_DIR")
-    path = Path(env) if env else Path(__file__).resolve().parents[2] / "calibration" / "images"
+    path = Path(env) if env else Path(str(resources.files("vitdeploy._calibration_images")))
     if not path.is_dir():
         raise InputError(
             f"the bundled calibration set '{path}' is missing (vitdeploy installed without its source tree): "

@@ -1,0 +1,14 @@
+"""Packages that live outside vitdeploy/: the recipes (export/) and the bundled calibration images
+(calibration/images/) stay at the top of the checkout, where the project's layout keeps them, and are
+installed as data-only subpackages, so a wheel carries them (read with importlib.resources).
+Everything else about the build is in pyproject.toml."""
+
+from setuptools import find_packages, setup
+
+DATA_PACKAGES = {"vitdeploy._recipes": "export", "vitdeploy._calibration_images": "calibration/images"}
+
+setup(
+    packages=find_packages(include=["vitdeploy", "vitdeploy.*"]) + list(DATA_PACKAGES),
+    package_dir=DATA_PACKAGES,
+    package_data={"vitdeploy._recipes": ["*.toml"], "vitdeploy._calibration_images": ["*.jpg", "*.png"]},
+)
