@@ -12,6 +12,7 @@ from PIL import Image
 from vitdeploy.errors import InputError
 from vitdeploy.precision.calibration_data import bundled_calibration_dir, load_calibration_set
 from vitdeploy.runtime.images import read_image_rgb
+from vitdeploy.runtime.images import expand_image_paths
 from vitdeploy.runtime.preprocess import SamPreprocessor
 
 META = {"family": "sam_image_encoder", "input_size": [64, 64], "pixel_mean": [123.675, 116.28, 103.53],
@@ -22,7 +23,7 @@ SHAPE = [1, 3, 64, 64]
 def _folder(tmp_path: Path, count: int) -> Path:
     folder = tmp_path / "imgs"
     folder.mkdir()
-    for f in sorted(bundled_calibration_dir().iterdir())[:count]:
+    for f in expand_image_paths([bundled_calibration_dir()])[:count]:
         shutil.copy(f, folder / f.name)
     return folder
 
@@ -30,12 +31,13 @@ def _folder(tmp_path: Path, count: int) -> Path:
 def test_bundled_set_is_license_clean_and_small():
     import json
 
-    root = bundled_calibration_dir().parent
-    manifest = json.loads((root / "MANIFEST.json").read_text())
-    files = sorted(p.name for p in bundled_calibration_dir().iterdir())
-    assert sorted(Path(e["file"]).name for e in manifest["images"]) == files
+    from vitdeploy.runtime.images import IMAGE_SUFFIXES
+
+    manifest = json.loads((Path(__file__).resolve().parents[1] / "calibration" / "MANIFEST.json").read_text())
+    images = [p for p in bundled_calibration_dir().iterdir() if p.suffix.lower() in IMAGE_SUFFIXES]
+    assert sorted(Path(e["file"]).name for e in manifest["images"]) == sorted(p.name for p in images)
     assert all(e["license"] and e["source"] for e in manifest["images"])
-    assert sum(p.stat().st_size for p in bundled_calibration_dir().iterdir()) < 2_000_000
+    assert sum(p.stat().st_size for p in images) < 2_000_000
 
 
 def test_default_is_bundled_with_warning_and_second_run_hits_cache(tmp_path):
