@@ -13,7 +13,7 @@ import pytest
 from precision_fixtures import calib_cache, calibration_feeds, tiny_exports  # noqa: F401  (fixtures)
 from vitdeploy.errors import InputError, PrecisionError
 from vitdeploy.precision.int8 import QUANTIZED_OPS, Int8Config, _per_tensor_overrides, quantizable_nodes, quantize_int8
-from vitdeploy.precision.node_runner import ensure_node_names
+from vitdeploy.precision.segments import ensure_node_names
 from vitdeploy.precision.range_collection import RangeConfig, calibrated_tensors, collect_ranges, entropy_threshold
 
 
@@ -87,24 +87,26 @@ def test_entropy_now_clips_outliers_where_minmax_does_not(tiny_exports, calib_ca
 
 
 def test_no_tensor_outlives_its_node(tiny_exports, calib_cache) -> None:
-    """Streaming: after 12 images, no activation the collector saw is still alive (nothing accumulates per image)."""
-    from vitdeploy.precision.node_runner import NodeByNodeRunner
+    """Streaming: after 12 images, no exposed activation the collector saw is still alive (nothing accumulates)."""
     from vitdeploy.precision.range_collection import _Collector
+    from vitdeploy.precision.segments import SegmentRunner
 
     model = onnx.load(str(tiny_exports["matmul"]))
     cal, _ = calibration_feeds(tiny_exports["matmul"], calib_cache)
     source = ensure_node_names(onnx.ModelProto.FromString(model.SerializeToString()))
     nodes, _ = quantizable_nodes(source)
-    collector = _Collector(calibrated_tensors(source, nodes), RangeConfig("percentile"))
+    tensors = calibrated_tensors(source, nodes)
+    collector = _Collector(tensors, RangeConfig("percentile"))
     refs: list[weakref.ref] = []
 
     def observe(name: str, array: np.ndarray) -> None:
         refs.append(weakref.ref(array))
         collector(name, array)
 
-    runner = NodeByNodeRunner(source, fp16=False)
+    runner = SegmentRunner(source, ranges=tensors, expose=tensors, budget_bytes=48 << 10)
+    assert len(runner.segments) > 3
     for feeds in cal:
-        runner.run(feeds, None, observe=observe)
+        collector.update(runner.run(feeds, observe=observe).ranges)
     gc.collect()
     alive = [r() for r in refs if r() is not None]
     print(f"{len(refs)} tensors observed over {len(cal)} images, {len(alive)} still alive")

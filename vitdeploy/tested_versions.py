@@ -20,7 +20,7 @@ TESTED: dict[str, tuple[str, ...]] = {
     "onnx": ("1.23.2",),
     "onnxscript": ("0.7.2",),
     "onnx-ir": ("1.1.0",),
-    "onnxruntime": ("1.32.0",),
+    "onnxruntime": ("1.32.0", "1.31.1"),
     "onnxconverter-common": ("1.16.0",),
     "numpy": ("2.4.6",),
     "protobuf": ("7.36.2",),

@@ -6,7 +6,9 @@ calibration feeds (``{input name: array}`` dicts), so they work for any FP32 gra
 exports: the SAM image encoder, the SAM mask decoder and timm ViTs.
 
     calibration_data  folder of images -> model inputs through the model's own preprocessing
-    node_runner       runs a graph node by node: per-node ranges and local FP16 drift
+    segments          runs a graph as a few sessions that show every tensor, in bounded memory
+    activation_stats  per-node ranges and local FP16 drift over calibration images (FP16 islands)
+    range_collection  INT8 activation ranges (minmax, percentile, entropy), streamed
     islands           structural FP32 islands (normalization written out, softmax)
     fp16              FP16 graph with FP32 islands (onnxconverter-common does the rewrite)
     int8              explicit symmetric INT8 Q/DQ (ONNX Runtime quantize_static does the rewrite)

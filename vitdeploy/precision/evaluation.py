@@ -63,14 +63,15 @@ def worst_cosine(results: Sequence[ParityResult]) -> float:
 
 
 def run_faithful(model: onnx.ModelProto, feeds_list: Sequence[Feeds], threads: int | None = None) -> list[dict[str, np.ndarray]]:
-    """Outputs of ``model`` run node by node, so every tensor is stored in the type the graph declares.
+    """Outputs of ``model`` with every tensor stored in the type the graph declares.
 
-    Why not one ONNX Runtime session: on a CPU, ORT runs FP16 ops without an FP16 kernel in FP32 and
+    Why not a plain session: on a CPU, ONNX Runtime runs FP16 ops without an FP16 kernel in FP32 and
     removes the Cast pairs between them, so a chain of such ops never rounds to FP16 and never
     overflows. Measured on the overflow test model: a naive FP16 graph gives finite outputs in one
-    session and Inf/NaN node by node (which is what a GPU that stores each layer in FP16 gives).
+    plain session and Inf/NaN when every tensor is rounded (what a GPU that stores each layer in FP16
+    gives). :func:`vitdeploy.precision.segments.run_rounded` stores every FP16 tensor in FP16 in one
+    session (explicit casts around FP32 arithmetic; tested against running the graph node by node).
     """
-    from vitdeploy.precision.node_runner import NodeByNodeRunner
+    from vitdeploy.precision.segments import run_rounded
 
-    runner = NodeByNodeRunner(model, threads=threads, fp16=False)
-    return [runner.run(feeds, {}) for feeds in feeds_list]
+    return run_rounded(model, feeds_list, threads)

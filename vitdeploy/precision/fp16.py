@@ -10,7 +10,7 @@ Which nodes stay FP32 (each reason is reported):
 3. drift: a node whose output, run in FP16 on its own FP32 inputs rounded to FP16, differs from FP32
    by more than ``drift_max`` (relative L2; FP16's unit roundoff is 4.9e-4);
 4. budget: if the whole graph still misses ``target_cosine`` against FP32 on the evaluation feeds
-   (run node by node, see :func:`vitdeploy.precision.evaluation.run_faithful`),
+   (every tensor rounded to its type, see :func:`vitdeploy.precision.evaluation.run_faithful`),
    the remaining nodes with the largest drift are added, in doubling steps, until it holds.
 
 The graph rewrite itself (FP16 initializers, Cast nodes around FP32 islands, FP32 inputs/outputs)
@@ -34,7 +34,8 @@ from vitdeploy.errors import MissingDependencyError, PrecisionError
 from vitdeploy.precision.checks import graph_problems, raise_if_problems, require_fp32
 from vitdeploy.precision.evaluation import compare_outputs, ort_session, run_all, run_faithful, worst_cosine
 from vitdeploy.precision.islands import structural_fp32_nodes
-from vitdeploy.precision.node_runner import NodeStats, Progress, collect_node_stats, ensure_node_names
+from vitdeploy.precision.activation_stats import NodeStats, Progress, collect_node_stats
+from vitdeploy.precision.segments import ensure_node_names
 from vitdeploy.validation.parity import TOLERANCES, ParityResult
 
 Feeds = dict[str, np.ndarray]

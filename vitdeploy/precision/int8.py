@@ -35,7 +35,7 @@ import onnx
 from vitdeploy.errors import InputError, MissingDependencyError, PrecisionError
 from vitdeploy.precision.checks import require_fp32
 from vitdeploy.precision.islands import normalization_islands
-from vitdeploy.precision.node_runner import ensure_node_names
+from vitdeploy.precision.segments import ensure_node_names
 
 Feeds = dict[str, np.ndarray]
 

@@ -12,7 +12,7 @@ from vitdeploy.errors import PrecisionError
 from vitdeploy.precision.checks import graph_problems, qdq_problems, raise_if_problems
 from vitdeploy.precision.evaluation import compare_outputs, ort_session, run_all, worst_cosine
 from vitdeploy.precision.int8 import Int8Config, quantize_int8, restrict_quantization, tool_version
-from vitdeploy.precision.node_runner import ensure_node_names
+from vitdeploy.precision.segments import ensure_node_names
 from vitdeploy.precision.sensitivity import BudgetResult, LayerSensitivity, budget_search, layer_sensitivity
 from vitdeploy.validation.parity import ParityResult
 

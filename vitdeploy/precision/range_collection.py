@@ -10,9 +10,10 @@ Why not ONNX Runtime's own calibrators (``quantize_static`` with a data reader),
 * ``quantize_static`` gives its entropy calibrator the default bin counts (128 bins, 128 quantized
   bins): one candidate threshold, the full range, so ``entropy`` equals ``minmax``.
 
-What is done instead: the graph runs node by node (:class:`~vitdeploy.precision.node_runner.NodeByNodeRunner`,
-which keeps only the tensors still to be consumed); each calibrated tensor updates its statistics
-the moment it is produced and is then dropped. Min/max are running extremes. Histograms are ONNX
+What is done instead (:class:`~vitdeploy.precision.segments.SegmentRunner`): the extremes of every
+calibrated tensor are computed inside the ONNX Runtime graph (scalar outputs, nothing large leaves
+it); for the histogram methods the calibrated tensors are handed out in segments of bounded size,
+each updates its histogram the moment it is produced and is then dropped. Min/max are running extremes. Histograms are ONNX
 Runtime's own :class:`~onnxruntime.quantization.calibrate.HistogramCollector`, fed one tensor of one
 image at a time (its merge rule widens the range as new data arrives, so the bins can differ slightly
 from a one-shot histogram of all images). The entropy threshold is ONNX Runtime's KL-divergence
@@ -27,12 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx
 
 from vitdeploy.errors import InputError, PrecisionError
-from vitdeploy.precision.node_runner import NodeByNodeRunner
+from vitdeploy.precision.segments import DEFAULT_BUDGET_BYTES, SegmentRunner
 
 Feeds = dict[str, np.ndarray]
 
@@ -105,18 +107,23 @@ class _Collector:
                                                  num_quantized_bins=config.num_quantized_bins,
                                                  percentile=config.percentile, scenario="same")
 
+    def update(self, ranges: dict) -> None:
+        """Running extremes from one run's in-graph ranges (:class:`~vitdeploy.precision.segments.TensorRange`)."""
+        for name in self.names:
+            r = ranges.get(name)
+            if r is None:
+                continue
+            if not (np.isfinite(r.low) and np.isfinite(r.high)):
+                raise PrecisionError(f"calibration tensor '{name}' has non-finite values: the FP32 graph itself is broken")
+            self.lowest[name] = min(r.low, self.lowest.get(name, r.low))
+            self.highest[name] = max(r.high, self.highest.get(name, r.high))
+
     def __call__(self, name: str, array: np.ndarray) -> None:
-        if name not in self.names or array.dtype not in (np.float32, np.float16):
+        """A calibrated tensor itself (histogram methods)."""
+        if self.histograms is None or name not in self.names or array.dtype not in (np.float32, np.float16):
             return
         data = array.astype(np.float32, copy=False)
-        finite = data if np.isfinite(data).all() else data[np.isfinite(data)]
-        if finite.size == 0:
-            raise PrecisionError(f"calibration tensor '{name}' has no finite values: the FP32 graph itself is broken")
-        low, high = float(finite.min()), float(finite.max())
-        self.lowest[name] = min(low, self.lowest.get(name, low))
-        self.highest[name] = max(high, self.highest.get(name, high))
-        if self.histograms is not None:
-            self._histogram(name, finite)
+        self._histogram(name, data if np.isfinite(data).all() else data[np.isfinite(data)])
 
     def _histogram(self, name: str, data: np.ndarray) -> None:
         # ORT's collectors print one progress line per call; these calls are per tensor and image.
@@ -217,18 +224,25 @@ def collect_ranges(
     *,
     threads: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    base_dir: str | Path | None = None,
+    budget_bytes: int = DEFAULT_BUDGET_BYTES,
 ):
-    """Ranges of ``tensors`` over ``feeds_list``, one image at a time; returns ONNX Runtime's ``TensorsData``."""
+    """Ranges of ``tensors`` over ``feeds_list``, one image at a time; returns ONNX Runtime's ``TensorsData``.
+
+    ``progress(done, total)`` counts segments over all feeds; ``base_dir``: where external weights live.
+    """
     if not feeds_list:
         raise PrecisionError("no calibration inputs for INT8 quantization")
     if not tensors:
         raise PrecisionError("no activation tensors to calibrate")
     collector = _Collector(tensors, config)
-    runner = NodeByNodeRunner(model, threads=threads, fp16=False)
+    exposed = tensors if collector.histograms is not None else ()
+    runner = SegmentRunner(model, ranges=tensors, expose=exposed, base_dir=base_dir, threads=threads,
+                           budget_bytes=budget_bytes)
+    total = len(feeds_list) * len(runner.segments)
     for k, feeds in enumerate(feeds_list):
-        runner.run(feeds, None, observe=collector)
-        if progress:
-            progress(k + 1, len(feeds_list))
+        step = (lambda s, k=k: progress(k * len(runner.segments) + s + 1, total)) if progress else None
+        collector.update(runner.run(feeds, observe=collector, on_segment=step).ranges)
     return collector.tensors_data()
 
 

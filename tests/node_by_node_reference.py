@@ -1,4 +1,10 @@
-"""Run an ONNX graph node by node with ONNX Runtime: per-node value ranges and local FP16 drift.
+"""The reference the precision passes' segmented measurement is tested against: the graph run node by node.
+
+This is how vitdeploy measured before :mod:`vitdeploy.precision.segments` (kept here, unchanged in
+what it computes, as the slow, obviously-correct oracle: each node alone in its own ONNX Runtime
+session, fed exactly its inputs). Original description follows.
+
+Run an ONNX graph node by node with ONNX Runtime: per-node value ranges and local FP16 drift.
 
 Why node by node instead of one session with every intermediate tensor exposed as an output: a
 full-size SAM encoder at 1024 px holds ~800 MB attention tensors; exposing all of them at once needs
@@ -16,13 +22,14 @@ bans them).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from vitdeploy.errors import PrecisionError
+from vitdeploy.precision.activation_stats import NodeStats
+from vitdeploy.precision.segments import ensure_node_names
 
 Feeds = dict[str, np.ndarray]
 Progress = Callable[[int, int], None]
@@ -30,44 +37,6 @@ Progress = Callable[[int, int], None]
 #: Ops whose attributes fix an output type: running them "in FP16" would change what they mean.
 _TYPED_OPS = frozenset({"Cast", "CastLike", "ConstantOfShape", "EyeLike", "RandomNormal", "RandomUniform",
                         "RandomNormalLike", "RandomUniformLike", "Multinomial", "Constant"})
-
-
-@dataclass
-class NodeStats:
-    """Measured behaviour of one node over all calibration feeds (maxima over feeds).
-
-    Attributes:
-        max_abs_in: largest |value| among the node's float activation inputs (initializers excluded).
-        max_abs_out: largest finite |value| among its float outputs.
-        init_max_abs: largest |value| among its float initializers.
-        nonfinite_out: NaN/Inf count in its FP32 outputs (non-zero means the FP32 graph itself is broken).
-        fp16_drift: worst relative L2 error of its outputs when run in FP16 on its FP32 inputs rounded to
-            FP16; ``inf`` when FP16 overflows; None when not measurable (no float output, typed op).
-    """
-
-    name: str
-    op_type: str
-    max_abs_in: float = 0.0
-    max_abs_out: float = 0.0
-    init_max_abs: float = 0.0
-    nonfinite_out: int = 0
-    fp16_drift: float | None = None
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
-def ensure_node_names(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Give every unnamed node a unique name, in place (the passes address nodes by name); returns ``model``."""
-    seen = {n.name for n in model.graph.node if n.name}
-    for i, node in enumerate(model.graph.node):
-        if not node.name:
-            name = f"{node.op_type}_{i}"
-            while name in seen:
-                name += "_"
-            node.name = name
-            seen.add(name)
-    return model
 
 
 def _float_arrays(arrays: list[np.ndarray]) -> list[np.ndarray]:

@@ -1,0 +1,114 @@
+"""Per-node activation ranges and local FP16 drift over calibration images, measured in segments.
+
+What the FP16 pass decides islands from (:func:`vitdeploy.precision.fp16.measured_fp32_nodes`):
+each node's largest input and output values, its weights' largest value, NaN/Inf in its FP32
+output, and its local FP16 drift (its output run in FP16 on its own FP32 inputs rounded to FP16,
+relative L2 against FP32: the error the node adds by itself, not the one it inherits). Measured with
+:class:`~vitdeploy.precision.segments.SegmentRunner`: every tensor's statistics are taken once, when it
+is produced (inside ONNX Runtime), and a node's input statistics are those of the tensors it reads.
+
+Limits: on a CPU, ONNX Runtime runs FP16 nodes that lack an FP16 kernel in FP32 between casts, so the
+local drift measures the rounding of inputs and outputs, which is what exposes overflow, cancellation
+(``x - mean``) and amplification (``exp`` of large logits); it does not model a GPU kernel's
+accumulation order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from vitdeploy.errors import PrecisionError
+from vitdeploy.precision.segments import SegmentRunner
+
+Feeds = dict[str, np.ndarray]
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class NodeStats:
+    """Measured behaviour of one node over all calibration feeds (maxima over feeds).
+
+    Attributes:
+        max_abs_in: largest |value| among the node's float activation inputs (initializers excluded).
+        max_abs_out: largest finite |value| among its float outputs.
+        init_max_abs: largest |value| among its float initializers.
+        nonfinite_out: how many of its FP32 outputs held NaN/Inf, summed over feeds (non-zero means the FP32
+            graph itself is broken).
+        fp16_drift: worst relative L2 error of its outputs when run in FP16 on its FP32 inputs rounded to
+            FP16; ``inf`` when FP16 overflows; None when not measurable (no float output, typed op).
+    """
+
+    name: str
+    op_type: str
+    max_abs_in: float = 0.0
+    max_abs_out: float = 0.0
+    init_max_abs: float = 0.0
+    nonfinite_out: int = 0
+    fp16_drift: float | None = None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def rel_l2(ref: np.ndarray, cand: np.ndarray) -> float:
+    """Relative L2 error of ``cand`` against ``ref`` in float64; ``inf`` when ``cand`` is not finite."""
+    ref64, cand64 = ref.astype(np.float64), cand.astype(np.float64)
+    if not np.isfinite(cand64).all():
+        return float("inf")
+    norm = float(np.linalg.norm(ref64))
+    diff = float(np.linalg.norm(cand64 - ref64))
+    return diff / norm if norm > 0 else diff
+
+
+def collect_node_stats(
+    model: onnx.ModelProto,
+    feeds_list: Sequence[Feeds],
+    *,
+    fp16: bool = True,
+    threads: int | None = None,
+    progress: Progress | None = None,
+    base_dir: str | Path | None = None,
+) -> dict[str, NodeStats]:
+    """Per-node ranges (and local FP16 drift when ``fp16``) over every feed, keyed by node name.
+
+    Unnamed nodes of ``model`` are named in place (:func:`~vitdeploy.precision.segments.ensure_node_names`).
+    ``progress(done, total)`` counts feeds. ``base_dir``: where external weights live.
+    """
+    if not feeds_list:
+        raise PrecisionError("no calibration inputs to measure activations with")
+    runner = SegmentRunner(model, ranges="all", fp16_drift=fp16, base_dir=base_dir, threads=threads)
+    graph = runner.model.graph
+    stats = {n.name: NodeStats(n.name, n.op_type) for n in graph.node}
+    used = {n for node in graph.node for n in node.input}
+    init_max = {t.name: _max_abs(runner._init_array(t.name)) for t in graph.initializer
+                if t.data_type == TensorProto.FLOAT and t.name in used}
+    for node in graph.node:
+        stats[node.name].init_max_abs = max((init_max[n] for n in node.input if n in init_max), default=0.0)
+    for k, feeds in enumerate(feeds_list):
+        result = runner.run(feeds)
+        for node in graph.node:
+            st = stats[node.name]
+            ins = [result.ranges[n] for n in node.input if n in result.ranges and n not in runner.inits]
+            outs = [result.ranges[o] for o in node.output if o in result.ranges]
+            st.max_abs_in = max([st.max_abs_in] + [r.max_abs for r in ins if r.finite])
+            st.max_abs_out = max([st.max_abs_out] + [r.max_abs for r in outs if r.finite])
+            st.nonfinite_out += sum(1 for r in outs if not r.finite)
+            drifts = [result.drift[o] for o in node.output if o in result.drift]
+            if drifts:
+                st.fp16_drift = max(drifts) if st.fp16_drift is None else max([st.fp16_drift, *drifts])
+        if progress:
+            progress(k + 1, len(feeds_list))
+    return stats
+
+
+def _max_abs(array: np.ndarray) -> float:
+    return float(np.abs(array).max()) if array.size else 0.0
+
+
+__all__ = ["NodeStats", "Progress", "collect_node_stats", "rel_l2"]
