@@ -2,7 +2,7 @@
 
 One command, one run:
 
-    /tmp/venvtest/bin/python benchmarks/bench_encoder_speed.py --threads 2 --rounds 3 --workdir out/speed
+    .venv/bin/python benchmarks/bench_encoder_speed.py --threads 2 --rounds 3 --workdir out/speed
 
 What it does:
 

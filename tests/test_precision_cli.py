@@ -94,29 +94,46 @@ def test_bad_inputs(tiny_exports, calib_cache, fp16_file, tmp_path):
     assert usage.exit_code == 2
 
 
-def test_external_data_models_convert_and_oversized_ones_are_refused(tmp_path, calib_cache, monkeypatch):
-    """Weights in a .data file are read for the passes; a model over the protobuf limit gets a clear error, not a crash."""
+def test_external_data_models_convert_and_models_past_protobufs_limit_take_the_large_path(tmp_path, calib_cache, monkeypatch):
+    """Weights in a .data file are read for the passes; a model "over" the single-message limit (lowered here so
+    a tiny model is one) is never serialized whole: it converts to the same graph and is written with external data."""
     from precision_fixtures import MEAN, STD, TINY
     from vitdeploy.models.sam_encoder import load_sam_image_encoder
     from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
-    from vitdeploy.precision import calibrate as calibrate_module
+    from vitdeploy.precision import model_io
 
     model = tmp_path / "ext.onnx"
     meta = sam_encoder_metadata(variant="tiny", img_size=TINY.img_size, pixel_mean=MEAN, pixel_std=STD,
                                 architecture=TINY.to_dict(), random_seed=0)
     result = export_sam_image_encoder(load_sam_image_encoder(TINY, random_seed=0), model, metadata=meta, external_data=True)
     assert result.external_data is not None and result.external_data.is_file()
-    out = tmp_path / "ext.int8.onnx"
-    converted = _run(["calibrate", str(model), "-p", "int8", "-o", str(out), "-i", IMAGES, "--cache-dir", str(calib_cache),
-                      "--no-eager"])
-    assert converted.exit_code == 0, converted.output
-    assert any(n.op_type == "QuantizeLinear" for n in onnx.load(str(out)).graph.node)
+    common = ["-i", IMAGES, "--cache-dir", str(calib_cache), "--no-eager"]
+    small = {p: tmp_path / f"small.{p}.onnx" for p in ("fp16", "int8")}
+    for precision, out in small.items():
+        converted = _run(["calibrate", str(model), "-p", precision, "-o", str(out), *common])
+        assert converted.exit_code == 0, converted.output
+        assert not Path(str(out) + ".data").exists()
+    assert any(n.op_type == "QuantizeLinear" for n in onnx.load(str(small["int8"])).graph.node)
 
-    weights = calibrate_module.initializer_bytes(onnx.load(str(model), load_external_data=False))
-    loaded = sum(onnx.numpy_helper.to_array(t).nbytes for t in onnx.load(str(model)).graph.initializer)
-    assert weights == loaded > result.external_data.stat().st_size // 2  # from shapes alone, data file unread
-    monkeypatch.setattr(calibrate_module, "PRECISION_PASS_MAX_WEIGHT_BYTES", weights - 1)
-    refused = tmp_path / "refused.onnx"
-    _assert_user_error(_run(["calibrate", str(model), "-p", "fp16", "-o", str(refused), "-i", IMAGES]),
-                       "GB of weights", "2 GiB", "vit_b or vit_l")
-    assert not refused.exists()
+    size = onnx.load(str(model)).ByteSize()
+    monkeypatch.setattr(model_io, "SINGLE_MESSAGE_MAX_BYTES", size // 4)
+
+    for precision, reference in small.items():
+        out = tmp_path / f"large.{precision}.onnx"
+        converted = _run(["calibrate", str(model), "-p", precision, "-o", str(out), *common])
+        assert converted.exit_code == 0, converted.output
+        assert Path(str(out) + ".data").is_file() and "weights in large." in converted.output
+        got, want = onnx.load(str(out)), onnx.load(str(reference))
+        assert [(n.op_type, n.name) for n in got.graph.node] == [(n.op_type, n.name) for n in want.graph.node]
+        for a, b in zip(got.graph.initializer, want.graph.initializer):
+            np.testing.assert_array_equal(onnx.numpy_helper.to_array(a), onnx.numpy_helper.to_array(b))
+
+
+def test_no_holdout_warns_that_parity_is_measured_on_the_calibration_images(tiny_exports, calib_cache, tmp_path):
+    out = tmp_path / "h0.int8.onnx"
+    result = _run(["calibrate", str(tiny_exports["matmul"]), "-p", "int8", "-o", str(out), "-i", IMAGES,
+                   "--cache-dir", str(calib_cache), "--holdout", "0", "--max-images", "1", "--min-images", "1", "--no-eager"])
+    assert result.exit_code == 0, result.output
+    assert "warning: no images held out (--holdout 0)" in result.output and "flatters INT8" in result.output
+    time_line = next(line for line in result.output.splitlines() if line.startswith("time: "))
+    assert all(step in time_line for step in ("load model", "load images", "measure and convert", "write"))

@@ -9,13 +9,6 @@ import click
 from vitdeploy.cli.options import handle_errors, report_option, threads_option, verbose_option
 
 
-class _Progress:
-    """One self-overwriting stderr line per stage (``decoding images 12/16``)."""
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        click.echo(f"\r  {stage}: {done}/{total}", nl=done >= total, err=True)
-
-
 @click.command("calibrate")
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--precision", "-p", required=True, type=click.Choice(["fp16", "int8"]), help="Target precision.")
@@ -62,6 +55,7 @@ def calibrate(model: str, precision: str, output: str, images: tuple[str, ...], 
       vitdeploy calibrate sam_vit_b.onnx --precision fp16 -o sam_vit_b.fp16.onnx --images photos/
       vitdeploy calibrate sam_vit_b.onnx -p int8 --method percentile --target-cosine 0.99 -o sam_vit_b.int8.onnx -i photos/
     """
+    from vitdeploy.cli.progress import StageProgress, format_seconds
     from vitdeploy.fileio import atomic_write_bytes, check_output_path
     from vitdeploy.precision.calibrate import CalibrateOptions, calibrate_onnx
     from vitdeploy.precision.report import summarize
@@ -73,7 +67,8 @@ def calibrate(model: str, precision: str, output: str, images: tuple[str, ...], 
         holdout=holdout, min_images=min_images, max_images=max_images, keep_fp32=keep_fp32, cache_dir=cache_dir,
         use_cache=not no_cache, sensitivity=sensitivity, checkpoint=checkpoint, eager=not no_eager, threads=threads,
     )
-    result = calibrate_onnx(model, output, options, echo=click.echo, progress=_Progress())
+    progress = StageProgress()
+    result = calibrate_onnx(model, output, options, echo=click.echo, progress=progress)
     click.echo(f"{len(result.kept)} of {result.node_count} node(s) in higher precision ({result.tool}):")
     for line in result.kept_lines():
         click.echo(line)
@@ -86,8 +81,13 @@ def calibrate(model: str, precision: str, output: str, images: tuple[str, ...], 
         click.echo(f"parity vs eager official: {summarize(result.parity_eager)}")
     elif result.eager_note:
         click.echo(result.eager_note)
+    steps = ", ".join(f"{name.replace('_', ' ')} {format_seconds(sec)}" for name, sec in result.timings_s.items())
+    click.echo(f"time: {format_seconds(sum(result.timings_s.values()))} ({steps})")
+    stages = progress.times()
+    if stages:
+        click.echo("  stages: " + ", ".join(f"{name} {format_seconds(sec)}" for name, sec in stages.items()))
     if report:
-        atomic_write_bytes(report, json.dumps(result.to_dict(), indent=2).encode())
+        atomic_write_bytes(report, json.dumps({**result.to_dict(), "stage_times_s": stages}, indent=2).encode())
         click.echo(f"report: {report}")
 
 

@@ -74,9 +74,30 @@ def model_source_options(fn: Callable) -> Callable:
     return fn
 
 
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, e.g. a container's share), else os.cpu_count()."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _threads(fn: Callable, what: str) -> Callable:
+    return click.option("--threads", type=click.IntRange(min=1), default=None,
+                        callback=lambda _ctx, _param, value: value or available_cores(),
+                        help=f"Threads for {what}. [default: all cores this process may use, {available_cores()} here]")(fn)
+
+
 def threads_option(fn: Callable) -> Callable:
-    return click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True,
-                        help="Threads for both eager PyTorch and ONNX Runtime (same count, fair comparison).")(fn)
+    """--threads for verbs that run ONNX Runtime and eager PyTorch; default: every core this process may use."""
+    return _threads(fn, "ONNX Runtime and eager PyTorch (the same count: a fair comparison)")
+
+
+def runtime_threads_option(fn: Callable) -> Callable:
+    """--threads for verbs that run only the exported model (no PyTorch)."""
+    return _threads(fn, "ONNX Runtime (TensorRT runs on the GPU and ignores it)")
 
 
 def fused_attention_option(fn: Callable) -> Callable:

@@ -83,6 +83,8 @@ def collect_node_stats(
     if not feeds_list:
         raise PrecisionError("no calibration inputs to measure activations with")
     runner = SegmentRunner(model, ranges="all", fp16_drift=fp16, base_dir=base_dir, threads=threads)
+    if progress:  # the stage starts now (its clock and ETA count from here)
+        progress(0, len(feeds_list))
     graph = runner.model.graph
     stats = {n.name: NodeStats(n.name, n.op_type) for n in graph.node}
     used = {n for node in graph.node for n in node.input}

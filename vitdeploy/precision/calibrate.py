@@ -11,10 +11,12 @@ from typing import Any
 import onnx
 
 from vitdeploy.errors import InputError, PrecisionError, VitdeployError
-from vitdeploy.fileio import atomic_output, check_output_path, load_onnx_graph
+from vitdeploy.fileio import check_output_path, load_onnx_graph
+from vitdeploy.precision.model_io import save_onnx_atomic
 from vitdeploy.precision.calibration_data import DEFAULT_MIN_IMAGES, CalibrationSet, load_calibration_set
 from vitdeploy.precision.report import PrecisionReport, precision_metadata, read_metadata, stamp_metadata
-from vitdeploy.validation.parity import ParityResult
+from vitdeploy.precision.evaluation import StageProgress
+from vitdeploy.validation.parity import ParityResult, compare
 
 Echo = Callable[[str], None]
 
@@ -45,33 +47,13 @@ class CalibrateOptions:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-#: The precision passes copy, serialize and hand the whole model to ONNX Runtime as one protobuf
-#: message, which protobuf caps at 2 GiB (SAM ViT-H in FP32 carries ~2.5 GB of weights).
-PRECISION_PASS_MAX_WEIGHT_BYTES = 2**31 - 2**24
-
-
-def initializer_bytes(model: onnx.ModelProto) -> int:
-    """Bytes of all initializers, from their shapes and types (external data is not read)."""
-    total = 0
-    for tensor in model.graph.initializer:
-        count = 1
-        for dim in tensor.dims:
-            count *= dim
-        total += count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-    return total
-
-
 def load_fp32_onnx(path: str | Path) -> onnx.ModelProto:
-    """Load an ONNX file with errors for people (missing, not ONNX, too large for the precision passes)."""
+    """Load an ONNX file and its external weights into memory, with errors for people (missing, not ONNX).
+
+    Any size: the passes never serialize the whole model (see :mod:`vitdeploy.precision.model_io`).
+    """
     path = Path(path)
     model = load_onnx_graph(path)
-    weights = initializer_bytes(model)
-    if weights > PRECISION_PASS_MAX_WEIGHT_BYTES:
-        raise PrecisionError(
-            f"'{path.name}' holds {weights / 1e9:.2f} GB of weights, over the 2 GiB the FP16/INT8 passes can handle "
-            "(they keep the model in one protobuf message; SAM ViT-H is the case): convert vit_b or vit_l, "
-            "or deploy this model in FP32"
-        )
     try:
         onnx.load_external_data_for_model(model, str(path.parent))
     except (OSError, ValueError) as exc:
@@ -97,33 +79,53 @@ def _calibration_feeds(cal: CalibrationSet, batch_dim: int | str | None) -> list
     return cal.feeds()
 
 
-def _eager_parity(meta: dict[str, Any], checkpoint: str | None, held: CalibrationSet, candidate_path: Path,
-                  precision: str, threads: int | None) -> tuple[list[ParityResult], str | None]:
-    """Converted model vs the eager official model on the held-out images, or why that was not possible."""
+def _eager_parity(meta: dict[str, Any], checkpoint: str | None, model: onnx.ModelProto, feeds: list[dict],
+                  labels: list[str], outputs: list[dict], precision: str, threads: int | None,
+                  progress: StageProgress | None) -> tuple[list[ParityResult], str | None]:
+    """The converted model's ``outputs`` (already measured on ``feeds``) vs the eager official model, or why not.
+
+    The outputs are the ones the FP32 comparison used (the FP16 graph with every tensor rounded, the
+    INT8 graph as ONNX Runtime runs it), so the candidate is not run a second time: at full size that
+    run costs as much as the eager one.
+    """
     try:
-        from vitdeploy.runtime.runners import OnnxRuntimeRunner
+        from vitdeploy.validation.parity import TOLERANCES
         from vitdeploy.validation.references import eager_reference
         from vitdeploy.validation.torch_runner import TorchRunner
-        from vitdeploy.validation.validate import InputSet, validate_runner
-        from vitdeploy.validation.parity import TOLERANCES
 
-        candidate = OnnxRuntimeRunner(candidate_path, threads=threads)
         module = eager_reference(meta, checkpoint)
-        reference = TorchRunner(module, candidate.input_names, candidate.output_names, threads=threads, metadata=meta)
     except ImportError as exc:
         return [], f"eager parity skipped: {exc.name or exc} is not installed"
     except VitdeployError as exc:
         return [], f"eager parity skipped: {exc}"
-    sets = [InputSet(f"image:{n}", f, n) for n, f in zip(held.names, held.feeds())]
-    report = validate_runner(reference, candidate, sets, TOLERANCES[precision], latency_runs=0, threads=threads)
-    return report.parity, None
+    inits = {t.name for t in model.graph.initializer}
+    input_names = [v.name for v in model.graph.input if v.name not in inits]
+    output_names = [v.name for v in model.graph.output]
+    reference = TorchRunner(module, input_names, output_names, threads=threads, metadata=meta)
+    results: list[ParityResult] = []
+    if progress:
+        progress("eager parity", 0, len(feeds))
+    for k, (feed, label, candidate) in enumerate(zip(feeds, labels, outputs)):
+        expected = reference.run(feed)
+        results.extend(compare(expected[name], candidate[name], TOLERANCES[precision], label=f"{label}/{name}")
+                       for name in output_names)
+        if progress:
+            progress("eager parity", k + 1, len(feeds))
+    return results, None
+
+
+def _labels(images: CalibrationSet, feeds: list[dict], batch_dim: int | str | None) -> list[str]:
+    if len(feeds) == len(images):
+        return [f"image:{n}" for n in images.names]
+    return [f"batch{k}:{','.join(images.names[k * batch_dim:(k + 1) * batch_dim])}" for k in range(len(feeds))]
 
 
 def calibrate_onnx(model_path: str | Path, output: str | Path, options: CalibrateOptions, *, echo: Echo = _quiet,
-                   progress: Callable[[str, int, int], None] | None = None) -> PrecisionReport:
+                   progress: StageProgress | None = None) -> PrecisionReport:
     """Convert an FP32 vitdeploy ONNX file to FP16 (mixed) or INT8 (Q/DQ), write it atomically, measure parity.
 
-    ``progress(stage, done, total)`` is called while decoding images and measuring.
+    ``progress(stage, done, total)`` is called through every stage that runs the model; the report's
+    ``timings_s`` gives the seconds of each step (load, images, measure+convert, write, eager parity).
     """
     from vitdeploy.precision.checks import require_fp32
 
@@ -133,33 +135,43 @@ def calibrate_onnx(model_path: str | Path, output: str | Path, options: Calibrat
     if out.resolve() == Path(model_path).resolve():
         raise InputError("the output path is the input model: choose another -o path")
     timings: dict[str, float] = {}
-    start = time.perf_counter()
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[name] = round(now - clock, 3)
+        clock = now
+
     model = load_fp32_onnx(model_path)
     require_fp32(model, what=f"'{model_path}'")
     meta = read_metadata(model)
     name, shape = image_input(model)
+    lap("load_model")
     cal_set = load_calibration_set(
         list(options.images), meta, name, shape, min_images=options.min_images, max_images=options.max_images,
         cache_dir=options.cache_dir, use_cache=options.use_cache, warn=echo,
         progress=(lambda d, t, _n: progress("decoding images", d, t)) if progress else None,
     )
-    timings["load_images"] = time.perf_counter() - start
+    lap("load_images")
     cal, held = cal_set.split(options.holdout)
+    if not len(held):
+        echo("warning: no images held out (--holdout 0): parity is measured on the calibration images themselves, "
+             "which flatters INT8; hold out at least one image for an honest figure")
     skipped = "".join(f"\n  skipped {s.path}: {s.reason}" for s in cal_set.skipped)
     echo(f"calibration: {len(cal)} image(s), {len(held)} held out for evaluation, from {cal_set.source}"
          f"{' (cached)' if cal_set.cache_hit else ''}{skipped}")
     calibration = _calibration_feeds(cal, shape[0])
-    evaluation = _calibration_feeds(held, shape[0]) if len(held) else calibration
+    judged = held if len(held) else cal
+    evaluation = _calibration_feeds(judged, shape[0])
 
-    t0 = time.perf_counter()
     extra: dict[str, Any] = {}
     if options.precision == "fp16":
         from vitdeploy.precision.fp16 import Fp16Config, convert_fp16
 
         config = Fp16Config(keep_nodes=tuple(options.keep_fp32), threads=options.threads,
                             **({"target_cosine": options.target_cosine} if options.target_cosine is not None else {}))
-        result = convert_fp16(model, calibration, evaluation, config, echo=echo,
-                              progress=(lambda d, t: progress("measuring activations", d, t)) if progress else None)
+        result = convert_fp16(model, calibration, evaluation, config, echo=echo, progress=progress)
         method, sensitivity, budget = "activation range + local FP16 drift", [], None
         extra_meta = {"fp16_safe_max": config.safe_max, "fp16_drift_max": config.drift_max}
     else:
@@ -170,8 +182,7 @@ def calibrate_onnx(model_path: str | Path, output: str | Path, options: Calibrat
                             threads=options.threads,
                             progress=(lambda d, t: progress("collecting activation ranges", d, t)) if progress else None)
         result = convert_int8(model, calibration, evaluation, config, target_cosine=options.target_cosine,
-                              always_sensitivity=options.sensitivity, echo=echo,
-                              progress=(lambda d, t: progress("layer sensitivity", d, t)) if progress else None)
+                              always_sensitivity=options.sensitivity, echo=echo, progress=progress)
         method = options.method + (f" ({options.percentile})" if options.method == "percentile" else "")
         sensitivity = [s.to_dict() for s in result.sensitivity]
         budget = None
@@ -181,19 +192,20 @@ def calibrate_onnx(model_path: str | Path, output: str | Path, options: Calibrat
         extra = {"default_cosine": result.default_cosine, "quantized_nodes": result.quantized}
         extra_meta = {"quantized_nodes": len(result.quantized), "quantized_ops": ["MatMul", "Gemm", "Conv"],
                       "target_cosine": options.target_cosine}
-    timings["convert"] = time.perf_counter() - t0
+    lap("measure_and_convert")
 
     new_meta = precision_metadata(meta, precision=options.precision, method=method, image_count=len(cal),
                                   kept=result.kept, tool=result.tool, calibration_source=cal_set.source, extra=extra_meta)
     stamp_metadata(result.model, new_meta)
-    with atomic_output(out) as tmp:
-        onnx.save_model(result.model, str(tmp))
-    echo(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {options.precision})")
+    written = save_onnx_atomic(result.model, out)
+    echo(f"wrote {out} ({sum(p.stat().st_size for p in written) / 1e6:.1f} MB, {options.precision}"
+         f"{', weights in ' + written[1].name if len(written) > 1 else ''})")
+    lap("write")
 
-    t0 = time.perf_counter()
     eager, note = ([], "eager parity not requested") if not options.eager else _eager_parity(
-        new_meta, options.checkpoint, held if len(held) else cal, out, options.precision, options.threads)
-    timings["eager_parity"] = time.perf_counter() - t0
+        new_meta, options.checkpoint, result.model, evaluation, _labels(judged, evaluation, shape[0]), result.outputs,
+        options.precision, options.threads, progress)
+    lap("eager_parity")
     return PrecisionReport(
         model=str(model_path), output=str(out), precision=options.precision, method=method, tool=result.tool,
         calibration={**cal_set.describe(), "used_for_calibration": len(cal), "held_out": list(held.names)},

@@ -130,8 +130,11 @@ def read_calibration_image(path: Path, channels: int) -> np.ndarray | str:
     from PIL import Image, UnidentifiedImageError
 
     try:
+        from vitdeploy.runtime.images import upright
+
         with Image.open(path) as img:
             img.load()
+            img = upright(img)
             if img.mode == "P":
                 img = img.convert("RGBA" if "transparency" in img.info else "RGB")
             bands = len(img.getbands())

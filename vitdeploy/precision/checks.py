@@ -14,6 +14,7 @@ from onnx import TensorProto, numpy_helper
 
 from vitdeploy.errors import InputError, PrecisionError
 from vitdeploy.metadata import decode
+from vitdeploy.precision.model_io import check_model, infer_shapes
 from vitdeploy.onnx_export.hygiene import check_graph_hygiene
 
 _QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "QLinearMatMul", "QLinearConv", "DynamicQuantizeLinear"})
@@ -40,11 +41,11 @@ def graph_problems(model: onnx.ModelProto) -> list[str]:
     """``onnx.checker`` (full check) and hygiene problems of a converted graph (empty when clean)."""
     problems = []
     try:
-        onnx.checker.check_model(model, full_check=True)
+        check_model(model)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         problems.append(f"onnx.checker: {str(exc).splitlines()[0]}")
         return problems
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    inferred = infer_shapes(model, strict_mode=True)
     dyn = {d.dim_param for v in model.graph.input for d in v.type.tensor_type.shape.dim if d.dim_param}
     problems.extend(f"hygiene: {p}" for p in check_graph_hygiene(inferred, {"dim_params": dyn}).problems)
     return problems

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx
@@ -10,6 +10,8 @@ import onnx
 from vitdeploy.validation.parity import ParityResult, Tolerance, compare
 
 Feeds = dict[str, np.ndarray]
+#: ``progress(stage, done, total)``: what the long precision calls report (see vitdeploy.cli.progress).
+StageProgress = Callable[[str, int, int], None]
 
 
 def ort_session(model: onnx.ModelProto | bytes, threads: int | None = None):
@@ -22,8 +24,7 @@ def ort_session(model: onnx.ModelProto | bytes, threads: int | None = None):
     the exact ones: :func:`vitdeploy.runtime.ort_settings.int8_kernels`), so what is measured here is
     what a deployment runs.
     """
-    import onnxruntime as ort
-
+    from vitdeploy.precision.model_io import inference_session
     from vitdeploy.runtime.ort_settings import OrtSettings
 
     proto = model if isinstance(model, onnx.ModelProto) else onnx.ModelProto.FromString(model)
@@ -31,15 +32,21 @@ def ort_session(model: onnx.ModelProto | bytes, threads: int | None = None):
     settings = OrtSettings(threads=threads, memory_arena=False)
     options = settings.session_options(quantized)
     options.log_severity_level = 3
-    data = model if isinstance(model, bytes) else model.SerializeToString()
-    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"],
-                                disabled_optimizers=settings.optimizers_to_disable(quantized) or None)
+    return inference_session(proto, options, disabled_optimizers=settings.optimizers_to_disable(quantized) or None)
 
 
-def run_all(session, feeds_list: Sequence[Feeds]) -> list[dict[str, np.ndarray]]:
+def run_all(session, feeds_list: Sequence[Feeds], progress: StageProgress | None = None,
+            stage: str = "running") -> list[dict[str, np.ndarray]]:
     """Outputs of ``session`` for every feed dict (graph output names -> arrays)."""
     names = [o.name for o in session.get_outputs()]
-    return [dict(zip(names, session.run(names, feeds))) for feeds in feeds_list]
+    outputs = []
+    if progress:  # the stage starts now
+        progress(stage, 0, len(feeds_list))
+    for k, feeds in enumerate(feeds_list):
+        outputs.append(dict(zip(names, session.run(names, feeds))))
+        if progress:
+            progress(stage, k + 1, len(feeds_list))
+    return outputs
 
 
 def compare_outputs(
@@ -62,16 +69,17 @@ def worst_cosine(results: Sequence[ParityResult]) -> float:
     return min((r.cosine if r.nan_count + r.inf_count == 0 else 0.0 for r in results), default=1.0)
 
 
-def run_faithful(model: onnx.ModelProto, feeds_list: Sequence[Feeds], threads: int | None = None) -> list[dict[str, np.ndarray]]:
+def run_faithful(model: onnx.ModelProto, feeds_list: Sequence[Feeds], threads: int | None = None,
+                 progress: StageProgress | None = None, stage: str = "running FP16") -> list[dict[str, np.ndarray]]:
     """Outputs of ``model`` with every tensor stored in the type the graph declares.
 
     Why not a plain session: on a CPU, ONNX Runtime runs FP16 ops without an FP16 kernel in FP32 and
     removes the Cast pairs between them, so a chain of such ops never rounds to FP16 and never
     overflows. Measured on the overflow test model: a naive FP16 graph gives finite outputs in one
     plain session and Inf/NaN when every tensor is rounded (what a GPU that stores each layer in FP16
-    gives). :func:`vitdeploy.precision.segments.run_rounded` stores every FP16 tensor in FP16 in one
+    gives). :func:`vitdeploy.precision.segments.with_fp16_storage` stores every FP16 tensor in FP16 in one
     session (explicit casts around FP32 arithmetic; tested against running the graph node by node).
     """
-    from vitdeploy.precision.segments import run_rounded
+    from vitdeploy.precision.segments import plain_session, with_fp16_storage
 
-    return run_rounded(model, feeds_list, threads)
+    return run_all(plain_session(with_fp16_storage(model), threads), feeds_list, progress, stage)

@@ -32,9 +32,10 @@ import onnx
 
 from vitdeploy.errors import MissingDependencyError, PrecisionError
 from vitdeploy.precision.checks import graph_problems, raise_if_problems, require_fp32
-from vitdeploy.precision.evaluation import compare_outputs, ort_session, run_all, run_faithful, worst_cosine
+from vitdeploy.precision.evaluation import StageProgress, compare_outputs, ort_session, run_all, run_faithful, worst_cosine
 from vitdeploy.precision.islands import structural_fp32_nodes
-from vitdeploy.precision.activation_stats import NodeStats, Progress, collect_node_stats
+from vitdeploy.precision.activation_stats import NodeStats, collect_node_stats
+from vitdeploy.precision.model_io import copy_model, infer_shapes, is_large
 from vitdeploy.precision.segments import ensure_node_names
 from vitdeploy.validation.parity import TOLERANCES, ParityResult
 
@@ -69,6 +70,9 @@ class Fp16Result:
     node_count: int
     tool: str
     notes: list[str] = field(default_factory=list)
+    #: The converted graph's outputs on the evaluation feeds (every tensor rounded to its type), for
+    #: comparisons against other references (calibrate's eager parity) without running it again.
+    outputs: list[dict[str, np.ndarray]] = field(default_factory=list)
 
     @property
     def cosine(self) -> float:
@@ -87,11 +91,16 @@ def rewrite_to_fp16(model: onnx.ModelProto, keep_fp32: Sequence[str], keep_io_ty
         from onnxconverter_common import float16
     except ImportError as exc:
         raise MissingDependencyError("onnxconverter-common", "FP16 conversion") from exc
-    copy = onnx.ModelProto.FromString(model.SerializeToString())
+    copy = copy_model(model)
+    large = is_large(copy)
+    if large:  # the converter's own shape inference serializes the model: give it the types, inferred on the structure
+        inferred = infer_shapes(copy).graph.value_info
+        del copy.graph.value_info[:]
+        copy.graph.value_info.extend(inferred)
     try:
         converted = float16.convert_float_to_float16(
             copy, min_positive_val=FP16_MIN_POSITIVE, max_finite_val=FP16_MAX, keep_io_types=keep_io_types,
-            node_block_list=list(keep_fp32),
+            node_block_list=list(keep_fp32), disable_shape_infer=large,
         )
     except ValueError as exc:  # raised for already-FP16 graphs and unsupported structures
         raise PrecisionError(f"onnxconverter-common could not convert the graph: {str(exc).splitlines()[0]}") from exc
@@ -169,7 +178,7 @@ def convert_fp16(
     evaluation: Sequence[Feeds] | None = None,
     config: Fp16Config = Fp16Config(),
     *,
-    progress: Progress | None = None,
+    progress: StageProgress | None = None,
     echo: Callable[[str], None] | None = None,
 ) -> Fp16Result:
     """Convert an FP32 graph to FP16 with FP32 islands; measured on ``calibration``, judged on ``evaluation``.
@@ -178,7 +187,7 @@ def convert_fp16(
     target cosine cannot be met or the result fails ``onnx.checker``/hygiene.
     """
     require_fp32(model)
-    source = ensure_node_names(onnx.ModelProto.FromString(model.SerializeToString()))
+    source = ensure_node_names(copy_model(model))
     names = {n.name for n in source.graph.node}
     unknown = sorted(set(config.keep_nodes) - names)
     if unknown:
@@ -192,21 +201,23 @@ def convert_fp16(
             kept.setdefault(name, reason)
     for name, reason in default_blocked_nodes(source).items():
         kept.setdefault(name, reason)
-    stats = collect_node_stats(source, calibration, fp16=True, threads=config.threads, progress=progress)
+    stats = collect_node_stats(source, calibration, fp16=True, threads=config.threads,
+                               progress=(lambda d, t: progress("measuring activations", d, t)) if progress else None)
     broken = [s.name for s in stats.values() if s.nonfinite_out]
     if broken:
         raise PrecisionError(f"the FP32 graph itself gives NaN/Inf on the calibration data (first at node '{broken[0]}')")
     for name, reason in measured_fp32_nodes(stats, config).items():
         kept.setdefault(name, reason)
 
-    reference = run_all(ort_session(source, config.threads), evaluation)
+    reference = run_all(ort_session(source, config.threads), evaluation, progress, "FP32 reference on held-out images")
     notes: list[str] = []
     candidates = sorted((s for s in stats.values() if s.name not in kept and s.fp16_drift is not None),
                         key=lambda s: -(s.fp16_drift or 0.0))
     step = 1
     for attempt in range(config.max_budget_steps + 1):
         converted = rewrite_to_fp16(source, list(kept), config.keep_io_types)
-        parity = compare_outputs(reference, run_faithful(converted, evaluation, config.threads), "fp16")
+        outputs = run_faithful(converted, evaluation, config.threads, progress, f"FP16 parity, attempt {attempt + 1}")
+        parity = compare_outputs(reference, outputs, "fp16")
         cosine = worst_cosine(parity)
         if echo:
             echo(f"  fp16 attempt {attempt + 1}: {len(kept)} node(s) in FP32, worst cosine vs FP32 {cosine:.8f}")
@@ -222,4 +233,4 @@ def convert_fp16(
         raise PrecisionError(f"FP16 graph reaches cosine {cosine:.6f} vs FP32, below the target {config.target_cosine} "
                              f"with {len(kept)} node(s) kept in FP32: lower --target-cosine or keep more nodes (--keep-fp32)")
     raise_if_problems(graph_problems(converted), "the FP16 graph")
-    return Fp16Result(converted, kept, stats, parity, len(source.graph.node), tool_version(), notes)
+    return Fp16Result(converted, kept, stats, parity, len(source.graph.node), tool_version(), notes, outputs)

@@ -35,6 +35,7 @@ import onnx
 from vitdeploy.errors import InputError, MissingDependencyError, PrecisionError
 from vitdeploy.precision.checks import require_fp32
 from vitdeploy.precision.islands import normalization_islands
+from vitdeploy.precision.model_io import copy_model, is_large
 from vitdeploy.precision.segments import ensure_node_names
 
 Feeds = dict[str, np.ndarray]
@@ -116,7 +117,7 @@ def quantize_int8(model: onnx.ModelProto, calibration: Sequence[Feeds], config: 
     if not calibration:
         raise PrecisionError("no calibration inputs for INT8 quantization")
     require_fp32(model)
-    source = ensure_node_names(onnx.ModelProto.FromString(model.SerializeToString()))
+    source = ensure_node_names(copy_model(model))
     nodes, skipped = quantizable_nodes(source, config.exclude_nodes)
     if not nodes:
         raise PrecisionError("the graph has no MatMul/Gemm/Conv node left to quantize")
@@ -136,7 +137,11 @@ def quantize_int8(model: onnx.ModelProto, calibration: Sequence[Feeds], config: 
     }
     with tempfile.TemporaryDirectory(prefix="vitdeploy-int8-") as tmp:
         src, dst, cache = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx", Path(tmp) / "ranges.json"
-        onnx.save_model(source, str(src))
+        large = is_large(source)
+        if large:
+            onnx.save_model(copy_model(source), str(src), save_as_external_data=True, location="fp32.onnx.data")
+        else:
+            onnx.save_model(source, str(src))
         save_tensors_data(ranges, cache)
         try:
             quantize_static(
@@ -144,6 +149,7 @@ def quantize_int8(model: onnx.ModelProto, calibration: Sequence[Feeds], config: 
                 op_types_to_quantize=list(QUANTIZED_OPS), nodes_to_quantize=nodes, per_channel=True,
                 activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                 calibrate_method=ranges.calibration_method, extra_options=extra, calibration_cache_path=cache,
+                use_external_data_format=large,
             )
         except (RuntimeError, ValueError) as exc:  # ORT reports calibration/graph failures with these
             raise PrecisionError(f"ONNX Runtime quantize_static failed: {str(exc).splitlines()[0]}") from exc
@@ -160,7 +166,7 @@ def restrict_quantization(qmodel: onnx.ModelProto, fp32: onnx.ModelProto, quanti
     so any subset is a graph edit, not a new calibration. ``fp32`` is the named source model
     (node names as in ``qmodel``).
     """
-    out = onnx.ModelProto.FromString(qmodel.SerializeToString())
+    out = copy_model(qmodel)
     originals = {n.name: n for n in fp32.graph.node}
     fp32_inits = {t.name: t for t in fp32.graph.initializer}
     have = {t.name for t in out.graph.initializer}

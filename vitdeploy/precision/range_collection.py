@@ -240,6 +240,8 @@ def collect_ranges(
     runner = SegmentRunner(model, ranges=tensors, expose=exposed, base_dir=base_dir, threads=threads,
                            budget_bytes=budget_bytes)
     total = len(feeds_list) * len(runner.segments)
+    if progress:
+        progress(0, total)
     for k, feeds in enumerate(feeds_list):
         step = (lambda s, k=k: progress(k * len(runner.segments) + s + 1, total)) if progress else None
         collector.update(runner.run(feeds, observe=collector, on_segment=step).ranges)

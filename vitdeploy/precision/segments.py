@@ -66,6 +66,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from vitdeploy.errors import PrecisionError
+from vitdeploy.precision.model_io import inference_session, structure_only
 
 Feeds = dict[str, np.ndarray]
 Observer = Callable[[str, np.ndarray], None]
@@ -84,6 +85,11 @@ LAST_AXIS_OPS = frozenset({"Softmax", "LogSoftmax", "LayerNormalization"})
 ROUNDING_COMMUTES_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Slice",
                                    "Concat", "Split", "Gather", "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth",
                                    "Relu", "Max", "Min", "ReduceMax", "ReduceMin", "MaxPool"})
+#: Ops that only move or select elements: on FP16 inputs their outputs are FP16 values already, so the
+#: FP16-storage graph runs them on the FP16 tensors themselves (ONNX Runtime's CPU kernels for them are
+#: type-generic) instead of widening, computing and rounding again.
+DATA_MOVEMENT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Slice", "Concat",
+                               "Split", "Gather", "Expand", "Tile"})
 #: Ops whose attributes fix an output type: running them "in FP16" would change what they mean.
 TYPED_OPS = frozenset({"Cast", "CastLike", "ConstantOfShape", "EyeLike", "RandomNormal", "RandomUniform",
                        "RandomNormalLike", "RandomUniformLike", "Multinomial", "Constant"})
@@ -184,7 +190,7 @@ class SegmentRunner:
         self.threads = threads
         self.fp16_drift = fp16_drift
         graph = self.model.graph
-        inferred = onnx.shape_inference.infer_shapes(_structure_only(self.model), strict_mode=False)
+        inferred = onnx.shape_inference.infer_shapes(structure_only(self.model), strict_mode=False)
         self.types = {v.name: v.type for v in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]}
         self.inits = {t.name: t for t in graph.initializer}
         self.graph_inputs = [i.name for i in graph.input if i.name not in self.inits]
@@ -507,19 +513,7 @@ def plain_session(model: onnx.ModelProto, threads: int | None = None, base_dir: 
     options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
     if base_dir is not None:
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(Path(base_dir).resolve()))
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-
-def _structure_only(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` without large initializer data (shape inference needs dims and small constants only)."""
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    for tensor in copy.graph.initializer:
-        if tensor.data_location != TensorProto.EXTERNAL and len(tensor.raw_data) > 1 << 16:
-            tensor.ClearField("raw_data")
-            tensor.data_location = TensorProto.EXTERNAL
-            tensor.external_data.add(key="location", value="(not loaded)")
-    return copy
+    return inference_session(model, options)
 
 
 def with_fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -531,12 +525,15 @@ def with_fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
     that reads or writes FP16 is rewritten to read FP32 copies (``Cast``) and write an FP32 result
     that is cast back to FP16: explicit casts, which ONNX Runtime keeps when graph optimization is off.
     This is FP16 storage with FP32 arithmetic inside each node, as TensorRT's FP16 kernels accumulate
-    in FP32. Typed ops (``Cast``, ``Constant``, ...) are left as they are.
+    in FP32. Typed ops (``Cast``, ``Constant``, ...) are left as they are, and so are data-movement ops
+    (:data:`DATA_MOVEMENT_OPS`) on FP16 tensors: they compute nothing, so they run on the FP16 tensors
+    (ViT-B at 1024 px: 28 s -> see the README's calibration figures, the widen/round pairs around
+    the window partitions cost as much as the arithmetic).
     """
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     graph = copy.graph
-    inferred = onnx.shape_inference.infer_shapes(_structure_only(copy), strict_mode=False)
+    inferred = onnx.shape_inference.infer_shapes(structure_only(copy), strict_mode=False)
     types = {v.name: v.type.tensor_type.elem_type for v in [*inferred.graph.input, *inferred.graph.value_info,
                                                               *inferred.graph.output]}
     types.update({t.name: t.data_type for t in graph.initializer})
@@ -547,6 +544,10 @@ def with_fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
         half_out = [n for n in node.output if n and types.get(n) == TensorProto.FLOAT16]
         if node.op_type in TYPED_OPS or not (half_in or half_out):
             new_nodes.append(node)
+            continue
+        float_in = [n for n in node.input if n and types.get(n) in (TensorProto.FLOAT, TensorProto.FLOAT16)]
+        if node.op_type in DATA_MOVEMENT_OPS and float_in == half_in and len(half_out) == len([o for o in node.output if o]):
+            new_nodes.append(node)  # FP16 in, FP16 out, nothing computed: nothing to round
             continue
         for name in half_in:
             if name not in widened:

@@ -62,6 +62,8 @@ def layer_sensitivity(
     """Sensitivity of every node in ``nodes``, most sensitive (lowest cosine) first."""
     ops = {n.name: n.op_type for n in fp32.graph.node}
     out = []
+    if progress:
+        progress(0, len(nodes))
     for k, name in enumerate(nodes):
         out.append(LayerSensitivity(name, ops.get(name, "?"), subset_cosine(qmodel, fp32, {name}, feeds, reference, threads)))
         if progress:

@@ -1,0 +1,119 @@
+"""In-memory ONNX models past protobuf's 2 GiB: copies, sessions, shape inference, checks and atomic saves.
+
+SAM ViT-H in FP32 holds ~2.5 GB of weights. One protobuf message cannot be serialized past 2 GiB, so
+nothing in the precision passes may call ``SerializeToString`` on a whole model:
+
+* copies use ``CopyFrom`` (no serialization);
+* ONNX Runtime sessions get the graph without its large weights (each marked external) and the
+  weights as ``SessionOptions.add_external_initializers`` (zero-copy views of the tensors' bytes);
+* shape inference and ``onnx.checker`` see a structure-only copy (dims and small constants) when the
+  model is over :data:`SINGLE_MESSAGE_MAX_BYTES`; under it they see the model itself, as before;
+* files over that size are written as ``name.onnx`` + ``name.onnx.data`` (one external-data file),
+  staged in the output's folder and renamed into place data first, the ONNX file last (the commit
+  point, as the exporter does).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+#: Largest model handled as one protobuf message (serialized, checked, saved as one file).
+SINGLE_MESSAGE_MAX_BYTES = 2**31 - 2**24
+#: Initializers at least this large travel beside the graph, not inside it, when a session is made.
+EXTERNAL_MIN_BYTES = 1 << 16
+_IN_MEMORY = "(vitdeploy: in memory)"
+
+
+def copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A deep copy without serializing (works past 2 GiB)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
+
+
+def is_large(model: onnx.ModelProto) -> bool:
+    """True when ``model`` cannot be one protobuf message (or is close to it)."""
+    return model.ByteSize() > SINGLE_MESSAGE_MAX_BYTES
+
+
+def structure_only(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy without large initializer data (shape inference needs dims and small constants only)."""
+    copy = copy_model(model)
+    for tensor in copy.graph.initializer:
+        if tensor.data_location != TensorProto.EXTERNAL and len(tensor.raw_data) >= EXTERNAL_MIN_BYTES:
+            tensor.ClearField("raw_data")
+            tensor.data_location = TensorProto.EXTERNAL
+            tensor.external_data.add(key="location", value=_IN_MEMORY)
+    return copy
+
+
+def infer_shapes(model: onnx.ModelProto, strict_mode: bool = False) -> onnx.ModelProto:
+    """``onnx.shape_inference.infer_shapes`` for models of any size (large ones: on their structure, no weights)."""
+    return onnx.shape_inference.infer_shapes(structure_only(model) if is_large(model) else model, strict_mode=strict_mode)
+
+
+def check_model(model: onnx.ModelProto) -> None:
+    """``onnx.checker.check_model(full_check=True)``; a large model is checked on its structure."""
+    onnx.checker.check_model(structure_only(model) if is_large(model) else model, full_check=True)
+
+
+def graph_and_weights(model: onnx.ModelProto) -> tuple[bytes, list[str], list[np.ndarray]]:
+    """(serialized graph without large weights, their names, zero-copy arrays of them)."""
+    names, arrays = [], []
+    stripped = structure_only(model)
+    external = {t.name for t in stripped.graph.initializer if any(e.value == _IN_MEMORY for e in t.external_data)}
+    for tensor in model.graph.initializer:
+        if tensor.name in external:
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
+            names.append(tensor.name)
+            arrays.append(np.frombuffer(tensor.raw_data, dtype=dtype).reshape(tuple(tensor.dims)))
+    return stripped.SerializeToString(), names, arrays
+
+
+def inference_session(model: onnx.ModelProto, options, providers=("CPUExecutionProvider",), **kwargs):
+    """An ONNX Runtime session for an in-memory model of any size (weights handed over beside the graph).
+
+    The arrays are views of ``model``'s bytes; the session keeps a reference to them (ONNX Runtime
+    uses external initializers in place for its lifetime).
+    """
+    import onnxruntime as ort
+
+    data, names, arrays = graph_and_weights(model)
+    values = [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]
+    if names:
+        options.add_external_initializers(names, values)
+    session = ort.InferenceSession(data, options, providers=list(providers), **kwargs)
+    session._vitdeploy_weights = (arrays, values)  # the memory ONNX Runtime reads the weights from
+    return session
+
+
+def save_onnx_atomic(model: onnx.ModelProto, path: str | os.PathLike) -> list[Path]:
+    """Write ``model`` to ``path`` atomically; large models as ``path`` + ``path.data``. Returns the files written."""
+    from vitdeploy.fileio import apply_default_mode, check_output_path
+
+    final = check_output_path(path)
+    with tempfile.TemporaryDirectory(prefix=f".{final.name}.", dir=final.parent) as tmpdir:
+        staged = Path(tmpdir) / final.name
+        if not is_large(model):
+            onnx.save_model(model, str(staged))
+            apply_default_mode(staged)
+            os.replace(staged, final)
+            return [final]
+        data_name = final.name + ".data"
+        onnx.save_model(copy_model(model), str(staged), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=data_name, size_threshold=1024)
+        for staged_file in (Path(tmpdir) / data_name, staged):
+            apply_default_mode(staged_file)
+        os.replace(Path(tmpdir) / data_name, final.parent / data_name)
+        os.replace(staged, final)  # the ONNX file is the commit point
+    return [final, final.parent / data_name]
+
+
+__all__ = ["EXTERNAL_MIN_BYTES", "SINGLE_MESSAGE_MAX_BYTES", "check_model", "copy_model", "graph_and_weights",
+           "inference_session", "infer_shapes", "is_large", "save_onnx_atomic", "structure_only"]
