@@ -13,13 +13,25 @@ from vitdeploy.errors import InputError
 
 
 def check_output_path(path: str | os.PathLike) -> Path:
-    """Return ``path`` as a Path after checking that its directory exists and is writable."""
+    """Return ``path`` as a Path after checking that its directory exists and a file can be created there.
+
+    The check creates and removes a probe file (``os.access`` says yes for root on ``/proc`` and on
+    read-only mounts), so a long export never ends in an error it could have given at the start.
+    """
     out = Path(path)
     parent = out.parent if str(out.parent) else Path(".")
+    blocking = next((p for p in [parent, *parent.parents] if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise InputError(f"'{blocking}' is a file, not a directory, so '{out}' cannot be written: choose another -o path")
     if not parent.is_dir():
         raise InputError(f"output directory '{parent}' does not exist: create it or choose another -o path")
-    if not os.access(parent, os.W_OK):
-        raise InputError(f"output directory '{parent}' is not writable: choose another -o path")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".vitdeploy-probe-", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputError(f"cannot create files in '{parent}' ({exc.strerror or type(exc).__name__}): "
+                         "choose another -o path") from exc
     if out.is_dir():
         raise InputError(f"output path '{out}' is a directory: give a file name")
     return out
@@ -79,6 +91,8 @@ def load_onnx_graph(path: str | os.PathLike):
     path = Path(path)
     if not path.is_file():
         raise InputError(f"ONNX file '{path}' not found: run 'vitdeploy export' first or check the path")
+    if path.stat().st_size == 0:
+        raise InputError(f"'{path}' is empty (0 bytes), not an ONNX model: export it again ('vitdeploy export')")
     try:
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, OSError, ValueError, RuntimeError) as exc:

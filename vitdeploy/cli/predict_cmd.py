@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import handle_errors, ort_device_options, report_option, threads_option, verbose_option
+from vitdeploy.cli.options import handle_errors, ort_device_options, report_option, runtime_threads_option, verbose_option
 
 
 def _parse_point(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[tuple[float, float, int]]:
@@ -27,9 +27,13 @@ def _parse_point(_ctx: click.Context, _param: click.Parameter, values: tuple[str
     return points
 
 
-def _parse_box(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[float] | None:
-    if value is None:
+def _parse_box(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[float] | None:
+    if not values:
         return None
+    if len(values) > 1:
+        raise click.BadParameter(f"{len(values)} boxes given ({', '.join(values)}): SAM's decoder takes one box "
+                                 "per prompt; give one --box (add --point clicks to refine it)")
+    value = values[0]
     try:
         box = [float(v) for v in value.split(",")]
     except ValueError:
@@ -47,7 +51,7 @@ def _parse_box(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 @click.option("--image", "-i", required=True, type=click.Path(dir_okay=False, path_type=str), help="Input image (JPEG/PNG/WebP).")
 @click.option("--point", "-p", "points", multiple=True, callback=_parse_point,
               help="Prompt point X,Y[,LABEL] in pixels; LABEL 1 foreground (default) or 0 background. Repeatable.")
-@click.option("--box", "-b", callback=_parse_box, default=None, help="Prompt box X0,Y0,X1,Y1 in pixels.")
+@click.option("--box", "-b", multiple=True, callback=_parse_box, help="Prompt box X0,Y0,X1,Y1 in pixels (one).")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="Mask PNG to write (white = object).")
 @click.option("--overlay", type=click.Path(dir_okay=False, path_type=str), default=None,
@@ -58,7 +62,7 @@ def _parse_box(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 @ort_device_options(("cpu", "cuda", "tensorrt"))
 @click.option("--no-weight-check", is_flag=True,
               help="Accept an encoder and decoder exported from different checkpoints (e.g. a separately fine-tuned decoder).")
-@threads_option
+@runtime_threads_option
 @report_option
 @verbose_option
 @handle_errors
@@ -94,7 +98,10 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
         raise InputError("--overlay and --output are the same file: give two different paths")
     for path in (out_path, overlay_path) + ((Path(report),) if report else ()):
         check_output_path(path)
-    picture = read_image_rgb(image)
+    notes: list[str] = []
+    picture = read_image_rgb(image, notes)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
     coords = np.array([[x, y] for x, y, _ in points], dtype=np.float64) if points else None
     labels = np.array([lab for _, _, lab in points], dtype=np.int64) if points else None
     check_prompts_inside(picture.shape[:2], coords, box)  # before seconds of encoding

@@ -45,6 +45,9 @@ def _load_torch(path: Path) -> object:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
+        if "GLOBAL" not in str(exc):  # not a refused global: bytes that are no pickle at all
+            raise CheckpointError(f"checkpoint '{path}' is corrupt or not a PyTorch file (it does not unpickle): "
+                                  "re-download it") from exc
         # weights_only=True refuses any global outside the tensor allow-list: the file would run code.
         raise CheckpointError(
             f"checkpoint '{path}' holds pickled Python objects that weights_only loading refuses "

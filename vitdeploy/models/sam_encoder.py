@@ -42,6 +42,20 @@ class SamEncoderArch:
         if unknown:
             raise RecipeError(f"recipe '{recipe.name}' has unknown architecture keys {unknown}: allowed are {sorted(known)}")
         arch = dict(recipe.architecture)
+        for key, value in arch.items():
+            default = cls.__dataclass_fields__[key].default
+            if key == "global_attn_indexes":
+                default = (0,)
+            expected = type(default)
+            ok = (isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+                  if expected is tuple else
+                  isinstance(value, (int, float)) and not isinstance(value, bool) if expected is float else
+                  isinstance(value, expected) and (expected is bool or not isinstance(value, bool)))
+            if not ok:
+                want = {tuple: "a list of integers", int: "an integer", float: "a number", bool: "true or false"}.get(
+                    expected, f"a {expected.__name__}")
+                raise RecipeError(f"recipe '{recipe.name}': architecture.{key} = {value!r} must be {want} "
+                                  f"(e.g. {key} = {list(default) if expected is tuple else str(default).lower() if expected is bool else default})")
         if "global_attn_indexes" in arch:
             arch["global_attn_indexes"] = tuple(int(i) for i in arch["global_attn_indexes"])
         arch = cls(**arch)

@@ -59,6 +59,38 @@ def _shapes(values) -> dict[str, list[int | str]]:
     return out
 
 
+
+#: Staging folders are named ``.vitdeploy-export-<pid>-<random>`` next to the output.
+STAGING_PREFIX = ".vitdeploy-export-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_staging(folder: Path) -> list[Path]:
+    """Remove staging folders that a killed export left in ``folder`` (their process is gone); returns them.
+
+    A SIGKILL skips every ``finally``, so a killed export's raw ONNX (hundreds of MB for ViT-B) stays in a
+    hidden folder; the next export in the same folder removes it. Folders of running exports are kept.
+    """
+    import shutil
+
+    removed = []
+    for path in folder.glob(STAGING_PREFIX + "*"):
+        pid_text = path.name[len(STAGING_PREFIX):].split("-", 1)[0]
+        if path.is_dir() and pid_text.isdigit() and not _alive(int(pid_text)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 def export_onnx(
     module: nn.Module,
     example_inputs: tuple[torch.Tensor, ...],
@@ -113,7 +145,8 @@ def export_onnx(
     weight_bytes = sum(p.numel() * p.element_size() for p in module.parameters())
     use_external = weight_bytes > EXTERNAL_DATA_THRESHOLD if external_data is None else external_data
 
-    with tempfile.TemporaryDirectory(prefix=".vitdeploy-export-", dir=final.parent) as tmpdir:
+    remove_stale_staging(final.parent)
+    with tempfile.TemporaryDirectory(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=final.parent) as tmpdir:
         raw = Path(tmpdir) / "raw.onnx"
         try:
             with torch.no_grad(), _quiet_exporter():

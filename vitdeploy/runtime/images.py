@@ -12,8 +12,36 @@ from vitdeploy.errors import InputError
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 
 
-def read_image_rgb(path: str | Path) -> np.ndarray:
-    """Read an image file as an HxWx3 uint8 RGB array."""
+#: PIL modes holding more than 8 bits per sample (16-bit PNG/TIFF, 32-bit integer or float images).
+WIDE_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
+
+
+def upright(img):
+    """``img`` turned as its EXIF orientation says (phone photos are stored sideways and tagged)."""
+    from PIL import ImageOps
+
+    return ImageOps.exif_transpose(img)
+
+
+def to_rgb8(img, notes: list[str] | None = None) -> np.ndarray:
+    """HxWx3 uint8 RGB of a PIL image, upright. Images of more than 8 bits (16-bit medical/scientific PNGs)
+    are scaled from their own min..max to 0..255, with a note: ``convert("RGB")`` would clip them to white."""
+    img = upright(img)
+    if img.mode in WIDE_MODES:
+        values = np.asarray(img, dtype=np.float64)
+        lo, hi = float(values.min()), float(values.max())
+        scaled = np.zeros(values.shape, np.uint8) if hi <= lo else np.round((values - lo) * (255.0 / (hi - lo))).astype(np.uint8)
+        if notes is not None:
+            notes.append(f"{img.mode} image with values {lo:g}..{hi:g} scaled to 8 bits (its own min..max -> 0..255)")
+        return np.repeat(scaled[:, :, None], 3, axis=2)
+    return np.asarray(img.convert("RGB"), dtype=np.uint8).copy()
+
+
+def read_image_rgb(path: str | Path, notes: list[str] | None = None) -> np.ndarray:
+    """Read an image file as an HxWx3 uint8 RGB array, upright (EXIF orientation applied).
+
+    ``notes`` (when given) gets a line for every conversion a user should know of (bit depth).
+    """
     from PIL import Image, UnidentifiedImageError
 
     path = Path(path)
@@ -21,7 +49,7 @@ def read_image_rgb(path: str | Path) -> np.ndarray:
         raise InputError(f"image '{path}' not found: check the path")
     try:
         with Image.open(path) as img:
-            return np.asarray(img.convert("RGB"), dtype=np.uint8).copy()
+            return to_rgb8(img, notes)
     except (UnidentifiedImageError, OSError, ValueError) as exc:
         raise InputError(f"image '{path}' cannot be decoded ({exc.__class__.__name__}): use a valid JPEG/PNG/WebP file") from exc
 

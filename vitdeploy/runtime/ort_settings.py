@@ -157,6 +157,8 @@ def read_metadata_props(path: str | Path) -> dict[str, str]:
     import mmap
 
     props: dict[str, str] = {}
+    if Path(path).is_file() and Path(path).stat().st_size == 0:
+        raise InputError(f"'{path}' is empty (0 bytes), not an ONNX model: export it again ('vitdeploy export')")
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
         pos, end = 0, len(data)
         while pos < end:

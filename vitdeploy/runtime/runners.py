@@ -44,6 +44,20 @@ def _require_providers(plan: ProviderPlan) -> None:
         )
 
 
+DEVICE_PROVIDERS = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
+
+
+def _require_device(device: str) -> None:
+    """InputError when ``device`` needs an execution provider this ONNX Runtime does not have."""
+    import onnxruntime as ort
+
+    wanted = DEVICE_PROVIDERS.get(device)
+    available = ort.get_available_providers()
+    if wanted and wanted not in available:
+        raise InputError(f"--device {device} needs ONNX Runtime's {wanted}, which this install lacks (available: "
+                         f"{', '.join(available)}): install onnxruntime-gpu on a machine with an NVIDIA GPU, or use --device cpu")
+
+
 class OnnxRuntimeRunner:
     """Runs an ONNX file with ONNX Runtime; reads the file's vitdeploy metadata.
 
@@ -92,6 +106,7 @@ class OnnxRuntimeRunner:
             config=dict(session_config or {}),
         )
         file_metadata = decode(read_metadata_props(path))
+        _require_device(device)  # no GPU here says so before anything is said about the file
         plan = plan_providers(file_metadata, device, tf32=tf32, allow_unverified=allow_unverified, name=f"'{path.name}'")
         quantized = file_metadata.get("precision") == "int8"
         options = self.settings.session_options(quantized)
@@ -127,6 +142,7 @@ class OnnxRuntimeRunner:
                                                 disabled_optimizers=self.disabled_optimizers or None)
         except Exception as exc:  # ORT raises its own Fail/InvalidGraph types; all mean "unusable file".
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            _raise_if_weights_missing(path, exc)
             raise InputError(f"ONNX Runtime cannot load '{path}' ({first}): re-export it with 'vitdeploy export'") from exc
         self.path = path
         self.threads = threads
@@ -176,3 +192,19 @@ class OnnxRuntimeRunner:
             return {n: self._out_buffers[n] for n in self.output_names}
         copied = dict(zip(self.output_names, binding.copy_outputs_to_cpu()))  # every bound output, in bind order
         return {n: self._out_buffers.get(n, copied[n]) for n in self.output_names}
+
+
+def _raise_if_weights_missing(path: Path, exc: Exception) -> None:
+    """After ONNX Runtime failed to load ``path``: a clear error when its external-data file is missing.
+
+    Checked only after a failure (it parses the graph, which costs a second on a large inline model).
+    """
+    try:
+        from vitdeploy.fileio import load_onnx_graph
+
+        load_onnx_graph(path)
+    except InputError as missing:
+        if "is missing" in str(missing):
+            raise missing from exc
+    except Exception:  # noqa: BLE001 - onnx not installed or the file unreadable: ORT's message stands
+        return

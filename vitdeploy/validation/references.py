@@ -15,6 +15,10 @@ def eager_reference(metadata: dict[str, Any], checkpoint: str | None = None) -> 
     Random-weight exports are rebuilt from the seed in their metadata; checkpoint exports need the
     same checkpoint (its SHA-256 is checked against the one recorded at export).
     """
+    if checkpoint is not None and metadata.get("random_weights"):
+        raise InputError(f"this model was exported with random weights (seed {metadata.get('random_seed')}), so "
+                         f"checkpoint '{checkpoint}' is not its reference: leave out --checkpoint (the reference is "
+                         "rebuilt from the seed), or export from the checkpoint first")
     family = metadata.get("family")
     if family == "sam_image_encoder":
         return _sam_image_encoder(metadata, checkpoint)
