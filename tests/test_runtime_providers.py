@@ -60,14 +60,25 @@ def ort_cpu_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return export_sam_image_encoder(tiny_encoder(seed=0), path, metadata=meta, target="onnxruntime-cpu").path
 
 
-def test_runner_refuses_before_asking_onnxruntime(ort_cpu_export: Path) -> None:
-    """On this machine (no CUDA provider needed) the target refusal comes first, with the fix named."""
+def _pretend_cuda(monkeypatch) -> None:
+    """ONNX Runtime reports a CUDA provider: the refusal below comes from the plan, before any session."""
+    import onnxruntime
+
+    real = onnxruntime.get_available_providers()
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", *real])
+
+
+def test_runner_refuses_before_asking_onnxruntime(ort_cpu_export: Path, monkeypatch) -> None:
+    """Where CUDA is installed, the target refusal comes before any session, with the fix named (without CUDA,
+    the missing provider is said first: tests/test_user_inputs.py)."""
+    _pretend_cuda(monkeypatch)
     with pytest.raises(InputError, match="--target onnxruntime-cpu, which runs on the CPU only"):
         OnnxRuntimeRunner(ort_cpu_export, device="cuda", allow_unverified=True)
     assert OnnxRuntimeRunner(ort_cpu_export, device="cpu").provider.startswith("CPUExecutionProvider")
 
 
-def test_cli_says_it_in_one_line(ort_cpu_export: Path) -> None:
+def test_cli_says_it_in_one_line(ort_cpu_export: Path, monkeypatch) -> None:
+    _pretend_cuda(monkeypatch)
     result = CliRunner().invoke(cli, ["benchmark", str(ort_cpu_export), "--device", "cuda", "--no-eager", "--runs", "1"])
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.output.strip().splitlines()[-1].startswith("error: 'ort_cpu.onnx' was exported with --target onnxruntime-cpu")

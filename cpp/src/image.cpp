@@ -8,6 +8,7 @@
 #include <png.h>
 
 #include <algorithm>
+#include <cmath>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
@@ -65,7 +66,7 @@ struct PngLayout {
     png_uint_32 width = 0;
     png_uint_32 height = 0;
     int channels = 0;        // after transforms: 1 grey, 2 grey+alpha, 3 RGB, 4 RGBA
-    int bit_depth = 0;       // after transforms: 8, or 16 for 16-bit grey kept for clipping
+    int bit_depth = 0;       // after transforms: 8, or 16 for 16-bit grey kept for scaling
     std::size_t rowbytes = 0;
 };
 
@@ -78,8 +79,9 @@ bool png_read_layout(PngState* s, FILE* fp, PngLayout* out) {
     png_uint_32 width = 0, height = 0;
     int depth = 0, color = 0;
     png_get_IHDR(s->png, s->info, &width, &height, &depth, &color, nullptr, nullptr, nullptr);
-    // Pillow opens 16-bit grey as mode "I;16", whose convert("RGB") clips each value to 255; every
-    // other 16-bit layout it unpacks by taking the high byte of each sample ("RGB;16B", "LA;16B"...).
+    // 16-bit grey (mode "I;16" in Pillow) is scaled from the image's own min..max to 0..255, as
+    // vitdeploy.runtime.images.to_rgb8 does (convert("RGB") would clip it to white); every other 16-bit
+    // layout Pillow unpacks by taking the high byte of each sample ("RGB;16B", "LA;16B"...).
     bool clip_grey16 = depth == 16 && color == PNG_COLOR_TYPE_GRAY;
     if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(s->png);
     if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(s->png);  // 1 -> 255, like mode "1"
@@ -125,13 +127,25 @@ RgbImage read_png(const std::string& path, FILE* fp) {
 
     RgbImage image(static_cast<int>(layout.width), static_cast<int>(layout.height));
     const int c = layout.channels;
+    unsigned lo = 65535, hi = 0;  // 16-bit grey: the range scaled to 0..255
+    if (layout.bit_depth == 16) {
+        for (png_uint_32 y = 0; y < layout.height; ++y)
+            for (png_uint_32 x = 0; x < layout.width; ++x) {
+                unsigned v = (unsigned(rows[y][2 * x]) << 8) | rows[y][2 * x + 1];
+                lo = std::min(lo, v);
+                hi = std::max(hi, v);
+            }
+    }
+    const double scale = hi > lo ? 255.0 / double(hi - lo) : 0.0;
     for (png_uint_32 y = 0; y < layout.height; ++y) {
         const png_byte* in = rows[y];
         std::uint8_t* out = image.row(static_cast<int>(y));
         for (png_uint_32 x = 0; x < layout.width; ++x, out += 3) {
             if (layout.bit_depth == 16) {  // 16-bit grey, big-endian samples
                 unsigned v = (unsigned(in[2 * x]) << 8) | in[2 * x + 1];
-                out[0] = out[1] = out[2] = static_cast<std::uint8_t>(std::min(v, 255u));
+                // (v - lo) * (255 / (hi - lo)) in double, rounded half to even: numpy's np.round of the same
+                double scaled = hi > lo ? std::nearbyint(double(v - lo) * scale) : 0.0;
+                out[0] = out[1] = out[2] = static_cast<std::uint8_t>(scaled);
             } else if (c <= 2) {  // grey (+ alpha, dropped)
                 out[0] = out[1] = out[2] = in[x * c];
             } else {  // RGB (+ alpha, dropped)

@@ -24,6 +24,7 @@ is called with 65504 and nodes with larger weights are kept FP32 instead.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -98,10 +99,14 @@ def rewrite_to_fp16(model: onnx.ModelProto, keep_fp32: Sequence[str], keep_io_ty
         del copy.graph.value_info[:]
         copy.graph.value_info.extend(inferred)
     try:
-        converted = float16.convert_float_to_float16(
-            copy, min_positive_val=FP16_MIN_POSITIVE, max_finite_val=FP16_MAX, keep_io_types=keep_io_types,
-            node_block_list=list(keep_fp32), disable_shape_infer=large,
-        )
+        with warnings.catch_warnings():
+            # One UserWarning per weight clamped into FP16's range: the clamp is what we ask for
+            # (min_positive_val, max_finite_val); ViT-B printed 73 of them.
+            warnings.simplefilter("ignore", UserWarning)
+            converted = float16.convert_float_to_float16(
+                copy, min_positive_val=FP16_MIN_POSITIVE, max_finite_val=FP16_MAX, keep_io_types=keep_io_types,
+                node_block_list=list(keep_fp32), disable_shape_infer=large,
+            )
     except ValueError as exc:  # raised for already-FP16 graphs and unsupported structures
         raise PrecisionError(f"onnxconverter-common could not convert the graph: {str(exc).splitlines()[0]}") from exc
     return remove_fp16_roundtrips(converted)

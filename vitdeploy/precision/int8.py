@@ -24,6 +24,8 @@ entropy method one candidate threshold (it never receives bin counts), so ``entr
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -102,6 +104,25 @@ def _per_tensor_overrides(model: onnx.ModelProto, nodes: set[str]) -> dict[str, 
     return overrides
 
 
+
+class _DropPreprocessingAdvice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _without_preprocessing_advice():
+    """quantize_static logs "Please consider pre-processing before quantization" on the root logger at every
+    call; its pre-processing (symbolic shape inference, optimization) is for dynamic graphs and would change
+    ours, so the advice is dropped rather than shown to users."""
+    root, drop = logging.getLogger(), _DropPreprocessingAdvice()
+    root.addFilter(drop)
+    try:
+        yield
+    finally:
+        root.removeFilter(drop)
+
+
 def quantize_int8(model: onnx.ModelProto, calibration: Sequence[Feeds], config: Int8Config = Int8Config()) -> tuple[onnx.ModelProto, list[str], dict[str, str]]:
     """Quantize every eligible GEMM-like node; returns (Q/DQ model, quantized node names, {skipped node: reason}).
 
@@ -144,13 +165,14 @@ def quantize_int8(model: onnx.ModelProto, calibration: Sequence[Feeds], config: 
             onnx.save_model(source, str(src))
         save_tensors_data(ranges, cache)
         try:
-            quantize_static(
-                str(src), str(dst), None, quant_format=QuantFormat.QDQ,
-                op_types_to_quantize=list(QUANTIZED_OPS), nodes_to_quantize=nodes, per_channel=True,
-                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                calibrate_method=ranges.calibration_method, extra_options=extra, calibration_cache_path=cache,
-                use_external_data_format=large,
-            )
+            with _without_preprocessing_advice():
+                quantize_static(
+                    str(src), str(dst), None, quant_format=QuantFormat.QDQ,
+                    op_types_to_quantize=list(QUANTIZED_OPS), nodes_to_quantize=nodes, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    calibrate_method=ranges.calibration_method, extra_options=extra, calibration_cache_path=cache,
+                    use_external_data_format=large,
+                )
         except (RuntimeError, ValueError) as exc:  # ORT reports calibration/graph failures with these
             raise PrecisionError(f"ONNX Runtime quantize_static failed: {str(exc).splitlines()[0]}") from exc
         quantized = onnx.load(str(dst))
