@@ -115,7 +115,7 @@ def test_external_data_models_convert_and_models_past_protobufs_limit_take_the_l
         assert not Path(str(out) + ".data").exists()
     assert any(n.op_type == "QuantizeLinear" for n in onnx.load(str(small["int8"])).graph.node)
 
-    size = onnx.load(str(model)).ByteSize()
+    size = model_io.inline_weight_bytes(onnx.load(str(model)))
     monkeypatch.setattr(model_io, "SINGLE_MESSAGE_MAX_BYTES", size // 4)
 
     for precision, reference in small.items():

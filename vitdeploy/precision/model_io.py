@@ -5,7 +5,8 @@ nothing in the precision passes may call ``SerializeToString`` on a whole model:
 
 * copies use ``CopyFrom`` (no serialization);
 * ONNX Runtime sessions get the graph without its large weights (each marked external) and the
-  weights as ``SessionOptions.add_external_initializers`` (zero-copy views of the tensors' bytes);
+  weights as ``SessionOptions.add_external_initializers`` (arrays over one copy of the tensors'
+  bytes: protobuf hands ``raw_data`` out as a new ``bytes`` object; ONNX Runtime uses the arrays in place);
 * shape inference and ``onnx.checker`` see a structure-only copy (dims and small constants) when the
   model is over :data:`SINGLE_MESSAGE_MAX_BYTES`; under it they see the model itself, as before;
 * files over that size are written as ``name.onnx`` + ``name.onnx.data`` (one external-data file),
@@ -37,9 +38,25 @@ def copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
+def inline_weight_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of the initializers held inside ``model`` (from shapes and types; external ones do not count).
+
+    ``ModelProto.ByteSize()`` cannot say it: past 2 GiB it raises EncodeError like serialization does.
+    """
+    total = 0
+    for tensor in model.graph.initializer:
+        if tensor.data_location == TensorProto.EXTERNAL:
+            continue
+        count = 1
+        for dim in tensor.dims:
+            count *= dim
+        total += count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    return total
+
+
 def is_large(model: onnx.ModelProto) -> bool:
-    """True when ``model`` cannot be one protobuf message (or is close to it)."""
-    return model.ByteSize() > SINGLE_MESSAGE_MAX_BYTES
+    """True when ``model`` cannot be one protobuf message (or is close to it): its inline weights decide."""
+    return inline_weight_bytes(model) > SINGLE_MESSAGE_MAX_BYTES
 
 
 def structure_only(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -64,7 +81,7 @@ def check_model(model: onnx.ModelProto) -> None:
 
 
 def graph_and_weights(model: onnx.ModelProto) -> tuple[bytes, list[str], list[np.ndarray]]:
-    """(serialized graph without large weights, their names, zero-copy arrays of them)."""
+    """(serialized graph without large weights, their names, arrays of them; one copy of their bytes)."""
     names, arrays = [], []
     stripped = structure_only(model)
     external = {t.name for t in stripped.graph.initializer if any(e.value == _IN_MEMORY for e in t.external_data)}
@@ -79,8 +96,8 @@ def graph_and_weights(model: onnx.ModelProto) -> tuple[bytes, list[str], list[np
 def inference_session(model: onnx.ModelProto, options, providers=("CPUExecutionProvider",), **kwargs):
     """An ONNX Runtime session for an in-memory model of any size (weights handed over beside the graph).
 
-    The arrays are views of ``model``'s bytes; the session keeps a reference to them (ONNX Runtime
-    uses external initializers in place for its lifetime).
+    The session keeps a reference to the arrays (ONNX Runtime uses external initializers in place for
+    its lifetime), so each session holds one copy of the large weights.
     """
     import onnxruntime as ort
 
@@ -115,5 +132,5 @@ def save_onnx_atomic(model: onnx.ModelProto, path: str | os.PathLike) -> list[Pa
     return [final, final.parent / data_name]
 
 
-__all__ = ["EXTERNAL_MIN_BYTES", "SINGLE_MESSAGE_MAX_BYTES", "check_model", "copy_model", "graph_and_weights",
+__all__ = ["EXTERNAL_MIN_BYTES", "SINGLE_MESSAGE_MAX_BYTES", "check_model", "copy_model", "graph_and_weights", "inline_weight_bytes",
            "inference_session", "infer_shapes", "is_large", "save_onnx_atomic", "structure_only"]
