@@ -29,15 +29,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from vitdeploy.errors import PrecisionError
 from vitdeploy.precision.activation_stats import NodeStats
-from vitdeploy.precision.segments import ensure_node_names
+from vitdeploy.precision.segments import TYPED_OPS, ensure_node_names
 
 Feeds = dict[str, np.ndarray]
 Progress = Callable[[int, int], None]
-
-#: Ops whose attributes fix an output type: running them "in FP16" would change what they mean.
-_TYPED_OPS = frozenset({"Cast", "CastLike", "ConstantOfShape", "EyeLike", "RandomNormal", "RandomUniform",
-                        "RandomNormalLike", "RandomUniformLike", "Multinomial", "Constant"})
-
 
 def _float_arrays(arrays: list[np.ndarray]) -> list[np.ndarray]:
     return [a for a in arrays if isinstance(a, np.ndarray) and a.dtype == np.float32]
@@ -137,7 +132,7 @@ class NodeByNodeRunner:
             raise PrecisionError(f"ONNX Runtime cannot run node '{node.name}' ({node.op_type}) on its own: {str(exc).splitlines()[0]}") from exc
 
     def _half_measurable(self, node: onnx.NodeProto, float_inputs: list[np.ndarray]) -> bool:
-        return self.fp16 and node.op_type not in _TYPED_OPS and bool(float_inputs)
+        return self.fp16 and node.op_type not in TYPED_OPS and bool(float_inputs)
 
     def run(self, feeds: Feeds, stats: dict[str, NodeStats] | None,
             observe: Callable[[str, np.ndarray], None] | None = None) -> dict[str, np.ndarray]:

@@ -16,7 +16,8 @@ from node_by_node_reference import NodeByNodeRunner, collect_node_stats as refer
 from precision_fixtures import calib_cache, calibration_feeds, tiny_exports  # noqa: F401  (fixtures)
 from vitdeploy.precision.activation_stats import collect_node_stats
 from vitdeploy.precision.fp16 import Fp16Config, measured_fp32_nodes, rewrite_to_fp16
-from vitdeploy.precision.segments import SegmentRunner, ensure_node_names, run_rounded
+from vitdeploy.precision.evaluation import run_faithful
+from vitdeploy.precision.segments import SegmentRunner, ensure_node_names
 
 #: Ranges: the same kernels on the same inputs (only the threads' reduction order may differ).
 STATS_RTOL = 1e-5
@@ -43,7 +44,6 @@ def test_partition_covers_every_node_once_within_budget(tiny_exports, budget: st
     assert all(seg.bytes <= BUDGETS[budget] or len(seg.nodes) == 1 for seg in runner.segments)
     assert (len(runner.segments) > 5) == (budget == "many segments")
     assert len(SegmentRunner(_named(tiny_exports["matmul"]), ranges="all", fp16_drift=True).segments) == 1  # nothing exposed
-    print(runner.describe())
 
 
 def test_exposed_tensors_and_in_graph_ranges_agree(tiny_exports, calib_cache) -> None:
@@ -99,7 +99,7 @@ def test_one_rounded_session_equals_the_node_by_node_run(tiny_exports, calib_cac
 
     _, held = calibration_feeds(tiny_exports["overflow"], calib_cache)
     naive = rewrite_to_fp16(_named(tiny_exports["overflow"]), [])
-    rounded, reference = run_rounded(naive, held[:2]), _reference_rounded(naive, held[:2])
+    rounded, reference = run_faithful(naive, held[:2]), _reference_rounded(naive, held[:2])
     plain = run_all(ort_session(naive), held[:2])
     for a, b, c in zip(rounded, reference, plain):
         (x,), (y,), (z,) = a.values(), b.values(), c.values()
@@ -107,25 +107,9 @@ def test_one_rounded_session_equals_the_node_by_node_run(tiny_exports, calib_cac
         assert np.isfinite(z).all(), "a plain session keeps FP16 chains in FP32: the reason for the barriers"
     _, held = calibration_feeds(tiny_exports["matmul"], calib_cache)
     mixed = rewrite_to_fp16(_named(tiny_exports["matmul"]), [])
-    for a, b in zip(run_rounded(mixed, held[:2]), _reference_rounded(mixed, held[:2])):
+    for a, b in zip(run_faithful(mixed, held[:2]), _reference_rounded(mixed, held[:2])):
         (x,), (y,) = a.values(), b.values()
         assert np.isfinite(x).all() and float(np.abs(x - y).max()) <= 1e-3 * float(np.abs(y).max())
-
-
-def test_external_weights_are_read_from_their_folder(tiny_exports, calib_cache, tmp_path: Path) -> None:
-    """A model loaded without its external data: sessions reference the weights, the numbers do not change."""
-    cal, _ = calibration_feeds(tiny_exports["matmul"], calib_cache)
-    model = onnx.load(str(tiny_exports["matmul"]))
-    onnx.save_model(model, str(tmp_path / "ext.onnx"), save_as_external_data=True, location="ext.onnx.data",
-                    size_threshold=256)
-    light = onnx.load(str(tmp_path / "ext.onnx"), load_external_data=False)
-    assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in light.graph.initializer)
-    got = collect_node_stats(ensure_node_names(light), cal[:2], base_dir=tmp_path)
-    ref = collect_node_stats(_named(tiny_exports["matmul"]), cal[:2])
-    for name, st in ref.items():
-        assert np.isclose(got[name].max_abs_out, st.max_abs_out, rtol=STATS_RTOL)
-        assert np.isclose(got[name].init_max_abs, st.init_max_abs, rtol=STATS_RTOL)
-        assert got[name].fp16_drift == pytest.approx(st.fp16_drift, rel=1e-6)
 
 
 def _wide_graph() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:

@@ -13,6 +13,10 @@ class CheckpointError(InputError):
     """A checkpoint is missing, corrupt, unsafe to unpickle, or does not fit the architecture."""
 
 
+class MissingWeightsError(InputError):
+    """An ONNX file's external-data (weights) file is not where the file says."""
+
+
 class RecipeError(InputError):
     """An export recipe is missing or malformed."""
 

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from vitdeploy.errors import InputError
+from vitdeploy.errors import InputError, MissingWeightsError
 
 
 def check_output_path(path: str | os.PathLike) -> Path:
@@ -79,6 +79,12 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def require_nonempty_onnx(path: Path) -> None:
+    """InputError for an existing ONNX file of 0 bytes (protobuf would read it as an empty model)."""
+    if path.is_file() and path.stat().st_size == 0:
+        raise InputError(f"'{path}' is empty (0 bytes), not an ONNX model: export it again ('vitdeploy export')")
+
+
 def load_onnx_graph(path: str | os.PathLike):
     """An ONNX file's ``ModelProto`` without its external weights, with errors for people.
 
@@ -91,15 +97,14 @@ def load_onnx_graph(path: str | os.PathLike):
     path = Path(path)
     if not path.is_file():
         raise InputError(f"ONNX file '{path}' not found: run 'vitdeploy export' first or check the path")
-    if path.stat().st_size == 0:
-        raise InputError(f"'{path}' is empty (0 bytes), not an ONNX model: export it again ('vitdeploy export')")
+    require_nonempty_onnx(path)
     try:
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, OSError, ValueError, RuntimeError) as exc:
         raise InputError(f"'{path}' is not a readable ONNX file ({type(exc).__name__}): give a model written by 'vitdeploy export'") from exc
     missing = [f for f in external_data_files(model, path.parent) if not f.is_file()]
     if missing:
-        raise InputError(f"'{path.name}' keeps its weights in '{missing[0].name}', which is missing: keep it next to the ONNX file")
+        raise MissingWeightsError(f"'{path.name}' keeps its weights in '{missing[0].name}', which is missing: keep it next to the ONNX file")
     return model
 
 

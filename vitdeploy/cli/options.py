@@ -87,7 +87,7 @@ def available_cores() -> int:
 def _threads(fn: Callable, what: str) -> Callable:
     return click.option("--threads", type=click.IntRange(min=1), default=None,
                         callback=lambda _ctx, _param, value: value or available_cores(),
-                        help=f"Threads for {what}. [default: all cores this process may use, {available_cores()} here]")(fn)
+                        help=f"Threads for {what}. [default: all cores this process may use]")(fn)
 
 
 def threads_option(fn: Callable) -> Callable:

@@ -16,6 +16,23 @@ from vitdeploy.models.checkpoints import check_fits, load_state_dict_file, selec
 from vitdeploy.models.recipes import Recipe
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # TOML true is no integer here
+
+
+def _type_problem(value: Any, default: Any) -> str | None:
+    """What ``value`` must be to take the place of ``default`` (None when it may)."""
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "true or false"
+    if isinstance(default, int):
+        return None if _is_int(value) else "an integer"
+    if isinstance(default, float):
+        return None if _is_int(value) or isinstance(value, float) else "a number"
+    if isinstance(default, tuple):
+        return None if isinstance(value, (list, tuple)) and all(map(_is_int, value)) else "a list of integers"
+    return None
+
+
 @dataclass(frozen=True)
 class SamEncoderArch:
     """Constructor arguments of ``segment_anything.modeling.ImageEncoderViT`` (its own names)."""
@@ -44,18 +61,11 @@ class SamEncoderArch:
         arch = dict(recipe.architecture)
         for key, value in arch.items():
             default = cls.__dataclass_fields__[key].default
-            if key == "global_attn_indexes":
-                default = (0,)
-            expected = type(default)
-            ok = (isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-                  if expected is tuple else
-                  isinstance(value, (int, float)) and not isinstance(value, bool) if expected is float else
-                  isinstance(value, expected) and (expected is bool or not isinstance(value, bool)))
-            if not ok:
-                want = {tuple: "a list of integers", int: "an integer", float: "a number", bool: "true or false"}.get(
-                    expected, f"a {expected.__name__}")
+            want = _type_problem(value, default)
+            if want:
+                example = str(default).lower() if isinstance(default, bool) else list(default) if isinstance(default, tuple) else default
                 raise RecipeError(f"recipe '{recipe.name}': architecture.{key} = {value!r} must be {want} "
-                                  f"(e.g. {key} = {list(default) if expected is tuple else str(default).lower() if expected is bool else default})")
+                                  f"(e.g. {key} = {example})")
         if "global_attn_indexes" in arch:
             arch["global_attn_indexes"] = tuple(int(i) for i in arch["global_attn_indexes"])
         arch = cls(**arch)

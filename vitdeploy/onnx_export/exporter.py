@@ -59,7 +59,6 @@ def _shapes(values) -> dict[str, list[int | str]]:
     return out
 
 
-
 #: Staging folders are named ``.vitdeploy-export-<pid>-<random>`` next to the output.
 STAGING_PREFIX = ".vitdeploy-export-"
 

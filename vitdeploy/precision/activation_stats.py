@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -56,16 +55,6 @@ class NodeStats:
         return dict(self.__dict__)
 
 
-def rel_l2(ref: np.ndarray, cand: np.ndarray) -> float:
-    """Relative L2 error of ``cand`` against ``ref`` in float64; ``inf`` when ``cand`` is not finite."""
-    ref64, cand64 = ref.astype(np.float64), cand.astype(np.float64)
-    if not np.isfinite(cand64).all():
-        return float("inf")
-    norm = float(np.linalg.norm(ref64))
-    diff = float(np.linalg.norm(cand64 - ref64))
-    return diff / norm if norm > 0 else diff
-
-
 def collect_node_stats(
     model: onnx.ModelProto,
     feeds_list: Sequence[Feeds],
@@ -73,22 +62,21 @@ def collect_node_stats(
     fp16: bool = True,
     threads: int | None = None,
     progress: Progress | None = None,
-    base_dir: str | Path | None = None,
 ) -> dict[str, NodeStats]:
     """Per-node ranges (and local FP16 drift when ``fp16``) over every feed, keyed by node name.
 
     Unnamed nodes of ``model`` are named in place (:func:`~vitdeploy.precision.segments.ensure_node_names`).
-    ``progress(done, total)`` counts feeds. ``base_dir``: where external weights live.
+    ``progress(done, total)`` counts feeds.
     """
     if not feeds_list:
         raise PrecisionError("no calibration inputs to measure activations with")
-    runner = SegmentRunner(model, ranges="all", fp16_drift=fp16, base_dir=base_dir, threads=threads)
+    runner = SegmentRunner(model, ranges="all", fp16_drift=fp16, threads=threads)
     if progress:  # the stage starts now (its clock and ETA count from here)
         progress(0, len(feeds_list))
     graph = runner.model.graph
     stats = {n.name: NodeStats(n.name, n.op_type) for n in graph.node}
     used = {n for node in graph.node for n in node.input}
-    init_max = {t.name: _max_abs(runner._init_array(t.name)) for t in graph.initializer
+    init_max = {t.name: _max_abs(runner.init_array(t.name)) for t in graph.initializer
                 if t.data_type == TensorProto.FLOAT and t.name in used}
     for node in graph.node:
         stats[node.name].init_max_abs = max((init_max[n] for n in node.input if n in init_max), default=0.0)
@@ -113,4 +101,4 @@ def _max_abs(array: np.ndarray) -> float:
     return float(np.abs(array).max()) if array.size else 0.0
 
 
-__all__ = ["NodeStats", "Progress", "collect_node_stats", "rel_l2"]
+__all__ = ["NodeStats", "Progress", "collect_node_stats"]

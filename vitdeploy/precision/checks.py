@@ -14,8 +14,8 @@ from onnx import TensorProto, numpy_helper
 
 from vitdeploy.errors import InputError, PrecisionError
 from vitdeploy.metadata import decode
-from vitdeploy.precision.model_io import check_model, infer_shapes
 from vitdeploy.onnx_export.hygiene import check_graph_hygiene
+from vitdeploy.precision.model_io import check_model, infer_shapes
 
 _QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "QLinearMatMul", "QLinearConv", "DynamicQuantizeLinear"})
 

@@ -14,7 +14,7 @@ Feeds = dict[str, np.ndarray]
 StageProgress = Callable[[str, int, int], None]
 
 
-def ort_session(model: onnx.ModelProto | bytes, threads: int | None = None):
+def ort_session(model: onnx.ModelProto, threads: int | None = None):
     """A CPU ONNX Runtime session for an in-memory model (all graph optimizations, quiet logs).
 
     No memory arena: these sessions run a few feeds and are dropped, so what they allocate goes back
@@ -27,12 +27,11 @@ def ort_session(model: onnx.ModelProto | bytes, threads: int | None = None):
     from vitdeploy.precision.model_io import inference_session
     from vitdeploy.runtime.ort_settings import OrtSettings
 
-    proto = model if isinstance(model, onnx.ModelProto) else onnx.ModelProto.FromString(model)
-    quantized = any(n.op_type == "QuantizeLinear" for n in proto.graph.node)
+    quantized = any(n.op_type == "QuantizeLinear" for n in model.graph.node)
     settings = OrtSettings(threads=threads, memory_arena=False)
     options = settings.session_options(quantized)
     options.log_severity_level = 3
-    return inference_session(proto, options, disabled_optimizers=settings.optimizers_to_disable(quantized) or None)
+    return inference_session(model, options, disabled_optimizers=settings.optimizers_to_disable(quantized) or None)
 
 
 def run_all(session, feeds_list: Sequence[Feeds], progress: StageProgress | None = None,

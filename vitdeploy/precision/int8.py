@@ -37,7 +37,7 @@ import onnx
 from vitdeploy.errors import InputError, MissingDependencyError, PrecisionError
 from vitdeploy.precision.checks import require_fp32
 from vitdeploy.precision.islands import normalization_islands
-from vitdeploy.precision.model_io import copy_model, is_large
+from vitdeploy.precision.model_io import copy_model, save_onnx
 from vitdeploy.precision.segments import ensure_node_names
 
 Feeds = dict[str, np.ndarray]
@@ -104,7 +104,6 @@ def _per_tensor_overrides(model: onnx.ModelProto, nodes: set[str]) -> dict[str, 
     return overrides
 
 
-
 class _DropPreprocessingAdvice(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "pre-processing before quantization" not in record.getMessage()
@@ -158,11 +157,7 @@ def quantize_int8(model: onnx.ModelProto, calibration: Sequence[Feeds], config: 
     }
     with tempfile.TemporaryDirectory(prefix="vitdeploy-int8-") as tmp:
         src, dst, cache = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx", Path(tmp) / "ranges.json"
-        large = is_large(source)
-        if large:
-            onnx.save_model(copy_model(source), str(src), save_as_external_data=True, location="fp32.onnx.data")
-        else:
-            onnx.save_model(source, str(src))
+        large = len(save_onnx(source, src)) > 1
         save_tensors_data(ranges, cache)
         try:
             with _without_preprocessing_advice():

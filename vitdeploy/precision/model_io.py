@@ -110,27 +110,31 @@ def inference_session(model: onnx.ModelProto, options, providers=("CPUExecutionP
     return session
 
 
+def save_onnx(model: onnx.ModelProto, path: Path) -> list[Path]:
+    """Write ``model`` to ``path``, a large one as ``path`` + ``path.data`` (``model`` is not changed); the files."""
+    if not is_large(model):
+        onnx.save_model(model, str(path))
+        return [path]
+    data = path.with_name(path.name + ".data")
+    onnx.save_model(copy_model(model), str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=data.name, size_threshold=1024)
+    return [path, data]
+
+
 def save_onnx_atomic(model: onnx.ModelProto, path: str | os.PathLike) -> list[Path]:
-    """Write ``model`` to ``path`` atomically; large models as ``path`` + ``path.data``. Returns the files written."""
+    """Write ``model`` to ``path`` atomically (:func:`save_onnx` into a staging folder beside it, then renamed:
+    the weights file first, the ONNX file, the commit point, last). Returns the files written."""
     from vitdeploy.fileio import apply_default_mode, check_output_path
 
     final = check_output_path(path)
     with tempfile.TemporaryDirectory(prefix=f".{final.name}.", dir=final.parent) as tmpdir:
-        staged = Path(tmpdir) / final.name
-        if not is_large(model):
-            onnx.save_model(model, str(staged))
-            apply_default_mode(staged)
-            os.replace(staged, final)
-            return [final]
-        data_name = final.name + ".data"
-        onnx.save_model(copy_model(model), str(staged), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=data_name, size_threshold=1024)
-        for staged_file in (Path(tmpdir) / data_name, staged):
-            apply_default_mode(staged_file)
-        os.replace(Path(tmpdir) / data_name, final.parent / data_name)
-        os.replace(staged, final)  # the ONNX file is the commit point
-    return [final, final.parent / data_name]
+        staged = save_onnx(model, Path(tmpdir) / final.name)
+        written = [final.parent / f.name for f in staged]
+        for source, target in reversed(list(zip(staged, written))):
+            apply_default_mode(source)
+            os.replace(source, target)
+    return written
 
 
 __all__ = ["EXTERNAL_MIN_BYTES", "SINGLE_MESSAGE_MAX_BYTES", "check_model", "copy_model", "graph_and_weights", "inline_weight_bytes",
-           "inference_session", "infer_shapes", "is_large", "save_onnx_atomic", "structure_only"]
+           "inference_session", "infer_shapes", "is_large", "save_onnx", "save_onnx_atomic", "structure_only"]

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -224,12 +223,11 @@ def collect_ranges(
     *,
     threads: int | None = None,
     progress: Callable[[int, int], None] | None = None,
-    base_dir: str | Path | None = None,
     budget_bytes: int = DEFAULT_BUDGET_BYTES,
 ):
     """Ranges of ``tensors`` over ``feeds_list``, one image at a time; returns ONNX Runtime's ``TensorsData``.
 
-    ``progress(done, total)`` counts segments over all feeds; ``base_dir``: where external weights live.
+    ``progress(done, total)`` counts segments over all feeds.
     """
     if not feeds_list:
         raise PrecisionError("no calibration inputs for INT8 quantization")
@@ -237,7 +235,7 @@ def collect_ranges(
         raise PrecisionError("no activation tensors to calibrate")
     collector = _Collector(tensors, config)
     exposed = tensors if collector.histograms is not None else ()
-    runner = SegmentRunner(model, ranges=tensors, expose=exposed, base_dir=base_dir, threads=threads,
+    runner = SegmentRunner(model, ranges=tensors, expose=exposed, threads=threads,
                            budget_bytes=budget_bytes)
     total = len(feeds_list) * len(runner.segments)
     if progress:

@@ -20,9 +20,9 @@ INT8 histogram methods, the calibrated tensors themselves. Ways to get them, and
   (``expose``: the INT8 histogram methods' tensors), so a run costs a few forward passes and ONNX
   Runtime's own threads do the reductions.
 
-Drift without a second forward pass, measured on ViT-B at 1024 px (AMD EPYC, 2 threads, one image;
-a plain ONNX Runtime forward: 20.7 s): ranges + drift with a full shadow of every node took 78 s;
-with the two rules below, 29 s.
+Drift without a second forward pass, measured on ViT-B at 1024 px (AMD EPYC Zen 1, AVX2, 2 threads,
+one image): ranges + drift with a full shadow of every node took 78 s; with the two rules below,
+34-39 s per image (a plain ONNX Runtime forward: 19-21 s; ranges alone: 21 s).
 
 * Ops that only move or pick values (``ROUNDING_COMMUTES_OPS``: Reshape, Transpose, Slice, Pad, ...,
   Relu, Max) commute with rounding, ``f(round(x)) = round(f(x))``: their local drift is exactly the
@@ -48,18 +48,16 @@ segment is one session. Without exposed tensors the graph is one segment and ONN
 every intermediate after its last use, as in a plain run.
 
 Sessions use no graph optimization (the kernels a single-node session would use; fusions could not
-fire anyway, the statistics read every intermediate) and no memory arena. Weights: a model loaded
-without its external data keeps its initializers as references; sessions read them from
-``base_dir`` (``session.model_external_initializers_file_folder_path``), so models over protobuf's
-2 GiB limit (SAM ViT-H) run; the FP16 shadows of a segment load its weights to round them.
+fire anyway, the statistics read every intermediate) and no memory arena. The model's weights are
+in memory; sessions get them beside the graph (:mod:`vitdeploy.precision.model_io`), so models over
+protobuf's 2 GiB limit (SAM ViT-H) run.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -168,25 +166,22 @@ class SegmentRunner:
     """Runs a model with in-graph statistics (see the module docstring); sessions are built on first use.
 
     Args:
-        model: the graph; node names are given where missing (in place). Its initializers may be
-            external references to files under ``base_dir``.
+        model: the graph, weights in memory; node names are given where missing (in place).
         ranges: which float tensors get their range measured: ``"all"`` (every node output), or names.
         fp16_drift: also measure each measurable node's local FP16 drift.
         expose: tensors handed to the ``observe`` callback of :meth:`run` (they leave ONNX Runtime).
-        base_dir: the folder external initializers live in (the model file's folder).
         threads: ONNX Runtime intra-op threads.
         budget_bytes: the most exposed bytes one segment produces (a single larger node is its own segment).
         batch: the size assumed for symbolic dimensions when sizing segments.
     """
 
     def __init__(self, model: onnx.ModelProto, *, ranges: str | Collection[str] = (), fp16_drift: bool = False,
-                 expose: Collection[str] = (), base_dir: str | Path | None = None, threads: int | None = None,
+                 expose: Collection[str] = (), threads: int | None = None,
                  budget_bytes: int = DEFAULT_BUDGET_BYTES, batch: int = 1):
         for node in model.graph.node:
             if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
                 raise PrecisionError(f"node '{node.name}' ({node.op_type}) holds a subgraph: precision passes need a flat graph")
         self.model = ensure_node_names(model)
-        self.base_dir = Path(base_dir) if base_dir is not None else None
         self.threads = threads
         self.fp16_drift = fp16_drift
         graph = self.model.graph
@@ -202,6 +197,9 @@ class SegmentRunner:
         self.ranged = wanted & floats
         self.exposed = set(expose)
         self.segments = self._partition(budget_bytes, batch)
+        #: per segment, the tensors a later segment or the caller still reads (the rest are dropped after it)
+        self._read_after = [{n for s in self.segments[k + 1:] for n in s.inputs} | set(self.graph_outputs)
+                            for k in range(len(self.segments))]
         self._sessions: dict[int, tuple[object, list[str]]] = {}
 
     # --- planning -----------------------------------------------------------------------------------
@@ -235,12 +233,6 @@ class SegmentRunner:
             seg.carried = [o for o in outs if later_reads.get(o, -1) > k or o in self.graph_outputs]
             seg.exposed = [o for o in outs if o in self.exposed]
         return segments
-
-    def describe(self) -> str:
-        what = ["ranges"] + (["FP16 drift"] if self.fp16_drift else []) + (["exposed tensors"] if self.exposed else [])
-        largest = max((s.bytes for s in self.segments), default=0)
-        return (f"{len(self.model.graph.node)} nodes in {len(self.segments)} session(s) ({', '.join(what)} in the graph"
-                + (f", largest {largest / 2**20:.0f} MiB exposed" if self.exposed else "") + ")")
 
     # --- instrumented segment graphs ----------------------------------------------------------------
 
@@ -284,14 +276,9 @@ class SegmentRunner:
                            for n in node.input if n)
         return has_float_in and any(is_float(o) for o in node.output if o)
 
-    def _init_array(self, name: str) -> np.ndarray:
-        tensor = self.inits[name]
-        if tensor.data_location == TensorProto.EXTERNAL:
-            from onnx.external_data_helper import load_external_data_for_tensor
-
-            tensor = TensorProto.FromString(tensor.SerializeToString())
-            load_external_data_for_tensor(tensor, str(self.base_dir or "."))
-        return numpy_helper.to_array(tensor)
+    def init_array(self, name: str) -> np.ndarray:
+        """The initializer ``name`` as an array."""
+        return numpy_helper.to_array(self.inits[name])
 
     def _dims(self, name: str) -> list[int] | None:
         vtype = self.types.get(name)
@@ -375,7 +362,7 @@ class SegmentRunner:
                 half, back = f"{name}{_SEP}h", f"{name}{_SEP}r"
                 if name in self.inits:
                     with np.errstate(over="ignore"):
-                        inits.append(numpy_helper.from_array(self._init_array(name).astype(np.float16), half))
+                        inits.append(numpy_helper.from_array(self.init_array(name).astype(np.float16), half))
                 else:
                     nodes.append(helper.make_node("Cast", [name], [half], to=TensorProto.FLOAT16, name=half))
                 nodes.append(helper.make_node("Cast", [half], [back], to=TensorProto.FLOAT, name=back))
@@ -433,7 +420,7 @@ class SegmentRunner:
         if k not in self._sessions:
             model, names = self._segment_model(k)
             try:
-                self._sessions[k] = (plain_session(model, self.threads, self.base_dir), names)
+                self._sessions[k] = (plain_session(model, self.threads), names)
             except Exception as exc:  # ORT raises its own Fail/InvalidGraph types
                 seg = self.segments[k]
                 first, last = self.model.graph.node[seg.nodes[0]].name, self.model.graph.node[seg.nodes[-1]].name
@@ -456,6 +443,7 @@ class SegmentRunner:
                 observe(name, feeds[name])
         needed = {n for seg in self.segments for n in seg.inputs} | set(self.graph_outputs)
         for k, seg in enumerate(self.segments):
+            later = self._read_after[k]
             session, names = self._session(k)
             outs = dict(zip(names, session.run(names, {n: values[n] for n in seg.inputs})))
             for name in seg.exposed:
@@ -464,16 +452,14 @@ class SegmentRunner:
             for name in seg.carried:
                 values[name] = outs[name]
             self._collect(outs, result)
-            later = {n for s in self.segments[k + 1:] for n in s.inputs} | set(self.graph_outputs)
             for name in [n for n in values if n not in later and n in needed and n not in feeds]:
                 del values[name]
             if on_segment is not None:
                 on_segment(k)
         result.outputs = {o: values[o] for o in self.graph_outputs}
         for name, array in result.outputs.items():  # checked whole: NaN anywhere upstream usually lands here
-            if array.dtype == np.float32:
-                result.ranges[name] = TensorRange.of(array) if not np.isfinite(array).all() else result.ranges.get(
-                    name, TensorRange.of(array))
+            if array.dtype == np.float32 and (name not in result.ranges or not np.isfinite(array).all()):
+                result.ranges[name] = TensorRange.of(array)
         return result
 
     @staticmethod
@@ -494,9 +480,9 @@ class SegmentRunner:
                 result.drift[base] = drift
 
 
-def plain_session(model: onnx.ModelProto, threads: int | None = None, base_dir: str | Path | None = None):
+def plain_session(model: onnx.ModelProto, threads: int | None = None):
     """A CPU session without graph optimization or memory arena (the kernels a single-node session uses; memory
-    freed at once), external initializers read from ``base_dir``."""
+    freed at once), for an in-memory model of any size."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -511,8 +497,6 @@ def plain_session(model: onnx.ModelProto, threads: int | None = None, base_dir: 
     # Kahn's order with the node list as tie-break: each statistic runs as soon as its tensor exists, so the
     # tensor is freed then (ONNX Runtime's default order may leave every reduction for the end).
     options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
-    if base_dir is not None:
-        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(Path(base_dir).resolve()))
     return inference_session(model, options)
 
 
@@ -527,8 +511,8 @@ def with_fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
     This is FP16 storage with FP32 arithmetic inside each node, as TensorRT's FP16 kernels accumulate
     in FP32. Typed ops (``Cast``, ``Constant``, ...) are left as they are, and so are data-movement ops
     (:data:`DATA_MOVEMENT_OPS`) on FP16 tensors: they compute nothing, so they run on the FP16 tensors
-    (ViT-B at 1024 px: 28 s -> see the README's calibration figures, the widen/round pairs around
-    the window partitions cost as much as the arithmetic).
+    without a widen/round pair (ViT-B at 1024 px, AMD EPYC Zen 1 AVX2, 2 threads: 28.0 s -> 26.2 s per
+    image; the casts that remain take ~5 s of it, the MatMuls ~15 s).
     """
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -570,13 +554,5 @@ def with_fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
-def run_rounded(model: onnx.ModelProto, feeds_list: Sequence[Feeds], threads: int | None = None,
-                base_dir: str | Path | None = None) -> list[dict[str, np.ndarray]]:
-    """Outputs of an FP16/mixed ``model`` with every tensor stored in its declared type (one session)."""
-    session = plain_session(with_fp16_storage(model), threads, base_dir)
-    names = [o.name for o in session.get_outputs()]
-    return [dict(zip(names, session.run(names, feeds))) for feeds in feeds_list]
-
-
-__all__ = ["DEFAULT_BUDGET_BYTES", "SAMPLE_FROM_ROWS", "SAMPLE_ROWS", "RunResult", "Segment", "SegmentRunner", "TYPED_OPS", "TensorRange", "ensure_node_names",
-           "plain_session", "run_rounded", "with_fp16_storage"]
+__all__ = ["DATA_MOVEMENT_OPS", "DEFAULT_BUDGET_BYTES", "SAMPLE_FROM_ROWS", "SAMPLE_ROWS", "RunResult", "Segment",
+           "SegmentRunner", "TYPED_OPS", "TensorRange", "ensure_node_names", "plain_session", "with_fp16_storage"]

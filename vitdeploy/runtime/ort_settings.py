@@ -156,9 +156,10 @@ def read_metadata_props(path: str | Path) -> dict[str, str]:
     """
     import mmap
 
+    from vitdeploy.fileio import require_nonempty_onnx
+
     props: dict[str, str] = {}
-    if Path(path).is_file() and Path(path).stat().st_size == 0:
-        raise InputError(f"'{path}' is empty (0 bytes), not an ONNX model: export it again ('vitdeploy export')")
+    require_nonempty_onnx(Path(path))
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
         pos, end = 0, len(data)
         while pos < end:

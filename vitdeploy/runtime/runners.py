@@ -7,7 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from vitdeploy.errors import InputError, MissingDependencyError
+from vitdeploy.errors import InputError, MissingDependencyError, MissingWeightsError
 from vitdeploy.metadata import decode
 from vitdeploy.runtime.ort_settings import OrtSettings, int8_kernels, read_metadata_props
 from vitdeploy.runtime.providers import ProviderPlan, plan_providers
@@ -194,17 +194,18 @@ class OnnxRuntimeRunner:
         return {n: self._out_buffers.get(n, copied[n]) for n in self.output_names}
 
 
+
 def _raise_if_weights_missing(path: Path, exc: Exception) -> None:
-    """After ONNX Runtime failed to load ``path``: a clear error when its external-data file is missing.
+    """After ONNX Runtime failed to load ``path``: the clear error when its external-data file is missing.
 
-    Checked only after a failure (it parses the graph, which costs a second on a large inline model).
+    Checked only after a failure (it parses the graph, which costs a second on a large inline model);
+    any other problem :func:`vitdeploy.fileio.load_onnx_graph` finds leaves ONNX Runtime's message to stand.
     """
-    try:
-        from vitdeploy.fileio import load_onnx_graph
+    from vitdeploy.fileio import load_onnx_graph
 
+    try:
         load_onnx_graph(path)
-    except InputError as missing:
-        if "is missing" in str(missing):
-            raise missing from exc
-    except Exception:  # noqa: BLE001 - onnx not installed or the file unreadable: ORT's message stands
+    except MissingWeightsError as missing:
+        raise missing from exc
+    except Exception:  # noqa: BLE001 - not ONNX, unreadable, or onnx not installed: ORT's message stands
         return
