@@ -181,3 +181,19 @@ def test_validate_refuses_a_checkpoint_for_a_random_weights_export(tmp_path):
     out = CliRunner().invoke(cli, ["validate", str(model), "-c", str(unrelated)])
     assert out.exit_code == 1 and "exported with random weights (seed 0)" in out.output, out.output
     assert "FAIL" not in out.output and "cosine" not in out.output
+
+
+def test_an_existing_output_is_refused_before_any_work_and_replaced_with_force(tmp_path):
+    out = tmp_path / "t.onnx"
+    out.write_bytes(b"precious")
+    args = ["export", "--recipe", "sam_tiny", "--random-weights", "-o", str(out)]
+    refused = CliRunner().invoke(cli, args)
+    assert refused.exit_code == 1 and "already exists: pass --force" in refused.output, refused.output
+    assert out.read_bytes() == b"precious" and sorted(p.name for p in tmp_path.iterdir()) == ["t.onnx"]
+    report = tmp_path / "r.json"
+    report.write_text("{}")
+    refused = CliRunner().invoke(cli, ["doctor", "--report", str(report)])
+    assert refused.exit_code == 1 and f"'{report}' already exists" in refused.output, refused.output
+    replaced = CliRunner().invoke(cli, [*args, "--force"])
+    assert replaced.exit_code == 0, replaced.output
+    assert out.read_bytes()[:8] != b"precious" and out.stat().st_size > 1000

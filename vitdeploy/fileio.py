@@ -37,6 +37,21 @@ def check_output_path(path: str | os.PathLike) -> Path:
     return out
 
 
+def refuse_existing(paths, force: bool, inputs=()) -> None:
+    """Raise InputError naming the first of ``paths`` (None entries skipped) that exists, unless ``force``.
+
+    The verbs call it before any work, so a refused run touches nothing (no-clobber, like ``cp -n``;
+    ``--force`` replaces, still atomically). An output that is one of ``inputs`` is left to the verb,
+    whose message says that instead.
+    """
+    if force:
+        return
+    given = {Path(p).resolve() for p in inputs if p is not None}
+    for path in paths:
+        if path is not None and Path(path).exists() and Path(path).resolve() not in given:
+            raise InputError(f"'{path}' already exists: pass --force to replace it, or choose another path")
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path next to ``path``; rename it onto ``path`` only if the block succeeds.

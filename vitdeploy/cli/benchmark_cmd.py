@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import fused_attention_option, handle_errors, ort_device_options, report_option, threads_option, verbose_option
+from vitdeploy.cli.options import force_option, fused_attention_option, handle_errors, ort_device_options, report_option, threads_option, verbose_option
 
 
 @click.command("benchmark")
@@ -27,11 +27,12 @@ from vitdeploy.cli.options import fused_attention_option, handle_errors, ort_dev
 @fused_attention_option
 @threads_option
 @report_option
+@force_option
 @verbose_option
 @handle_errors
 def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str, ...], checkpoint: str | None, device: str,
               tf32: bool, allow_unverified: bool, gpu: int, batches: tuple[int, ...], runs: int, warmup: int, fused_attention: bool, threads: int,
-              report: str | None, verbose: bool) -> None:
+              report: str | None, force: bool, verbose: bool) -> None:
     """Time deployed models (.onnx with ONNX Runtime, .plan with TensorRT) against eager PyTorch.
 
     Prints median / p90 / p99 latency, throughput and the speed-up over the first contender (the
@@ -48,9 +49,10 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
     from vitdeploy.benchmark.harness import run_benchmark
     from vitdeploy.benchmark.report import TIMING, BenchmarkReport, environment
     from vitdeploy.errors import InputError
-    from vitdeploy.fileio import atomic_write_bytes, check_output_path
+    from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing
     from vitdeploy.runtime.loader import ONNX_SUFFIXES
 
+    refuse_existing([report], force)
     if report:
         check_output_path(report)
     deployed = [deployed_contender(m, threads=threads, device=device, gpu=gpu, tf32=tf32, allow_unverified=allow_unverified,

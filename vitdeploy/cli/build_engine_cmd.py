@@ -6,7 +6,7 @@ import json
 
 import click
 
-from vitdeploy.cli.options import handle_errors, report_option, verbose_option
+from vitdeploy.cli.options import force_option, handle_errors, report_option, verbose_option
 
 
 @click.command("build-engine")
@@ -34,12 +34,14 @@ from vitdeploy.cli.options import handle_errors, report_option, verbose_option
               help="Write TensorRT's verbose build log here.")
 @click.option("--device", type=click.IntRange(min=0), default=0, show_default=True, help="CUDA device index.")
 @report_option
+@force_option
 @verbose_option
 @handle_errors
 def build_engine(model: str, output: str, workspace_mib: int | None, batch_profile: tuple[int, int, int] | None,
                  input_profile: tuple[str, ...], timing_cache: str | None, optimization_level: int | None,
                  hardware_compatibility: str, version_compatible: bool, tf32: bool, legacy_fp16: bool,
-                 log_file: str | None, device: int, report: str | None, verbose: bool) -> None:
+                 log_file: str | None, device: int, report: str | None, force: bool,
+                 verbose: bool) -> None:
     """Build a TensorRT engine from an ONNX model, with a JSON sidecar of its metadata.
 
     The network is strongly typed: TensorRT computes in exactly the precision the ONNX graph
@@ -54,8 +56,10 @@ def build_engine(model: str, output: str, workspace_mib: int | None, batch_profi
     """
     from vitdeploy.engine.builder import BuildOptions, build_engine as build
     from vitdeploy.engine.profiles import BatchProfile, parse_input_profile
-    from vitdeploy.fileio import atomic_write_bytes, check_output_path
+    from vitdeploy.engine.sidecar import sidecar_path
+    from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing
 
+    refuse_existing([output, sidecar_path(output), report, log_file], force, inputs=[model])
     if report:
         check_output_path(report)
     explicit = dict(parse_input_profile(text) for text in input_profile)

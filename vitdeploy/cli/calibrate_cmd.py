@@ -6,7 +6,7 @@ import json
 
 import click
 
-from vitdeploy.cli.options import handle_errors, report_option, threads_option, verbose_option
+from vitdeploy.cli.options import force_option, handle_errors, report_option, threads_option, verbose_option
 
 
 @click.command("calibrate")
@@ -37,12 +37,14 @@ from vitdeploy.cli.options import handle_errors, report_option, threads_option, 
 @click.option("--no-eager", is_flag=True, help="Skip parity against the eager official model.")
 @threads_option
 @report_option
+@force_option
 @verbose_option
 @handle_errors
 def calibrate(model: str, precision: str, output: str, images: tuple[str, ...], method: str, percentile: float,
               target_cosine: float | None, holdout: int, min_images: int, max_images: int | None,
               keep_fp32: tuple[str, ...], sensitivity: bool, cache_dir: str | None, no_cache: bool,
-              checkpoint: str | None, no_eager: bool, threads: int, report: str | None, verbose: bool) -> None:
+              checkpoint: str | None, no_eager: bool, threads: int, report: str | None, force: bool,
+              verbose: bool) -> None:
     """Convert an FP32 ONNX export to FP16 (mixed, FP32 islands) or INT8 (symmetric Q/DQ), calibrated on images.
 
     Images go through the model's own preprocessing (read from its metadata). Prints which nodes
@@ -56,10 +58,11 @@ def calibrate(model: str, precision: str, output: str, images: tuple[str, ...], 
       vitdeploy calibrate sam_vit_b.onnx -p int8 --method percentile --target-cosine 0.99 -o sam_vit_b.int8.onnx -i photos/
     """
     from vitdeploy.cli.progress import StageProgress, format_seconds
-    from vitdeploy.fileio import atomic_write_bytes, check_output_path
+    from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing
     from vitdeploy.precision.calibrate import CalibrateOptions, calibrate_onnx
     from vitdeploy.precision.report import summarize
 
+    refuse_existing([output, report], force, inputs=[model])
     if report:
         check_output_path(report)
     options = CalibrateOptions(

@@ -6,15 +6,16 @@ import json
 
 import click
 
-from vitdeploy.cli.options import handle_errors, report_option, verbose_option
+from vitdeploy.cli.options import force_option, handle_errors, report_option, verbose_option
 
 
 @click.command("doctor")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON instead of a table.")
 @report_option
+@force_option
 @verbose_option
 @handle_errors
-def doctor(as_json: bool, report: str | None, verbose: bool) -> None:
+def doctor(as_json: bool, report: str | None, force: bool, verbose: bool) -> None:
     """Say what this machine can do and which verbs will work here.
 
     Probes PyTorch, ONNX Runtime (and its providers), TensorRT, polygraphy, cuda-python and the GPU
@@ -26,8 +27,9 @@ def doctor(as_json: bool, report: str | None, verbose: bool) -> None:
       vitdeploy doctor --json --report machine.json
     """
     from vitdeploy.doctor import diagnose
-    from vitdeploy.fileio import atomic_write_bytes, check_output_path
+    from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing
 
+    refuse_existing([report], force)
     if report:
         check_output_path(report)
     group = click.get_current_context().parent

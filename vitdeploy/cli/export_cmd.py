@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import handle_errors, model_source_options, report_option, verbose_option
+from vitdeploy.cli.options import force_option, handle_errors, model_source_options, report_option, verbose_option
 
 #: The names of vitdeploy.onnx_export.targets.TARGETS, listed here so that --help needs no torch import
 #: (tests/test_fused_attention_export.py checks that the two agree).
@@ -30,11 +30,12 @@ TARGET_NAMES = ("generic", "tensorrt", "onnxruntime-cpu")
                    "that TensorRT fuses; onnxruntime-cpu = ONNX Runtime's contrib MultiHeadAttention (CPU flash "
                    "attention, ONNX Runtime only). Same weights and numbers for all.")
 @report_option
+@force_option
 @verbose_option
 @handle_errors
 def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int, output: str, image_size: int | None,
            batch: int, dynamic_batch: bool, opset: int | None, layernorm2d: str, target: str, report: str | None,
-           verbose: bool) -> None:
+           force: bool, verbose: bool) -> None:
     """Export a model to a static, checked ONNX graph.
 
     \b
@@ -44,8 +45,9 @@ def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int,
       vitdeploy export --recipe sam_vit_b --checkpoint sam_vit_b_01ec64.pth --target onnxruntime-cpu -o sam_b_cpu.onnx
     """
     from vitdeploy.pipeline import export_from_recipe
-    from vitdeploy.fileio import atomic_write_bytes, check_output_path
+    from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing
 
+    refuse_existing([output, report], force)
     if report:
         check_output_path(report)
     result = export_from_recipe(

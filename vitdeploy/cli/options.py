@@ -106,6 +106,11 @@ def fused_attention_option(fn: Callable) -> Callable:
                              "kernel (custom-op library built by 'bash cpp/build.sh').")(fn)
 
 
+def force_option(fn: Callable) -> Callable:
+    return click.option("--force", "-f", is_flag=True,
+                        help="Replace output files that already exist (default: refuse before doing any work).")(fn)
+
+
 def report_option(fn: Callable) -> Callable:
     return click.option("--report", type=click.Path(dir_okay=False, path_type=str), default=None,
                         help="Write a machine-readable JSON report here.")(fn)

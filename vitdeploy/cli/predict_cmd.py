@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import handle_errors, ort_device_options, report_option, runtime_threads_option, verbose_option
+from vitdeploy.cli.options import force_option, handle_errors, ort_device_options, report_option, runtime_threads_option, verbose_option
 
 
 def _parse_point(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[tuple[float, float, int]]:
@@ -64,12 +64,13 @@ def _parse_box(_ctx: click.Context, _param: click.Parameter, values: tuple[str, 
               help="Accept an encoder and decoder exported from different checkpoints (e.g. a separately fine-tuned decoder).")
 @runtime_threads_option
 @report_option
+@force_option
 @verbose_option
 @handle_errors
 def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, float, int]], box: list[float] | None,
             output: str, overlay: str | None, multimask: str, device: str, tf32: bool, allow_unverified: bool,
             no_weight_check: bool, threads: int,
-            report: str | None, verbose: bool) -> None:
+            report: str | None, force: bool, verbose: bool) -> None:
     """Segment an object: run the exported encoder and decoder on an image with point/box prompts.
 
     Writes the mask as a PNG and the mask blended over the image (prompts drawn), and prints the
@@ -83,7 +84,7 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
     import numpy as np
 
     from vitdeploy.errors import InputError
-    from vitdeploy.fileio import atomic_write_bytes, check_output_path
+    from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing
     from vitdeploy.runtime.images import read_image_rgb
     from vitdeploy.runtime.overlay import overlay_mask, save_png
     from vitdeploy.runtime.sam_predictor import SamPredictor, check_prompts_inside
@@ -96,6 +97,7 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
     overlay_path = Path(overlay) if overlay else out_path.with_name(out_path.stem + ".overlay.png")
     if overlay_path.resolve() == out_path.resolve():
         raise InputError("--overlay and --output are the same file: give two different paths")
+    refuse_existing([out_path, overlay_path, report], force)
     for path in (out_path, overlay_path) + ((Path(report),) if report else ()):
         check_output_path(path)
     notes: list[str] = []

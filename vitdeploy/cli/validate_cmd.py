@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import fused_attention_option, handle_errors, ort_device_options, report_option, threads_option, verbose_option
+from vitdeploy.cli.options import force_option, fused_attention_option, handle_errors, ort_device_options, report_option, threads_option, verbose_option
 
 
 @click.command("validate")
@@ -28,11 +28,12 @@ from vitdeploy.cli.options import fused_attention_option, handle_errors, ort_dev
 @fused_attention_option
 @threads_option
 @report_option
+@force_option
 @verbose_option
 @handle_errors
 def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random_inputs: int, tolerance: str,
              runs: int, warmup: int, device: str, tf32: bool, fused_attention: bool, threads: int,
-             report: str | None, verbose: bool) -> None:
+             report: str | None, force: bool, verbose: bool) -> None:
     """Compare a deployed model with the eager official model on the same inputs.
 
     Prints max-abs, relative L2, cosine and NaN/Inf counts against named tolerances, then the
@@ -45,7 +46,7 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
       vitdeploy validate demo.onnx --runs 10 --report demo-validate.json
     """
     from vitdeploy.errors import InputError, ParityError
-    from vitdeploy.fileio import atomic_write_bytes, check_output_path
+    from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing
     from vitdeploy.runtime.loader import open_runner
     from vitdeploy.validation.inputs import image_input_sets
     from vitdeploy.validation.parity import TOLERANCES
@@ -53,6 +54,7 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
     from vitdeploy.validation.torch_runner import TorchRunner
     from vitdeploy.validation.validate import validate_runner
 
+    refuse_existing([report], force)
     if report:
         check_output_path(report)
     # .onnx -> ONNX Runtime on --device, .plan -> TensorRT
