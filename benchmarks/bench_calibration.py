@@ -80,7 +80,7 @@ def eager_forward_seconds(variant: str, runs: int, threads: int) -> list[float]:
 
 
 def export(variant: str, path: Path, log: Path, checkpoint: Path | None = None) -> dict:
-    cmd = [*VITDEPLOY, "export", "--recipe", f"sam_{variant}", "-o", str(path)]
+    cmd = [*VITDEPLOY, "export", "--recipe", f"sam_{variant}", "-o", str(path), "--force"]  # reruns replace
     cmd += ["-c", str(checkpoint)] if checkpoint else ["--random-weights", "--seed", "0"]
     code, wall, rss = run_measured(cmd, log)
     if code:
@@ -92,7 +92,7 @@ def calibrate(model: Path, precision: str, out_dir: Path, args, checkpoint: Path
     stem = model.name.removesuffix(".onnx")
     output, report, log = out_dir / f"{stem}.{precision}.onnx", out_dir / f"{stem}.{precision}.json", out_dir / f"{stem}.{precision}.log"
     cmd = [*VITDEPLOY, "calibrate", str(model), "-p", precision, "-o", str(output), "--report", str(report),
-           "--threads", str(args.threads), "--holdout", str(args.holdout), "--min-images", "2"]
+           "--threads", str(args.threads), "--holdout", str(args.holdout), "--min-images", "2", "--force"]
     for images in args.images:
         cmd += ["-i", images]
     if args.max_images:

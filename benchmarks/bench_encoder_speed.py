@@ -211,7 +211,7 @@ def prepare(args: argparse.Namespace, workdir: Path, rows: list[dict[str, Any]])
             start = time.perf_counter()
             subprocess.run([sys.executable, "-m", "vitdeploy", "calibrate", str(source), "-p", "int8", "-o",
                             str(workdir / "vitdeploy_int8.onnx"), "--report", str(workdir / "int8_report.json"),
-                            "--cache-dir", str(workdir / "images"), "--threads", str(args.threads)], check=True)
+                            "--cache-dir", str(workdir / "images"), "--threads", str(args.threads), "--force"], check=True)
             info["export_seconds"]["int8_calibration"] = time.perf_counter() - start
             import resource
 

@@ -44,7 +44,9 @@ elif ! "$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[dev,te
     "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e . >> "$OUT/logs/install.log" 2>&1 \
         || { echo "cannot install the project"; exit 1; }
 fi
-VD=("$PYTHON" -m vitdeploy)
+# Every verb refuses to replace an existing output unless --force: a rerun of this script replaces its own files.
+vd() { "$PYTHON" -m vitdeploy "$@" --force; }
+VD=(vd)
 
 step doctor "${VD[@]}" doctor --report "$OUT/doctor.json"
 if ! "$PYTHON" -c "import sys; from vitdeploy.doctor import tensorrt_unavailable_reason as r; why = r(); print(why or ''); sys.exit(1 if why else 0)"; then

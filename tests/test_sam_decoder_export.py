@@ -93,3 +93,16 @@ def test_metadata_describes_the_contract(tiny_sam_artifacts: TinySamArtifacts) -
     assert meta["mask_output_indices"] == [0, 1, 2, 3] and meta["random_seed"] == SEED
     assert meta["shape_profile"]["point_coords"] == {"min": [1, 1, 2], "opt": [1, 2, 2], "max": [1, 8, 2]}
     assert meta["input_names"] == INPUT_NAMES and meta["output_names"] == OUTPUT_NAMES
+
+
+def test_decoder_export_prints_no_warning(tmp_path) -> None:
+    """torch's 'axis name num_points will not be used' UserWarning reached every user's terminal; it is benign
+    (the axis keeps its name, see above), so the export silences exactly that one."""
+    import warnings
+
+    from vitdeploy.pipeline import export_from_recipe
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export_from_recipe("sam_tiny_decoder", tmp_path / "d.onnx", random_weights=True, seed=SEED)
+    assert [str(w.message)[:80] for w in caught if issubclass(w.category, UserWarning)] == []
