@@ -149,3 +149,17 @@ def test_sampled_drift_estimates_the_full_drift(monkeypatch) -> None:
         assert got[name].fp16_drift == pytest.approx(st.fp16_drift, rel=SAMPLED_DRIFT_RTOL)
         assert st.fp16_drift == pytest.approx(oracle[name].fp16_drift, rel=DRIFT_RTOL)
         assert got[name].max_abs_out == pytest.approx(st.max_abs_out, rel=STATS_RTOL)  # ranges are never sampled
+
+
+def test_drift_is_taken_on_the_first_images_and_ranges_on_all(tiny_exports, calib_cache) -> None:
+    cal, _ = calibration_feeds(tiny_exports["matmul"], calib_cache)
+    cal = cal[:3]
+    first_only = collect_node_stats(_named(tiny_exports["matmul"]), cal, threads=2, drift_images=1)
+    every = collect_node_stats(_named(tiny_exports["matmul"]), cal, threads=2, drift_images=3)
+    one_image = collect_node_stats(_named(tiny_exports["matmul"]), cal[:1], threads=2)
+    ranged_past_the_first = 0
+    for name, st in every.items():
+        assert (first_only[name].max_abs_in, first_only[name].max_abs_out) == (st.max_abs_in, st.max_abs_out), name
+        assert first_only[name].fp16_drift == one_image[name].fp16_drift, name
+        ranged_past_the_first += st.max_abs_out > one_image[name].max_abs_out
+    assert ranged_past_the_first > 0  # the later images did reach further: their ranges count
