@@ -46,6 +46,11 @@ def handle_errors(fn: Callable) -> Callable:
             raise UserError(str(exc)) from exc
         except KeyboardInterrupt:
             raise click.exceptions.Abort() from None
+        except BrokenPipeError:  # the reader went away (``| head``): stop quietly, as other Unix tools do
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+            raise SystemExit(1) from None
         except Exception as exc:
             if verbose:
                 traceback.print_exc(file=sys.stderr)

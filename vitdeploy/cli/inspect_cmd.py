@@ -1,0 +1,40 @@
+"""``vitdeploy inspect``: what an ONNX file or TensorRT engine is, without running it."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from vitdeploy.cli.options import handle_errors, verbose_option
+
+
+@click.command("inspect")
+@click.argument("artifact", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON instead of text.")
+@click.option("--no-verify", is_flag=True, help="Engines: skip hashing the plan against its sidecar's SHA-256.")
+@verbose_option
+@handle_errors
+def inspect(artifact: str, as_json: bool, no_verify: bool, verbose: bool) -> None:
+    """Show an artifact's inputs, outputs, precision, op counts and vitdeploy metadata.
+
+    ONNX files are read without their weights; TensorRT engines through their JSON sidecar (no
+    TensorRT or GPU needed), with the plan checked against the SHA-256 recorded at build time.
+
+    \b
+    Examples:
+      vitdeploy inspect sam_vit_b.onnx
+      vitdeploy inspect sam_vit_b.fp16.onnx --json
+      vitdeploy inspect sam_vit_b.plan
+    """
+    from vitdeploy.artifact_info import describe, inspect_artifact
+
+    info = inspect_artifact(artifact, verify=not no_verify)
+    if as_json:
+        click.echo(json.dumps(info, indent=2, default=str))
+    else:
+        for line in describe(info):
+            click.echo(line)
+
+
+COMMAND = inspect
