@@ -143,3 +143,31 @@ def test_default_u8s8_kernels_saturate_exactly_where_the_cpu_says(int8_model: Pa
         assert err > INT8_KERNEL_VS_FLOAT, "no saturation measured on a CPU without VNNI: revisit int8_kernels()"
     else:
         assert err < INT8_KERNEL_VS_FLOAT
+
+
+def test_benchmark_and_validate_say_what_the_cpu_does_with_fp16_and_int8(int8_model: Path, fp32_model: Path) -> None:
+    """A newcomer saw FP16/INT8 files run slower than FP32 on the CPU with no word of why."""
+    from click.testing import CliRunner
+
+    from vitdeploy.cli import cli
+    from vitdeploy.precision.fp16 import rewrite_to_fp16
+    from vitdeploy.precision.report import read_metadata, stamp_metadata
+    from vitdeploy.runtime.ort_fusions import fp16_fallback_ops
+
+    model = onnx.load(str(fp32_model))
+    fp16 = rewrite_to_fp16(model, [n.name for n in model.graph.node if n.op_type == "LayerNormalization"])
+    stamp_metadata(fp16, {**read_metadata(model), "precision": "fp16"})
+    fp16_path = fp32_model.parent / "tiny_fp16.onnx"
+    onnx.save(fp16, str(fp16_path))
+    ops, casts = fp16_fallback_ops(optimized_graph(fp16_path, fp32_model.parent / "fp16_opt.onnx", OrtSettings()))
+    assert ops["MatMul"] + ops.get("FusedMatMul", 0) + ops.get("Gemm", 0) > 0 and casts > 0, ops  # no FP16 GEMM on CPU
+
+    bench = CliRunner().invoke(cli, ["benchmark", str(fp16_path), str(int8_model), "--no-eager", "--runs", "1",
+                                     "--warmup", "0", "--threads", "2"])
+    assert bench.exit_code == 0, bench.output
+    assert "fp16 on this CPU: ONNX Runtime has no FP16 CPU kernel for" in bench.output and "FP16 pays on NVIDIA" in bench.output
+    assert "int8 on this CPU: " in bench.output and "integer kernel(s) (" in bench.output
+    val = CliRunner().invoke(cli, ["validate", str(fp16_path), "--random-inputs", "1", "--runs", "1"])
+    assert "fp16 on this CPU" in val.output, val.output
+    fp32 = CliRunner().invoke(cli, ["benchmark", str(fp32_model), "--no-eager", "--runs", "1", "--warmup", "0"])
+    assert fp32.exit_code == 0 and "on this CPU:" not in fp32.output, fp32.output

@@ -51,6 +51,7 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
     from vitdeploy.errors import InputError
     from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing
     from vitdeploy.runtime.loader import ONNX_SUFFIXES
+    from vitdeploy.runtime.ort_fusions import runner_precision_note
 
     refuse_existing([report], force)
     if report:
@@ -60,8 +61,9 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
     for c in deployed:
         for warning in getattr(c.runner, "warnings", []):
             click.echo(f"warning: {warning}")
-        if getattr(c.runner, "int8_kernels", None):
-            click.echo(f"{c.label}: {c.runner.int8_kernels}")
+        note = runner_precision_note(c.runner, device, threads)
+        if note:
+            click.echo(f"{c.label}: {note}")
         if getattr(c.runner, "provider", None) and device != "cpu":
             click.echo(f"{c.label}: {c.runner.provider}")
     first = deployed[0].runner

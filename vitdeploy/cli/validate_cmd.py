@@ -67,8 +67,11 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
         click.echo(f"fused rel-pos attention: {fusion.summary()}")
     for warning in getattr(candidate, "warnings", []):
         click.echo(f"warning: {warning}")
-    if getattr(candidate, "int8_kernels", None):
-        click.echo(f"int8: {candidate.int8_kernels}")
+    from vitdeploy.runtime.ort_fusions import runner_precision_note
+
+    note = runner_precision_note(candidate, device, threads)
+    if note:
+        click.echo(note)
     meta = candidate.metadata
     if not meta.get("family"):
         raise InputError(f"'{model}' carries no vitdeploy metadata: validate models written by 'vitdeploy export'")

@@ -110,9 +110,69 @@ def optimized_graph(path: str | Path, out_path: str | Path, settings: Any = None
 
     chosen = dataclasses.replace(settings or OrtSettings(), optimized_model_path=str(out_path))
     quantized = is_int8_file(path)
-    ort.InferenceSession(str(path), chosen.session_options(quantized), providers=["CPUExecutionProvider"],
+    options = chosen.session_options(quantized)
+    options.log_severity_level = 3  # its notes on constant folding and NCHWc are about this file, not for users
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"],
                          disabled_optimizers=chosen.optimizers_to_disable(quantized) or None)
     return onnx.load(str(out_path), load_external_data=False)
 
 
-__all__ = ["FUSED_OPS", "FusionReport", "fusion_report", "optimized_graph"]
+#: Prefix of the Cast nodes ONNX Runtime's CPU provider inserts around FP16 nodes it has no FP16 kernel for.
+INSERTED_CAST_PREFIX = "InsertedPrecisionFreeCast"
+
+
+def fp16_fallback_ops(model: Any) -> tuple[Counter, int]:
+    """(op type -> nodes run in FP32 because the CPU provider has no FP16 kernel for them, casts inserted) in an
+    optimized graph: the nodes that read a widening Cast ONNX Runtime inserted (:data:`INSERTED_CAST_PREFIX`,
+    ``to`` FLOAT; the narrowing ones after such nodes feed nodes that do run in FP16)."""
+    import onnx
+
+    inserted = [n for n in model.graph.node if n.op_type == "Cast" and n.name.startswith(INSERTED_CAST_PREFIX)]
+    widened = {n.output[0] for n in inserted
+               if next((a.i for a in n.attribute if a.name == "to"), None) == onnx.TensorProto.FLOAT}
+    ops: Counter = Counter()
+    for node in model.graph.node:
+        if node.op_type != "Cast" and any(i in widened for i in node.input):
+            ops[node.op_type] += 1
+    return ops, len(inserted)
+
+
+def cpu_precision_note(path: str | Path, precision: str, threads: int | None = None) -> str | None:
+    """What ONNX Runtime's CPU provider does with an FP16 or INT8 file, and where such a file pays; None for FP32.
+
+    Why: on a CPU an FP16 file usually runs slower than its FP32 source and a newcomer concludes that
+    calibration broke it. Read from the graph ONNX Runtime optimizes for this CPU (one extra session).
+    """
+    import tempfile
+
+    from vitdeploy.runtime.ort_settings import OrtSettings, int8_kernels
+
+    if precision not in ("fp16", "int8"):
+        return None
+    with tempfile.TemporaryDirectory(prefix="vitdeploy-optimized-") as tmp:
+        graph = optimized_graph(path, Path(tmp) / "optimized.onnx", OrtSettings(threads=threads))
+    if precision == "fp16":
+        ops, casts = fp16_fallback_ops(graph)
+        if not ops:
+            return "fp16 on this CPU: every FP16 node has an FP16 CPU kernel here"
+        listed = ", ".join(f"{op} {n}" for op, n in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0])))
+        return (f"fp16 on this CPU: ONNX Runtime has no FP16 CPU kernel for {sum(ops.values())} node(s) ({listed}); "
+                f"it inserted {casts} Cast node(s) and runs them in FP32, which is why this file can run slower here "
+                "than the FP32 one. FP16 pays on NVIDIA GPUs (a TensorRT engine from 'vitdeploy build-engine', or --device cuda)")
+    report = fusion_report(graph)
+    integer = ", ".join(f"{op} {report.op_counts[op]}" for op in FUSED_OPS["int8"] if report.op_counts.get(op))
+    return (f"int8 on this CPU: {report.fused['int8']} integer kernel(s) ({integer or 'none'}), "
+            f"{report.unfused['int8']} GEMM(s) left on dequantized float weights; {int8_kernels().description}. "
+            "INT8 pays most on GPUs with INT8 tensor cores (a TensorRT engine from 'vitdeploy build-engine')")
+
+
+def runner_precision_note(runner: Any, device: str, threads: int | None = None) -> str | None:
+    """:func:`cpu_precision_note` for a runner's file when it is an FP16/INT8 ONNX file run on the CPU, else None."""
+    precision = (getattr(runner, "metadata", None) or {}).get("precision")
+    if device != "cpu" or precision not in ("fp16", "int8") or not hasattr(runner, "session"):
+        return None
+    return cpu_precision_note(runner.path, precision, threads)
+
+
+__all__ = ["FUSED_OPS", "FusionReport", "INSERTED_CAST_PREFIX", "cpu_precision_note", "fp16_fallback_ops",
+           "fusion_report", "optimized_graph", "runner_precision_note"]
