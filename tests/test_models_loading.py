@@ -91,7 +91,22 @@ def test_checkpoint_of_another_variant_names_keys_and_shapes(tmp_path: Path) -> 
         load_sam_image_encoder(ARCH, path)
     message = str(info.value)
     assert "patch_embed.proj.weight is [48, 3, 8, 8] in the checkpoint but [32, 3, 8, 8]" in message
-    assert "unexpected blocks.3" in message and "embed_dim 48, depth 4" in message
+    assert "unexpected blocks.3" in message and "embed_dim 48 (the recipe: 32), depth 4 (the recipe: 3)" in message
+
+
+def test_a_safetensors_file_with_another_patch_size_is_told_so(tmp_path: Path) -> None:
+    """The hint named embed_dim and depth (both matching) for a patch-size mismatch: it names what differs."""
+    from safetensors.torch import save_file
+
+    other = SamEncoderArch(img_size=64, patch_size=4, embed_dim=32, depth=3, num_heads=2, out_chans=16,
+                           window_size=3, global_attn_indexes=(1,))
+    path = tmp_path / "other.safetensors"
+    save_file({k: v.contiguous() for k, v in load_sam_image_encoder(other, random_seed=0).state_dict().items()}, str(path))
+    with pytest.raises(CheckpointError) as info:
+        load_sam_image_encoder(ARCH, path)
+    message = str(info.value)
+    assert "the checkpoint has patch_size 4 (the recipe: 8)" in message, message
+    assert "embed_dim 32" not in message and "depth 3" not in message, message
 
 
 def test_random_weights_are_seeded_and_nonzero() -> None:

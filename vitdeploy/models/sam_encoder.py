@@ -159,16 +159,30 @@ def _is_norm_weight(name: str, param: torch.Tensor) -> bool:
     return param.ndim == 1 and name.endswith("weight") and bool(torch.all(param == 1))
 
 
-def describe_checkpoint(state: dict[str, torch.Tensor]) -> str:
-    """Guess the SAM encoder architecture of a state dict, for error messages."""
+def describe_checkpoint(state: dict[str, torch.Tensor], arch: SamEncoderArch | None = None) -> str:
+    """Read a SAM encoder state dict's architecture, for error messages: against ``arch``, only what differs.
+
+    embed_dim and patch size from ``patch_embed.proj.weight``, depth from the block indices, the
+    position-embedding grid from ``pos_embed`` and the window from a windowed block's ``rel_pos_h``.
+    """
     w = state.get("patch_embed.proj.weight")
-    if w is None:
+    if w is None or w.ndim != 4:
         return ""
-    depth = 1 + max((int(m.group(1)) for k in state if (m := re.match(r"blocks\.(\d+)\.", k))), default=-1)
+    found = {"embed_dim": int(w.shape[0]), "patch_size": int(w.shape[-1]),
+             "depth": 1 + max((int(m.group(1)) for k in state if (m := re.match(r"blocks\.(\d+)\.", k))), default=-1)}
+    pos = state.get("pos_embed")
+    if pos is not None and pos.ndim == 4:
+        found["img_size"] = int(pos.shape[1]) * found["patch_size"]
     known = {(768, 12): "vit_b", (1024, 24): "vit_l", (1280, 32): "vit_h"}
-    guess = known.get((w.shape[0], depth))
+    guess = known.get((found["embed_dim"], found["depth"]))
     label = f", which looks like SAM {guess}" if guess else ""
-    return f" (the checkpoint has embed_dim {w.shape[0]}, depth {depth}{label})"
+    if arch is None:
+        return f" (the checkpoint has embed_dim {found['embed_dim']}, depth {found['depth']}{label})"
+    differs = [f"{key} {value} (the recipe: {getattr(arch, key)})" for key, value in found.items()
+               if getattr(arch, key) != value]
+    if not differs:
+        return f" (embed_dim, depth, patch size and image size match the recipe{label}: the tensors above differ)"
+    return f" (the checkpoint has {', '.join(differs)}{label})"
 
 
 def load_sam_image_encoder(
@@ -190,7 +204,7 @@ def load_sam_image_encoder(
     if checkpoint is None:
         return randomize_parameters(encoder, random_seed)
     state = select_prefix(load_state_dict_file(checkpoint), prefix)
-    check_fits(encoder, state, what, hint=describe_checkpoint(state) + ": choose the matching --recipe")
+    check_fits(encoder, state, what, hint=describe_checkpoint(state, arch) + ": choose the matching --recipe")
     encoder.load_state_dict(state, strict=True)
     return encoder.eval()
 
