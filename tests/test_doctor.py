@@ -19,9 +19,24 @@ def run(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-@pytest.fixture(scope="module")
-def found() -> dict[str, Component]:
-    return probe_components()
+@pytest.fixture(scope="module", params=[False, True], ids=["fast", "deep"])
+def found(request: pytest.FixtureRequest) -> dict[str, Component]:
+    return probe_components(deep=request.param)
+
+
+def test_doctor_imports_no_pytorch_side_package_without_a_gpu() -> None:
+    """doctor took 10 s on 2 cores, 8 of them importing torch, segment_anything and timm to read their versions."""
+    import subprocess
+
+    from vitdeploy.doctor import nvidia_device_present
+
+    if nvidia_device_present():
+        pytest.skip("an NVIDIA device is present: doctor imports torch to ask CUDA about it")
+    code = ("import sys; from click.testing import CliRunner; from vitdeploy.cli import cli; "
+            "r = CliRunner().invoke(cli, ['doctor']); assert r.exit_code == 0, r.output; "
+            "print(sorted(m for m in ('torch', 'segment_anything', 'timm', 'torchvision', 'onnxscript') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def test_components_match_what_is_importable(found: dict[str, Component]) -> None:

@@ -1,8 +1,10 @@
 """What this machine can do: the components vitdeploy uses, probed for real, and which verbs will work.
 
-Every probe imports or calls the actual component (no guessing from package lists): a TensorRT
+The runtimes a verb would load are loaded for real (no guessing from package lists): a TensorRT
 wheel that is installed but cannot load its libraries is reported as unusable, a CUDA build of
-PyTorch on a machine without a driver as "no GPU". The verb table is derived from those results by
+PyTorch on a machine without a driver as "no GPU". The PyTorch-side packages are found and versioned
+without importing them unless ``--deep`` (importing torch, segment_anything and timm took ~8 s of
+the 10 s doctor used to take on a 2-core machine). The verb table is derived from those results by
 :func:`verb_readiness`, a pure function of the component states.
 """
 
@@ -74,23 +76,73 @@ def verb_readiness(verbs: Iterable[str], components: dict[str, Component]) -> li
     return out
 
 
-def _module(name: str, import_name: str | None = None) -> Component:
+def _dist_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version as dist_version
+
+    try:
+        return dist_version(name.replace("_", "-"))
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _module(name: str, import_name: str | None = None, deep: bool = True) -> Component:
+    """Whether a package is there and its version: imported (``deep``), or found on the path and versioned from its
+    installed metadata (fast: torch, segment_anything and timm alone take seconds to import)."""
+    if not deep:
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(import_name or name)
+        except (ImportError, ValueError) as exc:
+            return Component(name, False, None, f"not importable ({exc})")
+        if spec is None:
+            return Component(name, False, None, "not installed")
+        return Component(name, True, _dist_version(name), "installed (not imported; 'vitdeploy doctor --deep' imports it)")
     try:
         module = __import__(import_name or name)
     except ImportError as exc:
         return Component(name, False, None, f"not installed ({exc})")
     version = getattr(module, "__version__", None)
-    if version is None:
-        from importlib.metadata import PackageNotFoundError, version as dist_version
-
-        try:
-            version = dist_version(name.replace("_", "-"))
-        except PackageNotFoundError:
-            version = "unknown"
-    return Component(name, True, str(version))
+    return Component(name, True, str(version if version is not None else _dist_version(name)))
 
 
-def _torch() -> tuple[Component, Component]:
+def nvidia_device_present() -> bool:
+    """An NVIDIA driver's device node exists (``/dev/nvidia0``, ``/dev/nvidiactl``): without one no CUDA call can see a GPU."""
+    from pathlib import Path
+
+    return any(Path("/dev").glob("nvidia[0-9]*")) or Path("/dev/nvidiactl").exists()
+
+
+def _torch_version_file() -> tuple[str | None, str | None]:
+    """(version with its local label, CUDA version or None) read from ``torch/version.py`` as text, without importing torch."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None, None
+    try:
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+    except OSError:
+        return None, None
+
+    def value(key: str) -> str | None:
+        match = re.search(rf"^{key}[^=\n]*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        return match.group(1) if match else None
+
+    return value("__version__"), value("cuda")
+
+
+def _torch(deep: bool = True) -> tuple[Component, Component]:
+    if not deep and not nvidia_device_present():
+        comp = _module("torch", deep=False)
+        if not comp.ok:
+            return comp, Component("torch-cuda", False, None, "PyTorch not installed")
+        version, cuda = _torch_version_file()
+        comp.version = version or comp.version
+        comp.detail = f"CUDA build {cuda}" if cuda else "CPU-only build"
+        return comp, Component("torch-cuda", False, cuda, f"{comp.detail}; no NVIDIA device (/dev/nvidia*) on this machine")
     comp = _module("torch")
     if not comp.ok:
         return comp, Component("torch-cuda", False, None, "PyTorch not installed")
@@ -177,15 +229,22 @@ def _fused_attention() -> Component:
     return Component("fused-attention", taken != "portable", None, f"{path}; ViT-B global blocks: {how}")
 
 
-def probe_components() -> dict[str, Component]:
-    """Probe everything vitdeploy can use on this machine."""
-    torch_comp, torch_cuda = _torch()
+def probe_components(deep: bool = False) -> dict[str, Component]:
+    """Probe everything vitdeploy can use on this machine.
+
+    By default in about a second: ONNX Runtime, TensorRT, cuda-python and the fused-attention library
+    are loaded for real (what a verb would load); the PyTorch-side packages (torch, onnx, onnxscript,
+    segment_anything, timm, polygraphy) are found and versioned from their installed metadata, and
+    torch is imported to ask CUDA only when an NVIDIA device node exists. ``deep`` imports every one.
+    """
+    torch_comp, torch_cuda = _torch(deep)
     cuda_python, gpu = _cuda_python_and_gpu()
     comps = [
         Component("python", True, platform.python_version(), f"{platform.system()} {platform.machine()}"),
         torch_comp, torch_cuda,
-        _module("onnx"), _module("onnxscript"), _onnxruntime(), _module("segment_anything"), _module("timm"),
-        _module("polygraphy"), _tensorrt(), cuda_python, gpu, _fused_attention(),
+        _module("onnx", deep=deep), _module("onnxscript", deep=deep), _onnxruntime(),
+        _module("segment_anything", deep=deep), _module("timm", deep=deep),
+        _module("polygraphy", deep=deep), _tensorrt(), cuda_python, gpu, _fused_attention(),
     ]
     return {c.name: c for c in comps}
 
@@ -223,14 +282,15 @@ class DoctorReport:
         return "\n".join(lines)
 
 
-def diagnose(verbs: Iterable[str]) -> DoctorReport:
-    """Probe the machine and judge ``verbs`` (the CLI passes its registered verbs)."""
+def diagnose(verbs: Iterable[str], deep: bool = False) -> DoctorReport:
+    """Probe the machine (``deep``: import every package, see :func:`probe_components`) and judge ``verbs``
+    (the CLI passes its registered verbs)."""
     import vitdeploy
     from vitdeploy.cpu_features import cpu_features
     from vitdeploy.runtime.ort_settings import int8_kernels
     from vitdeploy.tested_versions import version_drift
 
-    components = probe_components()
+    components = probe_components(deep)
     cpu = cpu_features()
     cpu_info = {**cpu.to_dict(), "summary": cpu.summary(),
                 "decisions": f"INT8 on ONNX Runtime: {int8_kernels(cpu).description}"}

@@ -11,15 +11,17 @@ from vitdeploy.cli.options import force_option, handle_errors, report_option, ve
 
 @click.command("doctor")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON instead of a table.")
+@click.option("--deep", is_flag=True, help="Import every package (torch, segment_anything, timm, ...) instead of reading "
+                                           "their installed metadata: slower, catches broken installs.")
 @report_option
 @force_option
 @verbose_option
 @handle_errors
-def doctor(as_json: bool, report: str | None, force: bool, verbose: bool) -> None:
+def doctor(as_json: bool, deep: bool, report: str | None, force: bool, verbose: bool) -> None:
     """Say what this machine can do and which verbs will work here.
 
-    Probes PyTorch, ONNX Runtime (and its providers), TensorRT, polygraphy, cuda-python and the GPU
-    by importing and calling them. Always exits 0: it reports, it does not judge.
+    Loads ONNX Runtime (and lists its providers), TensorRT, cuda-python and the GPU; finds PyTorch and
+    the other packages with their versions (imports them with --deep). Always exits 0: it reports, it does not judge.
 
     \b
     Examples:
@@ -34,7 +36,7 @@ def doctor(as_json: bool, report: str | None, force: bool, verbose: bool) -> Non
         check_output_path(report)
     group = click.get_current_context().parent
     verbs = sorted(group.command.commands) if group is not None and isinstance(group.command, click.Group) else []
-    result = diagnose(verbs)
+    result = diagnose(verbs, deep)
     text = json.dumps(result.to_dict(), indent=2)
     click.echo(text if as_json else result.text())
     if report:
