@@ -140,3 +140,32 @@ def test_export_and_validate_timm_recipe_with_checkpoint(tmp_path: Path) -> None
     assert result.exit_code == 0 and "random1/logits" in result.output, result.output
     missing = _invoke("validate", str(out), "--runs", "0")
     assert missing.exit_code == 1 and "pass it with --checkpoint" in missing.output
+
+
+def test_a_saved_embedding_gives_the_same_mask_without_the_encoder(tiny_sam_artifacts: TinySamArtifacts, image_file: Path,
+                                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    enc, dec = str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder)
+    emb = tmp_path / "photo.npz"
+    first = _invoke("predict", "-e", enc, "-d", dec, "-i", str(image_file), "-p", "30,25", "-o", str(tmp_path / "a.png"),
+                    "--save-embedding", str(emb))
+    assert first.exit_code == 0 and emb.is_file(), first.output
+    from vitdeploy.runtime.sam_predictor import SamPredictor as Predictor
+
+    def no_encoder(*_a, **_k):
+        raise AssertionError("the encoder ran although an embedding was given")
+
+    monkeypatch.setattr(Predictor, "set_image", no_encoder)
+    again = _invoke("predict", "-e", enc, "-d", dec, "-i", str(image_file), "-p", "30,25", "-o", str(tmp_path / "b.png"),
+                    "--embedding", str(emb))
+    assert again.exit_code == 0 and "encoder not run" in again.output, again.output
+    assert np.array_equal(np.asarray(Image.open(tmp_path / "a.png")), np.asarray(Image.open(tmp_path / "b.png")))
+    # another image, or an encoder of other weights: refused by name
+    other = tmp_path / "other.png"
+    Image.fromarray(sample_image(48, 80, seed=4)).save(other)
+    wrong_image = CliRunner().invoke(cli, ["predict", "-e", enc, "-d", dec, "-i", str(other), "-p", "3,3", "-o",
+                                           str(tmp_path / "c.png"), "--embedding", str(emb)])
+    assert wrong_image.exit_code == 1 and "was computed for another image ('photo.png')" in wrong_image.output
+    from vitdeploy.runtime.embeddings import load_embedding
+
+    with pytest.raises(Exception, match="computed by another encoder"):
+        load_embedding(emb, image_path=image_file, encoder_metadata={**Predictor(enc, dec).encoder.metadata, "random_seed": 99})

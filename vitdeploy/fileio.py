@@ -100,6 +100,31 @@ def require_nonempty_onnx(path: Path) -> None:
         raise InputError(f"'{path}' is empty (0 bytes), not an ONNX model: export it again ('vitdeploy export')")
 
 
+def require_model_file(path: str | os.PathLike) -> Path:
+    """``path`` as a Path when it is an existing (for ``.onnx``: non-empty) file, else InputError naming the fix.
+
+    Torch-free and cheap: the verbs call it before importing anything heavy, so a typo answers at once.
+    """
+    path = Path(path)
+    if not path.is_file():
+        if path.suffix.lower() == ".onnx":
+            raise InputError(f"ONNX file '{path}' not found: run 'vitdeploy export' first or check the path")
+        raise InputError(f"model file '{path}' not found: check the path")
+    if path.suffix.lower() == ".onnx":
+        require_nonempty_onnx(path)
+    return path
+
+
+def require_checkpoint_file(path: str | os.PathLike) -> Path:
+    """``path`` as a Path when the checkpoint file exists, else CheckpointError (torch-free: checked before imports)."""
+    from vitdeploy.errors import CheckpointError
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint '{path}' not found: check the --checkpoint path")
+    return path
+
+
 def load_onnx_graph(path: str | os.PathLike):
     """An ONNX file's ``ModelProto`` without its external weights, with errors for people.
 
@@ -112,7 +137,7 @@ def load_onnx_graph(path: str | os.PathLike):
     path = Path(path)
     if not path.is_file():
         raise InputError(f"ONNX file '{path}' not found: run 'vitdeploy export' first or check the path")
-    require_nonempty_onnx(path)
+    require_nonempty_onnx(path)  # (require_model_file's checks, for any suffix)
     try:
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, OSError, ValueError, RuntimeError) as exc:

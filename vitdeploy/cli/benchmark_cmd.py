@@ -45,6 +45,10 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
       vitdeploy benchmark sam_vit_b.plan sam_vit_b_fp16.plan --device cuda --eager-precision fp32 --eager-precision fp16
       vitdeploy benchmark enc_dyn.onnx enc_dyn.plan --batch 1 --batch 4 --report bench.json
     """
+    from vitdeploy.fileio import require_model_file
+
+    for path in models:  # before the imports below (torch: seconds)
+        require_model_file(path)
     from vitdeploy.benchmark.contenders import deployed_contender, eager_contender, input_template
     from vitdeploy.benchmark.harness import run_benchmark
     from vitdeploy.benchmark.report import TIMING, BenchmarkReport, environment

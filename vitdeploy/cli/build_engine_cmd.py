@@ -54,6 +54,9 @@ def build_engine(model: str, output: str, workspace_mib: int | None, batch_profi
       vitdeploy build-engine sam_vit_b_fp16.onnx -o sam_vit_b_fp16.plan --timing-cache trt.cache --log-file build.log
       vitdeploy build-engine encoder_dyn.onnx -o encoder_dyn.plan --batch-profile 1 2 8 --workspace 4096
     """
+    from vitdeploy.fileio import require_model_file
+
+    require_model_file(model)
     from vitdeploy.engine.builder import BuildOptions, build_engine as build
     from vitdeploy.engine.profiles import BatchProfile, parse_input_profile
     from vitdeploy.engine.sidecar import sidecar_path

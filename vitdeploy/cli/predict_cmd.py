@@ -59,6 +59,11 @@ def _parse_box(_ctx: click.Context, _param: click.Parameter, values: tuple[str, 
 @click.option("--multimask", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Three candidate masks (the best-scoring one is written) or one; auto: three for a single point "
                    "without a box, as SAM advises for ambiguous clicks.")
+@click.option("--save-embedding", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Also write the image's embedding here (.npz), to prompt the same image again with --embedding.")
+@click.option("--embedding", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Use an embedding saved by --save-embedding for this image instead of running the encoder "
+                   "(the decoder alone: a fraction of a second).")
 @ort_device_options(("cpu", "cuda", "tensorrt"))
 @click.option("--no-weight-check", is_flag=True,
               help="Accept an encoder and decoder exported from different checkpoints (e.g. a separately fine-tuned decoder).")
@@ -68,7 +73,7 @@ def _parse_box(_ctx: click.Context, _param: click.Parameter, values: tuple[str, 
 @verbose_option
 @handle_errors
 def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, float, int]], box: list[float] | None,
-            output: str, overlay: str | None, multimask: str, device: str, tf32: bool, allow_unverified: bool,
+            output: str, overlay: str | None, multimask: str, save_embedding: str | None, embedding: str | None, device: str, tf32: bool, allow_unverified: bool,
             no_weight_check: bool, threads: int,
             report: str | None, force: bool, verbose: bool) -> None:
     """Segment an object: run the exported encoder and decoder on an image with point/box prompts.
@@ -80,6 +85,8 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
     Examples:
       vitdeploy predict -e sam_vit_b.onnx -d sam_vit_b_decoder.onnx -i dog.jpg --point 420,310 -o dog_mask.png
       vitdeploy predict -e enc.onnx -d dec.onnx -i street.png --box 40,60,380,420 --point 200,250,0 -o car.png
+      vitdeploy predict -e enc.onnx -d dec.onnx -i dog.jpg -p 420,310 -o a.png --save-embedding dog.npz
+      vitdeploy predict -e enc.onnx -d dec.onnx -i dog.jpg -p 100,80 -o b.png --embedding dog.npz   # no encoder run
     """
     import numpy as np
 
@@ -97,8 +104,12 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
     overlay_path = Path(overlay) if overlay else out_path.with_name(out_path.stem + ".overlay.png")
     if overlay_path.resolve() == out_path.resolve():
         raise InputError("--overlay and --output are the same file: give two different paths")
-    refuse_existing([out_path, overlay_path, report], force)
-    for path in (out_path, overlay_path) + ((Path(report),) if report else ()):
+    if save_embedding and embedding:
+        raise InputError("--embedding reuses a saved embedding and --save-embedding writes one: give one of them")
+    if save_embedding and Path(save_embedding).suffix.lower() != ".npz":
+        raise InputError(f"--save-embedding '{save_embedding}' must be a .npz file")
+    refuse_existing([out_path, overlay_path, report, save_embedding], force)
+    for path in (out_path, overlay_path) + tuple(Path(p) for p in (report, save_embedding) if p):
         check_output_path(path)
     notes: list[str] = []
     picture = read_image_rgb(image, notes)
@@ -110,9 +121,25 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
 
     predictor = SamPredictor(encoder, decoder, device=device, threads=threads, check_weights=not no_weight_check,
                              tf32=tf32, allow_unverified=allow_unverified)
-    click.echo(f"encoding {Path(image).name} ({picture.shape[1]}x{picture.shape[0]}) with {Path(encoder).name} "
-               f"({predictor.variant}, {predictor.encoder.name})")
-    predictor.set_image(picture)
+    if embedding:
+        from vitdeploy.runtime.embeddings import load_embedding
+
+        features, size = load_embedding(embedding, image_path=image, encoder_metadata=predictor.encoder.metadata)
+        if size != tuple(picture.shape[:2]):
+            raise InputError(f"'{embedding}' was computed for a {size[1]}x{size[0]} image, this one is "
+                             f"{picture.shape[1]}x{picture.shape[0]}: encode it again")
+        predictor.set_image_embedding(features, size)
+        click.echo(f"using the embedding in {embedding} (encoder not run)")
+    else:
+        click.echo(f"encoding {Path(image).name} ({picture.shape[1]}x{picture.shape[0]}) with {Path(encoder).name} "
+                   f"({predictor.variant}, {predictor.encoder.name})")
+        predictor.set_image(picture)
+        if save_embedding:
+            from vitdeploy.runtime.embeddings import save_embedding as write_embedding
+
+            write_embedding(save_embedding, predictor.get_image_embedding(), predictor.original_size, image_path=image,
+                            encoder_metadata=predictor.encoder.metadata, encoder_path=encoder)
+            click.echo(f"wrote the image embedding to {save_embedding} (reuse it with --embedding)")
     use_multi = {"on": True, "off": False, "auto": len(points) == 1 and box is None}[multimask]
     masks, scores, _ = predictor.predict(coords, labels, np.array(box) if box else None, multimask_output=use_multi)
     best = int(np.argmax(scores))

@@ -46,7 +46,14 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
       vitdeploy validate demo.onnx --runs 10 --report demo-validate.json
     """
     from vitdeploy.errors import InputError, ParityError
-    from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing
+    from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing, require_model_file
+
+    require_model_file(model)  # before the imports below (torch: seconds)
+    if checkpoint:
+        from vitdeploy.fileio import require_checkpoint_file
+
+        require_checkpoint_file(checkpoint)
+    refuse_existing([report], force)
     from vitdeploy.runtime.loader import open_runner
     from vitdeploy.validation.inputs import image_input_sets
     from vitdeploy.validation.parity import TOLERANCES
@@ -54,7 +61,6 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
     from vitdeploy.validation.torch_runner import TorchRunner
     from vitdeploy.validation.validate import validate_runner
 
-    refuse_existing([report], force)
     if report:
         check_output_path(report)
     # .onnx -> ONNX Runtime on --device, .plan -> TensorRT

@@ -1,8 +1,24 @@
-"""Stage 1: build the eager reference models from official code and load user checkpoints."""
+"""Stage 1: build the eager reference models from official code and load user checkpoints.
 
-from vitdeploy.models.checkpoints import load_state_dict_file, select_prefix
-from vitdeploy.models.recipes import Recipe, load_recipe, recipe_names
-from vitdeploy.models.sam_encoder import SamEncoderArch, build_sam_image_encoder, load_sam_image_encoder
+The names below load on first use, so ``vitdeploy.models.recipes`` (plain TOML) can be read before
+torch is imported: the CLI checks a recipe name in milliseconds.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {"load_state_dict_file": "checkpoints", "select_prefix": "checkpoints", "Recipe": "recipes",
+          "load_recipe": "recipes", "recipe_names": "recipes", "SamEncoderArch": "sam_encoder",
+          "build_sam_image_encoder": "sam_encoder", "load_sam_image_encoder": "sam_encoder"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"vitdeploy.models.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'vitdeploy.models' has no attribute '{name}'")
+
 
 __all__ = [
     "Recipe",

@@ -21,9 +21,9 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
     Raises:
         CheckpointError: the file is missing, corrupt, holds pickled code, or holds no tensors.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint '{path}' not found: check the --checkpoint path")
+    from vitdeploy.fileio import require_checkpoint_file
+
+    path = require_checkpoint_file(path)
     if path.suffix == ".safetensors":
         state = _load_safetensors(path)
     else:
