@@ -23,6 +23,8 @@ from vitdeploy.cli import cli
 from vitdeploy.errors import InputError
 from vitdeploy.validation.parity import compare
 
+pytest_plugins = ["tests.sam_tiny_fixtures"]  # tiny_sam_artifacts
+
 
 def run(*args: str) -> tuple[int, str]:
     result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
@@ -156,3 +158,27 @@ def test_cli_usage_and_help() -> None:
     assert run("benchmark", "m.onnx", "--eager-precision", "fp8")[0] == 2
     code, output = run("benchmark", "--help")
     assert code == 0 and "vitdeploy benchmark sam_vit_b.onnx --runs 10" in output
+
+
+def test_the_decoder_is_benchmarked_at_given_point_counts(tiny_sam_artifacts, tmp_path) -> None:
+    """benchmark refused the decoder (dynamic num_points); --shapes gives the sizes, as trtexec's --shapes does."""
+    from click.testing import CliRunner
+
+    from vitdeploy.cli import cli
+
+    decoder = str(tiny_sam_artifacts.decoder)
+    refused = CliRunner().invoke(cli, ["benchmark", decoder, "--no-eager", "--runs", "1"])
+    assert refused.exit_code == 1 and "--shapes point_coords:1x" in refused.output, refused.output
+    for bad, needle in (("point_coords:1x5", "does not fit"), ("nosuch:1x2", "not inputs of the model"),
+                        ("point_coords=1x5x2", "is not NAME:DxDx")):
+        result = CliRunner().invoke(cli, ["benchmark", decoder, "--no-eager", "--shapes", bad])
+        assert result.exit_code == 1 and needle in result.output, (bad, result.output)
+    report = tmp_path / "b.json"
+    timed = CliRunner().invoke(cli, ["benchmark", decoder, "--runs", "2", "--warmup", "1", "--threads", "1",
+                                     "--shapes", "point_coords:1x5x2", "--shapes", "point_labels:1x5", "--report", str(report)])
+    assert timed.exit_code == 0, timed.output
+    import json
+
+    data = json.loads(report.read_text())
+    assert data["settings"]["input_shapes"]["point_coords"] == [5, 2]
+    assert sum(1 for row in data["rows"] if row.get("median_ms") or (row.get("latency") or {}).get("median_ms")) == 2, data["rows"]

@@ -39,18 +39,48 @@ class Contender:
         return self.batch_note or f"batch outside {self.batch_range[0]}..{self.batch_range[1]}"
 
 
-def input_template(runner: Any) -> dict[str, list[int | str]]:
-    """Input shapes of a deployed runner, the batch axis (0) marked ``"batch"``.
+def parse_shapes(texts: tuple[str, ...] | list[str]) -> dict[str, list[int]]:
+    """``("point_coords:1x5x2,point_labels:1x5",)`` -> ``{"point_coords": [1, 5, 2], "point_labels": [1, 5]}``
+    (trtexec's ``--shapes`` syntax; repeated options and comma lists both work)."""
+    shapes: dict[str, list[int]] = {}
+    for text in texts:
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            name, sep, dims = item.rpartition(":")
+            try:
+                shape = [int(d) for d in dims.lower().split("x")]
+            except ValueError:
+                shape = []
+            if not sep or not name or not shape or min(shape) < 1:
+                raise InputError(f"--shapes '{item}' is not NAME:DxDx... with positive sizes (e.g. point_coords:1x5x2)")
+            shapes[name] = shape
+    return shapes
+
+
+def input_template(runner: Any, shapes: dict[str, list[int]] | None = None) -> dict[str, list[int | str]]:
+    """Input shapes of a deployed runner, the batch axis (0) marked ``"batch"``; ``shapes`` (from ``--shapes``) fix
+    the other dynamic axes (e.g. the SAM decoder's number of points).
 
     Raises:
-        InputError: a symbolic axis other than the batch (the harness makes batch-shaped inputs only).
+        InputError: a symbolic axis other than the batch that ``shapes`` does not fix, or a shape that does not fit.
     """
+    shapes = dict(shapes or {})
+    declared = runner.input_shapes()
+    unknown = sorted(set(shapes) - set(declared))
+    if unknown:
+        raise InputError(f"--shapes names {unknown}, which are not inputs of the model (it takes {sorted(declared)})")
     template: dict[str, list[int | str]] = {}
-    for name, dims in runner.input_shapes().items():
+    for name, dims in declared.items():
+        given = shapes.get(name)
+        if given is not None:
+            fixed = [(i, d, g) for i, (d, g) in enumerate(zip(dims, given)) if i > 0 and isinstance(d, int) and d != g]
+            if len(given) != len(dims) or fixed:
+                raise InputError(f"--shapes {name}:{'x'.join(map(str, given))} does not fit the input's shape {dims}")
+            dims = [dims[0], *given[1:]]
         bad = [i for i, d in enumerate(dims) if i > 0 and not isinstance(d, int)]
         if bad:
-            raise InputError(f"input '{name}' has dynamic axes {bad} besides the batch: benchmark times models whose only "
-                             "dynamic axis is the batch")
+            example = "x".join(str(d) if isinstance(d, int) else "5" for d in ["1", *dims[1:]][1:])
+            raise InputError(f"input '{name}' has dynamic axes {bad} besides the batch ({dims}): give their sizes with "
+                             f"--shapes {name}:1x{example} (as trtexec's --shapes)")
         template[name] = ["batch", *dims[1:]]
     return template
 

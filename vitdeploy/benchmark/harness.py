@@ -54,8 +54,17 @@ class BenchmarkRow:
         }
 
 
-def make_feeds(template: dict[str, list[int | str]], batch: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded standard-normal float32 inputs with the batch axis (``"batch"`` or axis 0) set to ``batch``."""
+def make_feeds(template: dict[str, list[int | str]], batch: int, seed: int = 0,
+               metadata: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
+    """Seeded standard-normal float32 inputs with the batch axis (``"batch"`` or axis 0) set to ``batch``; for the
+    SAM mask decoder (``metadata``), prompts laid out as SamPredictor does with the template's point count."""
+    if (metadata or {}).get("family") == "sam_mask_decoder" and "point_coords" in template:
+        from vitdeploy.validation.family_inputs import decoder_prompt_feeds
+
+        points = template["point_coords"][1]
+        if not isinstance(points, int):
+            raise InputError("the decoder's point count is dynamic: give it with --shapes point_coords:1xNx2,point_labels:1xN")
+        return decoder_prompt_feeds(metadata or {}, points, seed)
     rng = np.random.default_rng(seed)
     feeds = {}
     for name, dims in template.items():
@@ -75,6 +84,7 @@ def run_benchmark(
     warmup: int = 3,
     seed: int = 0,
     echo: Echo = _quiet,
+    metadata: dict[str, Any] | None = None,
 ) -> list[BenchmarkRow]:
     """Time every contender at every batch size; the first contender timed at a batch is the speed-up baseline."""
     if runs < 1:
@@ -83,7 +93,7 @@ def run_benchmark(
         raise InputError("nothing to benchmark: give a model file, or keep the eager baseline")
     rows: list[BenchmarkRow] = []
     for batch in batches:
-        feeds = make_feeds(template, batch, seed + batch)
+        feeds = make_feeds(template, batch, seed + batch, metadata)
         batch_rows = []
         for c in contenders:
             row = BenchmarkRow(c.label, c.backend, c.precision, c.device, batch)

@@ -24,6 +24,9 @@ from vitdeploy.cli.options import force_option, fused_attention_option, handle_e
               help="Batch size(s) to time (repeatable; default 1). Static-batch models skip other sizes.")
 @click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True, help="Timed runs per contender and batch.")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Untimed warm-up runs.")
+@click.option("--shapes", multiple=True,
+              help="Sizes of dynamic axes other than the batch, as trtexec: NAME:DxDx...[,NAME:...] (e.g. the SAM "
+                   "decoder's point_coords:1x5x2,point_labels:1x5). The batch axis follows --batch.")
 @fused_attention_option
 @threads_option
 @report_option
@@ -31,7 +34,7 @@ from vitdeploy.cli.options import force_option, fused_attention_option, handle_e
 @verbose_option
 @handle_errors
 def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str, ...], checkpoint: str | None, device: str,
-              tf32: bool, allow_unverified: bool, gpu: int, batches: tuple[int, ...], runs: int, warmup: int, fused_attention: bool, threads: int,
+              tf32: bool, allow_unverified: bool, gpu: int, batches: tuple[int, ...], runs: int, warmup: int, shapes: tuple[str, ...], fused_attention: bool, threads: int,
               report: str | None, force: bool, verbose: bool) -> None:
     """Time deployed models (.onnx with ONNX Runtime, .plan with TensorRT) against eager PyTorch.
 
@@ -44,12 +47,13 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
       vitdeploy benchmark sam_vit_b.onnx --runs 10
       vitdeploy benchmark sam_vit_b.plan sam_vit_b_fp16.plan --device cuda --eager-precision fp32 --eager-precision fp16
       vitdeploy benchmark enc_dyn.onnx enc_dyn.plan --batch 1 --batch 4 --report bench.json
+      vitdeploy benchmark sam_vit_b_decoder.onnx --shapes point_coords:1x5x2,point_labels:1x5
     """
     from vitdeploy.fileio import require_model_file
 
     for path in models:  # before the imports below (torch: seconds)
         require_model_file(path)
-    from vitdeploy.benchmark.contenders import deployed_contender, eager_contender, input_template
+    from vitdeploy.benchmark.contenders import deployed_contender, eager_contender, input_template, parse_shapes
     from vitdeploy.benchmark.harness import run_benchmark
     from vitdeploy.benchmark.report import TIMING, BenchmarkReport, environment
     from vitdeploy.errors import InputError
@@ -71,7 +75,7 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
         if getattr(c.runner, "provider", None) and device != "cpu":
             click.echo(f"{c.label}: {c.runner.provider}")
     first = deployed[0].runner
-    template = input_template(first)
+    template = input_template(first, parse_shapes(shapes))
     contenders = []
     if eager:
         meta = first.metadata
@@ -86,10 +90,12 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
     elif eager_precisions:
         raise InputError("--eager-precision needs the eager baseline: drop --no-eager")
     contenders += deployed
-    rows = run_benchmark(contenders, template, list(batches or (1,)), runs=runs, warmup=warmup, echo=click.echo)
+    rows = run_benchmark(contenders, template, list(batches or (1,)), runs=runs, warmup=warmup, echo=click.echo,
+                         metadata=first.metadata)
     result = BenchmarkReport(
         rows=rows,
         settings={"runs": runs, "warmup": warmup, "batches": list(batches or (1,)), "threads": threads,
+                  "input_shapes": {name: dims[1:] for name, dims in template.items()},
                   "device": device, "tf32": tf32, "timing": TIMING, "models": list(models)},
         environment=environment(threads, contenders),
     )

@@ -57,6 +57,24 @@ def decoder_input_sets(metadata: dict[str, Any], count: int, seed: int = 0) -> l
     return sets
 
 
+def decoder_prompt_feeds(metadata: dict[str, Any], num_points: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Decoder inputs with ``num_points`` prompt points as ``SamPredictor`` lays them out (clicks with labels 1/0,
+    then the padding point, label -1; no mask prompt): what ``benchmark --shapes`` times."""
+    if num_points < 2:
+        raise InputError(f"the decoder needs at least 2 points (a click and the padding point), got {num_points}")
+    size = int(metadata["input_size"][0])
+    grid = int(metadata["image_embedding_size"][0])
+    rng = np.random.default_rng(seed)
+    clicks = num_points - 1
+    return {
+        "image_embeddings": rng.standard_normal((1, int(metadata["embed_dim"]), grid, grid)).astype(np.float32),
+        "point_coords": np.concatenate([rng.uniform(0, size, (clicks, 2)), np.zeros((1, 2))])[None].astype(np.float32),
+        "point_labels": np.concatenate([rng.integers(0, 2, clicks).astype(np.float64), [-1.0]])[None].astype(np.float32),
+        "mask_input": np.zeros((1, 1, *[int(d) for d in metadata["mask_input_size"]]), np.float32),
+        "has_mask_input": np.zeros(1, np.float32),
+    }
+
+
 def check_image_inputs_apply(metadata: dict[str, Any], images: tuple[str, ...] | list[str]) -> None:
     """Refuse ``--images`` for a model that does not take images."""
     if images and metadata.get("family") == "sam_mask_decoder":
