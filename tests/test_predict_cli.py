@@ -169,3 +169,26 @@ def test_a_saved_embedding_gives_the_same_mask_without_the_encoder(tiny_sam_arti
 
     with pytest.raises(Exception, match="computed by another encoder"):
         load_embedding(emb, image_path=image_file, encoder_metadata={**Predictor(enc, dec).encoder.metadata, "random_seed": 99})
+
+
+def test_validate_compares_on_saved_inputs_npz_and_polygraphy_json(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
+    """validate --load-inputs, as Polygraphy's: the decoder on prompts a user saved (npz) or polygraphy wrote (json)."""
+    from polygraphy.json import save_json
+
+    from vitdeploy.validation.family_inputs import decoder_prompt_feeds
+    from vitdeploy.metadata import read_onnx_metadata
+
+    decoder = str(tiny_sam_artifacts.decoder)
+    feeds = decoder_prompt_feeds(read_onnx_metadata(decoder), 4, seed=7)
+    npz = tmp_path / "prompts.npz"
+    np.savez(npz, **feeds)
+    js = tmp_path / "prompts.json"
+    save_json([feeds, decoder_prompt_feeds(read_onnx_metadata(decoder), 3, seed=8)], str(js))
+    result = _invoke("validate", decoder, "--random-inputs", "0", "--load-inputs", str(npz), "--load-inputs", str(js),
+                     "--runs", "0")
+    assert result.exit_code == 0, result.output
+    assert "prompts.npz/low_res_masks" in result.output and "prompts.json[1]/low_res_masks" in result.output
+    assert "all comparisons within tolerance" in result.output
+    np.savez(tmp_path / "wrong.npz", image=np.zeros((1, 3, 64, 64), np.float32))
+    wrong = CliRunner().invoke(cli, ["validate", decoder, "--load-inputs", str(tmp_path / "wrong.npz"), "--runs", "0"])
+    assert wrong.exit_code == 1 and "holds ['image'], the model takes" in wrong.output, wrong.output

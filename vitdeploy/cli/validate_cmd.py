@@ -18,6 +18,9 @@ from vitdeploy.cli.options import force_option, fused_attention_option, handle_e
               help="Image files or folders, run through the model's own preprocessing (repeatable).")
 @click.option("--random-inputs", type=click.IntRange(min=0), default=2, show_default=True,
               help="How many seeded random inputs to compare.")
+@click.option("--load-inputs", multiple=True, type=click.Path(dir_okay=False, path_type=str),
+              help="Saved model inputs to compare on (repeatable): .npz (numpy.savez, arrays named by input) or .json "
+                   "(polygraphy run --save-inputs), as Polygraphy's --load-inputs.")
 @click.option("--tolerance", type=click.Choice(["auto", "fp32", "fp16", "int8"]), default="auto", show_default=True,
               help="Named tolerance set; auto picks the one for the model's precision (from its metadata).")
 @click.option("--runs", type=click.IntRange(min=0), default=5, show_default=True, help="Timed runs per backend (0: no timing).")
@@ -31,8 +34,8 @@ from vitdeploy.cli.options import force_option, fused_attention_option, handle_e
 @force_option
 @verbose_option
 @handle_errors
-def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random_inputs: int, tolerance: str,
-             runs: int, warmup: int, device: str, tf32: bool, fused_attention: bool, threads: int,
+def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random_inputs: int, load_inputs: tuple[str, ...],
+             tolerance: str, runs: int, warmup: int, device: str, tf32: bool, fused_attention: bool, threads: int,
              report: str | None, force: bool, verbose: bool) -> None:
     """Compare a deployed model with the eager official model on the same inputs.
 
@@ -44,6 +47,7 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
     Examples:
       vitdeploy validate sam_vit_b.onnx --checkpoint sam_vit_b_01ec64.pth --images photos/
       vitdeploy validate demo.onnx --runs 10 --report demo-validate.json
+      vitdeploy validate sam_vit_b_decoder.onnx --load-inputs prompts.npz --random-inputs 0
     """
     from vitdeploy.errors import InputError, ParityError
     from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing, require_model_file
@@ -55,7 +59,7 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
         require_checkpoint_file(checkpoint)
     refuse_existing([report], force)
     from vitdeploy.runtime.loader import open_runner
-    from vitdeploy.validation.inputs import image_input_sets
+    from vitdeploy.validation.inputs import image_input_sets, saved_input_sets
     from vitdeploy.validation.parity import TOLERANCES
     from vitdeploy.validation.references import eager_reference
     from vitdeploy.validation.torch_runner import TorchRunner
@@ -94,8 +98,9 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
     input_name = candidate.input_names[0]
     input_sets = random_input_sets(meta, candidate.input_names, candidate.input_shapes(), random_inputs)
     input_sets += image_input_sets(images, meta, input_name)
+    input_sets += saved_input_sets(load_inputs, candidate.input_shapes())
     if not input_sets:
-        raise InputError("no inputs to compare: use --random-inputs N or --images PATH")
+        raise InputError("no inputs to compare: use --random-inputs N, --images PATH or --load-inputs FILE")
     click.echo(f"parity of {Path(model).name} ({precision}) vs eager official, tolerance '{tol.name}' "
                f"(cosine >= {tol.cosine_min}, rel L2 <= {tol.rel_l2_max}, max-abs/scale <= {tol.max_abs_rel}):")
     result = validate_runner(reference, candidate, input_sets, tol, latency_runs=runs, latency_warmup=warmup,
