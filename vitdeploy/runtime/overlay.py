@@ -47,6 +47,16 @@ def overlay_mask(
     return np.asarray(picture)
 
 
+def overlay_masks(image: np.ndarray, masks: Sequence[np.ndarray], *, alpha: float = 0.45, seed: int = 0) -> np.ndarray:
+    """HxWx3 uint8 image with every mask blended in its own seeded random color, largest first (small masks stay visible)."""
+    out = image.astype(np.float32)
+    colors = np.random.default_rng(seed).integers(40, 256, (len(masks), 3)).astype(np.float32)
+    for k in sorted(range(len(masks)), key=lambda i: -int(np.count_nonzero(masks[i]))):
+        m = np.asarray(masks[k], dtype=bool)
+        out[m] = (1.0 - alpha) * out[m] + alpha * colors[k]
+    return np.clip(out + 0.5, 0, 255).astype(np.uint8)
+
+
 def save_png(array: np.ndarray, path: str | os.PathLike) -> Path:
     """Write an HxW bool/uint8 or HxWx3 uint8 array as PNG, atomically (bool masks become 0/255)."""
     from PIL import Image
