@@ -52,7 +52,7 @@ def test_same_masks_as_the_official_generator(tiny_sam_artifacts: TinySamArtifac
         assert a["crop_box"] == [float(v) for v in b["crop_box"]] or a["crop_box"] == b["crop_box"]
         same_rle += a["segmentation"] == {"size": list(b["segmentation"]["size"]), "counts": list(b["segmentation"]["counts"])}
     print(f"{shape}: {len(ours)} masks, {same_rle} with identical RLE")
-    assert same_rle >= len(ours) - 1
+    assert same_rle >= len(ours) - 1  # measured: all equal; a logit within ~1e-6 of 0 may flip a pixel on another CPU
 
 
 def test_rle_and_nms_match_the_official_helpers() -> None:

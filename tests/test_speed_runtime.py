@@ -159,13 +159,16 @@ def test_benchmark_and_validate_say_what_the_cpu_does_with_fp16_and_int8(int8_mo
     stamp_metadata(fp16, {**read_metadata(model), "precision": "fp16"})
     fp16_path = fp32_model.parent / "tiny_fp16.onnx"
     onnx.save(fp16, str(fp16_path))
-    ops, casts = fp16_fallback_ops(optimized_graph(fp16_path, fp32_model.parent / "fp16_opt.onnx", OrtSettings()))
-    assert ops["MatMul"] + ops.get("FusedMatMul", 0) + ops.get("Gemm", 0) > 0 and casts > 0, ops  # no FP16 GEMM on CPU
+    # What ONNX Runtime's CPU provider runs in FP16 depends on the CPU and the version: the note must say what the
+    # graph it optimized here shows, whichever it is.
+    ops, _ = fp16_fallback_ops(optimized_graph(fp16_path, fp32_model.parent / "fp16_opt.onnx", OrtSettings()))
+    expected = (f"fp16 on this CPU: ONNX Runtime has no FP16 CPU kernel for {sum(ops.values())} node(s)" if ops
+                else "fp16 on this CPU: every FP16 node has an FP16 CPU kernel here")
 
     bench = CliRunner().invoke(cli, ["benchmark", str(fp16_path), str(int8_model), "--no-eager", "--runs", "1",
                                      "--warmup", "0", "--threads", "2"])
     assert bench.exit_code == 0, bench.output
-    assert "fp16 on this CPU: ONNX Runtime has no FP16 CPU kernel for" in bench.output and "FP16 pays on NVIDIA" in bench.output
+    assert expected in bench.output, bench.output
     assert "int8 on this CPU: " in bench.output and "integer kernel(s) (" in bench.output
     val = CliRunner().invoke(cli, ["validate", str(fp16_path), "--random-inputs", "1", "--runs", "1"])
     assert "fp16 on this CPU" in val.output, val.output

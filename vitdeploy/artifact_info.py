@@ -17,13 +17,11 @@ from typing import Any
 
 from vitdeploy.errors import InputError
 
-#: ONNX ops that hold learned weights or do the arithmetic: what the precision counts are about.
-COMPUTE_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "MultiHeadAttention", "Attention"})
-
-
 def _onnx_precision(model: Any) -> dict[str, Any]:
     """Counts that show what the graph computes in: weight types, Cast/QDQ nodes, islands of FP32 compute."""
     import onnx
+
+    from vitdeploy.onnx_graph import cast_to
 
     weights: dict[str, int] = {}
     for init in model.graph.initializer:
@@ -32,12 +30,11 @@ def _onnx_precision(model: Any) -> dict[str, Any]:
     casts = {"to_fp16": 0, "to_fp32": 0}
     quantize = dequantize = 0
     for node in model.graph.node:
-        if node.op_type == "Cast":
-            to = next((a.i for a in node.attribute if a.name == "to"), None)
-            if to == onnx.TensorProto.FLOAT16:
-                casts["to_fp16"] += 1
-            elif to == onnx.TensorProto.FLOAT:
-                casts["to_fp32"] += 1
+        to = cast_to(node)
+        if to == onnx.TensorProto.FLOAT16:
+            casts["to_fp16"] += 1
+        elif to == onnx.TensorProto.FLOAT:
+            casts["to_fp32"] += 1
         quantize += node.op_type == "QuantizeLinear"
         dequantize += node.op_type == "DequantizeLinear"
     return {"initializers_by_type": dict(sorted(weights.items())), "casts": casts,
@@ -46,14 +43,12 @@ def _onnx_precision(model: Any) -> dict[str, Any]:
 
 def inspect_onnx(path: str | Path) -> dict[str, Any]:
     """Facts about an ONNX file (see the module docstring); InputError for a missing or invalid file."""
-    import onnx
-
     from vitdeploy.engine.onnx_facts import read_onnx_facts
     from vitdeploy.fileio import load_onnx_graph
 
     path = Path(path)
-    facts = read_onnx_facts(path)
-    model = load_onnx_graph(path)  # read again for the fields OnnxFacts does not keep (cheap: no weights)
+    model = load_onnx_graph(path)  # read once: OnnxFacts and the fields it does not keep
+    facts = read_onnx_facts(path, model)
     external = [{"file": p.name, "bytes": p.stat().st_size} for p in facts.external_data if p.is_file()]
     meta = facts.metadata
     kept = meta.get("higher_precision_nodes") or []
@@ -115,14 +110,17 @@ def inspect_engine(path: str | Path, verify: bool = True) -> dict[str, Any]:
 def inspect_artifact(path: str | Path, verify: bool = True) -> dict[str, Any]:
     """:func:`inspect_onnx` for ``.onnx`` files, :func:`inspect_engine` for engines (a file with a sidecar)."""
     from vitdeploy.engine.sidecar import sidecar_path
+    from vitdeploy.runtime.loader import ENGINE_SUFFIXES, ONNX_SUFFIXES
 
     path = Path(path)
-    if path.suffix.lower() == ".onnx":
+    if path.suffix.lower() in ONNX_SUFFIXES:
         return inspect_onnx(path)
-    if path.suffix.lower() in (".plan", ".engine", ".trt") or sidecar_path(path).is_file():
+    if path.suffix.lower() in ENGINE_SUFFIXES or sidecar_path(path).is_file():
         return inspect_engine(path, verify)
-    if path.is_file() and path.read_bytes()[:1] == b"\x08":  # ONNX protobuf starts with field 1 (ir_version)
-        return inspect_onnx(path)
+    if path.is_file():
+        with open(path, "rb") as handle:
+            if handle.read(1) == b"\x08":  # ONNX protobuf starts with field 1 (ir_version)
+                return inspect_onnx(path)
     if not path.exists():
         raise InputError(f"'{path}' not found: check the path")
     raise InputError(f"'{path}' is neither an ONNX file nor a TensorRT engine with its .json sidecar: "

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from vitdeploy.errors import InputError, MissingWeightsError
+from vitdeploy.errors import CheckpointError, InputError, MissingWeightsError
 
 
 def check_output_path(path: str | os.PathLike) -> Path:
@@ -37,19 +37,20 @@ def check_output_path(path: str | os.PathLike) -> Path:
     return out
 
 
-def refuse_existing(paths, force: bool, inputs=()) -> None:
-    """Raise InputError naming the first of ``paths`` (None entries skipped) that exists, unless ``force``.
+def claim_outputs(paths, force: bool, inputs=()) -> None:
+    """Check, before any work, that every one of ``paths`` (None entries skipped) may be written.
 
-    The verbs call it before any work, so a refused run touches nothing (no-clobber, like ``cp -n``;
-    ``--force`` replaces, still atomically). An output that is one of ``inputs`` is left to the verb,
-    whose message says that instead.
+    An existing file is refused unless ``force`` (no-clobber, like ``cp -n``; ``--force`` replaces,
+    still atomically), then :func:`check_output_path` checks its folder. An output that is one of
+    ``inputs`` is left to the verb, whose message says that instead.
     """
-    if force:
-        return
     given = {Path(p).resolve() for p in inputs if p is not None}
-    for path in paths:
-        if path is not None and Path(path).exists() and Path(path).resolve() not in given:
+    chosen = [Path(p) for p in paths if p is not None]
+    for path in chosen:
+        if not force and path.exists() and path.resolve() not in given:
             raise InputError(f"'{path}' already exists: pass --force to replace it, or choose another path")
+    for path in chosen:
+        check_output_path(path)
 
 
 @contextlib.contextmanager
@@ -100,25 +101,30 @@ def require_nonempty_onnx(path: Path) -> None:
         raise InputError(f"'{path}' is empty (0 bytes), not an ONNX model: export it again ('vitdeploy export')")
 
 
-def require_model_file(path: str | os.PathLike) -> Path:
-    """``path`` as a Path when it is an existing (for ``.onnx``: non-empty) file, else InputError naming the fix.
-
-    Torch-free and cheap: the verbs call it before importing anything heavy, so a typo answers at once.
-    """
+def require_onnx_file(path: str | os.PathLike) -> Path:
+    """``path`` as a Path when it is an existing, non-empty file, else InputError naming the fix (torch-free, cheap)."""
     path = Path(path)
     if not path.is_file():
-        if path.suffix.lower() == ".onnx":
-            raise InputError(f"ONNX file '{path}' not found: run 'vitdeploy export' first or check the path")
-        raise InputError(f"model file '{path}' not found: check the path")
+        raise InputError(f"ONNX file '{path}' not found: run 'vitdeploy export' first or check the path")
+    require_nonempty_onnx(path)
+    return path
+
+
+def require_model_file(path: str | os.PathLike) -> Path:
+    """An ``.onnx`` file through :func:`require_onnx_file`, any other model file (an engine) when it exists.
+
+    The verbs call it before importing anything heavy, so a typo answers at once.
+    """
+    path = Path(path)
     if path.suffix.lower() == ".onnx":
-        require_nonempty_onnx(path)
+        return require_onnx_file(path)
+    if not path.is_file():
+        raise InputError(f"model file '{path}' not found: check the path")
     return path
 
 
 def require_checkpoint_file(path: str | os.PathLike) -> Path:
     """``path`` as a Path when the checkpoint file exists, else CheckpointError (torch-free: checked before imports)."""
-    from vitdeploy.errors import CheckpointError
-
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint '{path}' not found: check the --checkpoint path")
@@ -134,10 +140,7 @@ def load_onnx_graph(path: str | os.PathLike):
     import onnx
     from google.protobuf.message import DecodeError
 
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"ONNX file '{path}' not found: run 'vitdeploy export' first or check the path")
-    require_nonempty_onnx(path)  # (require_model_file's checks, for any suffix)
+    path = require_onnx_file(path)
     try:
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, OSError, ValueError, RuntimeError) as exc:

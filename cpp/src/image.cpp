@@ -82,10 +82,10 @@ bool png_read_layout(PngState* s, FILE* fp, PngLayout* out) {
     // 16-bit grey (mode "I;16" in Pillow) is scaled from the image's own min..max to 0..255, as
     // vitdeploy.runtime.images.to_rgb8 does (convert("RGB") would clip it to white); every other 16-bit
     // layout Pillow unpacks by taking the high byte of each sample ("RGB;16B", "LA;16B"...).
-    bool clip_grey16 = depth == 16 && color == PNG_COLOR_TYPE_GRAY;
+    bool scale_grey16 = depth == 16 && color == PNG_COLOR_TYPE_GRAY;
     if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(s->png);
     if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(s->png);  // 1 -> 255, like mode "1"
-    if (depth == 16 && !clip_grey16) png_set_strip_16(s->png);  // keeps the high byte
+    if (depth == 16 && !scale_grey16) png_set_strip_16(s->png);  // keeps the high byte
     png_set_interlace_handling(s->png);
     png_read_update_info(s->png, s->info);
     out->width = width;

@@ -17,6 +17,7 @@ import numpy as np
 
 from vitdeploy.benchmark.contenders import Contender
 from vitdeploy.errors import InputError
+from vitdeploy.validation.family_inputs import template_feeds
 from vitdeploy.validation.latency import LatencyStats, measure_latency
 
 Echo = Callable[[str], None]
@@ -56,15 +57,12 @@ class BenchmarkRow:
 
 def make_feeds(template: dict[str, list[int | str]], batch: int, seed: int = 0,
                metadata: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
-    """Seeded standard-normal float32 inputs with the batch axis (``"batch"`` or axis 0) set to ``batch``; for the
-    SAM mask decoder (``metadata``), prompts laid out as SamPredictor does with the template's point count."""
-    if (metadata or {}).get("family") == "sam_mask_decoder" and "point_coords" in template:
-        from vitdeploy.validation.family_inputs import decoder_prompt_feeds
-
-        points = template["point_coords"][1]
-        if not isinstance(points, int):
-            raise InputError("the decoder's point count is dynamic: give it with --shapes point_coords:1xNx2,point_labels:1xN")
-        return decoder_prompt_feeds(metadata or {}, points, seed)
+    """Seeded standard-normal float32 inputs with the batch axis (``"batch"`` or axis 0) set to ``batch``; for a
+    family whose inputs are not plain tensors (``metadata``: the SAM decoder's prompts), its own
+    (:func:`vitdeploy.validation.family_inputs.template_feeds`)."""
+    special = template_feeds(metadata or {}, template, seed)
+    if special is not None:
+        return special
     rng = np.random.default_rng(seed)
     feeds = {}
     for name, dims in template.items():

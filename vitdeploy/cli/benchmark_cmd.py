@@ -57,13 +57,11 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
     from vitdeploy.benchmark.harness import run_benchmark
     from vitdeploy.benchmark.report import TIMING, BenchmarkReport, environment
     from vitdeploy.errors import InputError
-    from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing
+    from vitdeploy.fileio import atomic_write_bytes, claim_outputs
     from vitdeploy.runtime.loader import ONNX_SUFFIXES
     from vitdeploy.runtime.ort_fusions import runner_precision_note
 
-    refuse_existing([report], force)
-    if report:
-        check_output_path(report)
+    claim_outputs([report], force)
     deployed = [deployed_contender(m, threads=threads, device=device, gpu=gpu, tf32=tf32, allow_unverified=allow_unverified,
                                    fused_attention=fused_attention and Path(m).suffix.lower() in ONNX_SUFFIXES) for m in models]
     for c in deployed:

@@ -60,11 +60,9 @@ def build_engine(model: str, output: str, workspace_mib: int | None, batch_profi
     from vitdeploy.engine.builder import BuildOptions, build_engine as build
     from vitdeploy.engine.profiles import BatchProfile, parse_input_profile
     from vitdeploy.engine.sidecar import sidecar_path
-    from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing
+    from vitdeploy.fileio import atomic_write_bytes, claim_outputs
 
-    refuse_existing([output, sidecar_path(output), report, log_file], force, inputs=[model])
-    if report:
-        check_output_path(report)
+    claim_outputs([output, sidecar_path(output), report, log_file], force, inputs=[model])
     explicit = dict(parse_input_profile(text) for text in input_profile)
     options = BuildOptions(
         workspace_mib=workspace_mib,

@@ -58,16 +58,13 @@ def calibrate(model: str, precision: str, output: str, images: tuple[str, ...], 
       vitdeploy calibrate sam_vit_b.onnx -p int8 --method percentile --target-cosine 0.99 -o sam_vit_b.int8.onnx -i photos/
     """
     from vitdeploy.cli.progress import StageProgress, format_seconds
-    from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing, require_model_file
+    from vitdeploy.fileio import atomic_write_bytes, claim_outputs, require_model_file
 
     require_model_file(model)  # before the imports below
-    refuse_existing([output, report], force, inputs=[model])
-    check_output_path(output)
+    claim_outputs([output, report], force, inputs=[model])
     from vitdeploy.precision.calibrate import CalibrateOptions, calibrate_onnx
     from vitdeploy.precision.report import summarize
 
-    if report:
-        check_output_path(report)
     options = CalibrateOptions(
         precision=precision, images=images, method=method, percentile=percentile, target_cosine=target_cosine,
         holdout=holdout, min_images=min_images, max_images=max_images, keep_fp32=keep_fp32, cache_dir=cache_dir,

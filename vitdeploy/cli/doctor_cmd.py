@@ -29,11 +29,9 @@ def doctor(as_json: bool, deep: bool, report: str | None, force: bool, verbose: 
       vitdeploy doctor --json --report machine.json
     """
     from vitdeploy.doctor import diagnose
-    from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing
+    from vitdeploy.fileio import atomic_write_bytes, claim_outputs
 
-    refuse_existing([report], force)
-    if report:
-        check_output_path(report)
+    claim_outputs([report], force)
     group = click.get_current_context().parent
     verbs = sorted(group.command.commands) if group is not None and isinstance(group.command, click.Group) else []
     result = diagnose(verbs, deep)

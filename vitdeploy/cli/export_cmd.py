@@ -44,14 +44,11 @@ def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int,
       vitdeploy export --recipe sam_vit_b --random-weights --seed 0 --image-size 512 -o demo_512.onnx
       vitdeploy export --recipe sam_vit_b --checkpoint sam_vit_b_01ec64.pth --target onnxruntime-cpu -o sam_b_cpu.onnx
     """
-    from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing, require_checkpoint_file
+    from vitdeploy.fileio import atomic_write_bytes, claim_outputs, require_checkpoint_file
     from vitdeploy.models.recipes import load_recipe
 
     # What a user can get wrong is checked before torch is imported (seconds): the answer comes at once.
-    refuse_existing([output, report], force)
-    for path in (output, report):
-        if path:
-            check_output_path(path)
+    claim_outputs([output, report], force)
     if checkpoint:
         require_checkpoint_file(checkpoint)
     load_recipe(recipe)

@@ -79,6 +79,14 @@ def model_source_options(fn: Callable) -> Callable:
     return fn
 
 
+def sam_pair_options(fn: Callable) -> Callable:
+    """--encoder/-e and --decoder/-d: the exported SAM image encoder and prompt encoder + mask decoder."""
+    fn = click.option("--decoder", "-d", required=True, type=click.Path(dir_okay=False, path_type=str),
+                      help="Exported SAM prompt encoder + mask decoder (.onnx, or a TensorRT engine).")(fn)
+    return click.option("--encoder", "-e", required=True, type=click.Path(dir_okay=False, path_type=str),
+                        help="Exported SAM image encoder (.onnx, or a TensorRT engine).")(fn)
+
+
 def available_cores() -> int:
     """The CPU cores this process may run on (its affinity mask, e.g. a container's share), else os.cpu_count()."""
     import os

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import force_option, handle_errors, ort_device_options, report_option, runtime_threads_option, verbose_option
+from vitdeploy.cli.options import (force_option, handle_errors, ort_device_options, report_option, runtime_threads_option,
+                                   sam_pair_options, verbose_option)
 
 
 def _parse_point(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[tuple[float, float, int]]:
@@ -44,10 +45,7 @@ def _parse_box(_ctx: click.Context, _param: click.Parameter, values: tuple[str, 
 
 
 @click.command("predict")
-@click.option("--encoder", "-e", required=True, type=click.Path(dir_okay=False, path_type=str),
-              help="Exported SAM image encoder (.onnx, or a TensorRT engine).")
-@click.option("--decoder", "-d", required=True, type=click.Path(dir_okay=False, path_type=str),
-              help="Exported SAM prompt encoder + mask decoder (.onnx, or a TensorRT engine).")
+@sam_pair_options
 @click.option("--image", "-i", required=True, type=click.Path(dir_okay=False, path_type=str), help="Input image (JPEG/PNG/WebP).")
 @click.option("--point", "-p", "points", multiple=True, callback=_parse_point,
               help="Prompt point X,Y[,LABEL] in pixels; LABEL 1 foreground (default) or 0 background. Repeatable.")
@@ -91,7 +89,7 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
     import numpy as np
 
     from vitdeploy.errors import InputError
-    from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing
+    from vitdeploy.fileio import atomic_write_bytes, claim_outputs
     from vitdeploy.runtime.images import read_image_rgb
     from vitdeploy.runtime.overlay import overlay_mask, save_png
     from vitdeploy.runtime.sam_predictor import SamPredictor, check_prompts_inside
@@ -108,9 +106,7 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
         raise InputError("--embedding reuses a saved embedding and --save-embedding writes one: give one of them")
     if save_embedding and Path(save_embedding).suffix.lower() != ".npz":
         raise InputError(f"--save-embedding '{save_embedding}' must be a .npz file")
-    refuse_existing([out_path, overlay_path, report, save_embedding], force)
-    for path in (out_path, overlay_path) + tuple(Path(p) for p in (report, save_embedding) if p):
-        check_output_path(path)
+    claim_outputs([out_path, overlay_path, report, save_embedding], force)
     notes: list[str] = []
     picture = read_image_rgb(image, notes)
     for note in notes:
@@ -124,10 +120,8 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
     if embedding:
         from vitdeploy.runtime.embeddings import load_embedding
 
+        # (the same image file, by SHA-256, so the same size)
         features, size = load_embedding(embedding, image_path=image, encoder_metadata=predictor.encoder.metadata)
-        if size != tuple(picture.shape[:2]):
-            raise InputError(f"'{embedding}' was computed for a {size[1]}x{size[0]} image, this one is "
-                             f"{picture.shape[1]}x{picture.shape[0]}: encode it again")
         predictor.set_image_embedding(features, size)
         click.echo(f"using the embedding in {embedding} (encoder not run)")
     else:

@@ -8,14 +8,12 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import force_option, handle_errors, ort_device_options, runtime_threads_option, verbose_option
+from vitdeploy.cli.options import (force_option, handle_errors, ort_device_options, runtime_threads_option, sam_pair_options,
+                                   verbose_option)
 
 
 @click.command("segment-all")
-@click.option("--encoder", "-e", required=True, type=click.Path(dir_okay=False, path_type=str),
-              help="Exported SAM image encoder (.onnx, or a TensorRT engine).")
-@click.option("--decoder", "-d", required=True, type=click.Path(dir_okay=False, path_type=str),
-              help="Exported SAM prompt encoder + mask decoder (.onnx, or a TensorRT engine).")
+@sam_pair_options
 @click.option("--image", "-i", required=True, type=click.Path(dir_okay=False, path_type=str), help="Input image.")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="JSON file of mask records (segmentation as COCO uncompressed RLE, area, bbox XYWH, predicted_iou, "
@@ -50,15 +48,13 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
       vitdeploy segment-all -e enc.onnx -d dec.onnx -i cells.png -o cells.json --points-per-side 16 --pred-iou-thresh 0.8
     """
     from vitdeploy.errors import InputError
-    from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing, require_model_file
+    from vitdeploy.fileio import atomic_write_bytes, claim_outputs, require_model_file
 
     out_path = Path(output)
     if out_path.suffix.lower() != ".json":
         raise InputError(f"--output '{output}' must be a .json file (mask records)")
     overlay_path = Path(overlay) if overlay else out_path.with_name(out_path.stem + ".overlay.png")
-    refuse_existing([out_path, overlay_path], force)
-    for path in (out_path, overlay_path):
-        check_output_path(path)
+    claim_outputs([out_path, overlay_path], force)
     require_model_file(encoder)
     require_model_file(decoder)
     from vitdeploy.cli.progress import StageProgress, format_seconds
@@ -80,8 +76,7 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
     click.echo(f"segmenting {Path(image).name} ({picture.shape[1]}x{picture.shape[0]}): {points_per_side}x{points_per_side} "
                f"points, {predictor.variant}, {predictor.encoder.name}")
     start = time.perf_counter()
-    progress("encoding the image and decoding the grid of points", 0, points_per_side ** 2)
-    records = generator.generate(picture, progress=lambda d, t: progress("encoding the image and decoding the grid of points", d, t))
+    records = generator.generate(picture, progress=lambda d, t: progress("decoding the grid of points", d, t))
     seconds = time.perf_counter() - start
     data = {"image": image, "size": [int(picture.shape[0]), int(picture.shape[1])], "encoder": encoder, "decoder": decoder,
             "options": vars(generator.options), "seconds": round(seconds, 3), "masks": records}

@@ -50,14 +50,12 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
       vitdeploy validate sam_vit_b_decoder.onnx --load-inputs prompts.npz --random-inputs 0
     """
     from vitdeploy.errors import InputError, ParityError
-    from vitdeploy.fileio import atomic_write_bytes, check_output_path, refuse_existing, require_model_file
+    from vitdeploy.fileio import atomic_write_bytes, claim_outputs, require_checkpoint_file, require_model_file
 
     require_model_file(model)  # before the imports below (torch: seconds)
     if checkpoint:
-        from vitdeploy.fileio import require_checkpoint_file
-
         require_checkpoint_file(checkpoint)
-    refuse_existing([report], force)
+    claim_outputs([report], force)
     from vitdeploy.runtime.loader import open_runner
     from vitdeploy.validation.inputs import image_input_sets, saved_input_sets
     from vitdeploy.validation.parity import TOLERANCES
@@ -65,8 +63,6 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
     from vitdeploy.validation.torch_runner import TorchRunner
     from vitdeploy.validation.validate import validate_runner
 
-    if report:
-        check_output_path(report)
     # .onnx -> ONNX Runtime on --device, .plan -> TensorRT
     candidate = open_runner(model, threads=threads, fused_attention=fused_attention, ort_device=device, tf32=tf32,
                             allow_unverified=True)

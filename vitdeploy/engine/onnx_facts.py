@@ -64,6 +64,8 @@ def graph_precision(model: Any) -> str:
     """``int8`` when the graph holds Q/DQ nodes, ``fp16``/``bf16`` when it computes in that type, else ``fp32``."""
     import onnx
 
+    from vitdeploy.onnx_graph import cast_to
+
     graph = model.graph
     ops = {n.op_type for n in graph.node}
     if ops & QDQ_OPS:
@@ -73,23 +75,22 @@ def graph_precision(model: Any) -> str:
         if init.data_type in low:
             return low[init.data_type]
     for node in graph.node:
-        if node.op_type == "Cast":
-            for attr in node.attribute:
-                if attr.name == "to" and attr.i in low:
-                    return low[attr.i]
+        if cast_to(node) in low:
+            return low[cast_to(node)]
     for value in list(graph.input) + list(graph.output) + list(graph.value_info):
         if value.type.tensor_type.elem_type in low:
             return low[value.type.tensor_type.elem_type]
     return "fp32"
 
 
-def read_onnx_facts(path: str | Path) -> OnnxFacts:
-    """Facts about an ONNX file (weights are not loaded); InputError for a missing or invalid file."""
+def read_onnx_facts(path: str | Path, model: Any = None) -> OnnxFacts:
+    """Facts about an ONNX file (weights are not loaded; ``model``: its graph, when the caller has read it already);
+    InputError for a missing or invalid file."""
     from vitdeploy.fileio import external_data_files, load_onnx_graph
     from vitdeploy.metadata import decode
 
     path = Path(path)
-    model = load_onnx_graph(path)
+    model = model if model is not None else load_onnx_graph(path)
     if not model.graph.node:
         raise InputError(f"'{path}' holds no graph nodes: give a model written by 'vitdeploy export'")
     external = external_data_files(model, path.parent)

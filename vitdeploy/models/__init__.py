@@ -6,19 +6,13 @@ torch is imported: the CLI checks a recipe name in milliseconds.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from vitdeploy._lazy import lazy_attributes
 
-_WHERE = {"load_state_dict_file": "checkpoints", "select_prefix": "checkpoints", "Recipe": "recipes",
-          "load_recipe": "recipes", "recipe_names": "recipes", "SamEncoderArch": "sam_encoder",
-          "build_sam_image_encoder": "sam_encoder", "load_sam_image_encoder": "sam_encoder"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"vitdeploy.models.{_WHERE[name]}"), name)
-    raise AttributeError(f"module 'vitdeploy.models' has no attribute '{name}'")
-
+__getattr__ = lazy_attributes(__name__, {
+    "load_state_dict_file": "checkpoints", "select_prefix": "checkpoints",
+    "Recipe": "recipes", "load_recipe": "recipes", "recipe_names": "recipes",
+    "SamEncoderArch": "sam_encoder", "build_sam_image_encoder": "sam_encoder", "load_sam_image_encoder": "sam_encoder",
+})
 
 __all__ = [
     "Recipe",

@@ -162,8 +162,8 @@ def _is_norm_weight(name: str, param: torch.Tensor) -> bool:
 def describe_checkpoint(state: dict[str, torch.Tensor], arch: SamEncoderArch | None = None) -> str:
     """Read a SAM encoder state dict's architecture, for error messages: against ``arch``, only what differs.
 
-    embed_dim and patch size from ``patch_embed.proj.weight``, depth from the block indices, the
-    position-embedding grid from ``pos_embed`` and the window from a windowed block's ``rel_pos_h``.
+    embed_dim and patch size from ``patch_embed.proj.weight``, depth from the block indices, the image
+    size from the ``pos_embed`` grid (times the patch size).
     """
     w = state.get("patch_embed.proj.weight")
     if w is None or w.ndim != 4:

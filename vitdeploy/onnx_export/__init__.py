@@ -6,17 +6,9 @@ precision passes and the runtime side) must not pull in torch through the export
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from vitdeploy._lazy import lazy_attributes
 
-_WHERE = {"ExportResult": "exporter", "export_onnx": "exporter", "HygieneReport": "hygiene",
-          "check_graph_hygiene": "hygiene"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"vitdeploy.onnx_export.{_WHERE[name]}"), name)
-    raise AttributeError(f"module 'vitdeploy.onnx_export' has no attribute '{name}'")
-
+__getattr__ = lazy_attributes(__name__, {"ExportResult": "exporter", "export_onnx": "exporter",
+                                         "HygieneReport": "hygiene", "check_graph_hygiene": "hygiene"})
 
 __all__ = ["ExportResult", "HygieneReport", "check_graph_hygiene", "export_onnx"]

@@ -11,9 +11,12 @@ time: seconds instead of a fraction of a second.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -206,7 +209,8 @@ def export_onnx(
     )
 
 
-class _quiet_exporter:
+@contextlib.contextmanager
+def _quiet_exporter():
     """Silence the exporter's progress prints (they go to stdout) without hiding warnings, but one.
 
     The one: torch warns "The axis name: num_points will not be used, since it shares the same shape
@@ -214,31 +218,18 @@ class _quiet_exporter:
     decoder's point coordinates and labels); the axis keeps that very name in the graph (tested in
     tests/test_sam_decoder_export.py), so the warning tells a user nothing.
     """
-
-    def __enter__(self):
-        import warnings
-
-        self._warnings = warnings.catch_warnings()
-        self._warnings.__enter__()
-        warnings.filterwarnings("ignore", message=r"#? ?The axis name: .* will not be used, since it shares the same shape",
-                                category=UserWarning)
-        self._loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "onnxscript")]
-        self._levels = [lg.level for lg in self._loggers]
-        for lg in self._loggers:
-            lg.setLevel(logging.WARNING)
-        import contextlib
-        import io
-
-        self._stdout = contextlib.redirect_stdout(io.StringIO())
-        self._stdout.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self._stdout.__exit__(*exc)
-        self._warnings.__exit__(*exc)
-        for lg, level in zip(self._loggers, self._levels):
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "onnxscript")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.filterwarnings("ignore", message=r"#? ?The axis name: .* will not be used, since it shares the same shape",
+                                    category=UserWarning)
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
             lg.setLevel(level)
-        return False
 
 
 __all__ = ["EXTERNAL_DATA_THRESHOLD", "ExportResult", "export_onnx"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import onnx
 
-from vitdeploy.errors import InputError, PrecisionError, VitdeployError
+from vitdeploy.errors import InputError, VitdeployError
 from vitdeploy.fileio import check_output_path, load_onnx_graph
 from vitdeploy.precision.model_io import save_onnx_atomic
 from vitdeploy.precision.calibration_data import DEFAULT_MIN_IMAGES, CalibrationSet, load_calibration_set
@@ -172,11 +172,9 @@ def calibrate_onnx(model_path: str | Path, output: str | Path, options: Calibrat
         config = Fp16Config(keep_nodes=tuple(options.keep_fp32), threads=options.threads,
                             **({"target_cosine": options.target_cosine} if options.target_cosine is not None else {}))
         result = convert_fp16(model, calibration, evaluation, config, echo=echo, progress=progress)
-        from vitdeploy.precision.activation_stats import DRIFT_IMAGES
-
         method, sensitivity, budget = "activation range + local FP16 drift", [], None
         extra_meta = {"fp16_safe_max": config.safe_max, "fp16_drift_max": config.drift_max}
-        extra = {"drift_measured_on_images": min(DRIFT_IMAGES, len(calibration)), "ranges_measured_on_images": len(calibration)}
+        extra = {"drift_measured_on_images": result.drift_images, "ranges_measured_on_images": len(calibration)}
     else:
         from vitdeploy.precision.int8 import Int8Config
         from vitdeploy.precision.int8_pass import convert_int8

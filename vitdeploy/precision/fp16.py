@@ -8,7 +8,8 @@ Which nodes stay FP32 (each reason is reported):
    ``safe_max`` (default 8192: 8x headroom under FP16's 65504, because deployment images can reach
    further than calibration ones), or whose weights exceed 65504;
 3. drift: a node whose output, run in FP16 on its own FP32 inputs rounded to FP16, differs from FP32
-   by more than ``drift_max`` (relative L2; FP16's unit roundoff is 4.9e-4);
+   by more than ``drift_max`` (relative L2; FP16's unit roundoff is 4.9e-4), measured on the first
+   ``drift_images`` calibration feeds (:mod:`vitdeploy.precision.activation_stats` says why);
 4. budget: if the whole graph still misses ``target_cosine`` against FP32 on the evaluation feeds
    (every tensor rounded to its type, see :func:`vitdeploy.precision.evaluation.run_faithful`),
    the remaining nodes with the largest drift are added, in doubling steps, until it holds.
@@ -32,10 +33,11 @@ import numpy as np
 import onnx
 
 from vitdeploy.errors import MissingDependencyError, PrecisionError
+from vitdeploy.onnx_graph import cast_to
 from vitdeploy.precision.checks import graph_problems, raise_if_problems, require_fp32
 from vitdeploy.precision.evaluation import StageProgress, compare_outputs, ort_session, run_all, run_faithful, worst_cosine
 from vitdeploy.precision.islands import structural_fp32_nodes
-from vitdeploy.precision.activation_stats import NodeStats, collect_node_stats
+from vitdeploy.precision.activation_stats import DRIFT_IMAGES, NodeStats, collect_node_stats
 from vitdeploy.precision.model_io import copy_model, infer_shapes, is_large
 from vitdeploy.precision.segments import ensure_node_names
 from vitdeploy.validation.parity import TOLERANCES, ParityResult
@@ -57,6 +59,7 @@ class Fp16Config:
     structural: bool = True
     keep_nodes: tuple[str, ...] = ()
     max_budget_steps: int = 10
+    drift_images: int = DRIFT_IMAGES
     threads: int | None = None
 
 
@@ -70,7 +73,8 @@ class Fp16Result:
     parity: list[ParityResult]
     node_count: int
     tool: str
-    notes: list[str] = field(default_factory=list)
+    #: How many calibration feeds the local FP16 drift was measured on (ranges: all of them).
+    drift_images: int = 0
     #: The converted graph's outputs on the evaluation feeds (every tensor rounded to its type), for
     #: comparisons against other references (calibrate's eager parity) without running it again.
     outputs: list[dict[str, np.ndarray]] = field(default_factory=list)
@@ -137,8 +141,7 @@ def restore_fp32_weights(model: onnx.ModelProto, source: onnx.ModelProto) -> onn
     for name, tensor in inits.items():
         if tensor.data_type != onnx.TensorProto.FLOAT16 or name not in original:
             continue
-        casts = [n for n in readers.get(name, []) if n.op_type == "Cast" and n.output[0] not in outputs
-                 and next((a.i for a in n.attribute if a.name == "to"), None) == onnx.TensorProto.FLOAT]
+        casts = [n for n in readers.get(name, []) if cast_to(n) == onnx.TensorProto.FLOAT and n.output[0] not in outputs]
         if not casts:
             continue
         if len(casts) == len(readers[name]):
@@ -178,9 +181,6 @@ def remove_fp16_roundtrips(model: onnx.ModelProto) -> onnx.ModelProto:
     graph = model.graph
     producer = {o: n for n in graph.node for o in n.output}
     outputs = {o.name for o in graph.output}
-
-    def cast_to(node: onnx.NodeProto) -> int | None:
-        return next((a.i for a in node.attribute if a.name == "to"), None) if node.op_type == "Cast" else None
 
     rename: dict[str, str] = {}
     for node in graph.node:
@@ -261,7 +261,7 @@ def convert_fp16(
             kept.setdefault(name, reason)
     for name, reason in default_blocked_nodes(source).items():
         kept.setdefault(name, reason)
-    stats = collect_node_stats(source, calibration, fp16=True, threads=config.threads,
+    stats = collect_node_stats(source, calibration, fp16=True, threads=config.threads, drift_images=config.drift_images,
                                progress=(lambda d, t: progress("measuring activations", d, t)) if progress else None)
     broken = [s.name for s in stats.values() if s.nonfinite_out]
     if broken:
@@ -270,7 +270,6 @@ def convert_fp16(
         kept.setdefault(name, reason)
 
     reference = run_all(ort_session(source, config.threads), evaluation, progress, "FP32 reference on held-out images")
-    notes: list[str] = []
     candidates = sorted((s for s in stats.values() if s.name not in kept and s.fp16_drift is not None),
                         key=lambda s: -(s.fp16_drift or 0.0))
     step = 1
@@ -293,4 +292,5 @@ def convert_fp16(
         raise PrecisionError(f"FP16 graph reaches cosine {cosine:.6f} vs FP32, below the target {config.target_cosine} "
                              f"with {len(kept)} node(s) kept in FP32: lower --target-cosine or keep more nodes (--keep-fp32)")
     raise_if_problems(graph_problems(converted), "the FP16 graph")
-    return Fp16Result(converted, kept, stats, parity, len(source.graph.node), tool_version(), notes, outputs)
+    return Fp16Result(converted, kept, stats, parity, len(source.graph.node), tool_version(),
+                      min(config.drift_images, len(calibration)), outputs)

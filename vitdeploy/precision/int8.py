@@ -104,17 +104,16 @@ def _per_tensor_overrides(model: onnx.ModelProto, nodes: set[str]) -> dict[str, 
     return overrides
 
 
-class _DropPreprocessingAdvice(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "pre-processing before quantization" not in record.getMessage()
-
-
 @contextlib.contextmanager
 def _without_preprocessing_advice():
     """quantize_static logs "Please consider pre-processing before quantization" on the root logger at every
     call; its pre-processing (symbolic shape inference, optimization) is for dynamic graphs and would change
     ours, so the advice is dropped rather than shown to users."""
-    root, drop = logging.getLogger(), _DropPreprocessingAdvice()
+    root = logging.getLogger()
+
+    def drop(record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
+
     root.addFilter(drop)
     try:
         yield

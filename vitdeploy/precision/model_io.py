@@ -59,15 +59,50 @@ def is_large(model: onnx.ModelProto) -> bool:
     return inline_weight_bytes(model) > SINGLE_MESSAGE_MAX_BYTES
 
 
+def _large_inline(tensor: TensorProto) -> bool:
+    """Held in ``raw_data``, inside the model, and at least :data:`EXTERNAL_MIN_BYTES` (sized from its dims: reading
+    ``raw_data`` would copy it)."""
+    if tensor.data_location == TensorProto.EXTERNAL or not tensor.HasField("raw_data"):
+        return False
+    count = 1
+    for dim in tensor.dims:
+        count *= dim
+    return count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize >= EXTERNAL_MIN_BYTES
+
+
+def _copy_fields(source, target, skip: str) -> None:
+    """Copy every set field of the message ``source`` into ``target`` but ``skip``."""
+    for field, value in source.ListFields():
+        if field.name == skip:
+            continue
+        if field.is_repeated:
+            getattr(target, field.name).extend(value)
+        elif field.type == field.TYPE_MESSAGE:
+            getattr(target, field.name).CopyFrom(value)
+        else:
+            setattr(target, field.name, value)
+
+
 def structure_only(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy without large initializer data (shape inference needs dims and small constants only)."""
-    copy = copy_model(model)
-    for tensor in copy.graph.initializer:
-        if tensor.data_location != TensorProto.EXTERNAL and len(tensor.raw_data) >= EXTERNAL_MIN_BYTES:
-            tensor.ClearField("raw_data")
-            tensor.data_location = TensorProto.EXTERNAL
-            tensor.external_data.add(key="location", value=_IN_MEMORY)
+    """A copy with every large initializer reduced to its name, type and dims (marked external), built without
+    copying those bytes: shape inference, checks and session graphs need the structure and small constants only."""
+    copy = onnx.ModelProto()
+    _copy_fields(model, copy, skip="graph")
+    _copy_fields(model.graph, copy.graph, skip="initializer")
+    for tensor in model.graph.initializer:
+        if _large_inline(tensor):
+            stub = copy.graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims,
+                                              data_location=TensorProto.EXTERNAL)
+            stub.external_data.add(key="location", value=_IN_MEMORY)
+        else:
+            copy.graph.initializer.add().CopyFrom(tensor)
     return copy
+
+
+def value_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """Every typed value of ``model`` (inputs, intermediates, outputs) by name, from shape inference on its structure."""
+    inferred = onnx.shape_inference.infer_shapes(structure_only(model), strict_mode=False)
+    return {v.name: v.type for v in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]}
 
 
 def infer_shapes(model: onnx.ModelProto, strict_mode: bool = False) -> onnx.ModelProto:
@@ -83,14 +118,12 @@ def check_model(model: onnx.ModelProto) -> None:
 def graph_and_weights(model: onnx.ModelProto) -> tuple[bytes, list[str], list[np.ndarray]]:
     """(serialized graph without large weights, their names, arrays of them; one copy of their bytes)."""
     names, arrays = [], []
-    stripped = structure_only(model)
-    external = {t.name for t in stripped.graph.initializer if any(e.value == _IN_MEMORY for e in t.external_data)}
     for tensor in model.graph.initializer:
-        if tensor.name in external:
+        if _large_inline(tensor):  # the tensors structure_only reduces to stubs
             dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
             names.append(tensor.name)
             arrays.append(np.frombuffer(tensor.raw_data, dtype=dtype).reshape(tuple(tensor.dims)))
-    return stripped.SerializeToString(), names, arrays
+    return structure_only(model).SerializeToString(), names, arrays
 
 
 def inference_session(model: onnx.ModelProto, options, providers=("CPUExecutionProvider",), **kwargs):
@@ -136,5 +169,6 @@ def save_onnx_atomic(model: onnx.ModelProto, path: str | os.PathLike) -> list[Pa
     return written
 
 
-__all__ = ["EXTERNAL_MIN_BYTES", "SINGLE_MESSAGE_MAX_BYTES", "check_model", "copy_model", "graph_and_weights", "inline_weight_bytes",
-           "inference_session", "infer_shapes", "is_large", "save_onnx", "save_onnx_atomic", "structure_only"]
+__all__ = ["EXTERNAL_MIN_BYTES", "SINGLE_MESSAGE_MAX_BYTES", "check_model", "copy_model", "graph_and_weights",
+           "inline_weight_bytes", "inference_session", "infer_shapes", "is_large", "save_onnx", "save_onnx_atomic",
+           "structure_only", "value_types"]

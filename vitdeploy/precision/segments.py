@@ -64,7 +64,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from vitdeploy.errors import PrecisionError
-from vitdeploy.precision.model_io import inference_session, structure_only
+from vitdeploy.precision.model_io import copy_model, inference_session, value_types
 
 Feeds = dict[str, np.ndarray]
 Observer = Callable[[str, np.ndarray], None]
@@ -185,8 +185,7 @@ class SegmentRunner:
         self.threads = threads
         self.fp16_drift = fp16_drift
         graph = self.model.graph
-        inferred = onnx.shape_inference.infer_shapes(structure_only(self.model), strict_mode=False)
-        self.types = {v.name: v.type for v in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]}
+        self.types = value_types(self.model)
         self.inits = {t.name: t for t in graph.initializer}
         self.graph_inputs = [i.name for i in graph.input if i.name not in self.inits]
         self.graph_outputs = [o.name for o in graph.output]
@@ -514,12 +513,9 @@ def with_fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
     without a widen/round pair (ViT-B at 1024 px, AMD EPYC Zen 1 AVX2, 2 threads: 28.0 s -> 26.2 s per
     image; the casts that remain take ~5 s of it, the MatMuls ~15 s).
     """
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
+    copy = copy_model(model)
     graph = copy.graph
-    inferred = onnx.shape_inference.infer_shapes(structure_only(copy), strict_mode=False)
-    types = {v.name: v.type.tensor_type.elem_type for v in [*inferred.graph.input, *inferred.graph.value_info,
-                                                              *inferred.graph.output]}
+    types = {name: t.tensor_type.elem_type for name, t in value_types(copy).items()}
     types.update({t.name: t.data_type for t in graph.initializer})
     new_nodes: list[onnx.NodeProto] = []
     widened: dict[str, str] = {}

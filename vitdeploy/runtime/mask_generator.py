@@ -141,30 +141,36 @@ class SamAutomaticMaskGenerator:
         self.options.check()
 
     def generate(self, image: np.ndarray, progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
-        """Mask records for an HxWx3 uint8 RGB image (see the module docstring), best predicted IoU first."""
+        """Mask records for an HxWx3 uint8 RGB image (see the module docstring), best predicted IoU first.
+
+        ``progress(done, total)`` counts grid points, from 0 when the image has been encoded.
+        """
         opt = self.options
         self.predictor.set_image(image)
         height, width = image.shape[:2]
         points = build_point_grid(opt.points_per_side) * np.array([width, height], dtype=np.float64)
-        kept_logits, ious, stabilities, sources = [], [], [], []
+        kept_masks, ious, stabilities, sources = [], [], [], []
+        if progress:
+            progress(0, len(points))
         for k, point in enumerate(points):
             logits, scores, _ = self.predictor.predict(point[None], np.array([1]), multimask_output=True, return_logits=True)
-            for j in range(len(scores)):
-                if opt.pred_iou_thresh > 0 and not scores[j] > opt.pred_iou_thresh:
-                    continue
-                stable = float(stability_score(logits[j:j + 1], MASK_THRESHOLD, opt.stability_score_offset)[0])
-                if opt.stability_score_thresh > 0 and not stable >= opt.stability_score_thresh:
-                    continue
-                kept_logits.append(logits[j] > MASK_THRESHOLD)
+            stable = stability_score(logits, MASK_THRESHOLD, opt.stability_score_offset)
+            keep = np.ones(len(scores), dtype=bool)
+            if opt.pred_iou_thresh > 0:  # the official filters apply only when their threshold is positive
+                keep &= scores > opt.pred_iou_thresh
+            if opt.stability_score_thresh > 0:
+                keep &= stable >= opt.stability_score_thresh
+            for j in np.flatnonzero(keep):
+                kept_masks.append(logits[j] > MASK_THRESHOLD)
                 ious.append(float(scores[j]))
-                stabilities.append(stable)
+                stabilities.append(float(stable[j]))
                 sources.append(point)
             if progress:
                 progress(k + 1, len(points))
         self.predictor.reset_image()
-        if not kept_logits:
+        if not kept_masks:
             return []
-        masks = np.stack(kept_logits)
+        masks = np.stack(kept_masks)
         boxes = mask_to_box(masks)
         keep = box_nms(boxes, np.array(ious, np.float32), opt.box_nms_thresh)
         records = []

@@ -127,9 +127,10 @@ def fp16_fallback_ops(model: Any) -> tuple[Counter, int]:
     ``to`` FLOAT; the narrowing ones after such nodes feed nodes that do run in FP16)."""
     import onnx
 
+    from vitdeploy.onnx_graph import cast_to
+
     inserted = [n for n in model.graph.node if n.op_type == "Cast" and n.name.startswith(INSERTED_CAST_PREFIX)]
-    widened = {n.output[0] for n in inserted
-               if next((a.i for a in n.attribute if a.name == "to"), None) == onnx.TensorProto.FLOAT}
+    widened = {n.output[0] for n in inserted if cast_to(n) == onnx.TensorProto.FLOAT}
     ops: Counter = Counter()
     for node in model.graph.node:
         if node.op_type != "Cast" and any(i in widened for i in node.input):
@@ -167,11 +168,10 @@ def cpu_precision_note(path: str | Path, precision: str, threads: int | None = N
 
 
 def runner_precision_note(runner: Any, device: str, threads: int | None = None) -> str | None:
-    """:func:`cpu_precision_note` for a runner's file when it is an FP16/INT8 ONNX file run on the CPU, else None."""
-    precision = (getattr(runner, "metadata", None) or {}).get("precision")
-    if device != "cpu" or precision not in ("fp16", "int8") or not hasattr(runner, "session"):
+    """:func:`cpu_precision_note` for a runner's file when it is an ONNX file (it has a session) run on the CPU, else None."""
+    if device != "cpu" or not hasattr(runner, "session"):
         return None
-    return cpu_precision_note(runner.path, precision, threads)
+    return cpu_precision_note(runner.path, (getattr(runner, "metadata", None) or {}).get("precision", "fp32"), threads)
 
 
 __all__ = ["FUSED_OPS", "FusionReport", "INSERTED_CAST_PREFIX", "cpu_precision_note", "fp16_fallback_ops",

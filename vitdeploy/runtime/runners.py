@@ -8,9 +8,10 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from vitdeploy.errors import InputError, MissingDependencyError, MissingWeightsError
+from vitdeploy.fileio import load_onnx_graph, require_onnx_file
 from vitdeploy.metadata import decode
 from vitdeploy.runtime.ort_settings import OrtSettings, int8_kernels, read_metadata_props
-from vitdeploy.runtime.providers import ProviderPlan, plan_providers
+from vitdeploy.runtime.providers import PROVIDERS, plan_providers
 
 _ORT_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
                     "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
@@ -31,29 +32,13 @@ class Runner(Protocol):
         ...
 
 
-def _require_providers(plan: ProviderPlan) -> None:
-    """InputError naming what to install when this ONNX Runtime lacks the plan's first provider."""
+def _require_providers(device: str) -> None:
+    """InputError naming what to install when this ONNX Runtime lacks the provider ``device`` runs on first."""
     import onnxruntime as ort
 
+    wanted = PROVIDERS.get(device, ["CPUExecutionProvider"])[0]
     available = ort.get_available_providers()
-    wanted = plan.providers_names()[0]
     if wanted not in available:
-        raise InputError(
-            f"ONNX Runtime here has no {wanted} (available: {', '.join(available)}): "
-            "install onnxruntime-gpu on a CUDA machine, or use --device cpu"
-        )
-
-
-DEVICE_PROVIDERS = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
-
-
-def _require_device(device: str) -> None:
-    """InputError when ``device`` needs an execution provider this ONNX Runtime does not have."""
-    import onnxruntime as ort
-
-    wanted = DEVICE_PROVIDERS.get(device)
-    available = ort.get_available_providers()
-    if wanted and wanted not in available:
         raise InputError(f"--device {device} needs ONNX Runtime's {wanted}, which this install lacks (available: "
                          f"{', '.join(available)}): install onnxruntime-gpu on a machine with an NVIDIA GPU, or use --device cpu")
 
@@ -95,9 +80,7 @@ class OnnxRuntimeRunner:
             import onnxruntime as ort
         except ImportError as exc:  # pragma: no cover - onnxruntime is a core dependency
             raise MissingDependencyError("onnxruntime", "running ONNX models") from exc
-        path = Path(path)
-        if not path.is_file():
-            raise InputError(f"ONNX file '{path}' not found: run 'vitdeploy export' first or check the path")
+        path = require_onnx_file(path)
         self.settings = OrtSettings(
             threads=threads, optimization=optimization,
             optimized_model_path=str(optimized_model_path) if optimized_model_path is not None else None,
@@ -106,7 +89,7 @@ class OnnxRuntimeRunner:
             config=dict(session_config or {}),
         )
         file_metadata = decode(read_metadata_props(path))
-        _require_device(device)  # no GPU here says so before anything is said about the file
+        _require_providers(device)  # no GPU here says so before anything is said about the file
         plan = plan_providers(file_metadata, device, tf32=tf32, allow_unverified=allow_unverified, name=f"'{path.name}'")
         quantized = file_metadata.get("precision") == "int8"
         options = self.settings.session_options(quantized)
@@ -134,7 +117,6 @@ class OnnxRuntimeRunner:
                 # The swapped graph is loaded from memory: external weights are read from the model's folder.
                 options.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                                  str(path.parent.resolve()))
-        _require_providers(plan)
         #: The providers, their math (TF32 or not) and the verification behind them, in one line.
         self.provider = plan.describe()
         try:
@@ -194,15 +176,12 @@ class OnnxRuntimeRunner:
         return {n: self._out_buffers.get(n, copied[n]) for n in self.output_names}
 
 
-
 def _raise_if_weights_missing(path: Path, exc: Exception) -> None:
     """After ONNX Runtime failed to load ``path``: the clear error when its external-data file is missing.
 
     Checked only after a failure (it parses the graph, which costs a second on a large inline model);
     any other problem :func:`vitdeploy.fileio.load_onnx_graph` finds leaves ONNX Runtime's message to stand.
     """
-    from vitdeploy.fileio import load_onnx_graph
-
     try:
         load_onnx_graph(path)
     except MissingWeightsError as missing:

@@ -46,15 +46,21 @@ def decoder_input_sets(metadata: dict[str, Any], count: int, seed: int = 0) -> l
             coords = np.concatenate([rng.uniform(0, size, (1, 2)), [[x0, y0], [x1, y1]]])
             labels = np.array([1.0, 2.0, 3.0])
             has_mask, what = 1.0, "1 point + box, mask prompt"
-        feeds = {
-            "image_embeddings": embeddings,
-            "point_coords": coords[None].astype(np.float32),
-            "point_labels": labels[None].astype(np.float32),
-            "mask_input": mask,
-            "has_mask_input": np.array([has_mask], dtype=np.float32),
-        }
-        sets.append(InputSet(f"prompt{i}", feeds, f"seed {seed + i}: {what}"))
+        sets.append(InputSet(f"prompt{i}", _decoder_feeds(embeddings, coords, labels, mask, has_mask),
+                             f"seed {seed + i}: {what}"))
     return sets
+
+
+def _decoder_feeds(embeddings: np.ndarray, coords: np.ndarray, labels: np.ndarray, mask: np.ndarray,
+                   has_mask: float) -> dict[str, np.ndarray]:
+    """The decoder graph's five inputs, in its names and types, from (N, 2) coords and (N,) labels."""
+    return {
+        "image_embeddings": embeddings,
+        "point_coords": coords[None].astype(np.float32),
+        "point_labels": labels[None].astype(np.float32),
+        "mask_input": mask,
+        "has_mask_input": np.array([has_mask], dtype=np.float32),
+    }
 
 
 def decoder_prompt_feeds(metadata: dict[str, Any], num_points: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -66,13 +72,22 @@ def decoder_prompt_feeds(metadata: dict[str, Any], num_points: int, seed: int = 
     grid = int(metadata["image_embedding_size"][0])
     rng = np.random.default_rng(seed)
     clicks = num_points - 1
-    return {
-        "image_embeddings": rng.standard_normal((1, int(metadata["embed_dim"]), grid, grid)).astype(np.float32),
-        "point_coords": np.concatenate([rng.uniform(0, size, (clicks, 2)), np.zeros((1, 2))])[None].astype(np.float32),
-        "point_labels": np.concatenate([rng.integers(0, 2, clicks).astype(np.float64), [-1.0]])[None].astype(np.float32),
-        "mask_input": np.zeros((1, 1, *[int(d) for d in metadata["mask_input_size"]]), np.float32),
-        "has_mask_input": np.zeros(1, np.float32),
-    }
+    embeddings = rng.standard_normal((1, int(metadata["embed_dim"]), grid, grid)).astype(np.float32)
+    coords = np.concatenate([rng.uniform(0, size, (clicks, 2)), np.zeros((1, 2))])
+    labels = np.concatenate([rng.integers(0, 2, clicks).astype(np.float64), [-1.0]])
+    mask = np.zeros((1, 1, *[int(d) for d in metadata["mask_input_size"]]), np.float32)
+    return _decoder_feeds(embeddings, coords, labels, mask, 0.0)
+
+
+def template_feeds(metadata: dict[str, Any], template: dict[str, list[Any]], seed: int = 0) -> dict[str, np.ndarray] | None:
+    """Inputs of the template's shapes for a family whose inputs are not plain tensors (the SAM decoder's prompts,
+    with the template's point count), or None: standard-normal arrays then do (``benchmark``)."""
+    if metadata.get("family") != "sam_mask_decoder" or "point_coords" not in template:
+        return None
+    points = template["point_coords"][1]
+    if not isinstance(points, int):
+        raise InputError("the decoder's point count is dynamic: give it with --shapes point_coords:1xNx2,point_labels:1xN")
+    return decoder_prompt_feeds(metadata, points, seed)
 
 
 def check_image_inputs_apply(metadata: dict[str, Any], images: tuple[str, ...] | list[str]) -> None:
