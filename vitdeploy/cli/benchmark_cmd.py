@@ -59,9 +59,12 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
     from vitdeploy.errors import InputError
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs
     from vitdeploy.runtime.loader import ONNX_SUFFIXES
+    from vitdeploy.optional_packages import require_torch_side
     from vitdeploy.runtime.ort_fusions import runner_precision_note
 
     claim_outputs([report], force)
+    if eager:
+        require_torch_side("benchmark's eager PyTorch row", "--no-eager to time the deployed models alone")
     deployed = [deployed_contender(m, threads=threads, device=device, gpu=gpu, tf32=tf32, allow_unverified=allow_unverified,
                                    fused_attention=fused_attention and Path(m).suffix.lower() in ONNX_SUFFIXES) for m in models]
     for c in deployed:

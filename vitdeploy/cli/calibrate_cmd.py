@@ -62,6 +62,10 @@ def calibrate(model: str, precision: str, output: str, images: tuple[str, ...], 
 
     require_model_file(model)  # before the imports below
     claim_outputs([output, report], force, inputs=[model])
+    if not no_eager:
+        from vitdeploy.optional_packages import require_torch_side
+
+        require_torch_side("calibrate's parity against the eager official model", "--no-eager to skip that check")
     from vitdeploy.precision.calibrate import CalibrateOptions, calibrate_onnx
     from vitdeploy.precision.report import summarize
 

@@ -46,12 +46,14 @@ def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int,
     """
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs, require_checkpoint_file
     from vitdeploy.models.recipes import load_recipe
+    from vitdeploy.optional_packages import require_torch_side
 
     # What a user can get wrong is checked before torch is imported (seconds): the answer comes at once.
     claim_outputs([output, report], force)
     if checkpoint:
         require_checkpoint_file(checkpoint)
     load_recipe(recipe)
+    require_torch_side("'vitdeploy export' (the eager official model)")
     from vitdeploy.pipeline import export_from_recipe
 
     result = export_from_recipe(

@@ -44,6 +44,15 @@ def handle_errors(fn: Callable) -> Callable:
             if verbose:
                 traceback.print_exc(file=sys.stderr)
             raise UserError(str(exc)) from exc
+        except ImportError as exc:
+            from vitdeploy.optional_packages import TORCH_EXTRA_HINT, torch_side_module
+
+            if torch_side_module(exc) is None:
+                raise _unexpected(exc, verbose) from exc
+            if verbose:
+                traceback.print_exc(file=sys.stderr)
+            raise UserError(f"'vitdeploy {ctx.info_name}' needs the '{torch_side_module(exc)}' package, which is not "
+                            f"installed (vitdeploy without its PyTorch side): {TORCH_EXTRA_HINT}") from exc
         except KeyboardInterrupt:
             raise click.exceptions.Abort() from None
         except BrokenPipeError:  # the reader went away (``| head``): stop quietly, as other Unix tools do
@@ -52,14 +61,16 @@ def handle_errors(fn: Callable) -> Callable:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
             raise SystemExit(1) from None
         except Exception as exc:
-            if verbose:
-                traceback.print_exc(file=sys.stderr)
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise UserError(
-                f"unexpected {type(exc).__name__}: {first} (a vitdeploy bug: rerun with --verbose and report the traceback)"
-            ) from exc
+            raise _unexpected(exc, verbose) from exc
 
     return wrapper
+
+
+def _unexpected(exc: Exception, verbose: bool) -> UserError:
+    if verbose:
+        traceback.print_exc(file=sys.stderr)
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return UserError(f"unexpected {type(exc).__name__}: {first} (a vitdeploy bug: rerun with --verbose and report the traceback)")
 
 
 def model_source_options(fn: Callable) -> Callable:

@@ -51,11 +51,13 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
     """
     from vitdeploy.errors import InputError, ParityError
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs, require_checkpoint_file, require_model_file
+    from vitdeploy.optional_packages import require_torch_side
 
     require_model_file(model)  # before the imports below (torch: seconds)
     if checkpoint:
         require_checkpoint_file(checkpoint)
     claim_outputs([report], force)
+    require_torch_side("'vitdeploy validate' (the eager official model is its reference)")
     from vitdeploy.runtime.loader import open_runner
     from vitdeploy.validation.inputs import image_input_sets, saved_input_sets
     from vitdeploy.validation.parity import TOLERANCES
