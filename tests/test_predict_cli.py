@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -192,3 +193,95 @@ def test_validate_compares_on_saved_inputs_npz_and_polygraphy_json(tiny_sam_arti
     np.savez(tmp_path / "wrong.npz", image=np.zeros((1, 3, 64, 64), np.float32))
     wrong = CliRunner().invoke(cli, ["validate", decoder, "--load-inputs", str(tmp_path / "wrong.npz"), "--runs", "0"])
     assert wrong.exit_code == 1 and "holds ['image'], the model takes" in wrong.output, wrong.output
+
+
+@pytest.fixture
+def image_folder(tmp_path: Path) -> Path:
+    """Three images of different sizes (a 16-bit grey PNG among them)."""
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    Image.fromarray(sample_image(48, 80, seed=3)).save(folder / "a.png")
+    Image.fromarray(sample_image(64, 40, seed=4)).save(folder / "b.jpg", quality=95)
+    grey = (np.linspace(0, 4000, 50 * 60).reshape(50, 60)).astype(np.uint16)
+    Image.fromarray(grey).save(folder / "c.png")
+    (folder / "notes.txt").write_text("not an image")
+    return folder
+
+
+def _expected_mask(artifacts: TinySamArtifacts, image: Path, points: list, box: list | None, multimask: bool) -> np.ndarray:
+    from vitdeploy.runtime.images import read_image_rgb
+
+    predictor = SamPredictor(artifacts.encoder, artifacts.decoder, threads=1)
+    predictor.set_image(read_image_rgb(image))
+    coords = np.array([p[:2] for p in points], dtype=np.float64) if points else None
+    labels = np.array([p[2] if len(p) == 3 else 1 for p in points]) if points else None
+    masks, scores, _ = predictor.predict(coords, labels, np.array(box, dtype=np.float64) if box else None, multimask_output=multimask)
+    return masks[int(np.argmax(scores))]
+
+
+def test_predict_folder_same_box_for_every_image(tiny_sam_artifacts: TinySamArtifacts, image_folder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "masks"  # created by predict
+    result = _invoke("predict", "-e", str(tiny_sam_artifacts.encoder), "-d", str(tiny_sam_artifacts.decoder),
+                     "-i", str(image_folder), "--box", "5,6,38,40", "-o", str(out), "--report", str(tmp_path / "r.json"))
+    assert result.exit_code == 0, result.output
+    assert "3 image(s): 3 mask(s)" in result.output and "c.png: " in result.output
+    assert sorted(p.name for p in out.iterdir()) == ["a.overlay.png", "a.png", "b.overlay.png", "b.png", "c.overlay.png", "c.png"]
+    for name in ("a.png", "b.jpg", "c.png"):
+        written = np.asarray(Image.open(out / (Path(name).stem + ".png"))) == 255
+        assert np.array_equal(written, _expected_mask(tiny_sam_artifacts, image_folder / name, [], [5, 6, 38, 40], False)), name
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [Path(r["image"]).name for r in report["images"]] == ["a.png", "b.jpg", "c.png"]
+    assert all(r["prompt"]["box"] == [5, 6, 38, 40] and len(r["scores"]) == 1 for r in report["images"])
+
+
+def test_predict_folder_with_a_prompts_file_and_saved_embeddings(tiny_sam_artifacts: TinySamArtifacts, image_folder: Path,
+                                                                 tmp_path: Path) -> None:
+    enc, dec = str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder)
+    # Encode only (no prompt): one embedding per image.
+    result = _invoke("predict", "-e", enc, "-d", dec, "-i", str(image_folder), "--save-embedding", str(tmp_path / "emb"))
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "emb").iterdir()) == ["a.npz", "b.npz", "c.npz"]
+    prompts = {"a.png": {"points": [[30, 25], [60, 33, 0]]}, "c.png": {"points": [[20, 20]], "box": [2, 3, 50, 45]}}
+    (tmp_path / "clicks.json").write_text(json.dumps(prompts))
+    result = _invoke("predict", "-e", enc, "-d", dec, "-i", str(image_folder), "--prompts", str(tmp_path / "clicks.json"),
+                     "--embedding", str(tmp_path / "emb"), "-o", str(tmp_path / "masks"))
+    assert result.exit_code == 0, result.output
+    assert "1 image(s) without an entry in clicks.json left out: b.jpg" in result.output
+    assert result.output.count("(encoder not run)") == 2
+    assert sorted(p.name for p in (tmp_path / "masks").glob("?.png")) == ["a.png", "c.png"]
+    for name, entry in prompts.items():
+        written = np.asarray(Image.open(tmp_path / "masks" / name)) == 255
+        expected = _expected_mask(tiny_sam_artifacts, image_folder / name, entry["points"], entry.get("box"), False)
+        assert np.array_equal(written, expected), name
+
+
+@pytest.mark.parametrize("case,message", [
+    ("corrupt", "cannot be decoded"),
+    ("outside", "b.jpg: point (65, 10) is outside the 40x64 image"),
+    ("unknown", "names 1 image(s) not in"),
+    ("collision", "would write the same outputs"),
+    ("existing", "already exists: pass --force"),
+    ("output_png", "looks like a file"),
+])
+def test_predict_folder_checks_everything_before_encoding(tiny_sam_artifacts: TinySamArtifacts, image_folder: Path,
+                                                         tmp_path: Path, case: str, message: str) -> None:
+    out = tmp_path / "masks"
+    args = ["--point", "65,10"] if case == "outside" else ["--point", "5,5"]
+    if case == "corrupt":
+        (image_folder / "d.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+    if case == "unknown":
+        (tmp_path / "p.json").write_text(json.dumps({"a.png": {"points": [[5, 5]]}, "zz.png": {"points": [[1, 1]]}}))
+        args = ["--prompts", str(tmp_path / "p.json")]
+    if case == "collision":
+        Image.fromarray(sample_image(20, 20, seed=5)).save(image_folder / "a.jpg")
+    if case == "existing":
+        out.mkdir()
+        (out / "b.png").write_bytes(b"keep me")
+    result = _invoke("predict", "-e", str(tiny_sam_artifacts.encoder), "-d", str(tiny_sam_artifacts.decoder),
+                     "-i", str(image_folder), *args, "-o", str(out / "x.png") if case == "output_png" else str(out))
+    assert result.exit_code == 1 and message in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "encoding" not in result.output
+    written = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    assert written == (["b.png"] if case == "existing" else [])
+    if case == "existing":
+        assert (out / "b.png").read_bytes() == b"keep me"

@@ -46,22 +46,28 @@ def _parse_box(_ctx: click.Context, _param: click.Parameter, values: tuple[str, 
 
 @click.command("predict")
 @sam_pair_options
-@click.option("--image", "-i", required=True, type=click.Path(dir_okay=False, path_type=str), help="Input image (JPEG/PNG/WebP).")
+@click.option("--image", "-i", required=True, type=click.Path(path_type=str),
+              help="Input image (JPEG/PNG/WebP/BMP), or a folder of them (not recursive): one mask per image.")
 @click.option("--point", "-p", "points", multiple=True, callback=_parse_point,
               help="Prompt point X,Y[,LABEL] in pixels; LABEL 1 foreground (default) or 0 background. Repeatable.")
 @click.option("--box", "-b", multiple=True, callback=_parse_box, help="Prompt box X0,Y0,X1,Y1 in pixels (one).")
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=str),
-              help="Mask PNG to write (white = object).")
+@click.option("--prompts", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help='With a folder: a JSON file of prompts per image, {"photo.jpg": {"points": [[x, y], [x, y, 0]], '
+                   '"box": [x0, y0, x1, y1]}}; images it does not name are left out.')
+@click.option("--output", "-o", type=click.Path(path_type=str), default=None,
+              help="Mask PNG to write (white = object); with a folder of images, the folder for <stem>.png and "
+                   "<stem>.overlay.png. Not needed to only --save-embedding.")
 @click.option("--overlay", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Overlay picture to write (default: next to --output, named <stem>.overlay.png).")
 @click.option("--multimask", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Three candidate masks (the best-scoring one is written) or one; auto: three for a single point "
                    "without a box, as SAM advises for ambiguous clicks.")
-@click.option("--save-embedding", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="Also write the image's embedding here (.npz), to prompt the same image again with --embedding.")
-@click.option("--embedding", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="Use an embedding saved by --save-embedding for this image instead of running the encoder "
-                   "(the decoder alone: a fraction of a second).")
+@click.option("--save-embedding", type=click.Path(path_type=str), default=None,
+              help="Also write the image's embedding here (.npz; with a folder of images, a folder of <stem>.npz), "
+                   "to prompt the same image again with --embedding. Without a prompt: encode only.")
+@click.option("--embedding", type=click.Path(path_type=str), default=None,
+              help="Use an embedding saved by --save-embedding for this image (with a folder: the folder of "
+                   "<stem>.npz) instead of running the encoder (the decoder alone: a fraction of a second).")
 @ort_device_options(("cpu", "cuda", "tensorrt"))
 @click.option("--no-weight-check", is_flag=True,
               help="Accept an encoder and decoder exported from different checkpoints (e.g. a separately fine-tuned decoder).")
@@ -71,13 +77,15 @@ def _parse_box(_ctx: click.Context, _param: click.Parameter, values: tuple[str, 
 @verbose_option
 @handle_errors
 def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, float, int]], box: list[float] | None,
-            output: str, overlay: str | None, multimask: str, save_embedding: str | None, embedding: str | None, device: str, tf32: bool, allow_unverified: bool,
-            no_weight_check: bool, threads: int,
+            prompts: str | None, output: str | None, overlay: str | None, multimask: str, save_embedding: str | None,
+            embedding: str | None, device: str, tf32: bool, allow_unverified: bool, no_weight_check: bool, threads: int,
             report: str | None, force: bool, verbose: bool) -> None:
     """Segment an object: run the exported encoder and decoder on an image with point/box prompts.
 
     Writes the mask as a PNG and the mask blended over the image (prompts drawn), and prints the
-    predicted quality score of each candidate mask. Needs no PyTorch.
+    predicted quality score of each candidate mask. A folder of images runs with the same sessions
+    (loaded once), each image with the same prompt or its own from --prompts; everything is checked
+    (images decode, prompts fit, outputs free) before the first image is encoded. Needs no PyTorch.
 
     \b
     Examples:
@@ -85,71 +93,96 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
       vitdeploy predict -e enc.onnx -d dec.onnx -i street.png --box 40,60,380,420 --point 200,250,0 -o car.png
       vitdeploy predict -e enc.onnx -d dec.onnx -i dog.jpg -p 420,310 -o a.png --save-embedding dog.npz
       vitdeploy predict -e enc.onnx -d dec.onnx -i dog.jpg -p 100,80 -o b.png --embedding dog.npz   # no encoder run
+      vitdeploy predict -e enc.onnx -d dec.onnx -i frames/ --box 40,60,380,420 -o masks/
+      vitdeploy predict -e enc.onnx -d dec.onnx -i photos/ --prompts clicks.json -o masks/ --report masks.json
+      vitdeploy predict -e enc.onnx -d dec.onnx -i photos/ --save-embedding embeddings/   # encode only
     """
-    import numpy as np
-
     from vitdeploy.errors import InputError
-    from vitdeploy.fileio import atomic_write_bytes, claim_outputs
-    from vitdeploy.runtime.images import read_image_rgb
-    from vitdeploy.runtime.overlay import overlay_mask, save_png
-    from vitdeploy.runtime.sam_predictor import SamPredictor, check_prompts_inside
+    from vitdeploy.fileio import atomic_write_bytes
+    from vitdeploy.runtime.predict_images import (Prompt, check_jobs, claim_job_outputs, plan_folder, plan_single,
+                                                  read_prompts_file)
 
-    if not points and box is None:
-        raise InputError("no prompt: give at least one --point X,Y[,LABEL] or a --box X0,Y0,X1,Y1")
-    out_path = Path(output)
-    if out_path.suffix.lower() != ".png":
-        raise InputError(f"--output '{output}' must be a .png file (the mask is written as PNG)")
-    overlay_path = Path(overlay) if overlay else out_path.with_name(out_path.stem + ".overlay.png")
-    if overlay_path.resolve() == out_path.resolve():
-        raise InputError("--overlay and --output are the same file: give two different paths")
+    prompt = Prompt(tuple(points), tuple(box) if box else None)
+    folder = Path(image).is_dir()
     if save_embedding and embedding:
         raise InputError("--embedding reuses a saved embedding and --save-embedding writes one: give one of them")
-    if save_embedding and Path(save_embedding).suffix.lower() != ".npz":
-        raise InputError(f"--save-embedding '{save_embedding}' must be a .npz file")
-    claim_outputs([out_path, overlay_path, report, save_embedding], force)
+    if prompts and not folder:
+        raise InputError("--prompts is for a folder of images (-i FOLDER); for one image give --point/--box")
+    if prompts and prompt:
+        raise InputError("give the prompts either in --prompts or as --point/--box, not both")
+    if not (prompt or prompts) and output:
+        raise InputError("no prompt: give at least one --point X,Y[,LABEL] or a --box X0,Y0,X1,Y1"
+                         + (" (or --prompts FILE)" if folder else ""))
+    if not (prompt or prompts) and not save_embedding:
+        raise InputError("no prompt: give at least one --point X,Y[,LABEL] or a --box X0,Y0,X1,Y1, "
+                         "or only --save-embedding to encode")
+    if (prompt or prompts) and not output:
+        raise InputError("give --output (-o): " + ("a folder for the masks" if folder else "the mask PNG to write"))
+    if folder:
+        if overlay:
+            raise InputError("--overlay names one file: with a folder of images the overlays go to --output as <stem>.overlay.png")
+        if output and Path(output).suffix.lower() == ".png":
+            raise InputError(f"--output '{output}' looks like a file: with a folder of images give a folder for the masks")
+        jobs, skipped = plan_folder(image, prompt, output, prompts=read_prompts_file(prompts) if prompts else None,
+                                    save_embedding_dir=save_embedding, embedding_dir=embedding)
+    else:
+        jobs, skipped = [plan_single(image, prompt, output, overlay, save_embedding, embedding)], []
+    new_dirs = claim_job_outputs(jobs, force, [report], new_folders=folder)
     notes: list[str] = []
-    picture = read_image_rgb(image, notes)
+    check_jobs(jobs, notes)  # before seconds of encoding per image
     for note in notes:
         click.echo(f"note: {note}", err=True)
-    coords = np.array([[x, y] for x, y, _ in points], dtype=np.float64) if points else None
-    labels = np.array([lab for _, _, lab in points], dtype=np.int64) if points else None
-    check_prompts_inside(picture.shape[:2], coords, box)  # before seconds of encoding
+    if skipped:
+        click.echo(f"{len(skipped)} image(s) without an entry in {Path(prompts).name} left out: {', '.join(skipped[:5])}"
+                   + (" ..." if len(skipped) > 5 else ""))
+    for directory in new_dirs:
+        directory.mkdir(exist_ok=True)
 
-    predictor = SamPredictor(encoder, decoder, device=device, threads=threads, check_weights=not no_weight_check,
-                             tf32=tf32, allow_unverified=allow_unverified)
-    if embedding:
-        from vitdeploy.runtime.embeddings import load_embedding
-
-        # (the same image file, by SHA-256, so the same size)
-        features, size = load_embedding(embedding, image_path=image, encoder_metadata=predictor.encoder.metadata)
-        predictor.set_image_embedding(features, size)
-        click.echo(f"using the embedding in {embedding} (encoder not run)")
-    else:
-        click.echo(f"encoding {Path(image).name} ({picture.shape[1]}x{picture.shape[0]}) with {Path(encoder).name} "
-                   f"({predictor.variant}, {predictor.encoder.name})")
-        predictor.set_image(picture)
-        if save_embedding:
-            from vitdeploy.runtime.embeddings import save_embedding as write_embedding
-
-            write_embedding(save_embedding, predictor.get_image_embedding(), predictor.original_size, image_path=image,
-                            encoder_metadata=predictor.encoder.metadata, encoder_path=encoder)
-            click.echo(f"wrote the image embedding to {save_embedding} (reuse it with --embedding)")
-    use_multi = {"on": True, "off": False, "auto": len(points) == 1 and box is None}[multimask]
-    masks, scores, _ = predictor.predict(coords, labels, np.array(box) if box else None, multimask_output=use_multi)
-    best = int(np.argmax(scores))
-    mask = masks[best]
-    save_png(mask, out_path)
-    save_png(overlay_mask(picture, mask, points=coords, labels=labels, box=np.array(box) if box else None), overlay_path)
-    shown = ", ".join(f"{s:.3f}" for s in scores)
-    click.echo(f"{len(scores)} mask(s), scores {shown}; wrote mask {best} ({mask.mean() * 100:.1f}% of the image) to "
-               f"{out_path} and the overlay to {overlay_path}")
+    results, runners = _run(jobs, encoder, decoder, multimask, folder, device=device, threads=threads,
+                            check_weights=not no_weight_check, tf32=tf32, allow_unverified=allow_unverified)
+    if folder:
+        masks = sum(r.mask is not None for r in results)
+        saved = sum(r.embedding is not None for r in results)
+        click.echo(f"{len(results)} image(s): {masks} mask(s)" + (f" in {output}" if masks else "")
+                   + (f", {saved} embedding(s) in {save_embedding}" if saved else ""))
     if report:
-        data = {"image": image, "encoder": encoder, "decoder": decoder, "points": points, "box": box,
-                "multimask": use_multi, "scores": [float(s) for s in scores], "chosen": best,
-                "mask_area_fraction": float(mask.mean()), "mask": str(out_path), "overlay": str(overlay_path),
-                "runners": [predictor.encoder.name, predictor.decoder.name]}
+        records = [{**r.to_dict(), "prompt": job.prompt.to_dict()} for job, r in zip(jobs, results)]
+        data = {"encoder": encoder, "decoder": decoder, "multimask": multimask, "runners": runners}
+        # one image: its record at the top level; a folder: one record per image
+        data.update({"images": records, "left_out": skipped} if folder else records[0])
         atomic_write_bytes(report, json.dumps(data, indent=2).encode())
         click.echo(f"report: {report}")
+
+
+def _run(jobs, encoder: str, decoder: str, multimask: str, folder: bool, **predictor_options):
+    """(results, runner names): the jobs run with one predictor, each result printed as it comes."""
+    from vitdeploy.cli.progress import StageProgress
+    from vitdeploy.runtime.predict_images import predict_images
+    from vitdeploy.runtime.sam_predictor import SamPredictor
+
+    predictor = SamPredictor(encoder, decoder, **predictor_options)
+    described = f"{Path(encoder).name} ({predictor.variant}, {predictor.encoder.name})"
+    if folder:
+        click.echo(f"{len(jobs)} image(s) with {described}")
+
+    def on_encode(job, size: tuple[int, int]) -> None:
+        if not folder:
+            click.echo(f"encoding {job.image.name} ({size[0]}x{size[1]}) with {described}")
+
+    def on_result(r) -> None:
+        head = f"{Path(r.image).name}: " if folder else ""
+        if not r.encoded:
+            click.echo(f"{head}using the embedding in {jobs[0].embedding if not folder else 'its .npz'} (encoder not run)")
+        if r.embedding and not folder:
+            click.echo(f"wrote the image embedding to {r.embedding} (reuse it with --embedding)")
+        if r.mask is not None:
+            shown = ", ".join(f"{s:.3f}" for s in r.scores)
+            click.echo(f"{head}{len(r.scores)} mask(s), scores {shown}; wrote mask {r.chosen} "
+                       f"({r.mask_area_fraction * 100:.1f}% of the image) to {r.mask} and the overlay to {r.overlay}")
+
+    results = predict_images(predictor, jobs, multimask, progress=StageProgress() if folder else None,
+                             on_encode=on_encode, on_result=on_result)
+    return results, [predictor.encoder.name, predictor.decoder.name]
 
 
 COMMAND = predict
