@@ -100,6 +100,17 @@ def write_test_images(root: Path) -> list[tuple[str, Path, int]]:
     write_png_raw(root / "rgb_16bit.png", deep, color_type=2)
     write_png_raw(root / "grey_alpha_16bit.png", deep[..., :2], color_type=4)
     out += [("rgb_16bit", root / "rgb_16bit.png", 64), ("grey_alpha_16bit", root / "grey_alpha_16bit.png", 64)]
+    # EXIF orientation (a phone photo held upright or sideways): every one of the 8, JPEG APP1 and PNG eXIf
+    portrait = Image.fromarray(sample_image(37, 52, seed=13))
+    for orientation in range(1, 9):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        for ext in ("jpg", "png"):
+            if ext == "png" and orientation not in (1, 6):
+                continue
+            path = root / f"exif_orientation_{orientation}.{ext}"
+            portrait.save(path, exif=exif, **({"quality": 90} if ext == "jpg" else {}))
+            out.append((f"exif_orientation_{orientation}_{ext}", path, 64))
     return out
 
 

@@ -68,6 +68,7 @@ struct PngLayout {
     int channels = 0;        // after transforms: 1 grey, 2 grey+alpha, 3 RGB, 4 RGBA
     int bit_depth = 0;       // after transforms: 8, or 16 for 16-bit grey kept for scaling
     std::size_t rowbytes = 0;
+    int orientation = 1;     // EXIF orientation of an eXIf chunk before the pixels
 };
 
 bool png_read_layout(PngState* s, FILE* fp, PngLayout* out) {
@@ -76,6 +77,12 @@ bool png_read_layout(PngState* s, FILE* fp, PngLayout* out) {
     png_set_sig_bytes(s->png, 8);
     png_set_user_limits(s->png, 1u << 24, 1u << 24);
     png_read_info(s->png, s->info);
+#ifdef PNG_eXIf_SUPPORTED
+    png_uint_32 exif_size = 0;
+    png_bytep exif = nullptr;
+    if (png_get_eXIf_1(s->png, s->info, &exif_size, &exif) != 0 && exif != nullptr)
+        out->orientation = exif_orientation(exif, exif_size);
+#endif
     png_uint_32 width = 0, height = 0;
     int depth = 0, color = 0;
     png_get_IHDR(s->png, s->info, &width, &height, &depth, &color, nullptr, nullptr, nullptr);
@@ -102,7 +109,7 @@ bool png_read_rows(PngState* s, png_bytep* rows) {
     return true;
 }
 
-RgbImage read_png(const std::string& path, FILE* fp) {
+RgbImage read_png(const std::string& path, FILE* fp, int* orientation) {
     PngState state;
     state.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &state, png_error_fn, png_warning_fn);
     if (!state.png) throw InputError("out of memory reading image '" + path + "'");
@@ -125,6 +132,7 @@ RgbImage read_png(const std::string& path, FILE* fp) {
     for (png_uint_32 y = 0; y < layout.height; ++y) rows[y] = raw.data() + y * layout.rowbytes;
     if (!png_read_rows(&state, rows.data())) undecodable(path, state.message);
 
+    *orientation = layout.orientation;
     RgbImage image(static_cast<int>(layout.width), static_cast<int>(layout.height));
     const int c = layout.channels;
     unsigned lo = 65535, hi = 0;  // 16-bit grey: the range scaled to 0..255
@@ -182,6 +190,7 @@ bool jpeg_read_layout(jpeg_decompress_struct* cinfo, JpegErrors* errors, FILE* f
     if (setjmp(errors->jump)) return false;
     jpeg_create_decompress(cinfo);
     jpeg_stdio_src(cinfo, fp);
+    jpeg_save_markers(cinfo, JPEG_APP0 + 1, 0xFFFF);  // APP1: EXIF (orientation)
     jpeg_read_header(cinfo, TRUE);
     *unsupported_colour = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
     if (*unsupported_colour) return true;
@@ -203,7 +212,14 @@ bool jpeg_read_rows(jpeg_decompress_struct* cinfo, JpegErrors* errors, std::uint
     return true;
 }
 
-RgbImage read_jpeg(const std::string& path, FILE* fp) {
+int jpeg_orientation(const jpeg_decompress_struct& cinfo) {
+    for (jpeg_saved_marker_ptr m = cinfo.marker_list; m != nullptr; m = m->next)
+        if (m->marker == JPEG_APP0 + 1 && m->data_length > 6 && std::memcmp(m->data, "Exif\0\0", 6) == 0)
+            return exif_orientation(m->data + 6, m->data_length - 6);
+    return 1;
+}
+
+RgbImage read_jpeg(const std::string& path, FILE* fp, int* orientation) {
     jpeg_decompress_struct cinfo;
     JpegErrors errors;
     std::memset(&cinfo, 0, sizeof cinfo);
@@ -223,6 +239,7 @@ RgbImage read_jpeg(const std::string& path, FILE* fp) {
     if (static_cast<std::size_t>(cinfo.output_width) * cinfo.output_height > kMaxPixels)
         throw InputError("image '" + path + "' is too large: downscale it first");
     RgbImage image(static_cast<int>(cinfo.output_width), static_cast<int>(cinfo.output_height));
+    *orientation = jpeg_orientation(cinfo);  // saved markers live until jpeg_finish_decompress
     if (!jpeg_read_rows(&cinfo, &errors, image.pixels.data())) undecodable(path, errors.message);
     return image;
 }
@@ -271,16 +288,73 @@ RgbImage read_image(const std::string& path) {
     if (!fp) throw InputError("image '" + path + "' cannot be opened (" + std::strerror(errno) + "): check its permissions");
     unsigned char sig[8] = {0};
     std::size_t n = std::fread(sig, 1, sizeof sig, fp.get());
-    if (n == 8 && png_sig_cmp(sig, 0, 8) == 0) return read_png(path, fp.get());
+    int orientation = 1;
+    if (n == 8 && png_sig_cmp(sig, 0, 8) == 0) {
+        RgbImage image = read_png(path, fp.get(), &orientation);  // (sets orientation: not in the same expression)
+        return apply_exif_orientation(image, orientation);
+    }
     if (n >= 3 && sig[0] == 0xFF && sig[1] == 0xD8 && sig[2] == 0xFF) {
 #ifdef VITDEPLOY_HAVE_JPEG
         std::rewind(fp.get());
-        return read_jpeg(path, fp.get());
+        RgbImage image = read_jpeg(path, fp.get(), &orientation);
+        return apply_exif_orientation(image, orientation);
 #else
         undecodable(path, "this build has no JPEG support (libjpeg was not found when it was built)");
 #endif
     }
     undecodable(path, n == 0 ? "empty file" : "not a PNG or JPEG file");
+}
+
+int exif_orientation(const std::uint8_t* data, std::size_t size) {
+    // TIFF header: byte order ("II" little, "MM" big), 42, offset of IFD0; IFD0: a 2-byte entry count,
+    // then 12-byte entries (tag, type, count, value). Orientation is tag 0x0112, one SHORT (type 3).
+    if (data == nullptr || size < 8) return 1;
+    const bool little = data[0] == 'I' && data[1] == 'I';
+    if (!little && !(data[0] == 'M' && data[1] == 'M')) return 1;
+    auto u16 = [&](std::size_t at) -> unsigned {
+        return little ? unsigned(data[at]) | unsigned(data[at + 1]) << 8 : unsigned(data[at]) << 8 | unsigned(data[at + 1]);
+    };
+    auto u32 = [&](std::size_t at) -> std::uint32_t {
+        return little ? std::uint32_t(u16(at)) | std::uint32_t(u16(at + 2)) << 16
+                      : std::uint32_t(u16(at)) << 16 | std::uint32_t(u16(at + 2));
+    };
+    if (u16(2) != 42) return 1;
+    const std::uint32_t ifd = u32(4);
+    if (ifd > size - 2) return 1;
+    const unsigned entries = u16(ifd);
+    for (unsigned i = 0; i < entries; ++i) {
+        const std::size_t at = std::size_t(ifd) + 2 + std::size_t(i) * 12;
+        if (at + 12 > size) return 1;
+        if (u16(at) == 0x0112 && u16(at + 2) == 3 && u32(at + 4) == 1) {
+            const unsigned value = u16(at + 8);
+            return value >= 1 && value <= 8 ? static_cast<int>(value) : 1;
+        }
+    }
+    return 1;
+}
+
+RgbImage apply_exif_orientation(const RgbImage& image, int orientation) {
+    if (orientation < 2 || orientation > 8) return image;
+    const int w = image.width, h = image.height;
+    const bool swap = orientation >= 5;  // transpose, rotations by 90 and transverse exchange width and height
+    RgbImage out(swap ? h : w, swap ? w : h);
+    for (int y = 0; y < out.height; ++y) {
+        std::uint8_t* dst = out.row(y);
+        for (int x = 0; x < out.width; ++x, dst += 3) {
+            int sx = x, sy = y;  // the source pixel of output (x, y)
+            switch (orientation) {
+                case 2: sx = w - 1 - x; break;                  // mirror
+                case 3: sx = w - 1 - x; sy = h - 1 - y; break;  // rotate 180
+                case 4: sy = h - 1 - y; break;                  // flip
+                case 5: sx = y; sy = x; break;                  // transpose
+                case 6: sx = y; sy = h - 1 - x; break;          // rotate 90 clockwise
+                case 7: sx = w - 1 - y; sy = h - 1 - x; break;  // transverse
+                case 8: sx = w - 1 - y; sy = x; break;          // rotate 90 counter-clockwise
+            }
+            std::memcpy(dst, image.row(sy) + std::size_t(sx) * 3, 3);
+        }
+    }
+    return out;
 }
 
 void write_png_gray(const std::string& path, int width, int height, const std::vector<std::uint8_t>& pixels) {

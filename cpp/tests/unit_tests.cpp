@@ -257,6 +257,34 @@ TEST_CASE(images_errors_name_the_problem_and_masks_round_trip) {
     CHECK(!fs::exists(temp_dir() / "no_such_dir"));
 }
 
+TEST_CASE(exif_orientation_reads_both_byte_orders_and_ignores_malformed_blocks) {
+    // IFD0 with two entries (ImageWidth, then Orientation = 8), little- and big-endian.
+    const std::vector<std::uint8_t> little = {'I', 'I', 42, 0, 8, 0, 0, 0, 2, 0,
+                                              0x00, 0x01, 3, 0, 1, 0, 0, 0, 64, 0, 0, 0,
+                                              0x12, 0x01, 3, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0};
+    const std::vector<std::uint8_t> big = {'M', 'M', 0, 42, 0, 0, 0, 8, 0, 2,
+                                           0x01, 0x00, 0, 3, 0, 0, 0, 1, 0, 64, 0, 0,
+                                           0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 6, 0, 0, 0, 0, 0, 0};
+    CHECK(exif_orientation(little.data(), little.size()) == 8);
+    CHECK(exif_orientation(big.data(), big.size()) == 6);
+    CHECK(exif_orientation(little.data(), 30) == 1);  // cut inside the orientation entry
+    std::vector<std::uint8_t> bad_value = little;
+    bad_value[30] = 9;
+    CHECK(exif_orientation(bad_value.data(), bad_value.size()) == 1);
+    std::vector<std::uint8_t> far_ifd = little;
+    far_ifd[4] = 0xF0;
+    CHECK(exif_orientation(far_ifd.data(), far_ifd.size()) == 1);
+    CHECK(exif_orientation(nullptr, 0) == 1);
+    // 2x3 image, rotate 90 clockwise (6) then counter-clockwise (8): back where it was; 6 gives 3x2.
+    RgbImage image(2, 3);
+    for (std::size_t i = 0; i < image.pixels.size(); ++i) image.pixels[i] = static_cast<std::uint8_t>(i);
+    RgbImage turned = apply_exif_orientation(image, 6);
+    CHECK(turned.width == 3 && turned.height == 2);
+    CHECK(turned.row(0)[0] == image.row(2)[0]);  // the bottom-left pixel comes to the top-left
+    CHECK(apply_exif_orientation(turned, 8).pixels == image.pixels);
+    CHECK(apply_exif_orientation(apply_exif_orientation(image, 3), 3).pixels == image.pixels);
+}
+
 TEST_CASE(open_model_rejects_missing_files_and_unknown_kinds) {
     CHECK_THROWS(InputError, open_model((temp_dir() / "none.onnx").string()), "not found");
     CHECK_THROWS(InputError, open_model(write_file("model.bin", "x")), "unknown extension '.bin'");

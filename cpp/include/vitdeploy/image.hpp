@@ -20,10 +20,20 @@ struct RgbImage {
 };
 
 /// Read a PNG (or, when built with libjpeg, a JPEG) file as RGB, the way vitdeploy.runtime.images
-/// reads it with Pillow's ``convert("RGB")``: palettes expanded, grey replicated, alpha dropped
-/// (not composited), 16-bit colour samples reduced to their high byte, 16-bit grey clipped to 255.
+/// reads it with Pillow: upright (the EXIF orientation of a JPEG's APP1 segment or a PNG's eXIf chunk
+/// applied, as ``ImageOps.exif_transpose``), then ``convert("RGB")``: palettes expanded, grey
+/// replicated, alpha dropped (not composited), 16-bit colour samples reduced to their high byte,
+/// 16-bit grey scaled from its own min..max to 0..255.
 /// Throws InputError when the file is missing or cannot be decoded.
 RgbImage read_image(const std::string& path);
+
+/// The EXIF orientation (1..8) in a TIFF-structured EXIF block (what follows "Exif\0\0" in a JPEG's
+/// APP1 segment, or a PNG's eXIf chunk); 1 (upright) when the tag is absent or the block malformed.
+int exif_orientation(const std::uint8_t* data, std::size_t size);
+
+/// ``image`` turned upright for EXIF ``orientation`` (Pillow's exif_transpose: 2 mirror, 3 rotate
+/// 180, 4 flip, 5 transpose, 6 rotate 90 clockwise, 7 transverse, 8 rotate 90 counter-clockwise).
+RgbImage apply_exif_orientation(const RgbImage& image, int orientation);
 
 /// Whether read_image() decodes JPEG in this build.
 bool jpeg_supported();
