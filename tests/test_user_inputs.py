@@ -229,3 +229,12 @@ def test_errors_a_user_makes_are_answered_before_torch_is_imported(tmp_path):
     for verb, exit_code, named, first_line, torch_loaded in json.loads(done.stdout.strip().splitlines()[-1]):
         assert exit_code == 1 and named, (verb, first_line)
         assert not torch_loaded, (verb, "imported torch before answering", first_line)
+
+
+def test_sam_only_export_options_are_refused_for_timm_not_dropped(tmp_path):
+    """--target and --layernorm2d shape SAM graphs; on a timm recipe they are an error before any work, not ignored."""
+    for option, value in (("--layernorm2d", "native"), ("--layernorm2d", "matmul"), ("--target", "tensorrt")):
+        out = CliRunner().invoke(cli, ["export", "-r", "timm_deit_small_patch16_224", "--random-weights", option, value,
+                                       "-o", str(tmp_path / "m.onnx")])
+        assert out.exit_code == 1 and f"drop {option}" in out.output, (option, out.output)
+        assert not (tmp_path / "m.onnx").exists()

@@ -57,7 +57,7 @@ def export_from_recipe(
     batch: int = 1,
     dynamic_batch: bool = False,
     opset: int | None = None,
-    layernorm2d: str = "matmul",
+    layernorm2d: str | None = None,
     echo: Echo = _quiet,
     target: str = "generic",
 ) -> ExportResult:
@@ -65,6 +65,8 @@ def export_from_recipe(
 
     ``target`` (SAM image encoder recipes only) picks the attention form for a runtime; see
     :mod:`vitdeploy.onnx_export.targets` (default ``generic``: portable standard ONNX).
+    ``layernorm2d`` (SAM recipes only: the encoder's neck, the decoder's upscaler) is ``matmul`` or
+    ``native``; None means ``matmul``.
     """
     from vitdeploy.fileio import check_output_path, sha256_file
     from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
@@ -72,13 +74,17 @@ def export_from_recipe(
 
     check_output_path(output)  # fail before minutes of work, not after
     get_target(target)
-    if target != DEFAULT_TARGET:
+    if target != DEFAULT_TARGET or layernorm2d is not None:
         from vitdeploy.models.recipes import load_recipe
 
         early = load_recipe(recipe_name)
-        if early.family != "sam_image_encoder":
+        if target != DEFAULT_TARGET and early.family != "sam_image_encoder":
             raise InputError(f"--target {target} applies to SAM image encoder recipes; recipe '{early.name}' "
                              f"({early.family}) has one export form: drop --target")
+        if layernorm2d is not None and not early.family.startswith("sam_"):
+            raise InputError(f"--layernorm2d applies to SAM recipes (LayerNorm2d in the encoder's neck and the decoder's "
+                             f"upscaler); recipe '{early.name}' ({early.family}) has none: drop --layernorm2d")
+    layernorm2d = layernorm2d or "matmul"
     recipe, arch, model = load_eager_from_recipe(recipe_name, checkpoint, random_weights, seed)
     if recipe.family != "sam_image_encoder":
         from vitdeploy.family_export import export_family

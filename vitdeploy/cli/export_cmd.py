@@ -22,8 +22,9 @@ TARGET_NAMES = ("generic", "tensorrt", "onnxruntime-cpu")
 @click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Static batch size.")
 @click.option("--dynamic-batch", is_flag=True, help="Make the batch axis dynamic (symbolic 'batch').")
 @click.option("--opset", type=click.IntRange(min=17), default=None, help="ONNX opset (default: the recipe's, 18).")
-@click.option("--layernorm2d", type=click.Choice(["matmul", "native"]), default="matmul", show_default=True,
-              help="Neck LayerNorm2d form: channel statistics by MatMul, or the LayerNormalization op (TensorRT FP16).")
+@click.option("--layernorm2d", type=click.Choice(["matmul", "native"]), default=None,
+              help="SAM recipes: LayerNorm2d form (encoder neck, decoder upscaler): channel statistics by MatMul "
+                   "(default), or the LayerNormalization op (TensorRT FP16).")
 @click.option("--target", type=click.Choice(TARGET_NAMES), default="generic", show_default=True,
               help="Runtime the SAM encoder graph is written for: generic = standard ONNX with attention as the "
                    "official model computes it (any runtime); tensorrt = standard ONNX with bias-free attention "
@@ -34,7 +35,7 @@ TARGET_NAMES = ("generic", "tensorrt", "onnxruntime-cpu")
 @verbose_option
 @handle_errors
 def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int, output: str, image_size: int | None,
-           batch: int, dynamic_batch: bool, opset: int | None, layernorm2d: str, target: str, report: str | None,
+           batch: int, dynamic_batch: bool, opset: int | None, layernorm2d: str | None, target: str, report: str | None,
            force: bool, verbose: bool) -> None:
     """Export a model to a static, checked ONNX graph.
 
