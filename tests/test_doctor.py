@@ -101,3 +101,16 @@ def test_cli_without_tensorrt_says_build_engine_is_unavailable(monkeypatch: pyte
     assert code == 0
     line = next(ln for ln in output.splitlines() if ln.strip().startswith("build-engine"))
     assert "unavailable: needs tensorrt" in line
+
+
+def test_the_torch_extra_hint_shows_only_when_the_pytorch_side_is_missing() -> None:
+    """A full install without a GPU ('torch-cuda' missing) is not told to install the torch extra."""
+    from vitdeploy.doctor import DoctorReport
+
+    def report(torch_ok: bool) -> str:
+        states = {"torch": torch_ok, "torch-cuda": False, "onnx": True, "segment_anything": torch_ok, "onnxruntime": True}
+        components = {name: Component(name, ok) for name, ok in states.items()}
+        return DoctorReport("0", components, verb_readiness(["export", "benchmark"], components)).text()
+
+    assert "vitdeploy[torch]" not in report(True)
+    assert "vitdeploy[torch]" in report(False)

@@ -279,8 +279,7 @@ class DoctorReport:
             head = "ready" if v.ready else f"unavailable: needs {', '.join(v.missing)}"
             tail = f" ({'; '.join(v.extras)})" if v.extras else ""
             lines.append(f"  {v.verb:<14} {head}{tail}")
-        if any(name in v.missing or any(f"needs {name}" in e for e in v.extras)
-               for v in self.verbs for name in ("torch", "segment_anything")):
+        if not all(self.components[name].ok for name in ("torch", "segment_anything") if name in self.components):
             from vitdeploy.optional_packages import TORCH_EXTRA_HINT
 
             lines.append(f"the PyTorch side (export, validate, eager rows): {TORCH_EXTRA_HINT}")

@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include <unistd.h>
 
@@ -291,13 +292,13 @@ RgbImage read_image(const std::string& path) {
     int orientation = 1;
     if (n == 8 && png_sig_cmp(sig, 0, 8) == 0) {
         RgbImage image = read_png(path, fp.get(), &orientation);  // (sets orientation: not in the same expression)
-        return apply_exif_orientation(image, orientation);
+        return apply_exif_orientation(std::move(image), orientation);
     }
     if (n >= 3 && sig[0] == 0xFF && sig[1] == 0xD8 && sig[2] == 0xFF) {
 #ifdef VITDEPLOY_HAVE_JPEG
         std::rewind(fp.get());
         RgbImage image = read_jpeg(path, fp.get(), &orientation);
-        return apply_exif_orientation(image, orientation);
+        return apply_exif_orientation(std::move(image), orientation);
 #else
         undecodable(path, "this build has no JPEG support (libjpeg was not found when it was built)");
 #endif
@@ -333,7 +334,7 @@ int exif_orientation(const std::uint8_t* data, std::size_t size) {
     return 1;
 }
 
-RgbImage apply_exif_orientation(const RgbImage& image, int orientation) {
+RgbImage apply_exif_orientation(RgbImage image, int orientation) {
     if (orientation < 2 || orientation > 8) return image;
     const int w = image.width, h = image.height;
     const bool swap = orientation >= 5;  // transpose, rotations by 90 and transverse exchange width and height

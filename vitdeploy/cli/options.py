@@ -47,11 +47,12 @@ def handle_errors(fn: Callable) -> Callable:
         except ImportError as exc:
             from vitdeploy.optional_packages import TORCH_EXTRA_HINT, torch_side_module
 
-            if torch_side_module(exc) is None:
+            missing = torch_side_module(exc)
+            if missing is None:
                 raise _unexpected(exc, verbose) from exc
             if verbose:
                 traceback.print_exc(file=sys.stderr)
-            raise UserError(f"'vitdeploy {ctx.info_name}' needs the '{torch_side_module(exc)}' package, which is not "
+            raise UserError(f"'vitdeploy {ctx.info_name}' needs the '{missing}' package, which is not "
                             f"installed (vitdeploy without its PyTorch side): {TORCH_EXTRA_HINT}") from exc
         except KeyboardInterrupt:
             raise click.exceptions.Abort() from None

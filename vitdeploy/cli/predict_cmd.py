@@ -110,13 +110,11 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
         raise InputError("--prompts is for a folder of images (-i FOLDER); for one image give --point/--box")
     if prompts and prompt:
         raise InputError("give the prompts either in --prompts or as --point/--box, not both")
-    if not (prompt or prompts) and output:
+    prompted = bool(prompt or prompts)
+    if not prompted and (output or not save_embedding):  # without a prompt, only --save-embedding has work to do
         raise InputError("no prompt: give at least one --point X,Y[,LABEL] or a --box X0,Y0,X1,Y1"
-                         + (" (or --prompts FILE)" if folder else ""))
-    if not (prompt or prompts) and not save_embedding:
-        raise InputError("no prompt: give at least one --point X,Y[,LABEL] or a --box X0,Y0,X1,Y1, "
-                         "or only --save-embedding to encode")
-    if (prompt or prompts) and not output:
+                         + (" (or --prompts FILE)" if folder else "") + ("" if output else ", or only --save-embedding to encode"))
+    if prompted and not output:
         raise InputError("give --output (-o): " + ("a folder for the masks" if folder else "the mask PNG to write"))
     if folder:
         if overlay:

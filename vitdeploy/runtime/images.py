@@ -54,6 +54,15 @@ def read_image_rgb(path: str | Path, notes: list[str] | None = None) -> np.ndarr
         raise InputError(f"image '{path}' cannot be decoded ({exc.__class__.__name__}): use a valid JPEG/PNG/WebP file") from exc
 
 
+def images_in_folder(folder: str | Path, hint: str) -> list[Path]:
+    """The files of ``folder`` with an image suffix, sorted (not recursive); InputError ending in ``hint`` if none."""
+    folder = Path(folder)
+    found = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    if not found:
+        raise InputError(f"folder '{folder}' holds no images ({', '.join(IMAGE_SUFFIXES)}): {hint}")
+    return found
+
+
 def expand_image_paths(paths: Iterable[str | Path], what: str = "image path") -> list[Path]:
     """Image files from files and folders (folders: their files with an image suffix, sorted).
 
@@ -65,11 +74,7 @@ def expand_image_paths(paths: Iterable[str | Path], what: str = "image path") ->
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-            if not found:
-                raise InputError(f"folder '{path}' holds no images ({', '.join(IMAGE_SUFFIXES)}): "
-                                 "point --images at a folder of photos")
-            out.extend(found)
+            out.extend(images_in_folder(path, "point --images at a folder of photos"))
         elif path.is_file():
             out.append(path)
         else:

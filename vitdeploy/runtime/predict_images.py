@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.images import IMAGE_SUFFIXES, read_image_rgb
+from vitdeploy.runtime.images import images_in_folder, read_image_rgb
 
 
 @dataclass(frozen=True)
@@ -135,9 +135,7 @@ def plan_folder(folder: str | os.PathLike, prompt: Prompt, out_dir: str | os.Pat
     ``<stem>.npz`` in ``save_embedding_dir`` (written) or ``embedding_dir`` (read).
     """
     folder = Path(folder)
-    images = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-    if not images:
-        raise InputError(f"folder '{folder}' holds no images ({', '.join(IMAGE_SUFFIXES)})")
+    images = images_in_folder(folder, "point -i at a folder of photos")
     skipped: list[str] = []
     if prompts is not None:
         unknown = sorted(set(prompts) - {p.name for p in images})
@@ -155,14 +153,13 @@ def plan_folder(folder: str | os.PathLike, prompt: Prompt, out_dir: str | os.Pat
     for name, value in (("--output", out_dir), ("--save-embedding", save_embedding_dir), ("--embedding", embedding_dir)):
         if value is not None and Path(value).exists() and not Path(value).is_dir():
             raise InputError(f"{name} '{value}' is a file: with a folder of images, {name} is a folder")
-    jobs = []
-    for path in images:
-        out = Path(out_dir) if out_dir is not None else None
-        jobs.append(ImageJob(
-            path, prompts[path.name] if prompts is not None else prompt,
-            out / f"{path.stem}.png" if out else None, out / f"{path.stem}.overlay.png" if out else None,
-            Path(save_embedding_dir) / f"{path.stem}.npz" if save_embedding_dir else None,
-            Path(embedding_dir) / f"{path.stem}.npz" if embedding_dir else None))
+    def beside(directory: str | os.PathLike | None, name: str) -> Path | None:
+        return Path(directory) / name if directory is not None else None
+
+    jobs = [ImageJob(path, prompts[path.name] if prompts is not None else prompt,
+                     beside(out_dir, f"{path.stem}.png"), beside(out_dir, f"{path.stem}.overlay.png"),
+                     beside(save_embedding_dir, f"{path.stem}.npz"), beside(embedding_dir, f"{path.stem}.npz"))
+            for path in images]
     return jobs, skipped
 
 

@@ -33,7 +33,8 @@ int exif_orientation(const std::uint8_t* data, std::size_t size);
 
 /// ``image`` turned upright for EXIF ``orientation`` (Pillow's exif_transpose: 2 mirror, 3 rotate
 /// 180, 4 flip, 5 transpose, 6 rotate 90 clockwise, 7 transverse, 8 rotate 90 counter-clockwise).
-RgbImage apply_exif_orientation(const RgbImage& image, int orientation);
+/// Orientation 1 (or unknown) returns ``image`` itself, moved, not copied.
+RgbImage apply_exif_orientation(RgbImage image, int orientation);
 
 /// Whether read_image() decodes JPEG in this build.
 bool jpeg_supported();
