@@ -93,40 +93,12 @@ build sam_vit_b_decoder "$OUT/sam_vit_b_decoder.onnx"
 # --- parity of every engine against the eager official model (CPU, FP32: the reference), named tolerances.
 for plan in "${ENGINES[@]}"; do
     name=$(basename "$plan" .plan)
-    step "validate_$name" "$PYTHON" - "$plan" "$OUT/$name.validate.json" <<'PY'
-import json
-import sys
-
-from vitdeploy.fileio import atomic_write_bytes
-from vitdeploy.runtime.loader import open_runner
-from vitdeploy.validation.inputs import image_input_sets
-from vitdeploy.validation.parity import TOLERANCES
-from vitdeploy.validation.references import eager_reference
-from vitdeploy.validation.torch_runner import TorchRunner
-from vitdeploy.validation.validate import validate_runner
-
-try:
-    from vitdeploy.validation.family_inputs import random_input_sets
-except ImportError:  # older checkout: image models only
-    from vitdeploy.validation.validate import random_image_inputs
-
-    def random_input_sets(meta, names, shapes, count, seed=0):
-        return random_image_inputs(names[0], [d if isinstance(d, int) else 1 for d in shapes[names[0]]], count, seed)
-
-plan, report = sys.argv[1], sys.argv[2]
-engine = open_runner(plan)
-meta = engine.metadata
-tol = TOLERANCES[meta.get("precision", "fp32")]
-reference = TorchRunner(eager_reference(meta), engine.input_names, engine.output_names, threads=None, metadata=meta)
-sets = random_input_sets(meta, engine.input_names, engine.input_shapes(), 2)
-if meta.get("family") == "sam_image_encoder":
-    sets += image_input_sets(["calibration/images"], meta, engine.input_names[0])[:4]
-print(f"{plan}: precision {meta.get('precision')}, tolerance '{tol.name}', {len(sets)} input sets, warnings {getattr(engine, 'warnings', [])}")
-result = validate_runner(reference, engine, sets, tol, latency_runs=0, echo=print)
-atomic_write_bytes(report, json.dumps(result.to_dict(), indent=2).encode())
-print("parity:", "all within tolerance" if result else "FAILED")
-sys.exit(0 if result else 1)
-PY
+    case $name in  # the decoder takes embeddings and prompts, the encoders images too
+        *decoder*) IMAGES=() ;;
+        *) IMAGES=(--images calibration/images) ;;
+    esac
+    step "validate_$name" "${VD[@]}" validate "$plan" "${IMAGES[@]}" --random-inputs 2 --runs 0 \
+        --report "$OUT/$name.validate.json"
 done
 
 # --- benchmark against eager PyTorch on the same GPU (CPU eager if this PyTorch has no CUDA).

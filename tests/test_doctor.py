@@ -54,7 +54,7 @@ def test_components_match_what_is_importable(found: dict[str, Component]) -> Non
 
 def test_gpu_finding_matches_cuda(found: dict[str, Component]) -> None:
     from vitdeploy.errors import VitdeployError
-    from vitdeploy.runtime.cuda import query_gpu
+    from vitdeploy.cuda import query_gpu
 
     try:
         gpu = query_gpu(0)

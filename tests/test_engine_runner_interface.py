@@ -40,7 +40,7 @@ def _runner(kind: str, model: Path) -> Runner:
     if kind == "onnxruntime":
         return OnnxRuntimeRunner(model, threads=2)
     if kind == "torch-eager":
-        from vitdeploy.validation.references import eager_reference
+        from vitdeploy.families import eager_reference
         from vitdeploy.validation.torch_runner import TorchRunner
 
         ort = OnnxRuntimeRunner(model, threads=2)

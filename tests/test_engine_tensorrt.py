@@ -62,7 +62,7 @@ def _image(batch: int = 1, seed: int = 0) -> np.ndarray:
 
 
 def _eager(onnx_path: Path, x: np.ndarray) -> np.ndarray:
-    from vitdeploy.validation.references import eager_reference
+    from vitdeploy.families import eager_reference
     from vitdeploy.validation.torch_runner import TorchRunner
 
     meta = OnnxRuntimeRunner(onnx_path).metadata
@@ -72,7 +72,7 @@ def _eager(onnx_path: Path, x: np.ndarray) -> np.ndarray:
 def test_fp32_engine_sidecar_and_parity_with_eager(models: dict[str, Path], fp32_plan: Path) -> None:
     import tensorrt
 
-    from vitdeploy.runtime.cuda import query_gpu
+    from vitdeploy.cuda import query_gpu
 
     side = json.loads(sidecar_path(fp32_plan).read_text())
     gpu = query_gpu(0)

@@ -102,7 +102,7 @@ def test_cli_export_with_target(tiny_recipe: Path, tmp_path: Path) -> None:
     assert read_onnx_metadata(str(out))["target"] == "onnxruntime-cpu"
     runner = OnnxRuntimeRunner(out, threads=2)
     x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
-    from vitdeploy.validation.references import eager_reference
+    from vitdeploy.families import eager_reference
 
     with torch.no_grad():
         ref = eager_reference(runner.metadata, None)(torch.from_numpy(x))
@@ -122,7 +122,7 @@ def test_cli_target_on_a_non_encoder_recipe_is_refused(tmp_path: Path) -> None:
                                       str(tmp_path / "x.onnx"), "--target", "tensorrt"])
     assert result.exit_code == 1, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "applies to SAM image encoder recipes" in errors[0] and "Traceback" not in result.output
+    assert len(errors) == 1 and "--target tensorrt applies to sam_image_encoder recipes" in errors[0] and "Traceback" not in result.output
     assert not (tmp_path / "x.onnx").exists()
 
 

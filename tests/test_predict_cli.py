@@ -176,7 +176,7 @@ def test_validate_compares_on_saved_inputs_npz_and_polygraphy_json(tiny_sam_arti
     """validate --load-inputs, as Polygraphy's: the decoder on prompts a user saved (npz) or polygraphy wrote (json)."""
     from polygraphy.json import save_json
 
-    from vitdeploy.validation.family_inputs import decoder_prompt_feeds
+    from vitdeploy.runtime.input_sets import decoder_prompt_feeds
     from vitdeploy.metadata import read_onnx_metadata
 
     decoder = str(tiny_sam_artifacts.decoder)

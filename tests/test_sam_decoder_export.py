@@ -13,7 +13,7 @@ from vitdeploy.metadata import read_onnx_metadata
 from vitdeploy.onnx_export.hygiene import check_graph_hygiene
 from vitdeploy.onnx_export.sam_decoder import INPUT_NAMES, OUTPUT_NAMES
 from vitdeploy.runtime.runners import OnnxRuntimeRunner
-from vitdeploy.validation.family_references import OfficialDecoderReference
+from vitdeploy.models.sam_decoder import OfficialDecoderReference
 from vitdeploy.validation.parity import TOLERANCES, compare
 
 FP32 = TOLERANCES["fp32"]

@@ -1,7 +1,25 @@
 """vitdeploy: export Vision Transformers to ONNX / TensorRT with measured parity and latency.
 
-Pipeline stages, each importable without the later ones:
-models -> rewrites -> onnx_export -> precision -> engine -> runtime -> validation -> cli
+The package in layers, ground first. A module imports only from layers below its own (the data
+flows from a recipe up to an artifact; nothing below knows what uses it); ``tests/test_architecture.py``
+reads every import, lazy ones included, and holds the code to this list.
 """
 
 __version__ = "0.1.0"
+
+#: Layers, ground first; names are modules or packages directly under ``vitdeploy``.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "_lazy", "metadata", "onnx_graph", "relpos_layout", "cpu_features", "tested_versions"),  # shared facts
+    ("fileio", "optional_packages", "cuda"),  # files, optional packages, the CUDA runtime
+    ("models",),  # the official eager models, built from recipes and checkpoints
+    ("rewrites",),  # their export-friendly forms: same weights, same numbers
+    ("onnx_export",),  # rewritten module -> checked ONNX graph
+    ("engine",),  # ONNX -> TensorRT engine + sidecar
+    ("runtime",),  # runners, pre/post-processing, input sets (torch-free)
+    ("families",),  # which model is which: the one place that dispatches on the model family
+    ("validation",),  # parity and latency against the eager official model
+    ("precision", "benchmark", "artifact_info", "doctor"),  # FP16/INT8 passes; timing; inspect; doctor
+    ("pipeline",),  # one call per artifact-building verb
+    ("cli",),  # parsing and printing only
+    ("__main__",),
+)

@@ -178,7 +178,7 @@ def _tensorrt() -> Component:
 
 def _cuda_python_and_gpu() -> tuple[Component, Component]:
     from vitdeploy.errors import VitdeployError
-    from vitdeploy.runtime.cuda import cuda_python_version, cudart, query_gpu
+    from vitdeploy.cuda import cuda_python_version, cudart, query_gpu
 
     version = cuda_python_version()
     try:
@@ -306,7 +306,7 @@ def tensorrt_unavailable_reason(device: int = 0) -> str | None:
     """Why TensorRT engines cannot be built or run here (None when they can): tests skip with this reason."""
     from vitdeploy.engine.versions import installed_tensorrt_version
     from vitdeploy.errors import VitdeployError
-    from vitdeploy.runtime.cuda import query_gpu
+    from vitdeploy.cuda import query_gpu
 
     version, note = installed_tensorrt_version()
     if version is None:

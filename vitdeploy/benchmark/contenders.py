@@ -128,7 +128,7 @@ def eager_contender(reference: Runner, *, metadata: dict[str, Any], checkpoint: 
     import torch
 
     from vitdeploy.benchmark.autocast import AutocastModule
-    from vitdeploy.validation.references import eager_reference
+    from vitdeploy.families import eager_reference
     from vitdeploy.validation.torch_runner import TorchRunner
 
     if precision not in EAGER_PRECISIONS:

@@ -17,7 +17,6 @@ import numpy as np
 
 from vitdeploy.benchmark.contenders import Contender
 from vitdeploy.errors import InputError
-from vitdeploy.validation.family_inputs import template_feeds
 from vitdeploy.validation.latency import LatencyStats, measure_latency
 
 Echo = Callable[[str], None]
@@ -59,8 +58,11 @@ def make_feeds(template: dict[str, list[int | str]], batch: int, seed: int = 0,
                metadata: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
     """Seeded standard-normal float32 inputs with the batch axis (``"batch"`` or axis 0) set to ``batch``; for a
     family whose inputs are not plain tensors (``metadata``: the SAM decoder's prompts), its own
-    (:func:`vitdeploy.validation.family_inputs.template_feeds`)."""
-    special = template_feeds(metadata or {}, template, seed)
+    (:meth:`vitdeploy.families.ModelFamily.template_feeds`)."""
+    from vitdeploy.families import recorded_family
+
+    family = recorded_family(metadata or {})
+    special = family.template_feeds(metadata or {}, template, seed) if family else None
     if special is not None:
         return special
     rng = np.random.default_rng(seed)

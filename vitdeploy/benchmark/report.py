@@ -22,7 +22,7 @@ def environment(threads: int | None, contenders: Sequence[Contender]) -> dict[st
     if any(c.backend == "tensorrt" for c in contenders):
         import tensorrt
 
-        from vitdeploy.runtime.cuda import cuda_python_version
+        from vitdeploy.cuda import cuda_python_version
 
         versions["tensorrt"] = str(tensorrt.__version__)
         versions["cuda-python"] = str(cuda_python_version())

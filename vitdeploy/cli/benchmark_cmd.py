@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
@@ -53,53 +52,19 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
 
     for path in models:  # before the imports below (torch: seconds)
         require_model_file(path)
-    from vitdeploy.benchmark.contenders import deployed_contender, eager_contender, input_template, parse_shapes
-    from vitdeploy.benchmark.harness import run_benchmark
-    from vitdeploy.benchmark.report import TIMING, BenchmarkReport, environment
-    from vitdeploy.errors import InputError
+    from vitdeploy.benchmark.report import TIMING
+    from vitdeploy.benchmark.run import BenchmarkOptions, benchmark_models
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs
-    from vitdeploy.runtime.loader import ONNX_SUFFIXES
     from vitdeploy.optional_packages import require_torch_side
-    from vitdeploy.runtime.ort_fusions import runner_precision_note
 
     claim_outputs([report], force)
     if eager:
         require_torch_side("benchmark's eager PyTorch row", "--no-eager to time the deployed models alone")
-    deployed = [deployed_contender(m, threads=threads, device=device, gpu=gpu, tf32=tf32, allow_unverified=allow_unverified,
-                                   fused_attention=fused_attention and Path(m).suffix.lower() in ONNX_SUFFIXES) for m in models]
-    for c in deployed:
-        for warning in getattr(c.runner, "warnings", []):
-            click.echo(f"warning: {warning}")
-        note = runner_precision_note(c.runner, device, threads)
-        if note:
-            click.echo(f"{c.label}: {note}")
-        if getattr(c.runner, "provider", None) and device != "cpu":
-            click.echo(f"{c.label}: {c.runner.provider}")
-    first = deployed[0].runner
-    template = input_template(first, parse_shapes(shapes))
-    contenders = []
-    if eager:
-        meta = first.metadata
-        if not meta.get("family"):
-            raise InputError(f"'{models[0]}' carries no vitdeploy metadata to rebuild the eager model from: use --no-eager")
-        if meta.get("random_weights"):
-            click.echo(f"note: RANDOM WEIGHTS (seed {meta.get('random_seed')}); timings are still meaningful")
-        for precision in eager_precisions or ("fp32",):
-            click.echo(f"building the eager official model ({meta.get('family')}, {meta.get('variant')}, {precision}, {device})")
-            contenders.append(eager_contender(first, metadata=meta, checkpoint=checkpoint, precision=precision,
-                                              device=device, threads=threads, tf32=tf32))
-    elif eager_precisions:
-        raise InputError("--eager-precision needs the eager baseline: drop --no-eager")
-    contenders += deployed
-    rows = run_benchmark(contenders, template, list(batches or (1,)), runs=runs, warmup=warmup, echo=click.echo,
-                         metadata=first.metadata)
-    result = BenchmarkReport(
-        rows=rows,
-        settings={"runs": runs, "warmup": warmup, "batches": list(batches or (1,)), "threads": threads,
-                  "input_shapes": {name: dims[1:] for name, dims in template.items()},
-                  "device": device, "tf32": tf32, "timing": TIMING, "models": list(models)},
-        environment=environment(threads, contenders),
-    )
+    options = BenchmarkOptions(eager=eager, eager_precisions=eager_precisions, checkpoint=checkpoint,
+                               device=device, tf32=tf32, allow_unverified=allow_unverified, gpu=gpu,
+                               batches=batches or (1,), runs=runs, warmup=warmup, shapes=shapes,
+                               fused_attention=fused_attention, threads=threads)
+    result = benchmark_models(models, options, echo=click.echo)
     click.echo(f"latency over {runs} runs after {warmup} warm-up, {threads} CPU thread(s); {TIMING}")
     click.echo(result.table())
     if report:

@@ -55,13 +55,12 @@ def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int,
         require_checkpoint_file(checkpoint)
     load_recipe(recipe)
     require_torch_side("'vitdeploy export' (the eager official model)")
-    from vitdeploy.pipeline import export_from_recipe
+    from vitdeploy.families import ExportOptions
+    from vitdeploy.pipeline import export_recipe
 
-    result = export_from_recipe(
-        recipe, output, checkpoint=checkpoint, random_weights=random_weights, seed=seed, image_size=image_size,
-        batch=batch, dynamic_batch=dynamic_batch, opset=opset, layernorm2d=layernorm2d, echo=click.echo,
-        target=target,
-    )
+    options = ExportOptions(checkpoint=checkpoint, random_seed=seed if random_weights else None, image_size=image_size,
+                            batch=batch, dynamic_batch=dynamic_batch, opset=opset, layernorm2d=layernorm2d, target=target)
+    result = export_recipe(recipe, output, options, echo=click.echo)
     ops = ", ".join(f"{k} {v}" for k, v in sorted(result.hygiene.op_counts.items()))
     click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB): inputs {result.input_shapes}, outputs {result.output_shapes}")
     click.echo(f"graph hygiene: clean; nodes: {ops}")

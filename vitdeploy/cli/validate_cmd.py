@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
@@ -49,7 +48,7 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
       vitdeploy validate demo.onnx --runs 10 --report demo-validate.json
       vitdeploy validate sam_vit_b_decoder.onnx --load-inputs prompts.npz --random-inputs 0
     """
-    from vitdeploy.errors import InputError, ParityError
+    from vitdeploy.errors import ParityError
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs, require_checkpoint_file, require_model_file
     from vitdeploy.optional_packages import require_torch_side
 
@@ -58,62 +57,23 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
         require_checkpoint_file(checkpoint)
     claim_outputs([report], force)
     require_torch_side("'vitdeploy validate' (the eager official model is its reference)")
-    from vitdeploy.runtime.loader import open_runner
-    from vitdeploy.validation.inputs import image_input_sets, saved_input_sets
-    from vitdeploy.validation.parity import TOLERANCES
-    from vitdeploy.validation.references import eager_reference
-    from vitdeploy.validation.torch_runner import TorchRunner
-    from vitdeploy.validation.validate import validate_runner
+    from vitdeploy.validation.validate_model import ValidateOptions, validate_model
 
-    # .onnx -> ONNX Runtime on --device, .plan -> TensorRT
-    candidate = open_runner(model, threads=threads, fused_attention=fused_attention, ort_device=device, tf32=tf32,
-                            allow_unverified=True)
-    if device != "cpu" and getattr(candidate, "provider", None):
-        click.echo(f"runs on {candidate.provider}")
-    fusion = getattr(candidate, "fusion", None)
-    if fusion is not None:
-        click.echo(f"fused rel-pos attention: {fusion.summary()}")
-    for warning in getattr(candidate, "warnings", []):
-        click.echo(f"warning: {warning}")
-    from vitdeploy.runtime.ort_fusions import runner_precision_note
-
-    note = runner_precision_note(candidate, device, threads)
-    if note:
-        click.echo(note)
-    meta = candidate.metadata
-    if not meta.get("family"):
-        raise InputError(f"'{model}' carries no vitdeploy metadata: validate models written by 'vitdeploy export'")
-    from vitdeploy.validation.family_inputs import check_image_inputs_apply, random_input_sets
-
-    check_image_inputs_apply(meta, images)
-    if meta.get("random_weights"):
-        click.echo(f"note: {Path(model).name} has RANDOM WEIGHTS (seed {meta.get('random_seed')}); parity is still meaningful")
-    precision = meta.get("precision", "fp32")
-    tol = TOLERANCES[precision if tolerance == "auto" else tolerance]
-    click.echo(f"building the eager official reference ({meta.get('family')}, {meta.get('variant')})")
-    reference = TorchRunner(eager_reference(meta, checkpoint), candidate.input_names, candidate.output_names,
-                            threads=threads, metadata=meta)
-    input_name = candidate.input_names[0]
-    input_sets = random_input_sets(meta, candidate.input_names, candidate.input_shapes(), random_inputs)
-    input_sets += image_input_sets(images, meta, input_name)
-    input_sets += saved_input_sets(load_inputs, candidate.input_shapes())
-    if not input_sets:
-        raise InputError("no inputs to compare: use --random-inputs N, --images PATH or --load-inputs FILE")
-    click.echo(f"parity of {Path(model).name} ({precision}) vs eager official, tolerance '{tol.name}' "
-               f"(cosine >= {tol.cosine_min}, rel L2 <= {tol.rel_l2_max}, max-abs/scale <= {tol.max_abs_rel}):")
-    result = validate_runner(reference, candidate, input_sets, tol, latency_runs=runs, latency_warmup=warmup,
-                             threads=threads, echo=click.echo)
+    options = ValidateOptions(checkpoint=checkpoint, images=images, random_inputs=random_inputs, load_inputs=load_inputs,
+                              tolerance=tolerance, runs=runs, warmup=warmup, device=device, tf32=tf32,
+                              fused_attention=fused_attention, threads=threads)
+    result = validate_model(model, options, echo=click.echo)
     if result.latency:
         click.echo(f"latency, {threads} thread(s), median / p90:")
         for lat in result.latency:
             click.echo(f"  {lat.label:<22} {lat.median_ms:10.1f} ms {lat.p90_ms:10.1f} ms")
-        click.echo(f"  ratio {candidate.name} / eager: {result.latency_ratio:.3f}")
+        click.echo(f"  ratio {result.latency[1].label} / eager: {result.latency_ratio:.3f}")
     if report:
         atomic_write_bytes(report, json.dumps(result.to_dict(), indent=2).encode())
         click.echo(f"report: {report}")
     if not result:
         failed = sum(1 for p in result.parity if not p)
-        raise ParityError(f"{failed} of {len(result.parity)} comparisons exceed the '{tol.name}' tolerances (see the table above)")
+        raise ParityError(f"{failed} of {len(result.parity)} comparisons exceed the '{result.tolerance.name}' tolerances (see the table above)")
     click.echo("parity: all comparisons within tolerance")
 
 

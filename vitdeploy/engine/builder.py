@@ -199,7 +199,7 @@ def build_engine(
         MissingDependencyError: tensorrt, polygraphy or cuda-python is not installed.
         EngineError: no usable GPU, TensorRT rejected the graph (the node is named) or the build failed.
     """
-    from vitdeploy.runtime.cuda import query_gpu, set_device
+    from vitdeploy.cuda import query_gpu, set_device
 
     options = options or BuildOptions()
     plan = check_output_path(plan_path)

@@ -194,3 +194,45 @@ def load_sam_prompt_decoder(
     check_fits(model, state, what, hint=": choose the matching --recipe")
     model.load_state_dict(state, strict=True)
     return model.eval()
+
+
+class OfficialDecoderReference(nn.Module):
+    """The decoder graph's contract computed by the official ``PromptEncoder.forward`` and ``MaskDecoder``.
+
+    Inputs use the graph's layout (points, then a padding point or one box's two corners); they are
+    turned back into the official call: ``points`` without the padding point (the official encoder adds
+    it itself when there is no box), ``boxes``, and ``masks`` only when ``has_mask_input`` is set.
+    """
+
+    def __init__(self, prompt_encoder: nn.Module, mask_decoder: nn.Module, mask_slice: tuple[int, int]):
+        super().__init__()
+        self.prompt_encoder = prompt_encoder
+        self.mask_decoder = mask_decoder
+        self.mask_slice = mask_slice
+
+    def forward(self, image_embeddings: torch.Tensor, point_coords: torch.Tensor, point_labels: torch.Tensor,
+                mask_input: torch.Tensor, has_mask_input: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        labels = point_labels[0]
+        n_box = int((labels == 2).sum())
+        if n_box > 1:
+            raise InputError("the official SamPredictor takes one box per prompt; these inputs hold several")
+        if n_box:
+            if labels[-2:].tolist() != [2.0, 3.0]:
+                raise InputError("box corners (labels 2, 3) must be the last two points")
+            boxes = point_coords[:, -2:].reshape(1, 4)
+            coords, labs = point_coords[:, :-2], point_labels[:, :-2]
+        else:
+            if float(labels[-1]) != -1.0:
+                raise InputError("without a box the last point must be the padding point (label -1)")
+            boxes, coords, labs = None, point_coords[:, :-1], point_labels[:, :-1]
+        points = (coords, labs) if coords.shape[1] else None
+        if points is None and boxes is None:
+            raise InputError("no prompt: the inputs hold neither points nor a box")
+        masks = mask_input if float(has_mask_input.reshape(-1)[0]) > 0.5 else None
+        sparse, dense = self.prompt_encoder(points=points, boxes=boxes, masks=masks)
+        masks_out, iou = self.mask_decoder.predict_masks(
+            image_embeddings=image_embeddings, image_pe=self.prompt_encoder.get_dense_pe(),
+            sparse_prompt_embeddings=sparse, dense_prompt_embeddings=dense,
+        )
+        start, stop = self.mask_slice
+        return masks_out[:, start:stop], iou[:, start:stop]

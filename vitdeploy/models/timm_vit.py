@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from vitdeploy.errors import RecipeError
@@ -105,3 +106,18 @@ def timm_data_config(model: nn.Module) -> dict[str, Any]:
     config = resolve_data_config({}, model=model)
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
 
+
+class TimmOutputReference(nn.Module):
+    """timm's own methods for the artifact's output: ``forward``, ``forward_head(pre_logits=True)`` or ``forward_features``."""
+
+    def __init__(self, model: nn.Module, output: str):
+        super().__init__()
+        self.model = model
+        self.output = output
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.output == "features":
+            return self.model.forward_features(x)
+        if self.output == "pre_logits":
+            return self.model.forward_head(self.model.forward_features(x), pre_logits=True)
+        return self.model(x)

@@ -90,7 +90,7 @@ def _eager_parity(meta: dict[str, Any], checkpoint: str | None, model: onnx.Mode
     """
     try:
         from vitdeploy.validation.parity import TOLERANCES
-        from vitdeploy.validation.references import eager_reference
+        from vitdeploy.families import eager_reference
         from vitdeploy.validation.torch_runner import TorchRunner
 
         module = eager_reference(meta, checkpoint)

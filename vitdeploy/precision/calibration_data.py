@@ -113,16 +113,9 @@ class CalibrationSet:
 
 def preprocessor_for(metadata: dict[str, Any]):
     """The model's own preprocessing, from its vitdeploy metadata (an object with ``resize`` and ``normalize_and_pad``)."""
-    from vitdeploy.runtime.preprocess import SamPreprocessor
+    from vitdeploy.families import family_of
 
-    family = metadata.get("family")
-    if family == "sam_image_encoder":
-        return SamPreprocessor(int(metadata["input_size"][0]), metadata["pixel_mean"], metadata["pixel_std"])
-    if not family:
-        raise InputError("the model carries no vitdeploy metadata, so its image preprocessing is unknown: "
-                         "calibrate models written by 'vitdeploy export'")
-    raise InputError(f"calibrating from images is not supported for model family '{family}' (its inputs are not "
-                     "images): use the Python API with your own calibration feeds")
+    return family_of(metadata, "the model").calibration_preprocessor(metadata)
 
 
 def read_calibration_image(path: Path, channels: int) -> np.ndarray | str:

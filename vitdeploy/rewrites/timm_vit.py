@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitdeploy.errors import ExportError, InputError
+from vitdeploy.rewrites.static_shapes import require_patch_multiple
 
 TimmOutput = Literal["logits", "pre_logits", "features"]
 TIMM_OUTPUTS = ("logits", "pre_logits", "features")
@@ -85,9 +86,8 @@ class ExportableVisionTransformer(nn.Module):
         patch = _pair(model.patch_embed.patch_size)
         old_img = _pair(model.patch_embed.img_size)
         size = _pair(img_size) if img_size else old_img
-        if size[0] % patch[0] or size[1] % patch[1]:
-            lower = max(patch[0], size[0] // patch[0] * patch[0])
-            raise InputError(f"image size {size[0]} is not a multiple of the patch size {patch[0]}: use {lower} or {lower + patch[0]}")
+        require_patch_multiple(size[0], patch[0], "image size")
+        require_patch_multiple(size[1], patch[1], "image size")
         self.img_size = size
         self.in_chans = int(model.patch_embed.proj.in_channels)
         old_grid = (old_img[0] // patch[0], old_img[1] // patch[1])

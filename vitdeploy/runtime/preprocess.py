@@ -74,8 +74,17 @@ class TimmPreprocessor:
 
     data_config: dict
 
-    def __call__(self, image: np.ndarray) -> np.ndarray:
-        """HxWx3 uint8 -> (1, 3, H', W') float32."""
+    @property
+    def input_size(self) -> int:
+        """The square side of the model input (after the crop)."""
+        _, out_h, out_w = (int(v) for v in self.data_config["input_size"])
+        if out_h != out_w:
+            # timm switches to its ResizeKeepRatio transform for non-square sizes; not mirrored here.
+            raise InputError(f"timm input size {out_h}x{out_w} is not square: this runtime mirrors timm's square eval transform only")
+        return out_h
+
+    def resize(self, image: np.ndarray) -> np.ndarray:
+        """HxWx3 uint8 -> the center crop, SxSx3 uint8 (resize the shorter side to ``floor(S / crop_pct)``, crop)."""
         import math
 
         from PIL import Image
@@ -84,23 +93,29 @@ class TimmPreprocessor:
         cfg = self.data_config
         if cfg.get("crop_mode", "center") != "center":
             raise InputError(f"timm crop_mode '{cfg.get('crop_mode')}' is not supported by this runtime: use 'center'")
-        _, out_h, out_w = (int(v) for v in cfg["input_size"])
+        out = self.input_size
         crop_pct = float(cfg.get("crop_pct") or 1.0)
-        if out_h != out_w:
-            # timm switches to its ResizeKeepRatio transform for non-square sizes; not mirrored here.
-            raise InputError(f"timm input size {out_h}x{out_w} is not square: this runtime mirrors timm's square eval transform only")
-        scale = math.floor(out_h / crop_pct)
+        scale = math.floor(out / crop_pct)
         h, w = image.shape[:2]
         short, long = (h, w) if h <= w else (w, h)
         new_short, new_long = scale, int(scale * long / short)
         new_h, new_w = (new_short, new_long) if h <= w else (new_long, new_short)
         resample = _PIL_FILTERS.get(str(cfg.get("interpolation", "bicubic")), 3)
         resized = np.asarray(Image.fromarray(image).resize((new_w, new_h), resample))
-        top = int(round((new_h - out_h) / 2.0))
-        left = int(round((new_w - out_w) / 2.0))
+        top = int(round((new_h - out) / 2.0))
+        left = int(round((new_w - out) / 2.0))
         if top < 0 or left < 0:
-            raise InputError(f"image {w}x{h} resized to {new_w}x{new_h} is smaller than the crop {out_w}x{out_h}")
-        crop = resized[top:top + out_h, left:left + out_w].astype(np.float32) / 255.0
+            raise InputError(f"image {w}x{h} resized to {new_w}x{new_h} is smaller than the crop {out}x{out}")
+        return resized[top:top + out, left:left + out]
+
+    def normalize_and_pad(self, crop: np.ndarray) -> np.ndarray:
+        """SxSx3 uint8 crop -> (1, 3, S, S) float32: scaled to [0, 1] and normalized (a crop needs no padding)."""
+        cfg = self.data_config
         mean = np.asarray(cfg.get("mean", (0.485, 0.456, 0.406)), dtype=np.float32)
         std = np.asarray(cfg.get("std", (0.229, 0.224, 0.225)), dtype=np.float32)
-        return ((crop - mean) / std).transpose(2, 0, 1)[None].astype(np.float32)
+        x = crop.astype(np.float32) / 255.0
+        return ((x - mean) / std).transpose(2, 0, 1)[None].astype(np.float32)
+
+    def __call__(self, image: np.ndarray) -> np.ndarray:
+        """HxWx3 uint8 -> (1, 3, S, S) float32."""
+        return self.normalize_and_pad(self.resize(image))

@@ -9,7 +9,7 @@ Running: device buffers and page-locked host buffers are allocated once, for the
 engine's optimization profile allows, and their addresses bound to the execution context once
 (``set_tensor_address``). Each :meth:`TensorRTRunner.run` copies inputs in, calls
 ``execute_async_v3`` on the runner's stream, copies outputs back and synchronizes the stream, so the
-time of a call covers the GPU work. No torch: CUDA comes from cuda-python (:mod:`vitdeploy.runtime.cuda`).
+time of a call covers the GPU work. No torch: CUDA comes from cuda-python (:mod:`vitdeploy.cuda`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class TensorRTRunner:
     """
 
     def __init__(self, path: str | Path, device: int = 0, check_compatibility: bool = True):
-        from vitdeploy.runtime import cuda
+        from vitdeploy import cuda
 
         path = Path(path)
         if not path.is_file():
@@ -142,7 +142,7 @@ class TensorRTRunner:
         return self._ranges[name]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from vitdeploy.runtime import cuda
+        from vitdeploy import cuda
 
         missing = [n for n in self.input_names if n not in feeds]
         if missing:

@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from vitdeploy.runtime.images import expand_image_paths, read_image_rgb
-from vitdeploy.runtime.preprocess import SamPreprocessor, TimmPreprocessor
-from vitdeploy.validation.validate import InputSet
+from vitdeploy.runtime.input_sets import InputSet
 
 
-def image_input_sets(paths: Iterable[str | Path], metadata: dict[str, Any], input_name: str) -> list[InputSet]:
-    """One InputSet per image, preprocessed as the model's metadata says (SAM: resize, normalize, pad)."""
-    files = expand_image_paths(paths)
-    if not files:
-        return []
-    if metadata.get("family") == "timm_vit":
-        prep = TimmPreprocessor(metadata["data_config"])  # timm's own eval transform, from the metadata
-    else:
-        prep = SamPreprocessor(int(metadata["input_size"][0]), metadata["pixel_mean"], metadata["pixel_std"])
-    return [InputSet(f"image:{f.name}", {input_name: prep(read_image_rgb(f))}, str(f)) for f in files]
+def image_input_sets(paths: Iterable[str | Path], preprocess: Callable[[np.ndarray], np.ndarray],
+                     input_name: str) -> list[InputSet]:
+    """One InputSet per image file (folders expanded), through ``preprocess`` (the model family's own)."""
+    return [InputSet(f"image:{f.name}", {input_name: preprocess(read_image_rgb(f))}, str(f))
+            for f in expand_image_paths(paths)]
 
 
 def saved_input_sets(paths: Iterable[str | Path], input_shapes: dict[str, list[Any]]) -> list[InputSet]:
@@ -29,8 +25,6 @@ def saved_input_sets(paths: Iterable[str | Path], input_shapes: dict[str, list[A
     ``.npz``: one set, arrays named by input. ``.json``: Polygraphy's ``--save-inputs`` format (a list
     of {input name: array} dicts, read with polygraphy's own JSON loader), one set per entry.
     """
-    import numpy as np
-
     from vitdeploy.errors import InputError
 
     sets: list[InputSet] = []

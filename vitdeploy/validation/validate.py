@@ -7,20 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from vitdeploy.runtime.input_sets import InputSet
 from vitdeploy.runtime.runners import Runner
 from vitdeploy.validation.latency import LatencyStats, measure_latency
 from vitdeploy.validation.parity import ParityResult, Tolerance, compare
-
-
-@dataclass
-class InputSet:
-    """One named set of model inputs, with a description of where it came from."""
-
-    label: str
-    feeds: dict[str, np.ndarray]
-    source: str
 
 
 @dataclass
@@ -98,12 +88,3 @@ def validate_runner(
         environment=env,
         inputs=[{"label": s.label, "source": s.source, "shapes": {k: list(v.shape) for k, v in s.feeds.items()}} for s in input_sets],
     )
-
-
-def random_image_inputs(input_name: str, shape: list[int], count: int, seed: int = 0) -> list[InputSet]:
-    """``count`` different seeded standard-normal inputs (the scale of normalized images)."""
-    sets = []
-    for i in range(count):
-        rng = np.random.default_rng(seed + i)
-        sets.append(InputSet(f"random{i}", {input_name: rng.standard_normal(shape).astype(np.float32)}, f"normal(0,1), seed {seed + i}"))
-    return sets

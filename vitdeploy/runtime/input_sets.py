@@ -1,28 +1,33 @@
-"""Seeded random inputs for ``validate``, per model family (the decoder takes five inputs, not an image)."""
+"""Named sets of model inputs (what ``validate``, ``benchmark`` and calibration feed a runner), and seeded makers
+of them: standard-normal images, and SAM decoder prompts laid out as ``SamPredictor`` lays them out. NumPy only.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from vitdeploy.errors import InputError
-from vitdeploy.validation.validate import InputSet, random_image_inputs
 
 
-def random_input_sets(metadata: dict[str, Any], input_names: list[str], input_shapes: dict[str, list[Any]],
-                      count: int, seed: int = 0) -> list[InputSet]:
-    """``count`` different seeded input sets for a model of ``metadata['family']``.
+@dataclass
+class InputSet:
+    """One named set of model inputs, with a description of where it came from."""
 
-    Image models get standard-normal images (the scale of normalized pixels); the SAM mask decoder
-    gets embeddings plus prompts laid out as ``SamPredictor`` does, alternating between two clicks and
-    a padding point without a mask prompt, and a click plus a box with a mask prompt.
-    """
-    if metadata.get("family") == "sam_mask_decoder":
-        return decoder_input_sets(metadata, count, seed)
-    name = input_names[0]
-    shape = [d if isinstance(d, int) else 1 for d in input_shapes[name]]
-    return random_image_inputs(name, shape, count, seed)
+    label: str
+    feeds: dict[str, np.ndarray]
+    source: str
+
+
+def random_image_inputs(input_name: str, shape: list[int], count: int, seed: int = 0) -> list[InputSet]:
+    """``count`` different seeded standard-normal inputs (the scale of normalized images)."""
+    sets = []
+    for i in range(count):
+        rng = np.random.default_rng(seed + i)
+        sets.append(InputSet(f"random{i}", {input_name: rng.standard_normal(shape).astype(np.float32)}, f"normal(0,1), seed {seed + i}"))
+    return sets
 
 
 def decoder_input_sets(metadata: dict[str, Any], count: int, seed: int = 0) -> list[InputSet]:
@@ -77,21 +82,3 @@ def decoder_prompt_feeds(metadata: dict[str, Any], num_points: int, seed: int = 
     labels = np.concatenate([rng.integers(0, 2, clicks).astype(np.float64), [-1.0]])
     mask = np.zeros((1, 1, *[int(d) for d in metadata["mask_input_size"]]), np.float32)
     return _decoder_feeds(embeddings, coords, labels, mask, 0.0)
-
-
-def template_feeds(metadata: dict[str, Any], template: dict[str, list[Any]], seed: int = 0) -> dict[str, np.ndarray] | None:
-    """Inputs of the template's shapes for a family whose inputs are not plain tensors (the SAM decoder's prompts,
-    with the template's point count), or None: standard-normal arrays then do (``benchmark``)."""
-    if metadata.get("family") != "sam_mask_decoder" or "point_coords" not in template:
-        return None
-    points = template["point_coords"][1]
-    if not isinstance(points, int):
-        raise InputError("the decoder's point count is dynamic: give it with --shapes point_coords:1xNx2,point_labels:1xN")
-    return decoder_prompt_feeds(metadata, points, seed)
-
-
-def check_image_inputs_apply(metadata: dict[str, Any], images: tuple[str, ...] | list[str]) -> None:
-    """Refuse ``--images`` for a model that does not take images."""
-    if images and metadata.get("family") == "sam_mask_decoder":
-        raise InputError("the mask decoder takes image embeddings and prompts, not images: drop --images "
-                         "(validate the encoder with --images instead)")

@@ -1,0 +1,116 @@
+"""The package's shape, read from the code: the layer order of ``vitdeploy.LAYERS`` and one home per model family."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import vitdeploy
+from vitdeploy.families import FAMILIES
+
+PACKAGE = Path(vitdeploy.__file__).parent
+
+
+def _modules() -> dict[str, ast.Module]:
+    """Dotted module name -> parsed source, for every module of the package."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        name = ".".join(rel.parts).removesuffix(".__init__")
+        out[name] = ast.parse(path.read_text(), str(path))
+    return out
+
+
+def _unit(module: str) -> str:
+    """The layer unit of a dotted name: the module or package directly under ``vitdeploy``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "vitdeploy"
+
+
+def _imports(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, imported vitdeploy module) for every import, in functions too; ``if TYPE_CHECKING:`` blocks excepted."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(child) for child in ast.walk(node))
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("vitdeploy.")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "vitdeploy":
+                found += [(node.lineno, f"vitdeploy.{a.name}") for a in node.names]
+            elif node.module.startswith("vitdeploy."):
+                found.append((node.lineno, node.module))
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    placed = {name for layer in vitdeploy.LAYERS for name in layer}
+    units = {_unit(name) for name in _modules()} - {"vitdeploy"}
+    assert units - placed == set(), "add these to vitdeploy.LAYERS"
+    assert placed - units == set(), "vitdeploy.LAYERS names modules that do not exist"
+
+
+def test_imports_go_down_the_layers_only() -> None:
+    level = {name: k for k, layer in enumerate(vitdeploy.LAYERS) for name in layer}
+    level["__version__"] = -1  # ``from vitdeploy import __version__``: the package's own constant
+    wrong = []
+    for module, tree in _modules().items():
+        here = _unit(module)
+        if here == "vitdeploy":
+            continue
+        for line, target in _imports(tree):
+            there = _unit(target)
+            if there != here and level[there] >= level[here]:
+                wrong.append(f"{module}:{line} imports {target} ({here} is layer {level[here]}, {there} is {level[there]})")
+    assert wrong == []
+
+
+def test_the_graph_has_an_edge_the_check_would_catch() -> None:
+    """The reader sees lazy imports inside functions (most of this package's imports are lazy)."""
+    tree = _modules()["vitdeploy.pipeline"]
+    lazy = [target for _, target in _imports(tree) if target == "vitdeploy.models.recipes"]
+    assert lazy, "the import reader missed pipeline's function-level import of the recipes"
+
+
+#: Modules outside ``vitdeploy/families`` allowed to compare a family name, and why.
+FAMILY_NAME_GUARDS = {
+    # SamPredictor composes exactly a SAM image encoder and a SAM mask decoder; the guard names what it takes.
+    "vitdeploy.runtime.sam_predictor",
+}
+
+
+def test_no_family_dispatch_outside_families() -> None:
+    """No ``==``/``!=``/``in``/``match`` on a family name outside ``vitdeploy/families``: the family decides."""
+    names = set(FAMILIES)
+    found = []
+    for module, tree in _modules().items():
+        if module.startswith("vitdeploy.families") or module in FAMILY_NAME_GUARDS:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                parts = [node.left, *node.comparators]
+            elif isinstance(node, ast.match_case):
+                parts = [node.pattern]
+            else:
+                continue
+            for part in parts:
+                for leaf in ast.walk(part):
+                    value = getattr(leaf, "value", None)
+                    if isinstance(value, ast.Constant):
+                        value = value.value
+                    if isinstance(value, str) and (value in names or any(value.startswith(n) for n in ("sam_", "timm_"))):
+                        found.append(f"{module}:{node.lineno}: {ast.unparse(node) if hasattr(node, 'lineno') else value}")
+    assert found == []
+
+
+def test_every_registered_family_implements_the_protocol() -> None:
+    from vitdeploy.families.base import ModelFamily
+
+    for name, family in FAMILIES.items():
+        assert family.name == name
+        for method in ("load_eager", "export", "eager_reference"):
+            assert getattr(type(family), method) is not getattr(ModelFamily, method), f"{name} lacks {method}"

@@ -1,0 +1,85 @@
+"""``vitdeploy benchmark`` as a library call: deployed models (and the eager official model) timed side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from vitdeploy.benchmark.report import BenchmarkReport
+
+Echo = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class BenchmarkOptions:
+    """What to time and how (``vitdeploy benchmark``'s options)."""
+
+    eager: bool = True  # time the official eager model too (rebuilt from the first model's metadata)
+    eager_precisions: tuple[str, ...] = ()  # fp32 (the default), or fp16/bf16 under torch.autocast
+    checkpoint: str | None = None
+    device: str = "cpu"  # where eager PyTorch and ONNX Runtime run
+    tf32: bool = False
+    allow_unverified: bool = False
+    gpu: int = 0  # CUDA device of TensorRT engines
+    batches: tuple[int, ...] = (1,)
+    runs: int = 20
+    warmup: int = 3
+    shapes: tuple[str, ...] = ()  # dynamic axes besides the batch, as trtexec's --shapes
+    fused_attention: bool = False
+    threads: int | None = None
+
+
+def benchmark_models(models: list[str] | tuple[str, ...], options: BenchmarkOptions = BenchmarkOptions(),
+                     echo: Echo = _quiet) -> BenchmarkReport:
+    """Latency and throughput of each model (``.onnx`` on ONNX Runtime, ``.plan`` on TensorRT) and of the eager
+    baseline, per batch size, with the environment; the first contender is the speed-up's baseline."""
+    from vitdeploy.benchmark.contenders import deployed_contender, eager_contender, input_template, parse_shapes
+    from vitdeploy.benchmark.harness import run_benchmark
+    from vitdeploy.benchmark.report import TIMING, environment
+    from vitdeploy.errors import InputError
+    from vitdeploy.families import family_of
+    from vitdeploy.runtime.loader import ONNX_SUFFIXES
+    from vitdeploy.runtime.ort_fusions import runner_precision_note
+
+    if not options.eager and options.eager_precisions:
+        raise InputError("--eager-precision needs the eager baseline: drop --no-eager")
+    deployed = [deployed_contender(m, threads=options.threads, device=options.device, gpu=options.gpu, tf32=options.tf32,
+                                   allow_unverified=options.allow_unverified,
+                                   fused_attention=options.fused_attention and Path(m).suffix.lower() in ONNX_SUFFIXES)
+                for m in models]
+    for c in deployed:
+        for warning in getattr(c.runner, "warnings", []):
+            echo(f"warning: {warning}")
+        note = runner_precision_note(c.runner, options.device, options.threads)
+        if note:
+            echo(f"{c.label}: {note}")
+        if getattr(c.runner, "provider", None) and options.device != "cpu":
+            echo(f"{c.label}: {c.runner.provider}")
+    first = deployed[0].runner
+    template = input_template(first, parse_shapes(options.shapes))
+    contenders = []
+    if options.eager:
+        meta = first.metadata
+        family = family_of(meta, f"'{models[0]}' (to rebuild the eager model from; --no-eager times without it)")
+        if meta.get("random_weights"):
+            echo(f"note: RANDOM WEIGHTS (seed {meta.get('random_seed')}); timings are still meaningful")
+        for precision in options.eager_precisions or ("fp32",):
+            echo(f"building the eager official model ({family.name}, {meta.get('variant')}, {precision}, {options.device})")
+            contenders.append(eager_contender(first, metadata=meta, checkpoint=options.checkpoint, precision=precision,
+                                              device=options.device, threads=options.threads, tf32=options.tf32))
+    contenders += deployed
+    batches = list(options.batches)
+    rows = run_benchmark(contenders, template, batches, runs=options.runs, warmup=options.warmup, echo=echo,
+                         metadata=first.metadata)
+    return BenchmarkReport(
+        rows=rows,
+        settings={"runs": options.runs, "warmup": options.warmup, "batches": batches, "threads": options.threads,
+                  "input_shapes": {name: dims[1:] for name, dims in template.items()},
+                  "device": options.device, "tf32": options.tf32, "timing": TIMING, "models": list(models)},
+        environment=environment(options.threads, contenders),
+    )

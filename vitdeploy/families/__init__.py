@@ -1,0 +1,78 @@
+"""Model families: one module each, registered by name (the ``[model] family`` of a recipe, the ``family`` of
+an export's metadata). Adding a family is one module here plus recipes; nothing outside this package
+compares family names.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from vitdeploy.errors import InputError, RecipeError
+from vitdeploy.families import sam_image_encoder, sam_mask_decoder, timm_vit
+from vitdeploy.families.base import ExportOptions, ModelFamily
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from vitdeploy.models.recipes import Recipe
+
+FAMILIES: dict[str, ModelFamily] = {
+    module.FAMILY.name: module.FAMILY for module in (sam_image_encoder, sam_mask_decoder, timm_vit)
+}
+
+
+def family_names() -> list[str]:
+    return list(FAMILIES)
+
+
+def family_of_recipe(recipe: Recipe) -> ModelFamily:
+    """The family a recipe names, or a RecipeError listing the known ones."""
+    try:
+        return FAMILIES[recipe.family]
+    except KeyError:
+        raise RecipeError(f"recipe '{recipe.name}' names family '{recipe.family}', which this vitdeploy does not know: "
+                          f"use one of {', '.join(FAMILIES)}") from None
+
+
+def family_of(metadata: dict[str, Any], what: str = "this model") -> ModelFamily:
+    """The family an exported file's metadata records, or an InputError saying why there is none."""
+    name = metadata.get("family")
+    if not name:
+        raise InputError(f"{what} carries no vitdeploy metadata (no model family): use a model written by "
+                         "'vitdeploy export'")
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise InputError(f"{what} is of model family '{name}', which this vitdeploy version does not know: "
+                         f"it knows {', '.join(FAMILIES)}") from None
+
+
+def recorded_family(metadata: dict[str, Any]) -> ModelFamily | None:
+    """The family an exported file's metadata records, or None for a file without vitdeploy metadata."""
+    return family_of(metadata) if metadata.get("family") else None
+
+
+def eager_reference(metadata: dict[str, Any], checkpoint: str | None = None) -> nn.Module:
+    """The official eager model an exported file was made from (its family's, with the same weights).
+
+    Random-weight exports are rebuilt from the seed in their metadata; checkpoint exports need the
+    same checkpoint (its SHA-256 is checked against the one recorded at export).
+    """
+    return family_of(metadata).eager_reference(metadata, checkpoint)
+
+
+def check_export_options(family: ModelFamily, recipe: Recipe, options: ExportOptions) -> None:
+    """Refuse ``--target``/``--layernorm2d`` values the recipe's family does not have, before any work."""
+    if options.target not in family.export_targets:
+        takers = [f.name for f in FAMILIES.values() if options.target in f.export_targets]
+        raise InputError(f"--target {options.target} applies to {' and '.join(takers)} recipes; recipe '{recipe.name}' "
+                         f"({family.name}) has the export form{'s' if len(family.export_targets) > 1 else ''} "
+                         f"{', '.join(family.export_targets)}: drop --target")
+    if options.layernorm2d is not None and options.layernorm2d not in family.layernorm2d_forms:
+        takers = [f.name for f in FAMILIES.values() if options.layernorm2d in f.layernorm2d_forms]
+        raise InputError(f"--layernorm2d applies to {' and '.join(takers)} recipes (the form of their "
+                         f"LayerNorm2d); recipe '{recipe.name}' ({family.name}) has none: drop --layernorm2d")
+
+
+__all__ = ["FAMILIES", "ExportOptions", "ModelFamily", "check_export_options", "eager_reference", "family_names", "family_of",
+           "family_of_recipe", "recorded_family"]

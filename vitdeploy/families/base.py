@@ -1,0 +1,142 @@
+"""What every model family provides, and the export options all of them take.
+
+A family is the one place that knows how a kind of model is built, rewritten, exported and checked:
+the stages below it (models, rewrites, onnx_export, runtime) take plain objects, and the
+verbs above it (validation, precision, benchmark, pipeline, cli) ask :func:`vitdeploy.families.family_of_recipe` or
+:func:`vitdeploy.families.family_of` instead of comparing family names.
+
+This module and every family module import no torch at import time: a runtime-only install reads
+families to preprocess images and make inputs. Torch-side stages are imported inside the methods
+that need them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vitdeploy.errors import CheckpointError, InputError, RecipeError
+from vitdeploy.onnx_export.targets import DEFAULT_TARGET
+
+if TYPE_CHECKING:  # annotations only
+    import numpy as np
+    from torch import nn
+
+    from vitdeploy.models.recipes import Recipe
+    from vitdeploy.onnx_export.exporter import ExportResult
+    from vitdeploy.runtime.input_sets import InputSet
+
+Echo = Callable[[str], None]
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """How to export, beyond the recipe and its weights (``vitdeploy export``'s options)."""
+
+    checkpoint: str | None = None
+    random_seed: int | None = None  # the seed of a --random-weights export, None for a checkpoint
+    image_size: int | None = None  # None: the recipe's size
+    batch: int = 1
+    dynamic_batch: bool = False
+    opset: int | None = None  # None: the recipe's opset
+    layernorm2d: str | None = None  # None: the family's default form
+    target: str = DEFAULT_TARGET
+
+    @property
+    def checkpoint_name(self) -> str | None:
+        return Path(self.checkpoint).name if self.checkpoint else None
+
+    def checkpoint_sha256(self) -> str | None:
+        from vitdeploy.fileio import sha256_file
+
+        return sha256_file(self.checkpoint) if self.checkpoint else None
+
+
+class ModelFamily:
+    """One model family behind the interface the verbs use. Subclasses set ``name`` and override the rest."""
+
+    #: The name recipes give in ``[model] family`` and exports record in their metadata.
+    name: str = ""
+    #: Attention forms ``--target`` may pick (:mod:`vitdeploy.onnx_export.targets`; every family has the default).
+    export_targets: tuple[str, ...] = (DEFAULT_TARGET,)
+    #: LayerNorm2d forms ``--layernorm2d`` may pick (the first is the default); empty: the family has none.
+    layernorm2d_forms: tuple[str, ...] = ()
+
+    # -- export ---------------------------------------------------------------------------------------
+
+    def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
+        """(architecture, eager official model) of a recipe, from a checkpoint or seeded random weights."""
+        raise NotImplementedError
+
+    def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
+               echo: Echo) -> ExportResult:
+        """Rewrite ``model`` into its export-friendly form, stamp its metadata and export it to ``output``."""
+        raise NotImplementedError
+
+    # -- validation -----------------------------------------------------------------------------------
+
+    def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
+        """The official eager model an export was made from, taking and returning the graph's inputs and outputs."""
+        raise NotImplementedError
+
+    def random_input_sets(self, metadata: dict[str, Any], input_names: list[str], input_shapes: dict[str, list[Any]],
+                          count: int, seed: int = 0) -> list[InputSet]:
+        """``count`` different seeded inputs; image models get standard-normal images (normalized pixels' scale)."""
+        from vitdeploy.runtime.input_sets import random_image_inputs
+
+        name = input_names[0]
+        shape = [d if isinstance(d, int) else 1 for d in input_shapes[name]]
+        return random_image_inputs(name, shape, count, seed)
+
+    def template_feeds(self, metadata: dict[str, Any], template: dict[str, list[Any]],
+                       seed: int = 0) -> dict[str, np.ndarray] | None:
+        """Inputs of the template's shapes when plain standard-normal arrays would not do (``benchmark``), else None."""
+        return None
+
+    # -- images ---------------------------------------------------------------------------------------
+
+    def image_preprocessor(self, metadata: dict[str, Any]) -> Callable[[np.ndarray], np.ndarray]:
+        """HxWx3 uint8 RGB -> the model's input array, as the official preprocessing does."""
+        raise InputError(f"a {self.name} model does not take images: drop --images")
+
+    def calibration_preprocessor(self, metadata: dict[str, Any]) -> Any:
+        """An object with ``input_size``, ``resize`` and ``normalize_and_pad`` for calibration from images."""
+        raise InputError(f"calibrating from images is not supported for model family '{self.name}' (its inputs are "
+                         "not images, or not yet): use the Python API with your own calibration feeds")
+
+
+def recipe_section(recipe: Recipe, name: str, allowed: set[str]) -> dict[str, Any]:
+    """A recipe's family-specific ``[name]`` table, refusing keys the family does not know."""
+    table = dict(recipe.extra.get(name, {}))
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise RecipeError(f"recipe '{recipe.name}' has unknown [{name}] keys {unknown}: allowed are {sorted(allowed)}")
+    return table
+
+
+def require_reference_weights(metadata: dict[str, Any], checkpoint: str | None) -> None:
+    """Random-weight exports are rebuilt from their seed (no checkpoint); checkpoint exports need the same file."""
+    from vitdeploy.fileio import sha256_file
+
+    if checkpoint is None:
+        if not metadata.get("random_weights"):
+            raise InputError(f"this model was exported from checkpoint '{metadata.get('checkpoint')}': pass it with "
+                             "--checkpoint")
+        return
+    if metadata.get("random_weights"):
+        raise InputError(f"this model was exported with random weights (seed {metadata.get('random_seed')}), so "
+                         f"checkpoint '{checkpoint}' is not its reference: leave out --checkpoint (the reference is "
+                         "rebuilt from the seed), or export from the checkpoint first")
+    recorded = metadata.get("checkpoint_sha256")
+    if recorded and sha256_file(checkpoint) != recorded:
+        raise CheckpointError(
+            f"checkpoint '{checkpoint}' is not the one this model was exported from "
+            f"('{metadata.get('checkpoint')}', sha256 {recorded[:12]}...): pass that checkpoint"
+        )
+
+
+def reference_seed(metadata: dict[str, Any], checkpoint: str | None) -> int | None:
+    """The seed to rebuild a random-weights reference from, or None when the checkpoint is loaded."""
+    require_reference_weights(metadata, checkpoint)
+    return None if checkpoint else int(metadata["random_seed"])

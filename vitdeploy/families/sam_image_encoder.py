@@ -1,0 +1,74 @@
+"""The SAM image encoder (``segment_anything``'s ``ImageEncoderViT``, ViT-B/L/H): windowed attention with
+decomposed relative positions and a LayerNorm2d neck; three attention forms for three runtimes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vitdeploy.families.base import Echo, ExportOptions, ModelFamily, reference_seed
+from vitdeploy.onnx_export.targets import TARGETS
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from vitdeploy.models.recipes import Recipe
+    from vitdeploy.onnx_export.exporter import ExportResult
+
+
+class SamImageEncoder(ModelFamily):
+    name = "sam_image_encoder"
+    export_targets = tuple(TARGETS)
+    layernorm2d_forms = ("matmul", "native")
+
+    def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
+        from vitdeploy.models.sam_encoder import SamEncoderArch, load_sam_image_encoder
+
+        arch = SamEncoderArch.from_recipe(recipe)
+        model = load_sam_image_encoder(arch, checkpoint, prefix=recipe.checkpoint_prefix, random_seed=random_seed,
+                                       what=f"recipe '{recipe.name}' ({recipe.variant})")
+        return arch, model
+
+    def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
+               echo: Echo) -> ExportResult:
+        from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
+        from vitdeploy.rewrites.static_shapes import require_patch_multiple
+
+        size = options.image_size or arch.img_size
+        require_patch_multiple(size, arch.patch_size)
+        layernorm2d = options.layernorm2d or self.layernorm2d_forms[0]
+        echo(f"exporting {recipe.name} ({recipe.variant}) at {size}x{size}"
+             + (" with a dynamic batch" if options.dynamic_batch else ""))
+        metadata = sam_encoder_metadata(
+            variant=recipe.variant, img_size=size, pixel_mean=recipe.pixel_mean, pixel_std=recipe.pixel_std,
+            architecture=arch.to_dict(), random_seed=options.random_seed, checkpoint_name=options.checkpoint_name,
+            checkpoint_sha256=options.checkpoint_sha256(), dynamic_batch=options.dynamic_batch,
+            input_name=recipe.input_name, output_name=recipe.output_name, layernorm2d=layernorm2d,
+            target=options.target,
+        )
+        return export_sam_image_encoder(
+            model, output, metadata=metadata, img_size=size, batch=options.batch, dynamic_batch=options.dynamic_batch,
+            opset=options.opset or recipe.opset, layernorm2d=layernorm2d,  # type: ignore[arg-type]
+            input_name=recipe.input_name, output_name=recipe.output_name, target=options.target,
+        )
+
+    def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
+        """The official ``ImageEncoderViT`` with the export's weights, at the export's image size."""
+        from vitdeploy.models.sam_encoder import SamEncoderArch, load_sam_image_encoder, official_encoder_at_size
+
+        seed = reference_seed(metadata, checkpoint)
+        arch_dict = dict(metadata["architecture"])
+        arch_dict["global_attn_indexes"] = tuple(arch_dict.get("global_attn_indexes", ()))
+        model = load_sam_image_encoder(SamEncoderArch(**arch_dict), checkpoint, random_seed=seed)
+        return official_encoder_at_size(model, int(metadata["input_size"][0]))
+
+    def image_preprocessor(self, metadata: dict[str, Any]):
+        """SAM's own: resize the longest side, normalize, pad bottom/right to a square."""
+        from vitdeploy.runtime.preprocess import SamPreprocessor
+
+        return SamPreprocessor(int(metadata["input_size"][0]), metadata["pixel_mean"], metadata["pixel_std"])
+
+    calibration_preprocessor = image_preprocessor
+
+
+FAMILY = SamImageEncoder()

@@ -1,0 +1,101 @@
+"""SAM's prompt encoder + mask decoder (``segment_anything``'s ``PromptEncoder`` and ``MaskDecoder``) as one
+graph: image embeddings and prompts in, low-resolution masks and IoU predictions out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vitdeploy.errors import InputError, RecipeError
+from vitdeploy.families.base import Echo, ExportOptions, ModelFamily, recipe_section, reference_seed
+
+if TYPE_CHECKING:
+    import numpy as np
+    from torch import nn
+
+    from vitdeploy.models.recipes import Recipe
+    from vitdeploy.onnx_export.exporter import ExportResult
+    from vitdeploy.runtime.input_sets import InputSet
+
+
+class SamMaskDecoder(ModelFamily):
+    name = "sam_mask_decoder"
+    layernorm2d_forms = ("matmul", "native")  # the mask upscaler's
+
+    def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
+        from vitdeploy.models.sam_decoder import SamDecoderArch, load_sam_prompt_decoder
+
+        arch = SamDecoderArch.from_recipe(recipe)
+        what = f"recipe '{recipe.name}' ({recipe.variant})"
+        return arch, load_sam_prompt_decoder(arch, checkpoint, random_seed=random_seed, what=what)
+
+    def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
+               echo: Echo) -> ExportResult:
+        from vitdeploy.models.sam_decoder import build_sam_prompt_decoder
+        from vitdeploy.onnx_export.sam_decoder import export_sam_mask_decoder, sam_decoder_metadata
+
+        if options.batch != 1 or options.dynamic_batch:
+            raise InputError("--batch/--dynamic-batch do not apply to the mask decoder: it takes one prompt set per call "
+                             "(its dynamic axis is the number of points)")
+        table = recipe_section(recipe, "decoder", {"mask_output", "max_points", "opt_points"})
+        mask_output = str(table.get("mask_output", "all"))
+        max_points, opt_points = int(table.get("max_points", 32)), int(table.get("opt_points", 2))
+        if not 1 <= opt_points <= max_points:
+            raise RecipeError(f"recipe '{recipe.name}': need 1 <= opt_points <= max_points, got {opt_points} and {max_points}")
+        if options.image_size and options.image_size != arch.input_image_size:
+            # The decoder paired with an encoder exported at another size: official modules built for that size.
+            sized = arch.at_input_size(options.image_size)
+            resized = build_sam_prompt_decoder(sized)
+            resized.load_state_dict(model.state_dict(), strict=True)
+            arch, model = sized, resized.eval()
+        layernorm2d = options.layernorm2d or self.layernorm2d_forms[0]
+        echo(f"exporting {recipe.name} ({recipe.variant}) for a {arch.input_image_size}x{arch.input_image_size} encoder "
+             f"({arch.image_embedding_size}x{arch.image_embedding_size} embeddings), mask output '{mask_output}', "
+             f"1..{max_points} points")
+        metadata = sam_decoder_metadata(
+            variant=recipe.variant, architecture=arch.to_dict(), pixel_mean=recipe.pixel_mean,
+            pixel_std=recipe.pixel_std, random_seed=options.random_seed, checkpoint_name=options.checkpoint_name,
+            checkpoint_sha256=options.checkpoint_sha256(), mask_output=mask_output,
+            num_mask_tokens=arch.num_multimask_outputs + 1, layernorm2d=layernorm2d, max_points=max_points,
+            opt_points=opt_points,
+        )
+        return export_sam_mask_decoder(model.prompt_encoder, model.mask_decoder, output, metadata=metadata,
+                                       opset=options.opset or recipe.opset, layernorm2d=layernorm2d,  # type: ignore[arg-type]
+                                       mask_output=mask_output)  # type: ignore[arg-type]
+
+    def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
+        """The official prompt encoder + mask decoder behind the graph's inputs and outputs."""
+        from vitdeploy.models.sam_decoder import OfficialDecoderReference, SamDecoderArch, load_sam_prompt_decoder
+
+        seed = reference_seed(metadata, checkpoint)
+        arch = SamDecoderArch(**metadata["architecture"])
+        model = load_sam_prompt_decoder(arch, checkpoint, random_seed=seed)
+        indices = [int(i) for i in metadata.get("mask_output_indices", range(arch.num_multimask_outputs + 1))]
+        return OfficialDecoderReference(model.prompt_encoder, model.mask_decoder, (indices[0], indices[-1] + 1)).eval()
+
+    def random_input_sets(self, metadata: dict[str, Any], input_names: list[str], input_shapes: dict[str, list[Any]],
+                          count: int, seed: int = 0) -> list[InputSet]:
+        """Embeddings plus prompts laid out as ``SamPredictor`` does, alternating two clicks and a padding point
+        without a mask prompt with a click plus a box with a mask prompt."""
+        from vitdeploy.runtime.input_sets import decoder_input_sets
+
+        return decoder_input_sets(metadata, count, seed)
+
+    def template_feeds(self, metadata: dict[str, Any], template: dict[str, list[Any]],
+                       seed: int = 0) -> dict[str, np.ndarray] | None:
+        """Prompts with the template's point count (``benchmark --shapes point_coords:1xNx2,...``)."""
+        from vitdeploy.runtime.input_sets import decoder_prompt_feeds
+
+        if "point_coords" not in template:
+            return None
+        points = template["point_coords"][1]
+        if not isinstance(points, int):
+            raise InputError("the decoder's point count is dynamic: give it with --shapes point_coords:1xNx2,point_labels:1xN")
+        return decoder_prompt_feeds(metadata, points, seed)
+
+    def image_preprocessor(self, metadata: dict[str, Any]):
+        raise InputError("the mask decoder takes image embeddings and prompts, not images: drop --images "
+                         "(validate the encoder with --images instead)")
+
+
+FAMILY = SamMaskDecoder()

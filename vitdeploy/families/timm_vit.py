@@ -1,0 +1,84 @@
+"""timm's VisionTransformer (ViT, DeiT and kin): a class token, global attention, timm's own preprocessing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vitdeploy.errors import RecipeError
+from vitdeploy.families.base import Echo, ExportOptions, ModelFamily, recipe_section, reference_seed
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from vitdeploy.models.recipes import Recipe
+    from vitdeploy.onnx_export.exporter import ExportResult
+
+
+class TimmVit(ModelFamily):
+    name = "timm_vit"
+
+    def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
+        from vitdeploy.models.timm_vit import TimmVitArch, load_timm_vit
+
+        arch = TimmVitArch.from_recipe(recipe)
+        what = f"recipe '{recipe.name}' ({recipe.variant})"
+        return arch, load_timm_vit(arch, checkpoint, prefix=recipe.checkpoint_prefix, random_seed=random_seed, what=what)
+
+    def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
+               echo: Echo) -> ExportResult:
+        from vitdeploy.models.timm_vit import timm_data_config
+        from vitdeploy.onnx_export.timm_vit import export_timm_vit, timm_vit_metadata
+        from vitdeploy.rewrites.static_shapes import require_patch_multiple
+        from vitdeploy.rewrites.timm_vit import TIMM_OUTPUTS
+
+        kind = str(recipe_section(recipe, "timm", {"output"}).get("output", "logits"))
+        if kind not in TIMM_OUTPUTS:
+            raise RecipeError(f"recipe '{recipe.name}': [timm] output '{kind}' is not one of {', '.join(TIMM_OUTPUTS)}")
+        size = options.image_size or int(model.patch_embed.img_size[0])
+        require_patch_multiple(size, model.patch_embed.patch_size[0])
+        config = timm_data_config(model)
+        config["input_size"] = [config["input_size"][0], size, size]
+        mean, std = timm_mean_std(recipe, config)
+        echo(f"exporting {recipe.name} ({recipe.variant}) at {size}x{size}, output '{kind}'"
+             + (" with a dynamic batch" if options.dynamic_batch else ""))
+        metadata = timm_vit_metadata(
+            variant=recipe.variant, img_size=size, pixel_mean=mean, pixel_std=std, architecture=arch.to_dict(),
+            random_seed=options.random_seed, output=kind, data_config=config, checkpoint_name=options.checkpoint_name,
+            checkpoint_sha256=options.checkpoint_sha256(), dynamic_batch=options.dynamic_batch,
+            input_name=recipe.input_name, output_name=kind,
+        )
+        return export_timm_vit(model, output, metadata=metadata, img_size=size, output=kind,  # type: ignore[arg-type]
+                               batch=options.batch, dynamic_batch=options.dynamic_batch,
+                               opset=options.opset or recipe.opset, input_name=recipe.input_name, output_name=kind)
+
+    def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
+        """The timm model at the export's size (timm's ``set_input_size``), through the exported output's method."""
+        from vitdeploy.models.timm_vit import TimmOutputReference, TimmVitArch, load_timm_vit
+        from vitdeploy.rewrites.timm_vit import timm_reference_at_size
+
+        seed = reference_seed(metadata, checkpoint)
+        model = load_timm_vit(TimmVitArch.from_dict(metadata["architecture"]), checkpoint, random_seed=seed)
+        ref = timm_reference_at_size(model, int(metadata["input_size"][0]))
+        return TimmOutputReference(ref, str(metadata.get("output", "logits"))).eval()
+
+    def image_preprocessor(self, metadata: dict[str, Any]):
+        """timm's own eval transform (resize, center crop, normalize), from the data config in the metadata."""
+        from vitdeploy.runtime.preprocess import TimmPreprocessor
+
+        return TimmPreprocessor(metadata["data_config"])
+
+    calibration_preprocessor = image_preprocessor
+
+
+def timm_mean_std(recipe: Recipe, config: dict[str, Any]) -> tuple[list[float], list[float]]:
+    """The recipe's [preprocessing] (0..255 scale) if it has one, else timm's data config scaled to 0..255."""
+    import tomllib
+
+    has_table = recipe.source is not None and "preprocessing" in tomllib.loads(recipe.source.read_text())
+    if has_table:
+        return list(recipe.pixel_mean), list(recipe.pixel_std)
+    return [255.0 * m for m in config["mean"]], [255.0 * s for s in config["std"]]
+
+
+FAMILY = TimmVit()

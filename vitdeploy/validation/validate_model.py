@@ -1,0 +1,81 @@
+"""``vitdeploy validate`` as a library call: a deployed file against the eager official model it was made from."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from vitdeploy.validation.validate import ValidationReport
+
+Echo = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    """What to compare on and how (``vitdeploy validate``'s options)."""
+
+    checkpoint: str | None = None  # the checkpoint the model was exported from (None for random weights)
+    images: tuple[str, ...] = ()  # image files or folders, through the family's preprocessing
+    random_inputs: int = 2  # seeded random input sets
+    load_inputs: tuple[str, ...] = ()  # saved inputs: .npz or Polygraphy .json
+    tolerance: str = "auto"  # a TOLERANCES name, or auto: the model's precision
+    runs: int = 5  # timed runs per backend (0: no timing)
+    warmup: int = 1
+    device: str = "cpu"  # ONNX Runtime's execution provider for .onnx files
+    tf32: bool = False
+    fused_attention: bool = False
+    threads: int | None = None
+
+
+def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions(),
+                   echo: Echo = _quiet) -> ValidationReport:
+    """Parity (and latency unless ``runs`` is 0) of an ``.onnx`` or ``.plan`` file against the official eager
+    model rebuilt from its metadata. The report is falsy when a tolerance fails; nothing is raised for that."""
+    from vitdeploy.errors import InputError
+    from vitdeploy.families import family_of
+    from vitdeploy.runtime.loader import open_runner
+    from vitdeploy.runtime.ort_fusions import runner_precision_note
+    from vitdeploy.validation.inputs import image_input_sets, saved_input_sets
+    from vitdeploy.validation.parity import TOLERANCES
+    from vitdeploy.validation.torch_runner import TorchRunner
+    from vitdeploy.validation.validate import validate_runner
+
+    # .onnx -> ONNX Runtime on the device, .plan -> TensorRT
+    candidate = open_runner(str(model), threads=options.threads, fused_attention=options.fused_attention,
+                            ort_device=options.device, tf32=options.tf32, allow_unverified=True)
+    if options.device != "cpu" and getattr(candidate, "provider", None):
+        echo(f"runs on {candidate.provider}")
+    fusion = getattr(candidate, "fusion", None)
+    if fusion is not None:
+        echo(f"fused rel-pos attention: {fusion.summary()}")
+    for warning in getattr(candidate, "warnings", []):
+        echo(f"warning: {warning}")
+    note = runner_precision_note(candidate, options.device, options.threads)
+    if note:
+        echo(note)
+    meta = candidate.metadata
+    family = family_of(meta, f"'{model}'")
+    preprocess = family.image_preprocessor(meta) if options.images else None
+    if meta.get("random_weights"):
+        echo(f"note: {Path(model).name} has RANDOM WEIGHTS (seed {meta.get('random_seed')}); parity is still meaningful")
+    precision = meta.get("precision", "fp32")
+    tol = TOLERANCES[precision if options.tolerance == "auto" else options.tolerance]
+    echo(f"building the eager official reference ({family.name}, {meta.get('variant')})")
+    reference = TorchRunner(family.eager_reference(meta, options.checkpoint), candidate.input_names,
+                            candidate.output_names, threads=options.threads, metadata=meta)
+    shapes = candidate.input_shapes()
+    input_sets = family.random_input_sets(meta, candidate.input_names, shapes, options.random_inputs)
+    if preprocess is not None:
+        input_sets += image_input_sets(options.images, preprocess, candidate.input_names[0])
+    input_sets += saved_input_sets(options.load_inputs, shapes)
+    if not input_sets:
+        raise InputError("no inputs to compare: use --random-inputs N, --images PATH or --load-inputs FILE")
+    echo(f"parity of {Path(model).name} ({precision}) vs eager official, tolerance '{tol.name}' "
+         f"(cosine >= {tol.cosine_min}, rel L2 <= {tol.rel_l2_max}, max-abs/scale <= {tol.max_abs_rel}):")
+    return validate_runner(reference, candidate, input_sets, tol, latency_runs=options.runs,
+                           latency_warmup=options.warmup, threads=options.threads, echo=echo)
