@@ -1,0 +1,101 @@
+"""timm's Hiera (``hiera_*``: mask-unit attention, Unroll/Reroll) and SAM 2's Hiera image trunk (``sam2_hiera_*``:
+timm's ``HieraDet``, windowed and global attention, q-pooling): hierarchical ViTs with timm's preprocessing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vitdeploy.errors import InputError, RecipeError
+from vitdeploy.families.base import Echo, ExportOptions, ModelFamily, recipe_section, reference_seed
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from vitdeploy.models.recipes import Recipe
+    from vitdeploy.onnx_export.exporter import ExportResult
+
+#: What the graph returns, by timm's own methods (see :mod:`vitdeploy.rewrites.timm_hiera`).
+HIERA_OUTPUTS = ("logits", "pre_logits", "features")
+
+
+class TimmHiera(ModelFamily):
+    name = "timm_hiera"
+
+    def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
+        from vitdeploy.models.timm_hiera import load_timm_hiera
+        from vitdeploy.models.timm_vit import TimmVitArch
+
+        arch = TimmVitArch.from_recipe(recipe)
+        what = f"recipe '{recipe.name}' ({recipe.variant})"
+        return arch, load_timm_hiera(arch, checkpoint, prefix=recipe.checkpoint_prefix, random_seed=random_seed,
+                                     what=what)
+
+    def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
+               echo: Echo) -> ExportResult:
+        import torch
+
+        from vitdeploy.families.timm_vit import timm_mean_std
+        from vitdeploy.metadata import artifact_metadata
+        from vitdeploy.models.timm_hiera import hiera_image_size
+        from vitdeploy.models.timm_vit import timm_data_config
+        from vitdeploy.onnx_export.exporter import export_onnx
+        from vitdeploy.rewrites.timm_hiera import rewrite_timm_hiera
+
+        kind = str(recipe_section(recipe, "timm", {"output"}).get("output", "logits"))
+        if kind not in HIERA_OUTPUTS:
+            raise RecipeError(f"recipe '{recipe.name}': [timm] output '{kind}' is not one of {', '.join(HIERA_OUTPUTS)}")
+        size = options.image_size or hiera_image_size(model)
+        check_hiera_size(model, size)
+        config = timm_data_config(model)
+        config["input_size"] = [config["input_size"][0], size, size]
+        mean, std = timm_mean_std(recipe, config)
+        echo(f"exporting {recipe.name} ({recipe.variant}, timm {type(model).__name__}) at {size}x{size}, output "
+             f"'{kind}'" + (" with a dynamic batch" if options.dynamic_batch else ""))
+        metadata = artifact_metadata(
+            family=self.name, variant=recipe.variant, input_size=size, pixel_mean=mean, pixel_std=std,
+            architecture=arch.to_dict(), random_seed=options.random_seed, checkpoint_name=options.checkpoint_name,
+            checkpoint_sha256=options.checkpoint_sha256(), output=kind, data_config=config,
+            dynamic_batch=options.dynamic_batch, input_name=recipe.input_name, output_name=kind,
+        )
+        in_chans = int(config["input_size"][0])
+        example = torch.randn(options.batch, in_chans, size, size, generator=torch.Generator().manual_seed(0))
+        return export_onnx(rewrite_timm_hiera(model, kind), (example,), output, input_names=[recipe.input_name],
+                           output_names=[kind], metadata=metadata, opset=options.opset or recipe.opset,
+                           dynamic_batch=options.dynamic_batch)
+
+    def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
+        """timm's own model (fused attention as timm ships it) through the exported output's method."""
+        from vitdeploy.models.timm_hiera import load_timm_hiera
+        from vitdeploy.models.timm_vit import TimmOutputReference, TimmVitArch
+
+        seed = reference_seed(metadata, checkpoint)
+        model = load_timm_hiera(TimmVitArch.from_dict(metadata["architecture"]), checkpoint, random_seed=seed)
+        return TimmOutputReference(model, str(metadata.get("output", "logits"))).eval()
+
+    def image_preprocessor(self, metadata: dict[str, Any]):
+        """timm's own eval transform (resize, center crop, normalize), from the data config in the metadata."""
+        from vitdeploy.runtime.preprocess import TimmPreprocessor
+
+        return TimmPreprocessor(metadata["data_config"])
+
+    calibration_preprocessor = image_preprocessor
+
+
+def check_hiera_size(model: nn.Module, size: int) -> None:
+    """Hiera's position embedding is built for one size; HieraDet resizes its own to the token grid, so any
+    multiple of its total stride works (windows are padded as SAM 2 pads them)."""
+    from vitdeploy.models.timm_hiera import hiera_image_size
+    from vitdeploy.rewrites.static_shapes import require_patch_multiple
+
+    built = hiera_image_size(model)
+    if size == built:
+        return
+    if not hasattr(model, "global_pos_size"):  # timm's Hiera: a fixed (1, tokens, C) position embedding
+        raise InputError(f"--image-size {size}: this Hiera's position embedding is built for {built}x{built}; drop "
+                         "--image-size, or set [architecture] img_size in the recipe (and a checkpoint of that size)")
+    stride = max(int(info["reduction"]) for info in model.feature_info)
+    require_patch_multiple(size, stride, unit="total stride")
+
+
+FAMILY = TimmHiera()
