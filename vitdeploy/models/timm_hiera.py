@@ -13,9 +13,7 @@ from pathlib import Path
 from torch import nn
 
 from vitdeploy.errors import RecipeError
-from vitdeploy.models.checkpoints import check_fits, load_state_dict_file, select_prefix
-from vitdeploy.models.sam_encoder import randomize_parameters
-from vitdeploy.models.timm_vit import TimmVitArch
+from vitdeploy.models.timm_vit import TimmVitArch, fill_timm_model
 
 #: timm classes this family covers: Hiera (MAE-pretrained, mask-unit attention) and SAM 2's HieraDet.
 HIERA_CLASSES = ("Hiera", "HieraDet")
@@ -46,15 +44,8 @@ def load_timm_hiera(arch: TimmVitArch, checkpoint: str | Path | None = None, *, 
                     random_seed: int | None = None, what: str | None = None) -> nn.Module:
     """Build the Hiera for ``arch`` and fill it from a checkpoint or with seeded random weights (every parameter
     non-zero: timm zero-initialises position embeddings and scales the head down to 0.001)."""
-    if (checkpoint is None) == (random_seed is None):
-        raise ValueError("give exactly one of checkpoint and random_seed")
-    model = build_timm_hiera(arch)
-    if checkpoint is None:
-        return randomize_parameters(model, random_seed).eval()
-    state = select_prefix(load_state_dict_file(checkpoint), prefix)
-    check_fits(model, state, what or f"timm {arch.label}", hint=": choose the matching --recipe (or its [architecture])")
-    model.load_state_dict(state, strict=True)
-    return model.eval()
+    return fill_timm_model(build_timm_hiera(arch), arch, checkpoint, prefix=prefix, random_seed=random_seed, what=what,
+                           hint=": choose the matching --recipe (or its [architecture])")
 
 
 def hiera_image_size(model: nn.Module) -> int:

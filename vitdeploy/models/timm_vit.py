@@ -88,13 +88,19 @@ def load_timm_vit(
     parameter non-zero (timm zero-initialises the classifier head and, for some models, the
     position embedding), so no path is trivially skipped.
     """
+    return fill_timm_model(build_timm_vit(arch), arch, checkpoint, prefix=prefix, random_seed=random_seed, what=what,
+                           hint=": choose the matching --recipe (or its img_size/num_classes)")
+
+
+def fill_timm_model(model: nn.Module, arch: TimmVitArch, checkpoint: str | Path | None, *, prefix: str,
+                    random_seed: int | None, what: str | None, hint: str) -> nn.Module:
+    """Fill a freshly built timm model from a checkpoint (a timm state dict under ``prefix``) or a seed."""
     if (checkpoint is None) == (random_seed is None):
         raise ValueError("give exactly one of checkpoint and random_seed")
-    model = build_timm_vit(arch)
     if checkpoint is None:
         return randomize_parameters(model, random_seed).eval()
     state = select_prefix(load_state_dict_file(checkpoint), prefix)
-    check_fits(model, state, what or f"timm {arch.label}", hint=": choose the matching --recipe (or its img_size/num_classes)")
+    check_fits(model, state, what or f"timm {arch.label}", hint=hint)
     model.load_state_dict(state, strict=True)
     return model.eval()
 

@@ -153,6 +153,10 @@ def read_metadata_props(path: str | Path) -> dict[str, str]:
 
     Walks the top-level fields of the ``ModelProto`` protobuf message and skips every one but
     ``metadata_props`` (field 14) by its length, so it costs a few reads even for a GB-sized file.
+    Why not ``onnx.load(path, load_external_data=False)``: it parses the whole message. Measured on the
+    377 MB SAM ViT-B file (weights inside, 2-core EPYC): 2.26 s and 779 MB peak RSS for onnx vs 0.08 s
+    and 43 MB here, paid on every runner opened (predict, validate, benchmark); protobuf offers no
+    partial parse of one field.
     """
     import mmap
 
