@@ -7,7 +7,6 @@ checks what any export needs (weights, output path, options) and hands over.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -88,10 +87,8 @@ def export_from_recipe(
     """:func:`export_recipe` with the weights as ``vitdeploy export`` takes them (``checkpoint`` or
     ``random_weights`` + ``seed``) and the other :class:`~vitdeploy.families.ExportOptions` as keywords:
     ``image_size``, ``batch``, ``dynamic_batch``, ``opset``, ``layernorm2d``, ``target``."""
-    random_seed = _weights(checkpoint, random_weights, seed)
-    base = ExportOptions(checkpoint=checkpoint, random_seed=random_seed)
     try:
-        chosen = replace(base, **options)
+        chosen = ExportOptions(checkpoint=checkpoint, random_seed=_weights(checkpoint, random_weights, seed), **options)
     except TypeError as exc:
         raise InputError(f"export_from_recipe: {exc}") from None
     return export_recipe(recipe_name, output, chosen, echo)

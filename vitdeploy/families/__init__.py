@@ -21,10 +21,6 @@ FAMILIES: dict[str, ModelFamily] = {
 }
 
 
-def family_names() -> list[str]:
-    return list(FAMILIES)
-
-
 def family_of_recipe(recipe: Recipe) -> ModelFamily:
     """The family a recipe names, or a RecipeError listing the known ones."""
     try:
@@ -74,5 +70,5 @@ def check_export_options(family: ModelFamily, recipe: Recipe, options: ExportOpt
                          f"LayerNorm2d); recipe '{recipe.name}' ({family.name}) has none: drop --layernorm2d")
 
 
-__all__ = ["FAMILIES", "ExportOptions", "ModelFamily", "check_export_options", "eager_reference", "family_names", "family_of",
+__all__ = ["FAMILIES", "ExportOptions", "ModelFamily", "check_export_options", "eager_reference", "family_of",
            "family_of_recipe", "recorded_family"]

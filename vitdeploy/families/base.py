@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # annotations only
 
 Echo = Callable[[str], None]
 
+
 @dataclass(frozen=True)
 class ExportOptions:
     """How to export, beyond the recipe and its weights (``vitdeploy export``'s options)."""
@@ -115,15 +116,16 @@ def recipe_section(recipe: Recipe, name: str, allowed: set[str]) -> dict[str, An
     return table
 
 
-def require_reference_weights(metadata: dict[str, Any], checkpoint: str | None) -> None:
-    """Random-weight exports are rebuilt from their seed (no checkpoint); checkpoint exports need the same file."""
+def reference_seed(metadata: dict[str, Any], checkpoint: str | None) -> int | None:
+    """The seed to rebuild a random-weights export's reference from, or None when ``checkpoint`` is loaded;
+    refuses a checkpoint for a random-weights export and any other checkpoint than the export's (SHA-256)."""
     from vitdeploy.fileio import sha256_file
 
     if checkpoint is None:
         if not metadata.get("random_weights"):
             raise InputError(f"this model was exported from checkpoint '{metadata.get('checkpoint')}': pass it with "
                              "--checkpoint")
-        return
+        return int(metadata["random_seed"])
     if metadata.get("random_weights"):
         raise InputError(f"this model was exported with random weights (seed {metadata.get('random_seed')}), so "
                          f"checkpoint '{checkpoint}' is not its reference: leave out --checkpoint (the reference is "
@@ -134,9 +136,4 @@ def require_reference_weights(metadata: dict[str, Any], checkpoint: str | None) 
             f"checkpoint '{checkpoint}' is not the one this model was exported from "
             f"('{metadata.get('checkpoint')}', sha256 {recorded[:12]}...): pass that checkpoint"
         )
-
-
-def reference_seed(metadata: dict[str, Any], checkpoint: str | None) -> int | None:
-    """The seed to rebuild a random-weights reference from, or None when the checkpoint is loaded."""
-    require_reference_weights(metadata, checkpoint)
-    return None if checkpoint else int(metadata["random_seed"])
+    return None

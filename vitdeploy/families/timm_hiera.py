@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitdeploy.errors import InputError, RecipeError
-from vitdeploy.families.base import Echo, ExportOptions, ModelFamily, recipe_section, reference_seed
+from vitdeploy.errors import InputError
+from vitdeploy.families.base import Echo, ExportOptions, reference_seed
+from vitdeploy.families.timm_vit import TimmFamily, timm_mean_std
 
 if TYPE_CHECKING:
     from torch import nn
@@ -15,11 +16,8 @@ if TYPE_CHECKING:
     from vitdeploy.models.recipes import Recipe
     from vitdeploy.onnx_export.exporter import ExportResult
 
-#: What the graph returns, by timm's own methods (see :mod:`vitdeploy.rewrites.timm_hiera`).
-HIERA_OUTPUTS = ("logits", "pre_logits", "features")
 
-
-class TimmHiera(ModelFamily):
+class TimmHiera(TimmFamily):
     name = "timm_hiera"
 
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
@@ -35,18 +33,13 @@ class TimmHiera(ModelFamily):
                echo: Echo) -> ExportResult:
         import torch
 
-        from vitdeploy.families.timm_vit import timm_mean_std
         from vitdeploy.metadata import artifact_metadata
-        from vitdeploy.models.timm_hiera import hiera_image_size
         from vitdeploy.models.timm_vit import timm_data_config
         from vitdeploy.onnx_export.exporter import export_onnx
         from vitdeploy.rewrites.timm_hiera import rewrite_timm_hiera
 
-        kind = str(recipe_section(recipe, "timm", {"output"}).get("output", "logits"))
-        if kind not in HIERA_OUTPUTS:
-            raise RecipeError(f"recipe '{recipe.name}': [timm] output '{kind}' is not one of {', '.join(HIERA_OUTPUTS)}")
-        size = options.image_size or hiera_image_size(model)
-        check_hiera_size(model, size)
+        kind = self.output_kind(recipe)
+        size = hiera_export_size(model, options.image_size)
         config = timm_data_config(model)
         config["input_size"] = [config["input_size"][0], size, size]
         mean, std = timm_mean_std(recipe, config)
@@ -73,29 +66,23 @@ class TimmHiera(ModelFamily):
         model = load_timm_hiera(TimmVitArch.from_dict(metadata["architecture"]), checkpoint, random_seed=seed)
         return TimmOutputReference(model, str(metadata.get("output", "logits"))).eval()
 
-    def image_preprocessor(self, metadata: dict[str, Any]):
-        """timm's own eval transform (resize, center crop, normalize), from the data config in the metadata."""
-        from vitdeploy.runtime.preprocess import TimmPreprocessor
 
-        return TimmPreprocessor(metadata["data_config"])
-
-    calibration_preprocessor = image_preprocessor
-
-
-def check_hiera_size(model: nn.Module, size: int) -> None:
-    """Hiera's position embedding is built for one size; HieraDet resizes its own to the token grid, so any
-    multiple of its total stride works (windows are padded as SAM 2 pads them)."""
+def hiera_export_size(model: nn.Module, requested: int | None) -> int:
+    """The side to export at: the built size, or ``requested``. Hiera's position embedding is built for one
+    size; HieraDet resizes its own to the token grid, so any multiple of its total stride works (windows
+    are padded as SAM 2 pads them)."""
     from vitdeploy.models.timm_hiera import hiera_image_size
     from vitdeploy.rewrites.static_shapes import require_patch_multiple
 
     built = hiera_image_size(model)
-    if size == built:
-        return
+    if requested is None or requested == built:
+        return built
     if not hasattr(model, "global_pos_size"):  # timm's Hiera: a fixed (1, tokens, C) position embedding
-        raise InputError(f"--image-size {size}: this Hiera's position embedding is built for {built}x{built}; drop "
-                         "--image-size, or set [architecture] img_size in the recipe (and a checkpoint of that size)")
+        raise InputError(f"--image-size {requested}: this Hiera's position embedding is built for {built}x{built}; "
+                         "drop --image-size, or set [architecture] img_size in the recipe (and a checkpoint of that size)")
     stride = max(int(info["reduction"]) for info in model.feature_info)
-    require_patch_multiple(size, stride, unit="total stride")
+    require_patch_multiple(requested, stride, unit="total stride")
+    return requested
 
 
 FAMILY = TimmHiera()

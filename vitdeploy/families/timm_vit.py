@@ -15,7 +15,28 @@ if TYPE_CHECKING:
     from vitdeploy.onnx_export.exporter import ExportResult
 
 
-class TimmVit(ModelFamily):
+class TimmFamily(ModelFamily):
+    """What the timm families share: the recipe's ``[timm] output`` and timm's own eval preprocessing."""
+
+    def output_kind(self, recipe: Recipe) -> str:
+        """``logits``, ``pre_logits`` or ``features``: which of timm's methods the graph computes."""
+        from vitdeploy.rewrites.timm_vit import TIMM_OUTPUTS
+
+        kind = str(recipe_section(recipe, "timm", {"output"}).get("output", "logits"))
+        if kind not in TIMM_OUTPUTS:
+            raise RecipeError(f"recipe '{recipe.name}': [timm] output '{kind}' is not one of {', '.join(TIMM_OUTPUTS)}")
+        return kind
+
+    def image_preprocessor(self, metadata: dict[str, Any]):
+        """timm's own eval transform (resize, center crop, normalize), from the data config in the metadata."""
+        from vitdeploy.runtime.preprocess import TimmPreprocessor
+
+        return TimmPreprocessor(metadata["data_config"])
+
+    calibration_preprocessor = image_preprocessor
+
+
+class TimmVit(TimmFamily):
     name = "timm_vit"
 
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
@@ -30,11 +51,8 @@ class TimmVit(ModelFamily):
         from vitdeploy.models.timm_vit import timm_data_config
         from vitdeploy.onnx_export.timm_vit import export_timm_vit, timm_vit_metadata
         from vitdeploy.rewrites.static_shapes import require_patch_multiple
-        from vitdeploy.rewrites.timm_vit import TIMM_OUTPUTS
 
-        kind = str(recipe_section(recipe, "timm", {"output"}).get("output", "logits"))
-        if kind not in TIMM_OUTPUTS:
-            raise RecipeError(f"recipe '{recipe.name}': [timm] output '{kind}' is not one of {', '.join(TIMM_OUTPUTS)}")
+        kind = self.output_kind(recipe)
         size = options.image_size or int(model.patch_embed.img_size[0])
         require_patch_multiple(size, model.patch_embed.patch_size[0])
         config = timm_data_config(model)
@@ -61,14 +79,6 @@ class TimmVit(ModelFamily):
         model = load_timm_vit(TimmVitArch.from_dict(metadata["architecture"]), checkpoint, random_seed=seed)
         ref = timm_reference_at_size(model, int(metadata["input_size"][0]))
         return TimmOutputReference(ref, str(metadata.get("output", "logits"))).eval()
-
-    def image_preprocessor(self, metadata: dict[str, Any]):
-        """timm's own eval transform (resize, center crop, normalize), from the data config in the metadata."""
-        from vitdeploy.runtime.preprocess import TimmPreprocessor
-
-        return TimmPreprocessor(metadata["data_config"])
-
-    calibration_preprocessor = image_preprocessor
 
 
 def timm_mean_std(recipe: Recipe, config: dict[str, Any]) -> tuple[list[float], list[float]]:

@@ -175,11 +175,10 @@ class SamAutomaticMaskGenerator:
         keep = box_nms(boxes, np.array(ious, np.float32), opt.box_nms_thresh)
         records = []
         for i in keep:
-            rle = mask_to_rle(masks[i])
             x0, y0, x1, y1 = (float(v) for v in boxes[i])
             records.append({
-                "segmentation": masks[i] if opt.output_mode == "binary_mask" else rle,
-                "area": int(sum(rle["counts"][1::2])),
+                "segmentation": masks[i] if opt.output_mode == "binary_mask" else mask_to_rle(masks[i]),
+                "area": int(masks[i].sum()),
                 "bbox": [x0, y0, x1 - x0, y1 - y0],
                 "predicted_iou": ious[i],
                 "point_coords": [[float(sources[i][0]), float(sources[i][1])]],

@@ -153,6 +153,7 @@ def plan_folder(folder: str | os.PathLike, prompt: Prompt, out_dir: str | os.Pat
     for name, value in (("--output", out_dir), ("--save-embedding", save_embedding_dir), ("--embedding", embedding_dir)):
         if value is not None and Path(value).exists() and not Path(value).is_dir():
             raise InputError(f"{name} '{value}' is a file: with a folder of images, {name} is a folder")
+
     def beside(directory: str | os.PathLike | None, name: str) -> Path | None:
         return Path(directory) / name if directory is not None else None
 
@@ -212,6 +213,8 @@ def run_job(predictor, job: ImageJob, multimask: str = "auto",
     from vitdeploy.runtime.embeddings import load_embedding, save_embedding
     from vitdeploy.runtime.overlay import overlay_mask, save_png
 
+    # Decoded a second time (check_jobs decoded it to prove it readable): holding a folder's pixels between the
+    # check and the run would cost gigabytes; a second decode costs a fraction of the encoder's seconds.
     picture = read_image_rgb(job.image)
     result = ImageResult(str(job.image), encoded=job.embedding is None)
     if job.embedding is not None:
