@@ -76,9 +76,10 @@ def test_verb_readiness_from_component_states() -> None:
     assert status["benchmark"].ready
     assert "without TensorRT engines (needs tensorrt, gpu)" in status["benchmark"].extras
     assert "with eager PyTorch baseline" in status["benchmark"].extras
+    assert "without --runtime openvino (needs openvino)" in status["benchmark"].extras
     everything = {name: Component(name, True) for name in
                   ["torch", "torch-cuda", "onnx", "segment_anything", "onnxruntime", "tensorrt", "polygraphy", "cuda-python", "gpu",
-                   "fused-attention"]}
+                   "fused-attention", "openvino"]}
     status = {v.verb: v for v in verb_readiness(["build-engine", "benchmark"], everything)}
     assert status["build-engine"].ready and all(e.startswith("with ") for e in status["benchmark"].extras)
 

@@ -43,8 +43,10 @@ VERB_NEEDS: dict[str, tuple[str, ...]] = {
 #: Optional extras of a verb: (components, what they add).
 VERB_EXTRAS: dict[str, list[tuple[tuple[str, ...], str]]] = {
     "benchmark": [(("torch",), "eager PyTorch baseline"), (("tensorrt", "cuda-python", "gpu"), "TensorRT engines"),
-                  (("torch-cuda",), "eager PyTorch on the GPU"), (("fused-attention",), "--fused-attention")],
-    "validate": [(("fused-attention",), "--fused-attention")],
+                  (("torch-cuda",), "eager PyTorch on the GPU"), (("fused-attention",), "--fused-attention"),
+                  (("openvino",), "--runtime openvino")],
+    "validate": [(("fused-attention",), "--fused-attention"), (("openvino",), "--runtime openvino")],
+    "predict": [(("openvino",), "--runtime openvino")],
 }
 
 
@@ -244,7 +246,7 @@ def probe_components(deep: bool = False) -> dict[str, Component]:
         torch_comp, torch_cuda,
         _module("onnx", deep=deep), _module("onnxscript", deep=deep), _onnxruntime(),
         _module("segment_anything", deep=deep), _module("timm", deep=deep),
-        _module("polygraphy", deep=deep), _tensorrt(), cuda_python, gpu, _fused_attention(),
+        _module("polygraphy", deep=deep), _module("openvino", deep=deep), _tensorrt(), cuda_python, gpu, _fused_attention(),
     ]
     return {c.name: c for c in comps}
 

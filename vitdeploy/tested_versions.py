@@ -29,6 +29,7 @@ TESTED: dict[str, tuple[str, ...]] = {
     "safetensors": ("0.8.0",),
     "pillow": ("13.0.0",),
     "polygraphy": ("0.53.6",),
+    "openvino": ("2026.4.1",),
 }
 
 

@@ -26,6 +26,10 @@ def environment(threads: int | None, contenders: Sequence[Contender]) -> dict[st
 
         versions["tensorrt"] = str(tensorrt.__version__)
         versions["cuda-python"] = str(cuda_python_version())
+    if any(c.backend == "openvino" for c in contenders):
+        from vitdeploy.runtime.openvino_runner import openvino_version
+
+        versions["openvino"] = str(openvino_version())
     from vitdeploy.cpu_features import cpu_features
 
     providers, plans, int8 = {}, {}, {}
@@ -34,6 +38,8 @@ def environment(threads: int | None, contenders: Sequence[Contender]) -> dict[st
         if session is not None:
             providers[c.label] = session.get_providers()
             plans[c.label] = getattr(c.runner, "provider", None)
+        elif c.backend == "openvino":
+            plans[c.label] = c.runner.provider
         if getattr(c.runner, "int8_kernels", None):
             int8[c.label] = c.runner.int8_kernels
     return {

@@ -32,6 +32,7 @@ class BenchmarkOptions:
     shapes: tuple[str, ...] = ()  # dynamic axes besides the batch, as trtexec's --shapes
     fused_attention: bool = False
     threads: int | None = None
+    runtimes: tuple[str, ...] = ("onnxruntime",)  # each .onnx file is timed on each (onnxruntime, openvino)
 
 
 def benchmark_models(models: list[str] | tuple[str, ...], options: BenchmarkOptions = BenchmarkOptions(),
@@ -48,17 +49,21 @@ def benchmark_models(models: list[str] | tuple[str, ...], options: BenchmarkOpti
 
     if not options.eager and options.eager_precisions:
         raise InputError("--eager-precision needs the eager baseline: drop --no-eager")
+    runtimes = list(dict.fromkeys(options.runtimes or ("onnxruntime",)))
+    if options.fused_attention and runtimes != ["onnxruntime"]:
+        raise InputError("--fused-attention is an ONNX Runtime custom op: time it with --runtime onnxruntime alone")
     deployed = [deployed_contender(m, threads=options.threads, device=options.device, gpu=options.gpu, tf32=options.tf32,
-                                   allow_unverified=options.allow_unverified,
+                                   allow_unverified=options.allow_unverified, runtime=runtime,
                                    fused_attention=options.fused_attention and Path(m).suffix.lower() in ONNX_SUFFIXES)
-                for m in models]
+                for m in models
+                for runtime in (runtimes if Path(m).suffix.lower() in ONNX_SUFFIXES else ["onnxruntime"])]
     for c in deployed:
         for warning in getattr(c.runner, "warnings", []):
             echo(f"warning: {warning}")
         note = runner_precision_note(c.runner, options.device, options.threads)
         if note:
             echo(f"{c.label}: {note}")
-        if getattr(c.runner, "provider", None) and options.device != "cpu":
+        if getattr(c.runner, "provider", None) and (options.device != "cpu" or c.backend != "onnxruntime"):
             echo(f"{c.label}: {c.runner.provider}")
     first = deployed[0].runner
     template = input_template(first, parse_shapes(options.shapes))
@@ -80,6 +85,6 @@ def benchmark_models(models: list[str] | tuple[str, ...], options: BenchmarkOpti
         rows=rows,
         settings={"runs": options.runs, "warmup": options.warmup, "batches": batches, "threads": options.threads,
                   "input_shapes": {name: dims[1:] for name, dims in template.items()},
-                  "device": options.device, "tf32": options.tf32, "timing": TIMING, "models": list(models)},
+                  "device": options.device, "tf32": options.tf32, "runtimes": runtimes, "timing": TIMING, "models": list(models)},
         environment=environment(options.threads, contenders),
     )

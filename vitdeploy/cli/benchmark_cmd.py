@@ -6,7 +6,8 @@ import json
 
 import click
 
-from vitdeploy.cli.options import force_option, fused_attention_option, handle_errors, ort_device_options, report_option, threads_option, verbose_option
+from vitdeploy.cli.options import (force_option, fused_attention_option, handle_errors, ort_device_options, report_option,
+                                   threads_option, verbose_option)
 
 
 @click.command("benchmark")
@@ -26,6 +27,9 @@ from vitdeploy.cli.options import force_option, fused_attention_option, handle_e
 @click.option("--shapes", multiple=True,
               help="Sizes of dynamic axes other than the batch, as trtexec: NAME:DxDx...[,NAME:...] (e.g. the SAM "
                    "decoder's point_coords:1x5x2,point_labels:1x5). The batch axis follows --batch.")
+@click.option("--runtime", "runtimes", multiple=True, type=click.Choice(["onnxruntime", "openvino"]),
+              help="Runtime(s) for .onnx files (repeatable: each file is timed on each; default onnxruntime). "
+                   "openvino: OpenVINO on the CPU in FP32 (pip install 'vitdeploy[openvino]').")
 @fused_attention_option
 @threads_option
 @report_option
@@ -33,7 +37,8 @@ from vitdeploy.cli.options import force_option, fused_attention_option, handle_e
 @verbose_option
 @handle_errors
 def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str, ...], checkpoint: str | None, device: str,
-              tf32: bool, allow_unverified: bool, gpu: int, batches: tuple[int, ...], runs: int, warmup: int, shapes: tuple[str, ...], fused_attention: bool, threads: int,
+              tf32: bool, allow_unverified: bool, gpu: int, batches: tuple[int, ...], runs: int, warmup: int, shapes: tuple[str, ...], runtimes: tuple[str, ...],
+              fused_attention: bool, threads: int,
               report: str | None, force: bool, verbose: bool) -> None:
     """Time deployed models (.onnx with ONNX Runtime, .plan with TensorRT) against eager PyTorch.
 
@@ -47,6 +52,7 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
       vitdeploy benchmark sam_vit_b.plan sam_vit_b_fp16.plan --device cuda --eager-precision fp32 --eager-precision fp16
       vitdeploy benchmark enc_dyn.onnx enc_dyn.plan --batch 1 --batch 4 --report bench.json
       vitdeploy benchmark sam_vit_b_decoder.onnx --shapes point_coords:1x5x2,point_labels:1x5
+      vitdeploy benchmark sam_vit_b.onnx --runtime onnxruntime --runtime openvino
     """
     from vitdeploy.fileio import require_model_file
 
@@ -63,7 +69,8 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
     options = BenchmarkOptions(eager=eager, eager_precisions=eager_precisions, checkpoint=checkpoint,
                                device=device, tf32=tf32, allow_unverified=allow_unverified, gpu=gpu,
                                batches=batches or (1,), runs=runs, warmup=warmup, shapes=shapes,
-                               fused_attention=fused_attention, threads=threads)
+                               fused_attention=fused_attention, threads=threads,
+                               runtimes=runtimes or ("onnxruntime",))
     result = benchmark_models(models, options, echo=click.echo)
     click.echo(f"latency over {runs} runs after {warmup} warm-up, {threads} CPU thread(s); {TIMING}")
     click.echo(result.table())

@@ -117,12 +117,12 @@ def _threads(fn: Callable, what: str) -> Callable:
 
 def threads_option(fn: Callable) -> Callable:
     """--threads for verbs that run ONNX Runtime and eager PyTorch; default: every core this process may use."""
-    return _threads(fn, "ONNX Runtime and eager PyTorch (the same count: a fair comparison)")
+    return _threads(fn, "ONNX Runtime (or OpenVINO) and eager PyTorch (the same count: a fair comparison)")
 
 
 def runtime_threads_option(fn: Callable) -> Callable:
     """--threads for verbs that run only the exported model (no PyTorch)."""
-    return _threads(fn, "ONNX Runtime (TensorRT runs on the GPU and ignores it)")
+    return _threads(fn, "ONNX Runtime or OpenVINO (TensorRT runs on the GPU and ignores it)")
 
 
 def fused_attention_option(fn: Callable) -> Callable:
@@ -158,3 +158,11 @@ def ort_device_options(choices: tuple[str, ...], help_text: str = "ONNX Runtime 
                             help=help_text)(fn)
 
     return decorate
+
+
+def runtime_option(fn: Callable) -> Callable:
+    """--runtime: which runtime runs ONNX files (vitdeploy.runtime.loader.ONNX_RUNTIMES)."""
+    return click.option("--runtime", type=click.Choice(["onnxruntime", "openvino"]), default="onnxruntime",
+                        show_default=True,
+                        help="Runtime for .onnx files: ONNX Runtime, or OpenVINO on the CPU in FP32 "
+                             "(pip install 'vitdeploy[openvino]').")(fn)

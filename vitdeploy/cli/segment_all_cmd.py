@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import (force_option, handle_errors, ort_device_options, runtime_threads_option, sam_pair_options,
-                                   verbose_option)
+from vitdeploy.cli.options import (force_option, handle_errors, ort_device_options, runtime_option, runtime_threads_option,
+                                   sam_pair_options, verbose_option)
 
 
 @click.command("segment-all")
@@ -29,13 +29,14 @@ from vitdeploy.cli.options import (force_option, handle_errors, ort_device_optio
               help="Logit offset the stability score thresholds at.")
 @click.option("--box-nms-thresh", type=float, default=0.7, show_default=True, help="Box IoU above which duplicates are dropped.")
 @ort_device_options(("cpu", "cuda", "tensorrt"))
+@runtime_option
 @runtime_threads_option
 @force_option
 @verbose_option
 @handle_errors
 def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: str | None, points_per_side: int,
                 pred_iou_thresh: float, stability_score_thresh: float, stability_score_offset: float, box_nms_thresh: float,
-                device: str, tf32: bool, allow_unverified: bool, threads: int, force: bool, verbose: bool) -> None:
+                device: str, tf32: bool, allow_unverified: bool, runtime: str, threads: int, force: bool, verbose: bool) -> None:
     """Segment everything in an image: a grid of clicks, filtered and de-duplicated (SamAutomaticMaskGenerator).
 
     The official automatic mask generator's algorithm and defaults, on the exported models, without
@@ -67,7 +68,8 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
     picture = read_image_rgb(image, notes)
     for note in notes:
         click.echo(f"note: {note}", err=True)
-    predictor = SamPredictor(encoder, decoder, device=device, threads=threads, tf32=tf32, allow_unverified=allow_unverified)
+    predictor = SamPredictor(encoder, decoder, device=device, threads=threads, tf32=tf32, allow_unverified=allow_unverified,
+                             runtime=runtime)
     generator = SamAutomaticMaskGenerator(
         predictor, points_per_side=points_per_side, pred_iou_thresh=pred_iou_thresh,
         stability_score_thresh=stability_score_thresh, stability_score_offset=stability_score_offset,

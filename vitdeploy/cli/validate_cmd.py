@@ -6,7 +6,8 @@ import json
 
 import click
 
-from vitdeploy.cli.options import force_option, fused_attention_option, handle_errors, ort_device_options, report_option, threads_option, verbose_option
+from vitdeploy.cli.options import (force_option, fused_attention_option, handle_errors, ort_device_options, report_option,
+                                   runtime_option, threads_option, verbose_option)
 
 
 @click.command("validate")
@@ -27,6 +28,7 @@ from vitdeploy.cli.options import force_option, fused_attention_option, handle_e
 @ort_device_options(("cpu", "cuda", "tensorrt"), "ONNX Runtime execution provider for the ONNX model (the eager reference "
                    "runs on the CPU in FP32). Combinations vitdeploy has not verified run here: this is the check.",
                    allow_unverified=False)
+@runtime_option
 @fused_attention_option
 @threads_option
 @report_option
@@ -34,7 +36,7 @@ from vitdeploy.cli.options import force_option, fused_attention_option, handle_e
 @verbose_option
 @handle_errors
 def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random_inputs: int, load_inputs: tuple[str, ...],
-             tolerance: str, runs: int, warmup: int, device: str, tf32: bool, fused_attention: bool, threads: int,
+             tolerance: str, runs: int, warmup: int, device: str, tf32: bool, runtime: str, fused_attention: bool, threads: int,
              report: str | None, force: bool, verbose: bool) -> None:
     """Compare a deployed model with the eager official model on the same inputs.
 
@@ -47,6 +49,7 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
       vitdeploy validate sam_vit_b.onnx --checkpoint sam_vit_b_01ec64.pth --images photos/
       vitdeploy validate demo.onnx --runs 10 --report demo-validate.json
       vitdeploy validate sam_vit_b_decoder.onnx --load-inputs prompts.npz --random-inputs 0
+      vitdeploy validate sam_vit_b.onnx --runtime openvino --images photos/
     """
     from vitdeploy.errors import ParityError
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs, require_checkpoint_file, require_model_file
@@ -61,7 +64,7 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
 
     options = ValidateOptions(checkpoint=checkpoint, images=images, random_inputs=random_inputs, load_inputs=load_inputs,
                               tolerance=tolerance, runs=runs, warmup=warmup, device=device, tf32=tf32,
-                              fused_attention=fused_attention, threads=threads)
+                              runtime=runtime, fused_attention=fused_attention, threads=threads)
     result = validate_model(model, options, echo=click.echo)
     if result.latency:
         click.echo(f"latency, {threads} thread(s), median / p90:")

@@ -9,15 +9,32 @@ from vitdeploy.runtime.runners import Runner
 
 ONNX_SUFFIXES = (".onnx",)
 ENGINE_SUFFIXES = (".plan", ".engine", ".trt")
+#: Runtimes for ONNX files: ONNX Runtime (the default, every provider) and OpenVINO (CPU, optional extra).
+ONNX_RUNTIMES = ("onnxruntime", "openvino")
 
 
 def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str = "cpu", gpu: int = 0,
-                fused_attention: bool = False, tf32: bool = False, allow_unverified: bool = False) -> Runner:
+                fused_attention: bool = False, tf32: bool = False, allow_unverified: bool = False,
+                runtime: str = "onnxruntime") -> Runner:
     """``.onnx`` -> :class:`OnnxRuntimeRunner` (``threads``, ``ort_device``, ``fused_attention``, ``tf32``,
-    ``allow_unverified``); ``.plan``/``.engine``/``.trt`` -> :class:`TensorRTRunner` on CUDA device ``gpu``
-    (an engine's math was fixed when it was built)."""
+    ``allow_unverified``), or with ``runtime="openvino"`` :class:`OpenVinoRunner` (CPU, FP32 pinned);
+    ``.plan``/``.engine``/``.trt`` -> :class:`TensorRTRunner` on CUDA device ``gpu`` (an engine's math was
+    fixed when it was built)."""
     path = Path(path)
     suffix = path.suffix.lower()
+    if runtime not in ONNX_RUNTIMES:
+        raise InputError(f"runtime '{runtime}' is not one of {', '.join(ONNX_RUNTIMES)}")
+    if runtime == "openvino":
+        if suffix not in ONNX_SUFFIXES:
+            raise InputError(f"--runtime openvino runs ONNX models ({', '.join(ONNX_SUFFIXES)}), not '{path.name}': "
+                             "TensorRT engines run on TensorRT (leave out --runtime)")
+        if fused_attention:
+            raise InputError("--fused-attention is an ONNX Runtime custom op: leave it out with --runtime openvino")
+        if tf32:
+            raise InputError("--tf32 is CUDA math: OpenVINO runs on the CPU in FP32 (leave out --tf32)")
+        from vitdeploy.runtime.openvino_runner import OpenVinoRunner
+
+        return OpenVinoRunner(path, threads=threads, device=ort_device)
     if suffix in ONNX_SUFFIXES:
         from vitdeploy.runtime.runners import OnnxRuntimeRunner
 

@@ -124,7 +124,7 @@ class OnnxRuntimeRunner:
                                                 disabled_optimizers=self.disabled_optimizers or None)
         except Exception as exc:  # ORT raises its own Fail/InvalidGraph types; all mean "unusable file".
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            _raise_if_weights_missing(path, exc)
+            raise_if_weights_missing(path, exc)
             raise InputError(f"ONNX Runtime cannot load '{path}' ({first}): re-export it with 'vitdeploy export'") from exc
         self.path = path
         self.threads = threads
@@ -176,7 +176,7 @@ class OnnxRuntimeRunner:
         return {n: self._out_buffers.get(n, copied[n]) for n in self.output_names}
 
 
-def _raise_if_weights_missing(path: Path, exc: Exception) -> None:
+def raise_if_weights_missing(path: Path, exc: Exception) -> None:
     """After ONNX Runtime failed to load ``path``: the clear error when its external-data file is missing.
 
     Checked only after a failure (it parses the graph, which costs a second on a large inline model);

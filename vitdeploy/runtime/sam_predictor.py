@@ -35,13 +35,15 @@ MASK_THRESHOLD = 0.0  # Sam.mask_threshold
 
 
 def as_runner(model: Runner | str | os.PathLike, device: str = "cpu", threads: int | None = None, *, tf32: bool = False,
-              allow_unverified: bool = False) -> Runner:
+              allow_unverified: bool = False, runtime: str = "onnxruntime") -> Runner:
     """``model`` if it already is a Runner; otherwise the runner for its file suffix (``.onnx``: ONNX
-    Runtime on ``device``; ``.plan``/``.engine``/``.trt``: TensorRT) via :func:`vitdeploy.runtime.loader.open_runner`."""
+    Runtime on ``device``, or OpenVINO with ``runtime="openvino"``; ``.plan``/``.engine``/``.trt``: TensorRT)
+    via :func:`vitdeploy.runtime.loader.open_runner`."""
     if isinstance(model, (str, os.PathLike)):
         from vitdeploy.runtime.loader import open_runner
 
-        return open_runner(Path(model), threads=threads, ort_device=device, tf32=tf32, allow_unverified=allow_unverified)
+        return open_runner(Path(model), threads=threads, ort_device=device, tf32=tf32, allow_unverified=allow_unverified,
+                           runtime=runtime)
     if isinstance(model, Runner):
         return model
     raise InputError(f"expected a model path or a Runner, got {type(model).__name__}")
@@ -96,6 +98,7 @@ class SamPredictor:
         device: ONNX Runtime device for paths: ``cpu``, ``cuda`` or ``tensorrt`` (GPU providers only where the
             files were verified, see :mod:`vitdeploy.runtime.providers`; ``allow_unverified`` overrides).
         threads: ONNX Runtime intra-op threads for paths (default: ONNX Runtime's choice).
+        runtime: ``onnxruntime`` (default) or ``openvino`` (CPU, the optional ``openvino`` extra) for ``.onnx`` paths.
         tf32: on CUDA, let FP32 GEMMs use TF32 (default: exact FP32; masks then match the CPU's).
         check_weights: refuse an encoder and decoder whose weights come from different checkpoints or
             seeds (turn off for a decoder fine-tuned apart from its encoder).
@@ -103,9 +106,9 @@ class SamPredictor:
 
     def __init__(self, encoder: Runner | str | os.PathLike, decoder: Runner | str | os.PathLike, *,
                  device: str = "cpu", threads: int | None = None, check_weights: bool = True, tf32: bool = False,
-                 allow_unverified: bool = False):
-        self.encoder = as_runner(encoder, device, threads, tf32=tf32, allow_unverified=allow_unverified)
-        self.decoder = as_runner(decoder, device, threads, tf32=tf32, allow_unverified=allow_unverified)
+                 allow_unverified: bool = False, runtime: str = "onnxruntime"):
+        self.encoder = as_runner(encoder, device, threads, tf32=tf32, allow_unverified=allow_unverified, runtime=runtime)
+        self.decoder = as_runner(decoder, device, threads, tf32=tf32, allow_unverified=allow_unverified, runtime=runtime)
         enc, dec = self.encoder.metadata, self.decoder.metadata
         check_artifact_pair(enc, dec, check_weights=check_weights)
         missing = [n for n in DECODER_INPUTS if n not in self.decoder.input_names]

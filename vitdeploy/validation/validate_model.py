@@ -28,6 +28,7 @@ class ValidateOptions:
     warmup: int = 1
     device: str = "cpu"  # ONNX Runtime's execution provider for .onnx files
     tf32: bool = False
+    runtime: str = "onnxruntime"  # or openvino (CPU) for .onnx files
     fused_attention: bool = False
     threads: int | None = None
 
@@ -47,8 +48,9 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
 
     # .onnx -> ONNX Runtime on the device, .plan -> TensorRT
     candidate = open_runner(str(model), threads=options.threads, fused_attention=options.fused_attention,
-                            ort_device=options.device, tf32=options.tf32, allow_unverified=True)
-    if options.device != "cpu" and getattr(candidate, "provider", None):
+                            ort_device=options.device, tf32=options.tf32, allow_unverified=True,
+                            runtime=options.runtime)
+    if (options.device != "cpu" or options.runtime != "onnxruntime") and getattr(candidate, "provider", None):
         echo(f"runs on {candidate.provider}")
     fusion = getattr(candidate, "fusion", None)
     if fusion is not None:
