@@ -1,4 +1,5 @@
-"""Full-size SAM encoder speed on CPU: vitdeploy on ONNX Runtime vs eager and torch.compile PyTorch, against the floor.
+"""Full-size SAM encoder speed on CPU: vitdeploy on ONNX Runtime vs what a user would pick instead (eager and
+torch.compile PyTorch, the plain export on ONNX Runtime and on OpenVINO, samexporter-style dynamic INT8), against the floor.
 
 One command, one run:
 
@@ -9,7 +10,9 @@ What it does:
 1. Prepares the artifacts in ``--workdir`` (kept, and reused with ``--reuse``): the official encoder
    with seeded random weights; its naive export (``torch.onnx.export`` of the official module);
    vitdeploy's FP32 export for every ``--target``; an INT8 Q/DQ graph calibrated from the
-   ``onnxruntime-cpu`` export with ``vitdeploy calibrate`` (bundled images, minmax); the input: a
+   ``onnxruntime-cpu`` export with ``vitdeploy calibrate`` (bundled images, minmax); the plain export
+   quantized by ``onnxruntime.quantization.quantize_dynamic`` (QUInt8 weights, as samexporter ships its
+   INT8 encoder); the input: a
    held-out bundled image through SAM's preprocessing (the INT8 graph is calibrated on images, so
    it is timed and compared on one).
 2. Counts the official model's FLOPs (``torch.utils.flop_counter``).
@@ -24,7 +27,11 @@ What it does:
    When ``bash cpp/build.sh`` has built vitdeploy's fused rel-pos attention kernel
    (``libvitdeploy_ort_ops.so``), the ``onnxruntime-cpu`` FP32 and INT8 files run once more with it
    (``OnnxRuntimeRunner(fused_attention=True)``); ``--no-fused`` leaves those rows out.
-4. Reports per contender: median and p90 of all timed runs, ratio to eager, multiple of the floor
+   When OpenVINO is installed (``pip install 'vitdeploy[openvino]'``), the plain export, each vitdeploy
+   FP32 target and the INT8 Q/DQ file also run on OpenVINO (``OpenVinoRunner``: FP32 pinned, 7-bit
+   weights for INT8 on CPUs without VNNI/AMX); ``--no-openvino`` leaves them out.
+4. Reports per contender: median and p90 of all timed runs, ratio to eager, the first run after loading
+   (``first run ms``: arena growth, lazy initialization) and the load time, multiple of the floor
    (FLOPs / best measured GEMM throughput), peak RSS of the whole process and during the timed runs
    (VmHWM reset by ``/proc/self/clear_refs`` after warm-up), parity vs eager (named tolerance of the
    contender's precision), and for INT8 also vs its FP32 source on ONNX Runtime.
@@ -51,11 +58,17 @@ VITDEPLOY_ORT_SETTINGS = {"optimization": "all", "io_binding": True}
 
 
 def contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, int8_path: Path | None = None,
-               with_fused: bool = False) -> list[dict[str, Any]]:
+               with_fused: bool = False, with_openvino: bool = False, with_dynamic: bool = False) -> list[dict[str, Any]]:
     rows = [{"name": "eager official (PyTorch)", "kind": "eager", "precision": "fp32"}]
     if with_compile:
         rows.append({"name": "torch.compile official", "kind": "compile", "precision": "fp32"})
     rows.append({"name": "ORT, naive export", "kind": "ort", "model": "naive.onnx", "precision": "fp32", "settings": {}})
+    if with_dynamic:
+        # What samexporter ships: onnxruntime.quantization.quantize_dynamic of the plain export (weights only).
+        rows.append({"name": "ORT, naive export, dynamic INT8 (quantize_dynamic)", "kind": "ort", "model": "naive_dynamic_int8.onnx",
+                     "precision": "int8", "settings": {}, "fp32_source": "ORT, naive export"})
+    if with_openvino:
+        rows.append({"name": "OpenVINO f32, naive export", "kind": "openvino", "model": "naive.onnx", "precision": "fp32"})
     for target in targets:
         rows.append({"name": f"ORT, vitdeploy FP32 --target {target}", "kind": "ort", "model": f"vitdeploy_{target}.onnx",
                      "precision": "fp32", "settings": VITDEPLOY_ORT_SETTINGS, "target": target})
@@ -63,6 +76,13 @@ def contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, in
     if with_int8:
         rows.append({"name": "ORT, vitdeploy INT8 (onnxruntime-cpu)", "kind": "ort", "model": int8_model,
                      "precision": "int8", "settings": VITDEPLOY_ORT_SETTINGS, "fp32_source": "ORT, vitdeploy FP32 --target onnxruntime-cpu"})
+    if with_openvino:
+        for target in targets:
+            rows.append({"name": f"OpenVINO f32, vitdeploy --target {target}", "kind": "openvino",
+                         "model": f"vitdeploy_{target}.onnx", "precision": "fp32"})
+        if with_int8:
+            rows.append({"name": "OpenVINO INT8, vitdeploy Q/DQ file", "kind": "openvino", "model": int8_model,
+                         "precision": "int8", "fp32_source": "ORT, vitdeploy FP32 --target onnxruntime-cpu"})
     if with_fused and "onnxruntime-cpu" in targets:
         # The same files, with the folded attention swapped for vitdeploy's fused kernel at load time.
         fused = {**VITDEPLOY_ORT_SETTINGS, "fused_attention": True}
@@ -118,6 +138,15 @@ def _build_ort(spec: dict[str, Any]):
     return lambda x: runner.run({name: x})[out]
 
 
+def _build_openvino(spec: dict[str, Any]):
+    from vitdeploy.runtime.openvino_runner import OpenVinoRunner
+
+    runner = OpenVinoRunner(Path(spec["workdir"]) / spec["model"], threads=spec["threads"])
+    name, out = runner.input_names[0], runner.output_names[0]
+    spec["provider"] = runner.provider
+    return lambda x: runner.run({name: x})[out]
+
+
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Runs in a fresh process: time one contender, measure its memory, save its output."""
     if spec["kind"] == "gemm":
@@ -127,7 +156,8 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         return {"gemm_peak": peak.to_dict()}
     x = np.load(Path(spec["workdir"]) / "input.npy")
     start = time.perf_counter()
-    run = _build_ort(spec) if spec["kind"] == "ort" else _build_torch(spec)
+    builders = {"ort": _build_ort, "openvino": _build_openvino}
+    run = builders.get(spec["kind"], _build_torch)(spec)
     load_s = time.perf_counter() - start
     start = time.perf_counter()
     out = np.array(run(x), copy=True)
@@ -145,7 +175,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         "samples_ms": samples, "load_s": load_s, "first_run_s": first_s,
         "peak_rss_mb": max(load_peak_kb, _vm_hwm_kb()) / 1024.0,
         "run_peak_rss_mb": _vm_hwm_kb() / 1024.0 if reset else None,
-        "torch_imported": "torch" in sys.modules,
+        "torch_imported": "torch" in sys.modules, "provider": spec.get("provider"),
     }
     if spec.get("output"):
         np.save(spec["output"], out)
@@ -183,6 +213,14 @@ def prepare(args: argparse.Namespace, workdir: Path, rows: list[dict[str, Any]])
             torch.onnx.export(encoder, (torch.randn(1, 3, size, size),), None, dynamo=True, opset_version=18,
                               input_names=["image"], output_names=["image_embeddings"]).save(str(workdir / "naive.onnx"))
         info["export_seconds"]["naive"] = time.perf_counter() - start
+    if any(r.get("model") == "naive_dynamic_int8.onnx" for r in rows) and fresh("naive_dynamic_int8.onnx"):
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        print("quantizing the naive export dynamically (onnxruntime.quantization.quantize_dynamic, QUInt8 weights) ...",
+              flush=True)
+        start = time.perf_counter()
+        quantize_dynamic(str(workdir / "naive.onnx"), str(workdir / "naive_dynamic_int8.onnx"), weight_type=QuantType.QUInt8)
+        info["export_seconds"]["dynamic_int8"] = time.perf_counter() - start
     for row in rows:
         target = row.get("target")
         if target and fresh(row["model"]):
@@ -281,9 +319,10 @@ def summarize(rows: list[dict[str, Any]], results: dict[str, list[dict[str, Any]
             "first_run_s": float(np.median([r["first_run_s"] for r in results[row["name"]]])),
             "torch_in_process": results[row["name"]][0]["torch_imported"],
             "parity_vs_eager": parity.to_dict(), "floor_ms": floor, "x_floor": median / floor,
-            "settings": row.get("settings"),
+            "settings": row.get("settings"), "provider": results[row["name"]][0].get("provider"),
         }
         if row.get("fp32_source"):
+            entry["fp32_source"] = row["fp32_source"]
             entry["parity_vs_fp32_source"] = compare(outputs[row["fp32_source"]], outputs[row["name"]], "int8",
                                                      label=f"{row['name']} vs FP32").to_dict()
         table.append(entry)
@@ -305,20 +344,25 @@ def markdown(table: list[dict[str, Any]], peak: dict[str, Any], flops: int, head
         f"Floor: {flops / 1e9:.1f} GFLOP (torch.utils.flop_counter, official model) / {peak['gflops']:.0f} GFLOP/s "
         f"(best FP32 GEMM here, {peak['library']}, {header['threads']} threads) = {table[0]['floor_ms']:.0f} ms.",
         "",
-        "| contender | median ms | p90 ms | x eager | x floor | peak RSS MB (process) | peak RSS MB (timed runs) | cosine vs eager | rel L2 vs eager | parity |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| contender | median ms | p90 ms | x eager | first run ms | load s | x floor | peak RSS MB (process) | peak RSS MB (timed runs) | cosine vs eager | rel L2 vs eager | parity |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for e in table:
         p = e["parity_vs_eager"]
-        lines.append(f"| {e['contender']} | {e['median_ms']:.0f} | {e['p90_ms']:.0f} | {e['x_eager']:.3f} | {e['x_floor']:.2f} | "
+        lines.append(f"| {e['contender']} | {e['median_ms']:.0f} | {e['p90_ms']:.0f} | {e['x_eager']:.3f} | "
+                     f"{e['first_run_s'] * 1000:.0f} | {e['load_s']:.1f} | {e['x_floor']:.2f} | "
                      f"{e['peak_rss_mb']:.0f} | {e['run_peak_rss_mb']:.0f} | {p['cosine']:.6f} | {p['rel_l2']:.2e} | "
                      f"{'ok' if p['passed'] else 'FAIL'} ({p['tolerance']['name']}) |")
     for e in table:
         if "parity_vs_fp32_source" in e:
             p = e["parity_vs_fp32_source"]
             lines.append("")
-            lines.append(f"{e['contender']} vs its FP32 source on ONNX Runtime: cosine {p['cosine']:.6f}, rel L2 "
+            lines.append(f"{e['contender']} vs its FP32 source ({e['fp32_source']}): cosine {p['cosine']:.6f}, rel L2 "
                          f"{p['rel_l2']:.3g}, max-abs/scale {p['max_abs_rel']:.3g} ({'ok' if p['passed'] else 'FAIL'}, int8 tolerance).")
+    for e in table:
+        if e.get("provider"):
+            lines.append("")
+            lines.append(f"{e['contender']}: {e['provider']}.")
     if fusions:
         lines += ["", "ONNX Runtime's optimized graphs (fused kernels / patterns left unfused):", ""]
         for name, check in fusions.items():
@@ -338,6 +382,10 @@ def main() -> None:
     parser.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS)
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     parser.add_argument("--no-int8", action="store_true", help="leave the INT8 row out")
+    parser.add_argument("--no-openvino", action="store_true",
+                        help="leave out the OpenVINO rows (included when OpenVINO is installed: pip install 'vitdeploy[openvino]')")
+    parser.add_argument("--no-dynamic-int8", action="store_true",
+                        help="leave out the plain export quantized with onnxruntime's quantize_dynamic (samexporter's INT8)")
     parser.add_argument("--no-fused", action="store_true",
                         help="leave out the rows on vitdeploy's fused rel-pos kernel (included when cpp/build.sh has built it)")
     parser.add_argument("--int8", type=Path, default=None,
@@ -362,7 +410,13 @@ def main() -> None:
     with_fused = not args.no_fused and library_path() is not None
     if not args.no_fused and not with_fused:
         print("note: no fused rel-pos kernel rows: build libvitdeploy_ort_ops.so with 'bash cpp/build.sh'", flush=True)
-    rows = contenders(tuple(args.targets), not args.no_compile, not args.no_int8, args.int8, with_fused=with_fused)
+    from vitdeploy.runtime.openvino_runner import openvino_version
+
+    with_openvino = not args.no_openvino and openvino_version() is not None
+    if not args.no_openvino and not with_openvino:
+        print("note: no OpenVINO rows: pip install 'vitdeploy[openvino]'", flush=True)
+    rows = contenders(tuple(args.targets), not args.no_compile, not args.no_int8, args.int8, with_fused=with_fused,
+                      with_openvino=with_openvino, with_dynamic=not args.no_dynamic_int8)
     load_before = os.getloadavg()
     info = prepare(args, workdir, rows)
     from vitdeploy.models.recipes import load_recipe
@@ -397,16 +451,20 @@ def main() -> None:
     flops = info["flops"]["total"]
     table = summarize(rows, results, peak, flops, workdir)
     load_after = os.getloadavg()
+    from vitdeploy.cpu_features import cpu_features
+
     header = {"recipe": args.recipe, "size": size, "threads": args.threads, "rounds": args.rounds, "runs": args.runs,
-              "processor": platform.processor() or platform.machine(),
+              "processor": cpu_features().summary(),
               "load_before": " ".join(f"{v:.2f}" for v in load_before), "load_after": " ".join(f"{v:.2f}" for v in load_after),
               "steal_pct": steal_pct}
     text = markdown(table, peak, flops, header, info.get("fusions"))
     print("\n" + text)
     from vitdeploy.metadata import tool_versions
+    from vitdeploy.runtime.openvino_runner import openvino_version
 
     report = {"header": header, "table": table, "gemm_peaks": peaks, "gemm_peak": peak, "flops": info["flops"],
-              "prepare": info, "load_per_round": loads, "versions": tool_versions(), "command": sys.argv}
+              "prepare": info, "load_per_round": loads, "versions": {**tool_versions(), "openvino": openvino_version()},
+              "command": sys.argv}
     out = args.out or workdir / "report.json"
     out.write_text(json.dumps(report, indent=2, default=str))
     (workdir / "table.md").write_text(text + "\n")
