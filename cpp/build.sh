@@ -15,7 +15,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:-$here/build}"
 python="$(command -v "${PYTHON:-python3}")"
-bash "$here/scripts/fetch_onnxruntime_headers.sh" "$build/_deps/onnxruntime"
+bash "$here/scripts/fetch_debian_headers.sh" "$build/_deps"  # ONNX Runtime's and nlohmann/json's headers
 # shellcheck disable=SC2086
 cmake -S "$here" -B "$build" -DVITDEPLOY_PYTHON="$python" ${TENSORRT_ROOT:+-DTENSORRT_ROOT="$TENSORRT_ROOT"} ${CMAKE_ARGS:-}
 cmake --build "$build" -j "${JOBS:-$(nproc)}"

@@ -5,7 +5,7 @@
 #   ONNXRUNTIME_INCLUDE_DIR     the folder holding onnxruntime_cxx_api.h
 #   ONNXRUNTIME_LIBRARY         libonnxruntime.so* itself
 # and otherwise: headers put under <this project>/build/_deps/onnxruntime by
-# scripts/fetch_onnxruntime_headers.sh, system headers (/usr/include/onnxruntime), and the library
+# scripts/fetch_debian_headers.sh, system headers (/usr/include/onnxruntime), and the library
 # that the Python 'onnxruntime' wheel ships (onnxruntime/capi/libonnxruntime.so.<version>), found by
 # asking VITDEPLOY_PYTHON (default: python3 on PATH).
 #
@@ -77,7 +77,7 @@ endif()
 find_package_handle_standard_args(OnnxRuntime
     REQUIRED_VARS ONNXRUNTIME_LIBRARY ONNXRUNTIME_INCLUDE_DIR
     VERSION_VAR OnnxRuntime_VERSION
-    REASON_FAILURE_MESSAGE "headers: run cpp/scripts/fetch_onnxruntime_headers.sh or pass -DONNXRUNTIME_INCLUDE_DIR, library: pip install onnxruntime (and pass -DVITDEPLOY_PYTHON=/path/to/that/python) or pass -DONNXRUNTIME_LIBRARY / -DONNXRUNTIME_ROOT")
+    REASON_FAILURE_MESSAGE "headers: run cpp/scripts/fetch_debian_headers.sh or pass -DONNXRUNTIME_INCLUDE_DIR, library: pip install onnxruntime (and pass -DVITDEPLOY_PYTHON=/path/to/that/python) or pass -DONNXRUNTIME_LIBRARY / -DONNXRUNTIME_ROOT")
 
 if(OnnxRuntime_FOUND AND NOT TARGET onnxruntime::onnxruntime)
     add_library(onnxruntime::onnxruntime SHARED IMPORTED)

@@ -1,288 +1,139 @@
+// vitdeploy::Json on nlohmann/json (https://github.com/nlohmann/json, Debian nlohmann-json3-dev): the library
+// parses; this file converts its document into the small read-only tree the rest of vitdeploy uses and
+// adds what Python's json module writes beyond RFC 8259 (NaN, Infinity, -Infinity) and a depth limit.
 #include "vitdeploy/json.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <string>
 #include <utility>
+
+#include <nlohmann/json.hpp>
 
 namespace vitdeploy {
 
 namespace {
 
 constexpr int kMaxDepth = 64;  // metadata is shallow; a deeper document is malformed or hostile
+struct TooDeep {};
 
-void append_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-        out.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-        out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-        out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-        out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+// Python's json.dumps writes NaN, Infinity and -Infinity, which RFC 8259 (and so nlohmann/json) rejects.
+// Outside strings they are replaced by marker strings ("\u0000NaN", ...) that from_nlohmann turns back
+// into numbers; a real string cannot collide unless it starts with a NUL character.
+const char* const kSpecials[] = {"-Infinity", "Infinity", "NaN"};
+
+struct PythonSpecials {
+    std::string text;
+    std::vector<std::pair<std::size_t, std::size_t>> shifts;  // (offset in text after a marker, bytes added so far)
+
+    std::size_t original_offset(std::size_t offset) const {
+        std::size_t added = 0;
+        for (const auto& [at, total] : shifts)
+            if (at <= offset) added = total;
+        return offset - std::min(added, offset);
     }
+};
+
+PythonSpecials mark_python_specials(std::string_view text) {
+    PythonSpecials out;
+    out.text.reserve(text.size());
+    bool in_string = false;
+    std::size_t added = 0;
+    for (std::size_t i = 0; i < text.size();) {
+        char c = text[i];
+        if (in_string) {
+            out.text.push_back(c);
+            if (c == '\\' && i + 1 < text.size()) {
+                out.text.push_back(text[i + 1]);
+                i += 2;
+                continue;
+            }
+            in_string = c != '"';
+            ++i;
+            continue;
+        }
+        if (c == '"') in_string = true;
+        bool replaced = false;
+        for (const char* token : kSpecials) {
+            std::string_view t(token);
+            if (text.substr(i, t.size()) == t) {
+                std::string marker = std::string("\"\\u0000") + token + "\"";
+                out.text += marker;
+                added += marker.size() - t.size();
+                i += t.size();
+                out.shifts.emplace_back(out.text.size(), added);
+                replaced = true;
+                break;
+            }
+        }
+        if (!replaced) {
+            out.text.push_back(c);
+            ++i;
+        }
+    }
+    return out;
 }
 
-void dump_string(std::string& out, const std::string& s) {
-    out.push_back('"');
-    for (unsigned char c : s) {
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            default:
-                if (c < 0x20) {
-                    char buf[8];
-                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
-                    out += buf;
-                } else {
-                    out.push_back(static_cast<char>(c));
-                }
-        }
-    }
-    out.push_back('"');
-}
+Json from_nlohmann(const nlohmann::ordered_json& j);
 
-void dump_value(std::string& out, const Json& v) {
-    switch (v.type()) {
-        case Json::Type::Null: out += "null"; break;
-        case Json::Type::Bool: out += v.as_bool() ? "true" : "false"; break;
-        case Json::Type::Number: {
-            double d = v.as_number();
-            if (std::isnan(d)) {
-                out += "NaN";
-            } else if (std::isinf(d)) {
-                out += d > 0 ? "Infinity" : "-Infinity";
-            } else {
-                char buf[32];
-                auto res = std::to_chars(buf, buf + sizeof buf, d);  // shortest round-trip form
-                out.append(buf, res.ptr);
-            }
-            break;
-        }
-        case Json::Type::String: dump_string(out, v.as_string()); break;
-        case Json::Type::Array: {
-            out.push_back('[');
-            const auto& items = v.as_array();
-            for (std::size_t i = 0; i < items.size(); ++i) {
-                if (i) out += ", ";
-                dump_value(out, items[i]);
-            }
-            out.push_back(']');
-            break;
-        }
-        case Json::Type::Object: {
-            out.push_back('{');
-            for (std::size_t i = 0; i < v.keys().size(); ++i) {
-                if (i) out += ", ";
-                dump_string(out, v.keys()[i]);
-                out += ": ";
-                dump_value(out, v.values()[i]);
-            }
-            out.push_back('}');
-            break;
-        }
-    }
+std::string reason(const nlohmann::ordered_json::parse_error& e, const std::string& text) {
+    // nlohmann's message: "[json.exception.parse_error.101] parse error at line 1, column 7: syntax error while
+    // parsing value - unexpected ']'; expected '[', '{', or a literal": keep the part after the position.
+    std::string what = e.what();
+    std::size_t colon = what.find(": ");
+    std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
+    if (detail.find("expected end of input") != std::string::npos) return "unexpected text after the value (" + detail + ")";
+    if (e.byte >= text.size() && text.find('"') != std::string::npos &&
+        std::count(text.begin(), text.end(), '"') % 2 == 1)
+        detail = "unterminated string (" + detail + ")";
+    return detail;
 }
 
 }  // namespace
 
-class JsonParser {
+class JsonBuilder {
 public:
-    JsonParser(std::string_view text, const std::string& what) : text_(text), what_(what) {}
-
-    Json parse_document() {
-        skip_ws();
-        Json value = parse_value(0);
-        skip_ws();
-        if (pos_ != text_.size()) fail("unexpected text after the value");
-        return value;
-    }
-
-private:
-    [[noreturn]] void fail(const std::string& why) const {
-        throw MetadataError(what_ + " is not valid JSON (" + why + " at byte " + std::to_string(pos_) +
-                            "): rewrite it with a JSON writer such as Python's json module");
-    }
-
-    void skip_ws() {
-        while (pos_ < text_.size() &&
-               (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
-            ++pos_;
-    }
-
-    bool consume(std::string_view token) {
-        if (text_.substr(pos_, token.size()) == token) {
-            pos_ += token.size();
-            return true;
-        }
-        return false;
-    }
-
-    Json parse_value(int depth) {
-        if (depth > kMaxDepth) fail("nesting deeper than " + std::to_string(kMaxDepth));
-        if (pos_ >= text_.size()) fail("unexpected end");
-        char c = text_[pos_];
-        if (c == '{') return parse_object(depth);
-        if (c == '[') return parse_array(depth);
-        if (c == '"') return Json::string(parse_string());
-        if (consume("true")) return Json::boolean(true);
-        if (consume("false")) return Json::boolean(false);
-        if (consume("null")) return Json();
-        if (consume("NaN")) return Json::number(std::numeric_limits<double>::quiet_NaN());
-        if (consume("Infinity")) return Json::number(std::numeric_limits<double>::infinity());
-        if (consume("-Infinity")) return Json::number(-std::numeric_limits<double>::infinity());
-        if (c == '-' || (c >= '0' && c <= '9')) return parse_number();
-        fail(std::string("unexpected character '") + c + "'");
-    }
-
-    Json parse_number() {
-        std::size_t start = pos_;
-        if (text_[pos_] == '-') ++pos_;
-        auto digits = [&] {
-            std::size_t s = pos_;
-            while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
-            return pos_ - s;
-        };
-        if (digits() == 0) fail("a number needs digits");
-        if (pos_ < text_.size() && text_[pos_] == '.') {
-            ++pos_;
-            if (digits() == 0) fail("a fraction needs digits");
-        }
-        if (pos_ < text_.size() && (text_[pos_] == 'e' || text_[pos_] == 'E')) {
-            ++pos_;
-            if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-')) ++pos_;
-            if (digits() == 0) fail("an exponent needs digits");
-        }
-        double value = 0.0;
-        // from_chars is locale-independent and correctly rounded, like Python's float().
-        auto res = std::from_chars(text_.data() + start, text_.data() + pos_, value);
-        if (res.ec == std::errc::result_out_of_range) {
-            value = text_[start] == '-' ? -std::numeric_limits<double>::infinity()
-                                        : std::numeric_limits<double>::infinity();
-        } else if (res.ec != std::errc() || res.ptr != text_.data() + pos_) {
-            fail("malformed number");
-        }
-        return Json::number(value);
-    }
-
-    std::uint32_t parse_hex4() {
-        if (pos_ + 4 > text_.size()) fail("truncated \\u escape");
-        std::uint32_t cp = 0;
-        for (int i = 0; i < 4; ++i) {
-            char h = text_[pos_++];
-            cp <<= 4;
-            if (h >= '0' && h <= '9') cp |= static_cast<std::uint32_t>(h - '0');
-            else if (h >= 'a' && h <= 'f') cp |= static_cast<std::uint32_t>(h - 'a' + 10);
-            else if (h >= 'A' && h <= 'F') cp |= static_cast<std::uint32_t>(h - 'A' + 10);
-            else fail("bad hex digit in \\u escape");
-        }
-        return cp;
-    }
-
-    std::string parse_string() {
-        ++pos_;  // opening quote
-        std::string out;
-        while (true) {
-            if (pos_ >= text_.size()) fail("unterminated string");
-            char c = text_[pos_++];
-            if (c == '"') return out;
-            if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
-            if (c != '\\') {
-                out.push_back(c);
-                continue;
-            }
-            if (pos_ >= text_.size()) fail("unterminated escape");
-            char e = text_[pos_++];
-            switch (e) {
-                case '"': out.push_back('"'); break;
-                case '\\': out.push_back('\\'); break;
-                case '/': out.push_back('/'); break;
-                case 'b': out.push_back('\b'); break;
-                case 'f': out.push_back('\f'); break;
-                case 'n': out.push_back('\n'); break;
-                case 'r': out.push_back('\r'); break;
-                case 't': out.push_back('\t'); break;
-                case 'u': {
-                    std::uint32_t cp = parse_hex4();
-                    if (cp >= 0xD800 && cp <= 0xDBFF) {  // surrogate pair
-                        if (!consume("\\u")) fail("lone high surrogate");
-                        std::uint32_t low = parse_hex4();
-                        if (low < 0xDC00 || low > 0xDFFF) fail("bad low surrogate");
-                        cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-                    } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                        fail("lone low surrogate");
-                    }
-                    append_utf8(out, cp);
-                    break;
-                }
-                default: fail(std::string("unknown escape '\\") + e + "'");
-            }
-        }
-    }
-
-    Json parse_array(int depth) {
-        ++pos_;
+    static Json build(const nlohmann::ordered_json& j) {
         Json out;
-        out.type_ = Json::Type::Array;
-        skip_ws();
-        if (consume("]")) return out;
-        while (true) {
-            skip_ws();
-            out.items_.push_back(parse_value(depth + 1));
-            skip_ws();
-            if (consume("]")) return out;
-            if (!consume(",")) fail("expected ',' or ']'");
-        }
-    }
-
-    Json parse_object(int depth) {
-        ++pos_;
-        Json out;
-        out.type_ = Json::Type::Object;
-        skip_ws();
-        if (consume("}")) return out;
-        while (true) {
-            skip_ws();
-            if (pos_ >= text_.size() || text_[pos_] != '"') fail("expected a string key");
-            std::string key = parse_string();
-            skip_ws();
-            if (!consume(":")) fail("expected ':'");
-            skip_ws();
-            Json value = parse_value(depth + 1);
-            // Like Python's json: the last duplicate wins.
-            bool replaced = false;
-            for (std::size_t i = 0; i < out.keys_.size(); ++i) {
-                if (out.keys_[i] == key) {
-                    out.items_[i] = std::move(value);
-                    replaced = true;
-                    break;
+        switch (j.type()) {
+            case nlohmann::ordered_json::value_t::null:
+            case nlohmann::ordered_json::value_t::discarded: break;
+            case nlohmann::ordered_json::value_t::boolean: return Json::boolean(j.get<bool>());
+            case nlohmann::ordered_json::value_t::number_integer:
+            case nlohmann::ordered_json::value_t::number_unsigned:
+            case nlohmann::ordered_json::value_t::number_float: return Json::number(j.get<double>());
+            case nlohmann::ordered_json::value_t::string: {
+                const auto& s = j.get_ref<const std::string&>();
+                if (!s.empty() && s[0] == '\0')
+                    for (const char* token : kSpecials)
+                        if (s.compare(1, std::string::npos, token) == 0)
+                            return Json::number(s[1] == 'N' ? std::numeric_limits<double>::quiet_NaN()
+                                                            : (s[1] == '-' ? -1.0 : 1.0) * std::numeric_limits<double>::infinity());
+                return Json::string(s);
+            }
+            case nlohmann::ordered_json::value_t::array:
+                out.type_ = Json::Type::Array;
+                for (const auto& item : j) out.items_.push_back(build(item));
+                break;
+            case nlohmann::ordered_json::value_t::object:
+                out.type_ = Json::Type::Object;
+                for (const auto& [key, value] : j.items()) {
+                    out.keys_.push_back(key);
+                    out.items_.push_back(build(value));
                 }
-            }
-            if (!replaced) {
-                out.keys_.push_back(std::move(key));
-                out.items_.push_back(std::move(value));
-            }
-            skip_ws();
-            if (consume("}")) return out;
-            if (!consume(",")) fail("expected ',' or '}'");
+                break;
+            case nlohmann::ordered_json::value_t::binary:
+                throw MetadataError("JSON binary values are not metadata");
         }
+        return out;
     }
-
-    std::string_view text_;
-    std::string what_;
-    std::size_t pos_ = 0;
 };
+
+namespace {
+Json from_nlohmann(const nlohmann::ordered_json& j) { return JsonBuilder::build(j); }
+}  // namespace
 
 Json Json::boolean(bool value) {
     Json j;
@@ -306,7 +157,21 @@ Json Json::string(std::string value) {
 }
 
 Json Json::parse(std::string_view text, const std::string& what) {
-    return JsonParser(text, what).parse_document();
+    PythonSpecials specials = mark_python_specials(text);
+    int deepest = 0;
+    auto depth_guard = [&deepest](int depth, nlohmann::ordered_json::parse_event_t, nlohmann::ordered_json&) {
+        if (depth > kMaxDepth) throw TooDeep{};
+        deepest = std::max(deepest, depth);
+        return true;
+    };
+    try {
+        return from_nlohmann(nlohmann::ordered_json::parse(specials.text, depth_guard));
+    } catch (const TooDeep&) {
+        throw MetadataError(what + " is not valid JSON: nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+    } catch (const nlohmann::ordered_json::parse_error& e) {
+        throw MetadataError(what + " is not valid JSON at byte " + std::to_string(specials.original_offset(e.byte)) + ": " +
+                            reason(e, specials.text));
+    }
 }
 
 const char* Json::type_name(Type type) {
@@ -373,9 +238,32 @@ const Json* Json::find(std::string_view key) const {
 }
 
 std::string Json::dump() const {
-    std::string out;
-    dump_value(out, *this);
-    return out;
+    // Python's separators (", " and ": "), as the metadata was written; NaN/Infinity as Python writes them.
+    switch (type_) {
+        case Type::Number:
+            if (std::isnan(number_)) return "NaN";
+            if (std::isinf(number_)) return number_ > 0 ? "Infinity" : "-Infinity";
+            {
+                char buf[32];
+                auto res = std::to_chars(buf, buf + sizeof buf, number_);  // shortest round trip: 8, not 8.0 (as Python's int)
+                return std::string(buf, res.ptr);
+            }
+        case Type::Array: {
+            std::string out = "[";
+            for (std::size_t i = 0; i < items_.size(); ++i) out += (i ? ", " : "") + items_[i].dump();
+            return out + "]";
+        }
+        case Type::Object: {
+            std::string out = "{";
+            for (std::size_t i = 0; i < keys_.size(); ++i)
+                out += (i ? ", " : "") + nlohmann::ordered_json(keys_[i]).dump() + ": " + items_[i].dump();
+            return out + "}";
+        }
+        case Type::String: return nlohmann::ordered_json(string_).dump();
+        case Type::Bool: return bool_ ? "true" : "false";
+        case Type::Null: break;
+    }
+    return "null";
 }
 
 }  // namespace vitdeploy

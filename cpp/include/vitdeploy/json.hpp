@@ -1,8 +1,9 @@
-// A small JSON reader: enough for artifact metadata (ONNX metadata values, engine sidecars).
+// vitdeploy's JSON value: artifact metadata (ONNX metadata values, engine sidecars), read-only.
 //
-// Not a general-purpose library: it parses RFC 8259 JSON plus the NaN/Infinity tokens that Python's
-// json.dumps writes by default, keeps object keys in file order, and reports errors with the byte
-// offset. It exists so the C++ library has no dependency beyond the inference runtime and libpng.
+// Parsed by nlohmann/json (src/json.cpp), plus the NaN/Infinity tokens that Python's json.dumps writes
+// by default; object keys stay in file order (the last of duplicate keys wins, as in Python); errors
+// name the document and the byte offset. This small tree keeps nlohmann/json out of vitdeploy's public
+// headers.
 #pragma once
 
 #include <cstdint>
@@ -52,7 +53,7 @@ public:
     static const char* type_name(Type type);
 
 private:
-    friend class JsonParser;
+    friend class JsonBuilder;
     Type type_ = Type::Null;
     bool bool_ = false;
     double number_ = 0.0;

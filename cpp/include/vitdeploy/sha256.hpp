@@ -1,4 +1,4 @@
-// SHA-256 (FIPS 180-4), to check an engine plan against the digest in its sidecar.
+// SHA-256 (OpenSSL libcrypto), to check an engine plan against the digest in its sidecar.
 #pragma once
 
 #include <cstddef>
