@@ -293,7 +293,11 @@ def run_worker(spec: dict[str, Any], workdir: Path, tag: str) -> dict[str, Any]:
     spec_path = workdir / f"spec_{tag}.json"
     out_path = workdir / f"result_{tag}.json"
     spec_path.write_text(json.dumps(spec))
-    subprocess.run([sys.executable, __file__, "--worker", str(spec_path), "--worker-out", str(out_path)], check=True)
+    done = subprocess.run([sys.executable, __file__, "--worker", str(spec_path), "--worker-out", str(out_path)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:  # the contender could not run: a row that says why, not the end of the benchmark
+        lines = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
+        return {"failed": lines[-1][:400] if lines else f"exit code {done.returncode}"}
     return json.loads(out_path.read_text())
 
 
@@ -303,10 +307,12 @@ def summarize(rows: list[dict[str, Any]], results: dict[str, list[dict[str, Any]
     from vitdeploy.validation.parity import compare
 
     floor = floor_ms(flops, peak["gflops"])
-    outputs = {r["name"]: np.load(workdir / f"output_{i}.npy") for i, r in enumerate(rows)}
+    outputs = {r["name"]: np.load(workdir / f"output_{i}.npy") for i, r in enumerate(rows) if results[r["name"]]}
     eager = outputs[rows[0]["name"]]
     table = []
     for row in rows:
+        if not results[row["name"]]:
+            continue  # it could not run (reported under the table)
         runs = [s for res in results[row["name"]] for s in res["samples_ms"]]
         median = float(np.median(runs))
         parity = compare(eager, outputs[row["name"]], row["precision"], label=row["name"])
@@ -321,7 +327,7 @@ def summarize(rows: list[dict[str, Any]], results: dict[str, list[dict[str, Any]
             "parity_vs_eager": parity.to_dict(), "floor_ms": floor, "x_floor": median / floor,
             "settings": row.get("settings"), "provider": results[row["name"]][0].get("provider"),
         }
-        if row.get("fp32_source"):
+        if row.get("fp32_source") in outputs:
             entry["fp32_source"] = row["fp32_source"]
             entry["parity_vs_fp32_source"] = compare(outputs[row["fp32_source"]], outputs[row["name"]], "int8",
                                                      label=f"{row['name']} vs FP32").to_dict()
@@ -425,6 +431,7 @@ def main() -> None:
     base = {"workdir": str(workdir), "threads": args.threads, "warmup": args.warmup, "runs": args.runs,
             "recipe": args.recipe, "seed": args.seed}
     results: dict[str, list[dict[str, Any]]] = {r["name"]: [] for r in rows}
+    failures: dict[str, str] = {}
     peaks: list[dict[str, Any]] = []
     probes = [*rows, {"name": "GEMM probe", "kind": "gemm"}]
     loads = []
@@ -442,6 +449,10 @@ def main() -> None:
                 peaks.append(res["gemm_peak"])
                 print(f"round {rnd + 1}: GEMM peak {res['gemm_peak']['gflops']:.0f} GFLOP/s ({res['gemm_peak']['library']})", flush=True)
                 continue
+            if "failed" in res:
+                failures[probe["name"]] = res["failed"]
+                print(f"round {rnd + 1}: {probe['name']}: FAILED: {res['failed']}", flush=True)
+                continue
             results[probe["name"]].append(res)
             print(f"round {rnd + 1}: {probe['name']}: " + ", ".join(f"{s:.0f}" for s in res["samples_ms"])
                   + f" ms, peak RSS {res['peak_rss_mb']:.0f} MB", flush=True)
@@ -458,12 +469,14 @@ def main() -> None:
               "load_before": " ".join(f"{v:.2f}" for v in load_before), "load_after": " ".join(f"{v:.2f}" for v in load_after),
               "steal_pct": steal_pct}
     text = markdown(table, peak, flops, header, info.get("fusions"))
+    if failures:
+        text += "\n\nContenders that could not run:\n" + "\n".join(f"- {n}: {why}" for n, why in failures.items())
     print("\n" + text)
     from vitdeploy.metadata import tool_versions
     from vitdeploy.runtime.openvino_runner import openvino_version
 
     report = {"header": header, "table": table, "gemm_peaks": peaks, "gemm_peak": peak, "flops": info["flops"],
-              "prepare": info, "load_per_round": loads, "versions": {**tool_versions(), "openvino": openvino_version()},
+              "prepare": info, "load_per_round": loads, "failures": failures, "versions": {**tool_versions(), "openvino": openvino_version()},
               "command": sys.argv}
     out = args.out or workdir / "report.json"
     out.write_text(json.dumps(report, indent=2, default=str))

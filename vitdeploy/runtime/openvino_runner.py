@@ -111,7 +111,9 @@ class OpenVinoRunner:
             model = core.read_model(source)
             self.compiled = core.compile_model(model, "CPU", config)
         except Exception as exc:  # OpenVINO raises RuntimeError (and its own types) for every unusable file
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            # Its message is a stack of "Exception from src/...cpp:N:" lines around the one that says what failed.
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.strip().startswith("Exception from")]
+            first = lines[0] if lines else type(exc).__name__
             raise_if_weights_missing(path, exc)
             raise InputError(f"OpenVINO cannot load '{path}' ({first[:300]}): re-export it with 'vitdeploy export', "
                              "or run it on ONNX Runtime (--runtime onnxruntime)") from exc
