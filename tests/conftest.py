@@ -41,6 +41,27 @@ output_name = "image_embeddings"
 """
 
 
+#: A tiny timm ViT recipe (global-average pooled, no class token): the timm family in CLI and runtime tests.
+TINY_TIMM_RECIPE = """\
+[model]
+family = "timm_vit"
+variant = "tiny_vit"
+
+[architecture]
+img_size = 32
+patch_size = 8
+embed_dim = 32
+depth = 2
+num_heads = 2
+num_classes = 10
+class_token = false
+global_pool = "avg"
+
+[timm]
+output = "logits"
+"""
+
+
 @pytest.fixture(autouse=True)
 def _torch_threads():
     torch.set_num_threads(2)

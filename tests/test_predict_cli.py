@@ -10,28 +10,10 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
+from tests.conftest import TINY_TIMM_RECIPE
 from tests.sam_tiny import TinySamArtifacts, sample_image
 from vitdeploy.cli import cli
 from vitdeploy.runtime import SamPredictor
-
-TINY_TIMM_RECIPE = """\
-[model]
-family = "timm_vit"
-variant = "tiny_vit"
-
-[architecture]
-img_size = 32
-patch_size = 8
-embed_dim = 32
-depth = 2
-num_heads = 2
-num_classes = 10
-class_token = false
-global_pool = "avg"
-
-[timm]
-output = "logits"
-"""
 
 pytest_plugins = ["tests.sam_tiny_fixtures"]  # the session fixture tiny_sam_artifacts, shared by every file
 

@@ -48,3 +48,10 @@ class MissingDependencyError(VitdeployError):
         hint = install_hint or f"pip install {package}"
         super().__init__(f"{purpose} needs the '{package}' package, which is not installed: {hint}")
         self.package = package
+
+
+def first_line(exc: BaseException, *, skip: str | None = None) -> str:
+    """The first non-empty line of ``str(exc)`` (lines starting with ``skip`` left out), else the exception's type
+    name: what a one-line message quotes of a library's error."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not (skip and ln.strip().startswith(skip))]
+    return lines[0] if lines else type(exc).__name__

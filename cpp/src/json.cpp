@@ -20,7 +20,7 @@ constexpr int kMaxDepth = 64;  // metadata is shallow; a deeper document is malf
 struct TooDeep {};
 
 // Python's json.dumps writes NaN, Infinity and -Infinity, which RFC 8259 (and so nlohmann/json) rejects.
-// Outside strings they are replaced by marker strings ("\u0000NaN", ...) that from_nlohmann turns back
+// Outside strings they are replaced by marker strings ("\u0000NaN", ...) that JsonBuilder turns back
 // into numbers; a real string cannot collide unless it starts with a NUL character.
 const char* const kSpecials[] = {"-Infinity", "Infinity", "NaN"};
 
@@ -76,18 +76,14 @@ PythonSpecials mark_python_specials(std::string_view text) {
     return out;
 }
 
-Json from_nlohmann(const nlohmann::ordered_json& j);
-
-std::string reason(const nlohmann::ordered_json::parse_error& e, const std::string& text) {
+std::string reason(const nlohmann::ordered_json::parse_error& e) {
     // nlohmann's message: "[json.exception.parse_error.101] parse error at line 1, column 7: syntax error while
     // parsing value - unexpected ']'; expected '[', '{', or a literal": keep the part after the position.
     std::string what = e.what();
     std::size_t colon = what.find(": ");
     std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
     if (detail.find("expected end of input") != std::string::npos) return "unexpected text after the value (" + detail + ")";
-    if (e.byte >= text.size() && text.find('"') != std::string::npos &&
-        std::count(text.begin(), text.end(), '"') % 2 == 1)
-        detail = "unterminated string (" + detail + ")";
+    if (detail.find("missing closing quote") != std::string::npos) return "unterminated string (" + detail + ")";
     return detail;
 }
 
@@ -131,10 +127,6 @@ public:
     }
 };
 
-namespace {
-Json from_nlohmann(const nlohmann::ordered_json& j) { return JsonBuilder::build(j); }
-}  // namespace
-
 Json Json::boolean(bool value) {
     Json j;
     j.type_ = Type::Bool;
@@ -158,19 +150,17 @@ Json Json::string(std::string value) {
 
 Json Json::parse(std::string_view text, const std::string& what) {
     PythonSpecials specials = mark_python_specials(text);
-    int deepest = 0;
-    auto depth_guard = [&deepest](int depth, nlohmann::ordered_json::parse_event_t, nlohmann::ordered_json&) {
+    auto depth_guard = [](int depth, nlohmann::ordered_json::parse_event_t, nlohmann::ordered_json&) {
         if (depth > kMaxDepth) throw TooDeep{};
-        deepest = std::max(deepest, depth);
         return true;
     };
     try {
-        return from_nlohmann(nlohmann::ordered_json::parse(specials.text, depth_guard));
+        return JsonBuilder::build(nlohmann::ordered_json::parse(specials.text, depth_guard));
     } catch (const TooDeep&) {
         throw MetadataError(what + " is not valid JSON: nesting deeper than " + std::to_string(kMaxDepth) + " levels");
     } catch (const nlohmann::ordered_json::parse_error& e) {
         throw MetadataError(what + " is not valid JSON at byte " + std::to_string(specials.original_offset(e.byte)) + ": " +
-                            reason(e, specials.text));
+                            reason(e));
     }
 }
 

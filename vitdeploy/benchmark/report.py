@@ -37,8 +37,7 @@ def environment(threads: int | None, contenders: Sequence[Contender]) -> dict[st
         session = getattr(c.runner, "session", None)
         if session is not None:
             providers[c.label] = session.get_providers()
-            plans[c.label] = getattr(c.runner, "provider", None)
-        elif c.backend == "openvino":
+        if c.backend in ("onnxruntime", "openvino"):
             plans[c.label] = c.runner.provider
         if getattr(c.runner, "int8_kernels", None):
             int8[c.label] = c.runner.int8_kernels

@@ -44,8 +44,7 @@ def benchmark_models(models: list[str] | tuple[str, ...], options: BenchmarkOpti
     from vitdeploy.benchmark.report import TIMING, environment
     from vitdeploy.errors import InputError
     from vitdeploy.families import family_of
-    from vitdeploy.runtime.loader import ONNX_SUFFIXES
-    from vitdeploy.runtime.ort_fusions import runner_precision_note
+    from vitdeploy.runtime.loader import ONNX_SUFFIXES, runner_notes
 
     if not options.eager and options.eager_precisions:
         raise InputError("--eager-precision needs the eager baseline: drop --no-eager")
@@ -58,13 +57,8 @@ def benchmark_models(models: list[str] | tuple[str, ...], options: BenchmarkOpti
                 for m in models
                 for runtime in (runtimes if Path(m).suffix.lower() in ONNX_SUFFIXES else ["onnxruntime"])]
     for c in deployed:
-        for warning in getattr(c.runner, "warnings", []):
-            echo(f"warning: {warning}")
-        note = runner_precision_note(c.runner, options.device, options.threads)
-        if note:
+        for note in runner_notes(c.runner, options.threads):
             echo(f"{c.label}: {note}")
-        if getattr(c.runner, "provider", None) and (options.device != "cpu" or c.backend != "onnxruntime"):
-            echo(f"{c.label}: {c.runner.provider}")
     first = deployed[0].runner
     template = input_template(first, parse_shapes(options.shapes))
     contenders = []

@@ -7,7 +7,7 @@ import json
 import click
 
 from vitdeploy.cli.options import (force_option, fused_attention_option, handle_errors, ort_device_options, report_option,
-                                   threads_option, verbose_option)
+                                   runtimes_option, threads_option, verbose_option)
 
 
 @click.command("benchmark")
@@ -27,9 +27,7 @@ from vitdeploy.cli.options import (force_option, fused_attention_option, handle_
 @click.option("--shapes", multiple=True,
               help="Sizes of dynamic axes other than the batch, as trtexec: NAME:DxDx...[,NAME:...] (e.g. the SAM "
                    "decoder's point_coords:1x5x2,point_labels:1x5). The batch axis follows --batch.")
-@click.option("--runtime", "runtimes", multiple=True, type=click.Choice(["onnxruntime", "openvino"]),
-              help="Runtime(s) for .onnx files (repeatable: each file is timed on each; default onnxruntime). "
-                   "openvino: OpenVINO on the CPU in FP32 (pip install 'vitdeploy[openvino]').")
+@runtimes_option
 @fused_attention_option
 @threads_option
 @report_option
@@ -69,8 +67,7 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
     options = BenchmarkOptions(eager=eager, eager_precisions=eager_precisions, checkpoint=checkpoint,
                                device=device, tf32=tf32, allow_unverified=allow_unverified, gpu=gpu,
                                batches=batches or (1,), runs=runs, warmup=warmup, shapes=shapes,
-                               fused_attention=fused_attention, threads=threads,
-                               runtimes=runtimes or ("onnxruntime",))
+                               fused_attention=fused_attention, threads=threads, runtimes=runtimes)
     result = benchmark_models(models, options, echo=click.echo)
     click.echo(f"latency over {runs} runs after {warmup} warm-up, {threads} CPU thread(s); {TIMING}")
     click.echo(result.table())

@@ -160,9 +160,19 @@ def ort_device_options(choices: tuple[str, ...], help_text: str = "ONNX Runtime 
     return decorate
 
 
+#: vitdeploy.runtime.loader.ONNX_RUNTIMES, written here so the CLI's import stays light.
+RUNTIME_CHOICES = ("onnxruntime", "openvino")
+_OPENVINO_HELP = "openvino: OpenVINO on the CPU in FP32 (pip install 'vitdeploy[openvino]')."
+
+
 def runtime_option(fn: Callable) -> Callable:
-    """--runtime: which runtime runs ONNX files (vitdeploy.runtime.loader.ONNX_RUNTIMES)."""
-    return click.option("--runtime", type=click.Choice(["onnxruntime", "openvino"]), default="onnxruntime",
-                        show_default=True,
-                        help="Runtime for .onnx files: ONNX Runtime, or OpenVINO on the CPU in FP32 "
-                             "(pip install 'vitdeploy[openvino]').")(fn)
+    """--runtime: which runtime runs ONNX files."""
+    return click.option("--runtime", type=click.Choice(RUNTIME_CHOICES), default="onnxruntime", show_default=True,
+                        help=f"Runtime for .onnx files. {_OPENVINO_HELP}")(fn)
+
+
+def runtimes_option(fn: Callable) -> Callable:
+    """--runtime, repeatable (``benchmark``: each ONNX file on each runtime), as the ``runtimes`` tuple."""
+    return click.option("--runtime", "runtimes", multiple=True, type=click.Choice(RUNTIME_CHOICES),
+                        help=f"Runtime(s) for .onnx files (repeatable: each file is timed on each; default onnxruntime). "
+                             f"{_OPENVINO_HELP}")(fn)

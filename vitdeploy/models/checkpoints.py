@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from vitdeploy.errors import CheckpointError
+from vitdeploy.errors import CheckpointError, first_line
 
 #: Keys under which training scripts commonly nest the state dict.
 _NESTED_KEYS = ("state_dict", "model", "module")
@@ -54,7 +54,7 @@ def _load_torch(path: Path) -> object:
             "(loading it could run code): re-save it as a plain state dict or as .safetensors"
         ) from exc
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise CheckpointError(f"checkpoint '{path}' is corrupt or not a PyTorch file ({first}): re-download it") from exc
 
 

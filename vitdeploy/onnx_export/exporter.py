@@ -25,7 +25,7 @@ import onnx
 import torch
 from torch import nn
 
-from vitdeploy.errors import ExportError
+from vitdeploy.errors import ExportError, first_line
 from vitdeploy.fileio import apply_default_mode, check_output_path
 from vitdeploy.metadata import encode
 from vitdeploy.onnx_export.hygiene import HygieneReport, check_graph_hygiene, raise_if_unclean
@@ -169,7 +169,7 @@ def export_onnx(
         except ExportError:
             raise
         except Exception as exc:  # the exporter raises many types; all mean the trace failed
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            first = first_line(exc)
             raise ExportError(f"ONNX export failed ({type(exc).__name__}: {first}): run with --verbose for the trace") from exc
 
         model = onnx.load(str(raw), load_external_data=True)

@@ -50,3 +50,23 @@ def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str
         f"'{path.name}' is neither an ONNX model ({', '.join(ONNX_SUFFIXES)}) nor a TensorRT engine "
         f"({', '.join(ENGINE_SUFFIXES)}): give a file written by 'vitdeploy export' or 'vitdeploy build-engine'"
     )
+
+
+def runner_notes(runner: Runner, threads: int | None = None) -> list[str]:
+    """What a user should know about how an opened runner runs its file, one line each (``validate`` and
+    ``benchmark`` print them): where it runs unless that is ONNX Runtime's CPU provider, the fused-kernel
+    swap, the runner's warnings, and why a reduced-precision file may be slow on the CPU."""
+    from vitdeploy.runtime.ort_fusions import runner_precision_note
+
+    notes = []
+    provider = getattr(runner, "provider", None)
+    if provider and runner.name != "onnxruntime-cpu":
+        notes.append(f"runs on {provider}")
+    fusion = getattr(runner, "fusion", None)
+    if fusion is not None:
+        notes.append(f"fused rel-pos attention: {fusion.summary()}")
+    notes += [f"warning: {warning}" for warning in getattr(runner, "warnings", [])]
+    note = runner_precision_note(runner, getattr(runner, "device", "cpu"), threads)
+    if note:
+        notes.append(note)
+    return notes

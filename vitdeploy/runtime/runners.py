@@ -7,7 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from vitdeploy.errors import InputError, MissingDependencyError, MissingWeightsError
+from vitdeploy.errors import InputError, MissingDependencyError, MissingWeightsError, first_line
 from vitdeploy.fileio import load_onnx_graph, require_onnx_file
 from vitdeploy.metadata import decode
 from vitdeploy.runtime.ort_settings import OrtSettings, int8_kernels, read_metadata_props
@@ -123,7 +123,7 @@ class OnnxRuntimeRunner:
             self.session = ort.InferenceSession(source, options, providers=plan.providers,
                                                 disabled_optimizers=self.disabled_optimizers or None)
         except Exception as exc:  # ORT raises its own Fail/InvalidGraph types; all mean "unusable file".
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            first = first_line(exc)
             raise_if_weights_missing(path, exc)
             raise InputError(f"ONNX Runtime cannot load '{path}' ({first}): re-export it with 'vitdeploy export'") from exc
         self.path = path
@@ -177,7 +177,7 @@ class OnnxRuntimeRunner:
 
 
 def raise_if_weights_missing(path: Path, exc: Exception) -> None:
-    """After ONNX Runtime failed to load ``path``: the clear error when its external-data file is missing.
+    """After a runtime (ONNX Runtime, OpenVINO) failed to load ``path``: the clear error when its external-data file is missing.
 
     Checked only after a failure (it parses the graph, which costs a second on a large inline model);
     any other problem :func:`vitdeploy.fileio.load_onnx_graph` finds leaves ONNX Runtime's message to stand.

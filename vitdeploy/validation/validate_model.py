@@ -39,8 +39,7 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
     model rebuilt from its metadata. The report is falsy when a tolerance fails; nothing is raised for that."""
     from vitdeploy.errors import InputError
     from vitdeploy.families import family_of
-    from vitdeploy.runtime.loader import open_runner
-    from vitdeploy.runtime.ort_fusions import runner_precision_note
+    from vitdeploy.runtime.loader import open_runner, runner_notes
     from vitdeploy.validation.inputs import image_input_sets, saved_input_sets
     from vitdeploy.validation.parity import TOLERANCES
     from vitdeploy.validation.torch_runner import TorchRunner
@@ -50,15 +49,7 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
     candidate = open_runner(str(model), threads=options.threads, fused_attention=options.fused_attention,
                             ort_device=options.device, tf32=options.tf32, allow_unverified=True,
                             runtime=options.runtime)
-    if (options.device != "cpu" or options.runtime != "onnxruntime") and getattr(candidate, "provider", None):
-        echo(f"runs on {candidate.provider}")
-    fusion = getattr(candidate, "fusion", None)
-    if fusion is not None:
-        echo(f"fused rel-pos attention: {fusion.summary()}")
-    for warning in getattr(candidate, "warnings", []):
-        echo(f"warning: {warning}")
-    note = runner_precision_note(candidate, options.device, options.threads)
-    if note:
+    for note in runner_notes(candidate, options.threads):
         echo(note)
     meta = candidate.metadata
     family = family_of(meta, f"'{model}'")
