@@ -221,7 +221,7 @@ def prepare(args: argparse.Namespace, workdir: Path, rows: list[dict[str, Any]])
         target = row.get("target")
         if target and fresh(row["model"]):
             print(f"exporting vitdeploy --target {target} ...", flush=True)
-            meta = sam_encoder_metadata(variant=recipe.variant, img_size=size, pixel_mean=recipe.pixel_mean,
+            meta = sam_encoder_metadata(variant=recipe.variant, input_size=size, pixel_mean=recipe.pixel_mean,
                                         pixel_std=recipe.pixel_std, architecture=arch.to_dict(), random_seed=args.seed,
                                         target=target)
             start = time.perf_counter()

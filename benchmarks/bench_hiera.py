@@ -40,12 +40,12 @@ def main() -> None:
         for recipe, size in ROWS.items():
             path = Path(tmp) / f"{recipe}.onnx"
             start = time.perf_counter()
-            exported = export_recipe(recipe, path, ExportOptions(random_seed=0, image_size=size), echo=print)
+            exported = export_recipe(recipe, path, ExportOptions(random_seed=0, input_size=size), echo=print)
             export_s = time.perf_counter() - start
             report = validate_model(path, ValidateOptions(images=(IMAGES,), random_inputs=2, runs=args.runs, warmup=1,
                                                           threads=args.threads), echo=print)
             row = {
-                "recipe": recipe, "image_size": exported.input_shapes["image"][-1], "export_s": round(export_s, 1),
+                "recipe": recipe, "input_size": exported.input_shapes["image"][-1], "export_s": round(export_s, 1),
                 "size_mb": round(exported.size_bytes / 1e6, 1), "op_counts": exported.hygiene.op_counts,
                 "passed": bool(report), "tolerance": report.tolerance.name,
                 "cosine_min": min(p.cosine for p in report.parity), "rel_l2_max": max(p.rel_l2 for p in report.parity),
@@ -62,7 +62,7 @@ def main() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(out, indent=2))
     for r in results:
-        print(f"{r['recipe']:<24} {r['image_size']:>5}px export {r['export_s']:>6.1f} s  {r['comparisons']} comparisons "
+        print(f"{r['recipe']:<24} {r['input_size']:>5}px export {r['export_s']:>6.1f} s  {r['comparisons']} comparisons "
               f"cosine >= {r['cosine_min']:.7f} rel L2 <= {r['rel_l2_max']:.2e} ({r['tolerance']}: "
               f"{'pass' if r['passed'] else 'FAIL'})  ORT/eager {r['ort_over_eager']:.3f}")
 

@@ -60,7 +60,7 @@ def main() -> None:
     t0 = time.perf_counter()
     naive_hygiene = export_naive(encoder, tmp / "naive.onnx", size)
     t_naive = time.perf_counter() - t0
-    meta = sam_encoder_metadata(variant=recipe.variant, img_size=size, pixel_mean=recipe.pixel_mean,
+    meta = sam_encoder_metadata(variant=recipe.variant, input_size=size, pixel_mean=recipe.pixel_mean,
                                 pixel_std=recipe.pixel_std, architecture=arch.to_dict(), random_seed=0)
     t0 = time.perf_counter()
     rewritten = export_sam_image_encoder(encoder, tmp / "vitdeploy.onnx", metadata=meta)
@@ -109,7 +109,7 @@ def main() -> None:
     print(f"naive graph problems: {len(naive_hygiene['problems'])}; naive ops: "
           + ", ".join(f"{k} {v}" for k, v in naive_hygiene["op_counts"].items() if k in {"Einsum", "Pad", "Shape", "Range", "Slice"}))
     report = {
-        "recipe": args.recipe, "image_size": size, "threads": args.threads, "rounds": args.rounds, "rows": rows,
+        "recipe": args.recipe, "input_size": size, "threads": args.threads, "rounds": args.rounds, "rows": rows,
         "export_seconds": {"naive": t_naive, "rewritten": t_rewritten},
         "naive_hygiene": naive_hygiene, "rewritten_hygiene": rewritten.hygiene.to_dict(),
         "machine": platform.machine(), "processor": platform.processor(), "versions": tool_versions(),

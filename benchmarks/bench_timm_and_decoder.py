@@ -111,7 +111,7 @@ def bench_decoder(tmp: Path, threads: int, rounds: int, warmup: int) -> dict:
     official.features, official.original_size = emb_t, ORIGINAL_SIZE
     official.input_size = preprocess_shape(*ORIGINAL_SIZE, 1024)
     official.is_image_set = True
-    enc_meta = sam_encoder_metadata(variant="vit_b", img_size=1024, pixel_mean=sam.pixel_mean.flatten().tolist(),
+    enc_meta = sam_encoder_metadata(variant="vit_b", input_size=1024, pixel_mean=sam.pixel_mean.flatten().tolist(),
                                     pixel_std=sam.pixel_std.flatten().tolist(), architecture=arch.to_dict(), random_seed=0)
 
     class _EncoderStandIn:  # metadata only: the embedding is given, the encoder never runs

@@ -33,12 +33,12 @@ def export_tiny(path: Path, *, seed: int = 0, layernorm2d: str = "matmul", overf
             mlp.lin1.weight.mul_(overflow)
             mlp.lin1.bias.mul_(overflow)
             mlp.lin2.weight.div_(overflow)
-    meta = sam_encoder_metadata(variant="tiny", img_size=TINY.img_size, pixel_mean=MEAN, pixel_std=STD,
+    meta = sam_encoder_metadata(variant="tiny", input_size=TINY.img_size, pixel_mean=MEAN, pixel_std=STD,
                                 architecture=TINY.to_dict(), random_seed=seed, layernorm2d=layernorm2d)
     if overflow is not None:
         meta["random_weights"] = False  # no eager rebuild from the seed: the weights were edited
         meta["random_seed"] = None
-    export_sam_image_encoder(encoder, path, metadata=meta, img_size=TINY.img_size, layernorm2d=layernorm2d)
+    export_sam_image_encoder(encoder, path, metadata=meta, input_size=TINY.img_size, layernorm2d=layernorm2d)
     return path
 
 

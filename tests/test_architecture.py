@@ -114,3 +114,44 @@ def test_every_registered_family_implements_the_protocol() -> None:
         assert family.name == name
         for method in ("load_eager", "export", "eager_reference"):
             assert getattr(type(family), method) is not getattr(ModelFamily, method), f"{name} lacks {method}"
+
+
+#: Other names for the model's input side (see vitdeploy/sizes.py); only the official constructors use them.
+OTHER_SIZE_NAMES = {"img_size", "image_size", "input_image_size"}
+
+
+def _size_name_uses(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, name) where vitdeploy's own code names the input side otherwise than ``input_size``: a parameter,
+    a variable or a keyword argument. The ``*Arch`` dataclasses' fields (a recipe's ``[architecture]`` table, in the
+    official constructors' names), official attributes (``encoder.img_size``) and keywords passed to official
+    callables or to the ``*Arch`` classes are the exceptions."""
+    mirrors = {id(field.target) for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef) and cls.name.endswith("Arch")
+               for field in cls.body if isinstance(field, ast.AnnAssign)}  # SamEncoderArch.img_size, ...
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in mirrors:
+            continue
+        if isinstance(node, ast.arg) and node.arg in OTHER_SIZE_NAMES:
+            found.append((node.lineno, f"parameter {node.arg}"))
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id in OTHER_SIZE_NAMES:
+            found.append((node.lineno, f"variable {node.id}"))
+        elif isinstance(node, ast.Call):
+            callee = ast.unparse(node.func)
+            official = callee == "cls" or callee.endswith(("Arch", "set_input_size", "create_model", "replace")) or \
+                callee.startswith(("Sam", "PromptEncoder", "ImageEncoderViT", "timm."))
+            found += [(node.lineno, f"keyword {k.arg}= to {callee}") for k in node.keywords
+                      if k.arg in OTHER_SIZE_NAMES and not official]
+    return found
+
+
+def test_the_input_side_has_one_name() -> None:
+    """``input_size`` in code, CLI and metadata; ``img_size``/``input_image_size`` only where official code reads them."""
+    offenders = [f"{name}:{line}: {what}" for name, tree in _modules().items()
+                 for line, what in _size_name_uses(tree)]
+    assert offenders == []
+
+
+def test_the_size_name_check_would_catch_a_second_name() -> None:
+    tree = ast.parse("def export(model, image_size=None):\n    img_size = image_size\n    return run(model, img_size=img_size)")
+    assert [what for _, what in _size_name_uses(tree)] == ["parameter image_size", "variable img_size",
+                                                            "keyword img_size= to run"]

@@ -134,9 +134,9 @@ def test_checkpoint_of_another_variant(tiny_checkpoint: Path, tmp_path: Path) ->
     assert not out.exists()
 
 
-def test_image_size_not_multiple_of_patch(tiny_recipe: Path, tmp_path: Path) -> None:
+def test_input_size_not_multiple_of_patch(tiny_recipe: Path, tmp_path: Path) -> None:
     out = tmp_path / "o.onnx"
-    code, output = run("export", "-r", str(tiny_recipe), "--random-weights", "--image-size", "50", "-o", str(out))
+    code, output = run("export", "-r", str(tiny_recipe), "--random-weights", "--input-size", "50", "-o", str(out))
     _assert_user_error(code, output, "not a multiple of the patch size 8", "use 48 or 56")
     assert not out.exists()
 
@@ -167,9 +167,23 @@ def test_verbose_shows_the_traceback(tiny_recipe: Path, tmp_path: Path) -> None:
 
 
 def test_usage_error_is_exit_2() -> None:
-    assert run("export", "--image-size", "abc", "-o", "x.onnx")[0] == 2
+    assert run("export", "--input-size", "abc", "-o", "x.onnx")[0] == 2
 
 
 def test_python_dash_m_entry_point() -> None:
     proc = subprocess.run([sys.executable, "-m", "vitdeploy", "--help"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "export" in proc.stdout and "validate" in proc.stdout
+
+
+def test_old_option_name_still_works_and_must_agree(tiny_recipe: Path, tmp_path: Path) -> None:
+    """``--image-size`` was the option's name: it still sets the input size (with a note), and a second,
+    different ``--input-size`` beside it is refused before anything is exported."""
+    out = tmp_path / "old.onnx"
+    code, output = run("export", "-r", str(tiny_recipe), "--random-weights", "--image-size", "48", "-o", str(out))
+    assert code == 0, output
+    assert "--image-size is now called --input-size" in output
+    assert onnx.load(str(out)).graph.input[0].type.tensor_type.shape.dim[-1].dim_value == 48
+    code, output = run("export", "-r", str(tiny_recipe), "--random-weights", "--image-size", "48", "--input-size", "56",
+                       "-o", str(tmp_path / "both.onnx"))
+    assert code == 1 and "--input-size 56 and --image-size 48 disagree" in output
+    assert not (tmp_path / "both.onnx").exists()

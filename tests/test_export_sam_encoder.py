@@ -33,9 +33,9 @@ def _export(arch_name: str, size: int | None, dynamic: bool, path: Path):
     encoder = tiny_encoder(arch_name)
     arch = TINY_ARCHS[arch_name]
     s = size or arch.img_size
-    meta = sam_encoder_metadata(variant=arch_name, img_size=s, pixel_mean=(1.0, 2.0, 3.0), pixel_std=(4.0, 5.0, 6.0),
+    meta = sam_encoder_metadata(variant=arch_name, input_size=s, pixel_mean=(1.0, 2.0, 3.0), pixel_std=(4.0, 5.0, 6.0),
                                 architecture=arch.to_dict(), random_seed=0, dynamic_batch=dynamic)
-    result = export_sam_image_encoder(encoder, path, metadata=meta, img_size=size, dynamic_batch=dynamic)
+    result = export_sam_image_encoder(encoder, path, metadata=meta, input_size=size, dynamic_batch=dynamic)
     reference = official_encoder_at_size(encoder, s) if size else encoder
     return result, reference, s
 

@@ -29,7 +29,7 @@ def _max_abs_rel(ref: torch.Tensor, out: torch.Tensor) -> float:
 @pytest.mark.parametrize(("arch", "size"), CASES)
 def test_fused_attention_matches_official(arch: str, size: int | None, kernel: str, pad_value: bool) -> None:
     official = tiny_encoder(arch)
-    fused = fuse_sam_attention(rewrite_sam_image_encoder(official, img_size=size), kernel, pad_value=pad_value)  # type: ignore[arg-type]
+    fused = fuse_sam_attention(rewrite_sam_image_encoder(official, input_size=size), kernel, pad_value=pad_value)  # type: ignore[arg-type]
     reference = official_encoder_at_size(official, size) if size else official
     s = size or TINY_ARCHS[arch].img_size
     for seed in (0, 1):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -103,7 +102,7 @@ def test_external_data_models_convert_and_models_past_protobufs_limit_take_the_l
     from vitdeploy.precision import model_io
 
     model = tmp_path / "ext.onnx"
-    meta = sam_encoder_metadata(variant="tiny", img_size=TINY.img_size, pixel_mean=MEAN, pixel_std=STD,
+    meta = sam_encoder_metadata(variant="tiny", input_size=TINY.img_size, pixel_mean=MEAN, pixel_std=STD,
                                 architecture=TINY.to_dict(), random_seed=0)
     result = export_sam_image_encoder(load_sam_image_encoder(TINY, random_seed=0), model, metadata=meta, external_data=True)
     assert result.external_data is not None and result.external_data.is_file()

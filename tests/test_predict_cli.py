@@ -98,7 +98,7 @@ def test_export_and_validate_decoder_recipe(tiny_sam_artifacts: TinySamArtifacts
     assert "all comparisons within tolerance" in result.output
     bad = _invoke("validate", str(tiny_sam_artifacts.decoder), "--images", str(tmp_path))
     assert bad.exit_code == 1 and "not images" in bad.output
-    for extra, message in ((["--dynamic-batch"], "do not apply to the mask decoder"), (["--image-size", "60"], "multiple of the encoder patch size 8")):
+    for extra, message in ((["--dynamic-batch"], "do not apply to the mask decoder"), (["--input-size", "60"], "multiple of the encoder patch size 8")):
         out = tmp_path / "d.onnx"
         result = _invoke("export", "-r", str(tiny_sam_artifacts.decoder_recipe), "--random-weights", "-o", str(out), *extra)
         assert result.exit_code == 1 and message in result.output and not out.exists(), result.output
@@ -116,7 +116,7 @@ def test_export_and_validate_timm_recipe_with_checkpoint(tmp_path: Path) -> None
     checkpoint = tmp_path / "tiny_vit.pth"
     torch.save({"model": load_timm_vit(arch, random_seed=4).state_dict()}, checkpoint)
     out = tmp_path / "vit.onnx"
-    result = _invoke("export", "-r", str(recipe), "-c", str(checkpoint), "--image-size", "48", "-o", str(out))
+    result = _invoke("export", "-r", str(recipe), "-c", str(checkpoint), "--input-size", "48", "-o", str(out))
     assert result.exit_code == 0, result.output
     assert "'image': [1, 3, 48, 48]" in result.output and "'logits': [1, 10]" in result.output
     result = _invoke("validate", str(out), "-c", str(checkpoint), "--runs", "1", "--threads", "1")

@@ -50,7 +50,7 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     arch = TINY_ARCHS[ARCH]
 
     def meta(target: str) -> dict:  # random weights by seed: validate rebuilds the eager model from it
-        return sam_encoder_metadata(variant="tiny", img_size=arch.img_size, pixel_mean=SAM_PIXEL_MEAN, pixel_std=SAM_PIXEL_STD,
+        return sam_encoder_metadata(variant="tiny", input_size=arch.img_size, pixel_mean=SAM_PIXEL_MEAN, pixel_std=SAM_PIXEL_STD,
                                     architecture=arch.to_dict(), random_seed=7, target=target)
 
     return {t: export_sam_image_encoder(encoder, root / f"{t}.onnx", metadata=meta(t), target=t).path

@@ -39,7 +39,7 @@ CASES = [
 @pytest.mark.parametrize(("arch", "size"), CASES)
 def test_rewrite_matches_official(arch: str, size: int | None, layernorm2d: str) -> None:
     official = tiny_encoder(arch)
-    rewritten = rewrite_sam_image_encoder(official, img_size=size, layernorm2d=layernorm2d)
+    rewritten = rewrite_sam_image_encoder(official, input_size=size, layernorm2d=layernorm2d)
     reference = official_encoder_at_size(official, size) if size else official
     s = size or TINY_ARCHS[arch].img_size
     for seed in (0, 1):
@@ -55,7 +55,7 @@ def test_rewrite_keeps_names_and_never_mutates_the_original() -> None:
     official = tiny_encoder()
     before = {k: v.clone() for k, v in official.state_dict().items()}
     params_before = {k: id(p) for k, p in official.named_parameters()}
-    rewritten = rewrite_sam_image_encoder(official, img_size=48)
+    rewritten = rewrite_sam_image_encoder(official, input_size=48)
     # Same names and tensors: strict loading works both ways.
     assert set(rewritten.state_dict()) == set(official.state_dict())
     rewritten.load_state_dict(official.state_dict(), strict=True)
@@ -70,7 +70,7 @@ def test_rewrite_keeps_names_and_never_mutates_the_original() -> None:
 
 def test_rewrite_follows_the_weights_loaded_into_it() -> None:
     """Precomputed tables are index/interpolation maps, not weights: new weights take effect."""
-    rewritten = rewrite_sam_image_encoder(tiny_encoder(seed=0), img_size=48)
+    rewritten = rewrite_sam_image_encoder(tiny_encoder(seed=0), input_size=48)
     other = tiny_encoder(seed=5)
     rewritten.load_state_dict(other.state_dict(), strict=True)
     x = torch.randn(1, 3, 48, 48)
@@ -110,7 +110,7 @@ def test_layernorm2d_rewrites_match_official(cls: type) -> None:
 @pytest.mark.parametrize("size", [50, 7, 0])
 def test_size_not_multiple_of_patch_is_refused(size: int) -> None:
     with pytest.raises(InputError, match="multiple of the patch size"):
-        rewrite_sam_image_encoder(tiny_encoder(), img_size=size)
+        rewrite_sam_image_encoder(tiny_encoder(), input_size=size)
 
 
 def test_unknown_module_raises_instead_of_being_skipped() -> None:

@@ -54,7 +54,7 @@ def test_unverified_combinations_need_the_callers_word(meta: dict) -> None:
 @pytest.fixture(scope="module")
 def ort_cpu_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     arch = TINY_ARCHS["padded_windows"]
-    meta = sam_encoder_metadata(variant="tiny", img_size=arch.img_size, pixel_mean=SAM_PIXEL_MEAN, pixel_std=SAM_PIXEL_STD,
+    meta = sam_encoder_metadata(variant="tiny", input_size=arch.img_size, pixel_mean=SAM_PIXEL_MEAN, pixel_std=SAM_PIXEL_STD,
                                 architecture=arch.to_dict(), random_seed=0, target="onnxruntime-cpu")
     path = tmp_path_factory.mktemp("providers") / "ort_cpu.onnx"
     return export_sam_image_encoder(tiny_encoder(seed=0), path, metadata=meta, target="onnxruntime-cpu").path

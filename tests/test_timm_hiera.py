@@ -46,8 +46,8 @@ def export_tiny(folder: Path, name: str, output: str = "logits", **options) -> P
     _, size = TINY[name]
     recipe = write_recipe(folder, name, output)
     path = folder / f"{recipe.stem}{'_dyn' if options.get('dynamic_batch') else ''}.onnx"
-    image_size = size if name == "sam2_hiera" else None  # HieraDet: timm's 896 default is too big for a test
-    export_recipe(str(recipe), path, ExportOptions(random_seed=3, image_size=image_size, **options))
+    input_size = size if name == "sam2_hiera" else None  # HieraDet: timm's 896 default is too big for a test
+    export_recipe(str(recipe), path, ExportOptions(random_seed=3, input_size=input_size, **options))
     return path
 
 
@@ -98,12 +98,12 @@ def test_fp16_file_from_images_is_within_the_fp16_tolerance(tmp_path: Path) -> N
 def test_hiera_refuses_what_it_cannot_do(tmp_path: Path) -> None:
     recipe = write_recipe(tmp_path, "hiera")
     with pytest.raises(InputError, match="position embedding is built for 64x64"):
-        export_recipe(str(recipe), tmp_path / "a.onnx", ExportOptions(random_seed=0, image_size=96))
+        export_recipe(str(recipe), tmp_path / "a.onnx", ExportOptions(random_seed=0, input_size=96))
     with pytest.raises(InputError, match="--target tensorrt applies to sam_image_encoder recipes"):
         export_recipe(str(recipe), tmp_path / "b.onnx", ExportOptions(random_seed=0, target="tensorrt"))
     sam2 = write_recipe(tmp_path, "sam2_hiera")
     with pytest.raises(InputError, match="not a multiple of the total stride 32: use 96 or 128"):
-        export_recipe(str(sam2), tmp_path / "c.onnx", ExportOptions(random_seed=0, image_size=100))
+        export_recipe(str(sam2), tmp_path / "c.onnx", ExportOptions(random_seed=0, input_size=100))
     vit = tmp_path / "vit.toml"
     vit.write_text('[model]\nfamily = "timm_hiera"\nvariant = "v"\n\n[architecture]\nmodel_name = "vit_tiny_patch16_224"\n'
                    'depth = 1\n')

@@ -46,7 +46,7 @@ def _reference_output(ref: torch.nn.Module, x: torch.Tensor, output: str) -> tor
 @pytest.mark.parametrize("output", ["logits", "pre_logits", "features"])
 def test_rewrite_matches_timm(name: str, size: int | None, output: str) -> None:
     model = tiny_vit(name)
-    rewritten = rewrite_timm_vit(model, img_size=size, output=output)
+    rewritten = rewrite_timm_vit(model, input_size=size, output=output)
     reference = timm_reference_at_size(model, size)  # timm's own set_input_size / resample_abs_pos_embed
     x = torch.randn(2, 3, size or 32, size or 32, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -58,7 +58,7 @@ def test_rewrite_works_on_a_copy_with_fused_attention_off() -> None:
     model = tiny_vit("class_token")
     fused_before = [m.fused_attn for m in model.modules() if hasattr(m, "fused_attn")]
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    rewritten = rewrite_timm_vit(model, img_size=48)
+    rewritten = rewrite_timm_vit(model, input_size=48)
     assert all(not m.fused_attn for m in rewritten.modules() if hasattr(m, "fused_attn"))
     assert [m.fused_attn for m in model.modules() if hasattr(m, "fused_attn")] == fused_before
     assert tuple(model.patch_embed.img_size) == (32, 32)
@@ -72,7 +72,7 @@ def test_rewrite_refuses_what_it_does_not_cover() -> None:
     with pytest.raises(ExportError, match="VisionTransformer"):
         rewrite_timm_vit(torch.nn.Linear(2, 2))
     with pytest.raises(InputError, match="multiple of the patch size 8"):
-        rewrite_timm_vit(tiny_vit("class_token"), img_size=50)
+        rewrite_timm_vit(tiny_vit("class_token"), input_size=50)
     dynamic = load_timm_vit(TimmVitArch(kwargs={**BASE, "dynamic_img_size": True}), random_seed=0)
     with pytest.raises(ExportError, match="dynamic_img_size"):
         rewrite_timm_vit(dynamic)
@@ -93,7 +93,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory):
     out = {}
     for name, (config, size, dynamic, output) in EXPORTS.items():
         model = tiny_vit(config)
-        result = export_timm_vit(model, root / f"{name}.onnx", img_size=size, dynamic_batch=dynamic, output=output)
+        result = export_timm_vit(model, root / f"{name}.onnx", input_size=size, dynamic_batch=dynamic, output=output)
         out[name] = (result, timm_reference_at_size(model, size), size or 32, dynamic, output)
     return out
 

@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 #: Layers, ground first; names are modules or packages directly under ``vitdeploy``.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "_lazy", "metadata", "onnx_graph", "relpos_layout", "cpu_features", "tested_versions"),  # shared facts
-    ("fileio", "optional_packages", "cuda"),  # files, optional packages, the CUDA runtime
+    ("fileio", "optional_packages", "cuda", "sizes"),  # files, optional packages, the CUDA runtime, input-size checks
     ("models",),  # the official eager models, built from recipes and checkpoints
     ("rewrites",),  # their export-friendly forms: same weights, same numbers
     ("onnx_export",),  # rewritten module -> checked ONNX graph

@@ -86,7 +86,7 @@ def export_from_recipe(
 ) -> ExportResult:
     """:func:`export_recipe` with the weights as ``vitdeploy export`` takes them (``checkpoint`` or
     ``random_weights`` + ``seed``) and the other :class:`~vitdeploy.families.ExportOptions` as keywords:
-    ``image_size``, ``batch``, ``dynamic_batch``, ``opset``, ``layernorm2d``, ``target``."""
+    ``input_size``, ``batch``, ``dynamic_batch``, ``opset``, ``layernorm2d``, ``target``."""
     try:
         chosen = ExportOptions(checkpoint=checkpoint, random_seed=_weights(checkpoint, random_weights, seed), **options)
     except TypeError as exc:

@@ -17,8 +17,9 @@ TARGET_NAMES = ("generic", "tensorrt", "onnxruntime-cpu")
 @click.command("export")
 @model_source_options
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=str), help="ONNX file to write.")
-@click.option("--image-size", type=click.IntRange(min=1), default=None,
-              help="Static export size (square); default: the recipe's img_size. Must be a multiple of the patch size.")
+@click.option("--input-size", type=click.IntRange(min=1), default=None,
+              help="Static input size in pixels (square); default: the recipe's img_size. A multiple of the patch size.")
+@click.option("--image-size", "old_image_size", type=click.IntRange(min=1), default=None, hidden=True)
 @click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Static batch size.")
 @click.option("--dynamic-batch", is_flag=True, help="Make the batch axis dynamic (symbolic 'batch').")
 @click.option("--opset", type=click.IntRange(min=17), default=None, help="ONNX opset (default: the recipe's, 18).")
@@ -34,15 +35,15 @@ TARGET_NAMES = ("generic", "tensorrt", "onnxruntime-cpu")
 @force_option
 @verbose_option
 @handle_errors
-def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int, output: str, image_size: int | None,
-           batch: int, dynamic_batch: bool, opset: int | None, layernorm2d: str | None, target: str, report: str | None,
+def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int, output: str, input_size: int | None,
+           old_image_size: int | None, batch: int, dynamic_batch: bool, opset: int | None, layernorm2d: str | None, target: str, report: str | None,
            force: bool, verbose: bool) -> None:
     """Export a model to a static, checked ONNX graph.
 
     \b
     Examples:
       vitdeploy export --recipe sam_vit_b --checkpoint sam_vit_b_01ec64.pth -o sam_vit_b.onnx
-      vitdeploy export --recipe sam_vit_b --random-weights --seed 0 --image-size 512 -o demo_512.onnx
+      vitdeploy export --recipe sam_vit_b --random-weights --seed 0 --input-size 512 -o demo_512.onnx
       vitdeploy export --recipe sam_vit_b --checkpoint sam_vit_b_01ec64.pth --target onnxruntime-cpu -o sam_b_cpu.onnx
     """
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs, require_checkpoint_file
@@ -50,6 +51,7 @@ def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int,
     from vitdeploy.optional_packages import require_torch_side
 
     # What a user can get wrong is checked before torch is imported (seconds): the answer comes at once.
+    input_size = _renamed_option(input_size, old_image_size)
     claim_outputs([output, report], force)
     if checkpoint:
         require_checkpoint_file(checkpoint)
@@ -58,7 +60,7 @@ def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int,
     from vitdeploy.families import ExportOptions
     from vitdeploy.pipeline import export_recipe
 
-    options = ExportOptions(checkpoint=checkpoint, random_seed=seed if random_weights else None, image_size=image_size,
+    options = ExportOptions(checkpoint=checkpoint, random_seed=seed if random_weights else None, input_size=input_size,
                             batch=batch, dynamic_batch=dynamic_batch, opset=opset, layernorm2d=layernorm2d, target=target)
     result = export_recipe(recipe, output, options, echo=click.echo)
     ops = ", ".join(f"{k} {v}" for k, v in sorted(result.hygiene.op_counts.items()))
@@ -70,3 +72,16 @@ def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int,
 
 
 COMMAND = export
+
+
+def _renamed_option(input_size: int | None, old_image_size: int | None) -> int | None:
+    """``--image-size`` (the option's name until 0.1) still works, with a note; both at once must agree."""
+    from vitdeploy.errors import InputError
+
+    if old_image_size is None:
+        return input_size
+    if input_size is not None and input_size != old_image_size:
+        raise InputError(f"--input-size {input_size} and --image-size {old_image_size} disagree: "
+                         "give --input-size only (--image-size is its old name)")
+    click.echo("note: --image-size is now called --input-size", err=True)
+    return old_image_size

@@ -37,7 +37,7 @@ class ExportOptions:
 
     checkpoint: str | None = None
     random_seed: int | None = None  # the seed of a --random-weights export, None for a checkpoint
-    image_size: int | None = None  # None: the recipe's size
+    input_size: int | None = None  # None: the recipe's size
     batch: int = 1
     dynamic_batch: bool = False
     opset: int | None = None  # None: the recipe's opset

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from vitdeploy.families.base import Echo, ExportOptions, ModelFamily, reference_seed
 from vitdeploy.onnx_export.targets import TARGETS
+from vitdeploy.sizes import require_patch_multiple
 
 if TYPE_CHECKING:
     from torch import nn
@@ -32,22 +33,21 @@ class SamImageEncoder(ModelFamily):
     def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
                echo: Echo) -> ExportResult:
         from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
-        from vitdeploy.rewrites.static_shapes import require_patch_multiple
 
-        size = options.image_size or arch.img_size
+        size = options.input_size or arch.img_size
         require_patch_multiple(size, arch.patch_size)
         layernorm2d = options.layernorm2d or self.layernorm2d_forms[0]
         echo(f"exporting {recipe.name} ({recipe.variant}) at {size}x{size}"
              + (" with a dynamic batch" if options.dynamic_batch else ""))
         metadata = sam_encoder_metadata(
-            variant=recipe.variant, img_size=size, pixel_mean=recipe.pixel_mean, pixel_std=recipe.pixel_std,
+            variant=recipe.variant, input_size=size, pixel_mean=recipe.pixel_mean, pixel_std=recipe.pixel_std,
             architecture=arch.to_dict(), random_seed=options.random_seed, checkpoint_name=options.checkpoint_name,
             checkpoint_sha256=options.checkpoint_sha256(), dynamic_batch=options.dynamic_batch,
             input_name=recipe.input_name, output_name=recipe.output_name, layernorm2d=layernorm2d,
             target=options.target,
         )
         return export_sam_image_encoder(
-            model, output, metadata=metadata, img_size=size, batch=options.batch, dynamic_batch=options.dynamic_batch,
+            model, output, metadata=metadata, input_size=size, batch=options.batch, dynamic_batch=options.dynamic_batch,
             opset=options.opset or recipe.opset, layernorm2d=layernorm2d,  # type: ignore[arg-type]
             input_name=recipe.input_name, output_name=recipe.output_name, target=options.target,
         )

@@ -42,9 +42,9 @@ class SamMaskDecoder(ModelFamily):
         max_points, opt_points = int(table.get("max_points", 32)), int(table.get("opt_points", 2))
         if not 1 <= opt_points <= max_points:
             raise RecipeError(f"recipe '{recipe.name}': need 1 <= opt_points <= max_points, got {opt_points} and {max_points}")
-        if options.image_size and options.image_size != arch.input_image_size:
+        if options.input_size and options.input_size != arch.input_image_size:
             # The decoder paired with an encoder exported at another size: official modules built for that size.
-            sized = arch.at_input_size(options.image_size)
+            sized = arch.at_input_size(options.input_size)
             resized = build_sam_prompt_decoder(sized)
             resized.load_state_dict(model.state_dict(), strict=True)
             arch, model = sized, resized.eval()

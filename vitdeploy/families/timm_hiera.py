@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from vitdeploy.errors import InputError
 from vitdeploy.families.base import Echo, ExportOptions, reference_seed
 from vitdeploy.families.timm_vit import TimmFamily, timm_mean_std
+from vitdeploy.sizes import require_patch_multiple
 
 if TYPE_CHECKING:
     from torch import nn
@@ -39,7 +40,7 @@ class TimmHiera(TimmFamily):
         from vitdeploy.rewrites.timm_hiera import rewrite_timm_hiera
 
         kind = self.output_kind(recipe)
-        size = hiera_export_size(model, options.image_size)
+        size = hiera_export_size(model, options.input_size)
         config = timm_data_config(model)
         config["input_size"] = [config["input_size"][0], size, size]
         mean, std = timm_mean_std(recipe, config)
@@ -71,15 +72,14 @@ def hiera_export_size(model: nn.Module, requested: int | None) -> int:
     """The side to export at: the built size, or ``requested``. Hiera's position embedding is built for one
     size; HieraDet resizes its own to the token grid, so any multiple of its total stride works (windows
     are padded as SAM 2 pads them)."""
-    from vitdeploy.models.timm_hiera import hiera_image_size
-    from vitdeploy.rewrites.static_shapes import require_patch_multiple
+    from vitdeploy.models.timm_hiera import hiera_input_size
 
-    built = hiera_image_size(model)
+    built = hiera_input_size(model)
     if requested is None or requested == built:
         return built
     if not hasattr(model, "global_pos_size"):  # timm's Hiera: a fixed (1, tokens, C) position embedding
-        raise InputError(f"--image-size {requested}: this Hiera's position embedding is built for {built}x{built}; "
-                         "drop --image-size, or set [architecture] img_size in the recipe (and a checkpoint of that size)")
+        raise InputError(f"--input-size {requested}: this Hiera's position embedding is built for {built}x{built}; "
+                         "drop --input-size, or set [architecture] img_size in the recipe (and a checkpoint of that size)")
     stride = max(int(info["reduction"]) for info in model.feature_info)
     require_patch_multiple(requested, stride, unit="total stride")
     return requested

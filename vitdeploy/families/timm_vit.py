@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from vitdeploy.errors import RecipeError
 from vitdeploy.families.base import Echo, ExportOptions, ModelFamily, recipe_section, reference_seed
+from vitdeploy.sizes import require_patch_multiple
 
 if TYPE_CHECKING:
     from torch import nn
@@ -50,10 +51,9 @@ class TimmVit(TimmFamily):
                echo: Echo) -> ExportResult:
         from vitdeploy.models.timm_vit import timm_data_config
         from vitdeploy.onnx_export.timm_vit import export_timm_vit, timm_vit_metadata
-        from vitdeploy.rewrites.static_shapes import require_patch_multiple
 
         kind = self.output_kind(recipe)
-        size = options.image_size or int(model.patch_embed.img_size[0])
+        size = options.input_size or int(model.patch_embed.img_size[0])
         require_patch_multiple(size, model.patch_embed.patch_size[0])
         config = timm_data_config(model)
         config["input_size"] = [config["input_size"][0], size, size]
@@ -61,12 +61,12 @@ class TimmVit(TimmFamily):
         echo(f"exporting {recipe.name} ({recipe.variant}) at {size}x{size}, output '{kind}'"
              + (" with a dynamic batch" if options.dynamic_batch else ""))
         metadata = timm_vit_metadata(
-            variant=recipe.variant, img_size=size, pixel_mean=mean, pixel_std=std, architecture=arch.to_dict(),
+            variant=recipe.variant, input_size=size, pixel_mean=mean, pixel_std=std, architecture=arch.to_dict(),
             random_seed=options.random_seed, output=kind, data_config=config, checkpoint_name=options.checkpoint_name,
             checkpoint_sha256=options.checkpoint_sha256(), dynamic_batch=options.dynamic_batch,
             input_name=recipe.input_name, output_name=kind,
         )
-        return export_timm_vit(model, output, metadata=metadata, img_size=size, output=kind,  # type: ignore[arg-type]
+        return export_timm_vit(model, output, metadata=metadata, input_size=size, output=kind,  # type: ignore[arg-type]
                                batch=options.batch, dynamic_batch=options.dynamic_batch,
                                opset=options.opset or recipe.opset, input_name=recipe.input_name, output_name=kind)
 

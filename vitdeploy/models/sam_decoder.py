@@ -17,6 +17,7 @@ from vitdeploy.errors import CheckpointError, InputError, RecipeError
 from vitdeploy.models.checkpoints import check_fits, load_state_dict_file, without_data_parallel_prefix
 from vitdeploy.models.recipes import Recipe
 from vitdeploy.models.sam_encoder import randomize_parameters
+from vitdeploy.sizes import require_patch_multiple
 
 #: Key prefixes of the prompt encoder and mask decoder in an official full-SAM checkpoint.
 DECODER_PREFIXES = ("prompt_encoder.", "mask_decoder.")
@@ -92,19 +93,15 @@ class SamDecoderArch:
         if self.mask_in_chans % 4:
             raise RecipeError(f"{where}: mask_in_chans {self.mask_in_chans} is not a multiple of 4")
 
-    def at_input_size(self, img_size: int) -> SamDecoderArch:
-        """The same decoder paired with an encoder exported at ``img_size`` (same patch size).
+    def at_input_size(self, input_size: int) -> SamDecoderArch:
+        """The same decoder paired with an encoder exported at ``input_size`` (same patch size).
 
         The prompt encoder's positional encoding is a function of normalised coordinates, so the
         official modules built for another size take the same weights; only the sizes change.
         """
         stride = self.encoder_stride
-        if img_size <= 0 or img_size % stride:
-            lower = max(stride, img_size // stride * stride)
-            raise InputError(
-                f"image size {img_size} is not a multiple of the encoder patch size {stride}: use {lower} or {lower + stride}"
-            )
-        return replace(self, input_image_size=img_size, image_embedding_size=img_size // stride)
+        require_patch_multiple(input_size, stride, "input size", unit="encoder patch size")
+        return replace(self, input_image_size=input_size, image_embedding_size=input_size // stride)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

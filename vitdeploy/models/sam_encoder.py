@@ -209,7 +209,7 @@ def load_sam_image_encoder(
     return encoder.eval()
 
 
-def official_encoder_at_size(encoder: nn.Module, img_size: int) -> nn.Module:
+def official_encoder_at_size(encoder: nn.Module, input_size: int) -> nn.Module:
     """The eager reference for an export size other than the checkpoint's, as official code would run it.
 
     A copy of ``encoder`` whose absolute position embedding is bicubically resampled to the new token
@@ -222,10 +222,10 @@ def official_encoder_at_size(encoder: nn.Module, img_size: int) -> nn.Module:
 
     ref = copy.deepcopy(encoder)
     patch = int(ref.patch_embed.proj.kernel_size[0])
-    grid = img_size // patch
+    grid = input_size // patch
     if ref.pos_embed is not None and ref.pos_embed.shape[1] != grid:
         nchw = ref.pos_embed.detach().permute(0, 3, 1, 2)
         resized = F.interpolate(nchw, size=(grid, grid), mode="bicubic", align_corners=False)
         ref.pos_embed = nn.Parameter(resized.permute(0, 2, 3, 1).contiguous())
-    ref.img_size = img_size
+    ref.img_size = input_size
     return ref.eval()

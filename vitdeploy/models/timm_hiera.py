@@ -48,7 +48,7 @@ def load_timm_hiera(arch: TimmVitArch, checkpoint: str | Path | None = None, *, 
                            hint=": choose the matching --recipe (or its [architecture])")
 
 
-def hiera_image_size(model: nn.Module) -> int:
+def hiera_input_size(model: nn.Module) -> int:
     """The square input side a timm Hiera is built for: its token grid times its patch stride (Hiera, whose
     position embedding fixes the size), else timm's data config (HieraDet, which resizes its own)."""
     from vitdeploy.models.timm_vit import timm_data_config

@@ -18,7 +18,7 @@ from vitdeploy.rewrites.sam_encoder import LayerNorm2dMode, rewrite_sam_image_en
 def sam_encoder_metadata(
     *,
     variant: str,
-    img_size: int,
+    input_size: int,
     pixel_mean: Sequence[float],
     pixel_std: Sequence[float],
     architecture: dict[str, Any],
@@ -35,7 +35,7 @@ def sam_encoder_metadata(
     return artifact_metadata(
         family="sam_image_encoder",
         variant=variant,
-        input_size=img_size,
+        input_size=input_size,
         pixel_mean=pixel_mean,
         pixel_std=pixel_std,
         architecture=architecture,
@@ -55,7 +55,7 @@ def export_sam_image_encoder(
     path: str | os.PathLike,
     *,
     metadata: dict[str, Any] | None = None,
-    img_size: int | None = None,
+    input_size: int | None = None,
     batch: int = 1,
     dynamic_batch: bool = False,
     opset: int = 18,
@@ -73,7 +73,7 @@ def export_sam_image_encoder(
     metadata as ``target``.
     """
     spec = get_target(target)
-    exportable = rewrite_sam_image_encoder(encoder, img_size=img_size, layernorm2d=layernorm2d)
+    exportable = rewrite_sam_image_encoder(encoder, input_size=input_size, layernorm2d=layernorm2d)
     translations = None
     if spec.attention != "decomposed":
         from vitdeploy.rewrites.fused_attention import fuse_sam_attention
@@ -87,7 +87,7 @@ def export_sam_image_encoder(
         from vitdeploy.onnx_export.ort_contrib import ort_contrib_translations
 
         translations = ort_contrib_translations()
-    size = exportable.img_size
+    size = exportable.input_size
     if metadata is None:
         from vitdeploy.models.recipes import SAM_PIXEL_MEAN, SAM_PIXEL_STD
         from vitdeploy.models.sam_encoder import SamEncoderArch
@@ -95,7 +95,7 @@ def export_sam_image_encoder(
         arch = SamEncoderArch.from_module(encoder)
         known = {(768, 12): "vit_b", (1024, 24): "vit_l", (1280, 32): "vit_h"}
         metadata = sam_encoder_metadata(
-            variant=known.get((arch.embed_dim, arch.depth), "custom"), img_size=size, pixel_mean=SAM_PIXEL_MEAN,
+            variant=known.get((arch.embed_dim, arch.depth), "custom"), input_size=size, pixel_mean=SAM_PIXEL_MEAN,
             pixel_std=SAM_PIXEL_STD, architecture=arch.to_dict(), random_seed=None, dynamic_batch=dynamic_batch,
             input_name=input_name, output_name=output_name, layernorm2d=layernorm2d, target=spec.name,
         )

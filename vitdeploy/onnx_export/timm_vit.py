@@ -17,7 +17,7 @@ from vitdeploy.rewrites.timm_vit import TimmOutput, rewrite_timm_vit
 def timm_vit_metadata(
     *,
     variant: str,
-    img_size: int,
+    input_size: int,
     pixel_mean: Sequence[float],
     pixel_std: Sequence[float],
     architecture: dict[str, Any],
@@ -38,7 +38,7 @@ def timm_vit_metadata(
     return artifact_metadata(
         family="timm_vit",
         variant=variant,
-        input_size=img_size,
+        input_size=input_size,
         pixel_mean=pixel_mean,
         pixel_std=pixel_std,
         architecture=architecture,
@@ -58,7 +58,7 @@ def export_timm_vit(
     path: str | os.PathLike,
     *,
     metadata: dict[str, Any] | None = None,
-    img_size: int | None = None,
+    input_size: int | None = None,
     output: TimmOutput = "logits",
     batch: int = 1,
     dynamic_batch: bool = False,
@@ -72,8 +72,8 @@ def export_timm_vit(
     Without ``metadata`` it is read off the module: the timm name from its ``pretrained_cfg`` (the
     reference can then be rebuilt only with a matching recipe), timm's mean/std scaled to 0..255.
     """
-    exportable = rewrite_timm_vit(model, img_size=img_size, output=output)
-    size = exportable.img_size[0]
+    exportable = rewrite_timm_vit(model, input_size=input_size, output=output)
+    size = exportable.input_hw[0]
     output_name = output_name or output
     if metadata is None:
         from vitdeploy.models.timm_vit import timm_data_config
@@ -82,7 +82,7 @@ def export_timm_vit(
         cfg = getattr(model, "pretrained_cfg", None) or {}
         name = cfg.get("architecture", "custom") if isinstance(cfg, dict) else "custom"
         metadata = timm_vit_metadata(
-            variant=name, img_size=size, pixel_mean=[255.0 * m for m in config["mean"]],
+            variant=name, input_size=size, pixel_mean=[255.0 * m for m in config["mean"]],
             pixel_std=[255.0 * s for s in config["std"]], architecture={"model_name": name}, random_seed=None,
             output=output, data_config=config, dynamic_batch=dynamic_batch, input_name=input_name, output_name=output_name,
         )

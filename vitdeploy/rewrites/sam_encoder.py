@@ -31,6 +31,7 @@ from torch import nn
 from vitdeploy.errors import ExportError, InputError
 from vitdeploy.rewrites.layernorm2d import MatMulLayerNorm2d, NativeLayerNorm2d
 from vitdeploy.rewrites.static_shapes import WindowPartition, bicubic_resample_matrix, rel_pos_gather_matrix
+from vitdeploy.sizes import require_patch_multiple
 
 LayerNorm2dMode = Literal["matmul", "native"]
 
@@ -133,18 +134,14 @@ class ExportableBlock(nn.Module):
 class ExportableImageEncoder(nn.Module):
     """Export-friendly SAM image encoder for one static input size; see the module docstring."""
 
-    def __init__(self, official: nn.Module, img_size: int | None = None, layernorm2d: LayerNorm2dMode = "matmul"):
+    def __init__(self, official: nn.Module, input_size: int | None = None, layernorm2d: LayerNorm2dMode = "matmul"):
         super().__init__()
         _check_official_encoder(official)
         patch = int(official.patch_embed.proj.kernel_size[0])
-        self.img_size = int(official.img_size if img_size is None else img_size)
-        if self.img_size <= 0 or self.img_size % patch:
-            raise InputError(
-                f"image size {self.img_size} is not a positive multiple of the patch size {patch}: "
-                f"choose e.g. {max(patch, round(self.img_size / patch) * patch)}"
-            )
+        self.input_size = int(official.img_size if input_size is None else input_size)
+        require_patch_multiple(self.input_size, patch, "input size")
         self.patch_size = patch
-        grid = self.img_size // patch
+        grid = self.input_size // patch
         self.grid_hw = (grid, grid)
         self.embed_dim = official.patch_embed.proj.out_channels
         self.patch_embed = copy.deepcopy(official.patch_embed)
@@ -220,13 +217,13 @@ def _check_official_encoder(module: nn.Module) -> None:
 
 
 def rewrite_sam_image_encoder(
-    encoder: nn.Module, img_size: int | None = None, layernorm2d: LayerNorm2dMode = "matmul"
+    encoder: nn.Module, input_size: int | None = None, layernorm2d: LayerNorm2dMode = "matmul"
 ) -> ExportableImageEncoder:
     """Return an export-friendly copy of an official SAM image encoder (the argument is not modified).
 
     Args:
         encoder: ``segment_anything.modeling.ImageEncoderViT`` (official or fine-tuned).
-        img_size: static export size; defaults to the encoder's own. Must be a multiple of the patch size.
+        input_size: static export size; defaults to the encoder's own. Must be a multiple of the patch size.
         layernorm2d: ``"matmul"`` (channel statistics by MatMul) or ``"native"`` (LayerNormalization op).
     """
-    return ExportableImageEncoder(encoder, img_size=img_size, layernorm2d=layernorm2d)
+    return ExportableImageEncoder(encoder, input_size=input_size, layernorm2d=layernorm2d)

@@ -11,15 +11,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitdeploy.errors import InputError
-
-
-def require_patch_multiple(size: int, patch: int, what: str = "--image-size", unit: str = "patch size") -> None:
-    """Refuse an image side that is not a whole number of patches, naming the two nearest that are."""
-    if size % patch:
-        lower = max(patch, size // patch * patch)
-        raise InputError(f"{what} {size} is not a multiple of the {unit} {patch}: use {lower} or {lower + patch}")
-
 
 class WindowPartition(nn.Module):
     """Static ``window_partition``: pad the token grid to a multiple of the window, cut it into windows.

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitdeploy.errors import ExportError, InputError
-from vitdeploy.rewrites.static_shapes import require_patch_multiple
+from vitdeploy.sizes import require_patch_multiple
 
 TimmOutput = Literal["logits", "pre_logits", "features"]
 TIMM_OUTPUTS = ("logits", "pre_logits", "features")
@@ -58,7 +58,7 @@ class ExportableVisionTransformer(nn.Module):
     ``cls_token``, ``pos_embed``, ``blocks``, ``norm``, ``fc_norm``, ``head``, ...).
     """
 
-    def __init__(self, official: nn.Module, img_size: int | None = None, output: TimmOutput = "logits"):
+    def __init__(self, official: nn.Module, input_size: int | None = None, output: TimmOutput = "logits"):
         super().__init__()
         _check_official(official)
         if output not in TIMM_OUTPUTS:
@@ -85,10 +85,10 @@ class ExportableVisionTransformer(nn.Module):
 
         patch = _pair(model.patch_embed.patch_size)
         old_img = _pair(model.patch_embed.img_size)
-        size = _pair(img_size) if img_size else old_img
-        require_patch_multiple(size[0], patch[0], "image size")
-        require_patch_multiple(size[1], patch[1], "image size")
-        self.img_size = size
+        size = _pair(input_size) if input_size else old_img
+        require_patch_multiple(size[0], patch[0], "input size")
+        require_patch_multiple(size[1], patch[1], "input size")
+        self.input_hw = size
         self.in_chans = int(model.patch_embed.proj.in_channels)
         old_grid = (old_img[0] // patch[0], old_img[1] // patch[1])
         self.grid = (size[0] // patch[0], size[1] // patch[1])
@@ -163,25 +163,25 @@ def _check_official(model: nn.Module) -> None:
         raise ExportError(f"unexpected patch_embed {type(model.patch_embed).__name__}: this rewrite supports timm PatchEmbed")
     if model.dynamic_img_size or getattr(model.patch_embed, "dynamic_img_pad", False):
         raise ExportError("dynamic_img_size/dynamic_img_pad models resample per call: build the model without them "
-                          "(vitdeploy exports one static size; use --image-size)")
+                          "(vitdeploy exports one static size; use --input-size)")
     if not getattr(model.patch_embed, "flatten", True):
         raise ExportError("patch_embed does not flatten tokens (NHWC output): unsupported layout")
 
 
-def rewrite_timm_vit(model: nn.Module, img_size: int | None = None, output: TimmOutput = "logits") -> ExportableVisionTransformer:
+def rewrite_timm_vit(model: nn.Module, input_size: int | None = None, output: TimmOutput = "logits") -> ExportableVisionTransformer:
     """Return an export-friendly copy of a timm ``VisionTransformer`` (the argument is not modified).
 
     Args:
         model: ``timm.models.vision_transformer.VisionTransformer`` (any ViT/DeiT configuration).
-        img_size: static square export size; defaults to the model's. A multiple of the patch size.
+        input_size: static square export size; defaults to the model's. A multiple of the patch size.
         output: ``logits``, ``pre_logits`` (pooled features) or ``features`` (all tokens).
     """
-    return ExportableVisionTransformer(model, img_size=img_size, output=output)
+    return ExportableVisionTransformer(model, input_size=input_size, output=output)
 
 
-def timm_reference_at_size(model: nn.Module, img_size: int | None) -> nn.Module:
+def timm_reference_at_size(model: nn.Module, input_size: int | None) -> nn.Module:
     """The eager reference at another size, as timm itself runs it: a copy after ``set_input_size``."""
     ref = copy.deepcopy(model).eval()
-    if img_size and _pair(ref.patch_embed.img_size) != (img_size, img_size):
-        ref.set_input_size(img_size=(img_size, img_size))
+    if input_size and _pair(ref.patch_embed.img_size) != (input_size, input_size):
+        ref.set_input_size(img_size=(input_size, input_size))
     return ref
