@@ -60,6 +60,7 @@ class OrtSettings:
     io_binding: bool = False
     disabled_optimizers: tuple[str, ...] | None = None
     config: dict[str, str] = field(default_factory=dict)
+    profile_prefix: str | None = None  # ONNX Runtime's profiler on: trace written to <prefix>_<date>.json
 
     def __post_init__(self) -> None:
         if self.optimization not in OPTIMIZATION_LEVELS:
@@ -85,6 +86,9 @@ class OrtSettings:
             Path(self.optimized_model_path).parent.mkdir(parents=True, exist_ok=True)
             options.optimized_model_filepath = str(self.optimized_model_path)
         options.enable_cpu_mem_arena = self.memory_arena
+        if self.profile_prefix is not None:
+            options.enable_profiling = True
+            options.profile_file_prefix = str(self.profile_prefix)
         options.enable_mem_pattern = self.memory_pattern
         if self.spinning is not None:
             options.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spinning else "0")
@@ -100,6 +104,7 @@ class OrtSettings:
             "threads": self.threads, "optimization": self.optimization, "optimized_model_path": self.optimized_model_path,
             "memory_arena": self.memory_arena, "memory_pattern": self.memory_pattern, "spinning": self.spinning,
             "io_binding": self.io_binding, "disabled_optimizers": self.disabled_optimizers, "config": dict(self.config),
+            "profile_prefix": self.profile_prefix,
         }
 
     def optimizers_to_disable(self, quantized: bool) -> list[str]:

@@ -55,7 +55,7 @@ class OnnxRuntimeRunner:
     ``bash cpp/build.sh``); which nodes were swapped is in ``fusion``.
     ``device`` ``cuda``/``tensorrt`` runs on ONNX Runtime's GPU providers where the graph was verified
     (:mod:`vitdeploy.runtime.providers`; ``allow_unverified`` overrides), in FP32 unless ``tf32``;
-    ``provider`` says what ran.
+    ``provider`` says what ran. ``profile_prefix`` turns ONNX Runtime's profiler on (see :meth:`end_profiling`).
     """
 
     def __init__(
@@ -75,6 +75,7 @@ class OnnxRuntimeRunner:
         fused_attention: bool = False,
         tf32: bool = False,
         allow_unverified: bool = False,
+        profile_prefix: str | Path | None = None,
     ):
         try:
             import onnxruntime as ort
@@ -87,6 +88,7 @@ class OnnxRuntimeRunner:
             memory_arena=memory_arena, memory_pattern=memory_pattern, spinning=spinning, io_binding=io_binding,
             disabled_optimizers=tuple(disabled_optimizers) if disabled_optimizers is not None else None,
             config=dict(session_config or {}),
+            profile_prefix=str(profile_prefix) if profile_prefix is not None else None,
         )
         file_metadata = decode(read_metadata_props(path))
         _require_providers(device)  # no GPU here says so before anything is said about the file
@@ -143,6 +145,13 @@ class OnnxRuntimeRunner:
 
     def input_shapes(self) -> dict[str, list[int | str]]:
         return {i.name: list(i.shape) for i in self.session.get_inputs()}
+
+    def end_profiling(self) -> Path:
+        """Stop ONNX Runtime's profiler (``profile_prefix`` given) and return its trace: read it with
+        :func:`vitdeploy.benchmark.op_profile.read_ort_profile`."""
+        if self.settings.profile_prefix is None:
+            raise InputError("this runner was opened without profile_prefix: there is no profile to end")
+        return Path(self.session.end_profiling())
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         missing = [n for n in self.input_names if n not in feeds]
