@@ -6,7 +6,9 @@ Contenders:
   SAM decoder, per prompt eager official PromptEncoder + MaskDecoder      vs  ORT on the decoder graph
                           (one click + padding point, all mask tokens; the embedding is given)
   SAM predict, per prompt official SamPredictor.predict                   vs  vitdeploy.runtime.SamPredictor.predict
-                          (decoder + mask upscaling to a 1500x2250 original; the embedding is given)
+                          (decoder + mask upscaling to a 1500x2250 original; the embedding is given), beside
+                          the official export script's graph on ORT (SamOnnxModel: decoder + upscaling in
+                          the graph, thresholded after) and vitdeploy's decoder graph alone (low-res masks)
 
 Usage:
     .venv/bin/python benchmarks/bench_timm_and_decoder.py --threads 2 --rounds 10 --out out/bench_timm_decoder.json
@@ -126,12 +128,52 @@ def bench_decoder(tmp: Path, threads: int, rounds: int, warmup: int) -> dict:
     ref = official.predict(multimask_output=True, **point)
     out = ours.predict(multimask_output=True, **point)
     masks = compare_masks(ref[0], out[0], "fp32", label="masks 1500x2250")
+    # The official export script's graph (segment_anything/utils/onnx.py SamOnnxModel, exported as
+    # scripts/export_onnx_model.py does): decoder + upscaling to orig_im_size in one graph, mask logits out.
+    official_graph = export_official_decoder_graph(sam, tmp / "official_sam_decoder.onnx")
+    official_ort = OnnxRuntimeRunner(official_graph, threads=threads)
+    # The official notebook's feeds: the click in the 1024 frame plus the padding point, and orig_im_size.
+    coords = official.transform.apply_coords(point["point_coords"], ORIGINAL_SIZE).astype(np.float32)
+    official_feeds = {**feeds, "point_coords": np.concatenate([coords[None], np.zeros((1, 1, 2), np.float32)], 1),
+                      "orig_im_size": np.array(ORIGINAL_SIZE, np.float32)}
+    our_feeds = {**feeds, "point_coords": official_feeds["point_coords"]}
+    graph_parity = compare(official_ort.run(official_feeds)["low_res_masks"], ort.run(our_feeds)["low_res_masks"],
+                           "fp32", label="low_res_masks vs the official export's graph")
+    official_masks = official_ort.run(official_feeds)["masks"] > sam.mask_threshold
+    graph_masks = compare_masks(official_masks[0], out[0], "fp32", label="masks vs the official export's graph")
     e2e = {"official SamPredictor.predict": lambda: official.predict(multimask_output=True, **point),
-           "vitdeploy SamPredictor.predict": lambda: ours.predict(multimask_output=True, **point)}
+           "vitdeploy SamPredictor.predict": lambda: ours.predict(multimask_output=True, **point),
+           "official export graph on ORT (+ threshold)":
+               lambda: official_ort.run(official_feeds)["masks"] > sam.mask_threshold,
+           "vitdeploy decoder graph on ORT (low-res only)": lambda: ort.run(our_feeds)["low_res_masks"]}
     e2e_samples = alternate(e2e, rounds, warmup, f"predict per prompt, {ORIGINAL_SIZE[1]}x{ORIGINAL_SIZE[0]} original")
     return {"export_seconds": export_s, "parity": parity.to_dict(), "mask_parity": masks.to_dict(),
+            "official_graph_parity": graph_parity.to_dict(), "official_graph_mask_parity": graph_masks.to_dict(),
             **_rows(samples, "eager official decoder"),
             "predict": _rows(e2e_samples, "official SamPredictor.predict")}
+
+
+def export_official_decoder_graph(sam, path: Path) -> Path:
+    """``segment_anything``'s ``scripts/export_onnx_model.py`` with its defaults (multimask output, no extra
+    metrics): ``SamOnnxModel`` through the TorchScript exporter, opset 17, a dynamic number of points."""
+    from segment_anything.utils.onnx import SamOnnxModel
+
+    model = SamOnnxModel(model=sam, return_single_mask=False).eval()
+    size = sam.prompt_encoder.image_embedding_size
+    dummy = {
+        "image_embeddings": torch.randn(1, sam.prompt_encoder.embed_dim, *size, dtype=torch.float),
+        "point_coords": torch.randint(low=0, high=1024, size=(1, 5, 2), dtype=torch.float),
+        "point_labels": torch.randint(low=0, high=4, size=(1, 5), dtype=torch.float),
+        "mask_input": torch.randn(1, 1, *[4 * x for x in size], dtype=torch.float),
+        "has_mask_input": torch.tensor([1], dtype=torch.float),
+        "orig_im_size": torch.tensor([1500, 2250], dtype=torch.float),
+    }
+    with torch.no_grad():
+        torch.onnx.export(model, tuple(dummy.values()), str(path), export_params=True, opset_version=17,
+                          do_constant_folding=True, input_names=list(dummy), dynamo=False,
+                          output_names=["masks", "iou_predictions", "low_res_masks"],
+                          dynamic_axes={"point_coords": {1: "num_points"}, "point_labels": {1: "num_points"}})
+    return path
 
 
 def _rows(samples: dict[str, list[float]], baseline: str) -> dict:
@@ -164,7 +206,8 @@ def main() -> None:
     vit, dec = report["timm_vit_base_patch16_224"]["parity"], report["sam_vit_b_decoder"]
     print(f"parity: vit logits cosine {vit['cosine']:.8f} rel L2 {vit['rel_l2']:.2e}; decoder low-res masks cosine "
           f"{dec['parity']['cosine']:.8f} rel L2 {dec['parity']['rel_l2']:.2e}; 1500x2250 masks min IoU "
-          f"{min(dec['mask_parity']['iou']):.5f}")
+          f"{min(dec['mask_parity']['iou']):.5f}; vs the official export's graph: low-res cosine "
+          f"{dec['official_graph_parity']['cosine']:.8f}, 1500x2250 masks min IoU {min(dec['official_graph_mask_parity']['iou']):.5f}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2))

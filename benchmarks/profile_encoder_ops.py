@@ -65,8 +65,77 @@ def _vm_hwm_mb() -> float:
     return float("nan")
 
 
+def eager_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """The official encoder in PyTorch (the ratios' denominator), in this fresh process: 1 + ``runs`` runs."""
+    import torch
+
+    from vitdeploy.models.recipes import load_recipe
+    from vitdeploy.models.sam_encoder import SamEncoderArch, load_sam_image_encoder
+
+    torch.set_num_threads(spec["threads"])
+    encoder = load_sam_image_encoder(SamEncoderArch.from_recipe(load_recipe(spec["recipe"])), random_seed=spec["seed"])
+    x = torch.from_numpy(np.load(Path(spec["workdir"]) / "input.npy"))
+    walls = []
+    with torch.inference_mode():
+        for _ in range(1 + spec["runs"]):
+            t0 = time.perf_counter()
+            encoder(x)
+            walls.append((time.perf_counter() - t0) * 1000.0)
+    return {"wall_ms": [round(w, 1) for w in walls], "first_ms": walls[0], "steady_ms": float(np.median(walls[1:])),
+            "peak_rss_mb": round(_vm_hwm_mb(), 1)}
+
+
+#: The probe's GEMM: ViT-B's MLP (4096 tokens x 768 -> 3072), the commonest linear-layer shape of the encoder.
+PROBE_SHAPE = (4096, 768, 3072)
+
+
+def probe_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """The best rate of one GEMM on ONNX Runtime's CPU kernels, float and integer (ops/s, best of 10)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    m, k, n = PROBE_SHAPE
+    rng = np.random.default_rng(0)
+    forms = {
+        "fp32 MatMul": ("MatMul", TensorProto.FLOAT, rng.standard_normal((k, n)).astype(np.float32), {},
+                        rng.standard_normal((m, k)).astype(np.float32)),
+        "int8 u8s8 MatMulInteger (ORT's default)": ("MatMulInteger", TensorProto.UINT8,
+                                                    rng.integers(-64, 64, (k, n)).astype(np.int8), {},
+                                                    rng.integers(0, 256, (m, k)).astype(np.uint8)),
+        "int8 u8u8 MatMulInteger (x64quantprecision=1, vitdeploy's pick without VNNI)": (
+            "MatMulInteger", TensorProto.UINT8, rng.integers(-64, 64, (k, n)).astype(np.int8),
+            {"session.x64quantprecision": "1"}, rng.integers(0, 256, (m, k)).astype(np.uint8)),
+    }
+    rates = {}
+    for label, (op, in_type, weight, config, x) in forms.items():
+        out_type = TensorProto.FLOAT if op == "MatMul" else TensorProto.INT32
+        graph = helper.make_graph([helper.make_node(op, ["x", "W"], ["y"])], "probe",
+                                  [helper.make_tensor_value_info("x", in_type, [m, k])],
+                                  [helper.make_tensor_value_info("y", out_type, [m, n])],
+                                  [numpy_helper.from_array(weight, "W")])
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = spec["threads"]
+        for key, value in config.items():
+            options.add_session_config_entry(key, value)
+        session = ort.InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+                                       .SerializeToString(), options, providers=["CPUExecutionProvider"])
+        for _ in range(3):
+            session.run(None, {"x": x})
+        best = float("inf")
+        for _ in range(10):
+            t0 = time.perf_counter()
+            session.run(None, {"x": x})
+            best = min(best, time.perf_counter() - t0)
+        rates[label] = 2.0 * m * k * n / best / 1e9
+    return {"rates_per_s_g": rates}
+
+
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
     """One contender in this fresh process: open with the profiler on, run 1 + ``runs`` times, sum the trace."""
+    if spec.get("kind") == "eager":
+        return eager_worker(spec)
+    if spec.get("kind") == "probe":
+        return probe_worker(spec)
     from vitdeploy.benchmark.op_profile import read_ort_profile, weight_nodes
     from vitdeploy.runtime.runners import OnnxRuntimeRunner
 
@@ -117,6 +186,31 @@ def table(rows: list[dict[str, Any]], results: dict[str, dict[str, Any]], phase:
     return lines
 
 
+def limits(rows: list[dict[str, Any]], results: dict[str, dict[str, Any]], eager: dict[str, Any],
+           probe: dict[str, Any]) -> list[str]:
+    """The floor each row's linear layers set: their arithmetic at the best GEMM rate the probe measured."""
+    if "failed" in eager or "failed" in probe:
+        return [f"(no limits: eager {eager.get('failed', 'ok')}, probe {probe.get('failed', 'ok')})"]
+    rates = probe["rates_per_s_g"]
+    best_float = rates["fp32 MatMul"]
+    best_int = max(v for k, v in rates.items() if k.startswith("int8"))
+    lines = [f"Eager official encoder: {eager['steady_ms']:.0f} ms (first run {eager['first_ms']:.0f} ms, peak RSS "
+             f"{eager['peak_rss_mb']:.0f} MB). GEMM probe {PROBE_SHAPE}: "
+             + ", ".join(f"{k} {v:.1f} G/s" for k, v in rates.items()) + ".", "",
+             "| contender | linear GFLOP | linear ms | rate G/s | linear at the probe's best rate: ms, × eager |",
+             "|---|---:|---:|---:|---|"]
+    for row in rows:
+        res = results[row["name"]]
+        if "failed" in res:
+            continue
+        steady = res["steady"]
+        best = best_int if row["precision"] == "int8" else best_float
+        floor_ms = steady["linear_gflop"] / best * 1000.0
+        lines.append(f"| {row['name']} | {steady['linear_gflop']:.1f} | {steady['by_kind']['linear']:.0f} | "
+                     f"{steady['linear_gflops_per_s']:.1f} | {floor_ms:.0f} ms, {floor_ms / eager['steady_ms']:.3f}× |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", default="sam_vit_b")
@@ -153,10 +247,17 @@ def main() -> None:
                                              for r in rows])
     cpu = cpu_features().summary()
     print(f"CPU: {cpu}; {args.threads} threads; onnxruntime {tool_versions().get('onnxruntime')}", flush=True)
+    base = {"workdir": str(args.workdir.resolve()), "threads": args.threads, "runs": args.runs, "recipe": args.recipe,
+            "seed": args.seed}
+    print("timing the official encoder in PyTorch (eager) ...", flush=True)
+    eager = run_worker({**base, "kind": "eager", "tag": "eager"}, args.workdir)
+    print(f"  {eager}", flush=True)
+    print(f"probing ONNX Runtime's GEMM rates at {PROBE_SHAPE} ...", flush=True)
+    probe = run_worker({**base, "kind": "probe", "tag": "probe"}, args.workdir)
+    print(f"  {probe}", flush=True)
     results: dict[str, dict[str, Any]] = {}
     for index, row in enumerate(rows):
-        spec = {**row, "workdir": str(args.workdir.resolve()), "threads": args.threads, "runs": args.runs,
-                "tag": str(index)}
+        spec = {**row, **base, "tag": str(index)}
         print(f"profiling {row['name']} ...", flush=True)
         results[row["name"]] = run_worker(spec, args.workdir)
         result = results[row["name"]]
@@ -168,21 +269,24 @@ def main() -> None:
     lines = [f"CPU: {cpu}, {args.threads} threads, onnxruntime {tool_versions().get('onnxruntime')}, "
              f"{args.recipe} @ its recipe size, 1 + {args.runs} runs per contender, one pass", ""]
     lines += table(rows, results, "steady") + [""] + table(rows, results, "first") + [""]
-    lines.append("| contender | session init s | first − steady ms | arena MB | peak RSS MB | top ops (steady ms) |")
-    lines.append("|---|---:|---:|---:|---:|---|")
+    lines += limits(rows, results, eager, probe) + [""]
+    lines.append("| contender | × eager (steady) | session init s | first − steady ms | arena MB | peak RSS MB | "
+                 "top ops (steady ms) |")
+    lines.append("|---|---:|---:|---:|---:|---:|---|")
     for row in rows:
         res = results[row["name"]]
         if "failed" in res:
-            lines.append(f"| {row['name']} | failed: {res['failed']} | | | | |")
+            lines.append(f"| {row['name']} | failed: {res['failed']} | | | | | |")
             continue
         top = ", ".join(f"{op} {ms:.0f}" for op, ms in list(res["steady"]["by_op"].items())[:5])
-        lines.append(f"| {row['name']} | {res['session_init_ms'] / 1000:.1f} | "
+        ratio = res["steady"]["run_ms"] / eager["steady_ms"] if "steady_ms" in eager else float("nan")
+        lines.append(f"| {row['name']} | {ratio:.3f} | {res['session_init_ms'] / 1000:.1f} | "
                      f"{res['first']['run_ms'] - res['steady']['run_ms']:.0f} | {res['steady']['arena_mb']:.0f} | "
                      f"{res['peak_rss_mb']:.0f} | {top} |")
     print("\n".join(lines))
     out = args.out or args.workdir / "profile_report.json"
     out.write_text(json.dumps({"cpu": cpu, "threads": args.threads, "versions": tool_versions(), "rows": rows,
-                               "results": results, "fusions": info.get("fusions"), "markdown": lines,
+                               "results": results, "eager": eager, "probe": probe, "fusions": info.get("fusions"), "markdown": lines,
                                "pid_env": {"VITDEPLOY_ORT_OPS": os.environ.get("VITDEPLOY_ORT_OPS")}}, indent=2))
     print(f"report: {out}")
 

@@ -3,8 +3,10 @@
 ONNX Runtime's profiler (``SessionOptions.enable_profiling``) writes one Chrome-trace JSON per
 session: a ``model_run`` event per run and a ``<node>_kernel_time`` event per node executed, with the
 operator type, the provider and the arena's size. The node names are those of the *optimized* graph
-(after ONNX Runtime's fusions), so the kinds below are read from that graph too: a MatMul whose second
-operand is a weight (an initializer) is a linear layer; one between two activations is attention.
+(after ONNX Runtime's fusions), so the kinds below are read from that graph too: a GEMM with a weight
+matrix (a 2-D initializer) is a linear layer; one between two activations, or with a 3-D constant (the
+precomputed relative-position tables), is attention. A linear layer's FLOPs are read from the shapes
+the profiler records (2 x output elements x the first input's last dimension).
 
 Kinds, so that graphs written differently compare: ``linear`` (weight GEMMs, float or integer),
 ``attention`` (fused attention ops, Softmax, Einsum, activation-by-activation MatMuls, vitdeploy's fused
@@ -54,13 +56,15 @@ def op_kind(op_type: str, has_weight: bool) -> str:
 
 
 def weight_nodes(optimized_model: str | Path) -> set[str]:
-    """Names of the nodes of an (optimized) ONNX graph with an initializer among their inputs; weights not loaded."""
+    """Names of the nodes of an (optimized) ONNX graph with a weight matrix (a 2-D initializer or constant) among
+    their inputs; weights not loaded."""
     import onnx
 
     model = onnx.load(str(optimized_model), load_external_data=False)
-    initializers = {init.name for init in model.graph.initializer}
-    initializers |= {n.output[0] for n in model.graph.node if n.op_type == "Constant"}
-    return {n.name for n in model.graph.node if any(i in initializers for i in n.input)}
+    matrices = {init.name for init in model.graph.initializer if len(init.dims) == 2}
+    matrices |= {n.output[0] for n in model.graph.node if n.op_type == "Constant"
+                 and any(a.name == "value" and len(a.t.dims) == 2 for a in n.attribute)}
+    return {n.name for n in model.graph.node if any(i in matrices for i in n.input)}
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,13 @@ class RunProfile:
     by_op: dict[str, float]
     nodes: int
     arena_mb: float  # ONNX Runtime's CPU arena at the end of the run
+    linear_gflop: float = 0.0  # the linear layers' arithmetic, from the recorded shapes
+
+    @property
+    def linear_gflops_per_s(self) -> float:
+        """The rate the linear layers ran at (GFLOP/s or, for integer GEMMs, GOP/s)."""
+        ms = self.by_kind.get("linear", 0.0)
+        return self.linear_gflop / (ms / 1000.0) if ms > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -96,7 +107,7 @@ class OpProfile:
             kernel_ms=statistics.median(r.kernel_ms for r in later),
             by_kind={k: statistics.median(r.by_kind.get(k, 0.0) for r in later) for k in kinds},
             by_op={o: statistics.median(r.by_op.get(o, 0.0) for r in later) for o in ops},
-            nodes=later[-1].nodes, arena_mb=max(r.arena_mb for r in later),
+            nodes=later[-1].nodes, arena_mb=max(r.arena_mb for r in later), linear_gflop=later[-1].linear_gflop,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,7 +118,8 @@ class OpProfile:
 
 def _run_dict(run: RunProfile) -> dict[str, Any]:
     return {"run_ms": round(run.run_ms, 1), "kernel_ms": round(run.kernel_ms, 1), "nodes": run.nodes,
-            "arena_mb": round(run.arena_mb, 1),
+            "arena_mb": round(run.arena_mb, 1), "linear_gflop": round(run.linear_gflop, 2),
+            "linear_gflops_per_s": round(run.linear_gflops_per_s, 1),
             "by_kind": {k: round(run.by_kind.get(k, 0.0), 1) for k in KINDS},
             "by_op": {o: round(v, 1) for o, v in sorted(run.by_op.items(), key=lambda kv: -kv[1])}}
 
@@ -130,7 +142,7 @@ def read_ort_profile(trace: str | Path, weighted: Iterable[str] = ()) -> OpProfi
         start, end = run["ts"], run["ts"] + run["dur"]
         by_kind: dict[str, float] = defaultdict(float)
         by_op: dict[str, float] = defaultdict(float)
-        count, arena = 0, 0.0
+        count, arena, gflop = 0, 0.0, 0.0
         while i < len(nodes) and nodes[i]["ts"] < start:
             i += 1
         while i < len(nodes) and nodes[i]["ts"] <= end:
@@ -139,13 +151,29 @@ def read_ort_profile(trace: str | Path, weighted: Iterable[str] = ()) -> OpProfi
             op = str(args.get("op_name", "?"))
             name = str(event["name"]).removesuffix("_kernel_time")
             ms = event.get("dur", 0) / 1000.0
-            by_kind[op_kind(op, name in weighted)] += ms
+            kind = op_kind(op, name in weighted)
+            by_kind[kind] += ms
+            if kind == "linear":
+                gflop += _gemm_gflop(args)
             by_op[op] += ms
             arena = max(arena, float(args.get("mem_arena_held", 0) or 0) / 1e6)
             count += 1
             i += 1
         out.append(RunProfile(run_ms=run["dur"] / 1000.0, kernel_ms=sum(by_kind.values()), by_kind=dict(by_kind),
-                              by_op=dict(by_op), nodes=count, arena_mb=arena))
+                              by_op=dict(by_op), nodes=count, arena_mb=arena, linear_gflop=gflop))
     if not out:
         raise InputError(f"'{trace}' holds no model_run: run the session at least once before end_profiling()")
     return OpProfile(session_init_ms=init / 1000.0, runs=out)
+
+
+def _gemm_gflop(args: dict[str, Any]) -> float:
+    """2 x output elements x K of one GEMM event (K: the first input's last dimension); 0 when shapes are missing."""
+    try:
+        inputs, outputs = args["input_type_shape"], args["output_type_shape"]
+        k = int(next(iter(inputs[0].values()))[-1])
+        out = 1
+        for d in next(iter(outputs[0].values())):
+            out *= int(d)
+    except (KeyError, IndexError, StopIteration, TypeError, ValueError):
+        return 0.0
+    return 2.0 * out * k / 1e9
