@@ -8,7 +8,7 @@ import pytest
 
 from precision_fixtures import calib_cache, calibration_feeds, tiny_exports  # noqa: F401  (fixtures)
 from vitdeploy.precision.checks import qdq_problems
-from vitdeploy.precision.int8 import Int8Config, QUANTIZED_OPS
+from vitdeploy.precision.int8 import QUANTIZED_OPS, Int8Config, constant_tensors, quantizable_nodes
 from vitdeploy.precision.int8_pass import convert_int8
 
 
@@ -67,3 +67,29 @@ def test_accuracy_budget_meets_a_target_the_default_misses(tiny_exports, calib_c
     assert qdq_problems(result.model) == []
     # The most sensitive layer is the first one kept.
     assert result.budget.kept[0] == result.sensitivity[0].name
+
+
+def test_a_gemm_that_computes_a_constant_stays_fp32():
+    """The full-size SAM encoder keeps (one-hot position map x rel_pos table) as a MatMul of reshaped weights (the
+    exporter folds only small constants): quantized, ONNX Runtime ran it every call and OpenVINO refused the file."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+               for name, shape in (("onehot", (8, 3)), ("table", (3, 4)), ("shape", (2,)), ("w", (4, 4)))]
+    weights[2] = numpy_helper.from_array(np.array([3, 4], np.int64), "shape")
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["table", "shape"], ["table2"], name="reshape"),
+         helper.make_node("MatMul", ["onehot", "table2"], ["positions"], name="position_product"),
+         helper.make_node("MatMul", ["x", "w"], ["y"], name="linear"),
+         helper.make_node("MatMul", ["y", "positions"], ["z"], name="attention_term", domain="")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 4])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [8, 8])], weights)
+    graph.node[3].input[1] = "positions_t"
+    graph.node.insert(3, helper.make_node("Transpose", ["positions"], ["positions_t"], name="transpose"))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert {"table2", "positions", "positions_t"} <= constant_tensors(model)
+    assert not {"y", "z"} & constant_tensors(model)
+    chosen, skipped = quantizable_nodes(model)
+    assert chosen == ["linear", "attention_term"]
+    assert skipped == {"position_product": "computes a constant (all inputs are weights): folded at load, left FP32"}

@@ -79,17 +79,33 @@ def quantizable_nodes(model: onnx.ModelProto, exclude: Sequence[str] = ()) -> tu
     unknown = sorted(set(exclude) - names)
     if unknown:
         raise InputError(f"--keep-fp32 names nodes that are not in the graph: {', '.join(unknown[:5])}")
+    constants = constant_tensors(model)
     chosen, skipped = [], {}
     for node in model.graph.node:
         if node.op_type not in QUANTIZED_OPS:
             continue
         if node.name in exclude:
             skipped[node.name] = "kept by the user"
+        elif all(i in constants for i in node.input if i):
+            # The SAM encoder's one-hot position map x rel_pos table: a constant that runtimes fold when they load
+            # the FP32 graph; Q/DQ on it would stop the folding (ONNX Runtime then runs it every call) and
+            # OpenVINO's low-precision MatMul transformation refuses it.
+            skipped[node.name] = "computes a constant (all inputs are weights): folded at load, left FP32"
         elif node.name in islands:
             skipped[node.name] = f"{islands[node.name]}: statistics stay FP32"
         else:
             chosen.append(node.name)
     return chosen, skipped
+
+
+def constant_tensors(model: onnx.ModelProto) -> set[str]:
+    """Names of the tensors that depend on no graph input: initializers, Constant outputs and everything computed
+    from those alone (ONNX nodes are in topological order)."""
+    constants = {t.name for t in model.graph.initializer}
+    for node in model.graph.node:
+        if all(i in constants for i in node.input if i):
+            constants.update(node.output)
+    return constants
 
 
 def _per_tensor_overrides(model: onnx.ModelProto, nodes: set[str]) -> dict[str, list[dict]]:
