@@ -35,7 +35,7 @@ GEMM_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "MatMulInteg
 _KIND_OF_OP = {
     **{op: "attention" for op in ("MultiHeadAttention", "Attention", "GroupQueryAttention", "Softmax", "Einsum",
                                   "RelPosAttention")},
-    **{op: "conv" for op in ("Conv", "FusedConv", "QLinearConv", "ConvInteger", "NhwcFusedConv")},
+    **{op: "conv" for op in ("Conv", "FusedConv", "QLinearConv", "ConvInteger", "NhwcFusedConv", "ConvTranspose")},
     **{op: "norm" for op in ("LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
                              "ReduceMean", "InstanceNormalization", "BatchNormalization")},
     **{op: "elementwise" for op in ("Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Erf", "Gelu", "BiasGelu",
