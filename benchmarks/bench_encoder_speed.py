@@ -182,7 +182,22 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def prepare(args: argparse.Namespace, workdir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Exports, INT8 calibration, the input image and the FLOP count (kept in ``workdir``)."""
+    """The artifacts (:func:`prepare_artifacts`), what ONNX Runtime fuses in them and the official model's FLOPs."""
+    import torch
+
+    from vitdeploy.validation.floor import count_flops
+
+    info, encoder = prepare_artifacts(args, workdir, rows)
+    info["fusions"] = fusion_checks(workdir, rows)
+    print("counting FLOPs of the official model ...", flush=True)
+    flops = count_flops(encoder, (torch.from_numpy(np.load(workdir / "input.npy")),))
+    info["flops"] = flops.to_dict()
+    return info
+
+
+def prepare_artifacts(args: argparse.Namespace, workdir: Path, rows: list[dict[str, Any]]) -> tuple[dict[str, Any], Any]:
+    """Exports, INT8 calibration and the input image (kept in ``workdir``); returns (what was done, the official
+    encoder with the rows' weights)."""
     import onnx
     import torch
 
@@ -190,7 +205,6 @@ def prepare(args: argparse.Namespace, workdir: Path, rows: list[dict[str, Any]])
     from vitdeploy.models.sam_encoder import SamEncoderArch, load_sam_image_encoder
     from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
     from vitdeploy.precision.calibration_data import bundled_calibration_dir, load_calibration_set
-    from vitdeploy.validation.floor import count_flops
 
     torch.set_num_threads(args.threads)
     recipe = load_recipe(args.recipe)
@@ -254,11 +268,7 @@ def prepare(args: argparse.Namespace, workdir: Path, rows: list[dict[str, Any]])
             print(f"calibration peak RSS {info['int8_calibration_peak_rss_mb']:.0f} MB", flush=True)
         if report_path.is_file():
             info["int8_report"] = json.loads(report_path.read_text())
-    info["fusions"] = fusion_checks(workdir, rows)
-    print("counting FLOPs of the official model ...", flush=True)
-    flops = count_flops(encoder, (torch.from_numpy(np.load(workdir / "input.npy")),))
-    info["flops"] = flops.to_dict()
-    return info
+    return info, encoder
 
 
 def fusion_checks(workdir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -285,11 +295,12 @@ def _steal_and_total() -> tuple[int, int]:
     return values[7] if len(values) > 7 else 0, sum(values)
 
 
-def run_worker(spec: dict[str, Any], workdir: Path, tag: str) -> dict[str, Any]:
+def run_worker(spec: dict[str, Any], workdir: Path, tag: str, script: str = __file__) -> dict[str, Any]:
+    """``script --worker`` on ``spec`` in a fresh process; its result, or ``{"failed": its last error line}``."""
     spec_path = workdir / f"spec_{tag}.json"
     out_path = workdir / f"result_{tag}.json"
     spec_path.write_text(json.dumps(spec))
-    done = subprocess.run([sys.executable, __file__, "--worker", str(spec_path), "--worker-out", str(out_path)],
+    done = subprocess.run([sys.executable, script, "--worker", str(spec_path), "--worker-out", str(out_path)],
                           capture_output=True, text=True)
     if done.returncode != 0:  # the contender could not run: a row that says why, not the end of the benchmark
         lines = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
@@ -373,11 +384,20 @@ def markdown(table: list[dict[str, Any]], peak: dict[str, Any], flops: int, head
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def common_arguments(description: str | None) -> argparse.ArgumentParser:
+    """The options this benchmark shares with ``profile_encoder_ops.py`` (same recipe, weights and artifacts)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", default="sam_vit_b")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--workdir", type=Path, default=Path("out/bench_encoder_speed"))
+    parser.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def main() -> None:
+    parser = common_arguments(__doc__)
     parser.add_argument("--rounds", type=int, default=3, help="alternated rounds (one fresh process per contender each)")
     parser.add_argument("--runs", type=int, default=2, help="timed runs per contender and round")
     parser.add_argument("--warmup", type=int, default=1)
@@ -393,11 +413,8 @@ def main() -> None:
     parser.add_argument("--int8", type=Path, default=None,
                         help="use this INT8 file (calibrated from the onnxruntime-cpu export) instead of calibrating one")
     parser.add_argument("--int8-report", type=Path, default=None, help="the 'vitdeploy calibrate --report' JSON of --int8")
-    parser.add_argument("--workdir", type=Path, default=Path("out/bench_encoder_speed"))
     parser.add_argument("--reuse", action="store_true", help="reuse artifacts already in --workdir")
     parser.add_argument("--out", type=Path, default=None, help="JSON report (default: WORKDIR/report.json)")
-    parser.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.worker:

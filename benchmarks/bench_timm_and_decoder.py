@@ -9,6 +9,7 @@ Contenders:
                           (decoder + mask upscaling to a 1500x2250 original; the embedding is given), beside
                           the official export script's graph on ORT (SamOnnxModel: decoder + upscaling in
                           the graph, thresholded after) and vitdeploy's decoder graph alone (low-res masks)
+                          then the two graphs once more, each alone under ONNX Runtime's profiler
 
 Usage:
     .venv/bin/python benchmarks/bench_timm_and_decoder.py --threads 2 --rounds 10 --out out/bench_timm_decoder.json
@@ -137,21 +138,45 @@ def bench_decoder(tmp: Path, threads: int, rounds: int, warmup: int) -> dict:
     official_feeds = {**feeds, "point_coords": np.concatenate([coords[None], np.zeros((1, 1, 2), np.float32)], 1),
                       "orig_im_size": np.array(ORIGINAL_SIZE, np.float32)}
     our_feeds = {**feeds, "point_coords": official_feeds["point_coords"]}
-    graph_parity = compare(official_ort.run(official_feeds)["low_res_masks"], ort.run(our_feeds)["low_res_masks"],
+    official_out = official_ort.run(official_feeds)
+    graph_parity = compare(official_out["low_res_masks"], ort.run(our_feeds)["low_res_masks"],
                            "fp32", label="low_res_masks vs the official export's graph")
-    official_masks = official_ort.run(official_feeds)["masks"] > sam.mask_threshold
     # Not single-mask: the official graph returns all 4 mask tokens; SamPredictor's multimask output is tokens 1..3.
-    graph_masks = compare_masks(official_masks[0, 1:], out[0], "fp32", label="masks vs the official export's graph")
+    graph_masks = compare_masks((official_out["masks"] > sam.mask_threshold)[0, 1:], out[0], "fp32",
+                                label="masks vs the official export's graph")
     e2e = {"official SamPredictor.predict": lambda: official.predict(multimask_output=True, **point),
            "vitdeploy SamPredictor.predict": lambda: ours.predict(multimask_output=True, **point),
            "official export graph on ORT (+ threshold)":
                lambda: official_ort.run(official_feeds)["masks"] > sam.mask_threshold,
            "vitdeploy decoder graph on ORT (low-res only)": lambda: ort.run(our_feeds)["low_res_masks"]}
     e2e_samples = alternate(e2e, rounds, warmup, f"predict per prompt, {ORIGINAL_SIZE[1]}x{ORIGINAL_SIZE[0]} original")
-    return {"export_seconds": export_s, "parity": parity.to_dict(), "mask_parity": masks.to_dict(),
+    # The two graphs again, each alone (not alternated) under ONNX Runtime's profiler: where each one's time goes.
+    profiles = profile_one_after_the_other({"official export graph": (official_graph, official_feeds),
+                                            "vitdeploy decoder graph": (result.path, our_feeds)}, threads, rounds, tmp)
+    return {"graph_profiles": profiles, "export_seconds": export_s, "parity": parity.to_dict(), "mask_parity": masks.to_dict(),
             "official_graph_parity": graph_parity.to_dict(), "official_graph_mask_parity": graph_masks.to_dict(),
             **_rows(samples, "eager official decoder"),
             "predict": _rows(e2e_samples, "official SamPredictor.predict")}
+
+
+def profile_one_after_the_other(graphs: dict[str, tuple[Path, dict[str, np.ndarray]]], threads: int, runs: int,
+                                tmp: Path) -> dict[str, dict]:
+    """Each graph in its own runner, run ``runs`` times after a first run with ONNX Runtime's profiler on, one graph
+    after the other; the steady state's kernel time by kind (vitdeploy.benchmark.op_profile)."""
+    from vitdeploy.benchmark.op_profile import read_ort_profile, weight_nodes
+
+    out = {}
+    for label, (path, feeds) in graphs.items():
+        optimized = tmp / f"profiled_{Path(path).name}"
+        runner = OnnxRuntimeRunner(path, threads=threads, optimized_model_path=optimized,
+                                   profile_prefix=tmp / f"profile_{Path(path).stem}")
+        for _ in range(1 + runs):
+            runner.run(feeds)
+        steady = read_ort_profile(runner.end_profiling(), weight_nodes(optimized)).to_dict()["steady"]
+        top = ", ".join(f"{op} {ms:.1f}" for op, ms in list(steady["by_op"].items())[:4])
+        print(f"{label}, alone under the profiler: {steady['run_ms']:.1f} ms per run ({top})", flush=True)
+        out[label] = steady
+    return out
 
 
 def export_official_decoder_graph(sam, path: Path) -> Path:

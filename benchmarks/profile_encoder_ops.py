@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,144 +31,84 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_encoder_speed import VITDEPLOY_ORT_SETTINGS, prepare  # noqa: E402  (the same artifacts)
+from bench_encoder_speed import (  # noqa: E402  (the same artifacts, workers and options)
+    VITDEPLOY_ORT_SETTINGS, _build_torch, _vm_hwm_kb, common_arguments, prepare_artifacts, run_worker)
 
 from vitdeploy.benchmark.op_profile import KINDS  # noqa: E402
 
 
 def contenders(with_int8: bool, with_fused: bool, with_dynamic: bool) -> list[dict[str, Any]]:
-    rows = [{"name": "plain export (ORT defaults)", "model": "naive.onnx", "precision": "fp32", "settings": {}}]
+    rows = [{"kind": "ort", "name": "plain export (ORT defaults)", "model": "naive.onnx", "precision": "fp32", "settings": {}}]
     if with_dynamic:
-        rows.append({"name": "plain export, quantize_dynamic INT8", "model": "naive_dynamic_int8.onnx",
+        rows.append({"kind": "ort", "name": "plain export, quantize_dynamic INT8", "model": "naive_dynamic_int8.onnx",
                      "precision": "int8", "settings": {}})
     for target in ("generic", "onnxruntime-cpu"):
-        rows.append({"name": f"vitdeploy --target {target}", "model": f"vitdeploy_{target}.onnx", "precision": "fp32",
+        rows.append({"kind": "ort", "name": f"vitdeploy --target {target}", "model": f"vitdeploy_{target}.onnx", "precision": "fp32",
                      "settings": VITDEPLOY_ORT_SETTINGS, "target": target})
     if with_fused:
-        rows.append({"name": "vitdeploy onnxruntime-cpu + fused kernel", "model": "vitdeploy_onnxruntime-cpu.onnx",
+        rows.append({"kind": "ort", "name": "vitdeploy onnxruntime-cpu + fused kernel", "model": "vitdeploy_onnxruntime-cpu.onnx",
                      "precision": "fp32", "settings": {**VITDEPLOY_ORT_SETTINGS, "fused_attention": True}})
     if with_int8:
-        rows.append({"name": "vitdeploy INT8 (Q/DQ)", "model": "vitdeploy_int8.onnx", "precision": "int8",
+        rows.append({"kind": "ort", "name": "vitdeploy INT8 (Q/DQ)", "model": "vitdeploy_int8.onnx", "precision": "int8",
                      "settings": VITDEPLOY_ORT_SETTINGS})
         if with_fused:
-            rows.append({"name": "vitdeploy INT8 + fused kernel", "model": "vitdeploy_int8.onnx", "precision": "int8",
+            rows.append({"kind": "ort", "name": "vitdeploy INT8 + fused kernel", "model": "vitdeploy_int8.onnx", "precision": "int8",
                          "settings": {**VITDEPLOY_ORT_SETTINGS, "fused_attention": True}})
     return rows
 
 
-def _vm_hwm_mb() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    return float("nan")
-
-
 def eager_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """The official encoder in PyTorch (the ratios' denominator), in this fresh process: 1 + ``runs`` runs."""
-    import torch
-
-    from vitdeploy.models.recipes import load_recipe
-    from vitdeploy.models.sam_encoder import SamEncoderArch, load_sam_image_encoder
-
-    torch.set_num_threads(spec["threads"])
-    encoder = load_sam_image_encoder(SamEncoderArch.from_recipe(load_recipe(spec["recipe"])), random_seed=spec["seed"])
-    x = torch.from_numpy(np.load(Path(spec["workdir"]) / "input.npy"))
-    walls = []
-    with torch.inference_mode():
-        for _ in range(1 + spec["runs"]):
-            t0 = time.perf_counter()
-            encoder(x)
-            walls.append((time.perf_counter() - t0) * 1000.0)
-    return {"wall_ms": [round(w, 1) for w in walls], "first_ms": walls[0], "steady_ms": float(np.median(walls[1:])),
-            "peak_rss_mb": round(_vm_hwm_mb(), 1)}
-
-
-#: The probe's GEMM: ViT-B's MLP (4096 tokens x 768 -> 3072), the commonest linear-layer shape of the encoder.
-PROBE_SHAPE = (4096, 768, 3072)
+    run, _ = _build_torch(spec)
+    x = np.load(Path(spec["workdir"]) / "input.npy")
+    walls = _timed(lambda: run(x), 1 + spec["runs"])
+    return {"wall_ms": walls, "first_ms": walls[0], "steady_ms": float(np.median(walls[1:])),
+            "peak_rss_mb": round(_vm_hwm_kb() / 1024.0, 1)}
 
 
 def probe_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    """The best rate of one GEMM on ONNX Runtime's CPU kernels, float and integer (ops/s, best of 10)."""
-    import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
+    """The machine's GEMM rates at ViT-B's GEMM shapes: the FP32 peak as ``bench_encoder_speed.py`` measures it
+    (PyTorch and ONNX Runtime), and ONNX Runtime's integer GEMMs in both kernel forms."""
+    from vitdeploy.validation.floor import measure_gemm_peak, onnxruntime_int8_gemm_gops
 
-    m, k, n = PROBE_SHAPE
-    rng = np.random.default_rng(0)
-    forms = {
-        "fp32 MatMul": ("MatMul", TensorProto.FLOAT, rng.standard_normal((k, n)).astype(np.float32), {},
-                        rng.standard_normal((m, k)).astype(np.float32)),
-        "int8 u8s8 MatMulInteger (ORT's default)": ("MatMulInteger", TensorProto.UINT8,
-                                                    rng.integers(-64, 64, (k, n)).astype(np.int8), {},
-                                                    rng.integers(0, 256, (m, k)).astype(np.uint8)),
-        "int8 u8u8 MatMulInteger (x64quantprecision=1, vitdeploy's pick without VNNI)": (
-            "MatMulInteger", TensorProto.UINT8, rng.integers(-64, 64, (k, n)).astype(np.int8),
-            {"session.x64quantprecision": "1"}, rng.integers(0, 256, (m, k)).astype(np.uint8)),
-    }
-    rates = {}
-    for label, (op, in_type, weight, config, x) in forms.items():
-        out_type = TensorProto.FLOAT if op == "MatMul" else TensorProto.INT32
-        graph = helper.make_graph([helper.make_node(op, ["x", "W"], ["y"])], "probe",
-                                  [helper.make_tensor_value_info("x", in_type, [m, k])],
-                                  [helper.make_tensor_value_info("y", out_type, [m, n])],
-                                  [numpy_helper.from_array(weight, "W")])
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = spec["threads"]
-        for key, value in config.items():
-            options.add_session_config_entry(key, value)
-        session = ort.InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-                                       .SerializeToString(), options, providers=["CPUExecutionProvider"])
-        for _ in range(3):
-            session.run(None, {"x": x})
-        best = float("inf")
-        for _ in range(10):
-            t0 = time.perf_counter()
-            session.run(None, {"x": x})
-            best = min(best, time.perf_counter() - t0)
-        rates[label] = 2.0 * m * k * n / best / 1e9
-    return {"rates_per_s_g": rates}
+    peak = measure_gemm_peak(spec["threads"])
+    int8 = onnxruntime_int8_gemm_gops(spec["threads"])
+    best = max(int8, key=int8.get)
+    return {"fp32": {"rate": peak.gflops, "where": f"{peak.library}, best of {len(peak.measured)}"},
+            "int8": {"rate": int8[best], "where": best}, "measured": {**peak.measured, **int8}}
 
 
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
     """One contender in this fresh process: open with the profiler on, run 1 + ``runs`` times, sum the trace."""
-    if spec.get("kind") == "eager":
+    if spec["kind"] == "eager":
         return eager_worker(spec)
-    if spec.get("kind") == "probe":
+    if spec["kind"] == "probe":
         return probe_worker(spec)
     from vitdeploy.benchmark.op_profile import read_ort_profile, weight_nodes
     from vitdeploy.runtime.runners import OnnxRuntimeRunner
 
     workdir = Path(spec["workdir"])
-    tag = spec["tag"]
-    optimized = workdir / f"profiled_{tag}.onnx"
+    optimized = workdir / f"profiled_{spec['tag']}.onnx"
     feeds = {"image": np.load(workdir / "input.npy")}
     start = time.perf_counter()
     runner = OnnxRuntimeRunner(workdir / spec["model"], threads=spec["threads"], optimized_model_path=optimized,
-                               profile_prefix=workdir / f"profile_{tag}", **spec["settings"])
+                               profile_prefix=workdir / f"profile_{spec['tag']}", **spec["settings"])
     load_s = time.perf_counter() - start
-    walls = []
-    for _ in range(1 + spec["runs"]):
-        t0 = time.perf_counter()
-        runner.run(feeds)
-        walls.append((time.perf_counter() - t0) * 1000.0)
+    walls = _timed(lambda: runner.run(feeds), 1 + spec["runs"])
     trace = runner.end_profiling()
-    profile = read_ort_profile(trace, weight_nodes(optimized) if optimized.is_file() else ())
-    fusion = getattr(runner, "fusion", None)
-    return {**profile.to_dict(), "load_s": round(load_s, 2), "wall_ms": [round(w, 1) for w in walls],
-            "peak_rss_mb": round(_vm_hwm_mb(), 1), "trace": str(trace),
-            "int8_kernels": getattr(runner, "int8_kernels", None),
-            "fused": fusion.summary() if fusion is not None else None}
+    profile = read_ort_profile(trace, weight_nodes(optimized))
+    return {**profile.to_dict(), "load_s": round(load_s, 2), "wall_ms": walls,
+            "peak_rss_mb": round(_vm_hwm_kb() / 1024.0, 1), "trace": str(trace), "int8_kernels": runner.int8_kernels,
+            "fused": runner.fusion.summary() if runner.fusion is not None else None}
 
 
-def run_worker(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
-    spec_path, out_path = workdir / f"profile_spec_{spec['tag']}.json", workdir / f"profile_result_{spec['tag']}.json"
-    spec_path.write_text(json.dumps(spec))
-    done = subprocess.run([sys.executable, __file__, "--worker", str(spec_path), "--worker-out", str(out_path)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        lines = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
-        return {"failed": lines[-1][:400] if lines else f"exit code {done.returncode}"}
-    return json.loads(out_path.read_text())
+def _timed(fn, times: int) -> list[float]:
+    walls = []
+    for _ in range(times):
+        start = time.perf_counter()
+        fn()
+        walls.append(round((time.perf_counter() - start) * 1000.0, 1))
+    return walls
 
 
 def table(rows: list[dict[str, Any]], results: dict[str, dict[str, Any]], phase: str) -> list[str]:
@@ -191,12 +130,10 @@ def limits(rows: list[dict[str, Any]], results: dict[str, dict[str, Any]], eager
     """The floor each row's linear layers set: their arithmetic at the best GEMM rate the probe measured."""
     if "failed" in eager or "failed" in probe:
         return [f"(no limits: eager {eager.get('failed', 'ok')}, probe {probe.get('failed', 'ok')})"]
-    rates = probe["rates_per_s_g"]
-    best_float = rates["fp32 MatMul"]
-    best_int = max(v for k, v in rates.items() if k.startswith("int8"))
     lines = [f"Eager official encoder: {eager['steady_ms']:.0f} ms (first run {eager['first_ms']:.0f} ms, peak RSS "
-             f"{eager['peak_rss_mb']:.0f} MB). GEMM probe {PROBE_SHAPE}: "
-             + ", ".join(f"{k} {v:.1f} G/s" for k, v in rates.items()) + ".", "",
+             f"{eager['peak_rss_mb']:.0f} MB). GEMM probe, best rates: FP32 {probe['fp32']['rate']:.1f} GFLOP/s "
+             f"({probe['fp32']['where']}), INT8 {probe['int8']['rate']:.1f} GOP/s ({probe['int8']['where']}); all: "
+             + ", ".join(f"{k} {v:.1f}" for k, v in probe["measured"].items()) + ".", "",
              "| contender | linear GFLOP | linear ms | rate G/s | linear at the probe's best rate: ms, × eager |",
              "|---|---:|---:|---:|---|"]
     for row in rows:
@@ -204,26 +141,19 @@ def limits(rows: list[dict[str, Any]], results: dict[str, dict[str, Any]], eager
         if "failed" in res:
             continue
         steady = res["steady"]
-        best = best_int if row["precision"] == "int8" else best_float
-        floor_ms = steady["linear_gflop"] / best * 1000.0
+        floor_ms = steady["linear_gflop"] / probe[row["precision"]]["rate"] * 1000.0
         lines.append(f"| {row['name']} | {steady['linear_gflop']:.1f} | {steady['by_kind']['linear']:.0f} | "
                      f"{steady['linear_gflops_per_s']:.1f} | {floor_ms:.0f} ms, {floor_ms / eager['steady_ms']:.3f}× |")
     return lines
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipe", default="sam_vit_b")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
-    parser.add_argument("--threads", type=int, default=2)
+    parser = common_arguments(__doc__)
     parser.add_argument("--runs", type=int, default=3, help="steady-state runs after the first")
     parser.add_argument("--no-int8", action="store_true", help="leave the INT8 rows out (no calibration)")
     parser.add_argument("--no-dynamic-int8", action="store_true", help="leave out quantize_dynamic of the plain export")
     parser.add_argument("--no-fused", action="store_true", help="leave out the rows on vitdeploy's fused kernel")
-    parser.add_argument("--workdir", type=Path, default=Path("out/bench_encoder_speed"))
     parser.add_argument("--out", type=Path, default=None, help="JSON report (default: WORKDIR/profile_report.json)")
-    parser.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         args.worker_out.write_text(json.dumps(worker(json.loads(args.worker.read_text()))))
@@ -242,24 +172,23 @@ def main() -> None:
     # bench_encoder_speed's preparation, reusing what is there (its INT8 rows are named by precision).
     prep_args = argparse.Namespace(recipe=args.recipe, seed=args.seed, threads=args.threads, reuse=True, int8=None,
                                    int8_report=None)
-    # --no-int8: no calibration, even for the quantize_dynamic row (precision is what prepare() reads).
-    info = prepare(prep_args, args.workdir, [{**r, "kind": "ort", "precision": "fp32" if args.no_int8 else r["precision"]}
-                                             for r in rows])
+    # --no-int8: no calibration, even for the quantize_dynamic row (precision is what prepare_artifacts reads).
+    prepare_artifacts(prep_args, args.workdir, [{**r, "precision": "fp32" if args.no_int8 else r["precision"]} for r in rows])
     cpu = cpu_features().summary()
     print(f"CPU: {cpu}; {args.threads} threads; onnxruntime {tool_versions().get('onnxruntime')}", flush=True)
     base = {"workdir": str(args.workdir.resolve()), "threads": args.threads, "runs": args.runs, "recipe": args.recipe,
             "seed": args.seed}
     print("timing the official encoder in PyTorch (eager) ...", flush=True)
-    eager = run_worker({**base, "kind": "eager", "tag": "eager"}, args.workdir)
+    eager = run_worker({**base, "kind": "eager"}, args.workdir, "profile_eager", __file__)
     print(f"  {eager}", flush=True)
-    print(f"probing ONNX Runtime's GEMM rates at {PROBE_SHAPE} ...", flush=True)
-    probe = run_worker({**base, "kind": "probe", "tag": "probe"}, args.workdir)
+    print("probing the GEMM rates (FP32: PyTorch and ONNX Runtime; INT8: ONNX Runtime u8s8 and u8u8) ...", flush=True)
+    probe = run_worker({**base, "kind": "probe"}, args.workdir, "profile_probe", __file__)
     print(f"  {probe}", flush=True)
     results: dict[str, dict[str, Any]] = {}
     for index, row in enumerate(rows):
         spec = {**row, **base, "tag": str(index)}
         print(f"profiling {row['name']} ...", flush=True)
-        results[row["name"]] = run_worker(spec, args.workdir)
+        results[row["name"]] = run_worker(spec, args.workdir, f"profile_{index}", __file__)
         result = results[row["name"]]
         if "failed" in result:
             print(f"  failed: {result['failed']}", flush=True)
@@ -286,8 +215,8 @@ def main() -> None:
     print("\n".join(lines))
     out = args.out or args.workdir / "profile_report.json"
     out.write_text(json.dumps({"cpu": cpu, "threads": args.threads, "versions": tool_versions(), "rows": rows,
-                               "results": results, "eager": eager, "probe": probe, "fusions": info.get("fusions"), "markdown": lines,
-                               "pid_env": {"VITDEPLOY_ORT_OPS": os.environ.get("VITDEPLOY_ORT_OPS")}}, indent=2))
+                               "results": results, "eager": eager, "probe": probe, "markdown": lines,
+                               "env": {"VITDEPLOY_ORT_OPS": os.environ.get("VITDEPLOY_ORT_OPS")}}, indent=2))
     print(f"report: {out}")
 
 

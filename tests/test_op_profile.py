@@ -47,7 +47,6 @@ def test_kinds_of_a_hand_built_graph(tmp_path: Path) -> None:
         assert run.by_op["MatMul"] == pytest.approx(run.by_kind["linear"] + run.by_kind["attention"])
         assert run.kernel_ms <= run.run_ms
     steady = profile.steady()
-    assert steady.run_ms <= max(r.run_ms for r in profile.runs[1:])
     assert steady.linear_gflop == pytest.approx(2 * 64 * 64 * 64 / 1e9)  # x @ W only: y @ y is not a linear layer
     assert list(profile.to_dict()["steady"]["by_kind"]) == list(KINDS)
 

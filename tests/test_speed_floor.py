@@ -11,7 +11,7 @@ import torch
 
 from tests.conftest import TINY_ARCHS, tiny_encoder
 from vitdeploy.models.sam_encoder import SamEncoderArch
-from vitdeploy.validation.floor import count_flops, floor_ms, measure_gemm_peak
+from vitdeploy.validation.floor import count_flops, floor_ms, measure_gemm_peak, onnxruntime_int8_gemm_gops
 
 
 def expected_flops(arch: SamEncoderArch) -> int:
@@ -54,6 +54,12 @@ def test_gemm_peak_and_floor() -> None:
     assert floor_ms(2_000_000_000, 100.0) == pytest.approx(20.0)
     with pytest.raises(ValueError):
         floor_ms(1, 0.0)
+
+
+def test_int8_gemm_rates_per_kernel_form() -> None:
+    rates = onnxruntime_int8_gemm_gops(threads=1, shapes=((256, 256, 256),), repeats=2)
+    assert set(rates) == {"onnxruntime u8s8 256x256x256", "onnxruntime u8u8 256x256x256"}
+    assert all(rate > 0 for rate in rates.values())
 
 
 def test_benchmark_contenders_cover_the_issue_rows() -> None:

@@ -21,7 +21,7 @@ import json
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +91,7 @@ class OpProfile:
     """A session's profile: its initialization time and every run, first one first."""
 
     session_init_ms: float
-    runs: list[RunProfile] = field(default_factory=list)
+    runs: list[RunProfile]
 
     @property
     def first(self) -> RunProfile:

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from vitdeploy.families.base import Echo, ExportOptions, ModelFamily, reference_seed
 from vitdeploy.onnx_export.targets import TARGETS
-from vitdeploy.sizes import require_patch_multiple
 
 if TYPE_CHECKING:
     from torch import nn
@@ -35,7 +34,6 @@ class SamImageEncoder(ModelFamily):
         from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
 
         size = options.input_size or arch.img_size
-        require_patch_multiple(size, arch.patch_size)
         layernorm2d = options.layernorm2d or self.layernorm2d_forms[0]
         echo(f"exporting {recipe.name} ({recipe.variant}) at {size}x{size}"
              + (" with a dynamic batch" if options.dynamic_batch else ""))

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from vitdeploy.errors import RecipeError
 from vitdeploy.families.base import Echo, ExportOptions, ModelFamily, recipe_section, reference_seed
-from vitdeploy.sizes import require_patch_multiple
 
 if TYPE_CHECKING:
     from torch import nn
@@ -54,7 +53,6 @@ class TimmVit(TimmFamily):
 
         kind = self.output_kind(recipe)
         size = options.input_size or int(model.patch_embed.img_size[0])
-        require_patch_multiple(size, model.patch_embed.patch_size[0])
         config = timm_data_config(model)
         config["input_size"] = [config["input_size"][0], size, size]
         mean, std = timm_mean_std(recipe, config)

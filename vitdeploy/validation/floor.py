@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from vitdeploy.runtime.ort_settings import X64_QUANT_PRECISION
+
 #: GEMM shapes (M, K, N) of the SAM ViT-B encoder at 1024 px: qkv, MLP in, MLP out, and a square one.
 GEMM_SHAPES: tuple[tuple[int, int, int], ...] = ((4096, 768, 2304), (4096, 768, 3072), (4096, 3072, 768), (2048, 2048, 2048))
 
@@ -83,25 +85,52 @@ def torch_gemm_gflops(threads: int, shapes: Sequence[tuple[int, int, int]] = GEM
 
 def onnxruntime_gemm_gflops(threads: int, shapes: Sequence[tuple[int, int, int]] = GEMM_SHAPES, repeats: int = 5) -> dict[str, float]:
     """ONNX Runtime (CPU, MLAS) FP32 MatMul GFLOP/s per shape, constant weights, at ``threads``."""
+    return _onnxruntime_gemm_rates(threads, shapes, repeats, "fp32")
+
+
+#: Integer GEMM forms: ONNX Runtime's default u8s8 kernels, and u8u8 (``session.x64quantprecision=1``), the
+#: kernels vitdeploy picks on x86 CPUs without VNNI/AMX (vitdeploy.runtime.ort_settings.int8_kernels).
+INT8_GEMM_FORMS = {"u8s8": {}, "u8u8": {X64_QUANT_PRECISION: "1"}}
+
+
+def onnxruntime_int8_gemm_gops(threads: int, shapes: Sequence[tuple[int, int, int]] = GEMM_SHAPES,
+                               repeats: int = 5) -> dict[str, float]:
+    """ONNX Runtime (CPU, MLAS) ``MatMulInteger`` GOP/s per shape and kernel form, constant int8 weights."""
+    return {key: rate for form in INT8_GEMM_FORMS for key, rate in _onnxruntime_gemm_rates(threads, shapes, repeats, form).items()}
+
+
+def _onnxruntime_gemm_rates(threads: int, shapes: Sequence[tuple[int, int, int]], repeats: int, form: str) -> dict[str, float]:
+    """One-node ``MatMul`` (``fp32``) or ``MatMulInteger`` (an :data:`INT8_GEMM_FORMS` key) graphs, timed per shape."""
     import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
+    integer = form != "fp32"
     out = {}
     for m, k, n in shapes:
-        weight = numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32), "w")
-        graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "gemm",
-                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
-                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], [weight])
+        if integer:
+            weight = rng.integers(-64, 64, (k, n)).astype(np.int8)
+            x = rng.integers(0, 256, (m, k)).astype(np.uint8)
+        else:
+            weight = rng.standard_normal((k, n)).astype(np.float32)
+            x = rng.standard_normal((m, k)).astype(np.float32)
+        op, in_type, out_type = (("MatMulInteger", TensorProto.UINT8, TensorProto.INT32) if integer
+                                 else ("MatMul", TensorProto.FLOAT, TensorProto.FLOAT))
+        graph = helper.make_graph([helper.make_node(op, ["x", "w"], ["y"])], "gemm",
+                                  [helper.make_tensor_value_info("x", in_type, [m, k])],
+                                  [helper.make_tensor_value_info("y", out_type, [m, n])],
+                                  [numpy_helper.from_array(weight, "w")])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
         onnx.checker.check_model(model)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        for key, value in INT8_GEMM_FORMS.get(form, {}).items():
+            options.add_session_config_entry(key, value)
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        x = rng.standard_normal((m, k)).astype(np.float32)
-        out[f"onnxruntime {m}x{k}x{n}"] = 2.0 * m * k * n / _median_seconds(lambda: session.run(None, {"x": x}), repeats) / 1e9
+        label = "onnxruntime" if form == "fp32" else f"onnxruntime {form}"
+        out[f"{label} {m}x{k}x{n}"] = 2.0 * m * k * n / _median_seconds(lambda: session.run(None, {"x": x}), repeats) / 1e9
     return out
 
 
@@ -119,5 +148,5 @@ def floor_ms(flops: int, peak_gflops: float) -> float:
     return flops / (peak_gflops * 1e9) * 1000.0
 
 
-__all__ = ["GEMM_SHAPES", "FlopCount", "GemmPeak", "count_flops", "floor_ms", "measure_gemm_peak",
-           "onnxruntime_gemm_gflops", "torch_gemm_gflops"]
+__all__ = ["GEMM_SHAPES", "INT8_GEMM_FORMS", "FlopCount", "GemmPeak", "count_flops", "floor_ms", "measure_gemm_peak",
+           "onnxruntime_gemm_gflops", "onnxruntime_int8_gemm_gops", "torch_gemm_gflops"]
