@@ -26,7 +26,10 @@ What it does:
    a deployed application would not).
    When ``bash cpp/build.sh`` has built vitdeploy's fused rel-pos attention kernel
    (``libvitdeploy_ort_ops.so``), the ``onnxruntime-cpu`` FP32 and INT8 files run once more with it
-   (``OnnxRuntimeRunner(fused_attention=True)``); ``--no-fused`` leaves those rows out.
+   (``OnnxRuntimeRunner(fused_attention=True)``); ``--no-fused`` leaves those rows out. The
+   ``onnxruntime-cpu`` FP32 file also runs with ``folded_attention=True``: its attention as exported,
+   where the runner's default gives the global blocks their rel-pos term as an attention bias
+   (:mod:`vitdeploy.runtime.folded_attention`).
    When OpenVINO is installed (``pip install 'vitdeploy[openvino]'``), the plain export, each vitdeploy
    FP32 target and the INT8 Q/DQ file also run on OpenVINO (``OpenVinoRunner``: FP32 pinned, 7-bit
    weights for INT8 on CPUs without VNNI/AMX); ``--no-openvino`` leaves them out.
@@ -71,6 +74,11 @@ def contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, in
     for target in targets:
         rows.append({"name": f"ORT, vitdeploy FP32 --target {target}", "kind": "ort", "model": f"vitdeploy_{target}.onnx",
                      "precision": "fp32", "settings": VITDEPLOY_ORT_SETTINGS, "target": target})
+        if target == "onnxruntime-cpu":
+            # The same file with its attention as exported (folded): the runner's default unfolds the global blocks.
+            rows.append({"name": "ORT, vitdeploy FP32 --target onnxruntime-cpu, folded attention as exported", "kind": "ort",
+                         "model": f"vitdeploy_{target}.onnx", "precision": "fp32",
+                         "settings": {**VITDEPLOY_ORT_SETTINGS, "folded_attention": True}})
     int8_model = str(int8_path.resolve()) if int8_path else "vitdeploy_int8.onnx"  # a path relative to the workdir
     if with_int8:
         rows.append({"name": "ORT, vitdeploy INT8 (onnxruntime-cpu)", "kind": "ort", "model": int8_model,
@@ -278,8 +286,9 @@ def fusion_checks(workdir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     checks = {}
     for row in rows:
-        if row["kind"] != "ort" or not row["settings"] or row["settings"].get("fused_attention"):
-            continue  # the fused rows run the same files as their plain rows
+        if (row["kind"] != "ort" or not row["settings"] or row["settings"].get("fused_attention")
+                or row["settings"].get("folded_attention")):
+            continue  # the fused and folded rows run the same files as their plain rows
         model = workdir / row["model"]
         settings = OrtSettings(threads=1, optimization=row["settings"].get("optimization", "all"))
         report = fusion_report(optimized_graph(model, workdir / f"optimized_{Path(row['model']).stem}.onnx", settings))

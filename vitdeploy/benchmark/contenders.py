@@ -86,14 +86,15 @@ def input_template(runner: Any, shapes: dict[str, list[int]] | None = None) -> d
 
 
 def deployed_contender(path: str | Path, *, threads: int | None, device: str, gpu: int = 0,
-                       fused_attention: bool = False, tf32: bool = False, allow_unverified: bool = False,
-                       runtime: str = "onnxruntime") -> Contender:
+                       fused_attention: bool = False, folded_attention: bool = False, tf32: bool = False,
+                       allow_unverified: bool = False, runtime: str = "onnxruntime") -> Contender:
     """An ONNX file (ONNX Runtime on ``device``, optionally with the fused rel-pos kernel; FP32 unless ``tf32``;
     or OpenVINO on the CPU with ``runtime="openvino"``) or a TensorRT plan (on CUDA device ``gpu``)."""
     from vitdeploy.runtime.loader import ENGINE_SUFFIXES, open_runner
 
     path = Path(path)
     runner = open_runner(path, threads=threads, ort_device=device, gpu=gpu, fused_attention=fused_attention,
+                         folded_attention=folded_attention,
                          tf32=tf32 and path.suffix.lower() not in ENGINE_SUFFIXES, allow_unverified=allow_unverified,
                          runtime=runtime)
     precision = str(runner.metadata.get("precision", "fp32"))
@@ -109,7 +110,7 @@ def deployed_contender(path: str | Path, *, threads: int | None, device: str, gp
         )
     first = next(iter(runner.input_shapes().values()))  # type: ignore[attr-defined]
     static = isinstance(first[0], int)
-    fused = " + fused rel-pos kernel" if fused_attention else ""
+    fused = " + fused rel-pos kernel" if fused_attention else " folded attention" if folded_attention else ""
     math = " tf32" if tf32 and device != "cpu" and precision == "fp32" else ""
     return Contender(  # runner.name: onnxruntime-<device> or openvino-cpu (which refused any other device)
         label=f"{runner.name} {precision}{math}{fused} ({path.name})", runner=runner, backend=runtime,

@@ -31,6 +31,7 @@ class BenchmarkOptions:
     warmup: int = 3
     shapes: tuple[str, ...] = ()  # dynamic axes besides the batch, as trtexec's --shapes
     fused_attention: bool = False
+    folded_attention: bool = False
     threads: int | None = None
     runtimes: tuple[str, ...] = ("onnxruntime",)  # each .onnx file is timed on each (onnxruntime, openvino)
 
@@ -51,9 +52,12 @@ def benchmark_models(models: list[str] | tuple[str, ...], options: BenchmarkOpti
     runtimes = list(dict.fromkeys(options.runtimes or ("onnxruntime",)))
     if options.fused_attention and runtimes != ["onnxruntime"]:
         raise InputError("--fused-attention is an ONNX Runtime custom op: time it with --runtime onnxruntime alone")
+    if options.folded_attention and runtimes != ["onnxruntime"]:
+        raise InputError("--folded-attention is an ONNX Runtime setting: time it with --runtime onnxruntime alone")
     deployed = [deployed_contender(m, threads=options.threads, device=options.device, gpu=options.gpu, tf32=options.tf32,
                                    allow_unverified=options.allow_unverified, runtime=runtime,
-                                   fused_attention=options.fused_attention and Path(m).suffix.lower() in ONNX_SUFFIXES)
+                                   fused_attention=options.fused_attention and Path(m).suffix.lower() in ONNX_SUFFIXES,
+                                   folded_attention=options.folded_attention and Path(m).suffix.lower() in ONNX_SUFFIXES)
                 for m in models
                 for runtime in (runtimes if Path(m).suffix.lower() in ONNX_SUFFIXES else ["onnxruntime"])]
     for c in deployed:

@@ -126,6 +126,10 @@ def runtime_threads_option(fn: Callable) -> Callable:
 
 
 def fused_attention_option(fn: Callable) -> Callable:
+    """--fused-attention and --folded-attention: how ONNX Runtime runs an onnxruntime-cpu export's attention."""
+    fn = click.option("--folded-attention", is_flag=True,
+                      help="ONNX models on the CPU: run --target onnxruntime-cpu attention as exported, folded (least "
+                           "memory; by default its global blocks take the rel-pos term as an attention bias, faster).")(fn)
     return click.option("--fused-attention", is_flag=True,
                         help="ONNX models on the CPU: run --target onnxruntime-cpu attention on vitdeploy's fused rel-pos "
                              "kernel (custom-op library built by 'bash cpp/build.sh').")(fn)

@@ -14,9 +14,10 @@ ONNX_RUNTIMES = ("onnxruntime", "openvino")
 
 
 def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str = "cpu", gpu: int = 0,
-                fused_attention: bool = False, tf32: bool = False, allow_unverified: bool = False,
-                runtime: str = "onnxruntime") -> Runner:
-    """``.onnx`` -> :class:`OnnxRuntimeRunner` (``threads``, ``ort_device``, ``fused_attention``, ``tf32``,
+                fused_attention: bool = False, folded_attention: bool = False, tf32: bool = False,
+                allow_unverified: bool = False, runtime: str = "onnxruntime") -> Runner:
+    """``.onnx`` -> :class:`OnnxRuntimeRunner` (``threads``, ``ort_device``, ``fused_attention``,
+    ``folded_attention``, ``tf32``,
     ``allow_unverified``), or with ``runtime="openvino"`` :class:`OpenVinoRunner` (CPU, FP32 pinned);
     ``.plan``/``.engine``/``.trt`` -> :class:`TensorRTRunner` on CUDA device ``gpu`` (an engine's math was
     fixed when it was built)."""
@@ -28,8 +29,9 @@ def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str
         if suffix not in ONNX_SUFFIXES:
             raise InputError(f"--runtime openvino runs ONNX models ({', '.join(ONNX_SUFFIXES)}), not '{path.name}': "
                              "TensorRT engines run on TensorRT (leave out --runtime)")
-        if fused_attention:
-            raise InputError("--fused-attention is an ONNX Runtime custom op: leave it out with --runtime openvino")
+        if fused_attention or folded_attention:
+            raise InputError(f"--{'fused' if fused_attention else 'folded'}-attention is an ONNX Runtime setting: leave it out with "
+                             "--runtime openvino")
         if tf32:
             raise InputError("--tf32 is CUDA math: OpenVINO runs on the CPU in FP32 (leave out --tf32)")
         from vitdeploy.runtime.openvino_runner import OpenVinoRunner
@@ -38,10 +40,11 @@ def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str
     if suffix in ONNX_SUFFIXES:
         from vitdeploy.runtime.runners import OnnxRuntimeRunner
 
-        return OnnxRuntimeRunner(path, threads=threads, device=ort_device, fused_attention=fused_attention, tf32=tf32,
-                                 allow_unverified=allow_unverified)
-    if fused_attention:
-        raise InputError(f"--fused-attention applies to ONNX models on ONNX Runtime, not to '{path.name}'")
+        return OnnxRuntimeRunner(path, threads=threads, device=ort_device, fused_attention=fused_attention,
+                                 folded_attention=folded_attention, tf32=tf32, allow_unverified=allow_unverified)
+    if fused_attention or folded_attention:
+        raise InputError(f"--{'fused' if fused_attention else 'folded'}-attention applies to ONNX models on ONNX Runtime, "
+                         f"not to '{path.name}'")
     if suffix in ENGINE_SUFFIXES:
         from vitdeploy.runtime.tensorrt_runner import TensorRTRunner
 
@@ -55,7 +58,7 @@ def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str
 def runner_notes(runner: Runner, threads: int | None = None) -> list[str]:
     """What a user should know about how an opened runner runs its file, one line each (``validate`` and
     ``benchmark`` print them): where it runs unless that is ONNX Runtime's CPU provider, the fused-kernel
-    swap, the runner's warnings, and why a reduced-precision file may be slow on the CPU."""
+    swap or the unfolded attention, the runner's warnings, and why a reduced-precision file may be slow on the CPU."""
     from vitdeploy.runtime.ort_fusions import runner_precision_note
 
     notes = []
@@ -65,6 +68,9 @@ def runner_notes(runner: Runner, threads: int | None = None) -> list[str]:
     fusion = getattr(runner, "fusion", None)
     if fusion is not None:
         notes.append(f"fused rel-pos attention: {fusion.summary()}")
+    unfold = getattr(runner, "unfold", None)
+    if unfold is not None and unfold.unfolded:
+        notes.append(f"rel-pos attention: {unfold.summary()} (--folded-attention keeps the file's form: less memory)")
     notes += [f"warning: {warning}" for warning in getattr(runner, "warnings", [])]
     note = runner_precision_note(runner, getattr(runner, "device", "cpu"), threads)
     if note:

@@ -14,7 +14,8 @@ vitdeploy requests from :func:`vitdeploy.cpu_features.cpu_features` (so ``VITDEP
 the narrower paths on any CPU); the request is written into the node's ``isa`` attribute.
 
 :func:`fuse_relpos_attention` swaps a ``MultiHeadAttention`` node for it only after checking, in the
-graph, that its key input is ``Pad(k) + one-hot table`` with exactly the table the kernel assumes;
+graph, that its key input is ``Pad(k) + one-hot table`` with exactly the table the kernel assumes
+(:func:`vitdeploy.runtime.folded_attention.find_folded_attention`);
 and only where a vector path applies (on the portable path ONNX Runtime's kernel is faster). When no
 node can take one on this CPU, the runner keeps ONNX Runtime's attention and says so. The file on
 disk is not changed: :class:`vitdeploy.runtime.runners.OnnxRuntimeRunner` does the swap in memory
@@ -29,13 +30,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from vitdeploy.cpu_features import CpuFeatures, cpu_features
 from vitdeploy.errors import InputError, MissingDependencyError
-from vitdeploy.relpos_layout import onehot_key_table
+from vitdeploy.runtime.folded_attention import find_folded_attention
 
 DOMAIN = "ai.vitdeploy"
 OP_TYPE = "RelPosAttention"
@@ -115,72 +115,6 @@ class FusionReport:
                 "portable_only": list(self.portable_only)}
 
 
-def _attr(node: onnx.NodeProto, name: str, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
-
-def _constant(name: str, inits: dict[str, onnx.TensorProto], producers: dict[str, onnx.NodeProto]) -> np.ndarray | None:
-    if name in inits:
-        return numpy_helper.to_array(inits[name])
-    node = producers.get(name)
-    if node is not None and node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-        value = _attr(node, "value")
-        return numpy_helper.to_array(value) if value is not None else None
-    return None
-
-
-def _onehot_layout(table: np.ndarray) -> tuple[int, int, int] | None:
-    """(head_dim, grid_h, grid_w) if ``table`` (N, A) is exactly zeros | one-hot(row) | one-hot(column)."""
-    if table.ndim != 2:
-        return None
-    n, width = table.shape
-    nonzero = np.flatnonzero(np.abs(table).sum(axis=0))
-    if nonzero.size == 0:
-        return None
-    head_dim = int(nonzero[0])
-    for grid_h in range(1, width - head_dim):
-        grid_w = width - head_dim - grid_h
-        if grid_h * grid_w == n and np.array_equal(table, onehot_key_table(head_dim, grid_h, grid_w)):
-            return head_dim, grid_h, grid_w
-    return None
-
-
-def _key_layout(key: str, inits, producers) -> tuple[tuple[int, int, int] | None, str]:
-    """Follow Reshape <- Add(Pad(k), Unsqueeze(one-hot table)) back from an MHA key input."""
-    reshape = producers.get(key)
-    if reshape is None or reshape.op_type != "Reshape":
-        return None, "key is not a Reshape of the folded keys"
-    add = producers.get(reshape.input[0])
-    if add is None or add.op_type != "Add":
-        return None, "folded keys are not Pad(k) + one-hot table"
-    pad = table = None
-    for name in add.input:
-        node = producers.get(name)
-        if node is not None and node.op_type == "Pad":
-            pad = node
-        else:
-            value = _constant(name, inits, producers)
-            if value is None and node is not None and node.op_type == "Unsqueeze":
-                value = _constant(node.input[0], inits, producers)
-            table = value
-    if pad is None or table is None:
-        return None, "folded keys are not Pad(k) + one-hot table"
-    layout = _onehot_layout(table.reshape(-1, table.shape[-1]) if table.ndim else table)
-    if layout is None:
-        return None, "the key table is not the one-hot rel-pos layout"
-    head_dim, grid_h, grid_w = layout
-    mode = _attr(pad, "mode", b"constant")
-    pads = _constant(pad.input[1], inits, producers) if len(pad.input) > 1 else None
-    fill = _constant(pad.input[2], inits, producers) if len(pad.input) > 2 and pad.input[2] else None
-    if (mode not in (b"constant", "constant") or pads is None or (fill is not None and np.any(fill != 0))
-            or int(pads[-1]) != grid_h + grid_w or np.count_nonzero(pads) != 1):
-        return None, "the key padding is not zeros after k"
-    return layout, ""
-
-
 def fuse_relpos_attention(model: onnx.ModelProto, library: Path | None = None,
                           requested: str | None = None) -> tuple[onnx.ModelProto, FusionReport]:
     """Swap verified folded ``MultiHeadAttention`` nodes for ``ai.vitdeploy::RelPosAttention``, in place.
@@ -191,22 +125,12 @@ def fuse_relpos_attention(model: onnx.ModelProto, library: Path | None = None,
     library = library or require_library()
     requested = requested or requested_path()
     graph = model.graph
-    inits = {t.name: t for t in graph.initializer}
-    producers = {o: n for n in graph.node for o in n.output}
-    report = FusionReport()
-    for index, node in enumerate(graph.node):
-        if node.op_type != "MultiHeadAttention" or node.domain != "com.microsoft":
-            continue
-        label = node.name or f"node{index}"
+    found, kept = find_folded_attention(graph)
+    report = FusionReport(kept=dict(kept))
+    for item in found:
+        index, label, head_dim, grid_h, grid_w = item.index, item.label, item.head_dim, item.grid_h, item.grid_w
+        node = graph.node[index]
         inputs = list(node.input)
-        if len(inputs) < 3 or any(inputs[3:]) or float(_attr(node, "scale", 0.0)) != 1.0:
-            report.kept[label] = "has a bias/mask input or its own scale (not the folded form)"
-            continue
-        layout, why = _key_layout(inputs[1], inits, producers)
-        if layout is None:
-            report.kept[label] = why
-            continue
-        head_dim, grid_h, grid_w = layout
         path = kernel_path(grid_h * grid_w, head_dim, library, requested)
         if path == "portable":
             report.kept[label] = (f"{grid_h * grid_w} tokens x head size {head_dim}: only the kernel's portable path "
@@ -215,7 +139,7 @@ def fuse_relpos_attention(model: onnx.ModelProto, library: Path | None = None,
             report.portable_only.append(label)
             continue
         fused = helper.make_node(OP_TYPE, inputs[:3], list(node.output)[:1], name=label, domain=DOMAIN,
-                                 num_heads=int(_attr(node, "num_heads")), grid_h=grid_h, grid_w=grid_w,
+                                 num_heads=item.num_heads, grid_h=grid_h, grid_w=grid_w,
                                  isa=PATHS.index(path))
         graph.node[index].CopyFrom(fused)
         report.swapped.append(label)

@@ -52,7 +52,11 @@ class OnnxRuntimeRunner:
     once per runner: the arrays ``run`` returns are then reused by the next ``run`` (copy them to keep them).
     With ``fused_attention=True`` (CPU only) the graph's folded rel-pos attention runs on vitdeploy's
     fused kernel (:mod:`vitdeploy.runtime.relpos_kernel`, a custom-op library built by
-    ``bash cpp/build.sh``); which nodes were swapped is in ``fusion``.
+    ``bash cpp/build.sh``); which nodes were swapped is in ``fusion``. Without it, on the CPU, the
+    global blocks' folded attention of an ``onnxruntime-cpu`` export takes its rel-pos term as an
+    attention bias (:mod:`vitdeploy.runtime.folded_attention`: faster, more memory while it runs);
+    ``folded_attention=True`` runs the file's folded form as exported (lowest memory). Which nodes
+    were unfolded is in ``unfold``.
     ``device`` ``cuda``/``tensorrt`` runs on ONNX Runtime's GPU providers where the graph was verified
     (:mod:`vitdeploy.runtime.providers`; ``allow_unverified`` overrides), in FP32 unless ``tf32``;
     ``provider`` says what ran. ``profile_prefix`` turns ONNX Runtime's profiler on (see :meth:`end_profiling`).
@@ -73,6 +77,7 @@ class OnnxRuntimeRunner:
         session_config: dict[str, str] | None = None,
         disabled_optimizers: tuple[str, ...] | None = None,
         fused_attention: bool = False,
+        folded_attention: bool = False,
         tf32: bool = False,
         allow_unverified: bool = False,
         profile_prefix: str | Path | None = None,
@@ -100,8 +105,11 @@ class OnnxRuntimeRunner:
         self.int8_kernels = int8_kernels(overrides=self.settings.config).description if quantized else None
         source: str | bytes = str(path)
         self.fusion = None
+        self.unfold = None
         #: Things a user should know about how this file runs here (printed by the CLI verbs).
         self.warnings: list[str] = []
+        if fused_attention and folded_attention:
+            raise InputError("fused attention replaces the folded attention: ask for one of the two")
         if fused_attention:
             from vitdeploy.runtime.relpos_kernel import fused_session_source, require_library
 
@@ -116,9 +124,16 @@ class OnnxRuntimeRunner:
             else:
                 source = swapped
                 options.register_custom_ops_library(str(library))
-                # The swapped graph is loaded from memory: external weights are read from the model's folder.
-                options.add_session_config_entry("session.model_external_initializers_file_folder_path",
-                                                 str(path.parent.resolve()))
+        elif device == "cpu" and not folded_attention and file_metadata.get("target") == "onnxruntime-cpu":
+            from vitdeploy.runtime.folded_attention import unfolded_session_source
+
+            unfolded, self.unfold = unfolded_session_source(path)
+            if unfolded is not None:
+                source = unfolded
+        if not isinstance(source, str):
+            # A rewritten graph is loaded from memory: external weights are read from the model's folder.
+            options.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                             str(path.parent.resolve()))
         #: The providers, their math (TF32 or not) and the verification behind them, in one line.
         self.provider = plan.describe()
         try:

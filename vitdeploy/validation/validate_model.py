@@ -30,6 +30,7 @@ class ValidateOptions:
     tf32: bool = False
     runtime: str = "onnxruntime"  # or openvino (CPU) for .onnx files
     fused_attention: bool = False
+    folded_attention: bool = False
     threads: int | None = None
 
 
@@ -47,6 +48,7 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
 
     # .onnx -> ONNX Runtime on the device, .plan -> TensorRT
     candidate = open_runner(str(model), threads=options.threads, fused_attention=options.fused_attention,
+                            folded_attention=options.folded_attention,
                             ort_device=options.device, tf32=options.tf32, allow_unverified=True,
                             runtime=options.runtime)
     for note in runner_notes(candidate, options.threads):

@@ -1,0 +1,118 @@
+"""The folded rel-pos attention unfolded at load time into ONNX Runtime's attention with a bias: same numbers,
+only where the graph proves the folded layout, only where it pays, and the file's form on request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from click.testing import CliRunner
+
+from tests.conftest import TINY_ARCHS, tiny_encoder
+from vitdeploy.cli import cli
+from vitdeploy.errors import InputError
+from vitdeploy.models.recipes import SAM_PIXEL_MEAN, SAM_PIXEL_STD
+from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
+from vitdeploy.runtime.folded_attention import find_folded_attention, pays_to_unfold, unfold_relpos_attention
+from vitdeploy.runtime.runners import OnnxRuntimeRunner
+from vitdeploy.validation.parity import compare
+
+ARCH = "padded_windows"  # two 3x3-window blocks and one 8x8 global block, head size 16
+#: Unfolded vs folded ONNX Runtime graph, max-abs error relative to the output scale (reordered float sums).
+UNFOLDED_VS_FOLDED_MAX_ABS_REL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("folded")
+    encoder = tiny_encoder(ARCH, seed=11)
+    arch = TINY_ARCHS[ARCH]
+
+    def meta(target: str) -> dict:  # random weights by seed: validate rebuilds the eager model from it
+        return sam_encoder_metadata(variant="tiny", input_size=arch.img_size, pixel_mean=SAM_PIXEL_MEAN, pixel_std=SAM_PIXEL_STD,
+                                    architecture=arch.to_dict(), random_seed=11, target=target, dynamic_batch=True)
+
+    return {t: export_sam_image_encoder(encoder, root / f"{t}.onnx", metadata=meta(t), target=t, dynamic_batch=True).path
+            for t in ("onnxruntime-cpu", "generic")}
+
+
+def test_runner_unfolds_the_global_block_with_the_official_numbers(exports: dict[str, Path]) -> None:
+    arch = TINY_ARCHS[ARCH]
+    unfolded = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2)
+    folded = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2, folded_attention=True)
+    # 8x8 global grid: 8 + 8 rel-pos columns >= head size 16, unfolded; 3x3 windows: 6 < 16, left folded.
+    assert len(unfolded.unfold.unfolded) == len(arch.global_attn_indexes)
+    assert len(unfolded.unfold.kept) == arch.depth - len(arch.global_attn_indexes)
+    assert all("the folded form is as fast there" in why for why in unfolded.unfold.kept.values())
+    assert folded.unfold is None
+    official = tiny_encoder(ARCH, seed=11)
+    for batch, seed in ((1, 0), (2, 1)):  # the Reshapes copy the batch axis: a dynamic batch runs too
+        x = torch.randn(batch, 3, arch.img_size, arch.img_size, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            ref = official(x)
+        out = unfolded.run({"image": x.numpy()})["image_embeddings"]
+        result = compare(ref, out, "fp32", label=f"unfolded batch {batch}")
+        assert result, result.summary()
+        as_exported = folded.run({"image": x.numpy()})["image_embeddings"]
+        assert float(np.abs(out - as_exported).max() / np.abs(as_exported).max()) <= UNFOLDED_VS_FOLDED_MAX_ABS_REL
+
+
+def test_unfolded_graph_takes_the_bias_and_the_plain_keys(exports: dict[str, Path]) -> None:
+    model = onnx.load(str(exports["onnxruntime-cpu"]))
+    found, kept = find_folded_attention(model.graph)
+    assert len(found) == TINY_ARCHS[ARCH].depth and kept == {}
+    global_block = [f for f in found if pays_to_unfold(f)]
+    assert [(f.grid_h, f.grid_w, f.head_dim) for f in global_block] == [(8, 8, 16)]
+    model, report = unfold_relpos_attention(model)
+    assert report.unfolded == [global_block[0].label]
+    onnx.checker.check_model(model)  # topologically sorted, every value defined
+    node = next(n for n in model.graph.node if n.name == global_block[0].label)
+    assert node.op_type == "MultiHeadAttention" and len(node.input) == 6 and node.input[5]  # attention_bias
+    assert node.input[1].endswith("/unfold/k")  # the 16-wide keys, not the folded 32-wide ones
+
+
+def test_unfold_needs_the_exact_one_hot_keys(exports: dict[str, Path]) -> None:
+    model = onnx.load(str(exports["onnxruntime-cpu"]))
+    producers = {o: n for n in model.graph.node for o in n.output}
+    tables = set()
+    for node in model.graph.node:
+        if node.op_type == "MultiHeadAttention":  # key <- Reshape <- Add(Pad(k), one-hot table)
+            tables.update(producers[producers[node.input[1]].input[0]].input)
+    tampered = 0
+    for init in model.graph.initializer:
+        if init.name in tables:
+            table = onnx.numpy_helper.to_array(init).copy()
+            table.reshape(-1, table.shape[-1])[0, -1] = 1.0  # one key in two columns: not the folded layout
+            init.CopyFrom(onnx.numpy_helper.from_array(table, init.name))
+            tampered += 1
+    assert tampered
+    _, report = unfold_relpos_attention(model)
+    assert report.unfolded == []
+    assert set(report.kept.values()) == {"the key table is not the one-hot rel-pos layout"}
+
+
+def test_other_targets_run_as_they_are(exports: dict[str, Path]) -> None:
+    assert OnnxRuntimeRunner(exports["generic"], threads=2).unfold is None
+
+
+def test_fused_and_folded_together_are_refused(exports: dict[str, Path]) -> None:
+    with pytest.raises(InputError, match="ask for one of the two"):
+        OnnxRuntimeRunner(exports["onnxruntime-cpu"], fused_attention=True, folded_attention=True)
+
+
+def test_cli_says_which_form_ran(exports: dict[str, Path]) -> None:
+    model = str(exports["onnxruntime-cpu"])
+    default = CliRunner().invoke(cli, ["validate", model, "--random-inputs", "1", "--runs", "0"])
+    assert default.exit_code == 0, default.output
+    assert "1 folded attention node(s) on ONNX Runtime's kernel with the rel-pos term as an attention bias" in default.output
+    folded = CliRunner().invoke(cli, ["validate", model, "--folded-attention", "--random-inputs", "1", "--runs", "0"])
+    assert folded.exit_code == 0, folded.output
+    assert "attention bias" not in folded.output
+    timed = CliRunner().invoke(cli, ["benchmark", model, "--folded-attention", "--no-eager", "--runs", "1", "--warmup", "0"])
+    assert timed.exit_code == 0, timed.output
+    assert "folded attention" in timed.output
+    refused = CliRunner().invoke(cli, ["validate", model, "--folded-attention", "--runtime", "openvino", "--runs", "0"])
+    assert refused.exit_code == 1 and "Traceback" not in refused.output
