@@ -1,9 +1,11 @@
 """ONNX Runtime's CPU memory settings on one ONNX file: run-by-run latency and peak RSS, each setting in a fresh process.
 
 Why: in ``bench_encoder_speed.py`` the full-size SAM encoder's ONNX Runtime rows ran their second run
-2-4 s slower than the third, and the plain/generic graphs held ~7 GB. This probe runs the same file
-with ONNX Runtime's defaults, with ``enable_mem_pattern`` off and with the CPU arena off, and prints
-every run's time (the first is the run right after loading) and the process's peak RSS.
+2-4 s slower than the third, and the plain/generic graphs held ~7 GB. This probe opens the same file
+with ``OnnxRuntimeRunner`` (as the verbs do) with ONNX Runtime's defaults, with the memory pattern off
+(``memory_pattern=False``) and with the CPU arena off (``memory_arena=False``), each in its own process
+(``bench_encoder_speed.run_worker``), and prints every run's time (the first is the run right after
+loading) and the process's peak RSS (``VmHWM``).
 
 Usage:
     .venv/bin/python benchmarks/probe_ort_memory.py out/speed/naive.onnx --input out/speed/input.npy --threads 2 --runs 4
@@ -13,58 +15,58 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
-import subprocess
 import sys
-import time
+import tempfile
+from pathlib import Path
+from typing import Any
 
-SETTINGS = ("default", "no-mem-pattern", "no-arena")
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_encoder_speed import _vm_hwm_kb, run_worker  # noqa: E402  (the same fresh-process worker and RSS reader)
+from profile_encoder_ops import _timed  # noqa: E402
+
+#: Setting name -> OnnxRuntimeRunner keywords.
+SETTINGS = {"default": {}, "no-mem-pattern": {"memory_pattern": False}, "no-arena": {"memory_arena": False}}
 
 
-def worker(model: str, setting: str, input_path: str | None, threads: int, runs: int) -> dict:
-    import numpy as np
-    import onnxruntime as ort
+def worker(spec: dict[str, Any]) -> dict[str, Any]:
+    from vitdeploy.runtime.runners import OnnxRuntimeRunner
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.enable_mem_pattern = setting != "no-mem-pattern"
-    options.enable_cpu_mem_arena = setting != "no-arena"
-    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-    first = session.get_inputs()[0]
-    if input_path:
-        x = np.load(input_path)
+    runner = OnnxRuntimeRunner(spec["model"], threads=spec["threads"], **SETTINGS[spec["setting"]])
+    name, shape = next(iter(runner.input_shapes().items()))
+    if spec["input"]:
+        x = np.load(spec["input"])
     else:
-        x = np.random.default_rng(0).standard_normal([d if isinstance(d, int) else 1 for d in first.shape]).astype(np.float32)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        session.run(None, {first.name: x})
-        times.append(round((time.perf_counter() - start) * 1000))
-    return {"setting": setting, "runs_ms": times, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
+        x = np.random.default_rng(0).standard_normal([d if isinstance(d, int) else 1 for d in shape]).astype(np.float32)
+    runs = _timed(lambda: runner.run({name: x}), spec["runs"])
+    return {"runs_ms": [round(r) for r in runs], "peak_rss_mb": round(_vm_hwm_kb() / 1024.0)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model")
+    parser.add_argument("model", nargs="?")
     parser.add_argument("--input", default=None, help=".npy input (default: seeded random of the input's shape)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=4)
-    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=SETTINGS)
-    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.model, args.worker, args.input, args.threads, args.runs)))
+        args.worker_out.write_text(json.dumps(worker(json.loads(args.worker.read_text()))))
         return
-    for setting in args.settings:
-        command = [sys.executable, __file__, args.model, "--worker", setting, "--threads", str(args.threads),
-                   "--runs", str(args.runs)] + (["--input", args.input] if args.input else [])
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode:
-            print(f"{setting}: failed: {done.stderr.strip().splitlines()[-1:]}", flush=True)
-            continue
-        result = json.loads(done.stdout.strip().splitlines()[-1])
-        print(f"{setting:15s} runs ms {result['runs_ms']}  peak RSS {result['peak_rss_mb']} MB", flush=True)
+    if not args.model:
+        parser.error("give the ONNX file to probe")
+    with tempfile.TemporaryDirectory() as tmp:
+        for setting in args.settings:
+            spec = {"model": str(Path(args.model).resolve()), "setting": setting, "threads": args.threads,
+                    "runs": args.runs, "input": str(Path(args.input).resolve()) if args.input else None}
+            result = run_worker(spec, Path(tmp), setting, __file__)
+            if "failed" in result:
+                print(f"{setting}: failed: {result['failed']}", flush=True)
+                continue
+            print(f"{setting:15s} runs ms {result['runs_ms']}  peak RSS {result['peak_rss_mb']} MB", flush=True)
 
 
 if __name__ == "__main__":

@@ -87,3 +87,23 @@ def tiny_checkpoint(tmp_path: Path) -> Path:
     path = tmp_path / "sam_tiny.pth"
     torch.save(state, path)
     return path
+
+
+def tamper_onehot_tables(model) -> int:
+    """Put one key of each folded attention's one-hot table in two columns (no longer the folded rel-pos layout),
+    in place; the number of tables changed."""
+    import onnx
+
+    producers = {o: n for n in model.graph.node for o in n.output}
+    tables = set()
+    for node in model.graph.node:
+        if node.op_type == "MultiHeadAttention":  # key <- Reshape <- Add(Pad(k), one-hot table)
+            tables.update(producers[producers[node.input[1]].input[0]].input)
+    tampered = 0
+    for init in model.graph.initializer:
+        if init.name in tables:
+            table = onnx.numpy_helper.to_array(init).copy()
+            table.reshape(-1, table.shape[-1])[0, -1] = 1.0
+            init.CopyFrom(onnx.numpy_helper.from_array(table, init.name))
+            tampered += 1
+    return tampered

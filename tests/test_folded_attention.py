@@ -11,7 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from tests.conftest import TINY_ARCHS, tiny_encoder
+from tests.conftest import TINY_ARCHS, tamper_onehot_tables, tiny_encoder
 from vitdeploy.cli import cli
 from vitdeploy.errors import InputError
 from vitdeploy.models.recipes import SAM_PIXEL_MEAN, SAM_PIXEL_STD
@@ -76,19 +76,7 @@ def test_unfolded_graph_takes_the_bias_and_the_plain_keys(exports: dict[str, Pat
 
 def test_unfold_needs_the_exact_one_hot_keys(exports: dict[str, Path]) -> None:
     model = onnx.load(str(exports["onnxruntime-cpu"]))
-    producers = {o: n for n in model.graph.node for o in n.output}
-    tables = set()
-    for node in model.graph.node:
-        if node.op_type == "MultiHeadAttention":  # key <- Reshape <- Add(Pad(k), one-hot table)
-            tables.update(producers[producers[node.input[1]].input[0]].input)
-    tampered = 0
-    for init in model.graph.initializer:
-        if init.name in tables:
-            table = onnx.numpy_helper.to_array(init).copy()
-            table.reshape(-1, table.shape[-1])[0, -1] = 1.0  # one key in two columns: not the folded layout
-            init.CopyFrom(onnx.numpy_helper.from_array(table, init.name))
-            tampered += 1
-    assert tampered
+    assert tamper_onehot_tables(model)  # one key in two columns
     _, report = unfold_relpos_attention(model)
     assert report.unfolded == []
     assert set(report.kept.values()) == {"the key table is not the one-hot rel-pos layout"}

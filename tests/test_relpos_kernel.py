@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from cpp_build import cpp_build, toolchain_missing  # noqa: F401 (session fixture)
-from tests.conftest import TINY_ARCHS, tiny_encoder
+from tests.conftest import TINY_ARCHS, tamper_onehot_tables, tiny_encoder
 from vitdeploy.cli import cli
 from vitdeploy.errors import InputError
 from vitdeploy.models.recipes import SAM_PIXEL_MEAN, SAM_PIXEL_STD
@@ -177,19 +177,7 @@ def test_swap_needs_the_exact_one_hot_keys(library: Path, exports: dict[str, Pat
     _, report = relpos_kernel.fuse_relpos_attention(onnx.load(str(exports["onnxruntime-cpu"])), library)
     # Untouched, the global block passes the layout check (swapped, or on a CPU without a vector path kept for that) ...
     assert len(report.swapped) + len(report.portable_only) == 3 and len(report.swapped) <= 1
-    producers = {o: n for n in model.graph.node for o in n.output}
-    tables = set()
-    for node in model.graph.node:
-        if node.op_type == "MultiHeadAttention":  # key <- Reshape <- Add(Pad(k), one-hot table)
-            tables.update(producers[producers[node.input[1]].input[0]].input)
-    tampered = 0
-    for init in model.graph.initializer:
-        if init.name in tables:
-            table = onnx.numpy_helper.to_array(init).copy()
-            table.reshape(-1, table.shape[-1])[0, -1] = 1.0  # one key in two columns: not the kernel's layout
-            init.CopyFrom(onnx.numpy_helper.from_array(table, init.name))
-            tampered += 1
-    assert tampered
+    assert tamper_onehot_tables(model)  # one key in two columns
     _, report = relpos_kernel.fuse_relpos_attention(model, library)  # ... tampered, nothing is
     assert report.swapped == []
     assert set(report.kept.values()) == {"the key table is not the one-hot rel-pos layout"}

@@ -110,10 +110,10 @@ def deployed_contender(path: str | Path, *, threads: int | None, device: str, gp
         )
     first = next(iter(runner.input_shapes().values()))  # type: ignore[attr-defined]
     static = isinstance(first[0], int)
-    fused = " + fused rel-pos kernel" if fused_attention else " folded attention" if folded_attention else ""
+    attention = " + fused rel-pos kernel" if fused_attention else " folded attention" if folded_attention else ""
     math = " tf32" if tf32 and device != "cpu" and precision == "fp32" else ""
     return Contender(  # runner.name: onnxruntime-<device> or openvino-cpu (which refused any other device)
-        label=f"{runner.name} {precision}{math}{fused} ({path.name})", runner=runner, backend=runtime,
+        label=f"{runner.name} {precision}{math}{attention} ({path.name})", runner=runner, backend=runtime,
         precision=precision, device=device,
         batch_range=(first[0], first[0]) if static else None,
         batch_note=f"static batch {first[0]} (re-export with --dynamic-batch)" if static else "",

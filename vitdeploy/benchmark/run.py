@@ -45,19 +45,18 @@ def benchmark_models(models: list[str] | tuple[str, ...], options: BenchmarkOpti
     from vitdeploy.benchmark.report import TIMING, environment
     from vitdeploy.errors import InputError
     from vitdeploy.families import family_of
-    from vitdeploy.runtime.loader import ONNX_SUFFIXES, runner_notes
+    from vitdeploy.runtime.loader import ONNX_SUFFIXES, attention_flag, runner_notes
 
     if not options.eager and options.eager_precisions:
         raise InputError("--eager-precision needs the eager baseline: drop --no-eager")
     runtimes = list(dict.fromkeys(options.runtimes or ("onnxruntime",)))
-    if options.fused_attention and runtimes != ["onnxruntime"]:
-        raise InputError("--fused-attention is an ONNX Runtime custom op: time it with --runtime onnxruntime alone")
-    if options.folded_attention and runtimes != ["onnxruntime"]:
-        raise InputError("--folded-attention is an ONNX Runtime setting: time it with --runtime onnxruntime alone")
+    flag = attention_flag(options.fused_attention, options.folded_attention)
+    if flag and runtimes != ["onnxruntime"]:
+        raise InputError(f"{flag} is an ONNX Runtime setting: time it with --runtime onnxruntime alone")
     deployed = [deployed_contender(m, threads=options.threads, device=options.device, gpu=options.gpu, tf32=options.tf32,
                                    allow_unverified=options.allow_unverified, runtime=runtime,
-                                   fused_attention=options.fused_attention and Path(m).suffix.lower() in ONNX_SUFFIXES,
-                                   folded_attention=options.folded_attention and Path(m).suffix.lower() in ONNX_SUFFIXES)
+                                   **({"fused_attention": options.fused_attention, "folded_attention": options.folded_attention}
+                                      if Path(m).suffix.lower() in ONNX_SUFFIXES else {}))
                 for m in models
                 for runtime in (runtimes if Path(m).suffix.lower() in ONNX_SUFFIXES else ["onnxruntime"])]
     for c in deployed:

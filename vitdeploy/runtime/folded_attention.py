@@ -163,14 +163,14 @@ def _unfold_nodes(found: FoldedAttention, node: onnx.NodeProto) -> tuple[list[on
     q_aug, _, values = node.input[:3]
     p = f"{found.label}/unfold/"
     consts = {"aug_shape": [0, n, heads, aug], "flat_shape": [0, n, heads * hd], "bias_shape": [0, heads, n, n],
-              "q_start": [0], "q_end": [hd], "h_end": [hd + gh], "w_end": [aug], "last": [3], "ax4": [4], "ax3": [3]}
+              "q_start": [0], "q_end": [hd], "h_end": [hd + gh], "w_end": [aug], "ax3": [3], "ax4": [4]}
     inits = [numpy_helper.from_array(np.asarray(v, dtype=np.int64), p + k) for k, v in consts.items()]
     c = {k: p + k for k in consts}
     nodes = [
         helper.make_node("Reshape", [q_aug, c["aug_shape"]], [p + "q_aug4"]),  # B, N, heads, hd+gh+gw
-        helper.make_node("Slice", [p + "q_aug4", c["q_start"], c["q_end"], c["last"]], [p + "q4"]),
-        helper.make_node("Slice", [p + "q_aug4", c["q_end"], c["h_end"], c["last"]], [p + "rel_h"]),
-        helper.make_node("Slice", [p + "q_aug4", c["h_end"], c["w_end"], c["last"]], [p + "rel_w"]),
+        helper.make_node("Slice", [p + "q_aug4", c["q_start"], c["q_end"], c["ax3"]], [p + "q4"]),
+        helper.make_node("Slice", [p + "q_aug4", c["q_end"], c["h_end"], c["ax3"]], [p + "rel_h"]),
+        helper.make_node("Slice", [p + "q_aug4", c["h_end"], c["w_end"], c["ax3"]], [p + "rel_w"]),
         helper.make_node("Reshape", [p + "q4", c["flat_shape"]], [p + "q"]),  # already scaled
         helper.make_node("Reshape", [found.keys, c["flat_shape"]], [p + "k"]),
         helper.make_node("Transpose", [p + "rel_h"], [p + "rel_h_t"], perm=[0, 2, 1, 3]),  # B, heads, N, gh

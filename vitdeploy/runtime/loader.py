@@ -13,25 +13,29 @@ ENGINE_SUFFIXES = (".plan", ".engine", ".trt")
 ONNX_RUNTIMES = ("onnxruntime", "openvino")
 
 
+def attention_flag(fused_attention: bool, folded_attention: bool) -> str | None:
+    """The option that asks ONNX Runtime for an attention form (``--fused-attention``/``--folded-attention``), or None."""
+    return "--fused-attention" if fused_attention else "--folded-attention" if folded_attention else None
+
+
 def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str = "cpu", gpu: int = 0,
                 fused_attention: bool = False, folded_attention: bool = False, tf32: bool = False,
                 allow_unverified: bool = False, runtime: str = "onnxruntime") -> Runner:
     """``.onnx`` -> :class:`OnnxRuntimeRunner` (``threads``, ``ort_device``, ``fused_attention``,
-    ``folded_attention``, ``tf32``,
-    ``allow_unverified``), or with ``runtime="openvino"`` :class:`OpenVinoRunner` (CPU, FP32 pinned);
+    ``folded_attention``, ``tf32``, ``allow_unverified``), or with ``runtime="openvino"`` :class:`OpenVinoRunner` (CPU, FP32 pinned);
     ``.plan``/``.engine``/``.trt`` -> :class:`TensorRTRunner` on CUDA device ``gpu`` (an engine's math was
     fixed when it was built)."""
     path = Path(path)
     suffix = path.suffix.lower()
+    flag = attention_flag(fused_attention, folded_attention)
     if runtime not in ONNX_RUNTIMES:
         raise InputError(f"runtime '{runtime}' is not one of {', '.join(ONNX_RUNTIMES)}")
     if runtime == "openvino":
         if suffix not in ONNX_SUFFIXES:
             raise InputError(f"--runtime openvino runs ONNX models ({', '.join(ONNX_SUFFIXES)}), not '{path.name}': "
                              "TensorRT engines run on TensorRT (leave out --runtime)")
-        if fused_attention or folded_attention:
-            raise InputError(f"--{'fused' if fused_attention else 'folded'}-attention is an ONNX Runtime setting: leave it out with "
-                             "--runtime openvino")
+        if flag:
+            raise InputError(f"{flag} is an ONNX Runtime setting: leave it out with --runtime openvino")
         if tf32:
             raise InputError("--tf32 is CUDA math: OpenVINO runs on the CPU in FP32 (leave out --tf32)")
         from vitdeploy.runtime.openvino_runner import OpenVinoRunner
@@ -42,9 +46,8 @@ def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str
 
         return OnnxRuntimeRunner(path, threads=threads, device=ort_device, fused_attention=fused_attention,
                                  folded_attention=folded_attention, tf32=tf32, allow_unverified=allow_unverified)
-    if fused_attention or folded_attention:
-        raise InputError(f"--{'fused' if fused_attention else 'folded'}-attention applies to ONNX models on ONNX Runtime, "
-                         f"not to '{path.name}'")
+    if flag:
+        raise InputError(f"{flag} applies to ONNX models on ONNX Runtime, not to '{path.name}'")
     if suffix in ENGINE_SUFFIXES:
         from vitdeploy.runtime.tensorrt_runner import TensorRTRunner
 

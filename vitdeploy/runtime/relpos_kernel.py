@@ -128,20 +128,18 @@ def fuse_relpos_attention(model: onnx.ModelProto, library: Path | None = None,
     found, kept = find_folded_attention(graph)
     report = FusionReport(kept=dict(kept))
     for item in found:
-        index, label, head_dim, grid_h, grid_w = item.index, item.label, item.head_dim, item.grid_h, item.grid_w
-        node = graph.node[index]
-        inputs = list(node.input)
-        path = kernel_path(grid_h * grid_w, head_dim, library, requested)
+        label = item.label
+        path = kernel_path(item.tokens, item.head_dim, library, requested)
         if path == "portable":
-            report.kept[label] = (f"{grid_h * grid_w} tokens x head size {head_dim}: only the kernel's portable path "
+            report.kept[label] = (f"{item.tokens} tokens x head size {item.head_dim}: only the kernel's portable path "
                                   f"(vector paths need tokens % 32 == 0 and AVX2/AVX-512; asked for {requested}); "
                                   "ONNX Runtime's kernel is faster there")
             report.portable_only.append(label)
             continue
-        fused = helper.make_node(OP_TYPE, inputs[:3], list(node.output)[:1], name=label, domain=DOMAIN,
-                                 num_heads=item.num_heads, grid_h=grid_h, grid_w=grid_w,
-                                 isa=PATHS.index(path))
-        graph.node[index].CopyFrom(fused)
+        node = graph.node[item.index]
+        fused = helper.make_node(OP_TYPE, list(node.input)[:3], list(node.output)[:1], name=label, domain=DOMAIN,
+                                 num_heads=item.num_heads, grid_h=item.grid_h, grid_w=item.grid_w, isa=PATHS.index(path))
+        graph.node[item.index].CopyFrom(fused)
         report.swapped.append(label)
         report.paths[label] = path
     if report.swapped and not any(o.domain == DOMAIN for o in model.opset_import):
