@@ -55,20 +55,48 @@ from typing import Any
 import numpy as np
 
 TARGETS = ("generic", "tensorrt", "onnxruntime-cpu")
-#: Runner settings of the vitdeploy rows (the naive row gets ONNX Runtime's defaults, as a user would).
+#: Runner settings of the vitdeploy rows (the runner's defaults otherwise: memory pattern off on the CPU).
 VITDEPLOY_ORT_SETTINGS = {"optimization": "all", "io_binding": True}
+#: The plain export's rows get ONNX Runtime's own defaults, as a user would (the runner's would turn the memory
+#: pattern off).
+STOCK_ORT_SETTINGS = {"memory_pattern": True}
 
 
 def contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, int8_path: Path | None = None,
-               with_fused: bool = False, with_openvino: bool = False, with_dynamic: bool = False) -> list[dict[str, Any]]:
+               with_fused: bool = False, with_openvino: bool = False, with_dynamic: bool = False,
+               with_pattern_twins: bool = False, skip: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The rows of the run, in table order. ``with_pattern_twins``: each ONNX Runtime row (but the folded one) once
+    more with ONNX Runtime's memory pattern the other way, right after it; ``skip``: regular expressions of rows
+    left out."""
+    rows = _all_contenders(targets, with_compile, with_int8, int8_path, with_fused, with_openvino, with_dynamic)
+    if with_pattern_twins:
+        rows = [twin for row in rows for twin in (row, _pattern_twin(row)) if twin is not None]
+    kept = [row for row in rows if not any(re.search(pattern, row["name"]) for pattern in skip)]
+    if not kept or kept[0]["kind"] != "eager":
+        raise SystemExit("--skip left out the eager row: every ratio is to it")
+    return kept
+
+
+def _pattern_twin(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The twin of an ONNX Runtime row with the memory pattern flipped (None for other rows and the folded one)."""
+    if row["kind"] != "ort" or row["settings"].get("folded_attention"):
+        return None
+    flipped = not row["settings"].get("memory_pattern", False)  # False: the runner's CPU default
+    return {**row, "name": f"{row['name']}, memory pattern {'on' if flipped else 'off'}",
+            "settings": {**row["settings"], "memory_pattern": flipped}}
+
+
+def _all_contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, int8_path: Path | None,
+                    with_fused: bool, with_openvino: bool, with_dynamic: bool) -> list[dict[str, Any]]:
     rows = [{"name": "eager official (PyTorch)", "kind": "eager", "precision": "fp32"}]
     if with_compile:
         rows.append({"name": "torch.compile official", "kind": "compile", "precision": "fp32"})
-    rows.append({"name": "ORT, naive export", "kind": "ort", "model": "naive.onnx", "precision": "fp32", "settings": {}})
+    rows.append({"name": "ORT, naive export", "kind": "ort", "model": "naive.onnx", "precision": "fp32",
+                 "settings": STOCK_ORT_SETTINGS})
     if with_dynamic:
         # What samexporter ships: onnxruntime.quantization.quantize_dynamic of the plain export (weights only).
         rows.append({"name": "ORT, naive export, dynamic INT8 (quantize_dynamic)", "kind": "ort", "model": "naive_dynamic_int8.onnx",
-                     "precision": "int8", "settings": {}, "fp32_source": "ORT, naive export"})
+                     "precision": "int8", "settings": STOCK_ORT_SETTINGS, "fp32_source": "ORT, naive export"})
     if with_openvino:
         rows.append({"name": "OpenVINO f32, naive export", "kind": "openvino", "model": "naive.onnx", "precision": "fp32"})
     for target in targets:
@@ -285,10 +313,11 @@ def fusion_checks(workdir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
     from vitdeploy.runtime.ort_settings import OrtSettings
 
     checks = {}
+    checked = set()
     for row in rows:
-        if (row["kind"] != "ort" or not row["settings"] or row["settings"].get("fused_attention")
-                or row["settings"].get("folded_attention")):
-            continue  # the fused and folded rows run the same files as their plain rows
+        if row["kind"] != "ort" or row["model"].startswith("naive") or row["model"] in checked:
+            continue  # the plain export's graphs, and rows that run a file already checked (fused, folded, twins)
+        checked.add(row["model"])
         model = workdir / row["model"]
         settings = OrtSettings(threads=1, optimization=row["settings"].get("optimization", "all"))
         report = fusion_report(optimized_graph(model, workdir / f"optimized_{Path(row['model']).stem}.onnx", settings))
@@ -419,6 +448,11 @@ def main() -> None:
                         help="leave out the plain export quantized with onnxruntime's quantize_dynamic (samexporter's INT8)")
     parser.add_argument("--no-fused", action="store_true",
                         help="leave out the rows on vitdeploy's fused rel-pos kernel (included when cpp/build.sh has built it)")
+    parser.add_argument("--memory-pattern-twins", action="store_true",
+                        help="also run each ONNX Runtime row with ONNX Runtime's memory pattern the other way "
+                             "(on for vitdeploy's rows, off for the plain export's)")
+    parser.add_argument("--skip", action="append", default=[], metavar="REGEX",
+                        help="leave out the rows whose name matches (repeatable; the eager row cannot be left out)")
     parser.add_argument("--int8", type=Path, default=None,
                         help="use this INT8 file (calibrated from the onnxruntime-cpu export) instead of calibrating one")
     parser.add_argument("--int8-report", type=Path, default=None, help="the 'vitdeploy calibrate --report' JSON of --int8")
@@ -444,7 +478,8 @@ def main() -> None:
     if not args.no_openvino and not with_openvino:
         print("note: no OpenVINO rows: pip install 'vitdeploy[openvino]'", flush=True)
     rows = contenders(tuple(args.targets), not args.no_compile, not args.no_int8, args.int8, with_fused=with_fused,
-                      with_openvino=with_openvino, with_dynamic=not args.no_dynamic_int8)
+                      with_openvino=with_openvino, with_dynamic=not args.no_dynamic_int8,
+                      with_pattern_twins=args.memory_pattern_twins, skip=tuple(args.skip))
     load_before = os.getloadavg()
     info = prepare(args, workdir, rows)
     from vitdeploy.models.recipes import load_recipe

@@ -9,7 +9,9 @@ Contenders:
                           (decoder + mask upscaling to a 1500x2250 original; the embedding is given), beside
                           the official export script's graph on ORT (SamOnnxModel: decoder + upscaling in
                           the graph, thresholded after) and vitdeploy's decoder graph alone (low-res masks)
-                          then the two graphs once more, each alone under ONNX Runtime's profiler
+                          then the two graphs once more, each alone under ONNX Runtime's profiler, and
+                          each alone vs the two alternated, ONNX Runtime's thread spinning on and off
+                          (does one session's spinning pool slow the other?)
 
 Usage:
     .venv/bin/python benchmarks/bench_timm_and_decoder.py --threads 2 --rounds 10 --out out/bench_timm_decoder.json
@@ -153,7 +155,9 @@ def bench_decoder(tmp: Path, threads: int, rounds: int, warmup: int) -> dict:
     # The two graphs again, each alone (not alternated) under ONNX Runtime's profiler: where each one's time goes.
     profiles = profile_one_after_the_other({"official export graph": (official_graph, official_feeds),
                                             "vitdeploy decoder graph": (result.path, our_feeds)}, threads, rounds, tmp)
-    return {"graph_profiles": profiles, "export_seconds": export_s, "parity": parity.to_dict(), "mask_parity": masks.to_dict(),
+    contention = graphs_alone_and_alternated({"official export graph": (official_graph, official_feeds),
+                                              "vitdeploy decoder graph": (result.path, our_feeds)}, threads, rounds, warmup)
+    return {"graph_profiles": profiles, "graph_contention": contention, "export_seconds": export_s, "parity": parity.to_dict(), "mask_parity": masks.to_dict(),
             "official_graph_parity": graph_parity.to_dict(), "official_graph_mask_parity": graph_masks.to_dict(),
             **_rows(samples, "eager official decoder"),
             "predict": _rows(e2e_samples, "official SamPredictor.predict")}
@@ -177,6 +181,33 @@ def profile_one_after_the_other(graphs: dict[str, tuple[Path, dict[str, np.ndarr
         print(f"{label}, alone under the profiler: {steady['run_ms']:.1f} ms per run ({top})", flush=True)
         out[label] = steady
     return out
+
+
+def graphs_alone_and_alternated(graphs: dict[str, tuple[Path, dict[str, np.ndarray]]], threads: int, rounds: int,
+                                warmup: int) -> dict[str, dict[str, float]]:
+    """Whether alternating two ONNX Runtime sessions slows each: every graph timed alone, then the graphs
+    alternated, with ONNX Runtime's default thread spinning and with spinning off (fresh runners each time).
+
+    Why: alternated with the official graph, the vitdeploy graph took longer than alternated with eager
+    PyTorch; the guess was one session's spinning intra-op threads taking the cores from the other.
+    """
+    def runners(spinning: bool | None) -> dict[str, Callable[[], object]]:
+        out = {}
+        for label, (path, feeds) in graphs.items():
+            runner = OnnxRuntimeRunner(path, threads=threads, spinning=spinning)
+            out[label] = (lambda r=runner, f=feeds: r.run(f))
+        return out
+
+    medians: dict[str, dict[str, float]] = {}
+    for spinning, name in ((None, "spinning on (default)"), (False, "spinning off")):
+        fns = runners(spinning)
+        for label, fn in fns.items():
+            alone = alternate({label: fn}, rounds, warmup, f"{label} alone, {name}")
+            medians.setdefault(label, {})[f"alone, {name}"] = float(np.median(alone[label]))
+        both = alternate(fns, rounds, warmup, f"graphs alternated, {name}")
+        for label, samples in both.items():
+            medians[label][f"alternated, {name}"] = float(np.median(samples))
+    return medians
 
 
 def export_official_decoder_graph(sam, path: Path) -> Path:
@@ -234,6 +265,8 @@ def main() -> None:
           f"{dec['parity']['cosine']:.8f} rel L2 {dec['parity']['rel_l2']:.2e}; 1500x2250 masks min IoU "
           f"{min(dec['mask_parity']['iou']):.5f}; vs the official export's graph: low-res cosine "
           f"{dec['official_graph_parity']['cosine']:.8f}, 1500x2250 masks min IoU {min(dec['official_graph_mask_parity']['iou']):.5f}")
+    for label, medians in dec["graph_contention"].items():
+        print(f"{label}: " + ", ".join(f"{setting} {ms:.1f} ms" for setting, ms in medians.items()))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2))

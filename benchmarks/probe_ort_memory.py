@@ -1,11 +1,13 @@
 """ONNX Runtime's CPU memory settings on one ONNX file: run-by-run latency and peak RSS, each setting in a fresh process.
 
 Why: in ``bench_encoder_speed.py`` the full-size SAM encoder's ONNX Runtime rows ran their second run
-2-4 s slower than the third, and the plain/generic graphs held ~7 GB. This probe opens the same file
-with ``OnnxRuntimeRunner`` (as the verbs do) with ONNX Runtime's defaults, with the memory pattern off
-(``memory_pattern=False``) and with the CPU arena off (``memory_arena=False``), each in its own process
-(``bench_encoder_speed.run_worker``), and prints every run's time (the first is the run right after
-loading) and the process's peak RSS (``VmHWM``).
+2-4 s slower than the third, and the plain/generic graphs held ~7 GB, with ONNX Runtime's memory
+pattern on (its default; vitdeploy's runner now turns it off on the CPU). This probe opens a file with
+``OnnxRuntimeRunner`` (as the verbs do) with the runner's defaults (``default``), the memory pattern on
+(``mem-pattern``) or off (``no-mem-pattern``) and the CPU arena off (``no-arena``), each in its own
+process (``bench_encoder_speed.run_worker``), and prints every run's time (the first is the run right
+after loading) and the process's peak RSS (``VmHWM``). Inputs: ``--input`` for a one-input model, else
+seeded random float32 for every input (symbolic dimensions 1, or ``--dims name=value``).
 
 Usage:
     .venv/bin/python benchmarks/probe_ort_memory.py out/speed/naive.onnx --input out/speed/input.npy --threads 2 --runs 4
@@ -27,19 +29,21 @@ from bench_encoder_speed import _vm_hwm_kb, run_worker  # noqa: E402  (the same 
 from profile_encoder_ops import _timed  # noqa: E402
 
 #: Setting name -> OnnxRuntimeRunner keywords.
-SETTINGS = {"default": {}, "no-mem-pattern": {"memory_pattern": False}, "no-arena": {"memory_arena": False}}
+SETTINGS = {"default": {}, "mem-pattern": {"memory_pattern": True}, "no-mem-pattern": {"memory_pattern": False},
+            "no-arena": {"memory_arena": False}}
 
 
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
     from vitdeploy.runtime.runners import OnnxRuntimeRunner
 
     runner = OnnxRuntimeRunner(spec["model"], threads=spec["threads"], **SETTINGS[spec["setting"]])
-    name, shape = next(iter(runner.input_shapes().items()))
+    rng = np.random.default_rng(0)
     if spec["input"]:
-        x = np.load(spec["input"])
+        feeds = {runner.input_names[0]: np.load(spec["input"])}
     else:
-        x = np.random.default_rng(0).standard_normal([d if isinstance(d, int) else 1 for d in shape]).astype(np.float32)
-    runs = _timed(lambda: runner.run({name: x}), spec["runs"])
+        feeds = {name: rng.standard_normal([d if isinstance(d, int) else spec["dims"].get(d, 1) for d in shape])
+                 .astype(np.float32) for name, shape in runner.input_shapes().items()}
+    runs = _timed(lambda: runner.run(feeds), spec["runs"])
     return {"runs_ms": [round(r) for r in runs], "peak_rss_mb": round(_vm_hwm_kb() / 1024.0)}
 
 
@@ -47,6 +51,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", nargs="?")
     parser.add_argument("--input", default=None, help=".npy input (default: seeded random of the input's shape)")
+    parser.add_argument("--dims", nargs="*", default=[], metavar="NAME=VALUE",
+                        help="values of symbolic input dimensions for the random inputs (default 1)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
@@ -61,6 +67,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for setting in args.settings:
             spec = {"model": str(Path(args.model).resolve()), "setting": setting, "threads": args.threads,
+                    "dims": {k: int(v) for k, v in (d.split("=", 1) for d in args.dims)},
                     "runs": args.runs, "input": str(Path(args.input).resolve()) if args.input else None}
             result = run_worker(spec, Path(tmp), setting, __file__)
             if "failed" in result:

@@ -32,16 +32,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_encoder_speed import (  # noqa: E402  (the same artifacts, workers and options)
-    VITDEPLOY_ORT_SETTINGS, _build_torch, _vm_hwm_kb, common_arguments, prepare_artifacts, run_worker)
+    STOCK_ORT_SETTINGS, VITDEPLOY_ORT_SETTINGS, _build_torch, _vm_hwm_kb, common_arguments, prepare_artifacts, run_worker)
 
 from vitdeploy.benchmark.op_profile import KINDS  # noqa: E402
 
 
 def contenders(with_int8: bool, with_fused: bool, with_dynamic: bool) -> list[dict[str, Any]]:
-    rows = [{"kind": "ort", "name": "plain export (ORT defaults)", "model": "naive.onnx", "precision": "fp32", "settings": {}}]
+    rows = [{"kind": "ort", "name": "plain export (ORT defaults)", "model": "naive.onnx", "precision": "fp32",
+             "settings": STOCK_ORT_SETTINGS}]
     if with_dynamic:
         rows.append({"kind": "ort", "name": "plain export, quantize_dynamic INT8", "model": "naive_dynamic_int8.onnx",
-                     "precision": "int8", "settings": {}})
+                     "precision": "int8", "settings": STOCK_ORT_SETTINGS})
     for target in ("generic", "onnxruntime-cpu"):
         rows.append({"kind": "ort", "name": f"vitdeploy --target {target}", "model": f"vitdeploy_{target}.onnx", "precision": "fp32",
                      "settings": VITDEPLOY_ORT_SETTINGS, "target": target})

@@ -12,7 +12,8 @@ from precision_fixtures import calib_cache, calibration_feeds, export_tiny  # no
 from vitdeploy.errors import InputError
 from vitdeploy.metadata import encode
 from vitdeploy.runtime.ort_fusions import fusion_report, optimized_graph
-from vitdeploy.runtime.ort_settings import INT8_DISABLED_OPTIMIZERS, OrtSettings, read_metadata_props
+from vitdeploy.runtime.ort_settings import (INT8_DISABLED_OPTIMIZERS, OrtSettings, default_memory_pattern,
+                                            read_metadata_props)
 from vitdeploy.runtime.runners import OnnxRuntimeRunner
 
 
@@ -55,6 +56,13 @@ def test_settings_change_speed_knobs_not_numbers(fp32_model: Path, tmp_path: Pat
     first = tuned.run(_input())["image_embeddings"]
     second = tuned.run({"image": np.zeros((1, 3, 64, 64), np.float32)})["image_embeddings"]
     assert first is second
+
+
+def test_memory_pattern_is_off_on_the_cpu_unless_asked_for(fp32_model: Path) -> None:
+    """ONNX Runtime's default is on; vitdeploy's runner turns it off on the CPU (see default_memory_pattern)."""
+    assert not OnnxRuntimeRunner(fp32_model, threads=1).session.get_session_options().enable_mem_pattern
+    assert OnnxRuntimeRunner(fp32_model, threads=1, memory_pattern=True).session.get_session_options().enable_mem_pattern
+    assert default_memory_pattern("cuda") and default_memory_pattern("tensorrt") and not default_memory_pattern("cpu")
 
 
 def test_metadata_is_read_without_loading_the_graph(fp32_model: Path) -> None:

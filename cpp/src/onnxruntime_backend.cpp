@@ -113,6 +113,9 @@ OnnxRuntimeBackend::OnnxRuntimeBackend(const std::string& path, const BackendOpt
             so.SetInterOpNumThreads(1);
         }
         so.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL);
+        // As vitdeploy's Python runner on the CPU: ONNX Runtime's memory pattern (on by default) held twice the
+        // memory of the full-size SAM encoder and made its second run seconds slower (README, "Benchmarks").
+        so.DisableMemPattern();
         impl_->session = Ort::Session(environment(), path.c_str(), so);
     } catch (const Ort::Exception& e) {
         throw BackendError("ONNX Runtime cannot load '" + path + "' (" + first_line(e.what()) +

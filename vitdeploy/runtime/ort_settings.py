@@ -11,7 +11,9 @@ performance" and "Graph optimizations" in the ONNX Runtime docs):
   skip the optimizer at start-up).
 * ``threads``: intra-op threads (one op's work split); inter-op threads stay 1 (sequential executor).
 * ``memory_arena``: CPU memory arena (keeps freed blocks for reuse; faster, holds peak memory).
-* ``memory_pattern``: pre-plans one allocation per run from the first run's tensor sizes (static shapes).
+* ``memory_pattern``: ONNX Runtime traces the first run's allocations and from the next run on makes one
+  big allocation per run laid out from that trace (static shapes). **Off by default on the CPU in
+  vitdeploy** (ONNX Runtime's own default is on); see :func:`default_memory_pattern`.
 * ``spinning``: idle pool threads spin waiting for work (lowest latency on an otherwise idle machine;
   on a shared or oversubscribed one, ``False`` gives the cores back).
 * ``io_binding``: bind inputs and pre-allocated outputs instead of copying results into new arrays.
@@ -55,7 +57,7 @@ class OrtSettings:
     optimization: str = "all"
     optimized_model_path: str | None = None
     memory_arena: bool = True
-    memory_pattern: bool = True
+    memory_pattern: bool = False  # vitdeploy's CPU default, see default_memory_pattern
     spinning: bool | None = None
     io_binding: bool = False
     disabled_optimizers: tuple[str, ...] | None = None
@@ -112,6 +114,22 @@ class OrtSettings:
         if self.disabled_optimizers is not None:
             return list(self.disabled_optimizers)
         return list(INT8_DISABLED_OPTIMIZERS) if quantized else []
+
+
+def default_memory_pattern(device: str) -> bool:
+    """Whether ONNX Runtime's memory pattern is on when the caller does not say: off on the CPU, ONNX Runtime's
+    default (on) on the GPU providers, where it has not been measured.
+
+    Why off on the CPU, measured on the full-size SAM ViT-B encoder (AMD EPYC Zen 1, AVX2, 2 threads,
+    onnxruntime 1.32.0, ``benchmarks/bench_encoder_speed.py --memory-pattern-off``, each setting in fresh
+    processes, alternated): the pattern's planned block held 6.9-7.0 GB for the plain and ``generic``
+    graphs against 3.7 GB without it (4.9 against 3.6 GB for ``onnxruntime-cpu``, 4.4 against 2.9 GB for
+    INT8), the run that lays it out (the second) took 3-5 s longer than the others, and no row was
+    slower without it (``generic``: 15.2 against 18.4 s median). The small graphs neither lose nor gain
+    time (``benchmarks/probe_ort_memory.py``, same CPU: SAM decoder 92-93 ms per prompt either way, 141
+    against 167 MB; timm ViT-B/16 at 224: 508 ms either way, 513-524 against 539 MB).
+    """
+    return device != "cpu"
 
 
 def is_int8_file(path: str | Path) -> bool:
@@ -217,4 +235,4 @@ def _string_pair(entry: bytes) -> tuple[str, str]:
 
 
 __all__ = ["INT8_DISABLED_OPTIMIZERS", "OPTIMIZATION_LEVELS", "X64_QUANT_PRECISION", "Int8Kernels", "OrtSettings",
-           "int8_kernels", "is_int8_file", "read_metadata_props"]
+           "default_memory_pattern", "int8_kernels", "is_int8_file", "read_metadata_props"]

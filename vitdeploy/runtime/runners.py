@@ -10,7 +10,7 @@ import numpy as np
 from vitdeploy.errors import InputError, MissingDependencyError, MissingWeightsError, first_line
 from vitdeploy.fileio import load_onnx_graph, require_onnx_file
 from vitdeploy.metadata import decode
-from vitdeploy.runtime.ort_settings import OrtSettings, int8_kernels, read_metadata_props
+from vitdeploy.runtime.ort_settings import OrtSettings, default_memory_pattern, int8_kernels, read_metadata_props
 from vitdeploy.runtime.providers import PROVIDERS, plan_providers
 
 _ORT_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
@@ -47,7 +47,8 @@ class OnnxRuntimeRunner:
     """Runs an ONNX file with ONNX Runtime; reads the file's vitdeploy metadata.
 
     The keyword-only arguments expose ONNX Runtime's session settings (see
-    :class:`vitdeploy.runtime.ort_settings.OrtSettings`); left out, ONNX Runtime's defaults apply.
+    :class:`vitdeploy.runtime.ort_settings.OrtSettings`); left out, ONNX Runtime's defaults apply, but for
+    ``memory_pattern``: off on the CPU (:func:`vitdeploy.runtime.ort_settings.default_memory_pattern`).
     With ``io_binding=True`` inputs are bound in place and outputs are written into arrays allocated
     once per runner: the arrays ``run`` returns are then reused by the next ``run`` (copy them to keep them).
     With ``fused_attention=True`` (CPU only) the graph's folded rel-pos attention runs on vitdeploy's
@@ -71,7 +72,7 @@ class OnnxRuntimeRunner:
         optimized_model_path: str | Path | None = None,
         *,
         memory_arena: bool = True,
-        memory_pattern: bool = True,
+        memory_pattern: bool | None = None,
         spinning: bool | None = None,
         io_binding: bool = False,
         session_config: dict[str, str] | None = None,
@@ -90,7 +91,8 @@ class OnnxRuntimeRunner:
         self.settings = OrtSettings(
             threads=threads, optimization=optimization,
             optimized_model_path=str(optimized_model_path) if optimized_model_path is not None else None,
-            memory_arena=memory_arena, memory_pattern=memory_pattern, spinning=spinning, io_binding=io_binding,
+            memory_arena=memory_arena, spinning=spinning, io_binding=io_binding,
+            memory_pattern=default_memory_pattern(device) if memory_pattern is None else memory_pattern,
             disabled_optimizers=tuple(disabled_optimizers) if disabled_optimizers is not None else None,
             config=dict(session_config or {}),
             profile_prefix=str(profile_prefix) if profile_prefix is not None else None,
