@@ -79,9 +79,11 @@ def contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, in
 
 def _pattern_twin(row: dict[str, Any]) -> dict[str, Any] | None:
     """The twin of an ONNX Runtime row with the memory pattern flipped (None for other rows and the folded one)."""
+    from vitdeploy.runtime.ort_settings import default_memory_pattern
+
     if row["kind"] != "ort" or row["settings"].get("folded_attention"):
         return None
-    flipped = not row["settings"].get("memory_pattern", False)  # False: the runner's CPU default
+    flipped = not row["settings"].get("memory_pattern", default_memory_pattern("cpu"))
     return {**row, "name": f"{row['name']}, memory pattern {'on' if flipped else 'off'}",
             "settings": {**row["settings"], "memory_pattern": flipped}}
 

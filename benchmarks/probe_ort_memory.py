@@ -3,8 +3,8 @@
 Why: in ``bench_encoder_speed.py`` the full-size SAM encoder's ONNX Runtime rows ran their second run
 2-4 s slower than the third, and the plain/generic graphs held ~7 GB, with ONNX Runtime's memory
 pattern on (its default; vitdeploy's runner now turns it off on the CPU). This probe opens a file with
-``OnnxRuntimeRunner`` (as the verbs do) with the runner's defaults (``default``), the memory pattern on
-(``mem-pattern``) or off (``no-mem-pattern``) and the CPU arena off (``no-arena``), each in its own
+``OnnxRuntimeRunner`` (as the verbs do) with the memory pattern on (``mem-pattern``) or off
+(``no-mem-pattern``, the runner's default on the CPU) and with the CPU arena off (``no-arena``), each in its own
 process (``bench_encoder_speed.run_worker``), and prints every run's time (the first is the run right
 after loading) and the process's peak RSS (``VmHWM``). Inputs: ``--input`` for a one-input model, else
 seeded random float32 for every input (symbolic dimensions 1, or ``--dims name=value``).
@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_encoder_speed import _vm_hwm_kb, run_worker  # noqa: E402  (the same fresh-process worker and RSS reader)
 from profile_encoder_ops import _timed  # noqa: E402
 
-#: Setting name -> OnnxRuntimeRunner keywords.
-SETTINGS = {"default": {}, "mem-pattern": {"memory_pattern": True}, "no-mem-pattern": {"memory_pattern": False},
+#: Setting name -> OnnxRuntimeRunner keywords (the runner's CPU default is "no-mem-pattern").
+SETTINGS = {"mem-pattern": {"memory_pattern": True}, "no-mem-pattern": {"memory_pattern": False},
             "no-arena": {"memory_arena": False}}
 
 
@@ -50,7 +50,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", nargs="?")
-    parser.add_argument("--input", default=None, help=".npy input (default: seeded random of the input's shape)")
+    parser.add_argument("--input", default=None, help=".npy input of a one-input model (default: seeded random for every input)")
     parser.add_argument("--dims", nargs="*", default=[], metavar="NAME=VALUE",
                         help="values of symbolic input dimensions for the random inputs (default 1)")
     parser.add_argument("--threads", type=int, default=2)

@@ -89,6 +89,25 @@ def tiny_checkpoint(tmp_path: Path) -> Path:
     return path
 
 
+def export_tiny_targets(root: Path, name: str, seed: int, targets: tuple[str, ...] = ("onnxruntime-cpu", "generic"),
+                        dynamic_batch: bool = False) -> dict[str, Path]:
+    """The seeded tiny encoder ``name`` exported once per attention target into ``root`` (random weights by seed in
+    the metadata, so validate rebuilds the eager model from it); target -> file."""
+    from vitdeploy.models.recipes import SAM_PIXEL_MEAN, SAM_PIXEL_STD
+    from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
+
+    encoder = tiny_encoder(name, seed=seed)
+    arch = TINY_ARCHS[name]
+    paths = {}
+    for target in targets:
+        meta = sam_encoder_metadata(variant="tiny", input_size=arch.img_size, pixel_mean=SAM_PIXEL_MEAN,
+                                    pixel_std=SAM_PIXEL_STD, architecture=arch.to_dict(), random_seed=seed, target=target,
+                                    dynamic_batch=dynamic_batch)
+        paths[target] = export_sam_image_encoder(encoder, root / f"{target}.onnx", metadata=meta, target=target,
+                                                 dynamic_batch=dynamic_batch).path
+    return paths
+
+
 def tamper_onehot_tables(model) -> int:
     """Put one key of each folded attention's one-hot table in two columns (no longer the folded rel-pos layout),
     in place; the number of tables changed."""

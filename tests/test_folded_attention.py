@@ -11,11 +11,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from tests.conftest import TINY_ARCHS, tamper_onehot_tables, tiny_encoder
+from tests.conftest import TINY_ARCHS, export_tiny_targets, tamper_onehot_tables, tiny_encoder
 from vitdeploy.cli import cli
 from vitdeploy.errors import InputError
-from vitdeploy.models.recipes import SAM_PIXEL_MEAN, SAM_PIXEL_STD
-from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
 from vitdeploy.runtime.folded_attention import find_folded_attention, pays_to_unfold, unfold_relpos_attention
 from vitdeploy.runtime.runners import OnnxRuntimeRunner
 from vitdeploy.validation.parity import compare
@@ -27,16 +25,7 @@ UNFOLDED_VS_FOLDED_MAX_ABS_REL = 1e-5
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("folded")
-    encoder = tiny_encoder(ARCH, seed=11)
-    arch = TINY_ARCHS[ARCH]
-
-    def meta(target: str) -> dict:  # random weights by seed: validate rebuilds the eager model from it
-        return sam_encoder_metadata(variant="tiny", input_size=arch.img_size, pixel_mean=SAM_PIXEL_MEAN, pixel_std=SAM_PIXEL_STD,
-                                    architecture=arch.to_dict(), random_seed=11, target=target, dynamic_batch=True)
-
-    return {t: export_sam_image_encoder(encoder, root / f"{t}.onnx", metadata=meta(t), target=t, dynamic_batch=True).path
-            for t in ("onnxruntime-cpu", "generic")}
+    return export_tiny_targets(tmp_path_factory.mktemp("folded"), ARCH, seed=11, dynamic_batch=True)
 
 
 def test_runner_unfolds_the_global_block_with_the_official_numbers(exports: dict[str, Path]) -> None:

@@ -16,11 +16,9 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from cpp_build import cpp_build, toolchain_missing  # noqa: F401 (session fixture)
-from tests.conftest import TINY_ARCHS, tamper_onehot_tables, tiny_encoder
+from tests.conftest import TINY_ARCHS, export_tiny_targets, tamper_onehot_tables, tiny_encoder
 from vitdeploy.cli import cli
 from vitdeploy.errors import InputError
-from vitdeploy.models.recipes import SAM_PIXEL_MEAN, SAM_PIXEL_STD
-from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
 from vitdeploy.runtime import relpos_kernel
 from vitdeploy.runtime.runners import OnnxRuntimeRunner
 from vitdeploy.validation.parity import compare
@@ -45,16 +43,7 @@ def library(cpp_build: Path) -> Path:  # noqa: F811
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("relpos_kernel")
-    encoder = tiny_encoder(ARCH, seed=7)
-    arch = TINY_ARCHS[ARCH]
-
-    def meta(target: str) -> dict:  # random weights by seed: validate rebuilds the eager model from it
-        return sam_encoder_metadata(variant="tiny", input_size=arch.img_size, pixel_mean=SAM_PIXEL_MEAN, pixel_std=SAM_PIXEL_STD,
-                                    architecture=arch.to_dict(), random_seed=7, target=target)
-
-    return {t: export_sam_image_encoder(encoder, root / f"{t}.onnx", metadata=meta(t), target=t).path
-            for t in ("onnxruntime-cpu", "generic")}
+    return export_tiny_targets(tmp_path_factory.mktemp("relpos_kernel"), ARCH, seed=7)
 
 
 def _expected_path(tokens: int, head_dim: int, requested: str) -> str:

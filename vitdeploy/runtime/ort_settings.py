@@ -57,7 +57,7 @@ class OrtSettings:
     optimization: str = "all"
     optimized_model_path: str | None = None
     memory_arena: bool = True
-    memory_pattern: bool = False  # vitdeploy's CPU default, see default_memory_pattern
+    memory_pattern: bool = field(default_factory=lambda: default_memory_pattern("cpu"))
     spinning: bool | None = None
     io_binding: bool = False
     disabled_optimizers: tuple[str, ...] | None = None
@@ -121,8 +121,8 @@ def default_memory_pattern(device: str) -> bool:
     default (on) on the GPU providers, where it has not been measured.
 
     Why off on the CPU, measured on the full-size SAM ViT-B encoder (AMD EPYC Zen 1, AVX2, 2 threads,
-    onnxruntime 1.32.0, ``benchmarks/bench_encoder_speed.py --memory-pattern-off``, each setting in fresh
-    processes, alternated): the pattern's planned block held 6.9-7.0 GB for the plain and ``generic``
+    onnxruntime 1.32.0, ``benchmarks/bench_encoder_speed.py`` with each ONNX Runtime row run both ways, each
+    in fresh processes, alternated; the flag is ``--memory-pattern-twins``): the pattern's planned block held 6.9-7.0 GB for the plain and ``generic``
     graphs against 3.7 GB without it (4.9 against 3.6 GB for ``onnxruntime-cpu``, 4.4 against 2.9 GB for
     INT8), the run that lays it out (the second) took 3-5 s longer than the others, and no row was
     slower without it (``generic``: 15.2 against 18.4 s median). The small graphs neither lose nor gain
