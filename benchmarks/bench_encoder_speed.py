@@ -32,7 +32,12 @@ What it does:
    (:mod:`vitdeploy.runtime.folded_attention`).
    When OpenVINO is installed (``pip install 'vitdeploy[openvino]'``), the plain export, each vitdeploy
    FP32 target and the INT8 Q/DQ file also run on OpenVINO (``OpenVinoRunner``: FP32 pinned, 7-bit
-   weights for INT8 on CPUs without VNNI/AMX); ``--no-openvino`` leaves them out.
+   weights for INT8 on CPUs without VNNI/AMX); ``--no-openvino`` leaves them out. With NNCF installed
+   (``pip install -c requirements.lock -e '.[dev,bench]'``), OpenVINO's own INT8 runs too: the plain export
+   quantized by ``nncf.quantize`` (transformer scheme, the same calibration images as vitdeploy's INT8), as an
+   OpenVINO user would make it, with NNCF's default overflow fix (first layer only) and, on CPUs without
+   VNNI/AMX (where u8 x s8 saturates), with its overflow fix on every layer (7-bit weights, what OpenVINO
+   advises there); ``--no-nncf`` leaves them out.
 4. Reports per contender: median and p90 of all timed runs, ratio to eager, the first run after loading
    (``first run ms``: arena growth, lazy initialization) and the load time, multiple of the floor
    (FLOPs / best measured GEMM throughput), peak RSS of the whole process and during the timed runs
@@ -60,15 +65,18 @@ VITDEPLOY_ORT_SETTINGS = {"optimization": "all", "io_binding": True}
 #: The plain export's rows get ONNX Runtime's own defaults, as a user would (the runner's would turn the memory
 #: pattern off).
 STOCK_ORT_SETTINGS = {"memory_pattern": True}
+#: The plain export quantized by NNCF (OpenVINO IR, weights in the .bin beside it) -> NNCF's overflow fix
+#: (``nncf.OverflowFix``'s value; None: NNCF's default, the first layer only).
+NNCF_MODELS = {"naive_nncf_int8.xml": None, "naive_nncf_int8_overflow_fix.xml": "enable"}
 
 
 def contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, int8_path: Path | None = None,
-               with_fused: bool = False, with_openvino: bool = False, with_dynamic: bool = False,
+               with_fused: bool = False, with_openvino: bool = False, with_dynamic: bool = False, with_nncf: bool = False,
                with_pattern_twins: bool = False, skip: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """The rows of the run, in table order. ``with_pattern_twins``: each ONNX Runtime row (but the folded one) once
     more with ONNX Runtime's memory pattern the other way, right after it; ``skip``: regular expressions of rows
     left out."""
-    rows = _all_contenders(targets, with_compile, with_int8, int8_path, with_fused, with_openvino, with_dynamic)
+    rows = _all_contenders(targets, with_compile, with_int8, int8_path, with_fused, with_openvino, with_dynamic, with_nncf)
     if with_pattern_twins:
         rows = [twin for row in rows for twin in (row, _pattern_twin(row)) if twin is not None]
     kept = [row for row in rows if not any(re.search(pattern, row["name"]) for pattern in skip)]
@@ -89,7 +97,7 @@ def _pattern_twin(row: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _all_contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, int8_path: Path | None,
-                    with_fused: bool, with_openvino: bool, with_dynamic: bool) -> list[dict[str, Any]]:
+                    with_fused: bool, with_openvino: bool, with_dynamic: bool, with_nncf: bool) -> list[dict[str, Any]]:
     rows = [{"name": "eager official (PyTorch)", "kind": "eager", "precision": "fp32"}]
     if with_compile:
         rows.append({"name": "torch.compile official", "kind": "compile", "precision": "fp32"})
@@ -101,6 +109,14 @@ def _all_contenders(targets: tuple[str, ...], with_compile: bool, with_int8: boo
                      "precision": "int8", "settings": STOCK_ORT_SETTINGS, "fp32_source": "ORT, naive export"})
     if with_openvino:
         rows.append({"name": "OpenVINO f32, naive export", "kind": "openvino", "model": "naive.onnx", "precision": "fp32"})
+        if with_nncf:
+            # What an OpenVINO user would pick for INT8: NNCF's post-training quantization of the plain export.
+            rows.append({"name": "OpenVINO INT8, NNCF quantize (naive export)", "kind": "openvino-ir",
+                         "model": "naive_nncf_int8.xml", "precision": "int8", "fp32_source": "ORT, naive export"})
+            if _u8s8_saturates():  # where OpenVINO's docs advise it: 7-bit weights in every layer
+                rows.append({"name": "OpenVINO INT8, NNCF quantize, overflow fix (naive export)", "kind": "openvino-ir",
+                             "model": "naive_nncf_int8_overflow_fix.xml", "precision": "int8",
+                             "fp32_source": "ORT, naive export"})
     for target in targets:
         rows.append({"name": f"ORT, vitdeploy FP32 --target {target}", "kind": "ort", "model": f"vitdeploy_{target}.onnx",
                      "precision": "fp32", "settings": VITDEPLOY_ORT_SETTINGS, "target": target})
@@ -170,6 +186,16 @@ def _build_torch(spec: dict[str, Any]):
 def _build_deployed(spec: dict[str, Any]):
     """(run, what ran): an ONNX file on ONNX Runtime with the row's settings, or on OpenVINO (its provider line)."""
     path = Path(spec["workdir"]) / spec["model"]
+    if spec["kind"] == "openvino-ir":  # an OpenVINO IR (NNCF's output), compiled as the OpenVinoRunner compiles
+        import openvino as ov
+
+        from vitdeploy.runtime.openvino_runner import cpu_config
+
+        core = ov.Core()
+        compiled = core.compile_model(core.read_model(str(path)), "CPU", cpu_config(spec["threads"]))
+        request, output = compiled.create_infer_request(), compiled.outputs[0]
+        return (lambda x: request.infer({0: x})[output]), (f"OpenVINO {ov.__version__} CPU plugin, NNCF INT8 IR, "
+                                                             f"{compiled.get_property('INFERENCE_NUM_THREADS')} thread(s)")
     if spec["kind"] == "openvino":
         from vitdeploy.runtime.openvino_runner import OpenVinoRunner
 
@@ -191,7 +217,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         return {"gemm_peak": peak.to_dict()}
     x = np.load(Path(spec["workdir"]) / "input.npy")
     start = time.perf_counter()
-    run, provider = (_build_deployed if spec["kind"] in ("ort", "openvino") else _build_torch)(spec)
+    run, provider = (_build_deployed if spec["kind"] in ("ort", "openvino", "openvino-ir") else _build_torch)(spec)
     load_s = time.perf_counter() - start
     start = time.perf_counter()
     out = np.array(run(x), copy=True)
@@ -285,9 +311,12 @@ def prepare_artifacts(args: argparse.Namespace, workdir: Path, rows: list[dict[s
 
     metadata = decode({p.key: p.value for p in meta})
     cal = load_calibration_set([bundled_calibration_dir()], metadata, "image", [1, 3, size, size], cache_dir=workdir / "images")
-    _, held = cal.split(4)
+    calibration, held = cal.split(4)
     np.save(workdir / "input.npy", held.inputs[:1])
     info["input_image"] = held.names[0]
+    for name, overflow_fix in NNCF_MODELS.items():
+        if any(r.get("model") == name for r in rows) and fresh(name):
+            info["export_seconds"][name], info["nncf_images"] = nncf_quantize(workdir, calibration, name, overflow_fix)
     if any(r["precision"] == "int8" for r in rows):
         report_path = workdir / "int8_report.json"
         if args.int8:
@@ -307,6 +336,32 @@ def prepare_artifacts(args: argparse.Namespace, workdir: Path, rows: list[dict[s
         if report_path.is_file():
             info["int8_report"] = json.loads(report_path.read_text())
     return info, encoder
+
+
+def nncf_quantize(workdir: Path, calibration: Any, name: str, overflow_fix: str | None) -> tuple[float, int]:
+    """The plain export quantized by NNCF (``nncf.quantize``, transformer scheme) on the same calibration images
+    as vitdeploy's INT8, saved as OpenVINO IR ``name`` with FP32 constants; ``overflow_fix``: NNCF's
+    ``OverflowFix`` value (None: its default); (seconds, images)."""
+    import nncf
+    import openvino as ov
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, OverflowFix
+
+    print(f"quantizing the naive export with NNCF {nncf.__version__} ({len(calibration)} images, "
+          f"model_type=TRANSFORMER, overflow fix {overflow_fix or 'default'}) -> {name} ...", flush=True)
+    start = time.perf_counter()
+    model = ov.Core().read_model(str(workdir / "naive.onnx"))
+    dataset = nncf.Dataset([calibration.inputs[i:i + 1] for i in range(len(calibration))])
+    advanced = AdvancedQuantizationParameters(overflow_fix=OverflowFix(overflow_fix)) if overflow_fix else None
+    quantized = nncf.quantize(model, dataset, model_type=nncf.ModelType.TRANSFORMER, subset_size=len(calibration),
+                              advanced_parameters=advanced)
+    ov.save_model(quantized, str(workdir / name), compress_to_fp16=False)
+    return time.perf_counter() - start, len(calibration)
+
+
+def _u8s8_saturates() -> bool:
+    from vitdeploy.cpu_features import cpu_features
+
+    return cpu_features().u8s8_saturates
 
 
 def fusion_checks(workdir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -448,6 +503,9 @@ def main() -> None:
                         help="leave out the OpenVINO rows (included when OpenVINO is installed: pip install 'vitdeploy[openvino]')")
     parser.add_argument("--no-dynamic-int8", action="store_true",
                         help="leave out the plain export quantized with onnxruntime's quantize_dynamic (samexporter's INT8)")
+    parser.add_argument("--no-nncf", action="store_true",
+                        help="leave out OpenVINO's INT8 by NNCF (included with the OpenVINO rows when nncf is installed: "
+                             "pip install -c requirements.lock -e '.[dev,bench]')")
     parser.add_argument("--no-fused", action="store_true",
                         help="leave out the rows on vitdeploy's fused rel-pos kernel (included when cpp/build.sh has built it)")
     parser.add_argument("--memory-pattern-twins", action="store_true",
@@ -479,8 +537,13 @@ def main() -> None:
     with_openvino = not args.no_openvino and openvino_version() is not None
     if not args.no_openvino and not with_openvino:
         print("note: no OpenVINO rows: pip install 'vitdeploy[openvino]'", flush=True)
+    import importlib.util
+
+    with_nncf = with_openvino and not args.no_nncf and importlib.util.find_spec("nncf") is not None
+    if with_openvino and not args.no_nncf and not with_nncf:
+        print("note: no NNCF INT8 rows: pip install -c requirements.lock -e '.[dev,bench]'", flush=True)
     rows = contenders(tuple(args.targets), not args.no_compile, not args.no_int8, args.int8, with_fused=with_fused,
-                      with_openvino=with_openvino, with_dynamic=not args.no_dynamic_int8,
+                      with_openvino=with_openvino, with_dynamic=not args.no_dynamic_int8, with_nncf=with_nncf,
                       with_pattern_twins=args.memory_pattern_twins, skip=tuple(args.skip))
     load_before = os.getloadavg()
     info = prepare(args, workdir, rows)

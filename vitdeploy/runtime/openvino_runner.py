@@ -66,12 +66,24 @@ def openvino_version() -> str | None:
         return None
 
 
+def cpu_config(threads: int | None, inference_precision: str = "f32") -> dict[str, Any]:
+    """The CPU plugin's ``compile_model`` properties vitdeploy runs with: one request at a time (``LATENCY``),
+    the inference precision pinned (``f32``: FP32 as written) and ``threads`` (None: OpenVINO's default, all
+    cores)."""
+    if inference_precision not in INFERENCE_PRECISIONS:
+        raise InputError(f"OpenVINO inference precision '{inference_precision}' is not one of "
+                         f"{', '.join(INFERENCE_PRECISIONS)}")
+    config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": inference_precision}
+    if threads is not None:
+        config["INFERENCE_NUM_THREADS"] = int(threads)
+    return config
+
+
 class OpenVinoRunner:
     """Runs an ONNX file with OpenVINO's CPU plugin; reads the file's vitdeploy metadata.
 
-    ``threads`` sets ``INFERENCE_NUM_THREADS`` (None: OpenVINO's default, all cores), the performance hint
-    is ``LATENCY`` (one request at a time, as the ONNX Runtime runner runs), ``inference_precision``
-    (default ``f32``) pins ``INFERENCE_PRECISION_HINT``. Arrays returned by ``run`` are the runner's own
+    ``threads`` and ``inference_precision`` (default ``f32``): :func:`cpu_config` (one request at a time, as
+    the ONNX Runtime runner runs). Arrays returned by ``run`` are the runner's own
     copies.
     """
 
@@ -80,16 +92,11 @@ class OpenVinoRunner:
         if device != "cpu":
             raise InputError(f"vitdeploy runs OpenVINO on the CPU only (asked for '{device}'): use --device cpu, or "
                              "--runtime onnxruntime for CUDA")
-        if inference_precision not in INFERENCE_PRECISIONS:
-            raise InputError(f"OpenVINO inference precision '{inference_precision}' is not one of "
-                             f"{', '.join(INFERENCE_PRECISIONS)}")
+        config = cpu_config(threads, inference_precision)
         ov = import_openvino()
         path = require_onnx_file(path)
         file_metadata = decode(read_metadata_props(path))  # a corrupt file says so before OpenVINO is asked
         core = ov.Core()
-        config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": inference_precision}
-        if threads is not None:
-            config["INFERENCE_NUM_THREADS"] = int(threads)
         #: How an INT8 file's weights run here (None: not an INT8 graph).
         self.int8_weights: str | None = None
         source: Any = str(path)
@@ -188,5 +195,5 @@ def seven_bit_weight_graph(path: Path) -> tuple[Any, int]:
     return io.BytesIO(model.SerializeToString()), count
 
 
-__all__ = ["INFERENCE_PRECISIONS", "OPENVINO_HINT", "OpenVinoRunner", "import_openvino", "openvino_version",
+__all__ = ["INFERENCE_PRECISIONS", "OPENVINO_HINT", "OpenVinoRunner", "cpu_config", "import_openvino", "openvino_version",
            "seven_bit_weight_graph"]
