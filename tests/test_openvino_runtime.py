@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from click.testing import CliRunner
 
@@ -144,6 +145,15 @@ def test_openvino_refusals(encoders: dict[str, Path], tmp_path: Path) -> None:
     bad.write_bytes(b"\x08\x07garbage that is no protobuf")
     with pytest.raises(InputError):
         OpenVinoRunner(bad)
+    unknown_op = tmp_path / "unknown_op.onnx"  # a readable model with an op OpenVINO does not have
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])
+    graph = onnx.helper.make_graph([onnx.helper.make_node("NoSuchOp", ["x"], ["y"], domain="com.example")], "g", [x], [y])
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18),
+                                                           onnx.helper.make_opsetid("com.example", 1)]), unknown_op)
+    with pytest.raises(InputError, match=r"cannot load .*--runtime onnxruntime") as refused:
+        OpenVinoRunner(unknown_op)
+    assert "re-export it" not in str(refused.value)  # the same file again would fail the same way
     runner = OpenVinoRunner(encoders["generic"], threads=1)
     with pytest.raises(InputError, match="refused the inputs"):
         runner.run({"image": np.zeros((1, 3, 32, 32), np.float32)})

@@ -115,8 +115,11 @@ class OpenVinoRunner:
             self.compiled = core.compile_model(model, "CPU", config)
         except Exception as exc:  # OpenVINO raises RuntimeError (and its own types) for every unusable file
             raise_if_weights_missing(path, exc)
-            raise InputError(f"OpenVINO cannot load '{path}' ({_openvino_reason(exc)[:300]}): re-export it with 'vitdeploy export', "
-                             "or run it on ONNX Runtime (--runtime onnxruntime)") from exc
+            # The file is a readable ONNX model (read_metadata_props above), so what OpenVINO lacks is an op or a type;
+            # re-exporting the same file would not help.
+            raise InputError(f"OpenVINO cannot load '{path}' ({_openvino_reason(exc)[:300]}): run it on ONNX Runtime "
+                             "(--runtime onnxruntime), or give OpenVINO a file from 'vitdeploy export' (every --target "
+                             "loads there)") from exc
         self.request = self.compiled.create_infer_request()
         self.path = path
         self.threads = threads
