@@ -262,14 +262,11 @@ def prepare(args: argparse.Namespace, workdir: Path, rows: list[dict[str, Any]])
 def prepare_artifacts(args: argparse.Namespace, workdir: Path, rows: list[dict[str, Any]]) -> tuple[dict[str, Any], Any]:
     """Exports, INT8 calibration and the input image (kept in ``workdir``); returns (what was done, the official
     encoder with the rows' weights)."""
-    import onnx
     import torch
 
     from vitdeploy.models.recipes import load_recipe
     from vitdeploy.models.sam_encoder import SamEncoderArch, load_sam_image_encoder
     from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
-    from vitdeploy.precision.calibration_data import bundled_calibration_dir, load_calibration_set
-
     torch.set_num_threads(args.threads)
     recipe = load_recipe(args.recipe)
     arch = SamEncoderArch.from_recipe(recipe)
@@ -306,12 +303,7 @@ def prepare_artifacts(args: argparse.Namespace, workdir: Path, rows: list[dict[s
             export_sam_image_encoder(encoder, workdir / row["model"], metadata=meta, target=target)
             info["export_seconds"][target] = time.perf_counter() - start
     source = workdir / "vitdeploy_onnxruntime-cpu.onnx"
-    meta = onnx.load(str(source), load_external_data=False).metadata_props
-    from vitdeploy.metadata import decode
-
-    metadata = decode({p.key: p.value for p in meta})
-    cal = load_calibration_set([bundled_calibration_dir()], metadata, "image", [1, 3, size, size], cache_dir=workdir / "images")
-    calibration, held = cal.split(4)
+    calibration, held = calibration_split(workdir, size)
     np.save(workdir / "input.npy", held.inputs[:1])
     info["input_image"] = held.names[0]
     for name, overflow_fix in NNCF_MODELS.items():
@@ -336,6 +328,18 @@ def prepare_artifacts(args: argparse.Namespace, workdir: Path, rows: list[dict[s
         if report_path.is_file():
             info["int8_report"] = json.loads(report_path.read_text())
     return info, encoder
+
+
+def calibration_split(workdir: Path, size: int) -> tuple[Any, Any]:
+    """(calibration, held out): the bundled images through the ``onnxruntime-cpu`` file's preprocessing, 4 held
+    out (the first is the input every row runs); the split every INT8 contender is calibrated and judged on."""
+    from vitdeploy.metadata import decode
+    from vitdeploy.precision.calibration_data import bundled_calibration_dir, load_calibration_set
+    from vitdeploy.runtime.ort_settings import read_metadata_props
+
+    metadata = decode(read_metadata_props(workdir / "vitdeploy_onnxruntime-cpu.onnx"))
+    cal = load_calibration_set([bundled_calibration_dir()], metadata, "image", [1, 3, size, size], cache_dir=workdir / "images")
+    return cal.split(4)
 
 
 def nncf_quantize(workdir: Path, calibration: Any, name: str, overflow_fix: str | None) -> tuple[float, int]:

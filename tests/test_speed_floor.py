@@ -74,3 +74,13 @@ def test_benchmark_contenders_cover_the_issue_rows() -> None:
     assert {r.get("target") for r in rows} >= set(module.TARGETS)
     int8 = [r for r in rows if r["precision"] == "int8"]
     assert len(int8) == 1 and int8[0]["fp32_source"] in names
+    # With OpenVINO and NNCF: NNCF's INT8 of the plain export, judged against the plain export; the overflow-fix
+    # variant only where this CPU's u8 x s8 kernels saturate (what OpenVINO advises there).
+    from vitdeploy.cpu_features import cpu_features
+
+    rows = module.contenders(module.TARGETS, False, True, with_openvino=True, with_nncf=True)
+    names = [r["name"] for r in rows]
+    nncf = [r for r in rows if r["kind"] == "openvino-ir"]
+    assert [r["model"] for r in nncf] == [m for m, fix in module.NNCF_MODELS.items()
+                                          if fix is None or cpu_features().u8s8_saturates]
+    assert all(r["precision"] == "int8" and r["fp32_source"] in names for r in nncf)

@@ -1,0 +1,59 @@
+"""Where OpenVINO's CPU plugin spends its time on one model: per-node performance counters, grouped.
+
+Why: in ``bench_encoder_speed.py`` OpenVINO's INT8 files (NNCF's and vitdeploy's Q/DQ file) ran slower
+than eager on an AMD EPYC without VNNI, where OpenVINO's FP32 was the fastest plain contender. This
+compiles a model (ONNX or OpenVINO IR) with the properties vitdeploy's ``OpenVinoRunner`` uses
+(:func:`vitdeploy.runtime.openvino_runner.cpu_config`) plus ``PERF_COUNT``, runs one warm-up and one
+measured inference and prints the measured time per (node type, kernel) pair, largest first: the kernel
+names say which path ran (e.g. ``jit_gemm_i8``, oneDNN's integer GEMM without VNNI, against
+``brgemm_avx2_f32``).
+
+Usage:
+    .venv/bin/python benchmarks/profile_openvino_ops.py out/speed/naive_nncf_int8.xml out/speed/naive.onnx \\
+        --input out/speed/input.npy --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+
+import numpy as np
+
+from vitdeploy.cpu_features import cpu_features
+from vitdeploy.runtime.openvino_runner import cpu_config, import_openvino
+
+
+def profile(path: str, x: np.ndarray, threads: int, top: int) -> None:
+    ov = import_openvino()
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(path), "CPU", {**cpu_config(threads), "PERF_COUNT": True})
+    request = compiled.create_infer_request()
+    request.infer({0: x})  # warm-up: first-run allocations and JIT
+    request.infer({0: x})
+    times: collections.Counter = collections.Counter()
+    counts: collections.Counter = collections.Counter()
+    for node in request.profiling_info:
+        times[(node.node_type, node.exec_type)] += node.real_time.total_seconds() * 1e3
+        counts[(node.node_type, node.exec_type)] += 1
+    total = sum(times.values())
+    print(f"{path}: {total:.0f} ms in all (OpenVINO {ov.__version__}, {threads} thread(s))")
+    for (node_type, kernel), ms in times.most_common(top):
+        print(f"  {node_type:<30} {kernel:<22} {counts[(node_type, kernel)]:>4} nodes {ms:9.0f} ms {100 * ms / total:5.1f} %")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="+", help="ONNX files or OpenVINO IR (.xml) with one input")
+    parser.add_argument("--input", required=True, help="the input array (.npy)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--top", type=int, default=12, help="(node type, kernel) pairs printed per model")
+    args = parser.parse_args()
+    print(f"CPU: {cpu_features().summary()}")
+    x = np.load(args.input)
+    for path in args.models:
+        profile(path, x, args.threads, args.top)
+
+
+if __name__ == "__main__":
+    main()
