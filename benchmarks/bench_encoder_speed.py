@@ -109,14 +109,13 @@ def _all_contenders(targets: tuple[str, ...], with_compile: bool, with_int8: boo
                      "precision": "int8", "settings": STOCK_ORT_SETTINGS, "fp32_source": "ORT, naive export"})
     if with_openvino:
         rows.append({"name": "OpenVINO f32, naive export", "kind": "openvino", "model": "naive.onnx", "precision": "fp32"})
-        if with_nncf:
-            # What an OpenVINO user would pick for INT8: NNCF's post-training quantization of the plain export.
-            rows.append({"name": "OpenVINO INT8, NNCF quantize (naive export)", "kind": "openvino-ir",
-                         "model": "naive_nncf_int8.xml", "precision": "int8", "fp32_source": "ORT, naive export"})
-            if _u8s8_saturates():  # where OpenVINO's docs advise it: 7-bit weights in every layer
-                rows.append({"name": "OpenVINO INT8, NNCF quantize, overflow fix (naive export)", "kind": "openvino-ir",
-                             "model": "naive_nncf_int8_overflow_fix.xml", "precision": "int8",
-                             "fp32_source": "ORT, naive export"})
+        # What an OpenVINO user would pick for INT8: NNCF's post-training quantization of the plain export; the
+        # overflow fix on every layer (7-bit weights) only where OpenVINO's docs advise it, CPUs that saturate.
+        for model, overflow_fix in NNCF_MODELS.items() if with_nncf else ():
+            if overflow_fix and not _u8s8_saturates():
+                continue
+            rows.append({"name": f"OpenVINO INT8, NNCF quantize{', overflow fix' if overflow_fix else ''} (naive export)",
+                         "kind": "openvino-ir", "model": model, "precision": "int8", "fp32_source": "ORT, naive export"})
     for target in targets:
         rows.append({"name": f"ORT, vitdeploy FP32 --target {target}", "kind": "ort", "model": f"vitdeploy_{target}.onnx",
                      "precision": "fp32", "settings": VITDEPLOY_ORT_SETTINGS, "target": target})
@@ -187,14 +186,12 @@ def _build_deployed(spec: dict[str, Any]):
     """(run, what ran): an ONNX file on ONNX Runtime with the row's settings, or on OpenVINO (its provider line)."""
     path = Path(spec["workdir"]) / spec["model"]
     if spec["kind"] == "openvino-ir":  # an OpenVINO IR (NNCF's output), compiled as the OpenVinoRunner compiles
-        import openvino as ov
+        from vitdeploy.runtime.openvino_runner import cpu_config, import_openvino, openvino_version
 
-        from vitdeploy.runtime.openvino_runner import cpu_config
-
-        core = ov.Core()
+        core = import_openvino().Core()
         compiled = core.compile_model(core.read_model(str(path)), "CPU", cpu_config(spec["threads"]))
         request, output = compiled.create_infer_request(), compiled.outputs[0]
-        return (lambda x: request.infer({0: x})[output]), (f"OpenVINO {ov.__version__} CPU plugin, NNCF INT8 IR, "
+        return (lambda x: request.infer({0: x})[output]), (f"OpenVINO {openvino_version()} CPU plugin, NNCF INT8 IR, "
                                                              f"{compiled.get_property('INFERENCE_NUM_THREADS')} thread(s)")
     if spec["kind"] == "openvino":
         from vitdeploy.runtime.openvino_runner import OpenVinoRunner
@@ -267,6 +264,7 @@ def prepare_artifacts(args: argparse.Namespace, workdir: Path, rows: list[dict[s
     from vitdeploy.models.recipes import load_recipe
     from vitdeploy.models.sam_encoder import SamEncoderArch, load_sam_image_encoder
     from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
+
     torch.set_num_threads(args.threads)
     recipe = load_recipe(args.recipe)
     arch = SamEncoderArch.from_recipe(recipe)
@@ -308,7 +306,8 @@ def prepare_artifacts(args: argparse.Namespace, workdir: Path, rows: list[dict[s
     info["input_image"] = held.names[0]
     for name, overflow_fix in NNCF_MODELS.items():
         if any(r.get("model") == name for r in rows) and fresh(name):
-            info["export_seconds"][name], info["nncf_images"] = nncf_quantize(workdir, calibration, name, overflow_fix)
+            info["export_seconds"][name] = nncf_quantize(workdir, calibration, name, overflow_fix)
+            info["nncf_images"] = len(calibration)
     if any(r["precision"] == "int8" for r in rows):
         report_path = workdir / "int8_report.json"
         if args.int8:
@@ -342,10 +341,10 @@ def calibration_split(workdir: Path, size: int) -> tuple[Any, Any]:
     return cal.split(4)
 
 
-def nncf_quantize(workdir: Path, calibration: Any, name: str, overflow_fix: str | None) -> tuple[float, int]:
+def nncf_quantize(workdir: Path, calibration: Any, name: str, overflow_fix: str | None) -> float:
     """The plain export quantized by NNCF (``nncf.quantize``, transformer scheme) on the same calibration images
     as vitdeploy's INT8, saved as OpenVINO IR ``name`` with FP32 constants; ``overflow_fix``: NNCF's
-    ``OverflowFix`` value (None: its default); (seconds, images)."""
+    ``OverflowFix`` value (None: its default); the seconds it took."""
     import nncf
     import openvino as ov
     from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, OverflowFix
@@ -359,7 +358,7 @@ def nncf_quantize(workdir: Path, calibration: Any, name: str, overflow_fix: str 
     quantized = nncf.quantize(model, dataset, model_type=nncf.ModelType.TRANSFORMER, subset_size=len(calibration),
                               advanced_parameters=advanced)
     ov.save_model(quantized, str(workdir / name), compress_to_fp16=False)
-    return time.perf_counter() - start, len(calibration)
+    return time.perf_counter() - start
 
 
 def _u8s8_saturates() -> bool:

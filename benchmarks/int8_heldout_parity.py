@@ -3,8 +3,9 @@
 Why: the benchmark's table judges every row on one held-out image; vitdeploy's own INT8 report judges
 its file on all 4, and this does the same for files vitdeploy did not calibrate (NNCF's IR, a
 ``quantize_dynamic`` export), so their cosines can stand beside each other. The reference runs on
-ONNX Runtime (``OnnxRuntimeRunner``); an OpenVINO IR (``.xml``) runs on OpenVINO with the runner's
-properties (:func:`vitdeploy.runtime.openvino_runner.cpu_config`), an ONNX file on ONNX Runtime.
+ONNX Runtime; an OpenVINO IR (``.xml``) runs on OpenVINO with the runner's properties
+(:func:`vitdeploy.runtime.openvino_runner.cpu_config`), an ONNX file on ONNX Runtime, each loaded as the
+benchmark's rows load them.
 
 Usage (after a run of bench_encoder_speed.py with the NNCF rows in out/speed):
     .venv/bin/python benchmarks/int8_heldout_parity.py out/speed --reference naive.onnx \\
@@ -22,22 +23,16 @@ from typing import Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_encoder_speed import calibration_split  # noqa: E402  (the benchmark's own split)
+from bench_encoder_speed import _build_deployed, calibration_split  # noqa: E402  (the benchmark's own loader and split)
 
-from vitdeploy.runtime.runners import OnnxRuntimeRunner  # noqa: E402
 from vitdeploy.validation.parity import compare  # noqa: E402
 
 
-def open_model(path: Path, threads: int) -> Callable[[np.ndarray], np.ndarray]:
-    if path.suffix == ".xml":
-        from vitdeploy.runtime.openvino_runner import cpu_config, import_openvino
-
-        core = import_openvino().Core()
-        compiled = core.compile_model(core.read_model(str(path)), "CPU", cpu_config(threads))
-        request = compiled.create_infer_request()
-        return lambda x: np.array(request.infer({0: x})[compiled.outputs[0]], copy=True)
-    runner = OnnxRuntimeRunner(path, threads=threads)
-    return lambda x: next(iter(runner.run({runner.input_names[0]: x}).values()))
+def open_model(workdir: Path, name: str, threads: int) -> Callable[[np.ndarray], np.ndarray]:
+    """The file loaded as the benchmark's rows load it (runner defaults for an ONNX file); returns copies."""
+    kind = "openvino-ir" if name.endswith(".xml") else "ort"
+    run, _ = _build_deployed({"workdir": str(workdir), "model": name, "kind": kind, "threads": threads, "settings": {}})
+    return lambda x: np.array(run(x), copy=True)
 
 
 def main() -> None:
@@ -49,12 +44,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     _, held = calibration_split(args.workdir, args.size)
-    reference = open_model(args.workdir / args.reference, args.threads)
+    reference = open_model(args.workdir, args.reference, args.threads)
     expected = [reference(held.inputs[i:i + 1]) for i in range(len(held))]
     del reference
     report = {"reference": args.reference, "images": held.names, "candidates": {}}
     for name in args.candidates:
-        run = open_model(args.workdir / name, args.threads)
+        run = open_model(args.workdir, name, args.threads)
         results = [compare(expected[i], run(held.inputs[i:i + 1]), "int8", held.names[i]) for i in range(len(held))]
         report["candidates"][name] = [r.to_dict() for r in results]
         cosines = [r.cosine for r in results]

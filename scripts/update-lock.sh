@@ -4,8 +4,10 @@
 # that the two agree).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/venv.sh
+# The benchmarks' peers are locked too: installed before the suite runs, so the locked set is the tested set.
+VITDEPLOY_DEPS=latest vitdeploy_venv dev,bench > /dev/null
 VITDEPLOY_DEPS=latest bash scripts/test.sh -q "$@"
-.venv-latest/bin/pip install -q -e '.[dev,bench]'  # the benchmarks' peers are locked too
 { sed -n '/^#/p' requirements.lock; .venv-latest/bin/pip freeze --all | grep -v -E '^(-e |# Editable|pip==)'; } > requirements.lock.new
 mv requirements.lock.new requirements.lock
 git diff --stat requirements.lock

@@ -62,7 +62,7 @@ def test_int8_gemm_rates_per_kernel_form() -> None:
     assert all(rate > 0 for rate in rates.values())
 
 
-def test_benchmark_contenders_cover_the_issue_rows() -> None:
+def test_benchmark_contenders_cover_the_issue_rows(monkeypatch) -> None:
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_encoder_speed.py"
     spec = importlib.util.spec_from_file_location("bench_encoder_speed", path)
     module = importlib.util.module_from_spec(spec)
@@ -84,3 +84,6 @@ def test_benchmark_contenders_cover_the_issue_rows() -> None:
     assert [r["model"] for r in nncf] == [m for m, fix in module.NNCF_MODELS.items()
                                           if fix is None or cpu_features().u8s8_saturates]
     assert all(r["precision"] == "int8" and r["fp32_source"] in names for r in nncf)
+    monkeypatch.setenv("VITDEPLOY_CPU_MASK", "avx512*,amx*,avx_vnni")  # as on an AVX2-only CPU: both NNCF rows
+    rows = module.contenders(module.TARGETS, False, True, with_openvino=True, with_nncf=True)
+    assert [r["model"] for r in rows if r["kind"] == "openvino-ir"] == list(module.NNCF_MODELS)
