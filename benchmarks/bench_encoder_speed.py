@@ -72,11 +72,13 @@ NNCF_MODELS = {"naive_nncf_int8.xml": None, "naive_nncf_int8_overflow_fix.xml": 
 
 def contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, int8_path: Path | None = None,
                with_fused: bool = False, with_openvino: bool = False, with_dynamic: bool = False, with_nncf: bool = False,
-               with_pattern_twins: bool = False, skip: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+               with_pattern_twins: bool = False, with_cpp: bool = False, skip: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """The rows of the run, in table order. ``with_pattern_twins``: each ONNX Runtime row (but the folded one) once
     more with ONNX Runtime's memory pattern the other way, right after it; ``skip``: regular expressions of rows
     left out."""
     rows = _all_contenders(targets, with_compile, with_int8, int8_path, with_fused, with_openvino, with_dynamic, with_nncf)
+    if with_cpp and "onnxruntime-cpu" in targets:
+        rows += _cpp_contenders(with_fused)
     if with_pattern_twins:
         rows = [twin for row in rows for twin in (row, _pattern_twin(row)) if twin is not None]
     kept = [row for row in rows if not any(re.search(pattern, row["name"]) for pattern in skip)]
@@ -90,7 +92,7 @@ def _pattern_twin(row: dict[str, Any]) -> dict[str, Any] | None:
     from vitdeploy.runtime.ort_settings import default_memory_pattern
 
     if row["kind"] != "ort" or row["settings"].get("folded_attention"):
-        return None
+        return None  # the C++ rows ("cpp") run with the memory pattern off, as the C++ backend does
     flipped = not row["settings"].get("memory_pattern", default_memory_pattern("cpu"))
     return {**row, "name": f"{row['name']}, memory pattern {'on' if flipped else 'off'}",
             "settings": {**row["settings"], "memory_pattern": flipped}}
@@ -144,6 +146,24 @@ def _all_contenders(targets: tuple[str, ...], with_compile: bool, with_int8: boo
             rows.append({"name": "ORT, vitdeploy INT8 + fused rel-pos kernel", "kind": "ort", "model": int8_model,
                          "precision": "int8", "settings": fused, "fp32_source": "ORT, vitdeploy FP32 --target onnxruntime-cpu"})
     return rows
+
+
+#: The C++ rows' files: the ``onnxruntime-cpu`` export as written, and its CPU forms by ``vitdeploy optimize``
+#: (file name -> form; None: the export itself).
+CPP_MODELS = {"vitdeploy_onnxruntime-cpu.onnx": None, "vitdeploy_onnxruntime-cpu.cpu.onnx": "unfolded",
+              "vitdeploy_onnxruntime-cpu.fused.onnx": "fused-kernel"}
+#: ``cpp/build/model_bench`` (built by ``bash cpp/build.sh``): the C++ backend timed as an application runs it.
+MODEL_BENCH = Path(__file__).resolve().parents[1] / "cpp" / "build" / "model_bench"
+
+
+def _cpp_contenders(with_fused: bool) -> list[dict[str, Any]]:
+    """The ``onnxruntime-cpu`` FP32 file in vitdeploy's C++ backend (``model_bench``): as exported, and as written by
+    ``vitdeploy optimize`` (unfolded; with the fused kernel when the library is built)."""
+    words = {None: "file as exported (folded attention)", "unfolded": "vitdeploy optimize (unfolded global blocks)",
+             "fused-kernel": "vitdeploy optimize --fused-attention"}
+    return [{"name": f"C++ backend, onnxruntime-cpu {words[form]}", "kind": "cpp", "model": model, "precision": "fp32",
+             "cpu_form": form, **({"target": "onnxruntime-cpu"} if form is None else {})}
+            for model, form in CPP_MODELS.items() if form != "fused-kernel" or with_fused]
 
 
 # ----------------------------------------------------------------------------------------------- worker side
@@ -205,8 +225,32 @@ def _build_deployed(spec: dict[str, Any]):
     return (lambda x: runner.run({name: x})[out]), (runner.provider if spec["kind"] == "openvino" else None)
 
 
+def _cpp_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """A C++ row: ``model_bench`` in its own process (its peak RSS is its own VmHWM), the same input, warm-up and runs."""
+    from vitdeploy.runtime.relpos_kernel import library_path
+
+    workdir = Path(spec["workdir"])
+    command = [str(MODEL_BENCH), "--model", str(workdir / spec["model"]), "--input", str(workdir / "input.npy"),
+               "--threads", str(spec["threads"]), "--warmup", str(spec["warmup"]), "--runs", str(spec["runs"]), "--json"]
+    if spec.get("output"):
+        command += ["--output", spec["output"]]
+    if spec.get("cpu_form") == "fused-kernel":
+        command += ["--ort-ops", str(library_path())]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
+    res = json.loads(done.stdout)
+    import onnxruntime
+
+    return {"samples_ms": res["samples_ms"], "load_s": res["load_s"], "first_run_s": res["first_run_s"],
+            "peak_rss_mb": res["peak_rss_mb"], "run_peak_rss_mb": None, "torch_imported": False,
+            "provider": f"vitdeploy C++ OnnxRuntimeBackend (model_bench), onnxruntime {onnxruntime.__version__}"}
+
+
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Runs in a fresh process: time one contender, measure its memory, save its output."""
+    if spec["kind"] == "cpp":
+        return _cpp_worker(spec)
     if spec["kind"] == "gemm":
         from vitdeploy.validation.floor import measure_gemm_peak
 
@@ -301,6 +345,14 @@ def prepare_artifacts(args: argparse.Namespace, workdir: Path, rows: list[dict[s
             export_sam_image_encoder(encoder, workdir / row["model"], metadata=meta, target=target)
             info["export_seconds"][target] = time.perf_counter() - start
     source = workdir / "vitdeploy_onnxruntime-cpu.onnx"
+    for row in rows:
+        if row.get("cpu_form") and fresh(row["model"]):
+            from vitdeploy.cpu_optimize import write_cpu_form
+
+            print(f"writing the CPU form {row['model']} (vitdeploy optimize) ...", flush=True)
+            start = time.perf_counter()
+            write_cpu_form(source, workdir / row["model"], fused_attention=row["cpu_form"] == "fused-kernel", force=True)
+            info["export_seconds"][row["model"]] = time.perf_counter() - start
     calibration, held = calibration_split(workdir, size)
     np.save(workdir / "input.npy", held.inputs[:1])
     info["input_image"] = held.names[0]
@@ -511,6 +563,9 @@ def main() -> None:
                              "pip install -c requirements.lock -e '.[dev,bench]')")
     parser.add_argument("--no-fused", action="store_true",
                         help="leave out the rows on vitdeploy's fused rel-pos kernel (included when cpp/build.sh has built it)")
+    parser.add_argument("--no-cpp", action="store_true",
+                        help="leave out the rows on vitdeploy's C++ backend (included when cpp/build.sh has built "
+                             "cpp/build/model_bench)")
     parser.add_argument("--memory-pattern-twins", action="store_true",
                         help="also run each ONNX Runtime row with ONNX Runtime's memory pattern the other way "
                              "(on for vitdeploy's rows, off for the plain export's)")
@@ -535,6 +590,9 @@ def main() -> None:
     with_fused = not args.no_fused and library_path() is not None
     if not args.no_fused and not with_fused:
         print("note: no fused rel-pos kernel rows: build libvitdeploy_ort_ops.so with 'bash cpp/build.sh'", flush=True)
+    with_cpp = not args.no_cpp and MODEL_BENCH.is_file()
+    if not args.no_cpp and not with_cpp:
+        print("note: no C++ backend rows: build cpp/build/model_bench with 'bash cpp/build.sh'", flush=True)
     from vitdeploy.runtime.openvino_runner import openvino_version
 
     with_openvino = not args.no_openvino and openvino_version() is not None
@@ -547,7 +605,7 @@ def main() -> None:
         print("note: no NNCF INT8 rows: pip install -c requirements.lock -e '.[dev,bench]'", flush=True)
     rows = contenders(tuple(args.targets), not args.no_compile, not args.no_int8, args.int8, with_fused=with_fused,
                       with_openvino=with_openvino, with_dynamic=not args.no_dynamic_int8, with_nncf=with_nncf,
-                      with_pattern_twins=args.memory_pattern_twins, skip=tuple(args.skip))
+                      with_pattern_twins=args.memory_pattern_twins, with_cpp=with_cpp, skip=tuple(args.skip))
     load_before = os.getloadavg()
     info = prepare(args, workdir, rows)
     from vitdeploy.models.recipes import load_recipe

@@ -237,7 +237,9 @@ def test_ctest_cpp_matches_python_runtime(cpp_build: Path, golden_dir: Path):
 
 
 def _run_cli(build: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(build / "sam_cli"), *args], capture_output=True, text=True, timeout=120)
+    """sam_cli with ``args`` only: the kernel library's variable (its --ort-ops default) is not inherited."""
+    env = {k: v for k, v in os.environ.items() if k != "VITDEPLOY_ORT_OPS"}
+    return subprocess.run([str(build / "sam_cli"), *args], capture_output=True, text=True, timeout=120, env=env)
 
 
 @pytest.mark.parametrize("multimask", [True, False])
@@ -264,6 +266,83 @@ def test_sam_cli_writes_the_python_predictors_mask(cpp_build: Path, tiny_sam_art
     differing = int(((written > 0) != masks[best]).sum())
     assert differing == 0, f"{differing} mask pixels differ from the Python predictor's"
     assert summary["mask_pixels"] == int(masks[best].sum())
+
+
+@pytest.fixture(scope="module")
+def encoder_cpu_forms(tiny_sam_artifacts, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:  # noqa: F811
+    """The tiny encoder exported with --target onnxruntime-cpu (same weights as the decoder's), and its CPU forms."""
+    from vitdeploy.cpu_optimize import write_cpu_form
+    from vitdeploy.pipeline import export_from_recipe
+    from vitdeploy.runtime.relpos_kernel import requested_path
+
+    root = tmp_path_factory.mktemp("cpu_forms")
+    exported = export_from_recipe(str(tiny_sam_artifacts.encoder_recipe), root / "encoder.onnx", random_weights=True,
+                                  seed=SEED, target="onnxruntime-cpu").path
+    forms = {"exported": exported, "unfolded": write_cpu_form(exported, root / "encoder.cpu.onnx").files[0]}
+    if requested_path() != "portable":  # the kernel's vector paths need AVX2 or AVX-512
+        forms["fused-kernel"] = write_cpu_form(exported, root / "encoder.fused.onnx", fused_attention=True).files[0]
+    return forms
+
+
+@pytest.mark.parametrize("form", ["exported", "unfolded", "fused-kernel"])
+def test_sam_cli_runs_the_cpu_forms_with_the_python_masks(cpp_build: Path, tiny_sam_artifacts, encoder_cpu_forms,  # noqa: F811
+                                                          tmp_path: Path, form: str):
+    """``vitdeploy optimize``'s files in the C++ app: the masks and scores of the Python predictor on the same file."""
+    from vitdeploy.runtime.runners import OnnxRuntimeRunner
+
+    if form not in encoder_cpu_forms:
+        pytest.skip("this CPU has neither AVX2 nor AVX-512: no attention takes the fused kernel")
+    encoder = encoder_cpu_forms[form]
+    image = sample_image(75, 110, seed=32)
+    Image.fromarray(image).save(tmp_path / "in.png")
+    point = (40.0, 50.0)
+    args = ["--encoder", str(encoder), "--decoder", str(tiny_sam_artifacts.decoder), "--image", str(tmp_path / "in.png"),
+            "--point", f"{point[0]},{point[1]}", "--out", str(tmp_path / "mask.png"), "--threads", str(THREADS), "--json"]
+    if form == "fused-kernel":
+        without = _run_cli(cpp_build, *args)  # the file needs the kernel library: a clear error without it
+        lines = [line for line in without.stderr.splitlines() if line.strip()]
+        assert without.returncode == 1 and len(lines) == 1 and "--ort-ops" in lines[0], without.stderr
+        args += ["--ort-ops", str(cpp_build / "libvitdeploy_ort_ops.so")]
+    done = _run_cli(cpp_build, *args)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    # The Python runner on the same graph: the C++ app runs a file as written, so the exported one folded.
+    runner = OnnxRuntimeRunner(encoder, threads=THREADS, folded_attention=form == "exported")
+    predictor = SamPredictor(runner, tiny_sam_artifacts.decoder, threads=THREADS)
+    predictor.set_image(image)
+    masks, scores, _ = predictor.predict(np.array([point]), np.array([1]), multimask_output=True)
+    best = int(np.argmax(scores))
+    assert summary["mask_index"] == best
+    np.testing.assert_allclose(summary["scores"], scores, atol=CPP_TOLERANCES["scores_max_abs"], rtol=0)
+    written = np.asarray(Image.open(tmp_path / "mask.png"))
+    differing = int(((written > 0) != masks[best]).sum())
+    assert differing == 0, f"{differing} mask pixels differ from the Python predictor's"
+
+
+def test_model_bench_times_each_cpu_form_with_the_python_numbers(cpp_build: Path, encoder_cpu_forms,  # noqa: F811
+                                                                   tmp_path: Path):
+    """``model_bench`` (the benchmark's C++ rows): the first run's output is the Python runner's on the same graph."""
+    from vitdeploy.runtime.runners import OnnxRuntimeRunner
+
+    x = np.random.default_rng(3).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    for form, encoder in encoder_cpu_forms.items():
+        args = ["--model", str(encoder), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / f"{form}.npy"),
+                "--threads", str(THREADS), "--runs", "2", "--json"]
+        if form == "fused-kernel":
+            args += ["--ort-ops", str(cpp_build / "libvitdeploy_ort_ops.so")]
+        done = subprocess.run([str(cpp_build / "model_bench"), *args], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert len(report["samples_ms"]) == 2 and report["peak_rss_mb"] > 0 and report["backend"] == "onnxruntime-cpu"
+        expected = OnnxRuntimeRunner(encoder, threads=THREADS, folded_attention=form == "exported").run({"image": x})
+        np.testing.assert_allclose(np.load(tmp_path / f"{form}.npy"), expected["image_embeddings"],
+                                   atol=CPP_TOLERANCES["embedding_max_abs"], rtol=0)
+    bad = subprocess.run([str(cpp_build / "model_bench"), "--model", str(encoder_cpu_forms["exported"]), "--input",
+                          str(tmp_path / "exported.npy.missing")], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and bad.stderr.startswith("error: input file") and len(bad.stderr.splitlines()) == 1
+    usage = subprocess.run([str(cpp_build / "model_bench"), "--runs", "0"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and "--runs takes an integer of at least 1" in usage.stderr
 
 
 def _bad_input_args(case: str, art, tmp: Path) -> list[str]:

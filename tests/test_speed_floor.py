@@ -87,3 +87,12 @@ def test_benchmark_contenders_cover_the_issue_rows(monkeypatch) -> None:
     monkeypatch.setenv("VITDEPLOY_CPU_MASK", "avx512*,amx*,avx_vnni")  # as on an AVX2-only CPU: both NNCF rows
     rows = module.contenders(module.TARGETS, False, True, with_openvino=True, with_nncf=True)
     assert [r["model"] for r in rows if r["kind"] == "openvino-ir"] == list(module.NNCF_MODELS)
+    # The C++ rows: the onnxruntime-cpu file in vitdeploy's C++ backend as exported and in each CPU form written by
+    # 'vitdeploy optimize' (the fused one only with the kernel library), and none without that target.
+    for with_fused, forms in ((False, [None, "unfolded"]), (True, [None, "unfolded", "fused-kernel"])):
+        rows = module.contenders(module.TARGETS, False, False, with_fused=with_fused, with_cpp=True)
+        cpp = [r for r in rows if r["kind"] == "cpp"]
+        assert [r["cpu_form"] for r in cpp] == forms
+        assert [r["model"] for r in cpp] == [m for m, form in module.CPP_MODELS.items() if form in forms]
+        assert cpp[0]["target"] == "onnxruntime-cpu"  # the export the forms are written from is made even if skipped
+    assert not [r for r in module.contenders(("generic",), False, False, with_cpp=True) if r["kind"] == "cpp"]

@@ -146,6 +146,11 @@ def describe(info: dict[str, Any]) -> list[str]:
                 f"random weights (seed {meta.get('random_seed')})" if meta.get("random_weights") else "unknown weights")
             lines.append(f"  model: {meta.get('family')} {meta.get('variant')}, input size {meta.get('input_size')}, "
                          f"target {meta.get('target', 'generic')}, {origin}")
+            if isinstance(meta.get("cpu_form"), dict):
+                form = meta["cpu_form"]
+                path = f", {form['kernel_path']} kernel path" if form.get("kernel_path") else ""
+                lines.append(f"  CPU form ('vitdeploy optimize' of {form.get('source', '?')}): {form.get('attention')} "
+                             f"attention in {len(form.get('nodes', []))} node(s){path}; ONNX Runtime on the CPU only")
         else:
             lines.append("  model: no vitdeploy metadata (not written by vitdeploy)")
         detail = info["precision_detail"]

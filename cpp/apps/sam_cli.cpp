@@ -40,6 +40,8 @@ Options:
   --encoder-metadata FILE   metadata JSON to use instead of the encoder's own (an engine's sidecar, by default '<engine>.json')
   --decoder-metadata FILE   the same for the decoder
   --threads N               ONNX Runtime CPU threads (default: ONNX Runtime's choice)
+  --ort-ops FILE            ONNX Runtime custom-op library (libvitdeploy_ort_ops.so, built by cpp/build.sh), needed
+                            by an encoder written by 'vitdeploy optimize --fused-attention' (default: $VITDEPLOY_ORT_OPS)
   --device N                CUDA device for TensorRT engines (default 0)
   --no-weight-check         accept an encoder and decoder exported from different weights
   --json                    print a JSON summary (scores, chosen mask, timings) instead of one line
@@ -56,7 +58,7 @@ struct UsageError : std::runtime_error {
 };
 
 struct Options {
-    std::string encoder, decoder, image, out, encoder_metadata, decoder_metadata;
+    std::string encoder, decoder, image, out, encoder_metadata, decoder_metadata, ort_ops;
     std::vector<double> points;
     std::vector<float> labels;
     std::vector<double> box;
@@ -132,12 +134,16 @@ Options parse(int argc, char** argv) {
             o.json = true;
         } else if (a == "--threads") {
             o.threads = parse_int(a, value());
+        } else if (a == "--ort-ops") {
+            o.ort_ops = value();
         } else if (a == "--device") {
             o.device = parse_int(a, value());
         } else {
             throw UsageError("unknown option '" + a + "'");
         }
     }
+    if (o.ort_ops.empty())
+        if (const char* env = std::getenv("VITDEPLOY_ORT_OPS")) o.ort_ops = env;
     for (auto [flag, v] : {std::pair{"--encoder", &o.encoder}, std::pair{"--decoder", &o.decoder},
                            std::pair{"--image", &o.image}, std::pair{"--out", &o.out}})
         if (v->empty()) throw UsageError(std::string("missing ") + flag);
@@ -171,6 +177,7 @@ int run(const Options& o) {
     enc_opts.device = dec_opts.device = o.device;
     enc_opts.metadata_path = o.encoder_metadata;
     dec_opts.metadata_path = o.decoder_metadata;
+    enc_opts.ort_ops_library = o.ort_ops;  // the decoder has no custom ops
     auto t_load = std::chrono::steady_clock::now();
     SamPredictor predictor(open_model(o.encoder, enc_opts), open_model(o.decoder, dec_opts), o.weight_check);
     double load_ms = ms_since(t_load);

@@ -19,6 +19,9 @@ namespace vitdeploy {
 
 namespace {
 
+// The custom-op domain of vitdeploy's fused rel-pos attention kernel (cpp/ort_ops/relpos_attention.cpp).
+constexpr const char* kKernelDomain = "ai.vitdeploy";
+
 std::once_flag g_api_once;
 const OrtApi* g_api = nullptr;
 
@@ -116,9 +119,20 @@ OnnxRuntimeBackend::OnnxRuntimeBackend(const std::string& path, const BackendOpt
         // As vitdeploy's Python runner on the CPU: ONNX Runtime's memory pattern (on by default) held twice the
         // memory of the full-size SAM encoder and made its second run seconds slower (README, "Benchmarks").
         so.DisableMemPattern();
+        if (!options.ort_ops_library.empty()) {
+            if (!std::filesystem::is_regular_file(options.ort_ops_library, ec))
+                throw InputError("custom-op library '" + options.ort_ops_library +
+                                 "' not found: build it with 'bash cpp/build.sh' (cpp/build/libvitdeploy_ort_ops.so)");
+            so.RegisterCustomOpsLibrary(options.ort_ops_library.c_str());
+        }
         impl_->session = Ort::Session(environment(), path.c_str(), so);
     } catch (const Ort::Exception& e) {
-        throw BackendError("ONNX Runtime cannot load '" + path + "' (" + first_line(e.what()) +
+        const std::string what = e.what();
+        if (what.find(kKernelDomain) != std::string::npos && options.ort_ops_library.empty())
+            throw BackendError("'" + path + "' runs vitdeploy's fused attention kernel ('vitdeploy optimize "
+                               "--fused-attention'): give its library with --ort-ops cpp/build/libvitdeploy_ort_ops.so "
+                               "(or VITDEPLOY_ORT_OPS), or run the file 'vitdeploy optimize' writes without --fused-attention");
+        throw BackendError("ONNX Runtime cannot load '" + path + "' (" + first_line(what) +
                            "): re-export it with 'vitdeploy export'");
     }
     Ort::AllocatorWithDefaultOptions allocator;

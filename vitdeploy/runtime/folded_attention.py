@@ -24,6 +24,7 @@ computed ``q_aug``. Two swaps build on it, both in memory at load time (the file
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -39,10 +40,12 @@ def node_attr(node: onnx.NodeProto, name: str, default=None):
     return default
 
 
-def constant_value(name: str, inits: dict[str, onnx.TensorProto], producers: dict[str, onnx.NodeProto]) -> np.ndarray | None:
-    """The value of an initializer or a ``Constant`` node's output; None for anything computed."""
+def constant_value(name: str, inits: dict[str, onnx.TensorProto], producers: dict[str, onnx.NodeProto],
+                   base_dir: str = "") -> np.ndarray | None:
+    """The value of an initializer or a ``Constant`` node's output; None for anything computed. An initializer kept
+    in an external-data file is read from it, relative to ``base_dir`` (the model's folder)."""
     if name in inits:
-        return numpy_helper.to_array(inits[name])
+        return numpy_helper.to_array(inits[name], base_dir=base_dir)
     node = producers.get(name)
     if node is not None and node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
         value = node_attr(node, "value")
@@ -66,7 +69,7 @@ def onehot_layout(table: np.ndarray) -> tuple[int, int, int] | None:
     return None
 
 
-def _key_layout(key: str, inits, producers) -> tuple[tuple[int, int, int] | None, str, str]:
+def _key_layout(key: str, inits, producers, base_dir: str) -> tuple[tuple[int, int, int] | None, str, str]:
     """Follow Reshape <- Add(Pad(k), Unsqueeze(one-hot table)) back from an MHA key input: (layout, k, why)."""
     reshape = producers.get(key)
     if reshape is None or reshape.op_type != "Reshape":
@@ -80,9 +83,9 @@ def _key_layout(key: str, inits, producers) -> tuple[tuple[int, int, int] | None
         if node is not None and node.op_type == "Pad":
             pad = node
         else:
-            value = constant_value(name, inits, producers)
+            value = constant_value(name, inits, producers, base_dir)
             if value is None and node is not None and node.op_type == "Unsqueeze":
-                value = constant_value(node.input[0], inits, producers)
+                value = constant_value(node.input[0], inits, producers, base_dir)
             table = value
     if pad is None or table is None:
         return None, "", "folded keys are not Pad(k) + one-hot table"
@@ -91,8 +94,8 @@ def _key_layout(key: str, inits, producers) -> tuple[tuple[int, int, int] | None
         return None, "", "the key table is not the one-hot rel-pos layout"
     head_dim, grid_h, grid_w = layout
     mode = node_attr(pad, "mode", b"constant")
-    pads = constant_value(pad.input[1], inits, producers) if len(pad.input) > 1 else None
-    fill = constant_value(pad.input[2], inits, producers) if len(pad.input) > 2 and pad.input[2] else None
+    pads = constant_value(pad.input[1], inits, producers, base_dir) if len(pad.input) > 1 else None
+    fill = constant_value(pad.input[2], inits, producers, base_dir) if len(pad.input) > 2 and pad.input[2] else None
     if (mode not in (b"constant", "constant") or pads is None or (fill is not None and np.any(fill != 0))
             or int(pads[-1]) != grid_h + grid_w or np.count_nonzero(pads) != 1):
         return None, "", "the key padding is not zeros after k"
@@ -117,10 +120,11 @@ class FoldedAttention:
         return self.grid_h * self.grid_w
 
 
-def find_folded_attention(graph: onnx.GraphProto) -> tuple[list[FoldedAttention], dict[str, str]]:
+def find_folded_attention(graph: onnx.GraphProto, base_dir: str | Path = "") -> tuple[list[FoldedAttention], dict[str, str]]:
     """The graph's verified folded attention nodes, and why each other ``MultiHeadAttention`` is not one.
 
-    Only small constants are read: the graph may be loaded without its external data.
+    Only the constants the check needs are read: the graph may be loaded without its external data, which
+    is then read from ``base_dir`` (the model's folder; the one-hot tables of a ViT-H export live there).
     """
     inits = {t.name: t for t in graph.initializer}
     producers = {o: n for n in graph.node for o in n.output}
@@ -133,7 +137,7 @@ def find_folded_attention(graph: onnx.GraphProto) -> tuple[list[FoldedAttention]
         if len(inputs) < 3 or any(inputs[3:]) or float(node_attr(node, "scale", 0.0)) != 1.0:
             kept[label] = "has a bias/mask input or its own scale (not the folded form)"
             continue
-        layout, keys, why = _key_layout(inputs[1], inits, producers)
+        layout, keys, why = _key_layout(inputs[1], inits, producers, str(base_dir))
         if layout is None:
             kept[label] = why
             continue
@@ -194,11 +198,12 @@ def pays_to_unfold(item: FoldedAttention) -> bool:
     return item.grid_h + item.grid_w >= item.head_dim
 
 
-def unfold_relpos_attention(model: onnx.ModelProto) -> tuple[onnx.ModelProto, UnfoldReport]:
+def unfold_relpos_attention(model: onnx.ModelProto, base_dir: str | Path = "") -> tuple[onnx.ModelProto, UnfoldReport]:
     """Give every verified folded attention node where it pays (:func:`pays_to_unfold`) its rel-pos
-    term as an attention bias (module docstring), in place. The graph stays topologically sorted."""
+    term as an attention bias (module docstring), in place. The graph stays topologically sorted.
+    ``base_dir``: where its external data lives (:func:`find_folded_attention`)."""
     graph = model.graph
-    found, kept = find_folded_attention(graph)
+    found, kept = find_folded_attention(graph, base_dir)
     report = UnfoldReport(kept=dict(kept))
     by_index = {}
     for item in found:
@@ -229,7 +234,7 @@ def unfolded_session_source(path) -> tuple[bytes | None, UnfoldReport]:
     stay in their file), or None when no node was unfolded (run the file as it is)."""
     from vitdeploy.fileio import load_onnx_graph
 
-    model, report = unfold_relpos_attention(load_onnx_graph(path))
+    model, report = unfold_relpos_attention(load_onnx_graph(path), Path(path).parent)
     return (model.SerializeToString() if report.unfolded else None), report
 
 

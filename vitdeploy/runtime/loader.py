@@ -68,10 +68,14 @@ def runner_notes(runner: Runner, threads: int | None = None) -> list[str]:
     provider = getattr(runner, "provider", None)
     if provider and runner.name != "onnxruntime-cpu":
         notes.append(f"runs on {provider}")
+    cpu_form = getattr(runner, "cpu_form", None)
     fusion = getattr(runner, "fusion", None)
+    unfold = getattr(runner, "unfold", None)
+    if cpu_form is not None:  # the file holds the form: nothing was changed at load time
+        notes.append(f"rel-pos attention as written in the file: {cpu_form.summary()}")
+        fusion = unfold = None
     if fusion is not None:
         notes.append(f"fused rel-pos attention: {fusion.summary()}")
-    unfold = getattr(runner, "unfold", None)
     if unfold is not None and unfold.unfolded:
         notes.append(f"rel-pos attention: {unfold.summary()} (--folded-attention keeps the file's form: less memory)")
     notes += [f"warning: {warning}" for warning in getattr(runner, "warnings", [])]

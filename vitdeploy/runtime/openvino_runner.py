@@ -39,6 +39,7 @@ import numpy as np
 from vitdeploy.errors import InputError, MissingDependencyError, first_line
 from vitdeploy.fileio import require_onnx_file
 from vitdeploy.metadata import decode
+from vitdeploy.runtime.cpu_form import FUSED_KERNEL, read_cpu_form
 from vitdeploy.runtime.ort_settings import read_metadata_props
 from vitdeploy.runtime.runners import raise_if_weights_missing
 
@@ -96,6 +97,10 @@ class OpenVinoRunner:
         ov = import_openvino()
         path = require_onnx_file(path)
         file_metadata = decode(read_metadata_props(path))  # a corrupt file says so before OpenVINO is asked
+        form = read_cpu_form(file_metadata, f"'{path.name}'")
+        if form is not None and form.attention == FUSED_KERNEL:
+            raise InputError(f"'{path.name}' runs vitdeploy's fused attention kernel, an ONNX Runtime custom op OpenVINO "
+                             f"does not have: run it with --runtime onnxruntime, or give OpenVINO '{form.source}'")
         core = ov.Core()
         #: How an INT8 file's weights run here (None: not an INT8 graph).
         self.int8_weights: str | None = None

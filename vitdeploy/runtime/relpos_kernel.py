@@ -115,17 +115,17 @@ class FusionReport:
                 "portable_only": list(self.portable_only)}
 
 
-def fuse_relpos_attention(model: onnx.ModelProto, library: Path | None = None,
-                          requested: str | None = None) -> tuple[onnx.ModelProto, FusionReport]:
+def fuse_relpos_attention(model: onnx.ModelProto, library: Path | None = None, requested: str | None = None,
+                          base_dir: str | Path = "") -> tuple[onnx.ModelProto, FusionReport]:
     """Swap verified folded ``MultiHeadAttention`` nodes for ``ai.vitdeploy::RelPosAttention``, in place.
 
-    ``model`` may be loaded without its external data (only small constants are read). ``requested``
-    caps the kernel path (default :func:`requested_path`, this CPU's).
+    ``model`` may be loaded without its external data, then read from ``base_dir`` (the model's folder) for
+    the constants the check needs. ``requested`` caps the kernel path (default :func:`requested_path`, this CPU's).
     """
     library = library or require_library()
     requested = requested or requested_path()
     graph = model.graph
-    found, kept = find_folded_attention(graph)
+    found, kept = find_folded_attention(graph, base_dir)
     report = FusionReport(kept=dict(kept))
     for item in found:
         label = item.label
@@ -156,7 +156,7 @@ def fused_session_source(path: Path, library: Path | None = None) -> tuple[bytes
     """
     from vitdeploy.fileio import load_onnx_graph
 
-    model, report = fuse_relpos_attention(load_onnx_graph(path), library)
+    model, report = fuse_relpos_attention(load_onnx_graph(path), library, base_dir=path.parent)
     if not report.swapped:
         if report.portable_only:
             return None, report

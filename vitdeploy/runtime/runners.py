@@ -10,6 +10,7 @@ import numpy as np
 from vitdeploy.errors import InputError, MissingDependencyError, MissingWeightsError, first_line
 from vitdeploy.fileio import load_onnx_graph, require_onnx_file
 from vitdeploy.metadata import decode
+from vitdeploy.runtime.cpu_form import FUSED_KERNEL, check_requested_form, read_cpu_form
 from vitdeploy.runtime.ort_settings import OrtSettings, default_memory_pattern, int8_kernels, read_metadata_props
 from vitdeploy.runtime.providers import PROVIDERS, plan_providers
 
@@ -112,7 +113,22 @@ class OnnxRuntimeRunner:
         self.warnings: list[str] = []
         if fused_attention and folded_attention:
             raise InputError("fused attention replaces the folded attention: ask for one of the two")
-        if fused_attention:
+        #: The form a file written by ``vitdeploy optimize`` holds (:mod:`vitdeploy.runtime.cpu_form`); None otherwise.
+        self.cpu_form = read_cpu_form(file_metadata, f"'{path.name}'")
+        if self.cpu_form is not None:
+            check_requested_form(self.cpu_form, path.name, fused_attention=fused_attention,
+                                 folded_attention=folded_attention)
+            if self.cpu_form.attention == FUSED_KERNEL:
+                from vitdeploy.runtime.relpos_kernel import FusionReport, require_library
+
+                options.register_custom_ops_library(str(require_library()))
+                nodes = list(self.cpu_form.nodes)
+                self.fusion = FusionReport(swapped=nodes, paths=dict.fromkeys(nodes, self.cpu_form.kernel_path))
+            else:
+                from vitdeploy.runtime.folded_attention import UnfoldReport
+
+                self.unfold = UnfoldReport(unfolded=list(self.cpu_form.nodes))
+        elif fused_attention:
             from vitdeploy.runtime.relpos_kernel import fused_session_source, require_library
 
             if device != "cpu":

@@ -23,6 +23,9 @@ struct BackendOptions {
     std::string metadata_path;
     /// CUDA device index for TensorRT.
     int device = 0;
+    /// ONNX Runtime custom-op library to register (libvitdeploy_ort_ops.so, built by cpp/build.sh): needed by
+    /// files written by 'vitdeploy optimize --fused-attention'. Empty: none.
+    std::string ort_ops_library;
 };
 
 class Backend {

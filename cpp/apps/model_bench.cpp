@@ -1,0 +1,250 @@
+// model_bench: time one model through vitdeploy's C++ backends, as an application embedding them runs it.
+//
+//   model_bench --model sam_vit_b.cpu.onnx --input image.npy --threads 2 --runs 5 --json
+//
+// Loads the model once (timed), runs it once (the first run, timed apart), then --warmup - 1 more runs
+// and --runs timed runs on the same input. Prints the timings and the process's peak RSS; --output
+// writes the first output of the first run as a float32 .npy (for parity checks against another runtime).
+// Exit codes as sam_cli: 0 success, 1 bad input or a failed model (one-line message), 2 usage error.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "vitdeploy/backend.hpp"
+#include "vitdeploy/error.hpp"
+#include "vitdeploy/json.hpp"
+
+namespace {
+
+constexpr const char* kUsage = R"(Usage: model_bench --model FILE [options]
+
+Time a single-input model on vitdeploy's C++ backends (ONNX files on ONNX Runtime, engines on TensorRT):
+load, first run, then timed runs on one input, and the process's peak RSS.
+
+Options:
+  --model FILE       the model (.onnx, or a TensorRT engine when this build has TensorRT)
+  --input FILE       the input as a float32 .npy of the model's input shape (default: seeded uniform noise in [-1, 1))
+  --output FILE      write the first output of the first run here as a float32 .npy
+  --threads N        ONNX Runtime CPU threads (default: ONNX Runtime's choice)
+  --ort-ops FILE     ONNX Runtime custom-op library (libvitdeploy_ort_ops.so), needed by files written by
+                     'vitdeploy optimize --fused-attention' (default: $VITDEPLOY_ORT_OPS)
+  --warmup N         runs before timing, the first included (default 1)
+  --runs N           timed runs (default 5)
+  --json             print a JSON object instead of lines
+  -h, --help         show this help
+
+Example:
+  model_bench --model out/sam_vit_b.cpu.onnx --threads 2 --runs 3 --json
+)";
+
+struct UsageError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+struct Options {
+    std::string model, input, output, ort_ops;
+    int threads = 0, warmup = 1, runs = 5;
+    bool json = false;
+};
+
+int parse_count(const std::string& flag, const std::string& text, int minimum) {
+    char* end = nullptr;
+    long v = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || v < minimum || v > 1 << 16)
+        throw UsageError(flag + " takes an integer of at least " + std::to_string(minimum) + ", got '" + text + "'");
+    return static_cast<int>(v);
+}
+
+Options parse(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) throw UsageError(a + " needs a value");
+            return argv[++i];
+        };
+        if (a == "-h" || a == "--help") {
+            std::cout << kUsage;
+            std::exit(0);
+        } else if (a == "--model") {
+            o.model = value();
+        } else if (a == "--input") {
+            o.input = value();
+        } else if (a == "--output") {
+            o.output = value();
+        } else if (a == "--ort-ops") {
+            o.ort_ops = value();
+        } else if (a == "--threads") {
+            o.threads = parse_count(a, value(), 0);
+        } else if (a == "--warmup") {
+            o.warmup = parse_count(a, value(), 1);
+        } else if (a == "--runs") {
+            o.runs = parse_count(a, value(), 1);
+        } else if (a == "--json") {
+            o.json = true;
+        } else {
+            throw UsageError("unknown option '" + a + "'");
+        }
+    }
+    if (o.model.empty()) throw UsageError("missing --model");
+    if (o.ort_ops.empty())
+        if (const char* env = std::getenv("VITDEPLOY_ORT_OPS")) o.ort_ops = env;
+    return o;
+}
+
+// A float32 C-order .npy (NumPy's format 1.0/2.0 header), for --input.
+vitdeploy::Tensor read_npy_f32(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw vitdeploy::InputError("input file '" + path + "' not found: check the --input path");
+    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto bad = [&](const std::string& why) { return vitdeploy::InputError("'" + path + "' " + why + ": give a float32 .npy (numpy.save)"); };
+    if (data.size() < 12 || data.compare(0, 6, "\x93NUMPY") != 0) throw bad("is not a .npy file");
+    const bool v1 = data[6] == 1;
+    std::size_t header_len = v1 ? (static_cast<unsigned char>(data[8]) | static_cast<unsigned char>(data[9]) << 8)
+                                : (static_cast<std::size_t>(static_cast<unsigned char>(data[8])) |
+                                   static_cast<std::size_t>(static_cast<unsigned char>(data[9])) << 8 |
+                                   static_cast<std::size_t>(static_cast<unsigned char>(data[10])) << 16 |
+                                   static_cast<std::size_t>(static_cast<unsigned char>(data[11])) << 24);
+    const std::size_t offset = v1 ? 10 : 12;
+    if (data.size() < offset + header_len) throw bad("has a truncated header");
+    const std::string header = data.substr(offset, header_len);
+    if (header.find("'<f4'") == std::string::npos) throw bad("is not float32");
+    if (header.find("'fortran_order': True") != std::string::npos) throw bad("is in Fortran order");
+    auto open = header.find('(', header.find("'shape'")), close = header.find(')', open);
+    if (open == std::string::npos || close == std::string::npos) throw bad("has no shape");
+    vitdeploy::Tensor t;
+    std::stringstream dims(header.substr(open + 1, close - open - 1));
+    for (std::string d; std::getline(dims, d, ',');)
+        if (d.find_first_of("0123456789") != std::string::npos) t.shape.push_back(std::stoll(d));
+    const std::size_t n = vitdeploy::shape_volume(t.shape);
+    if (data.size() < offset + header_len + 4 * n) throw bad("has less data than its shape");
+    t.data.resize(n);
+    std::memcpy(t.data.data(), data.data() + offset + header_len, 4 * n);
+    return t;
+}
+
+void write_npy_f32(const std::string& path, const vitdeploy::Tensor& t) {
+    std::string dims;
+    for (auto d : t.shape) dims += std::to_string(d) + ", ";
+    if (t.shape.size() > 1) dims.erase(dims.size() - 2);
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
+    header.append(64 - (10 + header.size() + 1) % 64, ' ');
+    header += '\n';
+    std::ofstream out(path, std::ios::binary);
+    if (!out) throw vitdeploy::InputError("cannot write '" + path + "': check the --output path");
+    const std::uint16_t len = static_cast<std::uint16_t>(header.size());
+    out.write("\x93NUMPY\x01\x00", 8);
+    out.put(static_cast<char>(len & 0xff)).put(static_cast<char>(len >> 8));
+    out << header;
+    out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(4 * t.data.size()));
+    if (!out) throw vitdeploy::InputError("writing '" + path + "' failed (disk full?)");
+}
+
+// The process image's resident high-water mark (VmHWM): its own, where ru_maxrss also counts the image a
+// forking parent had before exec. ru_maxrss where /proc is not there.
+double peak_rss_mb() {
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);)
+        if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;  // kB
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_maxrss / 1024.0;  // Linux: kilobytes
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int run(const Options& o) {
+    using namespace vitdeploy;
+    BackendOptions options;
+    options.threads = o.threads;
+    options.ort_ops_library = o.ort_ops;
+    auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<Backend> model = open_model(o.model, options);
+    const double load_s = seconds_since(t0);
+    if (model->inputs().size() != 1)
+        throw InputError("'" + o.model + "' takes " + std::to_string(model->inputs().size()) +
+                         " inputs: model_bench times single-input models (an image encoder, a classifier)");
+    const TensorInfo& info = model->inputs()[0];
+    Tensor input;
+    if (!o.input.empty()) {
+        input = read_npy_f32(o.input);
+    } else {
+        input.shape = info.shape;
+        for (auto& d : input.shape)
+            if (d < 0) d = 1;  // a dynamic axis (the batch): one
+        input.data.resize(shape_volume(input.shape));
+        std::mt19937 rng(0);
+        std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+        for (auto& v : input.data) v = uniform(rng);
+    }
+    const std::map<std::string, Tensor> feeds{{info.name, input}};
+
+    t0 = std::chrono::steady_clock::now();
+    std::map<std::string, Tensor> first = model->run(feeds);
+    const double first_s = seconds_since(t0);
+    if (!o.output.empty()) write_npy_f32(o.output, first.at(model->outputs()[0].name));
+    for (int i = 1; i < o.warmup; ++i) model->run(feeds);
+    std::vector<double> samples;
+    for (int i = 0; i < o.runs; ++i) {
+        t0 = std::chrono::steady_clock::now();
+        model->run(feeds);
+        samples.push_back(1000.0 * seconds_since(t0));
+    }
+    const double peak_mb = peak_rss_mb();
+    std::vector<double> sorted = samples;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted.size() % 2 ? sorted[sorted.size() / 2]
+                                            : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
+    if (o.json) {
+        std::ostringstream js;
+        js << "{\"model\": " << Json::string(o.model).dump() << ", \"backend\": " << Json::string(model->name()).dump()
+           << ", \"threads\": " << o.threads << ", \"load_s\": " << load_s << ", \"first_run_s\": " << first_s
+           << ", \"samples_ms\": [";
+        for (std::size_t i = 0; i < samples.size(); ++i) js << (i ? ", " : "") << samples[i];
+        js << "], \"median_ms\": " << median << ", \"peak_rss_mb\": " << peak_mb << "}";
+        std::cout << js.str() << '\n';
+    } else {
+        std::cout << o.model << " on " << model->name() << ": load " << load_s << " s, first run " << 1000.0 * first_s
+                  << " ms, median of " << samples.size() << " runs " << median << " ms, peak RSS " << peak_mb << " MB\n";
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Options options;
+    try {
+        options = parse(argc, argv);
+    } catch (const UsageError& e) {
+        std::cerr << "usage error: " << e.what() << "\nTry 'model_bench --help'.\n";
+        return 2;
+    }
+    try {
+        return run(options);
+    } catch (const vitdeploy::Error& e) {
+        std::cerr << "error: " << e.what() << '\n';
+        return 1;
+    } catch (const std::bad_alloc&) {
+        std::cerr << "error: out of memory: use a smaller model\n";
+        return 1;
+    } catch (const std::exception& e) {
+        std::cerr << "error: unexpected failure (" << e.what() << "): please report it with the command line\n";
+        return 1;
+    }
+}
