@@ -477,7 +477,8 @@ def summarize(rows: list[dict[str, Any]], results: dict[str, list[dict[str, Any]
             "contender": row["name"], "precision": row["precision"], "runs": len(runs), "median_ms": median,
             "p90_ms": float(np.percentile(runs, 90)), "min_ms": float(min(runs)), "samples_ms": runs,
             "peak_rss_mb": max(r["peak_rss_mb"] for r in results[row["name"]]),
-            "run_peak_rss_mb": max((r["run_peak_rss_mb"] or 0.0) for r in results[row["name"]]),
+            "run_peak_rss_mb": max((r["run_peak_rss_mb"] for r in results[row["name"]] if r["run_peak_rss_mb"] is not None),
+                                   default=None),  # None: not measured (the C++ rows report their process's peak only)
             "load_s": float(np.median([r["load_s"] for r in results[row["name"]]])),
             "first_run_s": float(np.median([r["first_run_s"] for r in results[row["name"]]])),
             "torch_in_process": results[row["name"]][0]["torch_imported"],
@@ -514,7 +515,7 @@ def markdown(table: list[dict[str, Any]], peak: dict[str, Any], flops: int, head
         p = e["parity_vs_eager"]
         lines.append(f"| {e['contender']} | {e['median_ms']:.0f} | {e['p90_ms']:.0f} | {e['x_eager']:.3f} | "
                      f"{e['first_run_s'] * 1000:.0f} | {e['load_s']:.1f} | {e['x_floor']:.2f} | "
-                     f"{e['peak_rss_mb']:.0f} | {e['run_peak_rss_mb']:.0f} | {p['cosine']:.6f} | {p['rel_l2']:.2e} | "
+                     f"{e['peak_rss_mb']:.0f} | {'—' if e['run_peak_rss_mb'] is None else format(e['run_peak_rss_mb'], '.0f')} | {p['cosine']:.6f} | {p['rel_l2']:.2e} | "
                      f"{'ok' if p['passed'] else 'FAIL'} ({p['tolerance']['name']}) |")
     for e in table:
         if "parity_vs_fp32_source" in e:

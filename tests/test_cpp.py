@@ -345,6 +345,40 @@ def test_model_bench_times_each_cpu_form_with_the_python_numbers(cpp_build: Path
     assert usage.returncode == 2 and "--runs takes an integer of at least 1" in usage.stderr
 
 
+@pytest.fixture(scope="module")
+def tiny_int8_encoder(encoder_cpu_forms, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny onnxruntime-cpu encoder calibrated to INT8 (Q/DQ) on the bundled images."""
+    from click.testing import CliRunner
+
+    from vitdeploy.cli import cli
+
+    out = tmp_path_factory.mktemp("int8") / "encoder.int8.onnx"
+    done = CliRunner().invoke(cli, ["calibrate", str(encoder_cpu_forms["exported"]), "-p", "int8", "-o", str(out),
+                                    "--no-eager", "--min-images", "2", "--max-images", "5", "--holdout", "1"])
+    assert done.exit_code == 0, done.output
+    return out
+
+
+@pytest.mark.parametrize("mask", ["", "avx512*,amx*,avx_vnni"])
+def test_cpp_backend_runs_int8_files_on_the_python_runners_kernels(cpp_build: Path, tiny_int8_encoder: Path,  # noqa: F811
+                                                                   tmp_path: Path, monkeypatch, mask: str):
+    """An INT8 Q/DQ file in the C++ backend: integer GEMMs (MatMulAddFusion off) and, where u8 x s8 saturates (this
+    CPU, or any CPU masked as AVX2-only), u8 x u8 kernels, as the Python runner sets them: the same numbers."""
+    from vitdeploy.runtime.runners import OnnxRuntimeRunner
+
+    monkeypatch.setenv("VITDEPLOY_CPU_MASK", mask)
+    x = np.random.default_rng(4).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    env = {k: v for k, v in os.environ.items() if k != "VITDEPLOY_ORT_OPS"}
+    done = subprocess.run([str(cpp_build / "model_bench"), "--model", str(tiny_int8_encoder), "--input",
+                           str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"), "--threads", str(THREADS),
+                           "--runs", "1"], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    runner = OnnxRuntimeRunner(tiny_int8_encoder, threads=THREADS, folded_attention=True)  # the file as written
+    expected = runner.run({"image": x})["image_embeddings"]
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, atol=CPP_TOLERANCES["embedding_max_abs"], rtol=0)
+
+
 def _bad_input_args(case: str, art, tmp: Path) -> list[str]:
     Image.fromarray(sample_image(30, 40)).save(tmp / "ok.png")
     (tmp / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really")

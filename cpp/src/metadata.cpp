@@ -1,7 +1,9 @@
 #include "vitdeploy/metadata.hpp"
 
+#include <cstdint>
 #include <fstream>
 #include <sstream>
+#include <string>
 
 #include "vitdeploy/error.hpp"
 
@@ -22,7 +24,76 @@ Json decode_value(const std::string& raw) {
     }
 }
 
+// One protobuf varint at ``pos`` of the stream; false at a clean end of file before it.
+bool read_varint(std::istream& in, std::uint64_t& value, const std::string& path) {
+    value = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        const int c = in.get();
+        if (c == std::char_traits<char>::eof()) {
+            if (shift == 0) return false;
+            break;
+        }
+        value |= static_cast<std::uint64_t>(c & 0x7f) << shift;
+        if (!(c & 0x80)) return true;
+    }
+    throw InputError("'" + path + "' is not an ONNX model file (truncated protobuf varint): export it again with "
+                     "'vitdeploy export'");
+}
+
+// (key, value) of a serialized StringStringEntryProto.
+std::pair<std::string, std::string> string_pair(const std::string& entry, const std::string& path) {
+    std::istringstream in(entry);
+    std::string fields[3];
+    std::uint64_t tag = 0, length = 0;
+    while (read_varint(in, tag, path)) {
+        if ((tag & 7) != 2 || !read_varint(in, length, path) || length > entry.size())
+            throw InputError("'" + path + "' has an unreadable metadata entry: export it again with 'vitdeploy export'");
+        std::string bytes(length, '\0');
+        in.read(bytes.data(), static_cast<std::streamsize>(length));
+        if ((tag >> 3) == 1 || (tag >> 3) == 2) fields[tag >> 3] = std::move(bytes);
+    }
+    return {fields[1], fields[2]};
+}
+
 }  // namespace
+
+std::vector<std::pair<std::string, std::string>> read_onnx_metadata_props(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError("ONNX file '" + path + "' cannot be opened: check the path and its permissions");
+    in.seekg(0, std::ios::end);
+    const auto size = static_cast<std::uint64_t>(in.tellg());
+    in.seekg(0);
+    if (size == 0) throw InputError("'" + path + "' is empty (0 bytes), not an ONNX model: export it again ('vitdeploy export')");
+    std::vector<std::pair<std::string, std::string>> props;
+    std::uint64_t tag = 0, value = 0;
+    while (read_varint(in, tag, path)) {
+        const auto wire = tag & 7;
+        if (wire == 0) {
+            read_varint(in, value, path);
+        } else if (wire == 1 || wire == 5) {
+            in.seekg(wire == 1 ? 8 : 4, std::ios::cur);
+        } else if (wire == 2) {
+            if (!read_varint(in, value, path) || value > size)
+                throw InputError("'" + path + "' is not an ONNX model file (a field runs past the end): export it again");
+            if ((tag >> 3) == 14) {  // ModelProto.metadata_props
+                std::string entry(value, '\0');
+                in.read(entry.data(), static_cast<std::streamsize>(value));
+                props.push_back(string_pair(entry, path));
+            } else {
+                in.seekg(static_cast<std::streamoff>(value), std::ios::cur);
+            }
+        } else {
+            throw InputError("'" + path + "' is not an ONNX model file (protobuf wire type " + std::to_string(wire) +
+                             "): give a file written by 'vitdeploy export'");
+        }
+        if (!in) throw InputError("'" + path + "' is not an ONNX model file (truncated): export it again with 'vitdeploy export'");
+    }
+    return props;
+}
+
+Metadata Metadata::from_onnx_file(const std::string& path) {
+    return from_properties(read_onnx_metadata_props(path), "'" + path + "'");
+}
 
 Metadata Metadata::from_properties(const std::vector<std::pair<std::string, std::string>>& props,
                                    std::string source) {

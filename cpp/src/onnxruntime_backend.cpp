@@ -7,10 +7,15 @@
 
 #include "vitdeploy/onnxruntime_backend.hpp"
 
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <utility>
 
 #include "vitdeploy/error.hpp"
@@ -21,6 +26,44 @@ namespace {
 
 // The custom-op domain of vitdeploy's fused rel-pos attention kernel (cpp/ort_ops/relpos_attention.cpp).
 constexpr const char* kKernelDomain = "ai.vitdeploy";
+
+// ONNX Runtime's x86 INT8 GEMMs multiply u8 x s8 and add pairs of products in int16: without an INT8 dot
+// product instruction (VNNI, AMX) those sums saturate, which ONNX Runtime documents; its remedy is the session
+// option below (u8 x u8 kernels). The same rule as vitdeploy.cpu_features.CpuFeatures.u8s8_saturates, from
+// /proc/cpuinfo's flags with VITDEPLOY_CPU_MASK applied (comma-separated shell patterns of flags to hide).
+constexpr const char* kInt8DotFlags[] = {"avx512_vnni", "avx_vnni", "amx_int8"};
+
+bool u8s8_saturates() {
+#if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line, flags;
+    while (std::getline(cpuinfo, line))
+        if (line.rfind("flags", 0) == 0) {
+            flags = line.substr(line.find(':') + 1);
+            break;
+        }
+    std::vector<std::string> masks;
+    if (const char* mask = std::getenv("VITDEPLOY_CPU_MASK")) {
+        std::stringstream ss(mask);
+        for (std::string p; std::getline(ss, p, ',');) {
+            p.erase(0, p.find_first_not_of(" \t"));
+            p.erase(p.find_last_not_of(" \t") + 1);
+            if (!p.empty()) masks.push_back(p);
+        }
+    }
+    std::stringstream words(flags);
+    for (std::string flag; words >> flag;) {
+        bool dot = false;
+        for (const char* f : kInt8DotFlags) dot = dot || flag == f;
+        bool hidden = false;
+        for (const auto& m : masks) hidden = hidden || fnmatch(m.c_str(), flag.c_str(), 0) == 0;
+        if (dot && !hidden) return false;
+    }
+    return true;  // x86 without VNNI/AMX, or flags unknown: the safe side, as the Python runtime
+#else
+    return false;
+#endif
+}
 
 std::once_flag g_api_once;
 const OrtApi* g_api = nullptr;
@@ -109,6 +152,14 @@ OnnxRuntimeBackend::OnnxRuntimeBackend(const std::string& path, const BackendOpt
         throw InputError("ONNX file '" + path + "' not found: run 'vitdeploy export' first or check the path");
     init_api();
     impl_ = std::make_unique<Impl>();
+    // Read before the session exists: an INT8 graph needs its session options set when the session is made.
+    Metadata file_metadata;
+    try {
+        file_metadata = Metadata::from_onnx_file(path);
+    } catch (const InputError& e) {  // not an ONNX file: what ONNX Runtime would say next, as documented
+        throw BackendError("ONNX Runtime cannot load '" + path + "' (" + e.what() + ")");
+    }
+    const bool int8 = file_metadata.get_string_or("precision", "") == "int8";
     try {
         Ort::SessionOptions so;
         if (options.threads > 0) {
@@ -119,6 +170,13 @@ OnnxRuntimeBackend::OnnxRuntimeBackend(const std::string& path, const BackendOpt
         // As vitdeploy's Python runner on the CPU: ONNX Runtime's memory pattern (on by default) held twice the
         // memory of the full-size SAM encoder and made its second run seconds slower (README, "Benchmarks").
         so.DisableMemPattern();
+        if (int8) {
+            // As vitdeploy's Python runner (vitdeploy.runtime.ort_settings): MatMulAddFusion turns DQ -> MatMul -> Add
+            // into a float Gemm before the Q/DQ fusion can make the MatMul an integer kernel (the graph then runs
+            // fake-quantized, slower than FP32); on CPUs whose u8 x s8 kernels saturate, u8 x u8 kernels.
+            so.AddConfigEntry("optimization.disable_specified_optimizers", "MatMulAddFusion");
+            if (u8s8_saturates()) so.AddConfigEntry("session.x64quantprecision", "1");
+        }
         if (!options.ort_ops_library.empty()) {
             if (!std::filesystem::is_regular_file(options.ort_ops_library, ec))
                 throw InputError("custom-op library '" + options.ort_ops_library +
@@ -145,17 +203,7 @@ OnnxRuntimeBackend::OnnxRuntimeBackend(const std::string& path, const BackendOpt
         if (info.type == ElementType::Unsupported)
             throw BackendError("input '" + info.name + "' of '" + path + "' has an element type this backend does not feed");
 
-    if (!options.metadata_path.empty()) {
-        metadata_ = Metadata::from_sidecar_file(options.metadata_path);
-    } else {
-        Ort::ModelMetadata model_meta = s.GetModelMetadata();
-        std::vector<std::pair<std::string, std::string>> props;
-        for (const auto& key : model_meta.GetCustomMetadataMapKeysAllocated(allocator)) {
-            auto value = model_meta.LookupCustomMetadataMapAllocated(key.get(), allocator);
-            props.emplace_back(key.get(), value ? value.get() : "");
-        }
-        metadata_ = Metadata::from_properties(props, "'" + path + "'");
-    }
+    metadata_ = options.metadata_path.empty() ? file_metadata : Metadata::from_sidecar_file(options.metadata_path);
 }
 
 OnnxRuntimeBackend::~OnnxRuntimeBackend() = default;

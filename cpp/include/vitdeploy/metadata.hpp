@@ -34,6 +34,10 @@ public:
     /// From a JSON sidecar file; throws MetadataError when it is missing or not valid JSON.
     static Metadata from_sidecar_file(const std::string& path);
 
+    /// From an ONNX file's metadata_props, read without parsing the graph or loading the weights
+    /// (read_onnx_metadata_props); throws InputError when the file is not an ONNX model.
+    static Metadata from_onnx_file(const std::string& path);
+
     const std::string& source() const { return source_; }
     bool empty() const { return keys_.empty(); }
     bool has(std::string_view key) const;
@@ -60,5 +64,10 @@ private:
     std::vector<std::string> keys_;
     std::vector<Json> values_;
 };
+
+/// The metadata_props (field 14) of the ModelProto in ``path``: walks the top-level protobuf fields and
+/// skips every other one by its length, so a GB-sized model costs a few reads (as the Python runtime's
+/// vitdeploy.runtime.ort_settings.read_metadata_props). Throws InputError for a file that is not one.
+std::vector<std::pair<std::string, std::string>> read_onnx_metadata_props(const std::string& path);
 
 }  // namespace vitdeploy
