@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "app_main.hpp"
 #include "vitdeploy/backend.hpp"
 #include "vitdeploy/error.hpp"
 #include "vitdeploy/json.hpp"
@@ -50,23 +51,14 @@ Example:
   model_bench --model out/sam_vit_b.cpu.onnx --threads 2 --runs 3 --json
 )";
 
-struct UsageError : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
+using app::UsageError;
+using app::parse_int;
 
 struct Options {
     std::string model, input, output, ort_ops;
     int threads = 0, warmup = 1, runs = 5;
     bool json = false;
 };
-
-int parse_count(const std::string& flag, const std::string& text, int minimum) {
-    char* end = nullptr;
-    long v = std::strtol(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || v < minimum || v > 1 << 16)
-        throw UsageError(flag + " takes an integer of at least " + std::to_string(minimum) + ", got '" + text + "'");
-    return static_cast<int>(v);
-}
 
 Options parse(int argc, char** argv) {
     Options o;
@@ -88,11 +80,11 @@ Options parse(int argc, char** argv) {
         } else if (a == "--ort-ops") {
             o.ort_ops = value();
         } else if (a == "--threads") {
-            o.threads = parse_count(a, value(), 0);
+            o.threads = parse_int(a, value(), 0);
         } else if (a == "--warmup") {
-            o.warmup = parse_count(a, value(), 1);
+            o.warmup = parse_int(a, value(), 1);
         } else if (a == "--runs") {
-            o.runs = parse_count(a, value(), 1);
+            o.runs = parse_int(a, value(), 1);
         } else if (a == "--json") {
             o.json = true;
         } else {
@@ -227,24 +219,4 @@ int run(const Options& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    Options options;
-    try {
-        options = parse(argc, argv);
-    } catch (const UsageError& e) {
-        std::cerr << "usage error: " << e.what() << "\nTry 'model_bench --help'.\n";
-        return 2;
-    }
-    try {
-        return run(options);
-    } catch (const vitdeploy::Error& e) {
-        std::cerr << "error: " << e.what() << '\n';
-        return 1;
-    } catch (const std::bad_alloc&) {
-        std::cerr << "error: out of memory: use a smaller model\n";
-        return 1;
-    } catch (const std::exception& e) {
-        std::cerr << "error: unexpected failure (" << e.what() << "): please report it with the command line\n";
-        return 1;
-    }
-}
+int main(int argc, char** argv) { return app::main_with_exit_codes("model_bench", argc, argv, parse, run); }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "app_main.hpp"
 #include "vitdeploy/backend.hpp"
 #include "vitdeploy/error.hpp"
 #include "vitdeploy/image.hpp"
@@ -53,9 +54,8 @@ Example:
           --image photo.jpg --point 500,375 --out mask.png
 )";
 
-struct UsageError : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
+using app::UsageError;
+using app::parse_int;
 
 struct Options {
     std::string encoder, decoder, image, out, encoder_metadata, decoder_metadata, ort_ops;
@@ -78,13 +78,6 @@ std::vector<double> parse_numbers(const std::string& flag, const std::string& te
         out.push_back(v);
     }
     return out;
-}
-
-int parse_int(const std::string& flag, const std::string& text) {
-    char* end = nullptr;
-    long v = std::strtol(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || v < 0 || v > 1 << 16) throw UsageError(flag + " takes a non-negative integer, got '" + text + "'");
-    return static_cast<int>(v);
 }
 
 Options parse(int argc, char** argv) {
@@ -221,24 +214,4 @@ int run(const Options& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    Options options;
-    try {
-        options = parse(argc, argv);
-    } catch (const UsageError& e) {
-        std::cerr << "usage error: " << e.what() << "\nTry 'sam_cli --help'.\n";
-        return 2;
-    }
-    try {
-        return run(options);
-    } catch (const vitdeploy::Error& e) {
-        std::cerr << "error: " << e.what() << '\n';
-        return 1;
-    } catch (const std::bad_alloc&) {
-        std::cerr << "error: out of memory: use a smaller image or a smaller model\n";
-        return 1;
-    } catch (const std::exception& e) {
-        std::cerr << "error: unexpected failure (" << e.what() << "): please report it with the command line\n";
-        return 1;
-    }
-}
+int main(int argc, char** argv) { return app::main_with_exit_codes("sam_cli", argc, argv, parse, run); }
