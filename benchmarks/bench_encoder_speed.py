@@ -30,6 +30,10 @@ What it does:
    ``onnxruntime-cpu`` FP32 file also runs with ``folded_attention=True``: its attention as exported,
    where the runner's default gives the global blocks their rel-pos term as an attention bias
    (:mod:`vitdeploy.runtime.folded_attention`).
+   When ``bash cpp/build.sh`` has built ``cpp/build/model_bench``, the ``onnxruntime-cpu`` FP32 file also runs
+   in vitdeploy's C++ backend (as an application embedding it would): as exported, and in the CPU forms
+   ``vitdeploy optimize`` writes from it (unfolded; with the fused kernel when its library is built);
+   ``--no-cpp`` leaves those rows out.
    When OpenVINO is installed (``pip install 'vitdeploy[openvino]'``), the plain export, each vitdeploy
    FP32 target and the INT8 Q/DQ file also run on OpenVINO (``OpenVinoRunner``: FP32 pinned, 7-bit
    weights for INT8 on CPUs without VNNI/AMX); ``--no-openvino`` leaves them out. With NNCF installed
