@@ -244,11 +244,9 @@ def _cpp_worker(spec: dict[str, Any]) -> dict[str, Any]:
     if done.returncode != 0:
         raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
     res = json.loads(done.stdout)
-    import onnxruntime
-
     return {"samples_ms": res["samples_ms"], "load_s": res["load_s"], "first_run_s": res["first_run_s"],
             "peak_rss_mb": res["peak_rss_mb"], "run_peak_rss_mb": None, "torch_imported": False,
-            "provider": f"vitdeploy C++ OnnxRuntimeBackend (model_bench), onnxruntime {onnxruntime.__version__}"}
+            "provider": f"vitdeploy C++ backend (model_bench), {res['runtime']} as loaded by the binary"}
 
 
 def worker(spec: dict[str, Any]) -> dict[str, Any]:

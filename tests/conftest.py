@@ -126,3 +126,16 @@ def tamper_onehot_tables(model) -> int:
             init.CopyFrom(onnx.numpy_helper.from_array(table, init.name))
             tampered += 1
     return tampered
+
+
+def load_benchmark(name: str):
+    """``benchmarks/<name>.py`` imported as a module (the scripts are not a package), registered under ``name``."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -18,6 +18,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import PIL
 import pytest
 from PIL import Image
@@ -335,9 +336,19 @@ def test_model_bench_times_each_cpu_form_with_the_python_numbers(cpp_build: Path
         assert done.returncode == 0, done.stderr
         report = json.loads(done.stdout)
         assert len(report["samples_ms"]) == 2 and report["peak_rss_mb"] > 0 and report["backend"] == "onnxruntime-cpu"
+        assert report["runtime"] == f"onnxruntime {ort.__version__}"  # the library the binary loaded: the wheel's
         expected = OnnxRuntimeRunner(encoder, threads=THREADS, folded_attention=form == "exported").run({"image": x})
         np.testing.assert_allclose(np.load(tmp_path / f"{form}.npy"), expected["image_embeddings"],
                                    atol=CPP_TOLERANCES["embedding_max_abs"], rtol=0)
+    from tests.conftest import load_benchmark
+
+    bench = load_benchmark("bench_encoder_speed")  # the benchmark's C++ rows read model_bench's report
+    (tmp_path / "input.npy").write_bytes((tmp_path / "x.npy").read_bytes())
+    row = bench._cpp_worker({"workdir": str(tmp_path), "model": str(encoder_cpu_forms["unfolded"]), "threads": THREADS,
+                             "warmup": 1, "runs": 2, "output": str(tmp_path / "row.npy"), "cpu_form": "unfolded"})
+    assert len(row["samples_ms"]) == 2 and row["peak_rss_mb"] > 0 and row["run_peak_rss_mb"] is None
+    assert f"onnxruntime {ort.__version__}" in row["provider"]
+    np.testing.assert_array_equal(np.load(tmp_path / "row.npy"), np.load(tmp_path / "unfolded.npy"))
     bad = subprocess.run([str(cpp_build / "model_bench"), "--model", str(encoder_cpu_forms["exported"]), "--input",
                           str(tmp_path / "exported.npy.missing")], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and bad.stderr.startswith("error: input file") and len(bad.stderr.splitlines()) == 1

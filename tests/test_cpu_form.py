@@ -187,6 +187,33 @@ def test_fused_form_is_what_the_runner_runs_with_the_kernel(cpp_build: Path, exp
     assert runner.cpu_form.attention == "fused-kernel"
     assert runner.fusion.swapped == in_memory.fusion.swapped
     assert runner.cpu_form.kernel_path == in_memory.fusion.paths[in_memory.fusion.swapped[0]]
-    node = next(n for n in onnx.load(str(out)).graph.node if n.op_type == relpos_kernel.OP_TYPE)
-    isa = next(a.i for a in node.attribute if a.name == "isa")
-    assert relpos_kernel.PATHS[isa] == runner.cpu_form.kernel_path  # the path this CPU took, written as the cap
+    model = onnx.load(str(out))
+    node = next(n for n in model.graph.node if n.op_type == relpos_kernel.OP_TYPE)
+    isa = next(a for a in node.attribute if a.name == "isa")
+    assert relpos_kernel.PATHS[isa.i] == runner.cpu_form.kernel_path  # the path this CPU took, written as the cap
+
+
+@needs_toolchain
+def test_fused_form_written_on_another_cpu_reports_the_path_this_cpu_takes(cpp_build: Path,  # noqa: F811
+                                                                           exports: dict[str, Path], tmp_path: Path) -> None:
+    """A fused form written on an AVX-512 machine (isa cap avx512) runs here on the widest path this CPU has: AVX2 on an
+    AVX2-only CPU, AVX-512 on an AVX-512 one; the runner says which, and the numbers stay the official ones."""
+    from vitdeploy.cpu_features import _read
+    from vitdeploy.runtime import relpos_kernel
+
+    if relpos_kernel.requested_path() == "portable":
+        pytest.skip("this CPU has neither AVX2 nor AVX-512: no attention takes the fused kernel")
+    out = write_cpu_form(exports["onnxruntime-cpu"], tmp_path / "fused.onnx", fused_attention=True).files[0]
+    model = onnx.load(str(out))
+    for node in model.graph.node:
+        if node.op_type == relpos_kernel.OP_TYPE:
+            next(a for a in node.attribute if a.name == "isa").i = relpos_kernel.PATHS.index("avx512")
+    for prop in model.metadata_props:
+        if prop.key == "vitdeploy." + CPU_FORM_KEY:
+            prop.value = json.dumps({**json.loads(prop.value), "kernel_path": "avx512"})
+    onnx.save_model(model, str(out))
+    real = _read("", "/proc/cpuinfo").simd  # the library checks the real CPU, not VITDEPLOY_CPU_MASK
+    expected = "avx512" if real == "avx512" else "avx2"
+    runner = _check_against_official_and_runner(out, OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2,
+                                                                       fused_attention=True))
+    assert set(runner.fusion.paths.values()) == {expected}

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-from tests.conftest import TINY_ARCHS, tiny_encoder
+from tests.conftest import TINY_ARCHS, load_benchmark, tiny_encoder
 from vitdeploy.models.sam_encoder import SamEncoderArch
 from vitdeploy.validation.floor import count_flops, floor_ms, measure_gemm_peak, onnxruntime_int8_gemm_gops
 
@@ -63,11 +59,7 @@ def test_int8_gemm_rates_per_kernel_form() -> None:
 
 
 def test_benchmark_contenders_cover_the_issue_rows(monkeypatch) -> None:
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_encoder_speed.py"
-    spec = importlib.util.spec_from_file_location("bench_encoder_speed", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_encoder_speed"] = module
-    spec.loader.exec_module(module)
+    module = load_benchmark("bench_encoder_speed")
     rows = module.contenders(module.TARGETS, True, True)
     names = [r["name"] for r in rows]
     assert names[0].startswith("eager") and any("torch.compile" in n for n in names) and any("naive" in n for n in names)

@@ -13,10 +13,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <map>
 #include <random>
 #include <sstream>
@@ -24,9 +23,11 @@
 #include <vector>
 
 #include "app_main.hpp"
+#include "npy.hpp"
 #include "vitdeploy/backend.hpp"
 #include "vitdeploy/error.hpp"
 #include "vitdeploy/json.hpp"
+#include "vitdeploy/onnxruntime_backend.hpp"
 
 namespace {
 
@@ -97,54 +98,6 @@ Options parse(int argc, char** argv) {
     return o;
 }
 
-// A float32 C-order .npy (NumPy's format 1.0/2.0 header), for --input.
-vitdeploy::Tensor read_npy_f32(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw vitdeploy::InputError("input file '" + path + "' not found: check the --input path");
-    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto bad = [&](const std::string& why) { return vitdeploy::InputError("'" + path + "' " + why + ": give a float32 .npy (numpy.save)"); };
-    if (data.size() < 12 || data.compare(0, 6, "\x93NUMPY") != 0) throw bad("is not a .npy file");
-    const bool v1 = data[6] == 1;
-    std::size_t header_len = v1 ? (static_cast<unsigned char>(data[8]) | static_cast<unsigned char>(data[9]) << 8)
-                                : (static_cast<std::size_t>(static_cast<unsigned char>(data[8])) |
-                                   static_cast<std::size_t>(static_cast<unsigned char>(data[9])) << 8 |
-                                   static_cast<std::size_t>(static_cast<unsigned char>(data[10])) << 16 |
-                                   static_cast<std::size_t>(static_cast<unsigned char>(data[11])) << 24);
-    const std::size_t offset = v1 ? 10 : 12;
-    if (data.size() < offset + header_len) throw bad("has a truncated header");
-    const std::string header = data.substr(offset, header_len);
-    if (header.find("'<f4'") == std::string::npos) throw bad("is not float32");
-    if (header.find("'fortran_order': True") != std::string::npos) throw bad("is in Fortran order");
-    auto open = header.find('(', header.find("'shape'")), close = header.find(')', open);
-    if (open == std::string::npos || close == std::string::npos) throw bad("has no shape");
-    vitdeploy::Tensor t;
-    std::stringstream dims(header.substr(open + 1, close - open - 1));
-    for (std::string d; std::getline(dims, d, ',');)
-        if (d.find_first_of("0123456789") != std::string::npos) t.shape.push_back(std::stoll(d));
-    const std::size_t n = vitdeploy::shape_volume(t.shape);
-    if (data.size() < offset + header_len + 4 * n) throw bad("has less data than its shape");
-    t.data.resize(n);
-    std::memcpy(t.data.data(), data.data() + offset + header_len, 4 * n);
-    return t;
-}
-
-void write_npy_f32(const std::string& path, const vitdeploy::Tensor& t) {
-    std::string dims;
-    for (auto d : t.shape) dims += std::to_string(d) + ", ";
-    if (t.shape.size() > 1) dims.erase(dims.size() - 2);
-    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
-    header.append(64 - (10 + header.size() + 1) % 64, ' ');
-    header += '\n';
-    std::ofstream out(path, std::ios::binary);
-    if (!out) throw vitdeploy::InputError("cannot write '" + path + "': check the --output path");
-    const std::uint16_t len = static_cast<std::uint16_t>(header.size());
-    out.write("\x93NUMPY\x01\x00", 8);
-    out.put(static_cast<char>(len & 0xff)).put(static_cast<char>(len >> 8));
-    out << header;
-    out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(4 * t.data.size()));
-    if (!out) throw vitdeploy::InputError("writing '" + path + "' failed (disk full?)");
-}
-
 // The process image's resident high-water mark (VmHWM): its own, where ru_maxrss also counts the image a
 // forking parent had before exec. ru_maxrss where /proc is not there.
 double peak_rss_mb() {
@@ -174,7 +127,15 @@ int run(const Options& o) {
     const TensorInfo& info = model->inputs()[0];
     Tensor input;
     if (!o.input.empty()) {
-        input = read_npy_f32(o.input);
+        if (!std::filesystem::is_regular_file(o.input))
+            throw InputError("input file '" + o.input + "' not found: check the --input path");
+        try {
+            const npy::Array array = npy::load(o.input);
+            input.shape = array.shape;
+            input.data.assign(array.values.begin(), array.values.end());
+        } catch (const std::runtime_error& e) {
+            throw InputError(std::string(e.what()) + ": give the input as a .npy (numpy.save)");
+        }
     } else {
         input.shape = info.shape;
         for (auto& d : input.shape)
@@ -189,7 +150,14 @@ int run(const Options& o) {
     t0 = std::chrono::steady_clock::now();
     std::map<std::string, Tensor> first = model->run(feeds);
     const double first_s = seconds_since(t0);
-    if (!o.output.empty()) write_npy_f32(o.output, first.at(model->outputs()[0].name));
+    if (!o.output.empty()) {
+        const Tensor& out = first.at(model->outputs()[0].name);
+        try {
+            npy::save_f32(o.output, out.shape, out.data);
+        } catch (const std::runtime_error& e) {
+            throw InputError(std::string(e.what()) + ": check the --output path");
+        }
+    }
     for (int i = 1; i < o.warmup; ++i) model->run(feeds);
     std::vector<double> samples;
     for (int i = 0; i < o.runs; ++i) {
@@ -204,7 +172,12 @@ int run(const Options& o) {
                                             : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
     if (o.json) {
         std::ostringstream js;
+        std::string runtime = model->name();
+#ifdef VITDEPLOY_WITH_ONNXRUNTIME
+        if (model->name() == "onnxruntime-cpu") runtime = "onnxruntime " + OnnxRuntimeBackend::runtime_version();
+#endif
         js << "{\"model\": " << Json::string(o.model).dump() << ", \"backend\": " << Json::string(model->name()).dump()
+           << ", \"runtime\": " << Json::string(runtime).dump()
            << ", \"threads\": " << o.threads << ", \"load_s\": " << load_s << ", \"first_run_s\": " << first_s
            << ", \"samples_ms\": [";
         for (std::size_t i = 0; i < samples.size(); ++i) js << (i ? ", " : "") << samples[i];

@@ -24,9 +24,6 @@ namespace vitdeploy {
 
 namespace {
 
-// The custom-op domain of vitdeploy's fused rel-pos attention kernel (cpp/ort_ops/relpos_attention.cpp).
-constexpr const char* kKernelDomain = "ai.vitdeploy";
-
 // ONNX Runtime's x86 INT8 GEMMs multiply u8 x s8 and add pairs of products in int16: without an INT8 dot
 // product instruction (VNNI, AMX) those sums saturate, which ONNX Runtime documents; its remedy is the session
 // option below (u8 x u8 kernels). The same rule as vitdeploy.cpu_features.CpuFeatures.u8s8_saturates, from
@@ -160,6 +157,12 @@ OnnxRuntimeBackend::OnnxRuntimeBackend(const std::string& path, const BackendOpt
         throw BackendError("ONNX Runtime cannot load '" + path + "' (" + e.what() + ")");
     }
     const bool int8 = file_metadata.get_string_or("precision", "") == "int8";
+    // A file 'vitdeploy optimize --fused-attention' wrote (vitdeploy.runtime.cpu_form) holds vitdeploy's kernel op.
+    const Json* form = file_metadata.has("cpu_form") ? file_metadata.get("cpu_form").find("attention") : nullptr;
+    if (form && form->is_string() && form->as_string() == "fused-kernel" && options.ort_ops_library.empty())
+        throw InputError("'" + path + "' runs vitdeploy's fused attention kernel ('vitdeploy optimize --fused-attention'): "
+                         "give its library with --ort-ops cpp/build/libvitdeploy_ort_ops.so (or VITDEPLOY_ORT_OPS), or "
+                         "run the file 'vitdeploy optimize' writes without --fused-attention");
     try {
         Ort::SessionOptions so;
         if (options.threads > 0) {
@@ -185,12 +188,7 @@ OnnxRuntimeBackend::OnnxRuntimeBackend(const std::string& path, const BackendOpt
         }
         impl_->session = Ort::Session(environment(), path.c_str(), so);
     } catch (const Ort::Exception& e) {
-        const std::string what = e.what();
-        if (what.find(kKernelDomain) != std::string::npos && options.ort_ops_library.empty())
-            throw BackendError("'" + path + "' runs vitdeploy's fused attention kernel ('vitdeploy optimize "
-                               "--fused-attention'): give its library with --ort-ops cpp/build/libvitdeploy_ort_ops.so "
-                               "(or VITDEPLOY_ORT_OPS), or run the file 'vitdeploy optimize' writes without --fused-attention");
-        throw BackendError("ONNX Runtime cannot load '" + path + "' (" + first_line(what) +
+        throw BackendError("ONNX Runtime cannot load '" + path + "' (" + first_line(e.what()) +
                            "): re-export it with 'vitdeploy export'");
     }
     Ort::AllocatorWithDefaultOptions allocator;

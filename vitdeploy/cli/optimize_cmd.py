@@ -48,8 +48,9 @@ def optimize(model: str, output: str, fused_attention: bool, as_json: bool, forc
         return
     click.echo(f"wrote {', '.join(str(f) for f in result.files)}: {result.form.summary()}")
     if result.form.kept:
-        click.echo(f"  {len(result.form.kept)} attention node(s) left as exported "
-                   f"({'; '.join(sorted(set(result.form.kept.values())))})")
+        from vitdeploy.runtime.folded_attention import kept_reasons
+
+        click.echo(f"  {len(result.form.kept)} attention node(s) left as exported ({kept_reasons(result.form.kept)})")
     if fused_attention:
         click.echo("  runs on ONNX Runtime with libvitdeploy_ort_ops.so registered: vitdeploy's runner does it itself "
                    "(VITDEPLOY_ORT_OPS or cpp/build), sam_cli with --ort-ops")

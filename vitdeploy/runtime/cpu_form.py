@@ -16,7 +16,8 @@ Forms (:data:`FORMS`):
 * ``fused-kernel``: vitdeploy's ``ai.vitdeploy::RelPosAttention`` where a vector path applies; the
   session needs ``libvitdeploy_ort_ops.so`` (``bash cpp/build.sh``). Each node's ``isa`` attribute
   caps the kernel path at the one the writing machine's CPU took; on a CPU without it the library
-  takes the widest path that CPU has (never a wider one).
+  takes the widest path that CPU has (never a wider one), and the runner reports that one
+  (:func:`vitdeploy.runtime.relpos_kernel.capped_path`).
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ class CpuForm:
 
     def summary(self) -> str:
         if self.attention == FUSED_KERNEL:
-            return (f"{len(self.nodes)} attention node(s) on vitdeploy's fused kernel ({self.kernel_path} path), "
-                    "written by 'vitdeploy optimize --fused-attention'")
+            return (f"{len(self.nodes)} attention node(s) on vitdeploy's fused kernel (written for its {self.kernel_path} "
+                    "path), written by 'vitdeploy optimize --fused-attention'")
         return (f"{len(self.nodes)} attention node(s) with the rel-pos term as an attention bias, written by "
                 "'vitdeploy optimize'")
 
@@ -95,22 +96,20 @@ def cpu_form_graph(model: onnx.ModelProto, attention: str, source: str = "",
     """
     if attention not in FORMS:
         raise InputError(f"unknown CPU attention form '{attention}': use one of {', '.join(FORMS)}")
+    from vitdeploy.runtime.folded_attention import kept_reasons, unfold_relpos_attention
+
     if attention == FUSED_KERNEL:
-        from vitdeploy.runtime.relpos_kernel import fuse_relpos_attention
+        from vitdeploy.runtime.relpos_kernel import PATHS, fuse_relpos_attention
 
         model, fusion = fuse_relpos_attention(model, base_dir=base_dir)
         if not fusion.swapped:
-            reasons = sorted(set(fusion.kept.values())) or ["the graph has no MultiHeadAttention node"]
             raise InputError(f"no attention node of '{source or 'the model'}' can take the fused kernel on this CPU "
-                             f"({'; '.join(reasons)}): write the unfolded form (without --fused-attention)")
-        paths = sorted(set(fusion.paths.values()))
-        return model, CpuForm(FUSED_KERNEL, tuple(fusion.swapped), ",".join(paths), source, dict(fusion.kept))
-    from vitdeploy.runtime.folded_attention import unfold_relpos_attention
-
+                             f"({kept_reasons(fusion.kept)}): write the unfolded form (without --fused-attention)")
+        widest = max(fusion.paths.values(), key=PATHS.index)  # one path in practice: one CPU, one request
+        return model, CpuForm(FUSED_KERNEL, tuple(fusion.swapped), widest, source, dict(fusion.kept))
     model, unfold = unfold_relpos_attention(model, base_dir)
     if not unfold.unfolded:
-        reasons = sorted(set(unfold.kept.values())) or ["the graph has no MultiHeadAttention node"]
-        raise InputError(f"no attention node of '{source or 'the model'}' is worth unfolding ({'; '.join(reasons)}): "
+        raise InputError(f"no attention node of '{source or 'the model'}' is worth unfolding ({kept_reasons(unfold.kept)}): "
                          "the exported file is already the form to run")
     return model, CpuForm(UNFOLDED, tuple(unfold.unfolded), None, source, dict(unfold.kept))
 

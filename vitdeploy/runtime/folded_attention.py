@@ -102,6 +102,11 @@ def _key_layout(key: str, inits, producers, base_dir: str) -> tuple[tuple[int, i
     return layout, pad.input[0], ""
 
 
+def kept_reasons(kept: dict[str, str]) -> str:
+    """Why attention nodes were left as they are (node -> reason), each reason once, for one-line messages."""
+    return "; ".join(sorted(set(kept.values()))) or "the graph has no MultiHeadAttention node"
+
+
 @dataclass(frozen=True)
 class FoldedAttention:
     """One verified folded ``MultiHeadAttention`` node: where it is, its token grid, and its unpadded keys."""
@@ -238,6 +243,7 @@ def unfolded_session_source(path) -> tuple[bytes | None, UnfoldReport]:
     return (model.SerializeToString() if report.unfolded else None), report
 
 
-__all__ = ["FoldedAttention", "UnfoldReport", "constant_value", "find_folded_attention", "node_attr", "onehot_layout",
+__all__ = ["FoldedAttention", "UnfoldReport", "constant_value", "find_folded_attention", "kept_reasons", "node_attr",
+           "onehot_layout",
            "pays_to_unfold", "unfold_relpos_attention",
            "unfolded_session_source"]

@@ -35,7 +35,7 @@ from onnx import helper
 
 from vitdeploy.cpu_features import CpuFeatures, cpu_features
 from vitdeploy.errors import InputError, MissingDependencyError
-from vitdeploy.runtime.folded_attention import find_folded_attention
+from vitdeploy.runtime.folded_attention import find_folded_attention, kept_reasons
 
 DOMAIN = "ai.vitdeploy"
 OP_TYPE = "RelPosAttention"
@@ -93,6 +93,17 @@ def kernel_path(tokens: int, head_dim: int, library: Path | None = None, request
     if want not in PATHS:
         raise InputError(f"unknown kernel path '{want}': use one of {', '.join(PATHS)}")
     return PATHS[_path_probe(str(path))(tokens, head_dim, PATHS.index(want))]
+
+
+#: (tokens, head size) of a problem every vector path takes (tokens % 32 == 0, head size a multiple of 16 up to 80).
+VECTOR_SHAPE = (64, 64)
+
+
+def capped_path(cap: str, library: Path | None = None) -> str:
+    """The path a swapped node whose ``isa`` attribute caps it at ``cap`` takes on this CPU. Nodes are swapped only
+    where their shape takes a vector path, so it is the library's answer for any such shape: the widest path this
+    CPU has, no wider than ``cap`` (a file written on an AVX-512 machine runs the AVX2 path on an AVX2 one)."""
+    return kernel_path(*VECTOR_SHAPE, library, requested=cap)
 
 
 @dataclass
@@ -160,12 +171,11 @@ def fused_session_source(path: Path, library: Path | None = None) -> tuple[bytes
     if not report.swapped:
         if report.portable_only:
             return None, report
-        reasons = sorted(set(report.kept.values())) or ["the graph has no MultiHeadAttention node"]
-        raise InputError(f"'{path.name}' has no attention the fused kernel can take ({'; '.join(reasons)}): "
+        raise InputError(f"'{path.name}' has no attention the fused kernel can take ({kept_reasons(report.kept)}): "
                          "export with --target onnxruntime-cpu, or run without fused attention")
     return model.SerializeToString(), report
 
 
-__all__ = ["DOMAIN", "OP_TYPE", "LIBRARY_ENV", "PATHS", "FusionReport", "fuse_relpos_attention", "fused_session_source",
+__all__ = ["DOMAIN", "OP_TYPE", "LIBRARY_ENV", "PATHS", "VECTOR_SHAPE", "FusionReport", "capped_path", "fuse_relpos_attention", "fused_session_source",
            "kernel_path", "requested_path",
            "library_path", "require_library"]

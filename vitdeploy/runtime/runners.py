@@ -119,16 +119,19 @@ class OnnxRuntimeRunner:
             check_requested_form(self.cpu_form, path.name, fused_attention=fused_attention,
                                  folded_attention=folded_attention)
             if self.cpu_form.attention == FUSED_KERNEL:
-                from vitdeploy.runtime.relpos_kernel import FusionReport, require_library
+                from vitdeploy.runtime.relpos_kernel import FusionReport, capped_path, require_library
 
-                options.register_custom_ops_library(str(require_library()))
+                library = require_library()
+                options.register_custom_ops_library(str(library))
                 nodes = list(self.cpu_form.nodes)
-                self.fusion = FusionReport(swapped=nodes, paths=dict.fromkeys(nodes, self.cpu_form.kernel_path))
+                self.fusion = FusionReport(swapped=nodes,
+                                           paths=dict.fromkeys(nodes, capped_path(self.cpu_form.kernel_path, library)))
             else:
                 from vitdeploy.runtime.folded_attention import UnfoldReport
 
                 self.unfold = UnfoldReport(unfolded=list(self.cpu_form.nodes))
         elif fused_attention:
+            from vitdeploy.runtime.folded_attention import kept_reasons
             from vitdeploy.runtime.relpos_kernel import fused_session_source, require_library
 
             if device != "cpu":
@@ -137,7 +140,7 @@ class OnnxRuntimeRunner:
             swapped, self.fusion = fused_session_source(path, library)
             if swapped is None:
                 self.warnings.append("fused attention: no attention node can take one of the kernel's vector paths on "
-                                     f"this CPU ({'; '.join(sorted(set(self.fusion.kept.values())))}): running ONNX "
+                                     f"this CPU ({kept_reasons(self.fusion.kept)}): running ONNX "
                                      "Runtime's attention")
             else:
                 source = swapped

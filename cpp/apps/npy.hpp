@@ -1,4 +1,5 @@
-// Reading NumPy .npy files (the golden outputs the Python side writes), for the tests only.
+// NumPy .npy files: reading any of the dtypes below (the golden outputs the Python side writes, model_bench's
+// --input) and writing float32 (model_bench's --output). Throws std::runtime_error naming the problem.
 #pragma once
 
 #include <cstdint>
@@ -74,6 +75,24 @@ inline Array load(const std::string& path) {
         throw std::runtime_error(path + ": unsupported dtype " + a.descr);
     }
     return a;
+}
+
+/// Write ``values`` (C order, of ``shape``) as a float32 .npy (format 1.0).
+inline void save_f32(const std::string& path, const std::vector<std::int64_t>& shape, const std::vector<float>& values) {
+    std::string dims;
+    for (auto d : shape) dims += std::to_string(d) + ", ";
+    if (shape.size() > 1) dims.erase(dims.size() - 2);  // (n, ) for one axis, (a, b) for more
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
+    header.append(64 - (10 + header.size() + 1) % 64, ' ');  // magic + version + length + header: a multiple of 64
+    header += '\n';
+    std::ofstream out(path, std::ios::binary);
+    if (!out) throw std::runtime_error("cannot write " + path);
+    const auto len = static_cast<std::uint16_t>(header.size());
+    out.write("\x93NUMPY\x01\x00", 8);
+    out.put(static_cast<char>(len & 0xff)).put(static_cast<char>(len >> 8));
+    out << header;
+    out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(4 * values.size()));
+    if (!out) throw std::runtime_error("writing " + path + " failed (disk full?)");
 }
 
 }  // namespace npy
