@@ -27,9 +27,10 @@ What it does:
    When ``bash cpp/build.sh`` has built vitdeploy's fused rel-pos attention kernel
    (``libvitdeploy_ort_ops.so``), the ``onnxruntime-cpu`` FP32 and INT8 files run once more with it
    (``OnnxRuntimeRunner(fused_attention=True)``); ``--no-fused`` leaves those rows out. The
-   ``onnxruntime-cpu`` FP32 file also runs with ``folded_attention=True``: its attention as exported,
-   where the runner's default gives the global blocks their rel-pos term as an attention bias
-   (:mod:`vitdeploy.runtime.folded_attention`).
+   ``onnxruntime-cpu`` and ``tensorrt`` FP32 files also run with ``folded_attention=True``: their attention
+   as exported, where the runner's default gives the global blocks their rel-pos term as an attention
+   bias (:mod:`vitdeploy.runtime.cpu_attention`; a ``tensorrt`` file's MatMul-Softmax-MatMul chains run
+   as ONNX Runtime's ``MultiHeadAttention`` first).
    When ``bash cpp/build.sh`` has built ``cpp/build/model_bench``, the ``onnxruntime-cpu`` FP32 file also runs
    in vitdeploy's C++ backend (as an application embedding it would): as exported, and in the CPU forms
    ``vitdeploy optimize`` writes from it (unfolded; with the fused kernel when its library is built);
@@ -104,6 +105,8 @@ def _pattern_twin(row: dict[str, Any]) -> dict[str, Any] | None:
 
 def _all_contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, int8_path: Path | None,
                     with_fused: bool, with_openvino: bool, with_dynamic: bool, with_nncf: bool) -> list[dict[str, Any]]:
+    from vitdeploy.runtime.cpu_attention import FOLDED_TARGETS
+
     rows = [{"name": "eager official (PyTorch)", "kind": "eager", "precision": "fp32"}]
     if with_compile:
         rows.append({"name": "torch.compile official", "kind": "compile", "precision": "fp32"})
@@ -125,9 +128,10 @@ def _all_contenders(targets: tuple[str, ...], with_compile: bool, with_int8: boo
     for target in targets:
         rows.append({"name": f"ORT, vitdeploy FP32 --target {target}", "kind": "ort", "model": f"vitdeploy_{target}.onnx",
                      "precision": "fp32", "settings": VITDEPLOY_ORT_SETTINGS, "target": target})
-        if target == "onnxruntime-cpu":
-            # The same file with its attention as exported (folded): the runner's default unfolds the global blocks.
-            rows.append({"name": "ORT, vitdeploy FP32 --target onnxruntime-cpu, folded attention as exported", "kind": "ort",
+        if target in FOLDED_TARGETS:
+            # The same file with its attention as exported (folded): on the CPU the runner's default unfolds the global
+            # blocks (and runs tensorrt's MatMul-Softmax-MatMul chains as MultiHeadAttention first).
+            rows.append({"name": f"ORT, vitdeploy FP32 --target {target}, folded attention as exported", "kind": "ort",
                          "model": f"vitdeploy_{target}.onnx", "precision": "fp32",
                          "settings": {**VITDEPLOY_ORT_SETTINGS, "folded_attention": True}})
     int8_model = str(int8_path.resolve()) if int8_path else "vitdeploy_int8.onnx"  # a path relative to the workdir

@@ -101,7 +101,7 @@ def test_weights_kept_beside_the_source_are_written_with_the_form(exports: dict[
 
 
 @pytest.mark.parametrize("case, message", [
-    ("generic_target", "is not a --target onnxruntime-cpu export (target: generic)"),
+    ("generic_target", "is not a --target onnxruntime-cpu or tensorrt export (target: generic)"),
     ("already_a_form", "is already a CPU form written by 'vitdeploy optimize'"),
     ("output_is_source", "-o names the exported file"),
     ("output_exists", "already exists: pass --force"),

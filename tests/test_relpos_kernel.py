@@ -20,6 +20,7 @@ from tests.conftest import TINY_ARCHS, export_tiny_targets, tamper_onehot_tables
 from vitdeploy.cli import cli
 from vitdeploy.errors import InputError
 from vitdeploy.runtime import relpos_kernel
+from vitdeploy.runtime.cpu_attention import cpu_attention
 from vitdeploy.runtime.runners import OnnxRuntimeRunner
 from vitdeploy.validation.parity import compare
 
@@ -159,9 +160,27 @@ def test_fused_runner_matches_official_and_mha(library: Path, exports: dict[str,
         assert float(np.abs(out - mha).max() / np.abs(mha).max()) <= FUSED_VS_MHA_MAX_ABS_REL
 
 
+def test_tensorrt_export_takes_the_kernel_too(library: Path, tmp_path: Path) -> None:
+    """A --target tensorrt file: its MatMul-Softmax-MatMul chains become MultiHeadAttention first
+    (vitdeploy.runtime.folded_sdpa), then the kernel takes what it takes in the onnxruntime-cpu export."""
+    path = export_tiny_targets(tmp_path, ARCH, seed=7, targets=("tensorrt",))["tensorrt"]
+    fused = OnnxRuntimeRunner(path, threads=2, fused_attention=True)
+    arch = TINY_ARCHS[ARCH]
+    assert len(fused.sdpa.converted) == arch.depth
+    expected = _expected_path(*_global_block_shape(), relpos_kernel.requested_path())
+    assert len(fused.fusion.swapped) == (0 if expected == "portable" else len(arch.global_attn_indexes))
+    official = tiny_encoder(ARCH, seed=7)
+    x = torch.randn(1, 3, arch.img_size, arch.img_size, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        ref = official(x)
+    result = compare(ref, fused.run({"image": x.numpy()})["image_embeddings"], "fp32", label="tensorrt target, fused")
+    assert result, result.summary()
+
+
 def test_swap_needs_the_exact_one_hot_keys(library: Path, exports: dict[str, Path], tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no attention the fused kernel can take"):
-        relpos_kernel.fused_session_source(exports["generic"], library)  # no MultiHeadAttention at all
+        cpu_attention(exports["generic"], "generic", fused_attention=True, folded_attention=False,
+                      library=library)  # no folded attention at all
     model = onnx.load(str(exports["onnxruntime-cpu"]))
     _, report = relpos_kernel.fuse_relpos_attention(onnx.load(str(exports["onnxruntime-cpu"])), library)
     # Untouched, the global block passes the layout check (swapped, or on a CPU without a vector path kept for that) ...

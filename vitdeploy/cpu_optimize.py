@@ -1,4 +1,4 @@
-"""``vitdeploy optimize``: write the CPU form of an ``onnxruntime-cpu`` export as a file of its own.
+"""``vitdeploy optimize``: write the CPU form of an ``onnxruntime-cpu`` (or ``tensorrt``) export as a file of its own.
 
 What :class:`vitdeploy.runtime.runners.OnnxRuntimeRunner` does in memory at every load (the global
 blocks' attention unfolded, or vitdeploy's fused kernel swapped in: :mod:`vitdeploy.runtime.cpu_form`),
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from vitdeploy.errors import InputError
 from vitdeploy.metadata import decode, encode
+from vitdeploy.runtime.cpu_attention import FOLDED_TARGETS, load_folded_graph
 from vitdeploy.runtime.cpu_form import CPU_FORM_KEY, FUSED_KERNEL, UNFOLDED, CpuForm, cpu_form_graph
 
 
@@ -31,7 +32,7 @@ class OptimizeResult:
 
 def write_cpu_form(source: str | Path, output: str | Path, *, fused_attention: bool = False,
                    force: bool = False) -> OptimizeResult:
-    """Write the CPU form of the ``onnxruntime-cpu`` export ``source`` to ``output`` (atomically, weights inside;
+    """Write the CPU form of the ``onnxruntime-cpu`` or ``tensorrt`` export ``source`` to ``output`` (atomically, weights inside;
     a model past protobuf's 2 GiB as ``output`` + ``output.data``).
 
     InputError for another kind of file (other targets, a file already in a CPU form), an existing
@@ -39,7 +40,7 @@ def write_cpu_form(source: str | Path, output: str | Path, *, fused_attention: b
     """
     import onnx
 
-    from vitdeploy.fileio import claim_outputs, external_data_files, load_onnx_graph
+    from vitdeploy.fileio import claim_outputs, external_data_files
     from vitdeploy.precision.model_io import save_onnx_atomic
     from vitdeploy.runtime.ort_settings import read_metadata_props
 
@@ -51,11 +52,11 @@ def write_cpu_form(source: str | Path, output: str | Path, *, fused_attention: b
     if CPU_FORM_KEY in metadata:
         raise InputError(f"'{source.name}' is already a CPU form written by 'vitdeploy optimize': optimize the exported "
                          f"file ('{metadata[CPU_FORM_KEY].get('source', 'its source')}') instead")
-    if metadata.get("target") != "onnxruntime-cpu":
-        raise InputError(f"'{source.name}' is not a --target onnxruntime-cpu export (target: "
-                         f"{metadata.get('target', 'not recorded')}): only that target has a CPU form; export with "
-                         "--target onnxruntime-cpu")
-    model = load_onnx_graph(source)
+    if metadata.get("target") not in FOLDED_TARGETS:
+        raise InputError(f"'{source.name}' is not a --target onnxruntime-cpu or tensorrt export (target: "
+                         f"{metadata.get('target', 'not recorded')}): only their folded attention has a CPU form; "
+                         "export with --target onnxruntime-cpu")
+    model, _ = load_folded_graph(source)  # a tensorrt export's attention chains as MultiHeadAttention first
     attention = FUSED_KERNEL if fused_attention else UNFOLDED
     model, form = cpu_form_graph(model, attention, source=source.name, base_dir=source.parent)  # before the weights are read
     if external_data_files(model, source.parent):

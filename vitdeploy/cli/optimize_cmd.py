@@ -1,4 +1,4 @@
-"""``vitdeploy optimize``: an ``onnxruntime-cpu`` export -> the graph vitdeploy runs on the CPU, as a file."""
+"""``vitdeploy optimize``: an ``onnxruntime-cpu`` or ``tensorrt`` export -> the graph vitdeploy runs on the CPU, as a file."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from vitdeploy.cli.options import force_option, handle_errors, verbose_option
 @verbose_option
 @handle_errors
 def optimize(model: str, output: str, fused_attention: bool, as_json: bool, force: bool, verbose: bool) -> None:
-    """Write the CPU form of a --target onnxruntime-cpu export: what vitdeploy's runner runs, as a file.
+    """Write the CPU form of a --target onnxruntime-cpu (or tensorrt) export: what vitdeploy's runner runs, as a file.
 
     vitdeploy's Python runner does not run such an export as written: at load time it gives the
     global blocks' folded attention its rel-pos term as an attention bias (faster on the CPU), or
@@ -30,6 +30,8 @@ def optimize(model: str, output: str, fused_attention: bool, as_json: bool, forc
     transformed graph once, with the weights, so they run the same graph; its metadata says which
     form it holds. Keep the exported file: it is the portable one (TensorRT, GPUs, OpenVINO); the
     CPU form runs on ONNX Runtime's CPU provider only. INT8 files from that target work the same.
+    A --target tensorrt export's attention (MatMul-Softmax-MatMul, TensorRT's pattern) is written as
+    ONNX Runtime's MultiHeadAttention first, as the runner runs it.
 
     \b
     Examples:

@@ -126,13 +126,15 @@ def runtime_threads_option(fn: Callable) -> Callable:
 
 
 def fused_attention_option(fn: Callable) -> Callable:
-    """--fused-attention and --folded-attention: how ONNX Runtime runs an onnxruntime-cpu export's attention."""
+    """--fused-attention and --folded-attention: how ONNX Runtime runs the folded attention of an onnxruntime-cpu or
+    tensorrt export."""
     fn = click.option("--folded-attention", is_flag=True,
-                      help="ONNX models on the CPU: run --target onnxruntime-cpu attention as exported, folded (least "
-                           "memory; by default its global blocks take the rel-pos term as an attention bias, faster).")(fn)
+                      help="ONNX models on the CPU: run --target onnxruntime-cpu/tensorrt attention as exported (for "
+                           "onnxruntime-cpu the least memory; by default the global blocks take the rel-pos term as an "
+                           "attention bias, faster, and tensorrt's attention runs as ONNX Runtime's MultiHeadAttention).")(fn)
     return click.option("--fused-attention", is_flag=True,
-                        help="ONNX models on the CPU: run --target onnxruntime-cpu attention on vitdeploy's fused rel-pos "
-                             "kernel (custom-op library built by 'bash cpp/build.sh').")(fn)
+                        help="ONNX models on the CPU: run --target onnxruntime-cpu/tensorrt attention on vitdeploy's fused "
+                             "rel-pos kernel (custom-op library built by 'bash cpp/build.sh').")(fn)
 
 
 def force_option(fn: Callable) -> Callable:

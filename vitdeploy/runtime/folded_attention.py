@@ -74,7 +74,14 @@ def _key_layout(key: str, inits, producers, base_dir: str) -> tuple[tuple[int, i
     reshape = producers.get(key)
     if reshape is None or reshape.op_type != "Reshape":
         return None, "", "key is not a Reshape of the folded keys"
-    add = producers.get(reshape.input[0])
+    return folded_key_layout(reshape.input[0], inits, producers, base_dir)
+
+
+def folded_key_layout(keys: str, inits: dict[str, onnx.TensorProto], producers: dict[str, onnx.NodeProto],
+                      base_dir: str = "") -> tuple[tuple[int, int, int] | None, str, str]:
+    """Whether the graph value ``keys`` (B, N, heads, hd + gh + gw) is exactly ``Pad(k) + one-hot table``:
+    ((head_dim, grid_h, grid_w), the name of ``k``, "") if so, else (None, "", why not)."""
+    add = producers.get(keys)
     if add is None or add.op_type != "Add":
         return None, "", "folded keys are not Pad(k) + one-hot table"
     pad = table = None
@@ -234,16 +241,7 @@ def unfold_relpos_attention(model: onnx.ModelProto, base_dir: str | Path = "") -
     return model, report
 
 
-def unfolded_session_source(path) -> tuple[bytes | None, UnfoldReport]:
-    """The model at ``path`` with :func:`unfold_relpos_attention` applied, serialized (external weights
-    stay in their file), or None when no node was unfolded (run the file as it is)."""
-    from vitdeploy.fileio import load_onnx_graph
-
-    model, report = unfold_relpos_attention(load_onnx_graph(path), Path(path).parent)
-    return (model.SerializeToString() if report.unfolded else None), report
-
-
-__all__ = ["FoldedAttention", "UnfoldReport", "constant_value", "find_folded_attention", "kept_reasons", "node_attr",
+__all__ = ["FoldedAttention", "UnfoldReport", "constant_value", "find_folded_attention", "folded_key_layout",
+           "kept_reasons", "node_attr",
            "onehot_layout",
-           "pays_to_unfold", "unfold_relpos_attention",
-           "unfolded_session_source"]
+           "pays_to_unfold", "unfold_relpos_attention"]

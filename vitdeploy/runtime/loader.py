@@ -76,10 +76,13 @@ def runner_notes(runner: Runner, threads: int | None = None) -> list[str]:
         notes.append(f"rel-pos attention as written in the file: {cpu_form.summary()}"
                      + (f"; this CPU runs the kernel's {', '.join(taken)} path" if taken else ""))
         fusion = unfold = None
+    sdpa = getattr(runner, "sdpa", None)
+    if sdpa is not None and sdpa.converted:
+        notes.append(f"attention: {sdpa.summary()}")
     if fusion is not None:
         notes.append(f"fused rel-pos attention: {fusion.summary()}")
     if unfold is not None and unfold.unfolded:
-        notes.append(f"rel-pos attention: {unfold.summary()} (--folded-attention keeps the file's form: less memory)")
+        notes.append(f"rel-pos attention: {unfold.summary()} (--folded-attention runs the file's form as written)")
     notes += [f"warning: {warning}" for warning in getattr(runner, "warnings", [])]
     note = runner_precision_note(runner, getattr(runner, "device", "cpu"), threads)
     if note:

@@ -35,7 +35,7 @@ from onnx import helper
 
 from vitdeploy.cpu_features import CpuFeatures, cpu_features
 from vitdeploy.errors import InputError, MissingDependencyError
-from vitdeploy.runtime.folded_attention import find_folded_attention, kept_reasons
+from vitdeploy.runtime.folded_attention import find_folded_attention
 
 DOMAIN = "ai.vitdeploy"
 OP_TYPE = "RelPosAttention"
@@ -158,24 +158,6 @@ def fuse_relpos_attention(model: onnx.ModelProto, library: Path | None = None, r
     return model, report
 
 
-def fused_session_source(path: Path, library: Path | None = None) -> tuple[bytes | None, FusionReport]:
-    """The model at ``path`` with the swap applied, serialized (external weights stay in their file).
-
-    None instead of bytes when the graph's folded attention is there but no node can take a vector path
-    on this CPU: the caller runs the file as it is (and says so). InputError when the graph has no
-    attention the kernel could take at all (another export target).
-    """
-    from vitdeploy.fileio import load_onnx_graph
-
-    model, report = fuse_relpos_attention(load_onnx_graph(path), library, base_dir=path.parent)
-    if not report.swapped:
-        if report.portable_only:
-            return None, report
-        raise InputError(f"'{path.name}' has no attention the fused kernel can take ({kept_reasons(report.kept)}): "
-                         "export with --target onnxruntime-cpu, or run without fused attention")
-    return model.SerializeToString(), report
-
-
-__all__ = ["DOMAIN", "OP_TYPE", "LIBRARY_ENV", "PATHS", "VECTOR_SHAPE", "FusionReport", "capped_path", "fuse_relpos_attention", "fused_session_source",
+__all__ = ["DOMAIN", "OP_TYPE", "LIBRARY_ENV", "PATHS", "VECTOR_SHAPE", "FusionReport", "capped_path", "fuse_relpos_attention",
            "kernel_path", "requested_path",
            "library_path", "require_library"]

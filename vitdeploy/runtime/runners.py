@@ -55,10 +55,11 @@ class OnnxRuntimeRunner:
     With ``fused_attention=True`` (CPU only) the graph's folded rel-pos attention runs on vitdeploy's
     fused kernel (:mod:`vitdeploy.runtime.relpos_kernel`, a custom-op library built by
     ``bash cpp/build.sh``); which nodes were swapped is in ``fusion``. Without it, on the CPU, the
-    global blocks' folded attention of an ``onnxruntime-cpu`` export takes its rel-pos term as an
-    attention bias (:mod:`vitdeploy.runtime.folded_attention`: faster, more memory while it runs);
-    ``folded_attention=True`` runs the file's folded form as exported (lowest memory). Which nodes
-    were unfolded is in ``unfold``.
+    global blocks' folded attention of an ``onnxruntime-cpu`` or ``tensorrt`` export takes its rel-pos
+    term as an attention bias (:mod:`vitdeploy.runtime.folded_attention`: faster, more memory while it
+    runs); ``folded_attention=True`` runs the file's attention as exported. Which nodes were unfolded is
+    in ``unfold``; a ``tensorrt`` export's MatMul-Softmax-MatMul chains run as ONNX Runtime's
+    ``MultiHeadAttention`` first (``sdpa``; :mod:`vitdeploy.runtime.cpu_attention`).
     ``device`` ``cuda``/``tensorrt`` runs on ONNX Runtime's GPU providers where the graph was verified
     (:mod:`vitdeploy.runtime.providers`; ``allow_unverified`` overrides), in FP32 unless ``tf32``;
     ``provider`` says what ran. ``profile_prefix`` turns ONNX Runtime's profiler on (see :meth:`end_profiling`).
@@ -109,6 +110,8 @@ class OnnxRuntimeRunner:
         source: str | bytes = str(path)
         self.fusion = None
         self.unfold = None
+        #: A ``tensorrt`` export's attention chains run as MultiHeadAttention on the CPU (:mod:`vitdeploy.runtime.folded_sdpa`).
+        self.sdpa = None
         #: Things a user should know about how this file runs here (printed by the CLI verbs).
         self.warnings: list[str] = []
         if fused_attention and folded_attention:
@@ -119,10 +122,9 @@ class OnnxRuntimeRunner:
             check_requested_form(self.cpu_form, path.name, fused_attention=fused_attention,
                                  folded_attention=folded_attention)
             if self.cpu_form.attention == FUSED_KERNEL:
-                from vitdeploy.runtime.relpos_kernel import FusionReport, capped_path, require_library
+                from vitdeploy.runtime.relpos_kernel import FusionReport, capped_path
 
-                library = require_library()
-                options.register_custom_ops_library(str(library))
+                library = self._fused_library(options)
                 nodes = list(self.cpu_form.nodes)
                 self.fusion = FusionReport(swapped=nodes,
                                            paths=dict.fromkeys(nodes, capped_path(self.cpu_form.kernel_path, library)))
@@ -130,27 +132,18 @@ class OnnxRuntimeRunner:
                 from vitdeploy.runtime.folded_attention import UnfoldReport
 
                 self.unfold = UnfoldReport(unfolded=list(self.cpu_form.nodes))
+        elif device == "cpu":
+            from vitdeploy.runtime.cpu_attention import cpu_attention
+
+            form = cpu_attention(path, file_metadata.get("target"), fused_attention=fused_attention,
+                                 folded_attention=folded_attention,
+                                 library=self._fused_library(options) if fused_attention else None)
+            self.sdpa, self.fusion, self.unfold = form.sdpa, form.fusion, form.unfold
+            self.warnings += form.warnings
+            if form.source is not None:
+                source = form.source
         elif fused_attention:
-            from vitdeploy.runtime.folded_attention import kept_reasons
-            from vitdeploy.runtime.relpos_kernel import fused_session_source, require_library
-
-            if device != "cpu":
-                raise InputError(f"fused attention is a CPU kernel: use --device cpu (got '{device}')")
-            library = require_library()
-            swapped, self.fusion = fused_session_source(path, library)
-            if swapped is None:
-                self.warnings.append("fused attention: no attention node can take one of the kernel's vector paths on "
-                                     f"this CPU ({kept_reasons(self.fusion.kept)}): running ONNX "
-                                     "Runtime's attention")
-            else:
-                source = swapped
-                options.register_custom_ops_library(str(library))
-        elif device == "cpu" and not folded_attention and file_metadata.get("target") == "onnxruntime-cpu":
-            from vitdeploy.runtime.folded_attention import unfolded_session_source
-
-            unfolded, self.unfold = unfolded_session_source(path)
-            if unfolded is not None:
-                source = unfolded
+            raise InputError(f"fused attention is a CPU kernel: use --device cpu (got '{device}')")
         if not isinstance(source, str):
             # A rewritten graph is loaded from memory: external weights are read from the model's folder.
             options.add_session_config_entry("session.model_external_initializers_file_folder_path",
@@ -178,6 +171,15 @@ class OnnxRuntimeRunner:
                 dtype = _ORT_NUMPY_TYPES.get(out.type)
                 if dtype is not None and all(isinstance(d, int) and d > 0 for d in out.shape):
                     self._out_buffers[out.name] = np.empty(out.shape, dtype=dtype)
+
+    @staticmethod
+    def _fused_library(options) -> Path:
+        """vitdeploy's custom-op library (InputError naming how to build it), registered with the session ``options``."""
+        from vitdeploy.runtime.relpos_kernel import require_library
+
+        library = require_library()
+        options.register_custom_ops_library(str(library))
+        return library
 
     def input_shapes(self) -> dict[str, list[int | str]]:
         return {i.name: list(i.shape) for i in self.session.get_inputs()}

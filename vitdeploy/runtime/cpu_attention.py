@@ -1,0 +1,90 @@
+"""Which attention form an ONNX Runtime CPU session runs: the graph :class:`OnnxRuntimeRunner` hands ONNX Runtime.
+
+An exported file with SAM's folded rel-pos attention (``--target onnxruntime-cpu`` or ``tensorrt``) is
+not run as written on the CPU unless asked (``folded_attention=True``); in memory, at load time:
+
+1. a ``tensorrt`` export's MatMul-Softmax-MatMul chains become ``MultiHeadAttention``
+   (:mod:`vitdeploy.runtime.folded_sdpa`: the graph the ``onnxruntime-cpu`` target exports);
+2. then either vitdeploy's fused kernel takes the folded nodes (``fused_attention=True``,
+   :mod:`vitdeploy.runtime.relpos_kernel`), or the global blocks get their rel-pos term as an
+   attention bias (the default, :mod:`vitdeploy.runtime.folded_attention`).
+
+Files written by ``vitdeploy optimize`` already hold their form and are run as written (the runner
+reads :mod:`vitdeploy.runtime.cpu_form`); every other graph is run as written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vitdeploy.errors import InputError
+
+if TYPE_CHECKING:
+    import onnx
+
+    from vitdeploy.runtime.folded_attention import UnfoldReport
+    from vitdeploy.runtime.folded_sdpa import SdpaReport
+    from vitdeploy.runtime.relpos_kernel import FusionReport
+
+#: Export targets whose attention is folded (rel-pos in the query/key products): the runner gives them a CPU form.
+FOLDED_TARGETS = ("onnxruntime-cpu", "tensorrt")
+
+
+@dataclass
+class CpuAttention:
+    """What the session runs: ``source`` (a serialized rewritten graph; None: the file as written) and the reports."""
+
+    source: bytes | None = None
+    sdpa: SdpaReport | None = None
+    fusion: FusionReport | None = None
+    unfold: UnfoldReport | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def load_folded_graph(path: Path) -> tuple[onnx.ModelProto, SdpaReport]:
+    """The graph at ``path`` without its external weights, a ``tensorrt`` export's attention chains already as
+    ``MultiHeadAttention`` (:func:`vitdeploy.runtime.folded_sdpa.sdpa_as_multihead_attention`)."""
+    from vitdeploy.fileio import load_onnx_graph
+    from vitdeploy.runtime.folded_sdpa import sdpa_as_multihead_attention
+
+    return sdpa_as_multihead_attention(load_onnx_graph(path), path.parent)
+
+
+def cpu_attention(path: Path, target: str | None, *, fused_attention: bool, folded_attention: bool,
+                  library: Path | None = None) -> CpuAttention:
+    """The attention form an ONNX Runtime CPU session runs for the file at ``path`` (module docstring).
+
+    Raises:
+        InputError: fused attention asked for a graph with no folded attention at all (another target).
+    """
+    if fused_attention:
+        from vitdeploy.runtime.folded_attention import kept_reasons
+        from vitdeploy.runtime.relpos_kernel import fuse_relpos_attention
+
+        model, sdpa = load_folded_graph(path)
+        model, fusion = fuse_relpos_attention(model, library, base_dir=path.parent)
+        result = CpuAttention(sdpa=sdpa, fusion=fusion)
+        if not fusion.swapped and not fusion.portable_only:
+            raise InputError(f"'{path.name}' has no attention the fused kernel can take ({kept_reasons(fusion.kept)}): "
+                             "export with --target onnxruntime-cpu (or tensorrt), or run without fused attention")
+        if not fusion.swapped:
+            result.warnings.append("fused attention: no attention node can take one of the kernel's vector paths on "
+                                   f"this CPU ({kept_reasons(fusion.kept)}): running ONNX Runtime's attention")
+        if fusion.swapped or sdpa.converted:
+            result.source = model.SerializeToString()
+        return result
+    if folded_attention or target not in FOLDED_TARGETS:
+        return CpuAttention()
+    from vitdeploy.runtime.folded_attention import unfold_relpos_attention
+
+    model, sdpa = load_folded_graph(path)
+    model, unfold = unfold_relpos_attention(model, path.parent)
+    result = CpuAttention(sdpa=sdpa, unfold=unfold)
+    if unfold.unfolded or sdpa.converted:
+        result.source = model.SerializeToString()  # external weights stay in their file
+    return result
+
+
+__all__ = ["FOLDED_TARGETS", "CpuAttention", "cpu_attention", "load_folded_graph"]
