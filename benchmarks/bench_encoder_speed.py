@@ -426,9 +426,12 @@ def _u8s8_saturates() -> bool:
 
 
 def fusion_checks(workdir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """What ONNX Runtime fused in each vitdeploy graph, with the settings its row runs with."""
-    from vitdeploy.runtime.ort_fusions import fusion_report, optimized_graph
-    from vitdeploy.runtime.ort_settings import OrtSettings
+    """What ONNX Runtime fused in the graph each vitdeploy file's first row runs: the runner's, with its CPU attention
+    form (a tensorrt file's attention as MultiHeadAttention, global blocks unfolded), at the row's optimization level."""
+    import onnx
+
+    from vitdeploy.runtime.ort_fusions import fusion_report
+    from vitdeploy.runtime.runners import OnnxRuntimeRunner
 
     checks = {}
     checked = set()
@@ -437,8 +440,11 @@ def fusion_checks(workdir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
             continue  # the plain export's graphs, and rows that run a file already checked (fused, folded, twins)
         checked.add(row["model"])
         model = workdir / row["model"]
-        settings = OrtSettings(threads=1, optimization=row["settings"].get("optimization", "all"))
-        report = fusion_report(optimized_graph(model, workdir / f"optimized_{Path(row['model']).stem}.onnx", settings))
+        optimized = workdir / f"optimized_{Path(row['model']).stem}.onnx"
+        attention = {k: v for k, v in row["settings"].items() if k in ("fused_attention", "folded_attention")}
+        OnnxRuntimeRunner(model, threads=1, optimization=row["settings"].get("optimization", "all"),
+                          optimized_model_path=optimized, **attention)
+        report = fusion_report(onnx.load(str(optimized), load_external_data=False))
         checks[row["name"]] = {**report.to_dict(), "missing": report.missing()}
         print(f"{row['name']}: fused {report.fused}, unfused {report.unfused}", flush=True)
     return checks

@@ -128,3 +128,15 @@ def test_optimize_writes_the_tensorrt_exports_cpu_form(exports: dict[str, Path],
     # The form holds ONNX Runtime contrib ops for its CPU provider: refused on a GPU before any session is made.
     with pytest.raises(InputError, match="is a CPU form written by 'vitdeploy optimize'.*run the exported file 'tensorrt.onnx'"):
         plan_providers(runner.metadata, "cuda", name="'tensorrt.cpu.onnx'")
+
+
+def test_benchmark_fusion_check_reads_the_graph_the_runner_runs(exports: dict[str, Path]) -> None:
+    """bench_encoder_speed's fusion check: a tensorrt file's attention counted as ONNX Runtime runs it on the CPU
+    (MultiHeadAttention), not as the file is written (Softmax chains)."""
+    from tests.conftest import load_benchmark
+
+    module = load_benchmark("bench_encoder_speed")
+    rows = [{"name": "tensorrt", "kind": "ort", "model": exports["tensorrt"].name, "settings": module.VITDEPLOY_ORT_SETTINGS}]
+    checks = module.fusion_checks(exports["tensorrt"].parent, rows)
+    assert checks["tensorrt"]["fused"]["attention"] == TINY_ARCHS[ARCH].depth
+    assert checks["tensorrt"]["unfused"]["attention"] == 0
