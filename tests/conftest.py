@@ -139,3 +139,23 @@ def load_benchmark(name: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def max_abs_rel(out, ref) -> float:
+    """Max-abs difference of two arrays relative to ``ref``'s scale (its largest magnitude)."""
+    import numpy as np
+
+    return float(np.abs(out - ref).max() / np.abs(ref).max())
+
+
+def assert_matches_official(official: torch.nn.Module, runner, x: torch.Tensor, label: str):
+    """The runner's ``image_embeddings`` for image ``x`` within the fp32 tolerance of the eager ``official`` encoder;
+    returns them."""
+    from vitdeploy.validation.parity import compare
+
+    with torch.no_grad():
+        ref = official(x)
+    out = runner.run({"image": x.numpy()})["image_embeddings"]
+    result = compare(ref, out, "fp32", label=label)
+    assert result, result.summary()
+    return out

@@ -237,10 +237,14 @@ def test_ctest_cpp_matches_python_runtime(cpp_build: Path, golden_dir: Path):
             assert f"ok   {suite}:{case['name']}" in done.stdout, f"case {suite}:{case['name']} missing:\n{report}"
 
 
+def _env_without_ort_ops() -> dict[str, str]:
+    """This environment without the kernel library's variable (the apps' --ort-ops default): the apps get ``args`` only."""
+    return {k: v for k, v in os.environ.items() if k != "VITDEPLOY_ORT_OPS"}
+
+
 def _run_cli(build: Path, *args: str) -> subprocess.CompletedProcess:
-    """sam_cli with ``args`` only: the kernel library's variable (its --ort-ops default) is not inherited."""
-    env = {k: v for k, v in os.environ.items() if k != "VITDEPLOY_ORT_OPS"}
-    return subprocess.run([str(build / "sam_cli"), *args], capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run([str(build / "sam_cli"), *args], capture_output=True, text=True, timeout=120,
+                          env=_env_without_ort_ops())
 
 
 @pytest.mark.parametrize("multimask", [True, False])
@@ -380,10 +384,9 @@ def test_cpp_backend_runs_int8_files_on_the_python_runners_kernels(cpp_build: Pa
     monkeypatch.setenv("VITDEPLOY_CPU_MASK", mask)
     x = np.random.default_rng(4).standard_normal((1, 3, 64, 64)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    env = {k: v for k, v in os.environ.items() if k != "VITDEPLOY_ORT_OPS"}
     done = subprocess.run([str(cpp_build / "model_bench"), "--model", str(tiny_int8_encoder), "--input",
                            str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"), "--threads", str(THREADS),
-                           "--runs", "1"], capture_output=True, text=True, timeout=120, env=env)
+                           "--runs", "1"], capture_output=True, text=True, timeout=120, env=_env_without_ort_ops())
     assert done.returncode == 0, done.stderr
     runner = OnnxRuntimeRunner(tiny_int8_encoder, threads=THREADS, folded_attention=True)  # the file as written
     expected = runner.run({"image": x})["image_embeddings"]

@@ -15,7 +15,8 @@ import torch
 from click.testing import CliRunner
 
 from cpp_build import cpp_build, toolchain_missing  # noqa: F401 (session fixture)
-from tests.conftest import TINY_ARCHS, export_tiny_targets, tamper_onehot_tables, tiny_encoder
+from tests.conftest import (TINY_ARCHS, assert_matches_official, export_tiny_targets, max_abs_rel, tamper_onehot_tables,
+                            tiny_encoder)
 from vitdeploy.cli import cli
 from vitdeploy.cpu_optimize import write_cpu_form
 from vitdeploy.errors import InputError
@@ -46,13 +47,9 @@ def _check_against_official_and_runner(path: Path, reference: OnnxRuntimeRunner)
     runner = OnnxRuntimeRunner(path, threads=2)
     official = tiny_encoder(ARCH, seed=SEED)
     for x in _inputs():
-        with torch.no_grad():
-            ref = official(torch.from_numpy(x))
-        out = runner.run({"image": x})["image_embeddings"]
-        result = compare(ref, out, "fp32", label=path.name)
-        assert result, result.summary()
+        out = assert_matches_official(official, runner, torch.from_numpy(x), path.name)
         same = reference.run({"image": x})["image_embeddings"]
-        assert float(np.abs(out - same).max() / np.abs(same).max()) <= WRITTEN_VS_IN_MEMORY_MAX_ABS_REL
+        assert max_abs_rel(out, same) <= WRITTEN_VS_IN_MEMORY_MAX_ABS_REL
     return runner
 
 

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 import torch
 from click.testing import CliRunner
 
-from tests.conftest import TINY_ARCHS, export_tiny_targets, tamper_onehot_tables, tiny_encoder
+from tests.conftest import (TINY_ARCHS, assert_matches_official, export_tiny_targets, max_abs_rel, tamper_onehot_tables,
+                            tiny_encoder)
 from vitdeploy.cli import cli
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.folded_attention import find_folded_attention, pays_to_unfold, unfold_relpos_attention
 from vitdeploy.runtime.runners import OnnxRuntimeRunner
-from vitdeploy.validation.parity import compare
 
 ARCH = "padded_windows"  # two 3x3-window blocks and one 8x8 global block, head size 16
 #: Unfolded vs folded ONNX Runtime graph, max-abs error relative to the output scale (reordered float sums).
@@ -40,13 +39,9 @@ def test_runner_unfolds_the_global_block_with_the_official_numbers(exports: dict
     official = tiny_encoder(ARCH, seed=11)
     for batch, seed in ((1, 0), (2, 1)):  # the Reshapes copy the batch axis: a dynamic batch runs too
         x = torch.randn(batch, 3, arch.img_size, arch.img_size, generator=torch.Generator().manual_seed(seed))
-        with torch.no_grad():
-            ref = official(x)
-        out = unfolded.run({"image": x.numpy()})["image_embeddings"]
-        result = compare(ref, out, "fp32", label=f"unfolded batch {batch}")
-        assert result, result.summary()
+        out = assert_matches_official(official, unfolded, x, f"unfolded batch {batch}")
         as_exported = folded.run({"image": x.numpy()})["image_embeddings"]
-        assert float(np.abs(out - as_exported).max() / np.abs(as_exported).max()) <= UNFOLDED_VS_FOLDED_MAX_ABS_REL
+        assert max_abs_rel(out, as_exported) <= UNFOLDED_VS_FOLDED_MAX_ABS_REL
 
 
 def test_unfolded_graph_takes_the_bias_and_the_plain_keys(exports: dict[str, Path]) -> None:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 import torch
 from onnx import helper
 
-from tests.conftest import TINY_ARCHS, export_tiny_targets, tiny_encoder
+from tests.conftest import TINY_ARCHS, assert_matches_official, export_tiny_targets, max_abs_rel, tiny_encoder
 from vitdeploy.cpu_optimize import write_cpu_form
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.folded_attention import find_folded_attention
@@ -20,13 +19,15 @@ from vitdeploy.runtime.folded_sdpa import sdpa_as_multihead_attention
 from vitdeploy.runtime.loader import runner_notes
 from vitdeploy.runtime.providers import plan_providers
 from vitdeploy.runtime.runners import OnnxRuntimeRunner
-from vitdeploy.validation.parity import compare
 
 ARCH = "padded_windows"  # two 3x3-window blocks and one 8x8 global block, head size 16
 SEED = 17
 #: The converted graph vs the tensorrt file as written on ONNX Runtime, max-abs error relative to the output scale
 #: (the same products, summed in another order by another kernel).
 CONVERTED_VS_WRITTEN_MAX_ABS_REL = 1e-5
+#: A form written by 'vitdeploy optimize' vs the same form made in memory by the runner: the same graph, the same
+#: kernels (as in test_cpu_form.py).
+WRITTEN_VS_IN_MEMORY_MAX_ABS_REL = 1e-6
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +53,9 @@ def test_runner_runs_tensorrt_attention_as_multihead_attention(exports: dict[str
     official = tiny_encoder(ARCH, seed=SEED)
     for batch, seed in ((1, 0), (2, 1)):  # the Reshapes copy the batch axis: a dynamic batch runs too
         x = _image(batch, seed)
-        with torch.no_grad():
-            ref = official(x)
-        out = runner.run({"image": x.numpy()})["image_embeddings"]
-        result = compare(ref, out, "fp32", label=f"tensorrt target on the CPU, batch {batch}")
-        assert result, result.summary()
+        out = assert_matches_official(official, runner, x, f"tensorrt target on the CPU, batch {batch}")
         as_written = written.run({"image": x.numpy()})["image_embeddings"]
-        assert float(np.abs(out - as_written).max() / np.abs(as_written).max()) <= CONVERTED_VS_WRITTEN_MAX_ABS_REL
+        assert max_abs_rel(out, as_written) <= CONVERTED_VS_WRITTEN_MAX_ABS_REL
 
 
 def test_converted_graph_is_the_onnxruntime_cpu_form(exports: dict[str, Path]) -> None:
@@ -111,7 +108,7 @@ def test_only_the_proven_pattern_is_converted(exports: dict[str, Path], tmp_path
     x = _image(1, 3).numpy()
     out = runner.run({"image": x})["image_embeddings"]
     as_written = written.run({"image": x})["image_embeddings"]
-    assert float(np.abs(out - as_written).max() / np.abs(as_written).max()) <= CONVERTED_VS_WRITTEN_MAX_ABS_REL
+    assert max_abs_rel(out, as_written) <= CONVERTED_VS_WRITTEN_MAX_ABS_REL
 
 
 def test_optimize_writes_the_tensorrt_exports_cpu_form(exports: dict[str, Path], tmp_path: Path) -> None:
@@ -124,7 +121,7 @@ def test_optimize_writes_the_tensorrt_exports_cpu_form(exports: dict[str, Path],
     x = _image(1, 4).numpy()
     same = in_memory.run({"image": x})["image_embeddings"]
     out_written = runner.run({"image": x})["image_embeddings"]
-    assert float(np.abs(out_written - same).max() / np.abs(same).max()) <= 1e-6
+    assert max_abs_rel(out_written, same) <= WRITTEN_VS_IN_MEMORY_MAX_ABS_REL
     # The form holds ONNX Runtime contrib ops for its CPU provider: refused on a GPU before any session is made.
     with pytest.raises(InputError, match="is a CPU form written by 'vitdeploy optimize'.*run the exported file 'tensorrt.onnx'"):
         plan_providers(runner.metadata, "cuda", name="'tensorrt.cpu.onnx'")

@@ -16,13 +16,13 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from cpp_build import cpp_build, toolchain_missing  # noqa: F401 (session fixture)
-from tests.conftest import TINY_ARCHS, export_tiny_targets, tamper_onehot_tables, tiny_encoder
+from tests.conftest import (TINY_ARCHS, assert_matches_official, export_tiny_targets, max_abs_rel, tamper_onehot_tables,
+                            tiny_encoder)
 from vitdeploy.cli import cli
 from vitdeploy.errors import InputError
 from vitdeploy.runtime import relpos_kernel
 from vitdeploy.runtime.cpu_attention import cpu_attention
 from vitdeploy.runtime.runners import OnnxRuntimeRunner
-from vitdeploy.validation.parity import compare
 
 ARCH = "padded_windows"  # two windowed blocks (9 tokens: left to ONNX Runtime) and one 8x8 global block
 #: Kernel vs float64 reference: float32 sums over at most 64 keys of O(1) terms.
@@ -151,13 +151,9 @@ def test_fused_runner_matches_official_and_mha(library: Path, exports: dict[str,
     official = tiny_encoder(ARCH, seed=7)
     for seed in (0, 1):
         x = torch.randn(1, 3, arch.img_size, arch.img_size, generator=torch.Generator().manual_seed(seed))
-        with torch.no_grad():
-            ref = official(x)
-        out = fused.run({"image": x.numpy()})["image_embeddings"]
-        result = compare(ref, out, "fp32", label=f"fused {expected} seed {seed}")
-        assert result, result.summary()
+        out = assert_matches_official(official, fused, x, f"fused {expected} seed {seed}")
         mha = plain.run({"image": x.numpy()})["image_embeddings"]
-        assert float(np.abs(out - mha).max() / np.abs(mha).max()) <= FUSED_VS_MHA_MAX_ABS_REL
+        assert max_abs_rel(out, mha) <= FUSED_VS_MHA_MAX_ABS_REL
 
 
 def test_tensorrt_export_takes_the_kernel_too(library: Path, tmp_path: Path) -> None:
@@ -171,10 +167,7 @@ def test_tensorrt_export_takes_the_kernel_too(library: Path, tmp_path: Path) -> 
     assert len(fused.fusion.swapped) == (0 if expected == "portable" else len(arch.global_attn_indexes))
     official = tiny_encoder(ARCH, seed=7)
     x = torch.randn(1, 3, arch.img_size, arch.img_size, generator=torch.Generator().manual_seed(5))
-    with torch.no_grad():
-        ref = official(x)
-    result = compare(ref, fused.run({"image": x.numpy()})["image_embeddings"], "fp32", label="tensorrt target, fused")
-    assert result, result.summary()
+    assert_matches_official(official, fused, x, "tensorrt target, fused")
 
 
 def test_swap_needs_the_exact_one_hot_keys(library: Path, exports: dict[str, Path], tmp_path: Path) -> None:
@@ -229,7 +222,7 @@ def test_int8_graph_takes_the_kernel_with_the_same_numbers(library: Path, export
     assert len(fused.fusion.swapped) == (0 if expected == "portable" else len(arch.global_attn_indexes))
     x = torch.randn(1, 3, arch.img_size, arch.img_size, generator=torch.Generator().manual_seed(3)).numpy()
     out, ref = fused.run({"image": x})["image_embeddings"], plain.run({"image": x})["image_embeddings"]
-    assert float(np.abs(out - ref).max() / np.abs(ref).max()) <= FUSED_VS_MHA_MAX_ABS_REL
+    assert max_abs_rel(out, ref) <= FUSED_VS_MHA_MAX_ABS_REL
 
 
 def test_swap_imports_no_torch(library: Path, exports: dict[str, Path]) -> None:

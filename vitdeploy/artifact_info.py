@@ -131,6 +131,17 @@ def _dims(dims: list) -> str:
     return "[" + ", ".join(str(d) for d in dims) + "]"
 
 
+def _cpu_form(meta: dict[str, Any]):
+    """The CPU form a file's metadata records (:func:`vitdeploy.runtime.cpu_form.read_cpu_form`); None for other files
+    and for an unreadable entry, which ``inspect`` leaves out rather than refusing the file."""
+    from vitdeploy.runtime.cpu_form import read_cpu_form
+
+    try:
+        return read_cpu_form(meta)
+    except InputError:
+        return None
+
+
 def describe(info: dict[str, Any]) -> list[str]:
     """Human-readable lines for an :func:`inspect_artifact` result."""
     lines = []
@@ -146,11 +157,11 @@ def describe(info: dict[str, Any]) -> list[str]:
                 f"random weights (seed {meta.get('random_seed')})" if meta.get("random_weights") else "unknown weights")
             lines.append(f"  model: {meta.get('family')} {meta.get('variant')}, input size {meta.get('input_size')}, "
                          f"target {meta.get('target', 'generic')}, {origin}")
-            if isinstance(meta.get("cpu_form"), dict):
-                form = meta["cpu_form"]
-                path = f", {form['kernel_path']} kernel path" if form.get("kernel_path") else ""
-                lines.append(f"  CPU form ('vitdeploy optimize' of {form.get('source', '?')}): {form.get('attention')} "
-                             f"attention in {len(form.get('nodes', []))} node(s){path}; ONNX Runtime on the CPU only")
+            form = _cpu_form(meta)
+            if form is not None:
+                path = f", {form.kernel_path} kernel path" if form.kernel_path else ""
+                lines.append(f"  CPU form ('vitdeploy optimize' of {form.source or '?'}): {form.attention} "
+                             f"attention in {len(form.nodes)} node(s){path}; ONNX Runtime on the CPU only")
         else:
             lines.append("  model: no vitdeploy metadata (not written by vitdeploy)")
         detail = info["precision_detail"]

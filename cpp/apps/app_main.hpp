@@ -25,6 +25,36 @@ inline int parse_int(const std::string& flag, const std::string& text, int minim
     return static_cast<int>(v);
 }
 
+/// The command line, option by option: ``next()`` moves to the next argument (false at the end), ``flag()`` is it,
+/// ``value()`` takes the argument after it (UsageError naming the flag when there is none).
+class Args {
+public:
+    Args(int argc, char** argv) : argc_(argc), argv_(argv) {}
+    bool next() {
+        if (++i_ >= argc_) return false;
+        flag_ = argv_[i_];
+        return true;
+    }
+    const std::string& flag() const { return flag_; }
+    std::string value() {
+        if (i_ + 1 >= argc_) throw UsageError(flag_ + " needs a value");
+        return argv_[++i_];
+    }
+
+private:
+    int argc_;
+    char** argv_;
+    int i_ = 0;
+    std::string flag_;
+};
+
+/// ``given`` (--ort-ops), else $VITDEPLOY_ORT_OPS, else empty: the custom-op library the apps register.
+inline std::string ort_ops_library(const std::string& given) {
+    if (!given.empty()) return given;
+    const char* env = std::getenv("VITDEPLOY_ORT_OPS");
+    return env ? env : "";
+}
+
 /// parse(argc, argv) -> options (throws UsageError), then run(options) -> exit code, with errors mapped to exit codes.
 template <class Parse, class Run>
 int main_with_exit_codes(const char* name, int argc, char** argv, Parse parse, Run run) {

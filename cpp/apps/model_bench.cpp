@@ -63,23 +63,16 @@ struct Options {
 
 Options parse(int argc, char** argv) {
     Options o;
-    for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i];
-        auto value = [&]() -> std::string {
-            if (i + 1 >= argc) throw UsageError(a + " needs a value");
-            return argv[++i];
-        };
+    const std::map<std::string, std::string*> paths{
+        {"--model", &o.model}, {"--input", &o.input}, {"--output", &o.output}, {"--ort-ops", &o.ort_ops}};
+    for (app::Args args(argc, argv); args.next();) {
+        const std::string& a = args.flag();
+        auto value = [&] { return args.value(); };
         if (a == "-h" || a == "--help") {
             std::cout << kUsage;
             std::exit(0);
-        } else if (a == "--model") {
-            o.model = value();
-        } else if (a == "--input") {
-            o.input = value();
-        } else if (a == "--output") {
-            o.output = value();
-        } else if (a == "--ort-ops") {
-            o.ort_ops = value();
+        } else if (auto path = paths.find(a); path != paths.end()) {
+            *path->second = value();
         } else if (a == "--threads") {
             o.threads = parse_int(a, value(), 0);
         } else if (a == "--warmup") {
@@ -93,8 +86,7 @@ Options parse(int argc, char** argv) {
         }
     }
     if (o.model.empty()) throw UsageError("missing --model");
-    if (o.ort_ops.empty())
-        if (const char* env = std::getenv("VITDEPLOY_ORT_OPS")) o.ort_ops = env;
+    o.ort_ops = app::ort_ops_library(o.ort_ops);
     return o;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -82,12 +83,13 @@ std::vector<double> parse_numbers(const std::string& flag, const std::string& te
 
 Options parse(int argc, char** argv) {
     Options o;
-    for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i];
-        auto value = [&]() -> std::string {
-            if (i + 1 >= argc) throw UsageError(a + " needs a value");
-            return argv[++i];
-        };
+    const std::map<std::string, std::string*> paths{
+        {"--encoder", &o.encoder}, {"--decoder", &o.decoder}, {"--image", &o.image}, {"--out", &o.out},
+        {"--encoder-metadata", &o.encoder_metadata}, {"--decoder-metadata", &o.decoder_metadata},
+        {"--ort-ops", &o.ort_ops}};
+    for (app::Args args(argc, argv); args.next();) {
+        const std::string& a = args.flag();
+        auto value = [&] { return args.value(); };
         if (a == "-h" || a == "--help") {
             std::cout << kUsage;
             std::exit(0);
@@ -96,18 +98,8 @@ Options parse(int argc, char** argv) {
             for (const auto& b : vitdeploy::available_backends()) std::cout << ' ' << b;
             std::cout << "; JPEG " << (vitdeploy::jpeg_supported() ? "yes" : "no") << '\n';
             std::exit(0);
-        } else if (a == "--encoder") {
-            o.encoder = value();
-        } else if (a == "--decoder") {
-            o.decoder = value();
-        } else if (a == "--image") {
-            o.image = value();
-        } else if (a == "--out") {
-            o.out = value();
-        } else if (a == "--encoder-metadata") {
-            o.encoder_metadata = value();
-        } else if (a == "--decoder-metadata") {
-            o.decoder_metadata = value();
+        } else if (auto path = paths.find(a); path != paths.end()) {
+            *path->second = value();
         } else if (a == "--point") {
             std::string text = value();
             std::vector<double> p = parse_numbers(a, text);
@@ -127,16 +119,13 @@ Options parse(int argc, char** argv) {
             o.json = true;
         } else if (a == "--threads") {
             o.threads = parse_int(a, value());
-        } else if (a == "--ort-ops") {
-            o.ort_ops = value();
         } else if (a == "--device") {
             o.device = parse_int(a, value());
         } else {
             throw UsageError("unknown option '" + a + "'");
         }
     }
-    if (o.ort_ops.empty())
-        if (const char* env = std::getenv("VITDEPLOY_ORT_OPS")) o.ort_ops = env;
+    o.ort_ops = app::ort_ops_library(o.ort_ops);
     for (auto [flag, v] : {std::pair{"--encoder", &o.encoder}, std::pair{"--decoder", &o.decoder},
                            std::pair{"--image", &o.image}, std::pair{"--out", &o.out}})
         if (v->empty()) throw UsageError(std::string("missing ") + flag);

@@ -59,30 +59,29 @@ def cpu_attention(path: Path, target: str | None, *, fused_attention: bool, fold
     Raises:
         InputError: fused attention asked for a graph with no folded attention at all (another target).
     """
+    if not fused_attention and (folded_attention or target not in FOLDED_TARGETS):
+        return CpuAttention()
+    model, sdpa = load_folded_graph(path)
+    result = CpuAttention(sdpa=sdpa)
     if fused_attention:
         from vitdeploy.runtime.folded_attention import kept_reasons
         from vitdeploy.runtime.relpos_kernel import fuse_relpos_attention
 
-        model, sdpa = load_folded_graph(path)
-        model, fusion = fuse_relpos_attention(model, library, base_dir=path.parent)
-        result = CpuAttention(sdpa=sdpa, fusion=fusion)
-        if not fusion.swapped and not fusion.portable_only:
-            raise InputError(f"'{path.name}' has no attention the fused kernel can take ({kept_reasons(fusion.kept)}): "
-                             "export with --target onnxruntime-cpu (or tensorrt), or run without fused attention")
-        if not fusion.swapped:
+        model, result.fusion = fuse_relpos_attention(model, library, base_dir=path.parent)
+        changed = result.fusion.swapped
+        if not changed and not result.fusion.portable_only:
+            raise InputError(f"'{path.name}' has no attention the fused kernel can take "
+                             f"({kept_reasons(result.fusion.kept)}): export with --target onnxruntime-cpu (or tensorrt), "
+                             "or run without fused attention")
+        if not changed:
             result.warnings.append("fused attention: no attention node can take one of the kernel's vector paths on "
-                                   f"this CPU ({kept_reasons(fusion.kept)}): running ONNX Runtime's attention")
-        if fusion.swapped or sdpa.converted:
-            result.source = model.SerializeToString()
-        return result
-    if folded_attention or target not in FOLDED_TARGETS:
-        return CpuAttention()
-    from vitdeploy.runtime.folded_attention import unfold_relpos_attention
+                                   f"this CPU ({kept_reasons(result.fusion.kept)}): running ONNX Runtime's attention")
+    else:
+        from vitdeploy.runtime.folded_attention import unfold_relpos_attention
 
-    model, sdpa = load_folded_graph(path)
-    model, unfold = unfold_relpos_attention(model, path.parent)
-    result = CpuAttention(sdpa=sdpa, unfold=unfold)
-    if unfold.unfolded or sdpa.converted:
+        model, result.unfold = unfold_relpos_attention(model, path.parent)
+        changed = result.unfold.unfolded
+    if changed or sdpa.converted:
         result.source = model.SerializeToString()  # external weights stay in their file
     return result
 

@@ -100,13 +100,21 @@ def folded_key_layout(keys: str, inits: dict[str, onnx.TensorProto], producers: 
     if layout is None:
         return None, "", "the key table is not the one-hot rel-pos layout"
     head_dim, grid_h, grid_w = layout
-    mode = node_attr(pad, "mode", b"constant")
-    pads = constant_value(pad.input[1], inits, producers, base_dir) if len(pad.input) > 1 else None
-    fill = constant_value(pad.input[2], inits, producers, base_dir) if len(pad.input) > 2 and pad.input[2] else None
-    if (mode not in (b"constant", "constant") or pads is None or (fill is not None and np.any(fill != 0))
-            or int(pads[-1]) != grid_h + grid_w or np.count_nonzero(pads) != 1):
+    if not zeros_after_last_axis(pad, grid_h + grid_w, inits, producers, base_dir):
         return None, "", "the key padding is not zeros after k"
     return layout, pad.input[0], ""
+
+
+def zeros_after_last_axis(pad: onnx.NodeProto, width: int, inits: dict[str, onnx.TensorProto],
+                          producers: dict[str, onnx.NodeProto], base_dir: str = "") -> bool:
+    """Whether the ``Pad`` node appends exactly ``width`` zeros to the last axis of its input and pads nothing else
+    (constant mode, constant pads, no ``axes`` input: its pads then run over every axis, the last one last)."""
+    pads = constant_value(pad.input[1], inits, producers, base_dir) if len(pad.input) > 1 and pad.input[1] else None
+    fill = constant_value(pad.input[2], inits, producers, base_dir) if len(pad.input) > 2 and pad.input[2] else None
+    has_axes = len(pad.input) > 3 and bool(pad.input[3])
+    return (node_attr(pad, "mode", b"constant") in (b"constant", "constant") and not has_axes and pads is not None
+            and pads.size > 0 and int(pads.reshape(-1)[-1]) == width and np.count_nonzero(pads) == 1
+            and (fill is None or not np.any(fill != 0)))
 
 
 def kept_reasons(kept: dict[str, str]) -> str:
@@ -242,6 +250,5 @@ def unfold_relpos_attention(model: onnx.ModelProto, base_dir: str | Path = "") -
 
 
 __all__ = ["FoldedAttention", "UnfoldReport", "constant_value", "find_folded_attention", "folded_key_layout",
-           "kept_reasons", "node_attr",
-           "onehot_layout",
-           "pays_to_unfold", "unfold_relpos_attention"]
+           "kept_reasons", "node_attr", "onehot_layout", "pays_to_unfold", "unfold_relpos_attention",
+           "zeros_after_last_axis"]

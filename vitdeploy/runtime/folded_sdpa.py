@@ -8,9 +8,9 @@
 the bias-free pattern TensorRT fuses. ONNX Runtime's CPU provider has no fusion for it: it runs the
 full (B, heads, N, N) score matrix through three kernels, and the P.V product over the padded values
 is as wide as the folded Q.K one (192 instead of 64 in ViT-B's global blocks at 1024 px). Measured on
-the full-size ViT-B file (AMD EPYC Zen 1, AVX2, 2 threads, onnxruntime 1.32.0, one alternated round of
-``benchmarks/bench_encoder_speed.py``): 0.935x eager as written, slower than the plain
-``torch.onnx.export`` of the official module (0.776x) in the same round.
+the full-size ViT-B file (AMD EPYC Zen 1, AVX2, no AVX-512, 2 threads, onnxruntime 1.32.0, one run of
+``benchmarks/bench_encoder_speed.py``, 3 alternated rounds): 1.002x eager as written, slower than the
+plain ``torch.onnx.export`` of the official module (0.827x); 0.713x once converted.
 
 :func:`sdpa_as_multihead_attention` replaces each chain that the graph proves to be exactly that
 pattern by ONNX Runtime's contrib ``MultiHeadAttention`` over the same ``q_aug``/``k_aug`` and the
@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from vitdeploy.runtime.folded_attention import constant_value, folded_key_layout, node_attr
+from vitdeploy.runtime.folded_attention import constant_value, folded_key_layout, node_attr, zeros_after_last_axis
 
 MS_DOMAIN = "com.microsoft"
 
@@ -63,11 +63,6 @@ class _Chain:
     head_dim: int
 
 
-def _ints(name: str, inits, producers, base_dir: str) -> list[int] | None:
-    value = constant_value(name, inits, producers, base_dir) if name else None
-    return None if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
-
-
 class _Shapes:
     """Static dims of graph values: the exporter's ``value_info`` first, ONNX shape inference once where it has none."""
 
@@ -97,70 +92,86 @@ class _Shapes:
         return int(dims[axis].dim_value) if len(dims) == 4 and dims[axis].dim_value > 0 else None
 
 
-def _match(softmax_index: int, nodes, index_of, producers, consumers, inits, shapes: _Shapes, outputs,
-           base_dir: str) -> tuple[_Chain | None, str]:
-    """The chain ending at the Softmax node ``softmax_index``, or (None, why it is not the folded pattern)."""
-    softmax = nodes[softmax_index]
+class _Graph:
+    """What matching needs to know about a graph: producers, consumers, constants, outputs, static dims."""
 
-    def producer(name: str, op: str, perm: list[int] | None = None) -> onnx.NodeProto | None:
-        node = producers.get(name)
+    def __init__(self, model: onnx.ModelProto, base_dir: str):
+        graph = model.graph
+        self.nodes = list(graph.node)
+        self.index_of = {id(n): i for i, n in enumerate(self.nodes)}
+        self.producers = {o: n for n in self.nodes for o in n.output}
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        for n in self.nodes:
+            for name in n.input:
+                self.consumers.setdefault(name, []).append(n)
+        self.inits = {t.name: t for t in graph.initializer}
+        self.outputs = {o.name for o in graph.output}
+        self.shapes = _Shapes(model)
+        self.base_dir = base_dir
+
+    def ints(self, name: str) -> list[int] | None:
+        value = constant_value(name, self.inits, self.producers, self.base_dir) if name else None
+        return None if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+
+    def producer(self, name: str, op: str, perm: list[int] | None = None) -> onnx.NodeProto | None:
+        """The standard-domain ``op`` node writing ``name`` (with that ``perm``, for a Transpose), or None."""
+        node = self.producers.get(name)
         if node is None or node.op_type != op or node.domain not in ("", "ai.onnx"):
             return None
         if perm is not None and list(node_attr(node, "perm", [])) != perm:
             return None
         return node
 
-    def only_consumer(name: str, op: str) -> onnx.NodeProto | None:
-        users = consumers.get(name, [])
-        if len(users) != 1 or name in outputs or users[0].op_type != op:
+    def only_consumer(self, name: str, op: str) -> onnx.NodeProto | None:
+        """The one ``op`` node reading ``name`` when nothing else does (nor the graph's outputs), else None."""
+        users = self.consumers.get(name, [])
+        if len(users) != 1 or name in self.outputs or users[0].op_type != op:
             return None
         return users[0]
 
-    if int(node_attr(softmax, "axis", -1)) not in (-1, 3):
-        return None, "the softmax is not over the keys"
-    scores = producer(softmax.input[0], "MatMul")
-    if scores is None or only_consumer(scores.output[0], "Softmax") is None:
-        return None, "the softmax does not take a Q.K product alone"
-    q_t = producer(scores.input[0], "Transpose", [0, 2, 1, 3])
-    k_t = producer(scores.input[1], "Transpose", [0, 2, 3, 1])
-    if q_t is None or k_t is None:
-        return None, "the Q.K product is not over (B, N, heads, dim) queries and keys"
-    layout, _, why = folded_key_layout(k_t.input[0], inits, producers, base_dir)
-    if layout is None:
-        return None, why
-    head_dim, grid_h, grid_w = layout
-    pv = only_consumer(softmax.output[0], "MatMul")
-    if pv is None or pv.input[0] != softmax.output[0]:
-        return None, "the softmax does not feed one P.V product"
-    v_t = producer(pv.input[1], "Transpose", [0, 2, 1, 3])
-    v_pad = producer(v_t.input[0], "Pad") if v_t is not None else None
-    if v_pad is None:
-        return None, "the values are not Pad(v) in (B, N, heads, dim)"
-    pads = _ints(v_pad.input[1], inits, producers, base_dir) if len(v_pad.input) > 1 else None
-    fill = constant_value(v_pad.input[2], inits, producers, base_dir) if len(v_pad.input) > 2 and v_pad.input[2] else None
-    if (node_attr(v_pad, "mode", b"constant") not in (b"constant", "constant") or (len(v_pad.input) > 3 and v_pad.input[3])
-            or pads is None or len(pads) != 8 or pads[-1] != grid_h + grid_w or np.count_nonzero(pads) != 1
-            or (fill is not None and np.any(fill != 0))):
-        return None, "the value padding is not zeros after v, as wide as the one-hot columns"
-    crop = only_consumer(pv.output[0], "Slice")
-    if crop is None:
-        return None, "the P.V product is not cropped to the head size"
-    starts, ends = (_ints(crop.input[i], inits, producers, base_dir) for i in (1, 2))
-    axes = _ints(crop.input[3], inits, producers, base_dir) if len(crop.input) > 3 else None
-    steps = _ints(crop.input[4], inits, producers, base_dir) if len(crop.input) > 4 else [1]
-    if starts != [0] or ends != [head_dim] or axes not in ([3], [-1]) or steps != [1]:
-        return None, "the crop does not keep exactly the head size's columns"
-    back = only_consumer(crop.output[0], "Transpose")
-    if back is None or list(node_attr(back, "perm", [])) != [0, 2, 1, 3]:
-        return None, "the cropped output is not transposed back to (B, N, heads, dim)"
-    inner = (q_t.output[0], k_t.output[0], v_t.output[0], v_pad.output[0])
-    if any(len(consumers.get(name, [])) != 1 or name in outputs for name in inner):
-        return None, "an intermediate value of the chain is used elsewhere"
-    heads = shapes.dim(v_pad.input[0], 2)
-    if heads is None or shapes.dim(v_pad.input[0], 3) != head_dim:
-        return None, "the head count of the values is not known from the graph"
-    chain = tuple(sorted(index_of[id(n)] for n in (q_t, k_t, scores, softmax, pv, v_t, v_pad, crop, back)))
-    return _Chain(chain, q_t.input[0], k_t.input[0], v_pad.input[0], back.output[0], heads, head_dim), ""
+    def match(self, softmax: onnx.NodeProto) -> tuple[_Chain | None, str]:
+        """The chain through the Softmax node ``softmax``, or (None, why it is not the folded pattern)."""
+        if int(node_attr(softmax, "axis", -1)) not in (-1, 3):
+            return None, "the softmax is not over the keys"
+        scores = self.producer(softmax.input[0], "MatMul")
+        if scores is None or self.only_consumer(scores.output[0], "Softmax") is None:
+            return None, "the softmax does not take a Q.K product alone"
+        q_t = self.producer(scores.input[0], "Transpose", [0, 2, 1, 3])
+        k_t = self.producer(scores.input[1], "Transpose", [0, 2, 3, 1])
+        if q_t is None or k_t is None:
+            return None, "the Q.K product is not over (B, N, heads, dim) queries and keys"
+        layout, _, why = folded_key_layout(k_t.input[0], self.inits, self.producers, self.base_dir)
+        if layout is None:
+            return None, why
+        head_dim, grid_h, grid_w = layout
+        pv = self.only_consumer(softmax.output[0], "MatMul")
+        if pv is None or pv.input[0] != softmax.output[0]:
+            return None, "the softmax does not feed one P.V product"
+        v_t = self.producer(pv.input[1], "Transpose", [0, 2, 1, 3])
+        v_pad = self.producer(v_t.input[0], "Pad") if v_t is not None else None
+        if v_pad is None:
+            return None, "the values are not Pad(v) in (B, N, heads, dim)"
+        if not zeros_after_last_axis(v_pad, grid_h + grid_w, self.inits, self.producers, self.base_dir):
+            return None, "the value padding is not zeros after v, as wide as the one-hot columns"
+        crop = self.only_consumer(pv.output[0], "Slice")
+        if crop is None:
+            return None, "the P.V product is not cropped to the head size"
+        starts, ends = self.ints(crop.input[1]), self.ints(crop.input[2])
+        axes = self.ints(crop.input[3]) if len(crop.input) > 3 else None
+        steps = self.ints(crop.input[4]) if len(crop.input) > 4 else [1]
+        if starts != [0] or ends != [head_dim] or axes not in ([3], [-1]) or steps != [1]:
+            return None, "the crop does not keep exactly the head size's columns"
+        back = self.only_consumer(crop.output[0], "Transpose")
+        if back is None or list(node_attr(back, "perm", [])) != [0, 2, 1, 3]:
+            return None, "the cropped output is not transposed back to (B, N, heads, dim)"
+        inner = (q_t.output[0], k_t.output[0], v_t.output[0], v_pad.output[0])
+        if any(len(self.consumers.get(name, [])) != 1 or name in self.outputs for name in inner):
+            return None, "an intermediate value of the chain is used elsewhere"
+        heads = self.shapes.dim(v_pad.input[0], 2)
+        if heads is None or self.shapes.dim(v_pad.input[0], 3) != head_dim:
+            return None, "the head count of the values is not known from the graph"
+        chain = tuple(sorted(self.index_of[id(n)] for n in (q_t, k_t, scores, softmax, pv, v_t, v_pad, crop, back)))
+        return _Chain(chain, q_t.input[0], k_t.input[0], v_pad.input[0], back.output[0], heads, head_dim), ""
 
 
 def _replacement(chain: _Chain, label: str) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
@@ -196,20 +207,12 @@ def sdpa_as_multihead_attention(model: onnx.ModelProto, base_dir: str | Path = "
     if opset < 13:
         report.kept.update({graph.node[i].name or f"node{i}": f"opset {opset} Softmax flattens its input" for i in softmaxes})
         return model, report
-    nodes = list(graph.node)
-    index_of = {id(n): i for i, n in enumerate(nodes)}
-    producers = {o: n for n in nodes for o in n.output}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for n in nodes:
-        for name in n.input:
-            consumers.setdefault(name, []).append(n)
-    inits = {t.name: t for t in graph.initializer}
-    shapes = _Shapes(model)
-    outputs = {o.name for o in graph.output}
+    view = _Graph(model, str(base_dir))
+    nodes = view.nodes
     chains: dict[int, tuple[_Chain, str]] = {}  # index of the chain's last node -> (chain, label)
-    for index in softmaxes:
-        label = nodes[index].name or f"node{index}"
-        chain, why = _match(index, nodes, index_of, producers, consumers, inits, shapes, outputs, str(base_dir))
+    for i in softmaxes:
+        label = nodes[i].name or f"node{i}"
+        chain, why = view.match(nodes[i])
         if chain is None:
             report.kept[label] = why
             continue

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.cpu_form import CPU_FORM_KEY
+from vitdeploy.runtime.cpu_form import read_cpu_form
 
 DEVICES = ("cpu", "cuda", "tensorrt")
 PROVIDERS = {
@@ -79,10 +79,10 @@ def plan_providers(metadata: dict[str, Any], device: str, *, tf32: bool = False,
         if tf32:
             raise InputError("--tf32 applies to CUDA (TF32 is an NVIDIA GPU math mode): drop it for --device cpu")
         return ProviderPlan("cpu", list(PROVIDERS["cpu"]), None, "verified by vitdeploy's test suite")
-    if CPU_FORM_KEY in metadata:
-        source = metadata[CPU_FORM_KEY].get("source") if isinstance(metadata[CPU_FORM_KEY], dict) else None
+    form = read_cpu_form(metadata, name)
+    if form is not None:
         raise InputError(f"{name} is a CPU form written by 'vitdeploy optimize' (ONNX Runtime contrib ops for its CPU "
-                         f"provider): run the exported file{f' {source!r}' if source else ''} on {device}")
+                         f"provider): run the exported file{f' {form.source!r}' if form.source else ''} on {device}")
     family = str(metadata.get("family", "unknown"))
     target = str(metadata.get("target") or "generic")
     precision = str(metadata.get("precision", "fp32"))
