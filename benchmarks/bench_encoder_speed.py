@@ -14,7 +14,8 @@ What it does:
    quantized by ``onnxruntime.quantization.quantize_dynamic`` (QUInt8 weights, as samexporter ships its
    INT8 encoder); the input: a
    held-out bundled image through SAM's preprocessing (the INT8 graph is calibrated on images, so
-   it is timed and compared on one).
+   it is timed and compared on one). ``--rounds 0`` stops here (the artifacts, then ``--reuse`` to time them: what
+   takes minutes is kept apart from what is timed).
 2. Counts the official model's FLOPs (``torch.utils.flop_counter``).
 3. Runs ``--rounds`` rounds. In each, every contender runs in its own fresh subprocess, one after
    the other, in an order rotated every round so machine drift spreads over all of them: load,
@@ -561,7 +562,7 @@ def common_arguments(description: str | None) -> argparse.ArgumentParser:
 
 def main() -> None:
     parser = common_arguments(__doc__)
-    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds (one fresh process per contender each)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds (one fresh process per contender each); 0: prepare the artifacts only")
     parser.add_argument("--runs", type=int, default=2, help="timed runs per contender and round")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS)
@@ -621,6 +622,9 @@ def main() -> None:
                       with_pattern_twins=args.memory_pattern_twins, with_cpp=with_cpp, skip=tuple(args.skip))
     load_before = os.getloadavg()
     info = prepare(args, workdir, rows)
+    if args.rounds == 0:
+        print(f"artifacts ready in {workdir}: time them with --reuse and --rounds N", flush=True)
+        return
     from vitdeploy.models.recipes import load_recipe
 
     size = load_recipe(args.recipe).architecture.get("img_size", 1024)
