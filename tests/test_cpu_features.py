@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vitdeploy.cpu_features import apply_mask, cpu_features, parse_cpuinfo
+from vitdeploy.cpu_features import apply_mask, cpu_features, parse_cpuinfo, parse_family_model
 
 XEON = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -15,6 +15,8 @@ flags\t\t: fpu sse2 avx avx2 fma f16c avx512f avx512bw avx512_vnni avx512_bf16 a
 """
 EPYC = """processor\t: 0
 vendor_id\t: AuthenticAMD
+cpu family\t: 23
+model\t\t: 1
 model name\t: AMD EPYC
 flags\t\t: fpu sse2 avx avx2 fma f16c sha_ni
 """
@@ -46,6 +48,15 @@ def test_decisions_follow_the_flags(tmp_path, monkeypatch, text, model, simd, sa
     cpu = _features(tmp_path, text, monkeypatch)
     assert (cpu.model, cpu.simd, cpu.u8s8_saturates, cpu.int8_dot) == (model, simd, saturates, not saturates)
     assert cpu.known and model in cpu.summary()
+
+
+def test_family_and_model_name_the_generation_a_bare_model_name_hides(tmp_path, monkeypatch) -> None:
+    # Under KVM a Zen 1 and a Zen 4 both say "AMD EPYC"; the family/model numbers tell them apart in reports.
+    assert _features(tmp_path, EPYC, monkeypatch).summary().startswith("AMD EPYC (x86_64, family 23 model 1; avx2")
+    zen4 = EPYC.replace("family\t: 23", "family\t: 25").replace("model\t\t: 1\n", "model\t\t: 17\n")
+    assert parse_family_model(zen4) == "family 25 model 17"
+    # the model NAME line is not the model number, and a cpuinfo without the numbers adds nothing
+    assert parse_family_model(XEON) == "" and "family" not in _features(tmp_path, XEON, monkeypatch).summary()
 
 
 def test_mask_makes_a_xeon_decide_like_an_epyc(tmp_path, monkeypatch) -> None:

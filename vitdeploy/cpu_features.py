@@ -46,6 +46,9 @@ class CpuFeatures:
     flags: frozenset[str]
     masked: frozenset[str] = frozenset()
     source: str = "/proc/cpuinfo"
+    #: x86 ``cpu family`` and ``model`` numbers ("family 25 model 17"; "" where not read): under a hypervisor the
+    #: model name can be as bare as "AMD EPYC", the same for a Zen 1 and a Zen 4.
+    family_model: str = ""
 
     def has(self, flag: str) -> bool:
         return flag in self.flags
@@ -85,7 +88,8 @@ class CpuFeatures:
     def summary(self) -> str:
         """One line: model, vector ISA, INT8 dot product support, and any masked flags."""
         shown = [f for f in REPORTED if f in self.flags]
-        text = f"{self.model} ({self.machine}; {', '.join(shown) or 'no listed SIMD flags'})"
+        where = f"{self.machine}, {self.family_model}" if self.family_model else self.machine
+        text = f"{self.model} ({where}; {', '.join(shown) or 'no listed SIMD flags'})"
         if not self.known:
             text += "; flags unknown on this OS: decisions take the safe side"
         if self.masked:
@@ -93,7 +97,7 @@ class CpuFeatures:
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "machine": self.machine, "simd": self.simd, "int8_dot": self.int8_dot,
+        return {"model": self.model, "machine": self.machine, "family_model": self.family_model, "simd": self.simd, "int8_dot": self.int8_dot,
                 "u8s8_saturates": self.u8s8_saturates, "flags": [f for f in REPORTED if f in self.flags],
                 "masked": sorted(self.masked), "source": self.source}
 
@@ -111,6 +115,19 @@ def parse_cpuinfo(text: str) -> tuple[str, frozenset[str]]:
     return model, frozenset(flags)
 
 
+def parse_family_model(text: str) -> str:
+    """``"family F model M"`` from the first processor of an x86 ``/proc/cpuinfo`` ("" if either is missing)."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key in ("cpu family", "model") and key not in found and value.strip().isdigit():
+            found[key] = value.strip()
+        if len(found) == 2:
+            return f"family {found['cpu family']} model {found['model']}"
+    return ""
+
+
 def apply_mask(flags: frozenset[str], mask: str) -> tuple[frozenset[str], frozenset[str]]:
     """(flags left, flags hidden) after a ``VITDEPLOY_CPU_MASK`` value."""
     patterns = [p.strip().lower() for p in mask.split(",") if p.strip()]
@@ -123,14 +140,15 @@ def _read(mask: str, cpuinfo: str) -> CpuFeatures:
     machine = platform.machine() or "unknown"
     path = Path(cpuinfo)
     try:
-        model, flags = parse_cpuinfo(path.read_text(errors="replace"))
-        source = str(path)
+        text = path.read_text(errors="replace")
+        model, flags = parse_cpuinfo(text)
+        family_model, source = parse_family_model(text), str(path)
     except OSError:
-        model, flags, source = "", frozenset(), "unknown"
+        model, flags, family_model, source = "", frozenset(), "", "unknown"
     if not flags:
         source = "unknown"
     kept, hidden = apply_mask(flags, mask)
-    return CpuFeatures(model or platform.processor() or machine, machine, kept, hidden, source)
+    return CpuFeatures(model or platform.processor() or machine, machine, kept, hidden, source, family_model)
 
 
 def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> CpuFeatures:
@@ -138,4 +156,4 @@ def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> CpuFeatures:
     return _read(os.environ.get(MASK_ENV, ""), cpuinfo)
 
 
-__all__ = ["MASK_ENV", "CpuFeatures", "apply_mask", "cpu_features", "parse_cpuinfo"]
+__all__ = ["MASK_ENV", "CpuFeatures", "apply_mask", "cpu_features", "parse_cpuinfo", "parse_family_model"]
