@@ -620,11 +620,12 @@ def main() -> None:
     rows = contenders(tuple(args.targets), not args.no_compile, not args.no_int8, args.int8, with_fused=with_fused,
                       with_openvino=with_openvino, with_dynamic=not args.no_dynamic_int8, with_nncf=with_nncf,
                       with_pattern_twins=args.memory_pattern_twins, with_cpp=with_cpp, skip=tuple(args.skip))
-    load_before = os.getloadavg()
-    info = prepare(args, workdir, rows)
-    if args.rounds == 0:
+    if args.rounds == 0:  # the artifacts only: the fusion checks and the FLOP count are made when timing
+        prepare_artifacts(args, workdir, rows)
         print(f"artifacts ready in {workdir}: time them with --reuse and --rounds N", flush=True)
         return
+    load_before = os.getloadavg()
+    info = prepare(args, workdir, rows)
     from vitdeploy.models.recipes import load_recipe
 
     size = load_recipe(args.recipe).architecture.get("img_size", 1024)

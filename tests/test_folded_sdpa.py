@@ -11,7 +11,8 @@ import pytest
 import torch
 from onnx import helper
 
-from tests.conftest import TINY_ARCHS, assert_matches_official, export_tiny_targets, max_abs_rel, tiny_encoder
+from tests.conftest import (TINY_ARCHS, assert_matches_official, export_tiny_targets, load_benchmark, max_abs_rel,
+                            tiny_encoder)
 from vitdeploy.cpu_optimize import write_cpu_form
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.folded_attention import find_folded_attention
@@ -130,8 +131,6 @@ def test_optimize_writes_the_tensorrt_exports_cpu_form(exports: dict[str, Path],
 def test_benchmark_fusion_check_reads_the_graph_the_runner_runs(exports: dict[str, Path]) -> None:
     """bench_encoder_speed's fusion check: a tensorrt file's attention counted as ONNX Runtime runs it on the CPU
     (MultiHeadAttention), not as the file is written (Softmax chains)."""
-    from tests.conftest import load_benchmark
-
     module = load_benchmark("bench_encoder_speed")
     rows = [{"name": "tensorrt", "kind": "ort", "model": exports["tensorrt"].name, "settings": module.VITDEPLOY_ORT_SETTINGS}]
     checks = module.fusion_checks(exports["tensorrt"].parent, rows)

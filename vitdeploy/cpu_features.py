@@ -97,8 +97,8 @@ class CpuFeatures:
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "machine": self.machine, "family_model": self.family_model, "simd": self.simd, "int8_dot": self.int8_dot,
-                "u8s8_saturates": self.u8s8_saturates, "flags": [f for f in REPORTED if f in self.flags],
+        return {"model": self.model, "machine": self.machine, "family_model": self.family_model, "simd": self.simd,
+                "int8_dot": self.int8_dot, "u8s8_saturates": self.u8s8_saturates, "flags": [f for f in REPORTED if f in self.flags],
                 "masked": sorted(self.masked), "source": self.source}
 
 

@@ -67,18 +67,17 @@ Options parse(int argc, char** argv) {
         {"--model", &o.model}, {"--input", &o.input}, {"--output", &o.output}, {"--ort-ops", &o.ort_ops}};
     for (app::Args args(argc, argv); args.next();) {
         const std::string& a = args.flag();
-        auto value = [&] { return args.value(); };
         if (a == "-h" || a == "--help") {
             std::cout << kUsage;
             std::exit(0);
         } else if (auto path = paths.find(a); path != paths.end()) {
-            *path->second = value();
+            *path->second = args.value();
         } else if (a == "--threads") {
-            o.threads = parse_int(a, value(), 0);
+            o.threads = parse_int(a, args.value(), 0);
         } else if (a == "--warmup") {
-            o.warmup = parse_int(a, value(), 1);
+            o.warmup = parse_int(a, args.value(), 1);
         } else if (a == "--runs") {
-            o.runs = parse_int(a, value(), 1);
+            o.runs = parse_int(a, args.value(), 1);
         } else if (a == "--json") {
             o.json = true;
         } else {

@@ -89,7 +89,6 @@ Options parse(int argc, char** argv) {
         {"--ort-ops", &o.ort_ops}};
     for (app::Args args(argc, argv); args.next();) {
         const std::string& a = args.flag();
-        auto value = [&] { return args.value(); };
         if (a == "-h" || a == "--help") {
             std::cout << kUsage;
             std::exit(0);
@@ -99,16 +98,16 @@ Options parse(int argc, char** argv) {
             std::cout << "; JPEG " << (vitdeploy::jpeg_supported() ? "yes" : "no") << '\n';
             std::exit(0);
         } else if (auto path = paths.find(a); path != paths.end()) {
-            *path->second = value();
+            *path->second = args.value();
         } else if (a == "--point") {
-            std::string text = value();
+            std::string text = args.value();
             std::vector<double> p = parse_numbers(a, text);
             if (p.size() != 2 && p.size() != 3) throw UsageError("--point takes X,Y or X,Y,LABEL, got '" + text + "'");
             o.points.push_back(p[0]);
             o.points.push_back(p[1]);
             o.labels.push_back(p.size() == 3 ? static_cast<float>(p[2]) : 1.0f);
         } else if (a == "--box") {
-            std::string text = value();
+            std::string text = args.value();
             o.box = parse_numbers(a, text);
             if (o.box.size() != 4) throw UsageError("--box takes X0,Y0,X1,Y1, got '" + text + "'");
         } else if (a == "--single-mask") {
@@ -118,9 +117,9 @@ Options parse(int argc, char** argv) {
         } else if (a == "--json") {
             o.json = true;
         } else if (a == "--threads") {
-            o.threads = parse_int(a, value());
+            o.threads = parse_int(a, args.value());
         } else if (a == "--device") {
-            o.device = parse_int(a, value());
+            o.device = parse_int(a, args.value());
         } else {
             throw UsageError("unknown option '" + a + "'");
         }

@@ -23,6 +23,7 @@ computed ``q_aug``. Two swaps build on it, both in memory at load time (the file
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -234,21 +235,29 @@ def unfold_relpos_attention(model: onnx.ModelProto, base_dir: str | Path = "") -
                                        "form is as fast there, with less memory")
     if not by_index:
         return model, report
-    nodes, inits = [], []
-    for index, node in enumerate(graph.node):
-        if index not in by_index:
-            nodes.append(node)
-            continue
-        new_nodes, new_inits = _unfold_nodes(by_index[index], node)
-        nodes += new_nodes
-        inits += new_inits
-        report.unfolded.append(by_index[index].label)
-    del graph.node[:]
-    graph.node.extend(nodes)
-    graph.initializer.extend(inits)
+    splice_nodes(graph, {index: _unfold_nodes(item, graph.node[index]) for index, item in by_index.items()})
+    report.unfolded += [by_index[index].label for index in sorted(by_index)]
     return model, report
 
 
+def splice_nodes(graph: onnx.GraphProto, replacements: dict[int, tuple[list[onnx.NodeProto], list[onnx.TensorProto]]],
+                 dropped: Collection[int] = ()) -> None:
+    """Rebuild ``graph``'s node list in place: the node at each index of ``replacements`` replaced by its nodes (their
+    constants appended to the initializers), the nodes at ``dropped`` removed, the others kept in order. The graph
+    stays topologically sorted when each replacement stands where the last node it replaces stood."""
+    nodes, inits = [], []
+    for index, node in enumerate(graph.node):
+        if index in replacements:
+            made, consts = replacements[index]
+            nodes += made
+            inits += consts
+        elif index not in dropped:
+            nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.extend(inits)
+
+
 __all__ = ["FoldedAttention", "UnfoldReport", "constant_value", "find_folded_attention", "folded_key_layout",
-           "kept_reasons", "node_attr", "onehot_layout", "pays_to_unfold", "unfold_relpos_attention",
-           "zeros_after_last_axis"]
+           "kept_reasons", "node_attr", "onehot_layout", "pays_to_unfold", "splice_nodes",
+           "unfold_relpos_attention", "zeros_after_last_axis"]

@@ -30,7 +30,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from vitdeploy.runtime.folded_attention import constant_value, folded_key_layout, node_attr, zeros_after_last_axis
+from vitdeploy.runtime.folded_attention import (constant_value, folded_key_layout, node_attr, splice_nodes,
+                                                zeros_after_last_axis)
 
 MS_DOMAIN = "com.microsoft"
 
@@ -45,9 +46,6 @@ class SdpaReport:
     def summary(self) -> str:
         return (f"{len(self.converted)} folded MatMul-Softmax-MatMul attention(s) of the tensorrt export run as ONNX "
                 f"Runtime's MultiHeadAttention, {len(self.kept)} left as written")
-
-    def to_dict(self) -> dict:
-        return {"converted": list(self.converted), "kept": dict(self.kept)}
 
 
 @dataclass(frozen=True)
@@ -220,19 +218,8 @@ def sdpa_as_multihead_attention(model: onnx.ModelProto, base_dir: str | Path = "
     if not chains:
         return model, report
     dropped = {i for chain, _ in chains.values() for i in chain.nodes}
-    new_nodes, new_inits = [], []
-    for index, node in enumerate(nodes):
-        if index in chains:
-            chain, label = chains[index]
-            made, consts = _replacement(chain, label)
-            new_nodes += made
-            new_inits += consts
-            report.converted.append(label)
-        elif index not in dropped:
-            new_nodes.append(node)
-    del graph.node[:]
-    graph.node.extend(new_nodes)
-    graph.initializer.extend(new_inits)
+    splice_nodes(graph, {index: _replacement(chain, label) for index, (chain, label) in chains.items()}, dropped)
+    report.converted += [chains[index][1] for index in sorted(chains)]
     if not any(o.domain == MS_DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     return model, report

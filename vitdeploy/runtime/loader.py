@@ -72,7 +72,7 @@ def runner_notes(runner: Runner, threads: int | None = None) -> list[str]:
     fusion = getattr(runner, "fusion", None)
     unfold = getattr(runner, "unfold", None)
     if cpu_form is not None:  # the file holds the form: nothing was changed at load time
-        taken = sorted(set(fusion.paths.values())) if fusion is not None else []
+        taken = fusion.taken if fusion is not None else []
         notes.append(f"rel-pos attention as written in the file: {cpu_form.summary()}"
                      + (f"; this CPU runs the kernel's {', '.join(taken)} path" if taken else ""))
         fusion = unfold = None

@@ -116,10 +116,14 @@ class FusionReport:
     #: Nodes in the folded form that only the portable path would take (shape or CPU): left to ONNX Runtime.
     portable_only: list[str] = field(default_factory=list)
 
+    @property
+    def taken(self) -> list[str]:
+        """The kernel paths the swapped nodes take, each once."""
+        return sorted(set(self.paths.values()))
+
     def summary(self) -> str:
-        taken = sorted(set(self.paths.values()))
-        return (f"{len(self.swapped)} attention node(s) on vitdeploy's kernel"
-                f"{' (' + ', '.join(taken) + ' path)' if taken else ''}, {len(self.kept)} left to ONNX Runtime")
+        taken = f" ({', '.join(self.taken)} path)" if self.taken else ""
+        return f"{len(self.swapped)} attention node(s) on vitdeploy's kernel{taken}, {len(self.kept)} left to ONNX Runtime"
 
     def to_dict(self) -> dict:
         return {"swapped": list(self.swapped), "kept": dict(self.kept), "paths": dict(self.paths),
