@@ -134,6 +134,8 @@ def test_no_holdout_warns_that_parity_is_measured_on_the_calibration_images(tiny
                    "--cache-dir", str(calib_cache), "--holdout", "0", "--max-images", "1", "--min-images", "1", "--no-eager"])
     assert result.exit_code == 0, result.output
     assert "warning: no images held out (--holdout 0)" in result.output and "flatters INT8" in result.output
+    parity = next(line for line in result.output.splitlines() if line.startswith("parity vs FP32 ONNX"))
+    assert "on the calibration images: none held out" in parity, parity  # the figure itself says what it is
     assert "pre-processing before quantization" not in result.output  # ORT's advice is not for our graphs
     time_line = next(line for line in result.output.splitlines() if line.startswith("time: "))
     assert all(step in time_line for step in ("load model", "load images", "measure and convert", "write"))

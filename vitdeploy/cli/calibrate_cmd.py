@@ -83,9 +83,10 @@ def calibrate(model: str, precision: str, output: str, images: tuple[str, ...], 
         click.echo("most sensitive layers (worst cosine when quantized alone):")
         for s in result.sensitivity[:8]:
             click.echo(f"  {s['name']:<32} {s['op_type']:<8} {s['cosine_alone']:.6f}")
-    click.echo(f"parity vs FP32 ONNX: {summarize(result.parity_fp32)}")
+    where = "" if result.calibration.get("held_out") else " (on the calibration images: none held out, so flattering)"
+    click.echo(f"parity vs FP32 ONNX{where}: {summarize(result.parity_fp32)}")
     if result.parity_eager:
-        click.echo(f"parity vs eager official: {summarize(result.parity_eager)}")
+        click.echo(f"parity vs eager official{where}: {summarize(result.parity_eager)}")
     elif result.eager_note:
         click.echo(result.eager_note)
     steps = ", ".join(f"{name.replace('_', ' ')} {format_seconds(sec)}" for name, sec in result.timings_s.items())

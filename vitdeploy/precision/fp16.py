@@ -269,7 +269,7 @@ def convert_fp16(
     for name, reason in measured_fp32_nodes(stats, config).items():
         kept.setdefault(name, reason)
 
-    reference = run_all(ort_session(source, config.threads), evaluation, progress, "FP32 reference on held-out images")
+    reference = run_all(ort_session(source, config.threads), evaluation, progress, "FP32 reference on the evaluation images")
     candidates = sorted((s for s in stats.values() if s.name not in kept and s.fp16_drift is not None),
                         key=lambda s: -(s.fp16_drift or 0.0))
     step = 1

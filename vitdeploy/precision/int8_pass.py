@@ -62,7 +62,7 @@ def convert_int8(
     evaluation = list(evaluation or calibration)
     qmodel, nodes, kept = quantize_int8(model, calibration, config)
     source = ensure_node_names(copy_model(model))
-    reference = run_all(ort_session(source, config.threads), evaluation, progress, "FP32 reference on held-out images")
+    reference = run_all(ort_session(source, config.threads), evaluation, progress, "FP32 reference on the evaluation images")
     outputs = run_all(ort_session(qmodel, config.threads), evaluation, progress, "INT8 parity")
     parity = compare_outputs(reference, outputs, "int8")
     default_cosine = worst_cosine(parity)
