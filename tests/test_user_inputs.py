@@ -208,6 +208,16 @@ ERRORS_BEFORE_TORCH = [
     (["calibrate", "{tmp}/missing.onnx", "-p", "fp16", "-o", "{tmp}/o.onnx"], "ONNX file '{tmp}/missing.onnx' not found"),
     (["build-engine", "{tmp}/missing.onnx", "-o", "{tmp}/x.plan"], "ONNX file '{tmp}/missing.onnx' not found"),
     (["inspect", "{tmp}/missing.onnx"], "ONNX file '{tmp}/missing.onnx' not found"),
+    (["export", "-r", "sam_tiny", "-c", "{tmp}/noise.pth", "-o", "{tmp}/x.onnx"], "is corrupt or not a PyTorch file"),
+    (["export", "-r", "sam_tiny", "-c", "{tmp}/empty.pth", "-o", "{tmp}/x.onnx"], "is empty (0 bytes)"),
+    (["export", "-r", "sam_tiny", "-c", "{tmp}/noise.safetensors", "-o", "{tmp}/x.onnx"], "not a safetensors file"),
+    (["export", "-r", "{tmp}/bad.toml", "--random-weights", "-o", "{tmp}/x.onnx"], "architecture.depth = 'four' must be an integer"),
+    (["export", "-r", "sam_tiny", "--random-weights", "--input-size", "250", "-o", "{tmp}/x.onnx"],
+     "--input-size 250 is not a multiple of the patch size 16: use 240 or 256"),
+    (["export", "-r", "sam_tiny_decoder", "--random-weights", "--input-size", "250", "-o", "{tmp}/x.onnx"],
+     "not a multiple of the encoder patch size"),
+    (["export", "-r", "sam_tiny_decoder", "--random-weights", "--batch", "2", "-o", "{tmp}/x.onnx"],
+     "--batch/--dynamic-batch do not apply to the mask decoder"),
 ]
 
 
@@ -218,6 +228,14 @@ def test_errors_a_user_makes_are_answered_before_torch_is_imported(tmp_path):
     import subprocess
     import sys
 
+    from importlib.resources import files
+
+    noise = np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes()
+    (tmp_path / "noise.pth").write_bytes(noise)
+    (tmp_path / "noise.safetensors").write_bytes(noise)
+    (tmp_path / "empty.pth").write_bytes(b"")
+    recipe = files("vitdeploy._recipes").joinpath("sam_tiny.toml").read_text()
+    (tmp_path / "bad.toml").write_text(recipe.replace("depth = 4", 'depth = "four"'))
     cases = [([a.format(tmp=tmp_path) for a in args], needle.format(tmp=tmp_path)) for args, needle in ERRORS_BEFORE_TORCH]
     code = ("import json, sys; from click.testing import CliRunner; from vitdeploy.cli import cli\n"
             "out = []\n"
@@ -238,3 +256,21 @@ def test_sam_only_export_options_are_refused_for_timm_not_dropped(tmp_path):
                                        "-o", str(tmp_path / "m.onnx")])
         assert out.exit_code == 1 and f"drop {option}" in out.output, (option, out.output)
         assert not (tmp_path / "m.onnx").exists()
+
+
+def test_the_checkpoint_sniff_accepts_every_format_torch_and_safetensors_write(tmp_path):
+    """The torch-free first-bytes check must not refuse a real checkpoint: zip (torch.save's default), the legacy
+    pickle format, and safetensors."""
+    import torch
+    from safetensors.torch import save_file
+
+    from vitdeploy.fileio import require_checkpoint_file
+    from vitdeploy.models.checkpoints import load_state_dict_file
+
+    state = {"w": torch.arange(6.0).reshape(2, 3)}
+    torch.save(state, tmp_path / "zip.pth")
+    torch.save(state, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    save_file(state, str(tmp_path / "s.safetensors"))
+    for name in ("zip.pth", "legacy.pt", "s.safetensors"):
+        require_checkpoint_file(tmp_path / name)
+        torch.testing.assert_close(load_state_dict_file(tmp_path / name)["w"], state["w"])

@@ -124,10 +124,29 @@ def require_model_file(path: str | os.PathLike) -> Path:
 
 
 def require_checkpoint_file(path: str | os.PathLike) -> Path:
-    """``path`` as a Path when the checkpoint file exists, else CheckpointError (torch-free: checked before imports)."""
+    """``path`` as a Path when the checkpoint file exists and starts as a checkpoint does, else CheckpointError.
+
+    Torch-free, so a missing, empty or corrupt file is answered before torch is imported. What is read
+    is the first bytes only: a PyTorch file is a zip archive (``torch.save`` since 1.6) or a pickle
+    (protocol 2 or newer: the legacy format); a ``.safetensors`` file is an 8-byte header length followed
+    by its JSON header. Whether the tensors fit the model is checked when they are loaded.
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint '{path}' not found: check the --checkpoint path")
+    size = path.stat().st_size
+    if size == 0:
+        raise CheckpointError(f"checkpoint '{path}' is empty (0 bytes): re-download it")
+    with open(path, "rb") as f:
+        head = f.read(9)
+    if path.suffix == ".safetensors":
+        header_len = int.from_bytes(head[:8], "little") if len(head) >= 8 else -1
+        if not (0 < header_len <= size - 8 and head[8:9] == b"{"):
+            raise CheckpointError(f"checkpoint '{path}' is corrupt or not a safetensors file (no safetensors header): "
+                                  "re-download or re-save it")
+    elif not (head.startswith(b"PK\x03\x04") or (head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"))):
+        raise CheckpointError(f"checkpoint '{path}' is corrupt or not a PyTorch file (neither a zip archive nor a pickle): "
+                              "re-download it")
     return path
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitdeploy.errors import InputError
-from vitdeploy.families import ExportOptions, check_export_options, family_of_recipe
+from vitdeploy.families import ExportOptions, ModelFamily, check_export_options, family_of_recipe
 
 if TYPE_CHECKING:
     from torch import nn
@@ -52,22 +52,33 @@ def load_eager_from_recipe(recipe_name: str, checkpoint: str | None, random_weig
     return recipe, arch, model
 
 
-def export_recipe(recipe_name: str, output: str | Path, options: ExportOptions, echo: Echo = _quiet) -> ExportResult:
-    """Build the eager model of a recipe from ``options``' weights, rewrite it and export it to ``output``.
-
-    Everything a user can get wrong (output path, weights, options the recipe's family does not
-    have) is refused before the model is built.
-    """
-    from vitdeploy.fileio import check_output_path
+def check_export_request(recipe_name: str, output: str | Path, options: ExportOptions) -> tuple[Recipe, ModelFamily]:
+    """Everything about an export a user can get wrong, checked without torch: the output path, the weights,
+    the recipe (its architecture's keys and types where its family parses them without torch), the
+    options its family takes and the input size. Returns the recipe and its family."""
+    from vitdeploy.fileio import check_output_path, require_checkpoint_file
     from vitdeploy.models.recipes import load_recipe
     from vitdeploy.onnx_export.targets import get_target
 
     check_output_path(output)  # fail before minutes of work, not after
     get_target(options.target)
     _weights(options.checkpoint, options.random_seed is not None, options.random_seed or 0)
+    if options.checkpoint:
+        require_checkpoint_file(options.checkpoint)
     recipe = load_recipe(recipe_name)
     family = family_of_recipe(recipe)
     check_export_options(family, recipe, options)
+    family.check_export(recipe, options)
+    return recipe, family
+
+
+def export_recipe(recipe_name: str, output: str | Path, options: ExportOptions, echo: Echo = _quiet) -> ExportResult:
+    """Build the eager model of a recipe from ``options``' weights, rewrite it and export it to ``output``.
+
+    Everything a user can get wrong (output path, weights, recipe, options the recipe's family does not
+    have) is refused before the model is built (:func:`check_export_request`).
+    """
+    recipe, family = check_export_request(recipe_name, output, options)
     arch, model = family.load_eager(recipe, options.checkpoint, options.random_seed)
     if options.random_seed is not None:
         echo(RANDOM_WEIGHTS_WARNING.format(seed=options.random_seed))

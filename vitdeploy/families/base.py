@@ -66,6 +66,10 @@ class ModelFamily:
 
     # -- export ---------------------------------------------------------------------------------------
 
+    def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
+        """Refuse a recipe or options this family cannot export, without torch (before minutes of work).
+        The default checks nothing; families whose architecture parses without torch check it here."""
+
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
         """(architecture, eager official model) of a recipe, from a checkpoint or seeded random weights."""
         raise NotImplementedError

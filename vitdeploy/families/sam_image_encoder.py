@@ -21,6 +21,14 @@ class SamImageEncoder(ModelFamily):
     export_targets = tuple(TARGETS)
     layernorm2d_forms = ("matmul", "native")
 
+    def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
+        from vitdeploy.models.sam_arch import SamEncoderArch
+        from vitdeploy.sizes import require_patch_multiple
+
+        arch = SamEncoderArch.from_recipe(recipe)
+        if options.input_size:
+            require_patch_multiple(options.input_size, arch.patch_size)
+
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
         from vitdeploy.models.sam_encoder import SamEncoderArch, load_sam_image_encoder
 
@@ -52,9 +60,10 @@ class SamImageEncoder(ModelFamily):
 
     def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
         """The official ``ImageEncoderViT`` with the export's weights, at the export's image size."""
+        seed = reference_seed(metadata, checkpoint)  # refuses a wrong checkpoint before torch is imported
+
         from vitdeploy.models.sam_encoder import SamEncoderArch, load_sam_image_encoder, official_encoder_at_size
 
-        seed = reference_seed(metadata, checkpoint)
         arch_dict = dict(metadata["architecture"])
         arch_dict["global_attn_indexes"] = tuple(arch_dict.get("global_attn_indexes", ()))
         model = load_sam_image_encoder(SamEncoderArch(**arch_dict), checkpoint, random_seed=seed)

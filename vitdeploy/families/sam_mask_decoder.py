@@ -22,6 +22,26 @@ class SamMaskDecoder(ModelFamily):
     name = "sam_mask_decoder"
     layernorm2d_forms = ("matmul", "native")  # the mask upscaler's
 
+    def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
+        from vitdeploy.models.sam_arch import SamDecoderArch
+
+        if options.batch != 1 or options.dynamic_batch:
+            raise InputError("--batch/--dynamic-batch do not apply to the mask decoder: it takes one prompt set per call "
+                             "(its dynamic axis is the number of points)")
+        self.decoder_options(recipe)
+        arch = SamDecoderArch.from_recipe(recipe)
+        if options.input_size and options.input_size != arch.input_image_size:
+            arch.at_input_size(options.input_size)  # refuses a size that is no whole number of encoder patches
+
+    def decoder_options(self, recipe: Recipe) -> tuple[str, int, int]:
+        """The recipe's ``[decoder]`` table: (mask output, max points, opt points)."""
+        table = recipe_section(recipe, "decoder", {"mask_output", "max_points", "opt_points"})
+        mask_output = str(table.get("mask_output", "all"))
+        max_points, opt_points = int(table.get("max_points", 32)), int(table.get("opt_points", 2))
+        if not 1 <= opt_points <= max_points:
+            raise RecipeError(f"recipe '{recipe.name}': need 1 <= opt_points <= max_points, got {opt_points} and {max_points}")
+        return mask_output, max_points, opt_points
+
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
         from vitdeploy.models.sam_decoder import SamDecoderArch, load_sam_prompt_decoder
 
@@ -34,14 +54,8 @@ class SamMaskDecoder(ModelFamily):
         from vitdeploy.models.sam_decoder import build_sam_prompt_decoder
         from vitdeploy.onnx_export.sam_decoder import export_sam_mask_decoder, sam_decoder_metadata
 
-        if options.batch != 1 or options.dynamic_batch:
-            raise InputError("--batch/--dynamic-batch do not apply to the mask decoder: it takes one prompt set per call "
-                             "(its dynamic axis is the number of points)")
-        table = recipe_section(recipe, "decoder", {"mask_output", "max_points", "opt_points"})
-        mask_output = str(table.get("mask_output", "all"))
-        max_points, opt_points = int(table.get("max_points", 32)), int(table.get("opt_points", 2))
-        if not 1 <= opt_points <= max_points:
-            raise RecipeError(f"recipe '{recipe.name}': need 1 <= opt_points <= max_points, got {opt_points} and {max_points}")
+        self.check_export(recipe, options)
+        mask_output, max_points, opt_points = self.decoder_options(recipe)
         if options.input_size and options.input_size != arch.input_image_size:
             # The decoder paired with an encoder exported at another size: official modules built for that size.
             sized = arch.at_input_size(options.input_size)
@@ -65,9 +79,10 @@ class SamMaskDecoder(ModelFamily):
 
     def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
         """The official prompt encoder + mask decoder behind the graph's inputs and outputs."""
+        seed = reference_seed(metadata, checkpoint)  # refuses a wrong checkpoint before torch is imported
+
         from vitdeploy.models.sam_decoder import OfficialDecoderReference, SamDecoderArch, load_sam_prompt_decoder
 
-        seed = reference_seed(metadata, checkpoint)
         arch = SamDecoderArch(**metadata["architecture"])
         model = load_sam_prompt_decoder(arch, checkpoint, random_seed=seed)
         indices = [int(i) for i in metadata.get("mask_output_indices", range(arch.num_multimask_outputs + 1))]

@@ -60,10 +60,11 @@ class TimmHiera(TimmFamily):
 
     def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
         """timm's own model (fused attention as timm ships it) through the exported output's method."""
+        seed = reference_seed(metadata, checkpoint)  # refuses a wrong checkpoint before torch is imported
+
         from vitdeploy.models.timm_hiera import load_timm_hiera
         from vitdeploy.models.timm_vit import TimmOutputReference, TimmVitArch
 
-        seed = reference_seed(metadata, checkpoint)
         model = load_timm_hiera(TimmVitArch.from_dict(metadata["architecture"]), checkpoint, random_seed=seed)
         return TimmOutputReference(model, str(metadata.get("output", "logits"))).eval()
 

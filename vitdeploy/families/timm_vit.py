@@ -70,10 +70,11 @@ class TimmVit(TimmFamily):
 
     def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
         """The timm model at the export's size (timm's ``set_input_size``), through the exported output's method."""
+        seed = reference_seed(metadata, checkpoint)  # refuses a wrong checkpoint before torch is imported
+
         from vitdeploy.models.timm_vit import TimmOutputReference, TimmVitArch, load_timm_vit
         from vitdeploy.rewrites.timm_vit import timm_reference_at_size
 
-        seed = reference_seed(metadata, checkpoint)
         model = load_timm_vit(TimmVitArch.from_dict(metadata["architecture"]), checkpoint, random_seed=seed)
         ref = timm_reference_at_size(model, int(metadata["input_size"][0]))
         return TimmOutputReference(ref, str(metadata.get("output", "logits"))).eval()

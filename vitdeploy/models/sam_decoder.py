@@ -6,105 +6,18 @@ The two modules live in a small container whose attribute names are those of ``S
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
-from vitdeploy.errors import CheckpointError, InputError, RecipeError
+from vitdeploy.errors import CheckpointError, InputError
 from vitdeploy.models.checkpoints import check_fits, load_state_dict_file, without_data_parallel_prefix
-from vitdeploy.models.recipes import Recipe
+from vitdeploy.models.sam_arch import SamDecoderArch
 from vitdeploy.models.sam_encoder import randomize_parameters
-from vitdeploy.sizes import require_patch_multiple
 
 #: Key prefixes of the prompt encoder and mask decoder in an official full-SAM checkpoint.
 DECODER_PREFIXES = ("prompt_encoder.", "mask_decoder.")
-
-
-@dataclass(frozen=True)
-class SamDecoderArch:
-    """Arguments of ``segment_anything.build_sam._build_sam`` for the prompt encoder and mask decoder.
-
-    Defaults are those of every official SAM variant (vit_b, vit_l and vit_h share this architecture).
-    ``input_image_size`` is the encoder's input size (the frame of the point coordinates) and
-    ``image_embedding_size`` its output grid.
-    """
-
-    embed_dim: int = 256  # prompt_embed_dim == transformer_dim
-    image_embedding_size: int = 64
-    input_image_size: int = 1024
-    mask_in_chans: int = 16
-    num_multimask_outputs: int = 3
-    transformer_depth: int = 2
-    transformer_mlp_dim: int = 2048
-    transformer_num_heads: int = 8
-    attention_downsample_rate: int = 2
-    iou_head_depth: int = 3
-    iou_head_hidden_dim: int = 256
-
-    @classmethod
-    def from_recipe(cls, recipe: Recipe) -> SamDecoderArch:
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(recipe.architecture) - known)
-        if unknown:
-            raise RecipeError(f"recipe '{recipe.name}' has unknown architecture keys {unknown}: allowed are {sorted(known)}")
-        arch = cls(**recipe.architecture)
-        arch.validate(f"recipe '{recipe.name}'")
-        return arch
-
-    @classmethod
-    def from_modules(cls, prompt_encoder: nn.Module, mask_decoder: nn.Module) -> SamDecoderArch:
-        """Read the architecture off official ``PromptEncoder``/``MaskDecoder`` modules (e.g. of a ``Sam``)."""
-        transformer = mask_decoder.transformer
-        iou_head = mask_decoder.iou_prediction_head
-        return cls(
-            embed_dim=int(prompt_encoder.embed_dim),
-            image_embedding_size=int(prompt_encoder.image_embedding_size[0]),
-            input_image_size=int(prompt_encoder.input_image_size[0]),
-            mask_in_chans=int(prompt_encoder.mask_downscaling[3].out_channels),
-            num_multimask_outputs=int(mask_decoder.num_multimask_outputs),
-            transformer_depth=int(transformer.depth),
-            transformer_mlp_dim=int(transformer.mlp_dim),
-            transformer_num_heads=int(transformer.num_heads),
-            attention_downsample_rate=int(transformer.embedding_dim // transformer.final_attn_token_to_image.internal_dim),
-            iou_head_depth=int(iou_head.num_layers),
-            iou_head_hidden_dim=int(iou_head.layers[0].out_features) if iou_head.num_layers > 1 else 256,
-        )
-
-    @property
-    def encoder_stride(self) -> int:
-        """Pixels of the encoder input per embedding cell (the encoder's patch size, 16 for SAM)."""
-        return self.input_image_size // self.image_embedding_size
-
-    def validate(self, where: str = "architecture") -> None:
-        if self.input_image_size % self.image_embedding_size:
-            raise RecipeError(
-                f"{where}: input_image_size {self.input_image_size} is not a multiple of "
-                f"image_embedding_size {self.image_embedding_size}"
-            )
-        internal = self.embed_dim // self.attention_downsample_rate
-        if self.embed_dim % 8 or internal % self.transformer_num_heads:
-            raise RecipeError(
-                f"{where}: embed_dim {self.embed_dim} must be a multiple of 8 and embed_dim/attention_downsample_rate "
-                f"({internal}) divisible by transformer_num_heads {self.transformer_num_heads}"
-            )
-        if self.mask_in_chans % 4:
-            raise RecipeError(f"{where}: mask_in_chans {self.mask_in_chans} is not a multiple of 4")
-
-    def at_input_size(self, input_size: int) -> SamDecoderArch:
-        """The same decoder paired with an encoder exported at ``input_size`` (same patch size).
-
-        The prompt encoder's positional encoding is a function of normalised coordinates, so the
-        official modules built for another size take the same weights; only the sizes change.
-        """
-        stride = self.encoder_stride
-        require_patch_multiple(input_size, stride, "input size", unit="encoder patch size")
-        return replace(self, input_image_size=input_size, image_embedding_size=input_size // stride)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class SamPromptDecoder(nn.Module):

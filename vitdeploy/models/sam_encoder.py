@@ -3,111 +3,14 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
-from vitdeploy.errors import RecipeError
 from vitdeploy.models.checkpoints import check_fits, load_state_dict_file, select_prefix
-from vitdeploy.models.recipes import Recipe
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)  # TOML true is no integer here
-
-
-def _type_problem(value: Any, default: Any) -> str | None:
-    """What ``value`` must be to take the place of ``default`` (None when it may)."""
-    if isinstance(default, bool):
-        return None if isinstance(value, bool) else "true or false"
-    if isinstance(default, int):
-        return None if _is_int(value) else "an integer"
-    if isinstance(default, float):
-        return None if _is_int(value) or isinstance(value, float) else "a number"
-    if isinstance(default, tuple):
-        return None if isinstance(value, (list, tuple)) and all(map(_is_int, value)) else "a list of integers"
-    return None
-
-
-@dataclass(frozen=True)
-class SamEncoderArch:
-    """Constructor arguments of ``segment_anything.modeling.ImageEncoderViT`` (its own names)."""
-
-    img_size: int = 1024
-    patch_size: int = 16
-    in_chans: int = 3
-    embed_dim: int = 768
-    depth: int = 12
-    num_heads: int = 12
-    mlp_ratio: float = 4.0
-    out_chans: int = 256
-    qkv_bias: bool = True
-    use_abs_pos: bool = True
-    use_rel_pos: bool = True
-    window_size: int = 14
-    global_attn_indexes: tuple[int, ...] = field(default=(2, 5, 8, 11))
-    layer_norm_eps: float = 1e-6
-
-    @classmethod
-    def from_recipe(cls, recipe: Recipe) -> SamEncoderArch:
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(recipe.architecture) - known)
-        if unknown:
-            raise RecipeError(f"recipe '{recipe.name}' has unknown architecture keys {unknown}: allowed are {sorted(known)}")
-        arch = dict(recipe.architecture)
-        for key, value in arch.items():
-            default = cls.__dataclass_fields__[key].default
-            want = _type_problem(value, default)
-            if want:
-                example = str(default).lower() if isinstance(default, bool) else list(default) if isinstance(default, tuple) else default
-                raise RecipeError(f"recipe '{recipe.name}': architecture.{key} = {value!r} must be {want} "
-                                  f"(e.g. {key} = {example})")
-        if "global_attn_indexes" in arch:
-            arch["global_attn_indexes"] = tuple(int(i) for i in arch["global_attn_indexes"])
-        arch = cls(**arch)
-        arch.validate(recipe.name)
-        return arch
-
-    @classmethod
-    def from_module(cls, encoder: nn.Module) -> SamEncoderArch:
-        """Read the architecture off an official ``ImageEncoderViT`` (e.g. one from ``sam_model_registry``)."""
-        first = encoder.blocks[0]
-        embed_dim = encoder.patch_embed.proj.out_channels
-        windows = [int(b.window_size) for b in encoder.blocks]
-        return cls(
-            img_size=int(encoder.img_size),
-            patch_size=int(encoder.patch_embed.proj.kernel_size[0]),
-            in_chans=int(encoder.patch_embed.proj.in_channels),
-            embed_dim=int(embed_dim),
-            depth=len(encoder.blocks),
-            num_heads=int(first.attn.num_heads),
-            mlp_ratio=first.mlp.lin1.out_features / embed_dim,
-            out_chans=int(encoder.neck[0].out_channels),
-            qkv_bias=first.attn.qkv.bias is not None,
-            use_abs_pos=encoder.pos_embed is not None,
-            use_rel_pos=bool(first.attn.use_rel_pos),
-            window_size=max(windows),
-            global_attn_indexes=tuple(i for i, w in enumerate(windows) if w == 0) if max(windows) else (),
-            layer_norm_eps=float(first.norm1.eps),
-        )
-
-    def validate(self, where: str = "architecture") -> None:
-        if self.img_size % self.patch_size:
-            raise RecipeError(f"{where}: img_size {self.img_size} is not a multiple of patch_size {self.patch_size}")
-        if self.embed_dim % self.num_heads:
-            raise RecipeError(f"{where}: embed_dim {self.embed_dim} is not divisible by num_heads {self.num_heads}")
-        bad = [i for i in self.global_attn_indexes if not 0 <= i < self.depth]
-        if bad:
-            raise RecipeError(f"{where}: global_attn_indexes {bad} are outside 0..{self.depth - 1}")
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["global_attn_indexes"] = list(self.global_attn_indexes)
-        return d
+from vitdeploy.models.sam_arch import SamEncoderArch
 
 
 def build_sam_image_encoder(arch: SamEncoderArch) -> nn.Module:

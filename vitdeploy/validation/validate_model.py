@@ -43,7 +43,6 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
     from vitdeploy.runtime.loader import open_runner, runner_notes
     from vitdeploy.validation.inputs import image_input_sets, saved_input_sets
     from vitdeploy.validation.parity import TOLERANCES
-    from vitdeploy.validation.torch_runner import TorchRunner
     from vitdeploy.validation.validate import validate_runner
 
     # .onnx -> ONNX Runtime on the device, .plan -> TensorRT
@@ -61,8 +60,10 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
     precision = meta.get("precision", "fp32")
     tol = TOLERANCES[precision if options.tolerance == "auto" else options.tolerance]
     echo(f"building the eager official reference ({family.name}, {meta.get('variant')})")
-    reference = TorchRunner(family.eager_reference(meta, options.checkpoint), candidate.input_names,
-                            candidate.output_names, threads=options.threads, metadata=meta)
+    eager = family.eager_reference(meta, options.checkpoint)  # a wrong checkpoint is refused before torch loads
+    from vitdeploy.validation.torch_runner import TorchRunner
+
+    reference = TorchRunner(eager, candidate.input_names, candidate.output_names, threads=options.threads, metadata=meta)
     shapes = candidate.input_shapes()
     input_sets = family.random_input_sets(meta, candidate.input_names, shapes, options.random_inputs)
     if preprocess is not None:
