@@ -218,6 +218,9 @@ ERRORS_BEFORE_TORCH = [
      "not a multiple of the encoder patch size"),
     (["export", "-r", "sam_tiny_decoder", "--random-weights", "--batch", "2", "-o", "{tmp}/x.onnx"],
      "--batch/--dynamic-batch do not apply to the mask decoder"),
+    (["validate", "{tmp}/tiny.onnx", "--load-inputs", "{tmp}/missing.npz"], "input file '{tmp}/missing.npz' not found"),
+    (["validate", "{tmp}/tiny.onnx", "--images", "{tmp}/no_such_photos"], "no_such_photos"),
+    (["validate", "{tmp}/tiny.onnx", "-c", "{tmp}/noise.pth"], "is corrupt or not a PyTorch file"),
 ]
 
 
@@ -236,6 +239,8 @@ def test_errors_a_user_makes_are_answered_before_torch_is_imported(tmp_path):
     (tmp_path / "empty.pth").write_bytes(b"")
     recipe = files("vitdeploy._recipes").joinpath("sam_tiny.toml").read_text()
     (tmp_path / "bad.toml").write_text(recipe.replace("depth = 4", 'depth = "four"'))
+    made = CliRunner().invoke(cli, ["export", "-r", "sam_tiny", "--random-weights", "-o", str(tmp_path / "tiny.onnx")])
+    assert made.exit_code == 0, made.output
     cases = [([a.format(tmp=tmp_path) for a in args], needle.format(tmp=tmp_path)) for args, needle in ERRORS_BEFORE_TORCH]
     code = ("import json, sys; from click.testing import CliRunner; from vitdeploy.cli import cli\n"
             "out = []\n"

@@ -59,11 +59,7 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
         echo(f"note: {Path(model).name} has RANDOM WEIGHTS (seed {meta.get('random_seed')}); parity is still meaningful")
     precision = meta.get("precision", "fp32")
     tol = TOLERANCES[precision if options.tolerance == "auto" else options.tolerance]
-    echo(f"building the eager official reference ({family.name}, {meta.get('variant')})")
-    eager = family.eager_reference(meta, options.checkpoint)  # a wrong checkpoint is refused before torch loads
-    from vitdeploy.validation.torch_runner import TorchRunner
-
-    reference = TorchRunner(eager, candidate.input_names, candidate.output_names, threads=options.threads, metadata=meta)
+    # The inputs first: a missing image or input file is answered before torch is imported.
     shapes = candidate.input_shapes()
     input_sets = family.random_input_sets(meta, candidate.input_names, shapes, options.random_inputs)
     if preprocess is not None:
@@ -71,6 +67,11 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
     input_sets += saved_input_sets(options.load_inputs, shapes)
     if not input_sets:
         raise InputError("no inputs to compare: use --random-inputs N, --images PATH or --load-inputs FILE")
+    echo(f"building the eager official reference ({family.name}, {meta.get('variant')})")
+    eager = family.eager_reference(meta, options.checkpoint)  # a wrong checkpoint is refused before torch loads
+    from vitdeploy.validation.torch_runner import TorchRunner
+
+    reference = TorchRunner(eager, candidate.input_names, candidate.output_names, threads=options.threads, metadata=meta)
     echo(f"parity of {Path(model).name} ({precision}) vs eager official, tolerance '{tol.name}' "
          f"(cosine >= {tol.cosine_min}, rel L2 <= {tol.rel_l2_max}, max-abs/scale <= {tol.max_abs_rel}):")
     return validate_runner(reference, candidate, input_sets, tol, latency_runs=options.runs,
