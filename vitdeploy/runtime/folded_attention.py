@@ -177,9 +177,6 @@ class UnfoldReport:
         return (f"{len(self.unfolded)} folded attention node(s) on ONNX Runtime's kernel with the rel-pos term as "
                 f"an attention bias, {len(self.kept)} left as they are")
 
-    def to_dict(self) -> dict:
-        return {"unfolded": list(self.unfolded), "kept": dict(self.kept)}
-
 
 def _unfold_nodes(found: FoldedAttention, node: onnx.NodeProto) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
     """The nodes (and their shape constants) computing ``node``'s output through the bias form."""

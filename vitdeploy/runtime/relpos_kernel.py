@@ -125,10 +125,6 @@ class FusionReport:
         taken = f" ({', '.join(self.taken)} path)" if self.taken else ""
         return f"{len(self.swapped)} attention node(s) on vitdeploy's kernel{taken}, {len(self.kept)} left to ONNX Runtime"
 
-    def to_dict(self) -> dict:
-        return {"swapped": list(self.swapped), "kept": dict(self.kept), "paths": dict(self.paths),
-                "portable_only": list(self.portable_only)}
-
 
 def fuse_relpos_attention(model: onnx.ModelProto, library: Path | None = None, requested: str | None = None,
                           base_dir: str | Path = "") -> tuple[onnx.ModelProto, FusionReport]:
