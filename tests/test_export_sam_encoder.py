@@ -172,3 +172,18 @@ def test_architecture_read_off_the_module_matches_the_recipe() -> None:
         assert SamEncoderArch.from_module(tiny_encoder(name)) == arch, name
     vit_b = SamEncoderArch.from_recipe(load_recipe("sam_vit_b"))
     assert SamEncoderArch.from_module(build_sam_image_encoder(vit_b)) == vit_b
+
+
+def test_an_export_names_no_path_of_the_machine_that_made_it(exported) -> None:
+    """torch.onnx records a Python stack trace per node, with absolute paths (the checkout, the venv): the same
+    export then differed in bytes between two checkouts and told where it was made. vitdeploy drops them and
+    keeps each node's module names."""
+    import sys
+
+    path = exported["padded"][0].path
+    data = path.read_bytes()
+    for place in {str(Path(__file__).resolve().parents[1]), sys.prefix, str(Path(torch.__file__).parent)}:
+        assert place.encode() not in data, place
+    keys = {p.key for node in onnx.load(str(path)).graph.node for p in node.metadata_props}
+    assert "pkg.torch.onnx.stack_trace" not in keys
+    assert "pkg.torch.onnx.name_scopes" in keys  # the layer a node comes from is still there

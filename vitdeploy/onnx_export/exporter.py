@@ -93,6 +93,25 @@ def remove_stale_staging(folder: Path) -> list[Path]:
     return removed
 
 
+#: Node metadata torch.onnx writes with the absolute paths of the exporting machine's source files.
+SOURCE_PATH_METADATA = ("pkg.torch.onnx.stack_trace",)
+
+
+def drop_source_paths(model: onnx.ModelProto) -> None:
+    """Remove the per-node Python stack traces the exporter records (in place).
+
+    They name files by absolute path (the checkout, the virtual environment), so the same export made in
+    two places differed in bytes and every file told where it was made. The module names of each node
+    (``pkg.torch.onnx.name_scopes``, ``class_hierarchy``) stay: they map a node to its layer without a path.
+    """
+    for nodes in [model.graph.node, *(f.node for f in model.functions)]:
+        for node in nodes:
+            kept = [p for p in node.metadata_props if p.key not in SOURCE_PATH_METADATA]
+            if len(kept) != len(node.metadata_props):
+                del node.metadata_props[:]
+                node.metadata_props.extend(kept)
+
+
 def export_onnx(
     module: nn.Module,
     example_inputs: tuple[torch.Tensor, ...],
@@ -174,6 +193,7 @@ def export_onnx(
 
         model = onnx.load(str(raw), load_external_data=True)
         model.producer_name = "vitdeploy"
+        drop_source_paths(model)
         del model.metadata_props[:]
         for key, value in encode(metadata).items():
             model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
