@@ -141,6 +141,12 @@ def load_benchmark(name: str):
     return module
 
 
+#: A CPU form written by 'vitdeploy optimize' vs the same form made in memory by the runner from the exported file: the
+#: same graph, so the same kernels; max-abs error relative to the output scale (initializer order may change summation
+#: order: none seen).
+WRITTEN_VS_IN_MEMORY_MAX_ABS_REL = 1e-6
+
+
 def max_abs_rel(out, ref) -> float:
     """Max-abs difference of two arrays relative to ``ref``'s scale (its largest magnitude)."""
     import numpy as np

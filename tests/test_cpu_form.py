@@ -15,8 +15,8 @@ import torch
 from click.testing import CliRunner
 
 from cpp_build import cpp_build, toolchain_missing  # noqa: F401 (session fixture)
-from tests.conftest import (TINY_ARCHS, assert_matches_official, export_tiny_targets, max_abs_rel, tamper_onehot_tables,
-                            tiny_encoder)
+from tests.conftest import (TINY_ARCHS, WRITTEN_VS_IN_MEMORY_MAX_ABS_REL, assert_matches_official, export_tiny_targets,
+                            max_abs_rel, tamper_onehot_tables, tiny_encoder)
 from vitdeploy.cli import cli
 from vitdeploy.cpu_optimize import write_cpu_form
 from vitdeploy.errors import InputError
@@ -27,9 +27,6 @@ from vitdeploy.validation.parity import compare
 
 ARCH = "padded_windows"  # two 3x3-window blocks (left folded) and one 8x8 global block (unfolded / fused)
 SEED = 13
-#: The written form vs the same form made in memory by the runner from the exported file: the same graph, so the
-#: same kernels; max-abs error relative to the output scale (initializer order may change summation order: none seen).
-WRITTEN_VS_IN_MEMORY_MAX_ABS_REL = 1e-6
 
 
 @pytest.fixture(scope="module")

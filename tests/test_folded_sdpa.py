@@ -11,8 +11,8 @@ import pytest
 import torch
 from onnx import helper
 
-from tests.conftest import (TINY_ARCHS, assert_matches_official, export_tiny_targets, load_benchmark, max_abs_rel,
-                            tiny_encoder)
+from tests.conftest import (TINY_ARCHS, WRITTEN_VS_IN_MEMORY_MAX_ABS_REL, assert_matches_official, export_tiny_targets,
+                            load_benchmark, max_abs_rel, tiny_encoder)
 from vitdeploy.cpu_optimize import write_cpu_form
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.folded_attention import find_folded_attention
@@ -26,9 +26,6 @@ SEED = 17
 #: The converted graph vs the tensorrt file as written on ONNX Runtime, max-abs error relative to the output scale
 #: (the same products, summed in another order by another kernel).
 CONVERTED_VS_WRITTEN_MAX_ABS_REL = 1e-5
-#: A form written by 'vitdeploy optimize' vs the same form made in memory by the runner: the same graph, the same
-#: kernels (as in test_cpu_form.py).
-WRITTEN_VS_IN_MEMORY_MAX_ABS_REL = 1e-6
 
 
 @pytest.fixture(scope="module")

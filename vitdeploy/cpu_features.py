@@ -102,30 +102,30 @@ class CpuFeatures:
                 "masked": sorted(self.masked), "source": self.source}
 
 
-def parse_cpuinfo(text: str) -> tuple[str, frozenset[str]]:
-    """(model name, flags) from the text of ``/proc/cpuinfo`` (x86 ``flags``, ARM ``Features``)."""
-    model, flags = "", set()
+def _first_values(text: str) -> dict[str, str]:
+    """Each ``key: value`` line's first non-empty value, keys lower-cased: the first processor's fields."""
+    fields: dict[str, str] = {}
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        key = key.strip().lower()
-        if key in ("model name", "hardware", "cpu model") and not model:
-            model = value.strip()
-        elif key in ("flags", "features") and not flags:
-            flags = set(value.split())
-    return model, frozenset(flags)
+        key, value = key.strip().lower(), value.strip()
+        if value and key not in fields:
+            fields[key] = value
+    return fields
+
+
+def parse_cpuinfo(text: str) -> tuple[str, frozenset[str]]:
+    """(model name, flags) from the text of ``/proc/cpuinfo`` (x86 ``flags``, ARM ``Features``)."""
+    fields = _first_values(text)
+    model = next((fields[k] for k in ("model name", "hardware", "cpu model") if k in fields), "")
+    flags = next((fields[k] for k in ("flags", "features") if k in fields), "")
+    return model, frozenset(flags.split())
 
 
 def parse_family_model(text: str) -> str:
     """``"family F model M"`` from the first processor of an x86 ``/proc/cpuinfo`` ("" if either is missing)."""
-    found: dict[str, str] = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip().lower()
-        if key in ("cpu family", "model") and key not in found and value.strip().isdigit():
-            found[key] = value.strip()
-        if len(found) == 2:
-            return f"family {found['cpu family']} model {found['model']}"
-    return ""
+    fields = _first_values(text)
+    family, model = fields.get("cpu family", ""), fields.get("model", "")
+    return f"family {family} model {model}" if family.isdigit() and model.isdigit() else ""
 
 
 def apply_mask(flags: frozenset[str], mask: str) -> tuple[frozenset[str], frozenset[str]]:

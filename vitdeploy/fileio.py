@@ -144,7 +144,7 @@ def require_checkpoint_file(path: str | os.PathLike) -> Path:
         if not (0 < header_len <= size - 8 and head[8:9] == b"{"):
             raise CheckpointError(f"checkpoint '{path}' is corrupt or not a safetensors file (no safetensors header): "
                                   "re-download or re-save it")
-    elif not (head.startswith(b"PK\x03\x04") or (head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"))):
+    elif not (head.startswith(b"PK\x03\x04") or (len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5)):  # zip, PROTO 2..5
         raise CheckpointError(f"checkpoint '{path}' is corrupt or not a PyTorch file (neither a zip archive nor a pickle): "
                               "re-download it")
     return path

@@ -79,6 +79,13 @@ def export_recipe(recipe_name: str, output: str | Path, options: ExportOptions, 
     have) is refused before the model is built (:func:`check_export_request`).
     """
     recipe, family = check_export_request(recipe_name, output, options)
+    return export_checked(recipe, family, output, options, echo)
+
+
+def export_checked(recipe: Recipe, family: ModelFamily, output: str | Path, options: ExportOptions,
+                   echo: Echo = _quiet) -> ExportResult:
+    """:func:`export_recipe` after :func:`check_export_request` has returned ``recipe`` and ``family`` (the CLI
+    checks first, then makes sure the torch side is installed, then exports)."""
     arch, model = family.load_eager(recipe, options.checkpoint, options.random_seed)
     if options.random_seed is not None:
         echo(RANDOM_WEIGHTS_WARNING.format(seed=options.random_seed))

@@ -49,16 +49,16 @@ def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int,
     from vitdeploy.families import ExportOptions
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs
     from vitdeploy.optional_packages import require_torch_side
-    from vitdeploy.pipeline import check_export_request, export_recipe
+    from vitdeploy.pipeline import check_export_request, export_checked
 
     # What a user can get wrong is checked before torch is imported (seconds): the answer comes at once.
     input_size = _renamed_option(input_size, old_image_size)
     claim_outputs([output, report], force)
     options = ExportOptions(checkpoint=checkpoint, random_seed=seed if random_weights else None, input_size=input_size,
                             batch=batch, dynamic_batch=dynamic_batch, opset=opset, layernorm2d=layernorm2d, target=target)
-    check_export_request(recipe, output, options)
+    checked_recipe, family = check_export_request(recipe, output, options)
     require_torch_side("'vitdeploy export' (the eager official model)")
-    result = export_recipe(recipe, output, options, echo=click.echo)
+    result = export_checked(checked_recipe, family, output, options, echo=click.echo)
     ops = ", ".join(f"{k} {v}" for k, v in sorted(result.hygiene.op_counts.items()))
     click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB): inputs {result.input_shapes}, outputs {result.output_shapes}")
     click.echo(f"graph hygiene: clean; nodes: {ops}")

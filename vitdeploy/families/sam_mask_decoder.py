@@ -54,8 +54,7 @@ class SamMaskDecoder(ModelFamily):
         from vitdeploy.models.sam_decoder import build_sam_prompt_decoder
         from vitdeploy.onnx_export.sam_decoder import export_sam_mask_decoder, sam_decoder_metadata
 
-        self.check_export(recipe, options)
-        mask_output, max_points, opt_points = self.decoder_options(recipe)
+        mask_output, max_points, opt_points = self.decoder_options(recipe)  # check_export ran before the model was built
         if options.input_size and options.input_size != arch.input_image_size:
             # The decoder paired with an encoder exported at another size: official modules built for that size.
             sized = arch.at_input_size(options.input_size)
