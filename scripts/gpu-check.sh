@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# GPU verification in one command, on a machine with an NVIDIA GPU, TensorRT 10/11, polygraphy and cuda-python:
-#   install the project -> export the full-size SAM ViT-B encoder (random weights) and, when the recipe
-#   exists, the mask decoder -> FP16 / INT8 ONNX via 'vitdeploy calibrate' (skipped if that verb is absent)
-#   -> FP32 / FP16 / INT8 TensorRT engines -> parity of each engine against the eager official model with
-#   the named tolerances -> benchmark against eager PyTorch (FP32 and FP16/BF16 autocast) on the same GPU,
-#   static batch 1 and a dynamic batch 1/4/8 -> the gated tests (pytest -m "tensorrt or gpu") -> one report.
+# GPU verification in one command, on a machine with an NVIDIA GPU and onnxruntime-gpu and/or TensorRT 10/11
+# (+ polygraphy, cuda-python):
+#   install the project -> export the full-size SAM ViT-B encoder (random weights) and its mask decoder
+#   -> FP16 / INT8 ONNX via 'vitdeploy calibrate'
+#   -> ONNX Runtime's CUDA provider: parity of every ONNX file against the eager official model (named
+#      tolerances) and a benchmark against eager PyTorch (FP32, FP16/BF16 autocast) on the same GPU
+#   -> with TensorRT: FP32 / FP16 / INT8 engines, their parity, static batch 1 and dynamic batch 1/4/8 benchmarks
+#   -> the gated tests (pytest -m "tensorrt or gpu") -> one report.
 #
-#   scripts/gpu-check.sh                 # everything, into out/gpu-check/
+#   scripts/gpu-check.sh                 # everything this machine can run, into out/gpu-check/
 #   OUT_DIR=/tmp/gc RUNS=20 scripts/gpu-check.sh
 #   PYTHON=/path/to/python SKIP_INSTALL=1 scripts/gpu-check.sh   # an environment already set up
+#   SKIP_PYTEST=1 scripts/gpu-check.sh   # without the gated tests (run them on their own: pytest -m gpu)
+#   PARITY_IMAGES=3 scripts/gpu-check.sh  # bundled images per parity check (default 3; each costs a CPU eager forward)
 #
 # Every step runs even if an earlier one failed (as far as its inputs exist); each step's status, time
 # and log land in $OUT_DIR/report.md and report.json. Exit code: 0 all passed, 1 a step failed,
-# 2 this machine cannot build engines ('vitdeploy doctor' says why).
+# 2 this machine has neither TensorRT nor ONNX Runtime's CUDA provider ('vitdeploy doctor' says why).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -49,16 +53,28 @@ vd() { "$PYTHON" -m vitdeploy "$@" --force; }
 VD=(vd)
 
 step doctor "${VD[@]}" doctor --report "$OUT/doctor.json"
-if ! "$PYTHON" -c "import sys; from vitdeploy.doctor import tensorrt_unavailable_reason as r; why = r(); print(why or ''); sys.exit(1 if why else 0)"; then
-    echo "this machine cannot build TensorRT engines (see above and $OUT/logs/doctor.log)"; exit 2
+TRT_REASON=$("$PYTHON" -c "from vitdeploy.doctor import tensorrt_unavailable_reason as r; print(r() or '')")
+ORT_CUDA=$("$PYTHON" -c "import onnxruntime as o; print('yes' if 'CUDAExecutionProvider' in o.get_available_providers() else '')")
+if [ -n "$TRT_REASON" ] && [ -z "$ORT_CUDA" ]; then
+    echo "this machine has neither TensorRT ($TRT_REASON) nor ONNX Runtime's CUDA provider (pip install onnxruntime-gpu)"; exit 2
 fi
+[ -n "$TRT_REASON" ] && echo "no TensorRT here ($TRT_REASON): the ONNX Runtime CUDA steps run, the engine steps are skipped"
 TORCH_CUDA=$("$PYTHON" -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
+# A few bundled images per parity check: each one costs an eager forward of the reference on the CPU.
+PARITY=()
+for img in $(ls calibration/images/*.jpg calibration/images/*.png 2>/dev/null | sort | head -n "${PARITY_IMAGES:-3}"); do
+    PARITY+=(--images "$img")
+done
 
 # --- export (random weights: the numbers are meaningless, parity and speed are not).
 step export_encoder "${VD[@]}" export --recipe sam_vit_b --random-weights --seed 0 --layernorm2d native \
     -o "$OUT/sam_vit_b.onnx" --report "$OUT/sam_vit_b.export.json"
-step export_encoder_dynamic "${VD[@]}" export --recipe sam_vit_b --random-weights --seed 0 --layernorm2d native \
-    --dynamic-batch -o "$OUT/sam_vit_b_dyn.onnx"
+if [ -z "$TRT_REASON" ]; then  # only the engine with a batch profile reads it
+    step export_encoder_dynamic "${VD[@]}" export --recipe sam_vit_b --random-weights --seed 0 --layernorm2d native \
+        --dynamic-batch -o "$OUT/sam_vit_b_dyn.onnx"
+else
+    skip export_encoder_dynamic "no TensorRT: only the dynamic-batch engine uses it"
+fi
 if [ -f export/sam_vit_b_decoder.toml ]; then
     step export_decoder "${VD[@]}" export --recipe sam_vit_b_decoder --random-weights --seed 0 -o "$OUT/sam_vit_b_decoder.onnx"
 else
@@ -76,10 +92,31 @@ else
     skip calibrate_int8 "'vitdeploy calibrate' is not in this checkout"
 fi
 
+# --- ONNX Runtime's CUDA provider: parity of every ONNX file (FP32 with TF32 off) and a benchmark on the GPU.
+if [ -n "$ORT_CUDA" ] && [ "$TORCH_CUDA" = cuda ]; then
+    ONNX_FILES=()
+    for f in "$OUT/sam_vit_b.onnx" "$OUT/sam_vit_b.fp16.onnx" "$OUT/sam_vit_b.int8.onnx" "$OUT/sam_vit_b_decoder.onnx"; do
+        [ -f "$f" ] || continue
+        name=$(basename "$f" .onnx)
+        case $name in *decoder*) IMAGES=() ;; *) IMAGES=("${PARITY[@]}") ;; esac
+        step "validate_cuda_$name" "${VD[@]}" validate "$f" --device cuda "${IMAGES[@]}" --random-inputs 2 --runs 0 \
+            --report "$OUT/$name.cuda.validate.json"
+        case $name in *decoder*) ;; *) ONNX_FILES+=("$f") ;; esac
+    done
+    if [ ${#ONNX_FILES[@]} -gt 0 ]; then
+        step benchmark_cuda_onnxruntime "${VD[@]}" benchmark "${ONNX_FILES[@]}" --device cuda --allow-unverified \
+            --eager-precision fp32 --eager-precision fp16 --eager-precision bf16 --runs "$RUNS" --warmup "$WARMUP" \
+            --threads "$(nproc)" --report "$OUT/benchmark_cuda_onnxruntime.json"
+    fi
+else
+    skip validate_cuda "ONNX Runtime's CUDA provider or PyTorch's CUDA is missing"
+fi
+
 # --- engines: strongly typed, one shared timing cache, a verbose log each.
 ENGINES=()
 build() {  # build NAME ONNX [extra build-engine options]
     local name="$1" onnx="$2"; shift 2
+    if [ -n "$TRT_REASON" ]; then skip "build_$name" "no TensorRT: $TRT_REASON"; return; fi
     if [ ! -f "$onnx" ]; then skip "build_$name" "$onnx was not produced"; return; fi
     step "build_$name" "${VD[@]}" build-engine "$onnx" -o "$OUT/$name.plan" --timing-cache "$OUT/timing.cache" \
         --log-file "$OUT/logs/build_$name.trt.log" --report "$OUT/$name.build.json" "$@" && ENGINES+=("$OUT/$name.plan")
@@ -93,10 +130,7 @@ build sam_vit_b_decoder "$OUT/sam_vit_b_decoder.onnx"
 # --- parity of every engine against the eager official model (CPU, FP32: the reference), named tolerances.
 for plan in "${ENGINES[@]}"; do
     name=$(basename "$plan" .plan)
-    case $name in  # the decoder takes embeddings and prompts, the encoders images too
-        *decoder*) IMAGES=() ;;
-        *) IMAGES=(--images calibration/images) ;;
-    esac
+    case $name in *decoder*) IMAGES=() ;; *) IMAGES=("${PARITY[@]}") ;; esac  # the decoder takes embeddings and prompts
     step "validate_$name" "${VD[@]}" validate "$plan" "${IMAGES[@]}" --random-inputs 2 --runs 0 \
         --report "$OUT/$name.validate.json"
 done
@@ -120,7 +154,11 @@ else
 fi
 
 # --- the gated tests: the TensorRT/GPU tests that skip everywhere else.
-step pytest_gpu "$PYTHON" -m pytest -m "tensorrt or gpu" -rs -q -p no:cacheprovider
+if [ "${SKIP_PYTEST:-0}" = 1 ]; then
+    skip pytest_gpu "SKIP_PYTEST=1"
+else
+    step pytest_gpu "$PYTHON" -m pytest -m "tensorrt or gpu" -rs -q -p no:cacheprovider
+fi
 
 # --- one report.
 "$PYTHON" - "$OUT" <<'PY'
@@ -131,7 +169,7 @@ import sys
 out = pathlib.Path(sys.argv[1])
 steps = [dict(zip(("step", "status", "seconds"), line.split("\t"))) for line in (out / "steps.tsv").read_text().splitlines()]
 data = {"steps": steps}
-for name in ("doctor", "benchmark_batch1", "benchmark_batches"):
+for name in ("doctor", "benchmark_cuda_onnxruntime", "benchmark_batch1", "benchmark_batches"):
     path = out / f"{name}.json"
     if path.exists():
         data[name] = json.loads(path.read_text())
@@ -144,11 +182,11 @@ for path in sorted(out.glob("*.validate.json")):
 (out / "report.json").write_text(json.dumps(data, indent=2))
 lines = ["# vitdeploy GPU check", "", "| step | status | seconds |", "|---|---|---|"]
 lines += [f"| {s['step']} | {s['status']} | {s['seconds']} |" for s in steps]
-lines += ["", "## Parity of each engine vs the eager official model", "",
-          "| engine | tolerance | worst cosine | worst rel L2 | passed |", "|---|---|---|---|---|"]
+lines += ["", "## Parity of each file vs the eager official model", "",
+          "| file | tolerance | worst cosine | worst rel L2 | passed |", "|---|---|---|---|---|"]
 lines += [f"| {k} | {v['tolerance']} | {v['worst_cosine']:.6f} | {v['worst_rel_l2']:.3g} | {v['passed']} |"
           for k, v in data["validation"].items()]
-for name in ("benchmark_batch1", "benchmark_batches"):
+for name in ("benchmark_cuda_onnxruntime", "benchmark_batch1", "benchmark_batches"):
     log = out / "logs" / f"{name}.log"
     if log.exists():
         text = log.read_text()

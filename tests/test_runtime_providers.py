@@ -82,3 +82,17 @@ def test_cli_says_it_in_one_line(ort_cpu_export: Path, monkeypatch) -> None:
     result = CliRunner().invoke(cli, ["benchmark", str(ort_cpu_export), "--device", "cuda", "--no-eager", "--runs", "1"])
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.output.strip().splitlines()[-1].startswith("error: 'ort_cpu.onnx' was exported with --target onnxruntime-cpu")
+
+
+def test_a_quiet_fall_back_to_the_cpu_is_refused() -> None:
+    """ONNX Runtime only logs it when its CUDA provider fails to load (a missing cuDNN, say) and runs on the CPU:
+    the runner must say so instead of reporting CPU numbers as CUDA ones."""
+    from vitdeploy.runtime.runners import _require_session_on
+
+    class FellBack:
+        def get_providers(self) -> list[str]:
+            return ["CPUExecutionProvider"]
+
+    with pytest.raises(InputError, match="could not start its CUDAExecutionProvider for 'm.onnx' and fell back to "
+                                         "CPUExecutionProvider.*onnxruntime-gpu\\[cuda,cudnn\\].*--device cpu"):
+        _require_session_on(FellBack(), "CUDAExecutionProvider", "'m.onnx'")

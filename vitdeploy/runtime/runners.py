@@ -42,6 +42,22 @@ def _require_providers(device: str) -> None:
     if wanted not in available:
         raise InputError(f"--device {device} needs ONNX Runtime's {wanted}, which this install lacks (available: "
                          f"{', '.join(available)}): install onnxruntime-gpu on a machine with an NVIDIA GPU, or use --device cpu")
+    preload = getattr(ort, "preload_dlls", None)
+    if device != "cpu" and preload is not None:
+        # onnxruntime-gpu >= 1.21 does not search the nvidia-* pip packages (or PyTorch's) for CUDA and cuDNN by itself:
+        # without this, the CUDA provider fails to load in a process that has not imported torch, and ONNX Runtime
+        # falls back to the CPU. Harmless where torch already loaded them or the libraries are on the loader path.
+        preload()
+
+
+def _require_session_on(session: Any, plan_first: str, name: str) -> None:
+    """InputError when ONNX Runtime quietly fell back from the GPU provider asked for to the CPU (it only logs that)."""
+    ran = session.get_providers()
+    if plan_first not in ran:
+        raise InputError(f"ONNX Runtime could not start its {plan_first} for {name} and fell back to {', '.join(ran)} "
+                         "(its log above names the library it missed, usually CUDA or cuDNN): install the CUDA and cuDNN "
+                         "versions this onnxruntime-gpu was built for (pip install 'onnxruntime-gpu[cuda,cudnn]'), "
+                         "or use --device cpu")
 
 
 class OnnxRuntimeRunner:
@@ -157,6 +173,8 @@ class OnnxRuntimeRunner:
             first = first_line(exc)
             raise_if_weights_missing(path, exc)
             raise InputError(f"ONNX Runtime cannot load '{path}' ({first}): re-export it with 'vitdeploy export'") from exc
+        if device != "cpu":
+            _require_session_on(self.session, plan.providers_names()[0], f"'{path.name}'")
         self.path = path
         self.threads = threads
         self.device = device
