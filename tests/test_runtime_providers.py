@@ -41,7 +41,8 @@ def test_cuda_is_fp32_unless_tf32_is_asked_for() -> None:
     assert plan_providers(ENCODER, "cuda").verified == exact.verified  # no recorded target: the generic graph
 
 
-@pytest.mark.parametrize("meta", [{"family": "sam_mask_decoder", "precision": "fp32"}, {**ENCODER, "precision": "int8"},
+@pytest.mark.parametrize("meta", [{"family": "sam_mask_decoder", "precision": "fp16"},
+                                  {**ENCODER, "target": "tensorrt", "precision": "int8"},
                                   {"family": "timm_vit", "precision": "fp16"}])
 def test_unverified_combinations_need_the_callers_word(meta: dict) -> None:
     with pytest.raises(InputError, match="has not been verified on ONNX Runtime's CUDAExecutionProvider.*--allow-unverified"):
