@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.conftest import IR_VERSION
 from vitdeploy.cli import cli
 from vitdeploy.engine.build_log import BuildLog
 from vitdeploy.engine.builder import BuildOptions, _network_flags, check_options, engine_precision
@@ -52,7 +53,7 @@ def make_onnx(path: Path, *, batch: int | str = 1, kind: str = "fp32", external:
     second = "tokens" if extra_dynamic else 8
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, second, 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, second, 4])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
     for key, value in encode({"family": "sam_image_encoder", "precision": kind, "variant": "unit"}).items():
         model.metadata_props.add(key=key, value=value)
     if external:

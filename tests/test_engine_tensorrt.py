@@ -16,6 +16,7 @@ import torch
 from click.testing import CliRunner
 from onnx import helper
 
+from tests.conftest import IR_VERSION
 from vitdeploy.cli import cli
 from vitdeploy.doctor import tensorrt_unavailable_reason
 from vitdeploy.engine.builder import BuildOptions, build_engine
@@ -178,7 +179,8 @@ def test_onnx_tensorrt_rejects_names_the_node(tmp_path: Path) -> None:
     node = helper.make_node("NoSuchOp", ["x"], ["y"], name="/bad/NoSuchOp", domain="vitdeploy.test")
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
                               [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("vitdeploy.test", 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("vitdeploy.test", 1)],
+                              ir_version=IR_VERSION)
     onnx.save(model, str(tmp_path / "bad.onnx"))
     code, output = run("build-engine", str(tmp_path / "bad.onnx"), "-o", str(tmp_path / "bad.plan"))
     assert code == 1, output

@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import tiny_encoder
+from tests.conftest import IR_VERSION
 from vitdeploy.benchmark.op_profile import KINDS, read_ort_profile, weight_nodes
 from vitdeploy.errors import InputError
 from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder
@@ -37,7 +38,7 @@ def test_kinds_of_a_hand_built_graph(tmp_path: Path) -> None:
         "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, [64, 64])], [weight])
     path = tmp_path / "three.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION), str(path))
     profile, _ = _profile(path, tmp_path, {"x": np.ones((64, 64), np.float32)})
     assert len(profile.runs) == RUNS
     for run in profile.runs:
@@ -85,5 +86,5 @@ def _any_model(tmp_path: Path) -> Path:
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
     path = tmp_path / "identity.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION), str(path))
     return path

@@ -17,7 +17,7 @@ import torch
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.conftest import TINY_TIMM_RECIPE, assert_matches_official, export_tiny_targets, tiny_encoder
+from tests.conftest import IR_VERSION, TINY_TIMM_RECIPE, assert_matches_official, export_tiny_targets, tiny_encoder
 from vitdeploy.cli import cli
 from vitdeploy.metadata import encode
 from vitdeploy.runtime.runners import OnnxRuntimeRunner
@@ -68,8 +68,7 @@ def _matmul_model(path: Path, k: int) -> tuple[Path, np.ndarray, np.ndarray]:
                               [helper.make_tensor_value_info("a", TensorProto.FLOAT, [64, k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])],
                               [numpy_helper.from_array(b, "b")])
-    # IR 8 (opset 17's): a newer onnx writes its own latest IR by default, which an older ONNX Runtime refuses.
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION)
     for key, value in encode({"family": "unknown", "precision": "fp32"}).items():
         model.metadata_props.add(key=key, value=value)
     onnx.save(model, path)
