@@ -32,3 +32,22 @@ def test_drift_names_the_package_and_the_tested_versions() -> None:
     drift = version_drift(installed)
     assert drift == [VersionDrift("onnxruntime", "9.9.9", TESTED["onnxruntime"])]
     assert str(drift[0]).startswith("onnxruntime 9.9.9 (tested: ")
+
+
+def test_onnxruntime_gpu_is_checked_as_onnxruntime_and_the_imported_one_counts(tmp_path) -> None:
+    """onnxruntime-gpu installs the module ``onnxruntime``: doctor must read its version (seen on the GPU machine:
+    both installed, the CPU one's 1.30.0 reported while onnxruntime-gpu 1.31.1 was the one imported)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "onnxruntime").mkdir()
+    (tmp_path / "onnxruntime" / "__init__.py").write_text("")
+    info = tmp_path / "onnxruntime_gpu-9.9.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: onnxruntime-gpu\nVersion: 9.9.9\n")
+    code = ("from vitdeploy.tested_versions import installed_versions, version_drift; v = installed_versions(['onnxruntime']); "
+            "print(v['onnxruntime'], [str(d) for d in version_drift(v)])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+    assert done.stdout.split()[0] == "9.9.9", done.stdout  # the distribution first on sys.path, not the venv's onnxruntime
+    assert "onnxruntime 9.9.9 (tested:" in done.stdout, done.stdout

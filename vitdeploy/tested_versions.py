@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 #: distribution name -> versions the suite passed with (locked first).
 TESTED: dict[str, tuple[str, ...]] = {
@@ -45,10 +46,41 @@ class VersionDrift:
         return f"{self.package} {self.installed} (tested: {', '.join(self.tested)})"
 
 
+#: Distributions that install the same importable package under another name (onnxruntime-gpu's module is
+#: ``onnxruntime``, same release numbers): their versions are checked against the package's row.
+ALTERNATIVE_DISTRIBUTIONS: dict[str, tuple[str, ...]] = {"onnxruntime": ("onnxruntime-gpu",)}
+
+
+def _imported_distribution_version(name: str) -> str | None:
+    """Version of the distribution whose files Python would import for ``name``, where several provide it
+    (onnxruntime and onnxruntime-gpu side by side: the one first on sys.path wins). Located, not imported."""
+    from importlib.metadata import distribution
+    from importlib.util import find_spec
+
+    try:
+        spec = find_spec(name.replace("-", "_"))
+    except (ImportError, ValueError):
+        spec = None
+    origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
+    found = []
+    for dist_name in (name, *ALTERNATIVE_DISTRIBUTIONS.get(name, ())):
+        try:
+            dist = distribution(dist_name)
+        except PackageNotFoundError:
+            continue
+        found.append(dist.version)
+        if origin is not None and Path(str(dist.locate_file(origin.relative_to(origin.parents[1])))).resolve() == origin:
+            return dist.version
+    return found[0] if found else None
+
+
 def installed_versions(packages: list[str] | None = None) -> dict[str, str | None]:
     """Installed version of each package (None when absent), from package metadata: nothing is imported."""
     out: dict[str, str | None] = {}
     for name in packages or list(TESTED):
+        if name in ALTERNATIVE_DISTRIBUTIONS:
+            out[name] = _imported_distribution_version(name)
+            continue
         try:
             out[name] = version(name)
         except PackageNotFoundError:
@@ -63,4 +95,4 @@ def version_drift(installed: dict[str, str | None] | None = None) -> list[Versio
             if v is not None and name in TESTED and v not in TESTED[name]]
 
 
-__all__ = ["TESTED", "VersionDrift", "installed_versions", "version_drift"]
+__all__ = ["ALTERNATIVE_DISTRIBUTIONS", "TESTED", "VersionDrift", "installed_versions", "version_drift"]
