@@ -19,11 +19,6 @@ from pathlib import Path
 import numpy as np
 
 
-def iou(a: np.ndarray, b: np.ndarray) -> float:
-    union = np.logical_or(a, b).sum()
-    return 1.0 if union == 0 else float(np.logical_and(a, b).sum() / union)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", default="vit_b", help="sam_<variant> and sam_<variant>_decoder recipes")
@@ -38,6 +33,7 @@ def main() -> None:
     from vitdeploy.pipeline import export_from_recipe
     from vitdeploy.precision.calibration_data import bundled_calibration_dir
     from vitdeploy.runtime.sam_predictor import SamPredictor
+    from vitdeploy.validation.masks import compare_masks
 
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -63,7 +59,7 @@ def main() -> None:
             for name in results:
                 logits, _, _ = predictors[name].predict(point, label, return_logits=True)
                 results[name]["logit_rel"].append(float(np.abs(logits - ref_logits).max()) / scale)
-                results[name]["iou"] += [iou(m > 0, r > 0) for m, r in zip(logits, ref_logits)]
+                results[name]["iou"] += compare_masks(ref_logits, logits, label=name).iou  # logits > 0, mask by mask
     summary = {name: {"masks": len(r["iou"]), "min_iou": min(r["iou"]), "mean_iou": float(np.mean(r["iou"])),
                       "max_logit_rel": max(r["logit_rel"])} for name, r in results.items()}
     print(f"SAM {args.variant}, random weights seed 0, {len(images)} images x {args.prompts} clicks x 3 masks, "

@@ -65,6 +65,8 @@ PARITY=()
 for img in $(ls calibration/images/*.jpg calibration/images/*.png 2>/dev/null | sort | head -n "${PARITY_IMAGES:-3}"); do
     PARITY+=(--images "$img")
 done
+# parity_inputs NAME: IMAGES = what validate compares on besides random inputs (the decoder takes embeddings and prompts).
+parity_inputs() { case $1 in *decoder*) IMAGES=() ;; *) IMAGES=("${PARITY[@]}") ;; esac; }
 
 # --- export (random weights: the numbers are meaningless, parity and speed are not).
 step export_encoder "${VD[@]}" export --recipe sam_vit_b --random-weights --seed 0 --layernorm2d native \
@@ -92,24 +94,27 @@ else
     skip calibrate_int8 "'vitdeploy calibrate' is not in this checkout"
 fi
 
-# --- ONNX Runtime's CUDA provider: parity of every ONNX file (FP32 with TF32 off) and a benchmark on the GPU.
-if [ -n "$ORT_CUDA" ] && [ "$TORCH_CUDA" = cuda ]; then
-    ONNX_FILES=()
+# --- ONNX Runtime's CUDA provider: parity of every ONNX file (FP32 with TF32 off; the eager reference runs on the
+#     CPU) and a benchmark on the GPU (against eager PyTorch on the GPU where this PyTorch has CUDA).
+if [ -n "$ORT_CUDA" ]; then
+    ENCODERS=()
     for f in "$OUT/sam_vit_b.onnx" "$OUT/sam_vit_b.fp16.onnx" "$OUT/sam_vit_b.int8.onnx" "$OUT/sam_vit_b_decoder.onnx"; do
         [ -f "$f" ] || continue
         name=$(basename "$f" .onnx)
-        case $name in *decoder*) IMAGES=() ;; *) IMAGES=("${PARITY[@]}") ;; esac
+        parity_inputs "$name"
+        [[ $name == *decoder* ]] || ENCODERS+=("$f")
         step "validate_cuda_$name" "${VD[@]}" validate "$f" --device cuda "${IMAGES[@]}" --random-inputs 2 --runs 0 \
             --report "$OUT/$name.cuda.validate.json"
-        case $name in *decoder*) ;; *) ONNX_FILES+=("$f") ;; esac
     done
-    if [ ${#ONNX_FILES[@]} -gt 0 ]; then
-        step benchmark_cuda_onnxruntime "${VD[@]}" benchmark "${ONNX_FILES[@]}" --device cuda --allow-unverified \
-            --eager-precision fp32 --eager-precision fp16 --eager-precision bf16 --runs "$RUNS" --warmup "$WARMUP" \
-            --threads "$(nproc)" --report "$OUT/benchmark_cuda_onnxruntime.json"
+    EAGER_CUDA=(--eager-precision fp32 --eager-precision fp16 --eager-precision bf16)
+    [ "$TORCH_CUDA" = cuda ] || EAGER_CUDA=(--no-eager)
+    if [ ${#ENCODERS[@]} -gt 0 ]; then
+        step benchmark_cuda_onnxruntime "${VD[@]}" benchmark "${ENCODERS[@]}" --device cuda --allow-unverified \
+            "${EAGER_CUDA[@]}" --runs "$RUNS" --warmup "$WARMUP" --threads "$(nproc)" \
+            --report "$OUT/benchmark_cuda_onnxruntime.json"
     fi
 else
-    skip validate_cuda "ONNX Runtime's CUDA provider or PyTorch's CUDA is missing"
+    skip validate_cuda "ONNX Runtime's CUDA provider is missing (pip install onnxruntime-gpu)"
 fi
 
 # --- engines: strongly typed, one shared timing cache, a verbose log each.
@@ -130,7 +135,7 @@ build sam_vit_b_decoder "$OUT/sam_vit_b_decoder.onnx"
 # --- parity of every engine against the eager official model (CPU, FP32: the reference), named tolerances.
 for plan in "${ENGINES[@]}"; do
     name=$(basename "$plan" .plan)
-    case $name in *decoder*) IMAGES=() ;; *) IMAGES=("${PARITY[@]}") ;; esac  # the decoder takes embeddings and prompts
+    parity_inputs "$name"
     step "validate_$name" "${VD[@]}" validate "$plan" "${IMAGES[@]}" --random-inputs 2 --runs 0 \
         --report "$OUT/$name.validate.json"
 done

@@ -17,7 +17,8 @@ import torch
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.conftest import IR_VERSION, TINY_TIMM_RECIPE, assert_matches_official, export_tiny_targets, tiny_encoder
+from tests.conftest import (IR_VERSION, TINY_TIMM_RECIPE, assert_matches_official, export_tiny_targets, max_abs_rel,
+                            tiny_encoder)
 from vitdeploy.cli import cli
 from vitdeploy.metadata import encode
 from vitdeploy.runtime.runners import OnnxRuntimeRunner
@@ -44,10 +45,6 @@ IMAGES = Path(__file__).resolve().parents[1] / "calibration" / "images"
 def run(*args: str) -> tuple[int, str]:
     result = CliRunner().invoke(cli, list(args))
     return result.exit_code, result.output
-
-
-def _max_rel(out: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.abs(out - ref).max() / np.abs(ref).max())
 
 
 @pytest.mark.parametrize("target", ["generic", "tensorrt"])
@@ -80,7 +77,7 @@ def test_fp32_means_fp32_and_tf32_only_when_asked(tmp_path: Path) -> None:
     exact = a.astype(np.float64) @ b.astype(np.float64)
     fp32 = OnnxRuntimeRunner(path, device="cuda", allow_unverified=True).run({"a": a})["y"]
     tf32 = OnnxRuntimeRunner(path, device="cuda", allow_unverified=True, tf32=True).run({"a": a})["y"]
-    fp32_err, tf32_err = _max_rel(fp32, exact), _max_rel(tf32, exact)
+    fp32_err, tf32_err = max_abs_rel(fp32, exact), max_abs_rel(tf32, exact)
     assert fp32_err <= FP32_GEMM_MAX_REL, f"use_tf32=0 still erred {fp32_err:.2e} (TF32 kept?)"
     assert tf32_err >= TF32_GEMM_MIN_REL, f"tf32=True erred only {tf32_err:.2e}: the switch did nothing"
 

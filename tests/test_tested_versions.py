@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from vitdeploy.tested_versions import TESTED, VersionDrift, version_drift
@@ -37,9 +40,6 @@ def test_drift_names_the_package_and_the_tested_versions() -> None:
 def test_onnxruntime_gpu_is_checked_as_onnxruntime_and_the_imported_one_counts(tmp_path) -> None:
     """onnxruntime-gpu installs the module ``onnxruntime``: doctor must read its version (seen on the GPU machine:
     both installed, the CPU one's 1.30.0 reported while onnxruntime-gpu 1.31.1 was the one imported)."""
-    import subprocess
-    import sys
-
     (tmp_path / "onnxruntime").mkdir()
     (tmp_path / "onnxruntime" / "__init__.py").write_text("")
     info = tmp_path / "onnxruntime_gpu-9.9.9.dist-info"
@@ -48,6 +48,6 @@ def test_onnxruntime_gpu_is_checked_as_onnxruntime_and_the_imported_one_counts(t
     code = ("from vitdeploy.tested_versions import installed_versions, version_drift; v = installed_versions(['onnxruntime']); "
             "print(v['onnxruntime'], [str(d) for d in version_drift(v)])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert done.stdout.split()[0] == "9.9.9", done.stdout  # the distribution first on sys.path, not the venv's onnxruntime
     assert "onnxruntime 9.9.9 (tested:" in done.stdout, done.stdout

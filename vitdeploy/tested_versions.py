@@ -57,20 +57,17 @@ def _imported_distribution_version(name: str) -> str | None:
     from importlib.metadata import distribution
     from importlib.util import find_spec
 
-    try:
-        spec = find_spec(name.replace("-", "_"))
-    except (ImportError, ValueError):
-        spec = None
-    origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
+    spec = find_spec(name)
+    folder = Path(spec.origin).resolve().parents[1] if spec is not None and spec.origin else None  # its site-packages
     found = []
-    for dist_name in (name, *ALTERNATIVE_DISTRIBUTIONS.get(name, ())):
+    for dist_name in (name, *ALTERNATIVE_DISTRIBUTIONS[name]):
         try:
             dist = distribution(dist_name)
         except PackageNotFoundError:
             continue
-        found.append(dist.version)
-        if origin is not None and Path(str(dist.locate_file(origin.relative_to(origin.parents[1])))).resolve() == origin:
+        if Path(str(dist.locate_file(""))).resolve() == folder:
             return dist.version
+        found.append(dist.version)
     return found[0] if found else None
 
 

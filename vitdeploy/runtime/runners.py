@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -42,11 +43,17 @@ def _require_providers(device: str) -> None:
     if wanted not in available:
         raise InputError(f"--device {device} needs ONNX Runtime's {wanted}, which this install lacks (available: "
                          f"{', '.join(available)}): install onnxruntime-gpu on a machine with an NVIDIA GPU, or use --device cpu")
+
+
+@functools.cache
+def _load_gpu_libraries() -> None:
+    """Once per process, before the first GPU session: onnxruntime-gpu (>= 1.21) finds CUDA and cuDNN installed as
+    nvidia-* pip packages only when asked (its documented ``preload_dlls``); where they are on the loader path or
+    torch loaded them already, this changes nothing."""
+    import onnxruntime as ort
+
     preload = getattr(ort, "preload_dlls", None)
-    if device != "cpu" and preload is not None:
-        # onnxruntime-gpu >= 1.21 does not search the nvidia-* pip packages (or PyTorch's) for CUDA and cuDNN by itself:
-        # without this, the CUDA provider fails to load in a process that has not imported torch, and ONNX Runtime
-        # falls back to the CPU. Harmless where torch already loaded them or the libraries are on the loader path.
+    if preload is not None:
         preload()
 
 
@@ -117,6 +124,8 @@ class OnnxRuntimeRunner:
         )
         file_metadata = decode(read_metadata_props(path))
         _require_providers(device)  # no GPU here says so before anything is said about the file
+        if device != "cpu":
+            _load_gpu_libraries()
         plan = plan_providers(file_metadata, device, tf32=tf32, allow_unverified=allow_unverified, name=f"'{path.name}'")
         quantized = file_metadata.get("precision") == "int8"
         options = self.settings.session_options(quantized)
