@@ -25,13 +25,15 @@ What it does:
    ``ru_maxrss``, which Linux carries over from the forking parent), and no contender's caches,
    arenas or threads sit in another's process. The ONNX Runtime workers import no torch (as
    a deployed application would not).
-   When ``bash cpp/build.sh`` has built vitdeploy's fused rel-pos attention kernel
-   (``libvitdeploy_ort_ops.so``), the ``onnxruntime-cpu`` FP32 and INT8 files run once more with it
-   (``OnnxRuntimeRunner(fused_attention=True)``); ``--no-fused`` leaves those rows out. The
-   ``onnxruntime-cpu`` and ``tensorrt`` FP32 files also run with ``folded_attention=True``: their attention
-   as exported, where the runner's default gives the global blocks their rel-pos term as an attention
-   bias (:mod:`vitdeploy.runtime.cpu_attention`; a ``tensorrt`` file's MatMul-Softmax-MatMul chains run
-   as ONNX Runtime's ``MultiHeadAttention`` first).
+   The vitdeploy rows name their attention form rather than take the runner's default, which depends
+   on whether the kernel is built: the plain rows run ``fused_attention=False`` (the global blocks get
+   their rel-pos term as an attention bias, :mod:`vitdeploy.runtime.cpu_attention`; a ``tensorrt`` file's
+   MatMul-Softmax-MatMul chains run as ONNX Runtime's ``MultiHeadAttention`` first). When ``bash
+   cpp/build.sh`` has built vitdeploy's fused rel-pos attention kernel (``libvitdeploy_ort_ops.so``), the
+   ``onnxruntime-cpu`` FP32 and INT8 files run once more with it (``fused_attention=True``): the runner's
+   default where the library is built and the kernel takes a vector path; ``--no-fused`` leaves those rows
+   out. The ``onnxruntime-cpu`` and ``tensorrt`` FP32 files also run with ``folded_attention=True``: their
+   attention as exported.
    When ``bash cpp/build.sh`` has built ``cpp/build/model_bench``, the ``onnxruntime-cpu`` FP32 file also runs
    in vitdeploy's C++ backend (as an application embedding it would): as exported, and in the CPU forms
    ``vitdeploy optimize`` writes from it (unfolded; with the fused kernel when its library is built);
@@ -66,8 +68,9 @@ from typing import Any
 import numpy as np
 
 TARGETS = ("generic", "tensorrt", "onnxruntime-cpu")
-#: Runner settings of the vitdeploy rows (the runner's defaults otherwise: memory pattern off on the CPU).
-VITDEPLOY_ORT_SETTINGS = {"optimization": "all", "io_binding": True}
+#: Runner settings of the vitdeploy rows (the runner's defaults otherwise: memory pattern off on the CPU); the attention
+#: form is named per row (the fused kernel's rows set it to True).
+VITDEPLOY_ORT_SETTINGS = {"optimization": "all", "io_binding": True, "fused_attention": False}
 #: The plain export's rows get ONNX Runtime's own defaults, as a user would (the runner's would turn the memory
 #: pattern off).
 STOCK_ORT_SETTINGS = {"memory_pattern": True}

@@ -55,7 +55,7 @@ def test_unfolded_form_is_what_the_runner_runs(exports: dict[str, Path], tmp_pat
     done = CliRunner().invoke(cli, ["optimize", str(exports["onnxruntime-cpu"]), "-o", str(out)])
     assert done.exit_code == 0, done.output
     assert "1 attention node(s) with the rel-pos term as an attention bias" in done.output
-    in_memory = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2)  # the runner's default on the CPU
+    in_memory = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2, fused_attention=False)  # the default without the kernel
     runner = _check_against_official_and_runner(out, in_memory)
     assert runner.cpu_form.attention == "unfolded"
     assert runner.unfold.unfolded == in_memory.unfold.unfolded  # the same node, named the same
@@ -87,7 +87,7 @@ def test_weights_kept_beside_the_source_are_written_with_the_form(exports: dict[
     onnx.save_model(model, str(source_dir / "encoder.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
                     location="encoder.onnx.data", size_threshold=1024)  # as the exporter writes ViT-H
     # The one-hot tables the check reads are external too: read from the model's folder, not the working directory.
-    in_memory = OnnxRuntimeRunner(source_dir / "encoder.onnx", threads=2)
+    in_memory = OnnxRuntimeRunner(source_dir / "encoder.onnx", threads=2, fused_attention=False)
     assert in_memory.unfold.unfolded
     result = write_cpu_form(source_dir / "encoder.onnx", out_dir / "encoder.cpu.onnx")
     assert result.files == [out_dir / "encoder.cpu.onnx"]

@@ -41,7 +41,7 @@ def _image(batch: int, seed: int) -> torch.Tensor:
 
 def test_runner_runs_tensorrt_attention_as_multihead_attention(exports: dict[str, Path]) -> None:
     arch = TINY_ARCHS[ARCH]
-    runner = OnnxRuntimeRunner(exports["tensorrt"], threads=2)
+    runner = OnnxRuntimeRunner(exports["tensorrt"], threads=2, fused_attention=False)
     written = OnnxRuntimeRunner(exports["tensorrt"], threads=2, folded_attention=True)
     assert len(runner.sdpa.converted) == arch.depth and runner.sdpa.kept == {}
     # ... then the onnxruntime-cpu target's default: the global block takes its rel-pos term as a bias.
@@ -112,7 +112,7 @@ def test_only_the_proven_pattern_is_converted(exports: dict[str, Path], tmp_path
 def test_optimize_writes_the_tensorrt_exports_cpu_form(exports: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "tensorrt.cpu.onnx"
     result = write_cpu_form(exports["tensorrt"], out)
-    in_memory = OnnxRuntimeRunner(exports["tensorrt"], threads=2)
+    in_memory = OnnxRuntimeRunner(exports["tensorrt"], threads=2, fused_attention=False)
     assert list(result.form.nodes) == in_memory.unfold.unfolded
     runner = OnnxRuntimeRunner(out, threads=2)
     assert runner.cpu_form is not None and runner.sdpa is None  # run as written: nothing left to convert

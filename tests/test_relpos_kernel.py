@@ -133,17 +133,24 @@ CPU_KINDS = {"this CPU": "", "as AVX2-only": "avx512*,amx*,avx_vnni", "as pre-AV
 def test_fused_runner_matches_official_and_mha(library: Path, exports: dict[str, Path], kind: str,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The runner asks for the path the (masked) CPU allows; where that is only the portable path it keeps
-    ONNX Runtime's attention and says so. The numbers are the official model's either way."""
+    ONNX Runtime's attention and says so. The numbers are the official model's either way. The runner's
+    default (no fused_attention given) takes the kernel exactly where it takes a vector path, else unfolds, silently."""
     monkeypatch.setenv("VITDEPLOY_CPU_MASK", CPU_KINDS[kind])
     expected = _expected_path(*_global_block_shape(), relpos_kernel.requested_path())
     fused = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2, fused_attention=True)
-    plain = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2)
+    plain = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2, fused_attention=False)
+    default = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2)
     arch = TINY_ARCHS[ARCH]
+    assert plain.fusion is None and len(plain.unfold.unfolded) == len(arch.global_attn_indexes)
+    assert default.warnings == []
     if expected == "portable":
         assert fused.fusion.swapped == [] and fused.warnings and "running ONNX Runtime's attention" in fused.warnings[0]
+        assert default.fusion is None and default.unfold.unfolded == plain.unfold.unfolded
     else:
         assert len(fused.fusion.swapped) == len(arch.global_attn_indexes)  # the global block
         assert set(fused.fusion.paths.values()) == {expected} and fused.warnings == []
+        assert default.unfold is None and default.fusion.swapped == fused.fusion.swapped
+        assert default.fusion.paths == fused.fusion.paths
     # The windowed blocks (9 tokens) always, the global block too where the CPU has no vector path: one reason.
     assert len(fused.fusion.kept) == arch.depth - len(fused.fusion.swapped)
     reasons = {r.split(":")[1] for r in fused.fusion.kept.values()}
@@ -154,6 +161,7 @@ def test_fused_runner_matches_official_and_mha(library: Path, exports: dict[str,
         out = assert_matches_official(official, fused, x, f"fused {expected} seed {seed}")
         mha = plain.run({"image": x.numpy()})["image_embeddings"]
         assert max_abs_rel(out, mha) <= FUSED_VS_MHA_MAX_ABS_REL
+        assert max_abs_rel(default.run({"image": x.numpy()})["image_embeddings"], out) <= FUSED_VS_MHA_MAX_ABS_REL
 
 
 def test_tensorrt_export_takes_the_kernel_too(library: Path, tmp_path: Path) -> None:
@@ -193,6 +201,26 @@ def test_missing_library_is_a_clear_error(exports: dict[str, Path], tmp_path: Pa
     assert "nowhere.so not found" in last and "cpp/build.sh" in last
 
 
+def test_the_default_without_a_usable_library(exports: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
+    """Not built: the default unfolds and says nothing (a base install has no library). Built but unusable (here
+    not a shared library at all): the default still runs, unfolded, with a warning naming the rebuild."""
+    model = str(exports["onnxruntime-cpu"])
+    monkeypatch.setenv(relpos_kernel.LIBRARY_ENV, str(tmp_path / "nowhere.so"))
+    absent = OnnxRuntimeRunner(model, threads=2)
+    assert absent.fusion is None and absent.unfold.unfolded and absent.warnings == []
+    broken = tmp_path / relpos_kernel.LIBRARY_NAME
+    broken.write_bytes(b"not an ELF file")
+    monkeypatch.setenv(relpos_kernel.LIBRARY_ENV, str(broken))
+    stale = OnnxRuntimeRunner(model, threads=2)
+    assert stale.fusion is None and stale.unfold.unfolded == absent.unfold.unfolded
+    assert len(stale.warnings) == 1 and "cannot be loaded" in stale.warnings[0] and "cpp/build.sh" in stale.warnings[0]
+    said = CliRunner().invoke(cli, ["validate", model, "--random-inputs", "1", "--runs", "0"])
+    assert said.exit_code == 0, said.output
+    assert "warning: vitdeploy's fused attention kernel is not used" in said.output
+    asked = CliRunner().invoke(cli, ["validate", model, "--fused-attention", "--random-inputs", "1", "--runs", "0"])
+    assert asked.exit_code == 1 and "Traceback" not in asked.output, asked.output
+
+
 def test_validate_and_benchmark_run_the_fused_kernel(library: Path, exports: dict[str, Path]) -> None:
     expected = _expected_path(*_global_block_shape(), relpos_kernel.requested_path())
     model = str(exports["onnxruntime-cpu"])
@@ -205,6 +233,11 @@ def test_validate_and_benchmark_run_the_fused_kernel(library: Path, exports: dic
     timed = CliRunner().invoke(cli, ["benchmark", model, "--fused-attention", "--no-eager", "--runs", "1", "--warmup", "0"])
     assert timed.exit_code == 0, timed.output
     assert "fused rel-pos kernel" in timed.output
+    # Without the option the label says what the default ran; --no-fused-attention keeps ONNX Runtime's attention.
+    for option, kernel in (([], expected != "portable"), (["--no-fused-attention"], False)):
+        timed = CliRunner().invoke(cli, ["benchmark", model, *option, "--no-eager", "--runs", "1", "--warmup", "0"])
+        assert timed.exit_code == 0, timed.output
+        assert ("fused rel-pos kernel" in timed.output) == kernel, (option, timed.output)
 
 
 def test_int8_graph_takes_the_kernel_with_the_same_numbers(library: Path, exports: dict[str, Path], tmp_path: Path) -> None:
@@ -218,7 +251,7 @@ def test_int8_graph_takes_the_kernel_with_the_same_numbers(library: Path, export
                                     "-i", str(bundled_calibration_dir()), "--cache-dir", str(tmp_path / "cache")])
     assert done.exit_code == 0, done.output
     fused = OnnxRuntimeRunner(int8, threads=2, fused_attention=True)
-    plain = OnnxRuntimeRunner(int8, threads=2)
+    plain = OnnxRuntimeRunner(int8, threads=2, fused_attention=False)
     assert len(fused.fusion.swapped) == (0 if expected == "portable" else len(arch.global_attn_indexes))
     x = torch.randn(1, 3, arch.img_size, arch.img_size, generator=torch.Generator().manual_seed(3)).numpy()
     out, ref = fused.run({"image": x})["image_embeddings"], plain.run({"image": x})["image_embeddings"]

@@ -226,7 +226,7 @@ def _fused_attention() -> Component:
         taken = relpos_kernel.kernel_path(4096, 64, path)
     except (OSError, InputError) as exc:  # not loadable, or a library without the probe symbol
         return Component("fused-attention", False, None, f"{path} cannot be used ({exc}): rebuild with 'bash cpp/build.sh'")
-    how = (f"{taken} path" if taken != "portable" else
+    how = (f"{taken} path (used by default for onnxruntime-cpu/tensorrt exports on the CPU)" if taken != "portable" else
            "portable path only (no AVX2/FMA here): the runner leaves attention to ONNX Runtime")
     return Component("fused-attention", taken != "portable", None, f"{path}; ViT-B global blocks: {how}")
 

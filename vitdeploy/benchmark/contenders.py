@@ -86,7 +86,7 @@ def input_template(runner: Any, shapes: dict[str, list[int]] | None = None) -> d
 
 
 def deployed_contender(path: str | Path, *, threads: int | None, device: str, gpu: int = 0,
-                       fused_attention: bool = False, folded_attention: bool = False, tf32: bool = False,
+                       fused_attention: bool | None = None, folded_attention: bool = False, tf32: bool = False,
                        allow_unverified: bool = False, runtime: str = "onnxruntime") -> Contender:
     """An ONNX file (ONNX Runtime on ``device``, optionally with the fused rel-pos kernel; FP32 unless ``tf32``;
     or OpenVINO on the CPU with ``runtime="openvino"``) or a TensorRT plan (on CUDA device ``gpu``)."""
@@ -110,7 +110,8 @@ def deployed_contender(path: str | Path, *, threads: int | None, device: str, gp
         )
     first = next(iter(runner.input_shapes().values()))  # type: ignore[attr-defined]
     static = isinstance(first[0], int)
-    attention = " + fused rel-pos kernel" if fused_attention else " folded attention" if folded_attention else ""
+    fusion = getattr(runner, "fusion", None)  # what ran: the default takes the kernel where it is built
+    attention = " + fused rel-pos kernel" if fusion is not None and fusion.swapped else " folded attention" if folded_attention else ""
     math = " tf32" if tf32 and device != "cpu" and precision == "fp32" else ""
     return Contender(  # runner.name: onnxruntime-<device> or openvino-cpu (which refused any other device)
         label=f"{runner.name} {precision}{math}{attention} ({path.name})", runner=runner, backend=runtime,

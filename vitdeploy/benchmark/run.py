@@ -30,7 +30,7 @@ class BenchmarkOptions:
     runs: int = 20
     warmup: int = 3
     shapes: tuple[str, ...] = ()  # dynamic axes besides the batch, as trtexec's --shapes
-    fused_attention: bool = False
+    fused_attention: bool | None = None  # None: the runner's default (the kernel where built and faster)
     folded_attention: bool = False
     threads: int | None = None
     runtimes: tuple[str, ...] = ("onnxruntime",)  # each .onnx file is timed on each (onnxruntime, openvino)

@@ -36,7 +36,7 @@ from vitdeploy.cli.options import (force_option, fused_attention_option, handle_
 @handle_errors
 def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str, ...], checkpoint: str | None, device: str,
               tf32: bool, allow_unverified: bool, gpu: int, batches: tuple[int, ...], runs: int, warmup: int, shapes: tuple[str, ...], runtimes: tuple[str, ...],
-              fused_attention: bool, folded_attention: bool, threads: int,
+              fused_attention: bool | None, folded_attention: bool, threads: int,
               report: str | None, force: bool, verbose: bool) -> None:
     """Time deployed models (.onnx with ONNX Runtime, .plan with TensorRT) against eager PyTorch.
 

@@ -132,9 +132,10 @@ def fused_attention_option(fn: Callable) -> Callable:
                       help="ONNX models on the CPU: run --target onnxruntime-cpu/tensorrt attention as exported (for "
                            "onnxruntime-cpu the least memory; by default the global blocks take the rel-pos term as an "
                            "attention bias, faster, and tensorrt's attention runs as ONNX Runtime's MultiHeadAttention).")(fn)
-    return click.option("--fused-attention", is_flag=True,
+    return click.option("--fused-attention/--no-fused-attention", default=None,
                         help="ONNX models on the CPU: run --target onnxruntime-cpu/tensorrt attention on vitdeploy's fused "
-                             "rel-pos kernel (custom-op library built by 'bash cpp/build.sh').")(fn)
+                             "rel-pos kernel (custom-op library built by 'bash cpp/build.sh'). [default: the kernel where "
+                             "it is built and takes a vector path on this CPU (AVX2 or AVX-512), else the attention bias]")(fn)
 
 
 def force_option(fn: Callable) -> Callable:

@@ -36,7 +36,7 @@ from vitdeploy.cli.options import (force_option, fused_attention_option, handle_
 @verbose_option
 @handle_errors
 def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random_inputs: int, load_inputs: tuple[str, ...],
-             tolerance: str, runs: int, warmup: int, device: str, tf32: bool, runtime: str, fused_attention: bool, folded_attention: bool, threads: int,
+             tolerance: str, runs: int, warmup: int, device: str, tf32: bool, runtime: str, fused_attention: bool | None, folded_attention: bool, threads: int,
              report: str | None, force: bool, verbose: bool) -> None:
     """Compare a deployed model with the eager official model on the same inputs.
 

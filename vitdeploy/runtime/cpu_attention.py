@@ -5,9 +5,17 @@ not run as written on the CPU unless asked (``folded_attention=True``); in memor
 
 1. a ``tensorrt`` export's MatMul-Softmax-MatMul chains become ``MultiHeadAttention``
    (:mod:`vitdeploy.runtime.folded_sdpa`: the graph the ``onnxruntime-cpu`` target exports);
-2. then either vitdeploy's fused kernel takes the folded nodes (``fused_attention=True``,
-   :mod:`vitdeploy.runtime.relpos_kernel`), or the global blocks get their rel-pos term as an
-   attention bias (the default, :mod:`vitdeploy.runtime.folded_attention`).
+2. then either vitdeploy's fused kernel takes the folded nodes (:mod:`vitdeploy.runtime.relpos_kernel`),
+   or the global blocks get their rel-pos term as an attention bias
+   (:mod:`vitdeploy.runtime.folded_attention`, "unfolded").
+
+Which of the two (``fused_attention``): ``True`` asks for the kernel (an error where it cannot take any
+node); ``False`` never uses it; ``None``, the default, uses it where its library is built and it takes
+one of its vector paths on this CPU, and unfolds otherwise. The default rests on measurements in one
+alternated run per CPU (``benchmarks/bench_encoder_speed.py``, SAM ViT-B, 2 threads): the kernel was
+faster than the unfolded form on an AMD EPYC Zen 4 (AVX-512 path, 0.440x against 0.491x eager) and
+as fast on a Zen 1 (AVX2 path, 0.699x against 0.703x), with a faster first run and about half the
+memory on both; on its portable path ONNX Runtime's attention is faster, so that path is never chosen.
 
 Files written by ``vitdeploy optimize`` already hold their form and are run as written (the runner
 reads :mod:`vitdeploy.runtime.cpu_form`); every other graph is run as written.
@@ -52,31 +60,38 @@ def load_folded_graph(path: Path) -> tuple[onnx.ModelProto, SdpaReport]:
     return sdpa_as_multihead_attention(load_onnx_graph(path), path.parent)
 
 
-def cpu_attention(path: Path, target: str | None, *, fused_attention: bool, folded_attention: bool,
+def cpu_attention(path: Path, target: str | None, *, fused_attention: bool | None, folded_attention: bool,
                   library: Path | None = None) -> CpuAttention:
     """The attention form an ONNX Runtime CPU session runs for the file at ``path`` (module docstring).
+
+    ``library`` is the fused kernel's library (needed for ``fused_attention=True``; with ``None``, the
+    kernel is tried only when it is given). The kernel was used when ``fusion`` is set and has swapped nodes:
+    register ``library`` with the session then.
 
     Raises:
         InputError: fused attention asked for a graph with no folded attention at all (another target).
     """
-    if not fused_attention and (folded_attention or target not in FOLDED_TARGETS):
+    if folded_attention or (target not in FOLDED_TARGETS and fused_attention is not True):
         return CpuAttention()
     model, sdpa = load_folded_graph(path)
     result = CpuAttention(sdpa=sdpa)
-    if fused_attention:
+    changed: list[str] = []
+    if fused_attention is True or (fused_attention is None and library is not None):
         from vitdeploy.runtime.folded_attention import kept_reasons
         from vitdeploy.runtime.relpos_kernel import fuse_relpos_attention
 
-        model, result.fusion = fuse_relpos_attention(model, library, base_dir=path.parent)
-        changed = result.fusion.swapped
-        if not changed and not result.fusion.portable_only:
-            raise InputError(f"'{path.name}' has no attention the fused kernel can take "
-                             f"({kept_reasons(result.fusion.kept)}): export with --target onnxruntime-cpu (or tensorrt), "
-                             "or run without fused attention")
-        if not changed:
-            result.warnings.append("fused attention: no attention node can take one of the kernel's vector paths on "
-                                   f"this CPU ({kept_reasons(result.fusion.kept)}): running ONNX Runtime's attention")
-    else:
+        model, fusion = fuse_relpos_attention(model, library, base_dir=path.parent)  # unchanged where nothing swapped
+        if fused_attention is True:
+            if not fusion.swapped and not fusion.portable_only:
+                raise InputError(f"'{path.name}' has no attention the fused kernel can take "
+                                 f"({kept_reasons(fusion.kept)}): export with --target onnxruntime-cpu (or tensorrt), "
+                                 "or run without fused attention")
+            if not fusion.swapped:
+                result.warnings.append("fused attention: no attention node can take one of the kernel's vector paths "
+                                       f"on this CPU ({kept_reasons(fusion.kept)}): running ONNX Runtime's attention")
+        if fusion.swapped or fused_attention is True:
+            result.fusion, changed = fusion, fusion.swapped
+    if result.fusion is None:
         from vitdeploy.runtime.folded_attention import unfold_relpos_attention
 
         model, result.unfold = unfold_relpos_attention(model, path.parent)

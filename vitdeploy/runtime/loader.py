@@ -13,13 +13,14 @@ ENGINE_SUFFIXES = (".plan", ".engine", ".trt")
 ONNX_RUNTIMES = ("onnxruntime", "openvino")
 
 
-def attention_flag(fused_attention: bool, folded_attention: bool) -> str | None:
-    """The option that asks ONNX Runtime for an attention form (``--fused-attention``/``--folded-attention``), or None."""
-    return "--fused-attention" if fused_attention else "--folded-attention" if folded_attention else None
+def attention_flag(fused_attention: bool | None, folded_attention: bool) -> str | None:
+    """The option that asks ONNX Runtime for an attention form (``--fused-attention``/``--folded-attention``), or None
+    (``--no-fused-attention`` asks for nothing another runtime could not give)."""
+    return "--fused-attention" if fused_attention is True else "--folded-attention" if folded_attention else None
 
 
 def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str = "cpu", gpu: int = 0,
-                fused_attention: bool = False, folded_attention: bool = False, tf32: bool = False,
+                fused_attention: bool | None = None, folded_attention: bool = False, tf32: bool = False,
                 allow_unverified: bool = False, runtime: str = "onnxruntime") -> Runner:
     """``.onnx`` -> :class:`OnnxRuntimeRunner` (``threads``, ``ort_device``, ``fused_attention``,
     ``folded_attention``, ``tf32``, ``allow_unverified``), or with ``runtime="openvino"`` :class:`OpenVinoRunner` (CPU, FP32 pinned);

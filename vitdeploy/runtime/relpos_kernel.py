@@ -62,6 +62,22 @@ def require_library() -> Path:
     return path
 
 
+def usable_library() -> tuple[Path | None, str | None]:
+    """The library the runner's default takes when it is there: ``(path, None)`` when it is found and loads,
+    ``(None, None)`` when it is not built (nothing to say: the default then unfolds), ``(None, why)`` when a
+    library is there but cannot be used (a stale or broken build: the user should hear of it)."""
+    path = library_path()
+    if path is None:
+        return None, None
+    try:
+        _path_probe(str(path))
+    except InputError as exc:
+        return None, str(exc)
+    except OSError as exc:  # not a loadable shared library (ctypes)
+        return None, f"{path} cannot be loaded ({exc}): rebuild it with 'bash cpp/build.sh'"
+    return path, None
+
+
 #: Kernel paths, by the library's index (the node attribute ``isa``, the probe's answer).
 PATHS = ("portable", "avx2", "avx512")
 
@@ -160,4 +176,4 @@ def fuse_relpos_attention(model: onnx.ModelProto, library: Path | None = None, r
 
 __all__ = ["DOMAIN", "OP_TYPE", "LIBRARY_ENV", "PATHS", "VECTOR_SHAPE", "FusionReport", "capped_path", "fuse_relpos_attention",
            "kernel_path", "requested_path",
-           "library_path", "require_library"]
+           "library_path", "require_library", "usable_library"]

@@ -75,14 +75,15 @@ class OnnxRuntimeRunner:
     ``memory_pattern``: off on the CPU (:func:`vitdeploy.runtime.ort_settings.default_memory_pattern`).
     With ``io_binding=True`` inputs are bound in place and outputs are written into arrays allocated
     once per runner: the arrays ``run`` returns are then reused by the next ``run`` (copy them to keep them).
-    With ``fused_attention=True`` (CPU only) the graph's folded rel-pos attention runs on vitdeploy's
-    fused kernel (:mod:`vitdeploy.runtime.relpos_kernel`, a custom-op library built by
-    ``bash cpp/build.sh``); which nodes were swapped is in ``fusion``. Without it, on the CPU, the
-    global blocks' folded attention of an ``onnxruntime-cpu`` or ``tensorrt`` export takes its rel-pos
-    term as an attention bias (:mod:`vitdeploy.runtime.folded_attention`: faster, more memory while it
-    runs); ``folded_attention=True`` runs the file's attention as exported. Which nodes were unfolded is
+    On the CPU, the folded rel-pos attention of an ``onnxruntime-cpu`` or ``tensorrt`` export runs on
+    vitdeploy's fused kernel (:mod:`vitdeploy.runtime.relpos_kernel`, a custom-op library built by
+    ``bash cpp/build.sh``) where that library is built and the kernel takes a vector path on this CPU
+    (``fused_attention=None``, the default; ``True`` insists, ``False`` never uses it); which nodes were
+    swapped is in ``fusion``. Otherwise the global blocks take their rel-pos term as an attention bias
+    (:mod:`vitdeploy.runtime.folded_attention`: faster than as exported, more memory while it runs);
+    ``folded_attention=True`` runs the file's attention as exported. Which nodes were unfolded is
     in ``unfold``; a ``tensorrt`` export's MatMul-Softmax-MatMul chains run as ONNX Runtime's
-    ``MultiHeadAttention`` first (``sdpa``; :mod:`vitdeploy.runtime.cpu_attention`).
+    ``MultiHeadAttention`` first (``sdpa``; :mod:`vitdeploy.runtime.cpu_attention`, which says why this default).
     ``device`` ``cuda``/``tensorrt`` runs on ONNX Runtime's GPU providers where the graph was verified
     (:mod:`vitdeploy.runtime.providers`; ``allow_unverified`` overrides), in FP32 unless ``tf32``;
     ``provider`` says what ran. ``profile_prefix`` turns ONNX Runtime's profiler on (see :meth:`end_profiling`).
@@ -102,7 +103,7 @@ class OnnxRuntimeRunner:
         io_binding: bool = False,
         session_config: dict[str, str] | None = None,
         disabled_optimizers: tuple[str, ...] | None = None,
-        fused_attention: bool = False,
+        fused_attention: bool | None = None,
         folded_attention: bool = False,
         tf32: bool = False,
         allow_unverified: bool = False,
@@ -160,9 +161,11 @@ class OnnxRuntimeRunner:
         elif device == "cpu":
             from vitdeploy.runtime.cpu_attention import cpu_attention
 
+            library = self._kernel_library(fused_attention, folded_attention)
             form = cpu_attention(path, file_metadata.get("target"), fused_attention=fused_attention,
-                                 folded_attention=folded_attention,
-                                 library=self._fused_library(options) if fused_attention else None)
+                                 folded_attention=folded_attention, library=library)
+            if form.fusion is not None and form.fusion.swapped:
+                options.register_custom_ops_library(str(library))
             self.sdpa, self.fusion, self.unfold = form.sdpa, form.fusion, form.unfold
             self.warnings += form.warnings
             if form.source is not None:
@@ -198,6 +201,20 @@ class OnnxRuntimeRunner:
                 dtype = _ORT_NUMPY_TYPES.get(out.type)
                 if dtype is not None and all(isinstance(d, int) and d > 0 for d in out.shape):
                     self._out_buffers[out.name] = np.empty(out.shape, dtype=dtype)
+
+    def _kernel_library(self, fused_attention: bool | None, folded_attention: bool) -> Path | None:
+        """The fused kernel's library for a CPU session: required when asked for (InputError naming how to build it),
+        the built one by default (None when absent; a warning when present but unusable), None when not wanted."""
+        from vitdeploy.runtime.relpos_kernel import require_library, usable_library
+
+        if fused_attention is False or folded_attention:
+            return None
+        if fused_attention:
+            return require_library()
+        library, why = usable_library()
+        if why:
+            self.warnings.append(f"vitdeploy's fused attention kernel is not used: {why}")
+        return library
 
     @staticmethod
     def _fused_library(options) -> Path:

@@ -29,7 +29,7 @@ class ValidateOptions:
     device: str = "cpu"  # ONNX Runtime's execution provider for .onnx files
     tf32: bool = False
     runtime: str = "onnxruntime"  # or openvino (CPU) for .onnx files
-    fused_attention: bool = False
+    fused_attention: bool | None = None  # None: the runner's default (the kernel where built and faster)
     folded_attention: bool = False
     threads: int | None = None
 
