@@ -221,6 +221,17 @@ def test_the_default_without_a_usable_library(exports: dict[str, Path], tmp_path
     assert asked.exit_code == 1 and "Traceback" not in asked.output, asked.output
 
 
+def test_a_library_onnx_runtime_refuses_is_a_clear_error(tmp_path: Path) -> None:
+    """Registration is ONNX Runtime's own check (the library's API version against this onnxruntime): its refusal
+    is a one-line InputError naming the rebuild and the way around it, not ONNX Runtime's exception."""
+    from vitdeploy.runtime.runners import _register_kernel
+
+    not_a_library = tmp_path / relpos_kernel.LIBRARY_NAME
+    not_a_library.write_bytes(b"not an ELF file")
+    with pytest.raises(InputError, match="ONNX Runtime refused the fused attention kernel .*cpp/build.sh.*--no-fused-attention"):
+        _register_kernel(ort.SessionOptions(), not_a_library)
+
+
 def test_validate_and_benchmark_run_the_fused_kernel(library: Path, exports: dict[str, Path]) -> None:
     expected = _expected_path(*_global_block_shape(), relpos_kernel.requested_path())
     model = str(exports["onnxruntime-cpu"])

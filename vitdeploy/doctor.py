@@ -216,16 +216,13 @@ def _fused_attention() -> Component:
     """vitdeploy's fused rel-pos attention library: built, loadable, and on which path ViT-B's global blocks run."""
     from vitdeploy.runtime import relpos_kernel
 
-    path = relpos_kernel.library_path()
+    path, why = relpos_kernel.usable_library()
+    if why:  # not loadable, or a library without the probe symbol
+        return Component("fused-attention", False, None, why)
     if path is None:
         return Component("fused-attention", False, None,
                          f"{relpos_kernel.LIBRARY_NAME} not built: 'bash cpp/build.sh' (or set {relpos_kernel.LIBRARY_ENV})")
-    from vitdeploy.errors import InputError
-
-    try:
-        taken = relpos_kernel.kernel_path(4096, 64, path)
-    except (OSError, InputError) as exc:  # not loadable, or a library without the probe symbol
-        return Component("fused-attention", False, None, f"{path} cannot be used ({exc}): rebuild with 'bash cpp/build.sh'")
+    taken = relpos_kernel.kernel_path(4096, 64, path)
     how = (f"{taken} path (used by default for onnxruntime-cpu/tensorrt exports on the CPU)" if taken != "portable" else
            "portable path only (no AVX2/FMA here): the runner leaves attention to ONNX Runtime")
     return Component("fused-attention", taken != "portable", None, f"{path}; ViT-B global blocks: {how}")

@@ -67,6 +67,15 @@ def _require_session_on(session: Any, plan_first: str, name: str) -> None:
                          "or use --device cpu")
 
 
+def _register_kernel(options: Any, library: Path) -> None:
+    """Register vitdeploy's custom-op library with the session ``options`` (InputError naming the fix when ONNX Runtime refuses it)."""
+    try:
+        options.register_custom_ops_library(str(library))
+    except Exception as exc:  # ORT raises its own Fail type; any failure means this build does not fit this ONNX Runtime
+        raise InputError(f"ONNX Runtime refused the fused attention kernel {library} ({first_line(exc)}): rebuild it "
+                         "with 'bash cpp/build.sh' against this onnxruntime, or run with --no-fused-attention") from exc
+
+
 class OnnxRuntimeRunner:
     """Runs an ONNX file with ONNX Runtime; reads the file's vitdeploy metadata.
 
@@ -165,7 +174,7 @@ class OnnxRuntimeRunner:
             form = cpu_attention(path, file_metadata.get("target"), fused_attention=fused_attention,
                                  folded_attention=folded_attention, library=library)
             if form.fusion is not None and form.fusion.swapped:
-                options.register_custom_ops_library(str(library))
+                _register_kernel(options, library)
             self.sdpa, self.fusion, self.unfold = form.sdpa, form.fusion, form.unfold
             self.warnings += form.warnings
             if form.source is not None:
@@ -222,7 +231,7 @@ class OnnxRuntimeRunner:
         from vitdeploy.runtime.relpos_kernel import require_library
 
         library = require_library()
-        options.register_custom_ops_library(str(library))
+        _register_kernel(options, library)
         return library
 
     def input_shapes(self) -> dict[str, list[int | str]]:
