@@ -14,8 +14,8 @@ node); ``False`` never uses it; ``None``, the default, uses it where its library
 one of its vector paths on this CPU, and unfolds otherwise. The default rests on measurements in one
 alternated run per CPU (``benchmarks/bench_encoder_speed.py``, SAM ViT-B, 2 threads): the kernel was
 faster than the unfolded form on an AMD EPYC Zen 4 (AVX-512 path, 0.440x against 0.491x eager) and
-as fast on a Zen 1 (AVX2 path, 0.699x against 0.703x), with a faster first run and about half the
-memory on both; on its portable path ONNX Runtime's attention is faster, so that path is never chosen.
+as fast on a Zen 1 (AVX2 path, 0.699x against 0.703x), with about half the memory on both and a first
+run faster on Zen 4 (6.0 against 9.0 s) and as fast on Zen 1; on its portable path ONNX Runtime's attention is faster, so that path is never chosen.
 
 Files written by ``vitdeploy optimize`` already hold their form and are run as written (the runner
 reads :mod:`vitdeploy.runtime.cpu_form`); every other graph is run as written.
