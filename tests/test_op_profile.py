@@ -10,8 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import tiny_encoder
-from tests.conftest import IR_VERSION
+from tests.conftest import IR_VERSION, tiny_encoder
 from vitdeploy.benchmark.op_profile import KINDS, read_ort_profile, weight_nodes
 from vitdeploy.errors import InputError
 from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder

@@ -121,7 +121,6 @@ class SamEncoderArch:
         return d
 
 
-
 @dataclass(frozen=True)
 class SamDecoderArch:
     """Arguments of ``segment_anything.build_sam._build_sam`` for the prompt encoder and mask decoder.

@@ -49,6 +49,8 @@ class CpuAttention:
     fusion: FusionReport | None = None
     unfold: UnfoldReport | None = None
     warnings: list[str] = field(default_factory=list)
+    #: The kernel's custom-op library when nodes were swapped onto it: register it with the session.
+    library: Path | None = None
 
 
 def load_folded_graph(path: Path) -> tuple[onnx.ModelProto, SdpaReport]:
@@ -60,13 +62,26 @@ def load_folded_graph(path: Path) -> tuple[onnx.ModelProto, SdpaReport]:
     return sdpa_as_multihead_attention(load_onnx_graph(path), path.parent)
 
 
+def _kernel_library(required: bool, warnings: list[str]) -> Path | None:
+    """The fused kernel's library: ``required`` (InputError naming how to build it when absent), else the built one
+    (None when absent; a warning in ``warnings`` when present but unusable)."""
+    from vitdeploy.runtime.relpos_kernel import require_library, usable_library
+
+    if required:
+        return require_library()
+    library, why = usable_library()
+    if why:
+        warnings.append(f"vitdeploy's fused attention kernel is not used: {why}")
+    return library
+
+
 def cpu_attention(path: Path, target: str | None, *, fused_attention: bool | None, folded_attention: bool,
                   library: Path | None = None) -> CpuAttention:
     """The attention form an ONNX Runtime CPU session runs for the file at ``path`` (module docstring).
 
-    ``library`` is the fused kernel's library (needed for ``fused_attention=True``; with ``None``, the
-    kernel is tried only when it is given). The kernel was used when ``fusion`` is set and has swapped nodes:
-    register ``library`` with the session then.
+    ``library`` overrides where the fused kernel's library is looked for (:func:`_kernel_library`); it is
+    looked for only in a graph with folded attention. When nodes were swapped onto the kernel, the result's
+    ``library`` is the one to register with the session.
 
     Raises:
         InputError: fused attention asked for a graph with no folded attention at all (another target).
@@ -76,7 +91,11 @@ def cpu_attention(path: Path, target: str | None, *, fused_attention: bool | Non
     model, sdpa = load_folded_graph(path)
     result = CpuAttention(sdpa=sdpa)
     changed: list[str] = []
-    if fused_attention is True or (fused_attention is None and library is not None):
+    if fused_attention is False:
+        library = None
+    elif library is None:
+        library = _kernel_library(fused_attention is True, result.warnings)
+    if library is not None:
         from vitdeploy.runtime.folded_attention import kept_reasons
         from vitdeploy.runtime.relpos_kernel import fuse_relpos_attention
 
@@ -89,8 +108,9 @@ def cpu_attention(path: Path, target: str | None, *, fused_attention: bool | Non
             if not fusion.swapped:
                 result.warnings.append("fused attention: no attention node can take one of the kernel's vector paths "
                                        f"on this CPU ({kept_reasons(fusion.kept)}): running ONNX Runtime's attention")
-        if fusion.swapped or fused_attention is True:
+        if fusion.swapped or fused_attention:
             result.fusion, changed = fusion, fusion.swapped
+        result.library = library if fusion.swapped else None
     if result.fusion is None:
         from vitdeploy.runtime.folded_attention import unfold_relpos_attention
 

@@ -159,7 +159,10 @@ class OnnxRuntimeRunner:
             if self.cpu_form.attention == FUSED_KERNEL:
                 from vitdeploy.runtime.relpos_kernel import FusionReport, capped_path
 
-                library = self._fused_library(options)
+                from vitdeploy.runtime.relpos_kernel import require_library
+
+                library = require_library()
+                _register_kernel(options, library)
                 nodes = list(self.cpu_form.nodes)
                 self.fusion = FusionReport(swapped=nodes,
                                            paths=dict.fromkeys(nodes, capped_path(self.cpu_form.kernel_path, library)))
@@ -170,11 +173,10 @@ class OnnxRuntimeRunner:
         elif device == "cpu":
             from vitdeploy.runtime.cpu_attention import cpu_attention
 
-            library = self._kernel_library(fused_attention, folded_attention)
             form = cpu_attention(path, file_metadata.get("target"), fused_attention=fused_attention,
-                                 folded_attention=folded_attention, library=library)
-            if form.fusion is not None and form.fusion.swapped:
-                _register_kernel(options, library)
+                                 folded_attention=folded_attention)
+            if form.library is not None:
+                _register_kernel(options, form.library)
             self.sdpa, self.fusion, self.unfold = form.sdpa, form.fusion, form.unfold
             self.warnings += form.warnings
             if form.source is not None:
@@ -210,29 +212,6 @@ class OnnxRuntimeRunner:
                 dtype = _ORT_NUMPY_TYPES.get(out.type)
                 if dtype is not None and all(isinstance(d, int) and d > 0 for d in out.shape):
                     self._out_buffers[out.name] = np.empty(out.shape, dtype=dtype)
-
-    def _kernel_library(self, fused_attention: bool | None, folded_attention: bool) -> Path | None:
-        """The fused kernel's library for a CPU session: required when asked for (InputError naming how to build it),
-        the built one by default (None when absent; a warning when present but unusable), None when not wanted."""
-        from vitdeploy.runtime.relpos_kernel import require_library, usable_library
-
-        if fused_attention is False or folded_attention:
-            return None
-        if fused_attention:
-            return require_library()
-        library, why = usable_library()
-        if why:
-            self.warnings.append(f"vitdeploy's fused attention kernel is not used: {why}")
-        return library
-
-    @staticmethod
-    def _fused_library(options) -> Path:
-        """vitdeploy's custom-op library (InputError naming how to build it), registered with the session ``options``."""
-        from vitdeploy.runtime.relpos_kernel import require_library
-
-        library = require_library()
-        _register_kernel(options, library)
-        return library
 
     def input_shapes(self) -> dict[str, list[int | str]]:
         return {i.name: list(i.shape) for i in self.session.get_inputs()}
