@@ -68,18 +68,18 @@ def test_gpu_finding_matches_cuda(found: dict[str, Component]) -> None:
 
 def test_verb_readiness_from_component_states() -> None:
     states = {"torch": True, "onnx": True, "segment_anything": True, "onnxruntime": True, "tensorrt": False,
-              "polygraphy": True, "cuda-python": True, "gpu": False}
+              "polygraphy": True, "cuda-python": True, "gpu": False, "engine-build": False, "engine-run": False}
     cpu_only = {name: Component(name, ok) for name, ok in states.items()}
     status = {v.verb: v for v in verb_readiness(["export", "build-engine", "benchmark", "doctor", "newverb"], cpu_only)}
     assert status["export"].ready and status["doctor"].ready and status["newverb"].ready
-    assert not status["build-engine"].ready and status["build-engine"].missing == ["tensorrt", "gpu"]
+    assert not status["build-engine"].ready and status["build-engine"].missing == ["engine-build"]
     assert status["benchmark"].ready
-    assert "without TensorRT engines (needs tensorrt, gpu)" in status["benchmark"].extras
+    assert "without TensorRT engines (needs engine-run)" in status["benchmark"].extras
     assert "with eager PyTorch baseline" in status["benchmark"].extras
     assert "without --runtime openvino (needs openvino)" in status["benchmark"].extras
     everything = {name: Component(name, True) for name in
                   ["torch", "torch-cuda", "onnx", "segment_anything", "onnxruntime", "tensorrt", "polygraphy", "cuda-python", "gpu",
-                   "fused-attention", "openvino"]}
+                   "fused-attention", "openvino", "engine-build", "engine-run"]}
     status = {v.verb: v for v in verb_readiness(["build-engine", "benchmark"], everything)}
     assert status["build-engine"].ready and all(e.startswith("with ") for e in status["benchmark"].extras)
 
@@ -96,12 +96,36 @@ def test_cli_lists_every_registered_verb_and_exits_0(tmp_path: object) -> None:
     assert {v["verb"] for v in data["verbs"]} == set(cli.commands)
 
 
-def test_cli_without_tensorrt_says_build_engine_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_without_either_tensorrt_says_build_engine_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "tensorrt", None)
+    monkeypatch.setitem(sys.modules, "tensorrt_rtx_bindings", None)
     code, output = run("doctor")
     assert code == 0
     line = next(ln for ln in output.splitlines() if ln.strip().startswith("build-engine"))
-    assert "unavailable: needs tensorrt" in line
+    assert "unavailable: needs engine-build" in line
+    builder = next(ln for ln in output.splitlines() if " engine-build " in ln)
+    assert builder.strip().startswith("NO") and "needs tensorrt-rtx (any machine)" in builder
+
+
+@pytest.mark.parametrize(("classic", "rtx", "gpu", "builds", "runs"), [
+    (False, True, False, "TensorRT-RTX 1.7", None),          # this machine: RTX builds, nothing runs
+    (True, True, True, "classic TensorRT 10.13", "tensorrt and tensorrt-rtx engines"),  # classic first where it can build
+    (True, False, False, None, None),                        # classic TensorRT cannot build without a GPU
+    (False, True, True, "TensorRT-RTX 1.7", "tensorrt-rtx engines"),
+])
+def test_engine_paths_follow_the_libraries_and_the_gpu(classic: bool, rtx: bool, gpu: bool, builds: str | None,
+                                                        runs: str | None) -> None:
+    from vitdeploy.doctor import _engine_paths
+
+    comps = {"tensorrt": Component("tensorrt", classic, "10.13.0" if classic else None),
+             "tensorrt-rtx": Component("tensorrt-rtx", rtx, "1.7.1.116" if rtx else None),
+             "polygraphy": Component("polygraphy", True), "cuda-python": Component("cuda-python", True),
+             "gpu": Component("gpu", gpu, "8.9" if gpu else None, "NVIDIA L4" if gpu else "no GPU")}
+    build, run_ = _engine_paths(comps)
+    assert build.ok is (builds is not None) and (builds is None or builds in build.detail), build
+    assert run_.ok is (runs is not None) and (runs is None or runs in run_.detail), run_
+    if not gpu:
+        assert "needs an NVIDIA GPU" in run_.detail
 
 
 def test_the_torch_extra_hint_shows_only_when_the_pytorch_side_is_missing() -> None:

@@ -241,12 +241,27 @@ def test_build_log_keeps_errors_dedupes_warnings_and_writes_everything(tmp_path:
 # --- CLI: bad input, and no TensorRT --------------------------------------------------------------------
 
 
-def test_build_engine_without_tensorrt_names_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_build_engine_without_either_library_names_both_installs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "tensorrt", None)  # import tensorrt -> ImportError, on any machine
+    monkeypatch.setitem(sys.modules, "tensorrt_rtx_bindings", None)
     model = make_onnx(tmp_path / "m.onnx")
     code, output = run("build-engine", str(model), "-o", str(tmp_path / "m.plan"))
-    assert_user_error(code, output, "needs the 'tensorrt' package", "pip install tensorrt", "vitdeploy[tensorrt]")
+    assert_user_error(code, output, "neither TensorRT nor TensorRT for RTX imports here", "vitdeploy[tensorrt-rtx]",
+                      "pip install tensorrt")
     assert not (tmp_path / "m.plan").exists() and not (tmp_path / "m.plan.json").exists()
+
+
+@pytest.mark.parametrize(("builder", "blocked", "needles"), [
+    ("tensorrt", "tensorrt", ["needs the 'tensorrt' package", "pip install tensorrt", "vitdeploy[tensorrt]"]),
+    ("tensorrt-rtx", "tensorrt_rtx_bindings", ["needs the 'tensorrt-rtx' package", "vitdeploy[tensorrt-rtx]", "-cu12"]),
+])
+def test_the_named_builder_missing_names_its_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, builder: str,
+                                                      blocked: str, needles: list[str]) -> None:
+    monkeypatch.setitem(sys.modules, blocked, None)
+    model = make_onnx(tmp_path / "m.onnx")
+    code, output = run("build-engine", str(model), "-o", str(tmp_path / "m.plan"), "--builder", builder)
+    assert_user_error(code, output, *needles)
+    assert not (tmp_path / "m.plan").exists()
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,8 @@ run the real TensorRTRunner on real files up to the point where TensorRT would b
 
 from __future__ import annotations
 
+import json
+
 import hashlib
 import sys
 from pathlib import Path
@@ -99,7 +101,13 @@ def test_tensorrt_runner_checks_files_before_importing_tensorrt(tmp_path: Path, 
     with pytest.raises(InputError, match=r"engine file '.*none\.plan' not found"):
         TensorRTRunner(tmp_path / "none.plan")
     plan = _fake_plan(tmp_path)
-    with pytest.raises(MissingDependencyError, match="running TensorRT engines needs the 'tensorrt' package"):
+    with pytest.raises(MissingDependencyError, match="running 'm.plan' needs the 'tensorrt' package"):
+        TensorRTRunner(plan)
+    side = json.loads((tmp_path / "m.plan.json").read_text())
+    side["tensorrt"]["library"] = "tensorrt-rtx"  # the sidecar decides which library loads the plan
+    (tmp_path / "m.plan.json").write_text(json.dumps(side))
+    monkeypatch.setitem(sys.modules, "tensorrt_rtx_bindings", None)
+    with pytest.raises(MissingDependencyError, match="running 'm.plan' needs the 'tensorrt-rtx' package.*vitdeploy\\[tensorrt-rtx\\]"):
         TensorRTRunner(plan)
     plan.write_bytes(plan.read_bytes()[:-7])
     with pytest.raises(EngineError, match="the plan is truncated or was replaced"):

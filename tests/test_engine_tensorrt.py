@@ -1,7 +1,9 @@
 """TensorRT end to end on a GPU: build, sidecar, runner parity, profiles, cache, log, and every bad input.
 
 Marked ``tensorrt`` and ``gpu``; they skip (with the reason) where TensorRT or a GPU is missing and run
-unchanged where both exist (``scripts/gpu-check.sh`` runs them with ``-m "tensorrt or gpu"``).
+unchanged where both exist (``scripts/gpu-check.sh`` runs them with ``-m "tensorrt or gpu"``), with the
+library ``build-engine --builder auto`` takes there: classic TensorRT where it imports, else TensorRT for
+RTX (whose build side test_engine_tensorrt_rtx.py also runs without a GPU).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from tests.conftest import IR_VERSION
 from vitdeploy.cli import cli
 from vitdeploy.doctor import tensorrt_unavailable_reason
 from vitdeploy.engine.builder import BuildOptions, build_engine
+from vitdeploy.engine.library import load_library
 from vitdeploy.engine.profiles import BatchProfile
 from vitdeploy.engine.sidecar import sidecar_path
 from vitdeploy.errors import EngineError, InputError
@@ -29,6 +32,7 @@ from vitdeploy.runtime.tensorrt_runner import TensorRTRunner
 from vitdeploy.validation.parity import compare
 
 TRT_REASON = tensorrt_unavailable_reason()
+LIB = None if TRT_REASON else load_library("auto", "the GPU tests")
 pytestmark = [pytest.mark.tensorrt, pytest.mark.gpu,
               pytest.mark.skipif(TRT_REASON is not None, reason=f"needs TensorRT and a GPU: {TRT_REASON}")]
 
@@ -71,14 +75,15 @@ def _eager(onnx_path: Path, x: np.ndarray) -> np.ndarray:
 
 
 def test_fp32_engine_sidecar_and_parity_with_eager(models: dict[str, Path], fp32_plan: Path) -> None:
-    import tensorrt
-
     from vitdeploy.cuda import query_gpu
 
     side = json.loads(sidecar_path(fp32_plan).read_text())
     gpu = query_gpu(0)
-    assert side["tensorrt"]["version"] == tensorrt.__version__
-    assert side["gpu"]["name"] == gpu.name and side["gpu"]["compute_capability"] == gpu.compute_capability
+    assert side["tensorrt"] == {"version": LIB.version, "library": LIB.name}
+    if LIB.rtx:  # built ahead of time for compute capabilities, not on this GPU
+        assert side["gpu"]["name"] is None and side["gpu"]["targets"]
+    else:
+        assert side["gpu"]["name"] == gpu.name and side["gpu"]["compute_capability"] == gpu.compute_capability
     assert side["precision"] == "fp32" and side["network"] == "strongly_typed"
     assert side["onnx"]["sha256"] == sha256_file(models["static"])
     assert side["plan"]["sha256"] == sha256_file(fp32_plan) and side["plan"]["size_bytes"] == fp32_plan.stat().st_size
@@ -107,13 +112,9 @@ def test_fp16_onnx_builds_a_strongly_typed_fp16_engine(models: dict[str, Path]) 
 
 
 def test_legacy_fp16_follows_the_installed_tensorrt(models: dict[str, Path]) -> None:
-    import tensorrt
-
-    from vitdeploy.engine.versions import weak_typing_available
-
     plan = models["root"] / "legacy.plan"
-    if not weak_typing_available(tensorrt.__version__):
-        with pytest.raises(InputError, match="--legacy-fp16 needs TensorRT 10"):
+    if not LIB.weak_typing:
+        with pytest.raises(InputError, match="--legacy-fp16 (needs TensorRT 10|is a TensorRT 10 option)"):
             build_engine(models["static"], plan, BuildOptions(legacy_fp16=True))
         return
     result = build_engine(models["static"], plan, BuildOptions(legacy_fp16=True))
@@ -139,6 +140,8 @@ def test_dynamic_batch_profile(models: dict[str, Path]) -> None:
 
 
 def test_timing_cache_is_written_then_reused_and_log_file_is_full(models: dict[str, Path]) -> None:
+    if LIB.rtx:
+        pytest.skip("TensorRT-RTX has no timing cache (its refusal is tested in test_engine_tensorrt_rtx.py)")
     root = models["root"]
     cache, log = root / "trt.cache", root / "build.log"
     code, output = run("build-engine", str(models["static"]), "-o", str(root / "c1.plan"), "--timing-cache", str(cache),
@@ -157,12 +160,13 @@ def test_engine_from_another_tensorrt_or_gpu_is_refused(models: dict[str, Path],
     side = json.loads(sidecar_path(fp32_plan).read_text())
     side["tensorrt"]["version"] = "9.0.1"
     sidecar_path(plan).write_text(json.dumps(side))
-    with pytest.raises(EngineError, match="was built with TensorRT 9.0.1 and this is TensorRT"):
+    with pytest.raises(EngineError, match="was built with TensorRT(-RTX)? 9.0.1 and this is TensorRT"):
         TensorRTRunner(plan)
     side = json.loads(sidecar_path(fp32_plan).read_text())
-    side["gpu"] = {"name": "NVIDIA Imaginary", "compute_capability": "1.0"}
+    side["gpu"] = {"name": "NVIDIA Imaginary", "compute_capability": "1.0", "targets": ["7.5"] if LIB.rtx else None}
     sidecar_path(plan).write_text(json.dumps(side))
-    with pytest.raises(EngineError, match="built on NVIDIA Imaginary .* do not move between GPU architectures"):
+    wrong_gpu = "built for compute capability 7.5 and this GPU" if LIB.rtx else "built on NVIDIA Imaginary .* do not move between GPU architectures"
+    with pytest.raises(EngineError, match=wrong_gpu):
         TensorRTRunner(plan)
     assert TensorRTRunner(plan, check_compatibility=False).run({"image": _image()})["image_embeddings"].shape == (1, 16, 8, 8)
 
@@ -184,7 +188,7 @@ def test_onnx_tensorrt_rejects_names_the_node(tmp_path: Path) -> None:
     onnx.save(model, str(tmp_path / "bad.onnx"))
     code, output = run("build-engine", str(tmp_path / "bad.onnx"), "-o", str(tmp_path / "bad.plan"))
     assert code == 1, output
-    assert "TensorRT cannot parse 'bad.onnx'" in output and "NoSuchOp" in output
+    assert "cannot parse 'bad.onnx'" in output and "NoSuchOp" in output
     assert not (tmp_path / "bad.plan").exists()
 
 

@@ -90,7 +90,9 @@ def inspect_engine(path: str | Path, verify: bool = True) -> dict[str, Any]:
         "precision": sidecar.get("precision"),
         "network": sidecar.get("network"),
         "tensorrt": sidecar.get("tensorrt", {}).get("version"),
+        "tensorrt_library": (sidecar.get("tensorrt") or {}).get("library", "tensorrt"),
         "gpu": sidecar.get("gpu", {}),
+        "layers": {k: v for k, v in (sidecar.get("layers") or {}).items() if k != "list"},
         "profiles": sidecar.get("profiles", []),
         "io": sidecar.get("io", {}),
         "onnx": sidecar.get("onnx", {}),
@@ -182,8 +184,13 @@ def describe(info: dict[str, Any]) -> list[str]:
         lines.append(f"  nodes: {info['nodes']} ({', '.join(f'{op} {n}' for op, n in top)})")
     else:
         gpu = info["gpu"]
-        lines.append(f"{info['file']}: TensorRT engine, {size}, TensorRT {info['tensorrt']}, built for "
-                     f"{gpu.get('name', '?')} (compute capability {gpu.get('compute_capability', '?')})")
+        if info.get("tensorrt_library") == "tensorrt-rtx":
+            targets = ", ".join(str(t) for t in gpu.get("targets") or []) or "?"
+            lines.append(f"{info['file']}: TensorRT-RTX engine, {size}, TensorRT-RTX {info['tensorrt']}, built ahead of "
+                         f"time for compute capability {targets} (JIT-compiled on the GPU at load)")
+        else:
+            lines.append(f"{info['file']}: TensorRT engine, {size}, TensorRT {info['tensorrt']}, built for "
+                         f"{gpu.get('name', '?')} (compute capability {gpu.get('compute_capability', '?')})")
         lines.append(f"  precision: {info['precision']} ({info['network'] or 'network kind not recorded'})")
         meta = info["metadata"]
         if meta.get("family"):
@@ -195,6 +202,11 @@ def describe(info: dict[str, Any]) -> list[str]:
             if tensors:
                 lines.append(f"  {direction}:")
                 lines.extend(f"    {t.get('name')}: {t.get('dtype')} {_dims(t.get('shape', []))}" for t in tensors)
+        layers = info.get("layers") or {}
+        if layers.get("by_precision"):
+            counts = ", ".join(f"{n} {p}" for p, n in layers["by_precision"].items())
+            kinds = ", ".join(f"{k} {n}" for k, n in layers.get("by_type_and_precision", {}).items())
+            lines.append(f"  engine layers (the builder's layer list): {layers.get('count')}: {counts} ({kinds})")
         for k, profile in enumerate(info["profiles"]):
             shown = "; ".join(f"{name} min {v.get('min')} opt {v.get('opt')} max {v.get('max')}" for name, v in profile.items())
             lines.append(f"  profile {k}: {shown}")

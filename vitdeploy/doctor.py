@@ -38,11 +38,12 @@ VERB_NEEDS: dict[str, tuple[str, ...]] = {
     "validate": ("torch", "onnxruntime", "segment_anything"),
     "calibrate": ("onnx", "onnxruntime"),
     "benchmark": ("onnxruntime",),
-    "build-engine": ("tensorrt", "polygraphy", "cuda-python", "gpu"),
+    # engine-build: TensorRT-RTX (no GPU needed), or classic TensorRT with polygraphy, cuda-python and a GPU
+    "build-engine": ("engine-build",),
 }
 #: Optional extras of a verb: (components, what they add).
 VERB_EXTRAS: dict[str, list[tuple[tuple[str, ...], str]]] = {
-    "benchmark": [(("torch",), "eager PyTorch baseline"), (("tensorrt", "cuda-python", "gpu"), "TensorRT engines"),
+    "benchmark": [(("torch",), "eager PyTorch baseline"), (("engine-run",), "TensorRT engines"),
                   (("torch-cuda",), "eager PyTorch on the GPU"), (("fused-attention",), "--fused-attention"),
                   (("openvino",), "--runtime openvino")],
     "validate": [(("fused-attention",), "--fused-attention"), (("openvino",), "--runtime openvino")],
@@ -178,6 +179,39 @@ def _tensorrt() -> Component:
     return Component("tensorrt", True, version, typing)
 
 
+def _tensorrt_rtx() -> Component:
+    from vitdeploy.engine.library import RTX_DEFAULT_TARGETS, load_library
+    from vitdeploy.errors import MissingDependencyError
+
+    try:
+        library = load_library("tensorrt-rtx", "TensorRT for RTX")
+    except MissingDependencyError as exc:
+        return Component("tensorrt-rtx", False, None, str(exc).replace("TensorRT for RTX needs the 'tensorrt-rtx' package, which is ", ""))
+    return Component("tensorrt-rtx", True, library.version,
+                     f"builds engines on this machine without a GPU (ahead of time) for compute capability "
+                     f"{', '.join(RTX_DEFAULT_TARGETS)} and later; they run on such an NVIDIA GPU")
+
+
+def _engine_paths(comps: dict[str, Component]) -> list[Component]:
+    """Which library ``build-engine`` takes here (``--builder auto``) and whether engines can run here."""
+    classic_build = all(comps[n].ok for n in ("tensorrt", "polygraphy", "cuda-python", "gpu"))
+    if classic_build:
+        build = Component("engine-build", True, None, f"classic TensorRT {comps['tensorrt'].version} on {comps['gpu'].detail}")
+    elif comps["tensorrt-rtx"].ok:
+        build = Component("engine-build", True, None, f"TensorRT-RTX {comps['tensorrt-rtx'].version}, ahead of time on the CPU")
+    else:
+        build = Component("engine-build", False, None,
+                          "needs tensorrt-rtx (any machine), or tensorrt + polygraphy + cuda-python + a GPU")
+    libraries = [n for n in ("tensorrt", "tensorrt-rtx") if comps[n].ok]
+    if libraries and comps["cuda-python"].ok and comps["gpu"].ok:
+        run = Component("engine-run", True, None, f"{' and '.join(libraries)} engines on {comps['gpu'].detail}")
+    else:
+        lacking = [n for n, ok in (("tensorrt or tensorrt-rtx", bool(libraries)), ("cuda-python", comps["cuda-python"].ok),
+                                   ("an NVIDIA GPU", comps["gpu"].ok)) if not ok]
+        run = Component("engine-run", False, None, f"engines cannot run here: needs {', '.join(lacking)}")
+    return [build, run]
+
+
 def _cuda_python_and_gpu() -> tuple[Component, Component]:
     from vitdeploy.errors import VitdeployError
     from vitdeploy.cuda import cuda_python_version, cudart, query_gpu
@@ -243,9 +277,12 @@ def probe_components(deep: bool = False) -> dict[str, Component]:
         torch_comp, torch_cuda,
         _module("onnx", deep=deep), _module("onnxscript", deep=deep), _onnxruntime(),
         _module("segment_anything", deep=deep), _module("timm", deep=deep),
-        _module("polygraphy", deep=deep), _module("openvino", deep=deep), _tensorrt(), cuda_python, gpu, _fused_attention(),
+        _module("polygraphy", deep=deep), _module("openvino", deep=deep), _tensorrt(), _tensorrt_rtx(), cuda_python, gpu,
+        _fused_attention(),
     ]
-    return {c.name: c for c in comps}
+    found = {c.name: c for c in comps}
+    found.update({c.name: c for c in _engine_paths(found)})
+    return found
 
 
 @dataclass
@@ -302,15 +339,19 @@ def diagnose(verbs: Iterable[str], deep: bool = False) -> DoctorReport:
 
 
 def tensorrt_unavailable_reason(device: int = 0) -> str | None:
-    """Why TensorRT engines cannot be built or run here (None when they can): tests skip with this reason."""
-    from vitdeploy.engine.versions import installed_tensorrt_version
+    """Why TensorRT engines cannot be built and run here (None when they can): GPU tests skip with this reason.
+
+    Either library counts (``--builder auto``'s choice builds, the same library runs); running needs a GPU.
+    """
+    from vitdeploy.engine.library import load_library
     from vitdeploy.errors import VitdeployError
     from vitdeploy.cuda import query_gpu
 
-    version, note = installed_tensorrt_version()
-    if version is None:
-        return f"TensorRT is {note}"
-    if not _module("polygraphy").ok:
+    try:
+        library = load_library("auto", "TensorRT")
+    except VitdeployError as exc:
+        return str(exc)
+    if not library.rtx and not _module("polygraphy").ok:
         return "polygraphy is not installed: pip install 'vitdeploy[tensorrt]'"
     try:
         query_gpu(device)

@@ -31,6 +31,7 @@ TESTED: dict[str, tuple[str, ...]] = {
     "pillow": ("13.0.0",),
     "polygraphy": ("0.53.6",),
     "openvino": ("2026.4.1",),
+    "tensorrt-rtx-cu13-bindings": ("1.7.1.116",),
 }
 
 

@@ -126,6 +126,12 @@ void EngineSidecar::check_plan(const std::string& plan_path, const std::string& 
 
 std::vector<std::string> EngineSidecar::check_compat(const RunningEnvironment& env, const std::string& plan_name) const {
     const std::string built_trt = string_in(doc_, "tensorrt", "version");
+    // An engine built by TensorRT for RTX needs libtensorrt_rtx; this backend links classic TensorRT (libnvinfer).
+    if (string_in(doc_, "tensorrt", "library", "tensorrt") == "tensorrt-rtx")
+        throw MetadataError("'" + plan_name + "' was built by TensorRT-RTX " + built_trt +
+                            ", and the C++ library's TensorRT backend runs classic TensorRT engines only: rebuild it with "
+                            "'vitdeploy build-engine --builder tensorrt' on the GPU, or run it from Python (vitdeploy's runner "
+                            "loads TensorRT-RTX engines)");
     const Json& options = section(doc_, "build_options");
     const Json* vc = options.find("version_compatible");
     const bool version_compatible = vc && vc->is_bool() && vc->as_bool();

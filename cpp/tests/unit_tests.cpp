@@ -180,6 +180,11 @@ TEST_CASE(engine_sidecar_checks_plan_gpu_and_io) {
     EngineSidecar amp = EngineSidecar::read(plan);
     CHECK(amp.check_compat({"11.0.0", "NVIDIA H100", "9.0"}, "m.plan").empty());
     CHECK_THROWS(MetadataError, amp.check_compat({"10.13.0", "Tesla T4", "7.5"}, "m.plan"), "for Ampere and newer GPUs");
+    std::string rtx = sidecar_json(plan_bytes, "1.7.1.116");
+    rtx.replace(rtx.find("\"version\": \"1.7.1.116\""), 22, "\"version\": \"1.7.1.116\", \"library\": \"tensorrt-rtx\"");
+    write_file("m.plan.json", rtx);
+    CHECK_THROWS(MetadataError, EngineSidecar::read(plan).check_compat({"10.13.0", "NVIDIA L4", "8.9"}, "m.plan"),
+                 "was built by TensorRT-RTX 1.7.1.116, and the C++ library's TensorRT backend runs classic TensorRT engines only");
 
     std::vector<TensorInfo> in = {{"image", ElementType::Float32, {1, 3, 64, 64}}};
     std::vector<TensorInfo> out = {{"image_embeddings", ElementType::Float32, {1, 16, 8, 8}}};

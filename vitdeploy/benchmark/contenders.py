@@ -103,7 +103,8 @@ def deployed_contender(path: str | Path, *, threads: int | None, device: str, gp
         lo, hi = runner.input_range(name)  # type: ignore[attr-defined]
         gpu_name = runner.gpu.name  # type: ignore[attr-defined]
         return Contender(
-            label=f"tensorrt {precision} ({path.name})", runner=runner, backend="tensorrt", precision=precision,
+            label=f"{runner.library.name} {precision} ({path.name})", runner=runner, backend="tensorrt",  # type: ignore[attr-defined]
+            precision=precision,
             device=f"cuda:{gpu} {gpu_name}", batch_range=(lo[0], hi[0]),
             batch_note=f"engine profile batch {lo[0]}..{hi[0]}" if lo[0] != hi[0] else f"engine built for batch {lo[0]}",
             synchronize=runner.synchronize,  # type: ignore[attr-defined]

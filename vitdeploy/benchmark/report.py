@@ -19,12 +19,13 @@ def environment(threads: int | None, contenders: Sequence[Contender]) -> dict[st
     from vitdeploy.metadata import tool_versions
 
     versions = tool_versions()
-    if any(c.backend == "tensorrt" for c in contenders):
-        import tensorrt
-
+    engines = [c for c in contenders if c.backend == "tensorrt"]
+    if engines:
         from vitdeploy.cuda import cuda_python_version
 
-        versions["tensorrt"] = str(tensorrt.__version__)
+        for contender in engines:  # the library that loaded each engine: classic TensorRT or TensorRT-RTX
+            library = contender.runner.library  # type: ignore[attr-defined]
+            versions[library.name] = library.version
         versions["cuda-python"] = str(cuda_python_version())
     if any(c.backend == "openvino" for c in contenders):
         from vitdeploy.runtime.openvino_runner import openvino_version

@@ -1,4 +1,4 @@
-"""``vitdeploy build-engine``: ONNX -> TensorRT engine (.plan) + JSON sidecar, strongly typed."""
+"""``vitdeploy build-engine``: ONNX -> TensorRT engine (.plan) + JSON sidecar, strongly typed (classic TensorRT or TensorRT-RTX)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,14 @@ from vitdeploy.cli.options import force_option, handle_errors, report_option, ve
                    "Default and TensorRT 11: strongly typed, precision exactly as in the ONNX.")
 @click.option("--log-file", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Write TensorRT's verbose build log here.")
-@click.option("--device", type=click.IntRange(min=0), default=0, show_default=True, help="CUDA device index.")
+@click.option("--device", type=click.IntRange(min=0), default=0, show_default=True,
+              help="CUDA device index (classic TensorRT; TensorRT-RTX builds on the CPU).")
+@click.option("--builder", type=click.Choice(["auto", "tensorrt", "tensorrt-rtx"]), default="auto", show_default=True,
+              help="TensorRT library: 'auto' takes classic TensorRT where it imports, else TensorRT for RTX "
+                   "(builds without a GPU; the engine runs on compute capability 8.0+ GPUs).")
+@click.option("--compute-capability", "compute_capabilities", multiple=True, metavar="X.Y",
+              help="TensorRT-RTX: a GPU compute capability to build for (repeatable; default 8.0, 8.6, 8.9, 12.0 "
+                   "and later; 7.5 for Turing only when named).")
 @report_option
 @force_option
 @verbose_option
@@ -40,19 +47,23 @@ from vitdeploy.cli.options import force_option, handle_errors, report_option, ve
 def build_engine(model: str, output: str, workspace_mib: int | None, batch_profile: tuple[int, int, int] | None,
                  input_profile: tuple[str, ...], timing_cache: str | None, optimization_level: int | None,
                  hardware_compatibility: str, version_compatible: bool, tf32: bool, legacy_fp16: bool,
-                 log_file: str | None, device: int, report: str | None, force: bool,
+                 log_file: str | None, device: int, builder: str, compute_capabilities: tuple[str, ...],
+                 report: str | None, force: bool,
                  verbose: bool) -> None:
     """Build a TensorRT engine from an ONNX model, with a JSON sidecar of its metadata.
 
     The network is strongly typed: TensorRT computes in exactly the precision the ONNX graph
-    declares (FP32, FP16 mixed from 'vitdeploy calibrate', INT8 Q/DQ). Needs an NVIDIA GPU,
-    TensorRT 10 or 11, polygraphy and cuda-python ('vitdeploy doctor' says what is missing).
+    declares (FP32, FP16 mixed from 'vitdeploy calibrate', INT8 Q/DQ). Classic TensorRT 10/11 needs
+    an NVIDIA GPU, polygraphy and cuda-python; TensorRT for RTX ('pip install vitdeploy[tensorrt-rtx]')
+    builds on any machine, no GPU needed, and the engine runs on the user's GPU ('vitdeploy doctor'
+    says what is here).
 
     \b
     Examples:
       vitdeploy build-engine sam_vit_b.onnx -o sam_vit_b.plan
       vitdeploy build-engine sam_vit_b_fp16.onnx -o sam_vit_b_fp16.plan --timing-cache trt.cache --log-file build.log
       vitdeploy build-engine encoder_dyn.onnx -o encoder_dyn.plan --batch-profile 1 2 8 --workspace 4096
+      vitdeploy build-engine sam_vit_b.onnx -o sam_vit_b.plan --builder tensorrt-rtx --compute-capability 8.9
     """
     from vitdeploy.fileio import require_model_file
 
@@ -76,6 +87,8 @@ def build_engine(model: str, output: str, workspace_mib: int | None, batch_profi
         legacy_fp16=legacy_fp16,
         log_file=log_file,
         device=device,
+        builder=builder,
+        compute_capabilities=tuple(compute_capabilities),
     )
     result = build(model, output, options, echo=click.echo)
     for note in result.notes:

@@ -15,6 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
 
+from vitdeploy.engine.layers import LAYER_LIST_PREFIX
+
 #: TensorRT severity name -> one-letter level used in the log file.
 LEVELS = {"INTERNAL_ERROR": "E", "ERROR": "E", "WARNING": "W", "INFO": "I", "VERBOSE": "V"}
 
@@ -25,6 +27,8 @@ class BuildLog:
     def __init__(self, log_file: str | os.PathLike | None = None, echo: Callable[[str], None] | None = None):
         self.errors: list[str] = []
         self.warnings: list[str] = []
+        #: The builder's ``Layers:`` message (DETAILED profiling verbosity): :mod:`vitdeploy.engine.layers` reads it.
+        self.layer_list: str | None = None
         self.echo = echo
         self.path = Path(log_file) if log_file else None
         self._file: IO[str] | None = open(self.path, "w", encoding="utf-8") if self.path else None
@@ -79,6 +83,8 @@ def make_trt_logger(trt: ModuleType, log: BuildLog) -> Any:
 
         def log(self, sev: Any, msg: str) -> None:
             level = levels.get(sev, "V")
+            if level == "V" and msg.startswith(LAYER_LIST_PREFIX):
+                log.layer_list = msg
             if level in quiet and not log.verbose:
                 return
             log.record(level, msg)

@@ -20,6 +20,14 @@ What differs from using Polygraphy's loaders end to end, and why:
   probes ``IBuilderConfig.int8_calibrator`` (removed in TensorRT 11) and writes the timing cache
   and engine non-atomically.
 
+Two libraries build engines (:mod:`vitdeploy.engine.library` holds every difference): classic TensorRT
+10/11 through Polygraphy's ``CreateConfig`` as above, on the GPU the engine is for; and TensorRT for RTX,
+whose config is made here with its documented ``IBuilderConfig`` calls (Polygraphy imports the classic
+``tensorrt`` module) and whose ahead-of-time build needs no GPU: the engine names the compute
+capabilities it targets and is JIT-compiled on the user's GPU when it loads. TensorRT-RTX's config also
+asks for ``ProfilingVerbosity.DETAILED``, so the builder's layer list says which precision each engine
+layer computes in (:mod:`vitdeploy.engine.layers`; recorded in the sidecar, shown by ``inspect``).
+
 Precision: with ``NetworkDefinitionCreationFlag.STRONGLY_TYPED`` (TensorRT 10; always on and the flag
 ignored in TensorRT 11) TensorRT computes in exactly the types the ONNX graph declares: an FP32 graph
 gives an FP32 engine, an FP16 mixed graph an FP16 engine with its FP32 islands kept, a Q/DQ graph an
@@ -39,10 +47,12 @@ from typing import Any
 from vitdeploy.engine.build_log import BuildLog, make_trt_logger
 from vitdeploy.engine.compat import HARDWARE_LEVELS
 from vitdeploy.engine.diagnostics import format_build_failure, format_parse_failure, parser_problems
+from vitdeploy.engine.layers import parse_layer_list, summarize_layers
+from vitdeploy.engine.library import CLASSIC, RTX, RTX_DEFAULT_TARGETS as RTX_DEFAULT, TensorRTLibrary, load_library, parse_compute_capability, set_rtx_targets
 from vitdeploy.engine.onnx_facts import OnnxFacts, read_onnx_facts
 from vitdeploy.engine.profiles import BatchProfile, ShapeSet, input_profiles
 from vitdeploy.engine.sidecar import make_sidecar, sidecar_path, write_sidecar
-from vitdeploy.engine.versions import import_polygraphy_trt, import_tensorrt, weak_typing_available
+from vitdeploy.engine.versions import import_polygraphy_trt, weak_typing_available
 from vitdeploy.errors import EngineError, InputError
 from vitdeploy.fileio import atomic_output, atomic_write_bytes, check_output_path, sha256_file
 
@@ -73,7 +83,10 @@ class BuildOptions:
             which the fp32 parity tolerance assumes; TensorRT's own default is on).
         legacy_fp16: TensorRT 10 only: weakly typed network with ``BuilderFlag.FP16``.
         log_file: write TensorRT's full (verbose) build log here.
-        device: CUDA device index to build on.
+        device: CUDA device index to build on (classic TensorRT; TensorRT-RTX builds on the CPU).
+        builder: ``auto`` (classic TensorRT where it imports, else TensorRT-RTX), ``tensorrt`` or ``tensorrt-rtx``.
+        compute_capabilities: TensorRT-RTX only: the GPUs' compute capabilities to build for, e.g.
+            ``("8.6", "12.0")`` (empty: its default, 8.0, 8.6, 8.9, 12.0 and later; 7.5 only when named).
     """
 
     workspace_mib: int | None = None
@@ -87,15 +100,23 @@ class BuildOptions:
     legacy_fp16: bool = False
     log_file: str | None = None
     device: int = 0
+    builder: str = "auto"
+    compute_capabilities: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["batch_profile"] = asdict(self.batch_profile) if self.batch_profile else None
+        d["compute_capabilities"] = list(self.compute_capabilities)
         return d
 
 
-def check_options(options: BuildOptions, tensorrt_version: str) -> None:
+def check_options(options: BuildOptions, tensorrt_version: str, library: str = CLASSIC) -> None:
     """Reject option combinations the installed TensorRT cannot honour (InputError, with the fix)."""
+    if library == RTX:
+        _check_rtx_options(options, tensorrt_version)
+    elif options.compute_capabilities:
+        raise InputError(f"--compute-capability is a TensorRT-RTX option; TensorRT {tensorrt_version} builds for the GPU "
+                         "it runs on: drop it, or add --builder tensorrt-rtx")
     if options.legacy_fp16 and not weak_typing_available(tensorrt_version):
         raise InputError(
             f"--legacy-fp16 needs TensorRT 10; TensorRT {tensorrt_version} removed weak typing (BuilderFlag.FP16): "
@@ -107,6 +128,25 @@ def check_options(options: BuildOptions, tensorrt_version: str) -> None:
         raise InputError("--workspace must be at least 1 MiB")
     if options.hardware_compatibility not in HARDWARE_LEVELS:
         raise InputError(f"--hardware-compatibility must be one of {', '.join(HARDWARE_LEVELS)}")
+
+
+def _check_rtx_options(options: BuildOptions, version: str) -> None:
+    """The classic options TensorRT-RTX has no use for, each refused with what to do instead."""
+    label = f"TensorRT-RTX {version}"
+    if options.legacy_fp16:
+        raise InputError(f"--legacy-fp16 is a TensorRT 10 option; {label} builds strongly typed networks only: "
+                         "build from an FP16 ONNX instead (vitdeploy calibrate -p fp16)")
+    if options.timing_cache:
+        raise InputError(f"--timing-cache has no effect on {label} engines and would make its CPU-only build query a GPU "
+                         "(NVIDIA's porting guide): drop it; TensorRT-RTX keeps JIT-compiled kernels in a runtime cache at load")
+    if options.hardware_compatibility != "none":
+        raise InputError(f"--hardware-compatibility is a classic TensorRT option; {label} engines target compute "
+                         "capabilities: use --compute-capability (repeatable), or leave it out for 8.0, 8.6, 8.9, 12.0 and later")
+    if options.version_compatible:
+        raise InputError(f"--version-compatible is a classic TensorRT option; nothing documents it for {label}: "
+                         "drop it, and rebuild the engine when TensorRT-RTX is upgraded")
+    for cc in options.compute_capabilities:
+        parse_compute_capability(cc)
 
 
 def engine_precision(facts: OnnxFacts, legacy_fp16: bool) -> str:
@@ -131,9 +171,7 @@ class BuildResult:
 
 def _network_flags(trt: Any, options: BuildOptions) -> int:
     """``1 << STRONGLY_TYPED`` on TensorRT 10; 0 on TensorRT 11 (always strongly typed, flag deprecated) and for legacy FP16."""
-    if options.legacy_fp16 or not weak_typing_available(trt.__version__):
-        return 0
-    return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    return TensorRTLibrary(CLASSIC, trt, str(trt.__version__)).network_flags(options.legacy_fp16)
 
 
 def config_kwargs(trt: Any, options: BuildOptions, timing_cache_exists: bool) -> dict[str, Any]:
@@ -170,6 +208,43 @@ def _create_config(trt: Any, builder: Any, options: BuildOptions, timing_cache_e
         return poly.CreateConfig(**config_kwargs(trt, options, timing_cache_exists))(builder, None)
 
 
+def _create_rtx_config(library: TensorRTLibrary, builder: Any, options: BuildOptions) -> tuple[Any, tuple[str, ...]]:
+    """A TensorRT-RTX builder config from its documented ``IBuilderConfig`` calls; returns it and the engine's targets.
+
+    TF32 is cleared unless asked for, as for classic builds (FP32 parity); the profiling verbosity is
+    DETAILED so the builder logs its layer list.
+    """
+    trt = library.module
+    config = builder.create_builder_config()
+    if options.workspace_mib is not None:
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(options.workspace_mib) << 20)
+    if options.optimization_level is not None:
+        config.builder_optimization_level = int(options.optimization_level)
+    if options.tf32:
+        config.set_flag(trt.BuilderFlag.TF32)
+    else:
+        config.clear_flag(trt.BuilderFlag.TF32)
+    config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    targets = set_rtx_targets(library, config, tuple(parse_compute_capability(cc) for cc in options.compute_capabilities))
+    return config, targets
+
+
+def _add_rtx_profile(builder: Any, network: Any, config: Any, profiles: dict[str, ShapeSet]) -> None:
+    """One optimization profile through the library's own API: dynamic inputs' ranges, static inputs at their shape."""
+    if not profiles:
+        return
+    profile = builder.create_optimization_profile()
+    for index in range(network.num_inputs):
+        tensor = network.get_input(index)
+        shapes = profiles.get(tensor.name)
+        if shapes is None:
+            static = tuple(tensor.shape)
+            profile.set_shape(tensor.name, static, static, static)
+        else:
+            profile.set_shape(tensor.name, tuple(shapes["min"]), tuple(shapes["opt"]), tuple(shapes["max"]))
+    config.add_optimization_profile(profile)
+
+
 def _add_profile(builder: Any, network: Any, config: Any, profiles: dict[str, ShapeSet]) -> None:
     """One optimization profile: the dynamic inputs' ranges, every static input at its own shape.
 
@@ -197,10 +272,8 @@ def build_engine(
     Raises:
         InputError: a missing or invalid ONNX file, an unusable output path, bad options.
         MissingDependencyError: tensorrt, polygraphy or cuda-python is not installed.
-        EngineError: no usable GPU, TensorRT rejected the graph (the node is named) or the build failed.
+        EngineError: no usable GPU (classic TensorRT), TensorRT rejected the graph (the node is named) or the build failed.
     """
-    from vitdeploy.cuda import query_gpu, set_device
-
     options = options or BuildOptions()
     plan = check_output_path(plan_path)
     check_output_path(sidecar_path(plan))
@@ -217,13 +290,21 @@ def build_engine(
         raise InputError(f"-o '{plan}' is the ONNX file itself: choose another output name, e.g. {facts.path.with_suffix('.plan')}")
     recorded = facts.metadata.get("shape_profile") if isinstance(facts.metadata.get("shape_profile"), dict) else None
     profiles = input_profiles(facts.inputs, options.batch_profile, options.input_profiles, facts.path.name, recorded)
-    trt = import_tensorrt("building TensorRT engines")
-    import_polygraphy_trt("building TensorRT engines")
-    from polygraphy.exception import PolygraphyException
+    library = load_library(options.builder, "building TensorRT engines")
+    trt = library.module
+    check_options(options, library.version, library.name)
+    if library.rtx:
+        gpu_record: dict[str, Any] = {"name": None, "compute_capability": None, "index": None, "driver_cuda_version": None}
+        where = "ahead of time on the CPU"
+    else:
+        from vitdeploy.cuda import query_gpu, set_device
 
-    check_options(options, trt.__version__)
-    gpu = query_gpu(options.device)
-    set_device(options.device)
+        import_polygraphy_trt("building TensorRT engines")
+        gpu = query_gpu(options.device)
+        set_device(options.device)
+        gpu_record = {"name": gpu.name, "compute_capability": gpu.compute_capability, "index": gpu.index,
+                      "driver_cuda_version": gpu.driver_cuda_version}
+        where = f"{gpu.name} (compute capability {gpu.compute_capability})"
     precision = engine_precision(facts, options.legacy_fp16)
     notes = []
     declared = facts.metadata.get("precision")
@@ -232,8 +313,7 @@ def build_engine(
                      f"the sidecar records what the graph computes")
     typing = "weakly_typed_fp16" if options.legacy_fp16 else "strongly_typed"
     timing_cache_exists = bool(options.timing_cache) and Path(str(options.timing_cache)).is_file()
-    echo(f"building {facts.path.name} -> {plan.name}: TensorRT {trt.__version__}, {gpu.name} (compute capability "
-         f"{gpu.compute_capability}), {typing.replace('_', ' ')}, precision {precision}"
+    echo(f"building {facts.path.name} -> {plan.name}: {library.label}, {where}, {typing.replace('_', ' ')}, precision {precision}"
          + (f", profile {profiles}" if profiles else ""))
     if options.timing_cache:
         echo(f"timing cache {options.timing_cache}: {'reusing' if timing_cache_exists else 'new, written after the build'}")
@@ -242,17 +322,26 @@ def build_engine(
         log.note(f"vitdeploy build-engine {facts.path} -> {plan}; options {options.to_dict()}")
         logger = make_trt_logger(trt, log)
         builder = trt.Builder(logger)
-        network = builder.create_network(_network_flags(trt, options))
+        network = builder.create_network(library.network_flags(options.legacy_fp16))
         trt.init_libnvinfer_plugins(logger, "")
         parser = trt.OnnxParser(network, logger)
         parsed = parser.parse_from_file(str(facts.path))
         if not parsed or parser.num_errors:
-            raise EngineError(format_parse_failure(facts.path.name, parser_problems(parser)))
-        try:
-            config = _create_config(trt, builder, options, timing_cache_exists)
-            _add_profile(builder, network, config, profiles)
-        except PolygraphyException as exc:
-            raise EngineError(f"TensorRT {trt.__version__} rejected a build option: {exc}") from exc
+            label = library.label if library.rtx else "TensorRT"
+            raise EngineError(format_parse_failure(facts.path.name, parser_problems(parser), facts.initializer_types, label))
+        targets: tuple[str, ...] = ()
+        if library.rtx:
+            config, targets = _create_rtx_config(library, builder, options)
+            _add_rtx_profile(builder, network, config, profiles)
+            gpu_record["targets"] = list(targets)
+        else:
+            from polygraphy.exception import PolygraphyException
+
+            try:
+                config = _create_config(trt, builder, options, timing_cache_exists)
+                _add_profile(builder, network, config, profiles)
+            except PolygraphyException as exc:
+                raise EngineError(f"{library.label} rejected a build option: {exc}") from exc
         echo("building the engine (minutes for a full-size model)...")
         start = time.perf_counter()
         serialized = builder.build_serialized_network(network, config)
@@ -265,6 +354,7 @@ def build_engine(
             if cache is not None:
                 atomic_write_bytes(options.timing_cache, bytes(cache.serialize()))
         warnings = list(log.warnings)
+        layers = summarize_layers(parse_layer_list(log.layer_list)) if log.layer_list else None
 
     data = memoryview(serialized)
     sidecar = make_sidecar(
@@ -277,16 +367,23 @@ def build_engine(
         metadata={**facts.metadata, "precision": precision},  # what the engine computes in, for every runtime
         precision=precision,
         network=typing,
-        tensorrt_version=str(trt.__version__),
-        gpu={"name": gpu.name, "compute_capability": gpu.compute_capability, "index": gpu.index,
-             "driver_cuda_version": gpu.driver_cuda_version},
+        tensorrt_version=library.version,
+        tensorrt_library=library.name,
+        gpu=gpu_record,
         profiles=[profiles] if profiles else [],
         io={"inputs": [t.to_dict() for t in facts.inputs], "outputs": [t.to_dict() for t in facts.outputs]},
         build_options=options.to_dict(),
         build_seconds=seconds,
+        layers=layers,
     )
     with atomic_output(plan) as tmp:
         tmp.write_bytes(data)
     sidecar_file = write_sidecar(plan, sidecar)
+    if layers:
+        counts = ", ".join(f"{n} {p}" for p, n in layers["by_precision"].items())
+        echo(f"engine layers: {layers['count']} ({counts})")
+    if library.rtx:
+        echo(f"TensorRT-RTX engine for compute capability {', '.join(targets)}"
+             f"{' and later' if targets == tuple(RTX_DEFAULT) else ''}: it runs (JIT-compiled at load) on such an NVIDIA GPU")
     echo(f"built in {seconds:.1f} s: wrote {plan} ({data.nbytes / 1e6:.1f} MB) and {sidecar_file.name}")
     return BuildResult(plan=plan, sidecar_file=sidecar_file, sidecar=sidecar, warnings=warnings, notes=notes)

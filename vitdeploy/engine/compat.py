@@ -95,3 +95,31 @@ def check_engine_compat(sidecar: dict[str, Any], env: RunningEnvironment, plan_n
             "(it may run slower or fail); rebuild on this GPU for best results"
         ]
     return []
+
+
+def check_rtx_engine_compat(sidecar: dict[str, Any], env: RunningEnvironment, plan_name: str = "engine") -> list[str]:
+    """The same judgement for a TensorRT-RTX engine: same release, and a GPU among the compute capabilities it targets.
+
+    TensorRT-RTX engines are built for a set of compute capabilities (``gpu.targets`` in the sidecar;
+    default 8.0, 8.6, 8.9, 12.0 "and later"), not for the GPU they were built on. A GPU below 8.0 that
+    the build did not name is refused; one at or above 8.0 outside the list (e.g. 9.0) is left to
+    TensorRT-RTX to judge, with a warning, since "and later" is not spelled out.
+    """
+    from vitdeploy.engine.library import RTX_DEFAULT_TARGETS
+
+    built = str(sidecar.get("tensorrt", {}).get("version", ""))
+    rebuild = f"rebuild it with 'vitdeploy build-engine --builder tensorrt-rtx' from '{sidecar.get('onnx', {}).get('file', 'its ONNX file')}'"
+    if not version_can_run(built, env.tensorrt_version, False):
+        raise EngineError(f"'{plan_name}' was built with TensorRT-RTX {built or 'unknown'} and this is TensorRT-RTX "
+                          f"{env.tensorrt_version}: an engine runs only with the release that built it; {rebuild}")
+    targets = [str(t) for t in (sidecar.get("gpu") or {}).get("targets") or RTX_DEFAULT_TARGETS]
+    here = _cc(env.compute_capability)
+    if any(_cc(t) == here for t in targets):
+        return []
+    listed = ", ".join(targets)
+    default = sorted(targets, key=_cc) == sorted(RTX_DEFAULT_TARGETS, key=_cc)
+    if default and here >= (8, 0):
+        return [f"'{plan_name}' targets compute capability {listed} and later; this GPU ({env.gpu_name}) is "
+                f"{env.compute_capability}, which TensorRT-RTX's documentation does not list: it decides at load"]
+    raise EngineError(f"'{plan_name}' was built for compute capability {listed} and this GPU is {env.gpu_name} "
+                      f"(compute capability {env.compute_capability}): {rebuild} --compute-capability {env.compute_capability}")

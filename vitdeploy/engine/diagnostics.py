@@ -8,6 +8,7 @@ for the graph's node names in the logged messages.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,14 +51,36 @@ def parser_problems(parser: Any) -> list[ParserProblem]:
     return problems
 
 
-def format_parse_failure(onnx_name: str, problems: Sequence[ParserProblem]) -> str:
-    """``TensorRT cannot parse 'm.onnx': node 'X' (Op): why [CODE]; ...`` plus what to do."""
+def refused_initializer(problem: ParserProblem, initializer_types: dict[str, str]) -> tuple[str, str] | None:
+    """(name, data type) of the weight a parser error says it could not import, when the graph holds it.
+
+    The parser reports such an error against no node ("In node -1 ... Failed to import initializer: z"):
+    the initializer's name and its ONNX data type are what the user can act on.
+    """
+    for name in re.findall(r"Failed to import initializer: (\S+)", problem.desc):
+        if name in initializer_types:
+            return name, initializer_types[name]
+    return None
+
+
+def format_parse_failure(onnx_name: str, problems: Sequence[ParserProblem], initializer_types: dict[str, str] | None = None,
+                         library: str = "TensorRT") -> str:
+    """``TensorRT cannot parse 'm.onnx': node 'X' (Op): why [CODE]; ...`` plus what to do.
+
+    ``library`` names who refused (``TensorRT-RTX 1.7.1.116``); a refused weight is named with its data
+    type, and the advice is then about the type, not the op.
+    """
     if not problems:
-        return f"TensorRT cannot parse '{onnx_name}' and reported no parser error: rerun with --log-file to see its log"
+        return f"{library} cannot parse '{onnx_name}' and reported no parser error: rerun with --log-file to see its log"
+    weights = [w for w in (refused_initializer(p, initializer_types or {}) for p in problems) if w]
+    if weights:
+        named = ", ".join(f"'{name}' ({dtype})" for name, dtype in weights[:QUOTE_LIMIT])
+        return (f"{library} cannot parse '{onnx_name}': it cannot import the weight {named}, a data type it does not take. "
+                "Store it as FLOAT, FLOAT16 or BFLOAT16, or quantize to INT8 Q/DQ ('vitdeploy calibrate -p int8')")
     quoted = "; ".join(p.describe() for p in problems[:QUOTE_LIMIT])
     more = f" (+{len(problems) - QUOTE_LIMIT} more)" if len(problems) > QUOTE_LIMIT else ""
     return (
-        f"TensorRT cannot parse '{onnx_name}': {quoted}{more}. "
+        f"{library} cannot parse '{onnx_name}': {quoted}{more}. "
         "Re-export without that op (check 'vitdeploy export' hygiene) or use a TensorRT version that supports it"
     )
 

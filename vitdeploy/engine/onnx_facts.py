@@ -43,6 +43,7 @@ class OnnxFacts:
     metadata: dict[str, Any]
     graph_precision: str
     op_counts: dict[str, int] = field(default_factory=dict)
+    initializer_types: dict[str, str] = field(default_factory=dict)  # name -> ONNX data type name (UINT16, INT8...)
 
 
 def _dtype_name(elem_type: int) -> str:
@@ -86,6 +87,8 @@ def graph_precision(model: Any) -> str:
 def read_onnx_facts(path: str | Path, model: Any = None) -> OnnxFacts:
     """Facts about an ONNX file (weights are not loaded; ``model``: its graph, when the caller has read it already);
     InputError for a missing or invalid file."""
+    import onnx
+
     from vitdeploy.fileio import external_data_files, load_onnx_graph
     from vitdeploy.metadata import decode
 
@@ -107,4 +110,5 @@ def read_onnx_facts(path: str | Path, model: Any = None) -> OnnxFacts:
         metadata=decode({p.key: p.value for p in model.metadata_props}),
         graph_precision=graph_precision(model),
         op_counts=dict(sorted(counts.items())),
+        initializer_types={i.name: onnx.TensorProto.DataType.Name(i.data_type) for i in model.graph.initializer},
     )

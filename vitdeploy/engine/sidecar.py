@@ -15,8 +15,10 @@ Layout (schema ``vitdeploy.engine-sidecar/1``)::
                precision set to the engine's
     precision: fp32 | fp16 | int8   (what the engine computes in)
     network:   strongly_typed | weakly_typed_fp16
-    tensorrt:  {version}
-    gpu:       {name, compute_capability, index}
+    tensorrt:  {version, library}   (library: tensorrt | tensorrt-rtx; absent in older sidecars: tensorrt)
+    gpu:       {name, compute_capability, index}   (TensorRT-RTX: all null, built on the CPU, plus
+               targets: the compute capabilities the engine is for)
+    layers:    optional: {count, by_precision, by_type_and_precision, list} from the builder's layer list
     profiles:  [{input: {min, opt, max}}]   (empty for static shapes)
     io:        {inputs: [{name, dtype, shape}], outputs: [...]}   (shapes as in the ONNX; -1 dynamic)
     build_options: {workspace_mib, optimization_level, hardware_compatibility, version_compatible,
@@ -64,6 +66,8 @@ def make_sidecar(
     network: str,
     tensorrt_version: str,
     gpu: dict[str, Any],
+    tensorrt_library: str = "tensorrt",
+    layers: dict[str, Any] | None = None,
     profiles: list[dict[str, dict[str, list[int]]]],
     io: dict[str, list[dict[str, Any]]],
     build_options: dict[str, Any],
@@ -72,7 +76,7 @@ def make_sidecar(
     """Assemble a sidecar dictionary (see the module docstring for the layout)."""
     import vitdeploy
 
-    return {
+    sidecar = {
         "schema": SIDECAR_SCHEMA,
         "vitdeploy_version": vitdeploy.__version__,
         "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -82,12 +86,15 @@ def make_sidecar(
         "metadata": dict(metadata),
         "precision": precision,
         "network": network,
-        "tensorrt": {"version": tensorrt_version},
+        "tensorrt": {"version": tensorrt_version, "library": tensorrt_library},
         "gpu": dict(gpu),
         "profiles": list(profiles),
         "io": io,
         "build_options": dict(build_options),
     }
+    if layers is not None:
+        sidecar["layers"] = layers
+    return sidecar
 
 
 def write_sidecar(plan: str | os.PathLike, sidecar: dict[str, Any]) -> Path:

@@ -2,8 +2,14 @@
 
 Loading, in order, so each problem gets its own message before TensorRT sees the bytes:
 plan file exists -> sidecar present and well formed -> plan size and SHA-256 match the sidecar
-(truncated or swapped plan) -> tensorrt and cuda-python importable -> the sidecar's TensorRT
-version and GPU can run here (:mod:`vitdeploy.engine.compat`) -> ``deserialize_cuda_engine``.
+(truncated or swapped plan) -> the library that built it (classic ``tensorrt`` or TensorRT for RTX, from
+the sidecar) and cuda-python importable -> a GPU present (a CPU-only machine stops here, in one line) ->
+the sidecar's TensorRT version and GPU can run here (:mod:`vitdeploy.engine.compat`) ->
+``deserialize_cuda_engine``.
+
+TensorRT-RTX engines are JIT-compiled for the GPU when the execution context is made; the kernels it
+compiles can be kept in a runtime cache file (``runtime_cache``: read when it exists, written when the
+runner closes) so the next load skips the compilation (NVIDIA: "Working with Runtime Cache").
 
 Running: device buffers and page-locked host buffers are allocated once, for the largest shapes the
 engine's optimization profile allows, and their addresses bound to the execution context once
@@ -20,10 +26,11 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.engine.build_log import BuildLog, make_trt_logger
-from vitdeploy.engine.compat import RunningEnvironment, check_engine_compat
+from vitdeploy.engine.compat import RunningEnvironment, check_engine_compat, check_rtx_engine_compat
+from vitdeploy.engine.library import library_of_sidecar, load_library
 from vitdeploy.engine.sidecar import read_plan_checked, read_sidecar
-from vitdeploy.engine.versions import import_tensorrt
 from vitdeploy.errors import EngineError, InputError
+from vitdeploy.fileio import atomic_write_bytes
 
 Shape = tuple[int, ...]
 
@@ -51,9 +58,12 @@ class TensorRTRunner:
         device: CUDA device index.
         check_compatibility: check the sidecar's TensorRT version and GPU against this machine
             before deserializing (leave on; off only to let TensorRT itself judge).
+        runtime_cache: TensorRT-RTX engines: file of JIT-compiled kernels, read if present and written
+            when the runner closes (ignored for classic TensorRT engines, which are compiled at build).
     """
 
-    def __init__(self, path: str | Path, device: int = 0, check_compatibility: bool = True):
+    def __init__(self, path: str | Path, device: int = 0, check_compatibility: bool = True,
+                 runtime_cache: str | Path | None = None):
         from vitdeploy import cuda
 
         path = Path(path)
@@ -62,11 +72,17 @@ class TensorRTRunner:
         self.path = path
         self.sidecar = read_sidecar(path)
         plan = read_plan_checked(path, self.sidecar)
-        trt = import_tensorrt("running TensorRT engines")
-        gpu = cuda.query_gpu(device)
+        self.library = load_library(library_of_sidecar(self.sidecar), f"running '{path.name}'")
+        trt = self.library.module
+        try:
+            gpu = cuda.query_gpu(device)
+        except EngineError as exc:
+            raise EngineError(f"'{path.name}' is a {self.library.label} engine, which runs only on an NVIDIA GPU, and {exc}; "
+                              "run the ONNX file instead (ONNX Runtime or OpenVINO on the CPU)") from exc
         cuda.set_device(device)
-        env = RunningEnvironment(str(trt.__version__), gpu.name, gpu.compute_capability)
-        self.warnings = check_engine_compat(self.sidecar, env, path.name) if check_compatibility else []
+        env = RunningEnvironment(self.library.version, gpu.name, gpu.compute_capability)
+        check = check_rtx_engine_compat if self.library.rtx else check_engine_compat
+        self.warnings = check(self.sidecar, env, path.name) if check_compatibility else []
         self._buffers: list[Any] = []
         self._stream: cuda.Stream | None = None
         self._log = BuildLog()
@@ -80,16 +96,39 @@ class TensorRTRunner:
         if self._engine is None:
             why = " | ".join(self._log.errors[-3:]) or "no error was logged"
             raise EngineError(f"TensorRT {trt.__version__} could not deserialize '{path.name}': {why}; rebuild it with 'vitdeploy build-engine'")
-        self._context = self._engine.create_execution_context()
+        self._runtime_cache_path = Path(runtime_cache) if runtime_cache and self.library.rtx else None
+        self._runtime_cache: Any = None
+        self._context = self._create_context(trt)
         if self._context is None:
             raise EngineError(f"TensorRT could not create an execution context for '{path.name}' (out of GPU memory?): "
                               + (" | ".join(self._log.errors[-3:]) or "no error was logged"))
         self._setup_io(trt, cuda)
         precision = str(self.sidecar.get("precision", "fp32"))
-        self.name = f"tensorrt-{precision}"
+        self.name = f"{self.library.name}-{precision}"
         self.device = device
         self.gpu = gpu
         self.metadata: dict[str, Any] = {**self.sidecar.get("metadata", {}), "precision": precision}
+
+    def _create_context(self, trt: Any) -> Any:
+        """The execution context; for TensorRT-RTX with a runtime config holding the runtime cache (when given)."""
+        if not self.library.rtx:
+            return self._engine.create_execution_context()
+        config = self._engine.create_runtime_config()
+        if self._runtime_cache_path is not None:
+            self._runtime_cache = config.create_runtime_cache()
+            if self._runtime_cache_path.is_file():
+                blob = self._runtime_cache_path.read_bytes()
+                if not self._runtime_cache.deserialize(blob):
+                    self.warnings.append(f"runtime cache '{self._runtime_cache_path}' could not be read; it is rebuilt")
+            config.set_runtime_cache(self._runtime_cache)
+        return self._engine.create_execution_context(config)
+
+    def _save_runtime_cache(self) -> None:
+        if self._runtime_cache is None or self._runtime_cache_path is None:
+            return
+        serialized = self._runtime_cache.serialize()
+        if serialized is not None:
+            atomic_write_bytes(self._runtime_cache_path, bytes(serialized))
 
     def _setup_io(self, trt: Any, cuda: Any) -> None:
         engine, context = self._engine, self._context
@@ -176,6 +215,7 @@ class TensorRTRunner:
         """Free the GPU and page-locked buffers and the stream; the runner cannot run afterwards."""
         if self._stream is not None:
             self._stream.synchronize()
+            self._save_runtime_cache()
         for buffer in self._buffers:
             buffer.close()
         self._buffers = []
