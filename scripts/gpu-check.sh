@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # GPU verification in one command, on a machine with an NVIDIA GPU and onnxruntime-gpu and/or TensorRT 10/11
-# (+ polygraphy, cuda-python):
+# (+ polygraphy, cuda-python) or TensorRT for RTX (+ cuda-python):
 #   install the project -> export the full-size SAM ViT-B encoder (random weights) and its mask decoder
 #   -> FP16 / INT8 ONNX via 'vitdeploy calibrate'
 #   -> ONNX Runtime's CUDA provider: parity of every ONNX file against the eager official model (named
 #      tolerances) and a benchmark against eager PyTorch (FP32, FP16/BF16 autocast) on the same GPU
-#   -> with TensorRT: FP32 / FP16 / INT8 engines, their parity, static batch 1 and dynamic batch 1/4/8 benchmarks
+#   -> with TensorRT (the library 'build-engine --builder auto' takes: classic where it imports, else
+#      TensorRT-RTX): FP32 / FP16 / INT8 engines, their parity, static batch 1 and dynamic batch 1/4/8 benchmarks
 #   -> the gated tests (pytest -m "tensorrt or gpu") -> one report.
 #
 #   scripts/gpu-check.sh                 # everything this machine can run, into out/gpu-check/
@@ -55,6 +56,8 @@ VD=(vd)
 step doctor "${VD[@]}" doctor --report "$OUT/doctor.json"
 TRT_REASON=$("$PYTHON" -c "from vitdeploy.doctor import tensorrt_unavailable_reason as r; print(r() or '')")
 ORT_CUDA=$("$PYTHON" -c "import onnxruntime as o; print('yes' if 'CUDAExecutionProvider' in o.get_available_providers() else '')")
+TRT_LIB=$("$PYTHON" -c "from vitdeploy.engine.library import load_library as l; print(l('auto', 'gpu-check').name)" 2>/dev/null)
+echo "TensorRT library for the engines: ${TRT_LIB:-none}"
 if [ -n "$TRT_REASON" ] && [ -z "$ORT_CUDA" ]; then
     echo "this machine has neither TensorRT ($TRT_REASON) nor ONNX Runtime's CUDA provider (pip install onnxruntime-gpu)"; exit 2
 fi
@@ -117,13 +120,16 @@ else
     skip validate_cuda "ONNX Runtime's CUDA provider is missing (pip install onnxruntime-gpu)"
 fi
 
-# --- engines: strongly typed, one shared timing cache, a verbose log each.
+# --- engines: strongly typed, a verbose log each, one shared timing cache on classic TensorRT (TensorRT-RTX
+#     has none: it JIT-compiles on the GPU at load).
 ENGINES=()
+CACHE=(--timing-cache "$OUT/timing.cache")
+[ "$TRT_LIB" = tensorrt-rtx ] && CACHE=()
 build() {  # build NAME ONNX [extra build-engine options]
     local name="$1" onnx="$2"; shift 2
     if [ -n "$TRT_REASON" ]; then skip "build_$name" "no TensorRT: $TRT_REASON"; return; fi
     if [ ! -f "$onnx" ]; then skip "build_$name" "$onnx was not produced"; return; fi
-    step "build_$name" "${VD[@]}" build-engine "$onnx" -o "$OUT/$name.plan" --timing-cache "$OUT/timing.cache" \
+    step "build_$name" "${VD[@]}" build-engine "$onnx" -o "$OUT/$name.plan" "${CACHE[@]}" \
         --log-file "$OUT/logs/build_$name.trt.log" --report "$OUT/$name.build.json" "$@" && ENGINES+=("$OUT/$name.plan")
 }
 build sam_vit_b "$OUT/sam_vit_b.onnx"
@@ -162,7 +168,7 @@ fi
 if [ "${SKIP_PYTEST:-0}" = 1 ]; then
     skip pytest_gpu "SKIP_PYTEST=1"
 else
-    step pytest_gpu "$PYTHON" -m pytest -m "tensorrt or gpu" -rs -q -p no:cacheprovider
+    step pytest_gpu "$PYTHON" -m pytest -m "tensorrt or gpu or tensorrt_rtx" -rs -q -p no:cacheprovider
 fi
 
 # --- one report.

@@ -51,6 +51,62 @@ class SamPreprocessor:
         return self.normalize_and_pad(self.resize(image))
 
 
+class ResizeLongestSide:
+    """``segment_anything.utils.transforms.ResizeLongestSide`` in NumPy: the same methods and numbers.
+
+    ``apply_image`` resizes an HxWx3 uint8 image as the official one does (PIL bilinear);
+    ``apply_coords``/``apply_boxes`` map pixel coordinates of the original image into the resized one
+    (float64, as the official ``astype(float)``). The ``*_torch`` variants take and return torch
+    tensors (float32) when given tensors, as the official ones do, and NumPy arrays otherwise, so the
+    official example code runs with or without torch installed.
+    """
+
+    def __init__(self, target_length: int) -> None:
+        self.target_length = int(target_length)
+
+    @staticmethod
+    def get_preprocess_shape(oldh: int, oldw: int, long_side_length: int) -> tuple[int, int]:
+        return preprocess_shape(oldh, oldw, long_side_length)
+
+    def apply_image(self, image: np.ndarray) -> np.ndarray:
+        check_rgb_uint8(image)
+        return SamPreprocessor(self.target_length, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)).resize(image)
+
+    def apply_coords(self, coords: np.ndarray, original_size: tuple[int, ...]) -> np.ndarray:
+        old_h, old_w = (int(v) for v in original_size[:2])
+        new_h, new_w = preprocess_shape(old_h, old_w, self.target_length)
+        out = np.array(coords, dtype=np.float64, copy=True)
+        out[..., 0] = out[..., 0] * (new_w / old_w)
+        out[..., 1] = out[..., 1] * (new_h / old_h)
+        return out
+
+    def apply_boxes(self, boxes: np.ndarray, original_size: tuple[int, ...]) -> np.ndarray:
+        boxes = np.asarray(boxes)
+        return self.apply_coords(boxes.reshape(-1, 2, 2), original_size).reshape(-1, 4)
+
+    def apply_coords_torch(self, coords: object, original_size: tuple[int, ...]) -> object:
+        return _like(coords, self.apply_coords(_numpy(coords), original_size))
+
+    def apply_boxes_torch(self, boxes: object, original_size: tuple[int, ...]) -> object:
+        return _like(boxes, self.apply_boxes(_numpy(boxes), original_size))
+
+
+def _numpy(value: object) -> np.ndarray:
+    """A NumPy copy of an array or a torch tensor (any device)."""
+    if hasattr(value, "detach"):
+        return value.detach().cpu().numpy()  # type: ignore[attr-defined]
+    return np.asarray(value)
+
+
+def _like(template: object, array: np.ndarray) -> object:
+    """``array`` as a float32 torch tensor on ``template``'s device when ``template`` is one, else as it is."""
+    if hasattr(template, "detach"):
+        import torch
+
+        return torch.as_tensor(array, dtype=torch.float32, device=template.device)  # type: ignore[attr-defined]
+    return array
+
+
 def check_rgb_uint8(image: object) -> None:
     """Raise InputError unless ``image`` is an HxWx3 uint8 array."""
     if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:

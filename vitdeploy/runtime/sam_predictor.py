@@ -11,8 +11,15 @@ Differences from ``segment_anything.SamPredictor`` and why:
   code asserts, or raises ``RuntimeError`` for ``predict`` before ``set_image``): an image that is
   not HxWx3 uint8, points or boxes outside the image, labels other than 0/1, a mask prompt of the
   wrong size, a prompt with neither points nor a box (the exported graph needs at least one point).
+* The official attributes keep their meanings: ``input_size`` is the resized image's (h, w) (the
+  encoder's square side is ``encoder_size``), ``original_size`` the image's (H, W), ``transform`` a
+  ``ResizeLongestSide`` with the official methods, ``model`` a facade with what official code reads
+  off a ``Sam`` (``image_format``, ``mask_threshold``, ``image_encoder.img_size``, ``device``).
 * ``predict`` returns NumPy arrays (the official one does too); ``get_image_embedding`` returns a
-  NumPy array instead of a torch tensor. ``predict_torch``/``set_torch_image`` do not exist.
+  NumPy array instead of a torch tensor. ``predict_torch`` takes and returns torch tensors when given
+  tensors (NumPy arrays otherwise), and runs the decoder once per prompt set of the batch: the exported
+  decoder has a batch of one. ``device`` is ``"cpu"``: outputs live in host memory whatever runtime
+  computed them, so tensors made on ``predictor.device`` go straight in.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import numpy as np
 
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.postprocess import MaskUpscaler, box_corners, resize_coords
-from vitdeploy.runtime.preprocess import SamPreprocessor, check_rgb_uint8, preprocess_shape
+from vitdeploy.runtime.preprocess import ResizeLongestSide, SamPreprocessor, check_rgb_uint8, preprocess_shape
 from vitdeploy.runtime.runners import Runner
 
 #: Decoder graph inputs/outputs (see vitdeploy.rewrites.sam_decoder).
@@ -89,6 +96,24 @@ def check_artifact_pair(encoder: dict[str, Any], decoder: dict[str, Any], *, che
         )
 
 
+class SamModelInfo:
+    """What official code reads off ``SamPredictor.model`` (a ``segment_anything.Sam``), for exported files."""
+
+    image_format = "RGB"
+    mask_threshold = MASK_THRESHOLD
+
+    def __init__(self, encoder_size: int, pixel_mean: Any, pixel_std: Any) -> None:
+        from types import SimpleNamespace
+
+        self.image_encoder = SimpleNamespace(img_size=int(encoder_size))
+        self.pixel_mean = tuple(float(v) for v in pixel_mean)
+        self.pixel_std = tuple(float(v) for v in pixel_std)
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+
 class SamPredictor:
     """Masks from an image and prompts, with ``segment_anything.SamPredictor``'s interface.
 
@@ -114,8 +139,10 @@ class SamPredictor:
         missing = [n for n in DECODER_INPUTS if n not in self.decoder.input_names]
         if missing:
             raise InputError(f"the decoder artifact lacks inputs {missing}: re-export it with 'vitdeploy export'")
-        self.input_size = int(enc["input_size"][0])
-        self.preprocessor = SamPreprocessor(self.input_size, enc["pixel_mean"], enc["pixel_std"])
+        self.encoder_size = int(enc["input_size"][0])
+        self.preprocessor = SamPreprocessor(self.encoder_size, enc["pixel_mean"], enc["pixel_std"])
+        self.transform = ResizeLongestSide(self.encoder_size)
+        self.model = SamModelInfo(self.encoder_size, enc["pixel_mean"], enc["pixel_std"])
         self.encoder_input = enc.get("input_name") or self.encoder.input_names[0]
         self.encoder_output = enc.get("output_name") or self.encoder.output_names[0]
         self.mask_input_size = tuple(int(d) for d in dec["mask_input_size"])
@@ -125,6 +152,16 @@ class SamPredictor:
         self.embedding_size = (self.mask_input_size[0] // 4, self.mask_input_size[1] // 4)
         self.reset_image()
 
+    @property
+    def device(self) -> str:
+        """Where the outputs live: host memory (``"cpu"``), as the official ``predictor.device`` is used for."""
+        return self.model.device
+
+    @property
+    def resized_size(self) -> tuple[int, int] | None:
+        """The resized image's (h, w): the official ``input_size`` (kept under this name too)."""
+        return self.input_size
+
     # --- image -------------------------------------------------------------------------------------
 
     def set_image(self, image: np.ndarray, image_format: str = "RGB") -> None:
@@ -132,16 +169,36 @@ class SamPredictor:
         if image_format not in ("RGB", "BGR"):
             raise InputError(f"image_format must be 'RGB' or 'BGR', got {image_format!r}")
         check_rgb_uint8(image)
-        if image_format == "BGR":
+        if image_format != self.model.image_format:
             image = np.ascontiguousarray(image[..., ::-1])
-        self.reset_image()
         resized = self.preprocessor.resize(image)
+        self._encode(resized, (int(image.shape[0]), int(image.shape[1])))
+
+    def set_torch_image(self, transformed_image: Any, original_image_size: tuple[int, ...]) -> None:
+        """``set_image`` for an image already resized by ``transform.apply_image``: (1, 3, h, w), 0..255.
+
+        Takes a torch tensor (as the official one) or a NumPy array.
+        """
+        from vitdeploy.runtime.preprocess import _numpy
+
+        x = _numpy(transformed_image)
+        if x.ndim != 4 or x.shape[:2] != (1, 3) or max(x.shape[2:]) != self.encoder_size:
+            raise InputError(f"set_torch_image takes a (1, 3, h, w) image whose longest side is {self.encoder_size} "
+                             f"(transform.apply_image), got shape {tuple(x.shape)}")
+        height, width = (int(v) for v in original_image_size[:2])
+        if (x.shape[2], x.shape[3]) != preprocess_shape(height, width, self.encoder_size):
+            raise InputError(f"the transformed image is {x.shape[2]}x{x.shape[3]}, but an original of {height}x{width} "
+                             f"resizes to {preprocess_shape(height, width, self.encoder_size)}: pass the original size")
+        self._encode(x[0].transpose(1, 2, 0), (height, width))
+
+    def _encode(self, resized: np.ndarray, original_size: tuple[int, int]) -> None:
+        self.reset_image()
         x = self.preprocessor.normalize_and_pad(resized)
         features = self.encoder.run({self.encoder_input: x})[self.encoder_output]
         self.features = np.asarray(features, dtype=np.float32)
-        self.original_size = (int(image.shape[0]), int(image.shape[1]))
-        self.resized_size = (int(resized.shape[0]), int(resized.shape[1]))
-        self._upscaler = MaskUpscaler.for_image(self.mask_input_size, self.input_size, self.original_size)
+        self.original_size = original_size
+        self.input_size = (int(resized.shape[0]), int(resized.shape[1]))
+        self._upscaler = MaskUpscaler.for_image(self.mask_input_size, self.encoder_size, self.original_size)
         self.is_image_set = True
 
     def set_image_embedding(self, embedding: np.ndarray, original_size: tuple[int, int]) -> None:
@@ -159,8 +216,8 @@ class SamPredictor:
         self.reset_image()
         self.features = emb
         self.original_size = (height, width)
-        self.resized_size = preprocess_shape(height, width, self.input_size)
-        self._upscaler = MaskUpscaler.for_image(self.mask_input_size, self.input_size, self.original_size)
+        self.input_size = preprocess_shape(height, width, self.encoder_size)
+        self._upscaler = MaskUpscaler.for_image(self.mask_input_size, self.encoder_size, self.original_size)
         self.is_image_set = True
 
     def get_image_embedding(self) -> np.ndarray:
@@ -173,7 +230,7 @@ class SamPredictor:
         self.is_image_set = False
         self.features: np.ndarray | None = None
         self.original_size: tuple[int, int] | None = None
-        self.resized_size: tuple[int, int] | None = None
+        self.input_size: tuple[int, int] | None = None
         self._upscaler: MaskUpscaler | None = None
 
     # --- prompts -> masks --------------------------------------------------------------------------
@@ -203,6 +260,74 @@ class SamPredictor:
         self._require_image("predict masks")
         coords, labels = self._prompt_points(point_coords, point_labels, box)
         mask, has_mask = self._mask_prompt(mask_input)
+        return self._decode(coords, labels, mask, has_mask, multimask_output, return_logits)
+
+    def predict_torch(
+        self,
+        point_coords: Any,
+        point_labels: Any,
+        boxes: Any = None,
+        mask_input: Any = None,
+        multimask_output: bool = True,
+        return_logits: bool = False,
+    ) -> tuple[Any, Any, Any]:
+        """A batch of prompt sets, already in the resized frame (``transform.apply_coords_torch``/``apply_boxes_torch``).
+
+        Args:
+            point_coords: (B, N, 2) or None; point_labels: (B, N) or None.
+            boxes: (B, 4) or None; mask_input: (B, 1, 4h, 4w) or None.
+
+        Returns:
+            masks (B, C, H, W), scores (B, C), low-res logits (B, C, 4h, 4w): torch tensors when a prompt was
+            given as one, NumPy arrays otherwise.
+        """
+        from vitdeploy.runtime.preprocess import _numpy
+
+        self._require_image("predict masks")
+        template = next((v for v in (point_coords, boxes, mask_input) if v is not None and hasattr(v, "detach")), None)
+        if (point_coords is None) != (point_labels is None):
+            raise InputError("point_coords and point_labels go together: pass both or neither")
+        pts = None if point_coords is None else _as_float_array(_numpy(point_coords), "point_coords")
+        lab = None if point_labels is None else _as_float_array(_numpy(point_labels), "point_labels")
+        bxs = None if boxes is None else _as_float_array(_numpy(boxes), "boxes")
+        msk = None if mask_input is None else _as_float_array(_numpy(mask_input), "mask_input")
+        if pts is not None and (pts.ndim != 3 or pts.shape[2] != 2 or lab is None or lab.shape != pts.shape[:2]):
+            raise InputError(f"point_coords must be (B, N, 2) with point_labels (B, N), got {pts.shape} and "
+                             f"{None if lab is None else lab.shape}")
+        if bxs is not None and (bxs.ndim != 2 or bxs.shape[1] != 4):
+            raise InputError(f"boxes must be (B, 4), got shape {bxs.shape}")
+        h, w = self.mask_input_size
+        if msk is not None and (msk.ndim != 4 or msk.shape[1:] != (1, h, w)):
+            raise InputError(f"mask_input must be (B, 1, {h}, {w}), got shape {msk.shape}")
+        sizes = {name: a.shape[0] for name, a in (("point_coords", pts), ("boxes", bxs), ("mask_input", msk)) if a is not None}
+        if not {k: v for k, v in sizes.items() if k != "mask_input"}:
+            raise InputError("no prompt: give point_coords/point_labels, boxes, or both")
+        if len(set(sizes.values())) != 1:
+            raise InputError(f"the prompts disagree on the batch size: {sizes}")
+        outputs = []
+        for b in range(next(iter(sizes.values()))):
+            coords = pts[b] if pts is not None else np.zeros((0, 2))
+            labels = lab[b] if lab is not None else np.zeros((0,))
+            if bxs is not None:
+                if bxs[b, 0] > bxs[b, 2] or bxs[b, 1] > bxs[b, 3]:
+                    raise InputError(f"box {b} {bxs[b].tolist()} is not x0, y0, x1, y1 with x0 <= x1 and y0 <= y1")
+                coords, labels = np.concatenate([coords, bxs[b].reshape(2, 2)]), np.concatenate([labels, [2.0, 3.0]])
+            else:
+                coords, labels = np.concatenate([coords, np.zeros((1, 2))]), np.concatenate([labels, [-1.0]])
+            mask = msk[b][None].astype(np.float32) if msk is not None else np.zeros((1, 1, h, w), dtype=np.float32)
+            has_mask = np.full((1,), 1.0 if msk is not None else 0.0, dtype=np.float32)
+            outputs.append(self._decode(coords[None].astype(np.float32), labels[None].astype(np.float32), mask, has_mask,
+                                        multimask_output, return_logits))
+        stacked = tuple(np.stack([o[k] for o in outputs]) for k in range(3))
+        if template is None:
+            return stacked
+        import torch
+
+        return tuple(torch.from_numpy(np.ascontiguousarray(a)).to(template.device) for a in stacked)  # type: ignore[return-value]
+
+    def _decode(self, coords: np.ndarray, labels: np.ndarray, mask: np.ndarray, has_mask: np.ndarray,
+                multimask_output: bool, return_logits: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One decoder call for one prompt set in the encoder frame -> (masks, scores, low-res logits)."""
         wanted = list(range(1, 4)) if multimask_output else [0]
         if not set(wanted) <= set(self.mask_output_indices):
             kind = "multimask" if multimask_output else "single-mask"
@@ -242,7 +367,7 @@ class SamPredictor:
             if bad:
                 raise InputError(f"point labels must be 1 (foreground) or 0 (background), got {bad}")
             _check_inside(pts, width, height, "point")
-            coords, labels = resize_coords(pts, self.original_size, self.input_size), lab
+            coords, labels = resize_coords(pts, self.original_size, self.encoder_size), lab
         if box is not None:
             b = _as_float_array(box, "box").reshape(-1)
             if b.shape[0] != 4:
@@ -250,7 +375,7 @@ class SamPredictor:
             if b[0] > b[2] or b[1] > b[3]:
                 raise InputError(f"box {b.tolist()} is not x0, y0, x1, y1 with x0 <= x1 and y0 <= y1")
             _check_inside(b.reshape(2, 2), width, height, "box corner")
-            coords = np.concatenate([coords, box_corners(b, self.original_size, self.input_size)])
+            coords = np.concatenate([coords, box_corners(b, self.original_size, self.encoder_size)])
             labels = np.concatenate([labels, [2.0, 3.0]])
         elif point_coords is not None:
             coords = np.concatenate([coords, np.zeros((1, 2))])  # the padding point SamPredictor adds without a box
