@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import os
@@ -18,6 +19,9 @@ def check_output_path(path: str | os.PathLike) -> Path:
     The check creates and removes a probe file (``os.access`` says yes for root on ``/proc`` and on
     read-only mounts), so a long export never ends in an error it could have given at the start.
     """
+    if str(path) == "-":
+        raise InputError("'-' as an output path would write a file named '-': vitdeploy writes files, not standard "
+                         "output; give a file name (./- if a file named '-' is really wanted)")
     out = Path(path)
     parent = out.parent if str(out.parent) else Path(".")
     blocking = next((p for p in [parent, *parent.parents] if p.exists()), None)
@@ -51,6 +55,73 @@ def claim_outputs(paths, force: bool, inputs=()) -> None:
             raise InputError(f"'{path}' already exists: pass --force to replace it, or choose another path")
     for path in chosen:
         check_output_path(path)
+    for path in chosen:
+        lock_output(path)
+
+
+#: Outputs this process is writing -> their lock files (released by :func:`release_output_locks`).
+_LOCKS: dict[Path, Path] = {}
+LOCK_SUFFIX = ".vitdeploy-lock"
+
+
+def _lock_holder(lock: Path) -> int | None:
+    try:
+        return int(lock.read_text().strip() or "0") or None
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def lock_output(path: str | os.PathLike) -> None:
+    """Mark ``path`` as being written by this process, or refuse: another live vitdeploy process writes it.
+
+    Two runs with the same ``-o`` (e.g. started by a script twice) would each pass the no-clobber check
+    at the start and the later one would silently replace the other's file at the end; the lock file
+    ``.NAME.vitdeploy-lock`` (created with O_EXCL, holding the pid) makes the second one stop before
+    any work. A lock whose process is gone (killed with SIGKILL) is taken over.
+    """
+    out = Path(path)
+    key = out.resolve()
+    if key in _LOCKS:
+        return
+    lock = out.parent / f".{out.name}{LOCK_SUFFIX}"
+    for _ in range(3):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _lock_holder(lock)
+            if holder is not None and holder != os.getpid() and _alive(holder):
+                raise InputError(f"'{out}' is being written by another vitdeploy process (pid {holder}): wait for it to "
+                                 "finish, or choose another output path") from None
+            with contextlib.suppress(FileNotFoundError):
+                lock.unlink()  # stale: its process is gone
+            continue
+        with os.fdopen(fd, "w") as handle:
+            handle.write(str(os.getpid()))
+        _LOCKS[key] = lock
+        return
+    raise InputError(f"could not lock '{out}' for writing (its lock file '{lock.name}' keeps reappearing): choose another path")
+
+
+def release_output_locks() -> None:
+    """Remove this process's output locks (the CLI does at the end of every verb, and at exit)."""
+    for key, lock in list(_LOCKS.items()):
+        with contextlib.suppress(OSError):
+            if _lock_holder(lock) == os.getpid():
+                lock.unlink()
+        del _LOCKS[key]
+
+
+atexit.register(release_output_locks)
 
 
 @contextlib.contextmanager

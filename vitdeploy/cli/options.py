@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -26,18 +28,61 @@ def verbose_option(fn: Callable) -> Callable:
     return click.option("--verbose", "-v", is_flag=True, help="Show tracebacks and detailed logs.")(fn)
 
 
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT arrived. A BaseException, like KeyboardInterrupt, so no ``except Exception`` swallows it
+    and every ``with``/``finally`` on the way out runs: staging folders and temporary files are removed."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupt(signum: int, _frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _signals_as_interrupts() -> Any:
+    """SIGTERM (kill, timeout, docker stop, CI cancellation) and SIGINT (Ctrl-C) raise :class:`Interrupted`
+    while a verb runs; the previous handlers come back afterwards. Only the main thread can set handlers:
+    elsewhere (a verb called from a worker thread) nothing changes."""
+    previous = {}
+    try:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, _interrupt)
+    except ValueError:  # not the main thread
+        pass
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def handle_errors(fn: Callable) -> Callable:
     """Turn VitdeployError (and unexpected errors) into a one-line message and exit code 1.
 
-    ``--verbose`` (on the command or the group) prints the traceback first.
+    ``--verbose`` (on the command or the group) prints the traceback first. SIGTERM and SIGINT end the
+    verb alike: files not yet committed are removed on the way out, one line says so, and the exit code
+    is 128 + the signal's number (143, 130), as a shell reports a process ended by that signal.
     """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from vitdeploy.fileio import release_output_locks
+
         ctx = click.get_current_context()
         verbose = bool(kwargs.get("verbose")) or bool((ctx.obj or {}).get("verbose"))
         try:
-            return fn(*args, **kwargs)
+            with _signals_as_interrupts():
+                return fn(*args, **kwargs)
+        except Interrupted as stop:
+            name = signal.Signals(stop.signum).name
+            if verbose:
+                traceback.print_exc(file=sys.stderr)
+            click.echo(f"error: stopped by {name}: outputs not yet complete were removed (those already reported "
+                       "as written are whole)", err=True)
+            raise SystemExit(128 + stop.signum) from None
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except VitdeployError as exc:
@@ -63,6 +108,8 @@ def handle_errors(fn: Callable) -> Callable:
             raise SystemExit(1) from None
         except Exception as exc:
             raise _unexpected(exc, verbose) from exc
+        finally:
+            release_output_locks()
 
     return wrapper
 

@@ -309,8 +309,7 @@ class SamPredictor:
             coords = pts[b] if pts is not None else np.zeros((0, 2))
             labels = lab[b] if lab is not None else np.zeros((0,))
             if bxs is not None:
-                if bxs[b, 0] > bxs[b, 2] or bxs[b, 1] > bxs[b, 3]:
-                    raise InputError(f"box {b} {bxs[b].tolist()} is not x0, y0, x1, y1 with x0 <= x1 and y0 <= y1")
+                check_box_order(bxs[b])
                 coords, labels = np.concatenate([coords, bxs[b].reshape(2, 2)]), np.concatenate([labels, [2.0, 3.0]])
             else:
                 coords, labels = np.concatenate([coords, np.zeros((1, 2))]), np.concatenate([labels, [-1.0]])
@@ -372,8 +371,7 @@ class SamPredictor:
             b = _as_float_array(box, "box").reshape(-1)
             if b.shape[0] != 4:
                 raise InputError(f"box must hold 4 numbers x0, y0, x1, y1 (one box), got {b.shape[0]}")
-            if b[0] > b[2] or b[1] > b[3]:
-                raise InputError(f"box {b.tolist()} is not x0, y0, x1, y1 with x0 <= x1 and y0 <= y1")
+            check_box_order(b)
             _check_inside(b.reshape(2, 2), width, height, "box corner")
             coords = np.concatenate([coords, box_corners(b, self.original_size, self.encoder_size)])
             labels = np.concatenate([labels, [2.0, 3.0]])
@@ -404,13 +402,25 @@ def _as_float_array(value: Any, name: str) -> np.ndarray:
     return arr
 
 
+def check_box_order(box: np.ndarray) -> None:
+    """InputError unless a (4,) box is x0, y0, x1, y1 with x0 <= x1 and y0 <= y1."""
+    if box[0] > box[2] or box[1] > box[3]:
+        flipped = [min(box[0], box[2]), min(box[1], box[3]), max(box[0], box[2]), max(box[1], box[3])]
+        raise InputError(f"box {[float(v) for v in box]} is not x0, y0, x1, y1 with x0 <= x1 and y0 <= y1: "
+                         f"did you mean {[float(v) for v in flipped]}?")
+
+
 def check_prompts_inside(image_hw: tuple[int, int], point_coords: Any = None, box: Any = None) -> None:
-    """Raise InputError if a point or box corner lies outside an image of ``image_hw`` (checkable before encoding)."""
+    """Raise InputError if a point or box corner lies outside an image of ``image_hw``, or the box is reversed
+    (checkable before encoding, so a folder run fails before its first encoder call)."""
     height, width = int(image_hw[0]), int(image_hw[1])
     if point_coords is not None:
         _check_inside(_as_float_array(point_coords, "point_coords").reshape(-1, 2), width, height, "point")
     if box is not None:
-        _check_inside(_as_float_array(box, "box").reshape(-1, 2), width, height, "box corner")
+        b = _as_float_array(box, "box").reshape(-1)
+        if b.shape[0] == 4:
+            check_box_order(b)
+        _check_inside(b.reshape(-1, 2), width, height, "box corner")
 
 
 def _check_inside(points: np.ndarray, width: int, height: int, what: str) -> None:
