@@ -49,6 +49,22 @@ class Case:
     setup: Callable[[Path], None] | None = None  # what to put in place before the run
     timed: bool = True  # median of --runs (False: one run, for the cases that do real work)
     issue_item: str = ""
+    interrupt: int | None = None  # send this signal once the run's staging folder exists (a killed export)
+
+
+def run_interrupted(args: list[str], cwd: Path, signum: int) -> tuple[int, str, float]:
+    """``run_once``, with ``signum`` sent as soon as the export's staging folder exists (what kill/timeout do)."""
+    import signal as _signal
+
+    env = dict(os.environ, PYTHONWARNINGS="ignore::DeprecationWarning", COLUMNS="200")
+    start = time.perf_counter()
+    proc = subprocess.Popen([*vitdeploy_command(), *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+    while not list(cwd.glob(".vitdeploy-export-*")) and proc.poll() is None and time.perf_counter() - start < 300:
+        time.sleep(0.05)
+    proc.send_signal(_signal.Signals(signum))
+    out, _ = proc.communicate()
+    return proc.returncode, out.strip(), time.perf_counter() - start
 
 
 def run_once(args: list[str], cwd: Path) -> tuple[int, str, float]:
@@ -117,6 +133,29 @@ def make_fixtures(work: Path) -> None:
     Image.fromarray(sideways).save(work / "portrait.jpg", exif=exif, quality=92)
     for i in range(3):
         shutil.copy(IMAGE, work / "no_photos" / f"not_an_image_{i}.txt")
+    # issue 36: a 108-megapixel photo, and a PNG of a few dozen bytes whose header claims 10 gigapixels
+    y, x = np.mgrid[0:9000, 0:12000]
+    Image.fromarray(np.stack([x % 256, y % 256, (x + y) % 256], -1).astype(np.uint8)).save(work / "photo108.jpg", quality=80)
+    del x, y
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    (work / "bomb.png").write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 100000, 100000, 8, 2, 0, 0, 0))
+                                    + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b""))
+    ok(["build-engine", "tiny.onnx", "-o", "rtx.plan", "--builder", "tensorrt-rtx"])
+
+
+def plant_live_lock(work: Path) -> None:
+    """Another live vitdeploy process writes busy.onnx (this catalog's own pid stands for it)."""
+    (work / ".busy.onnx.vitdeploy-lock").write_text(str(os.getpid()))
+
+
+def no_staging_or_lock(work: Path) -> str | None:
+    left = [p.name for p in work.glob(".vitdeploy-*")] + [p.name for p in work.glob("killed*")]
+    return None if not left else f"left behind: {left}"
 
 
 def stale_dirs_removed(work: Path) -> str | None:
@@ -212,8 +251,36 @@ def cases() -> list[Case]:
              1, "", absent=["s.png"]),
         Case("calibrate on a folder with no images", ["calibrate", "tiny.onnx", "-p", "int8", "-o", "c.onnx", "-i", "no_photos"],
              1, "image", absent=["c.onnx"]),
-        Case("build-engine without TensorRT", ["build-engine", "tiny.onnx", "-o", "tiny.plan"], 1, "TensorRT",
-             absent=["tiny.plan"]),
+        # TensorRT (issue 35): TensorRT-RTX builds here; classic TensorRT and a GPU are missing
+        Case("build-engine --builder tensorrt without classic TensorRT", ["build-engine", "tiny.onnx", "-o", "tiny.plan",
+                                                                          "--builder", "tensorrt"],
+             1, "needs the 'tensorrt' package", absent=["tiny.plan"], issue_item="issue 35"),
+        Case("build-engine --timing-cache with TensorRT-RTX", ["build-engine", "tiny.onnx", "-o", "tc.plan", "--builder",
+                                                                "tensorrt-rtx", "--timing-cache", "t.cache"],
+             1, "--timing-cache has no effect", absent=["tc.plan", "t.cache"], issue_item="issue 35"),
+        Case("validate a TensorRT-RTX engine without a GPU", ["validate", "rtx.plan"], 1, "runs only on an NVIDIA GPU",
+             issue_item="issue 35"),
+        # issue 36: edges a real client hits
+        Case("reversed box", [*predict, "-i", img, "--box", "200,150,20,10", "-o", "rev.png"], 1, "x0 <= x1",
+             absent=["rev.png"], issue_item="36 defect 3"),
+        Case("SIGTERM during export", ["export", "-r", "sam_vit_b", "--random-weights", "--input-size", "512", "-o",
+                                       "killed.onnx"],
+             143, "stopped by SIGTERM", check=no_staging_or_lock, interrupt=15, timed=False, issue_item="36 defect 4"),
+        Case("SIGINT during export", ["export", "-r", "sam_vit_b", "--random-weights", "--input-size", "512", "-o",
+                                      "killed.onnx"],
+             130, "stopped by SIGINT", check=no_staging_or_lock, interrupt=2, timed=False, issue_item="36 defect 4"),
+        Case("export -o -", ["export", "-r", "sam_tiny", "--random-weights", "-o", "-"], 1, "'-' as an output path",
+             absent=["-"], issue_item="36 defect 5"),
+        Case("doctor --report -", ["doctor", "--report", "-"], 1, "'-' as an output path", absent=["-"],
+             issue_item="36 defect 5"),
+        Case("108-megapixel JPEG to predict", [*predict, "-i", "photo108.jpg", "--point", "100,100", "-o", "big.png",
+                                               "--force"],
+             0, "large image: 12000x9000 (108 megapixels)", timed=False, issue_item="36 defect 6"),
+        Case("decompression bomb PNG to predict", [*predict, "-i", "bomb.png", "--point", "1,1", "-o", "bomb_mask.png"],
+             1, "over this machine's limit", absent=["bomb_mask.png"], issue_item="36 defect 6"),
+        Case("another vitdeploy writes the same -o", ["export", "-r", "sam_tiny", "--random-weights", "-o", "busy.onnx"],
+             1, "is being written by another vitdeploy process", absent=["busy.onnx"], setup=plant_live_lock,
+             issue_item="36 defect 7"),
         Case("doctor", ["doctor"], 0, "vitdeploy"),
     ]
 
@@ -223,7 +290,10 @@ def run_case(case: Case, work: Path, runs: int) -> dict:
         case.setup(work)
     times, code, out = [], None, ""
     for _ in range(runs if case.timed else 1):
-        code, out, seconds = run_once(case.args, work)
+        if case.interrupt is not None:
+            code, out, seconds = run_interrupted(case.args, work, case.interrupt)
+        else:
+            code, out, seconds = run_once(case.args, work)
         times.append(seconds)
     problems = []
     if code != case.exit_code:

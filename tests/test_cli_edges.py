@@ -20,7 +20,7 @@ from PIL import Image
 
 from vitdeploy.cli import cli
 from vitdeploy.errors import InputError
-from vitdeploy.fileio import claim_outputs, lock_output, release_output_locks
+from vitdeploy.fileio import claim_outputs, lock_output, output_locks, release_output_locks
 
 IMAGE = Path(__file__).resolve().parents[1] / "calibration" / "images" / "calib_00_landscape.jpg"
 
@@ -114,12 +114,15 @@ def test_two_concurrent_exports_to_one_output_one_wins_one_is_told(tmp_path: Pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["same.onnx"]
 
 
-def test_locks_are_reentrant_in_one_process_and_released(tmp_path: Path) -> None:
-    claim_outputs([tmp_path / "a.json"], force=False)
-    lock_output(tmp_path / "a.json")  # the same process again: fine
-    assert (tmp_path / ".a.json.vitdeploy-lock").read_text() == str(os.getpid())
-    release_output_locks()
+def test_locks_last_a_verb_are_reentrant_and_the_python_api_takes_none(tmp_path: Path) -> None:
+    with output_locks():
+        claim_outputs([tmp_path / "a.json"], force=False)
+        lock_output(tmp_path / "a.json")  # the same process again: fine
+        assert (tmp_path / ".a.json.vitdeploy-lock").read_text() == str(os.getpid())
     assert not (tmp_path / ".a.json.vitdeploy-lock").exists()
+    claim_outputs([tmp_path / "b.json"], force=False)  # a program using the API: no lock file left behind
+    assert list(tmp_path.iterdir()) == []
+    release_output_locks()
 
 
 # --- prompts and images --------------------------------------------------------------------------------------

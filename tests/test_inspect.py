@@ -77,8 +77,9 @@ def test_an_engine_is_read_through_its_sidecar_and_its_hash_checked(tmp_path) ->
     assert "profile 0: image min [1, 3, 64, 64] opt [2, 3, 64, 64] max [4, 3, 64, 64]" in text
     assert "matches the sidecar's SHA-256" in text
     plan.write_bytes(plan_bytes[:-1] + b"\x00" if plan_bytes[-1] else plan_bytes[:-1] + b"\x01")
-    code, text = _inspect(str(plan))
-    assert code == 0 and "does NOT match" in text, text
+    code, text = _inspect(str(plan))  # a damaged artifact is not reported healthy: listed, then exit 1
+    assert code == 1 and "does NOT match" in text and "PROBLEM: the plan does not match the SHA-256" in text, text
+    assert f"error: '{plan}' is damaged: the plan does not match" in text, text
 
 
 def test_other_files_get_one_line_errors(tmp_path) -> None:

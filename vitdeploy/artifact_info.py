@@ -44,11 +44,17 @@ def _onnx_precision(model: Any) -> dict[str, Any]:
 def inspect_onnx(path: str | Path) -> dict[str, Any]:
     """Facts about an ONNX file (see the module docstring); InputError for a missing or invalid file."""
     from vitdeploy.engine.onnx_facts import read_onnx_facts
-    from vitdeploy.fileio import load_onnx_graph
+    from vitdeploy.fileio import external_data_problems, load_onnx_graph
+    from vitdeploy.metadata import metadata_problems
 
     path = Path(path)
     model = load_onnx_graph(path)  # read once: OnnxFacts and the fields it does not keep
     facts = read_onnx_facts(path, model)
+    image = next((t for t in facts.inputs if t.name == facts.metadata.get("input_name")), None)
+    problems = external_data_problems(model, path.parent)
+    if facts.metadata:
+        problems += [f"metadata: {p}" for p in metadata_problems(facts.metadata, list(image.dims) if image else None,
+                                                                 [t.name for t in facts.inputs], [t.name for t in facts.outputs])]
     external = [{"file": p.name, "bytes": p.stat().st_size} for p in facts.external_data if p.is_file()]
     meta = facts.metadata
     kept = meta.get("higher_precision_nodes") or []
@@ -69,6 +75,7 @@ def inspect_onnx(path: str | Path) -> dict[str, Any]:
         "op_counts": facts.op_counts,
         "metadata": meta,
         "vitdeploy_artifact": bool(meta.get("family")),
+        "problems": problems,
     }
 
 
@@ -99,6 +106,9 @@ def inspect_engine(path: str | Path, verify: bool = True) -> dict[str, Any]:
         "build_options": sidecar.get("build_options", {}),
         "metadata": sidecar.get("metadata", {}),
     }
+    from vitdeploy.metadata import metadata_problems
+
+    info["problems"] = [f"metadata: {p}" for p in metadata_problems(sidecar.get("metadata", {}))]
     if verify:
         try:
             recorded = sidecar["plan"]["sha256"]
@@ -106,6 +116,10 @@ def inspect_engine(path: str | Path, verify: bool = True) -> dict[str, Any]:
         except (OSError, VitdeployError) as exc:  # unreadable plan: say so, do not fail the listing
             info["plan_matches_sidecar"] = None
             info["plan_check_error"] = str(exc)
+        if info["plan_matches_sidecar"] is False:
+            info["problems"].append("the plan does not match the SHA-256 in its sidecar (changed or corrupt)")
+        elif info["plan_matches_sidecar"] is None:
+            info["problems"].append(f"the plan could not be read: {info['plan_check_error']}")
     return info
 
 
@@ -215,6 +229,8 @@ def describe(info: dict[str, Any]) -> list[str]:
                      "corrupt: rebuild it with 'vitdeploy build-engine')", None: f"could not be read: "
                      f"{info.get('plan_check_error')}"}[info["plan_matches_sidecar"]]
             lines.append(f"  plan file {state}")
+    for problem in info.get("problems", []):
+        lines.append(f"  PROBLEM: {problem}")
     return lines
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import contextvars
 import hashlib
 import os
 import tempfile
@@ -55,12 +56,27 @@ def claim_outputs(paths, force: bool, inputs=()) -> None:
             raise InputError(f"'{path}' already exists: pass --force to replace it, or choose another path")
     for path in chosen:
         check_output_path(path)
-    for path in chosen:
-        lock_output(path)
+    if _LOCKING.get():
+        for path in chosen:
+            lock_output(path)
 
 
 #: Outputs this process is writing -> their lock files (released by :func:`release_output_locks`).
 _LOCKS: dict[Path, Path] = {}
+#: Whether :func:`claim_outputs` locks: inside :func:`output_locks` (a CLI verb) only. A program calling the Python
+#: API owns its own process and outputs; a lock file there would outlive the call.
+_LOCKING: contextvars.ContextVar[bool] = contextvars.ContextVar("vitdeploy_output_locking", default=False)
+
+
+@contextlib.contextmanager
+def output_locks() -> Iterator[None]:
+    """Lock the outputs claimed inside the block (a verb's lifetime), and release them when it ends."""
+    token = _LOCKING.set(True)
+    try:
+        yield
+    finally:
+        _LOCKING.reset(token)
+        release_output_locks()
 LOCK_SUFFIX = ".vitdeploy-lock"
 
 
@@ -235,10 +251,39 @@ def load_onnx_graph(path: str | os.PathLike):
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, OSError, ValueError, RuntimeError) as exc:
         raise InputError(f"'{path}' is not a readable ONNX file ({type(exc).__name__}): give a model written by 'vitdeploy export'") from exc
+    try:
+        bad_text = first_non_text_field(model)
+    except UnicodeDecodeError:  # protobuf builds that raise on access instead of returning bytes
+        bad_text = "text"
+    if bad_text:
+        raise InputError(f"'{path}' is damaged: its {bad_text} is not UTF-8 text; export it again")
     missing = [f for f in external_data_files(model, path.parent) if not f.is_file()]
     if missing:
         raise MissingWeightsError(f"'{path.name}' keeps its weights in '{missing[0].name}', which is missing: keep it next to the ONNX file")
     return model
+
+
+def first_non_text_field(model) -> str | None:
+    """The first text field of an ONNX model that is not valid UTF-8, or None.
+
+    Protobuf decodes string fields lazily and hands back ``bytes`` (or raises UnicodeDecodeError) for a
+    damaged one, far from the load; the names, op types and metadata every reader uses are checked here once.
+    """
+    graph = model.graph
+    fields = [("producer name", model.producer_name), ("producer version", model.producer_version)]
+    fields += [("metadata key", p.key) for p in model.metadata_props] + [("metadata value", p.value) for p in model.metadata_props]
+    fields += [("opset domain", o.domain) for o in model.opset_import]
+    for kind, values in (("input", graph.input), ("output", graph.output), ("value info", graph.value_info)):
+        fields += [(f"{kind} name", v.name) for v in values]
+        fields += [(f"{kind} dimension", d.dim_param) for v in values for d in v.type.tensor_type.shape.dim]
+    fields += [("initializer name", t.name) for t in graph.initializer]
+    for node in graph.node:
+        fields += [("node name", node.name), ("node op type", node.op_type), ("node domain", node.domain)]
+        fields += [("node input", n) for n in node.input] + [("node output", n) for n in node.output]
+    for what, value in fields:
+        if not isinstance(value, str):
+            return what
+    return None
 
 
 def external_data_files(model, base: Path) -> list[Path]:
@@ -253,3 +298,40 @@ def external_data_files(model, base: Path) -> list[Path]:
         if location and (base / location) not in files:
             files.append(base / location)
     return files
+
+
+def external_data_problems(model, base: Path) -> list[str]:
+    """Initializers whose external data is missing or cut short (the file ends before offset + length).
+
+    ``onnx.load(..., load_external_data=False)`` reads none of it, so a ``.onnx.data`` cut in half looks
+    like a healthy model until a runtime tries to read the weights.
+    """
+    import onnx
+
+    sizes: dict[Path, int | None] = {}
+    short: dict[str, list[str]] = {}
+    for init in model.graph.initializer:
+        if init.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in init.external_data}
+        location = info.get("location")
+        if not location:
+            short.setdefault("(no location)", []).append(init.name)
+            continue
+        path = base / location
+        if path not in sizes:
+            sizes[path] = path.stat().st_size if path.is_file() else None
+        try:
+            end = int(info.get("offset", 0)) + int(info.get("length", 0))
+        except ValueError:
+            short.setdefault(location, []).append(init.name)
+            continue
+        if sizes[path] is None or (info.get("length") is not None and end > sizes[path]):
+            short.setdefault(location, []).append(init.name)
+    problems = []
+    for location, names in short.items():
+        size = sizes.get(base / location)
+        state = "is missing" if size is None else f"is cut short ({size} bytes; {len(names)} weight(s) reach past its end)"
+        problems.append(f"weights file '{location}' {state}, e.g. '{names[0]}'")
+    return problems
+

@@ -102,3 +102,79 @@ def artifact_metadata(
         "vitdeploy_version": versions["vitdeploy"],
         "tool_versions": versions,
     }
+
+
+#: Precisions a vitdeploy file can declare (what the parity tolerances and runtimes know).
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+
+
+def _positive_ints(value: Any, count: tuple[int, ...]) -> bool:
+    return (isinstance(value, list) and len(value) in count
+            and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value))
+
+
+def _numbers(value: Any, count: int) -> bool:
+    import math
+
+    return (isinstance(value, list) and len(value) == count
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value))
+
+
+def metadata_problems(meta: Any, image_input_dims: list | None = None, inputs: list[str] | None = None,
+                      outputs: list[str] | None = None) -> list[str]:
+    """What is wrong with a file's vitdeploy metadata, one phrase per field (empty: nothing found).
+
+    The metadata is written by vitdeploy; a file edited by hand or damaged in transit can carry values of
+    the wrong type or that contradict the graph, which would otherwise fail far from the cause. Checked:
+    each known key's type and range, and ``input_size`` against the image input's spatial dimensions
+    (``image_input_dims``: that input's dims, when the caller has the graph), and ``input_name`` /
+    ``output_name`` against the graph's ``inputs`` / ``outputs`` (when given).
+    """
+    if not isinstance(meta, dict):
+        return [f"the metadata is {type(meta).__name__}, not an object"]
+    problems = []
+
+    def bad(key: str, expected: str) -> None:
+        problems.append(f"{key} is {json.dumps(meta[key])[:60]}, expected {expected}")
+
+    for key in ("family", "variant", "target", "output_name", "input_name"):
+        if key in meta and not isinstance(meta[key], str):
+            bad(key, "a string")
+    if "precision" in meta and meta["precision"] not in PRECISIONS:
+        bad("precision", f"one of {', '.join(PRECISIONS)}")
+    if "input_size" in meta and not _positive_ints(meta["input_size"], (1, 2)):
+        bad("input_size", "[height, width] in pixels")
+    for key in ("pixel_mean", "pixel_std"):
+        if key in meta and not _numbers(meta[key], 3):
+            bad(key, "three numbers (R, G, B)")
+    if isinstance(meta.get("pixel_std"), list) and _numbers(meta["pixel_std"], 3) and min(meta["pixel_std"]) <= 0:
+        bad("pixel_std", "three positive numbers")
+    for key in ("architecture", "shape_profile", "cpu_form"):
+        if key in meta and meta[key] is not None and not isinstance(meta[key], dict):
+            bad(key, "a JSON object")
+    if "random_weights" in meta and not isinstance(meta["random_weights"], bool):
+        bad("random_weights", "true or false")
+    if meta.get("random_seed") is not None and (not isinstance(meta["random_seed"], int) or isinstance(meta["random_seed"], bool)
+                                                or not -(2**63) <= meta["random_seed"] < 2**63):
+        bad("random_seed", "a whole number or null")
+    elif meta.get("random_weights") is True and "random_seed" in meta and meta["random_seed"] is None:
+        bad("random_seed", "the seed of the random weights (random_weights is true)")
+    for key in ("mask_input_size", "image_embedding_size"):
+        if key in meta and not _positive_ints(meta[key], (2,)):
+            bad(key, "[height, width]")
+    if "embed_dim" in meta and not (isinstance(meta["embed_dim"], int) and not isinstance(meta["embed_dim"], bool)
+                                    and meta["embed_dim"] > 0):
+        bad("embed_dim", "a positive whole number")
+    if "mask_output_indices" in meta and not (isinstance(meta["mask_output_indices"], list) and meta["mask_output_indices"]
+                                              and all(isinstance(i, int) and 0 <= i < 4 for i in meta["mask_output_indices"])):
+        bad("mask_output_indices", "a list of mask token numbers 0..3")
+    for key, names in (("input_name", inputs), ("output_name", outputs)):
+        if isinstance(meta.get(key), str) and names is not None and meta[key] not in names:
+            problems.append(f"{key} is {json.dumps(meta[key])[:60]}, which the graph does not have ({', '.join(names)})")
+    size = meta.get("input_size")
+    dims = list(image_input_dims or [])
+    if _positive_ints(size, (1, 2)) and len(dims) == 4 and all(isinstance(d, int) and d > 0 for d in dims[2:]):
+        expected = size * 2 if len(size) == 1 else size
+        if list(dims[2:]) != list(expected):
+            problems.append(f"input_size is {size} but the graph's image input is {dims[2]}x{dims[3]}")
+    return problems

@@ -67,7 +67,8 @@ def benchmark_models(models: list[str] | tuple[str, ...], options: BenchmarkOpti
     contenders = []
     if options.eager:
         meta = first.metadata
-        family = family_of(meta, f"'{models[0]}' (to rebuild the eager model from; --no-eager times without it)")
+        family = family_of(meta, f"'{models[0]}' (to rebuild the eager model from; --no-eager times without it)",
+                           for_reference=True)
         if meta.get("random_weights"):
             echo(f"note: RANDOM WEIGHTS (seed {meta.get('random_seed')}); timings are still meaningful")
         for precision in options.eager_precisions or ("fp32",):

@@ -61,7 +61,7 @@ def build_engine(model: str, output: str, workspace_mib: int | None, batch_profi
     \b
     Examples:
       vitdeploy build-engine sam_vit_b.onnx -o sam_vit_b.plan
-      vitdeploy build-engine sam_vit_b_fp16.onnx -o sam_vit_b_fp16.plan --timing-cache trt.cache --log-file build.log
+      vitdeploy build-engine sam_vit_b_fp16.onnx -o sam_vit_b_fp16.plan --builder tensorrt --timing-cache trt.cache
       vitdeploy build-engine encoder_dyn.onnx -o encoder_dyn.plan --batch-profile 1 2 8 --workspace 4096
       vitdeploy build-engine sam_vit_b.onnx -o sam_vit_b.plan --builder tensorrt-rtx --compute-capability 8.9
     """

@@ -18,6 +18,9 @@ from vitdeploy.cli.options import handle_errors, verbose_option
 def inspect(artifact: str, as_json: bool, no_verify: bool, verbose: bool) -> None:
     """Show an artifact's inputs, outputs, precision, op counts and vitdeploy metadata.
 
+    Exit code 1 when the artifact is damaged (weights file cut short, metadata of the wrong type or
+    contradicting the graph, a plan that no longer matches its sidecar); every problem is listed.
+
     ONNX files are read without their weights; TensorRT engines through their JSON sidecar (no
     TensorRT or GPU needed), with the plan checked against the SHA-256 recorded at build time.
 
@@ -29,12 +32,18 @@ def inspect(artifact: str, as_json: bool, no_verify: bool, verbose: bool) -> Non
     """
     from vitdeploy.artifact_info import describe, inspect_artifact
 
+    from vitdeploy.errors import InputError
+
     info = inspect_artifact(artifact, verify=not no_verify)
     if as_json:
         click.echo(json.dumps(info, indent=2, default=str))
     else:
         for line in describe(info):
             click.echo(line)
+    problems = info.get("problems", [])
+    if problems:  # a damaged artifact is not reported healthy: exit 1, the first problem as the error line
+        more = f" (+{len(problems) - 1} more above)" if len(problems) > 1 else ""
+        raise InputError(f"'{artifact}' is damaged: {problems[0]}{more}; export or build it again")
 
 
 COMMAND = inspect

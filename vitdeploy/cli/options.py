@@ -69,12 +69,12 @@ def handle_errors(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from vitdeploy.fileio import release_output_locks
+        from vitdeploy.fileio import output_locks
 
         ctx = click.get_current_context()
         verbose = bool(kwargs.get("verbose")) or bool((ctx.obj or {}).get("verbose"))
         try:
-            with _signals_as_interrupts():
+            with _signals_as_interrupts(), output_locks():
                 return fn(*args, **kwargs)
         except Interrupted as stop:
             name = signal.Signals(stop.signum).name
@@ -108,8 +108,6 @@ def handle_errors(fn: Callable) -> Callable:
             raise SystemExit(1) from None
         except Exception as exc:
             raise _unexpected(exc, verbose) from exc
-        finally:
-            release_output_locks()
 
     return wrapper
 

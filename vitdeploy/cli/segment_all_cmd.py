@@ -16,8 +16,8 @@ from vitdeploy.cli.options import (force_option, handle_errors, ort_device_optio
 @sam_pair_options
 @click.option("--image", "-i", required=True, type=click.Path(dir_okay=False, path_type=str), help="Input image.")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=str),
-              help="JSON file of mask records (segmentation as COCO uncompressed RLE, area, bbox XYWH, predicted_iou, "
-                   "point_coords, stability_score, crop_box: the official generator's records).")
+              help="JSON file of mask records (segmentation as COCO RLE, area, bbox XYWH, predicted_iou, "
+                   "point_coords, stability_score, crop_box XYWH: the official generator's records).")
 @click.option("--overlay", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Picture of the masks over the image (default: next to --output, <stem>.overlay.png).")
 @click.option("--points-per-side", type=click.IntRange(min=1), default=32, show_default=True,
@@ -28,6 +28,17 @@ from vitdeploy.cli.options import (force_option, handle_errors, ort_device_optio
 @click.option("--stability-score-offset", type=float, default=1.0, show_default=True,
               help="Logit offset the stability score thresholds at.")
 @click.option("--box-nms-thresh", type=float, default=0.7, show_default=True, help="Box IoU above which duplicates are dropped.")
+@click.option("--crop-n-layers", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Run again on crops: layer i has (2**i)**2 overlapping crops (finds small objects; i+1 encoder runs per layer).")
+@click.option("--crop-nms-thresh", type=float, default=0.7, show_default=True, help="Box IoU above which duplicates across crops are dropped.")
+@click.option("--crop-overlap-ratio", type=float, default=512 / 1500, show_default=True,
+              help="How much crops of the first layer overlap, as a fraction of the image's short side.")
+@click.option("--crop-n-points-downscale-factor", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Points per side in crop layer i: --points-per-side / FACTOR**i.")
+@click.option("--min-mask-region-area", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Fill holes and drop islands smaller than this many pixels (needs scipy: 'vitdeploy[amg]').")
+@click.option("--output-mode", type=click.Choice(["uncompressed_rle", "coco_rle"]), default="uncompressed_rle",
+              show_default=True, help="Segmentation encoding: COCO's uncompressed RLE, or its compressed string (pycocotools').")
 @ort_device_options(("cpu", "cuda", "tensorrt"))
 @runtime_option
 @runtime_threads_option
@@ -36,17 +47,19 @@ from vitdeploy.cli.options import (force_option, handle_errors, ort_device_optio
 @handle_errors
 def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: str | None, points_per_side: int,
                 pred_iou_thresh: float, stability_score_thresh: float, stability_score_offset: float, box_nms_thresh: float,
-                device: str, tf32: bool, allow_unverified: bool, runtime: str, threads: int, force: bool, verbose: bool) -> None:
+                crop_n_layers: int, crop_nms_thresh: float, crop_overlap_ratio: float, crop_n_points_downscale_factor: int,
+                min_mask_region_area: int, output_mode: str, device: str, tf32: bool, allow_unverified: bool, runtime: str, threads: int, force: bool, verbose: bool) -> None:
     """Segment everything in an image: a grid of clicks, filtered and de-duplicated (SamAutomaticMaskGenerator).
 
-    The official automatic mask generator's algorithm and defaults, on the exported models, without
-    PyTorch (vitdeploy.runtime.mask_generator; crop layers and the OpenCV small-region clean-up are
-    not ported). Each grid point is one decoder call.
+    The official automatic mask generator's algorithm, parameters and defaults, on the exported models,
+    without PyTorch (vitdeploy.runtime.mask_generator): crop layers, the small-region clean-up (SciPy in
+    place of OpenCV) and COCO RLE output included. Each grid point is one decoder call.
 
     \b
     Examples:
       vitdeploy segment-all -e sam_vit_b.onnx -d sam_vit_b_decoder.onnx -i street.jpg -o street_masks.json
       vitdeploy segment-all -e enc.onnx -d dec.onnx -i cells.png -o cells.json --points-per-side 16 --pred-iou-thresh 0.8
+      vitdeploy segment-all -e enc.onnx -d dec.onnx -i street.jpg -o small.json --crop-n-layers 1 --min-mask-region-area 100
     """
     from vitdeploy.errors import InputError
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs, require_model_file
@@ -60,6 +73,7 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
     require_model_file(decoder)
     from vitdeploy.cli.progress import StageProgress, format_seconds
     from vitdeploy.runtime.images import read_image_rgb
+    from vitdeploy.runtime.amg import coco_encode_rle
     from vitdeploy.runtime.mask_generator import SamAutomaticMaskGenerator, rle_to_mask
     from vitdeploy.runtime.overlay import overlay_masks, save_png
     from vitdeploy.runtime.sam_predictor import SamPredictor
@@ -73,18 +87,35 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
     generator = SamAutomaticMaskGenerator(
         predictor, points_per_side=points_per_side, pred_iou_thresh=pred_iou_thresh,
         stability_score_thresh=stability_score_thresh, stability_score_offset=stability_score_offset,
-        box_nms_thresh=box_nms_thresh, output_mode="uncompressed_rle")
+        box_nms_thresh=box_nms_thresh, crop_n_layers=crop_n_layers, crop_nms_thresh=crop_nms_thresh,
+        crop_overlap_ratio=crop_overlap_ratio, crop_n_points_downscale_factor=crop_n_points_downscale_factor,
+        min_mask_region_area=min_mask_region_area, output_mode="uncompressed_rle")
+    if min_mask_region_area > 0:
+        from vitdeploy.runtime.amg import remove_small_regions
+
+        remove_small_regions(picture[:1, :1, 0] > 0, 1, "holes")  # scipy missing: say so now, not after the grid
     progress = StageProgress()
+    crops = f", {crop_n_layers} crop layer(s)" if crop_n_layers else ""
     click.echo(f"segmenting {Path(image).name} ({picture.shape[1]}x{picture.shape[0]}): {points_per_side}x{points_per_side} "
-               f"points, {predictor.variant}, {predictor.encoder.name}")
+               f"points{crops}, {predictor.variant}, {predictor.encoder.name}")
     start = time.perf_counter()
-    records = generator.generate(picture, progress=lambda d, t: progress("decoding the grid of points", d, t))
+    totals = [0]
+
+    def report(done: int, total: int) -> None:
+        totals[0] = total
+        progress("decoding the grid of points", done, total)
+
+    records = generator.generate(picture, progress=report)
     seconds = time.perf_counter() - start
+    masks = [rle_to_mask(r["segmentation"]) for r in records]
+    if output_mode == "coco_rle":
+        for record in records:
+            record["segmentation"] = coco_encode_rle(record["segmentation"])
     data = {"image": image, "size": [int(picture.shape[0]), int(picture.shape[1])], "encoder": encoder, "decoder": decoder,
             "options": vars(generator.options), "seconds": round(seconds, 3), "masks": records}
     atomic_write_bytes(out_path, json.dumps(data).encode())
-    save_png(overlay_masks(picture, [rle_to_mask(r["segmentation"]) for r in records]), overlay_path)
-    points = points_per_side ** 2
+    save_png(overlay_masks(picture, masks), overlay_path)
+    points = totals[0] or points_per_side ** 2
     click.echo(f"{len(records)} mask(s) from {points} points in {format_seconds(seconds)} ({points / seconds:.1f} points/s, "
                f"decoder batch 1); wrote {out_path} and {overlay_path}")
 

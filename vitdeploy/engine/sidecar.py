@@ -116,10 +116,61 @@ def read_sidecar(plan: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("schema") != SIDECAR_SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise EngineError(f"sidecar '{path.name}' has schema '{found}', expected '{SIDECAR_SCHEMA}': {rebuild}")
+    sections = [name for name in ("plan", "tensorrt", "gpu") if not isinstance(data.get(name), dict)]
+    if sections:
+        raise EngineError(f"sidecar '{path.name}' has no object for {', '.join(sections)}: {rebuild}")
     missing = [f"{section}.{key}" for section, key in REQUIRED if key not in (data.get(section) or {})]
     if missing:
         raise EngineError(f"sidecar '{path.name}' lacks {', '.join(missing)}: {rebuild}")
+    wrong = sidecar_type_problems(data)
+    if wrong:
+        raise EngineError(f"sidecar '{path.name}' has values of the wrong type ({'; '.join(wrong)}): {rebuild}")
     return data
+
+
+def sidecar_type_problems(data: dict[str, Any]) -> list[str]:
+    """Sidecar fields whose type is not what vitdeploy wrote (a hand-edited or damaged file)."""
+    import re
+
+    problems = []
+    size = data["plan"].get("size_bytes")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        problems.append(f"plan.size_bytes is {json.dumps(size)}, expected a byte count")
+    digest = data["plan"].get("sha256")
+    if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+        problems.append(f"plan.sha256 is {json.dumps(digest)[:40]}, expected 64 hex digits")
+    if not isinstance(data["tensorrt"].get("version"), str):
+        problems.append(f"tensorrt.version is {json.dumps(data['tensorrt'].get('version'))}, expected a string")
+    cc = data["gpu"].get("compute_capability")
+    if cc is not None and not isinstance(cc, str):
+        problems.append(f"gpu.compute_capability is {json.dumps(cc)}, expected a string like \"8.9\"")
+    targets = data["gpu"].get("targets")
+    if targets is not None and not (isinstance(targets, list) and all(isinstance(t, str) for t in targets)):
+        problems.append(f"gpu.targets is {json.dumps(targets)[:40]}, expected a list of compute capabilities")
+    library = data["tensorrt"].get("library", "tensorrt")
+    if library not in ("tensorrt", "tensorrt-rtx"):
+        problems.append(f"tensorrt.library is {json.dumps(library)[:40]}, expected tensorrt or tensorrt-rtx")
+    layers = data.get("layers")
+    if layers is not None and not (isinstance(layers, dict) and all(
+            isinstance(layers.get(k, {}), dict) for k in ("by_precision", "by_type_and_precision"))):
+        problems.append(f"layers is {json.dumps(layers)[:40]}, expected the layer summary vitdeploy writes")
+    for key, kind in (("metadata", dict), ("profiles", list), ("io", dict), ("build_options", dict), ("onnx", dict)):
+        if key in data and not isinstance(data[key], kind):
+            problems.append(f"{key} is {json.dumps(data[key])[:40]}, expected a JSON {'object' if kind is dict else 'list'}")
+    io = data.get("io")
+    if isinstance(io, dict):
+        for side in ("inputs", "outputs"):
+            tensors = io.get(side, [])
+            if not (isinstance(tensors, list) and all(isinstance(t, dict) and isinstance(t.get("name"), str)
+                                                        and isinstance(t.get("shape", []), list) for t in tensors)):
+                problems.append(f"io.{side} is {json.dumps(tensors)[:40]}, expected a list of {{name, dtype, shape}}")
+    profiles = data.get("profiles")
+    if isinstance(profiles, list) and not all(
+            isinstance(p, dict) and all(isinstance(r, dict) for r in p.values()) for p in profiles):
+        problems.append(f"profiles is {json.dumps(profiles)[:40]}, expected a list of {{input: {{min, opt, max}}}}")
+    if "precision" in data and data["precision"] not in ("fp32", "fp16", "bf16", "int8"):
+        problems.append(f"precision is {json.dumps(data['precision'])[:40]}, expected fp32, fp16, bf16 or int8")
+    return problems
 
 
 def read_plan_checked(plan: str | os.PathLike, sidecar: dict[str, Any]) -> bytes:

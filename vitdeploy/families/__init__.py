@@ -30,17 +30,23 @@ def family_of_recipe(recipe: Recipe) -> ModelFamily:
                           f"use one of {', '.join(FAMILIES)}") from None
 
 
-def family_of(metadata: dict[str, Any], what: str = "this model") -> ModelFamily:
-    """The family an exported file's metadata records, or an InputError saying why there is none."""
+def family_of(metadata: dict[str, Any], what: str = "this model", for_reference: bool = False) -> ModelFamily:
+    """The family an exported file's metadata records, or an InputError saying why there is none or why the
+    metadata does not fit it (``for_reference``: everything the eager reference and its inputs are rebuilt from)."""
     name = metadata.get("family")
     if not name:
         raise InputError(f"{what} carries no vitdeploy metadata (no model family): use a model written by "
                          "'vitdeploy export'")
     try:
-        return FAMILIES[name]
-    except KeyError:
+        family = FAMILIES[name]
+    except (KeyError, TypeError):
         raise InputError(f"{what} is of model family '{name}', which this vitdeploy version does not know: "
                          f"it knows {', '.join(FAMILIES)}") from None
+    problems = family.metadata_problems(metadata, for_reference)
+    if problems:
+        raise InputError(f"{what} says it is a {name} model, but {'; '.join(problems)}: its metadata was edited or damaged; "
+                         "export it again with 'vitdeploy export'")
+    return family
 
 
 def recorded_family(metadata: dict[str, Any]) -> ModelFamily | None:
@@ -54,7 +60,7 @@ def eager_reference(metadata: dict[str, Any], checkpoint: str | None = None) -> 
     Random-weight exports are rebuilt from the seed in their metadata; checkpoint exports need the
     same checkpoint (its SHA-256 is checked against the one recorded at export).
     """
-    return family_of(metadata).eager_reference(metadata, checkpoint)
+    return family_of(metadata, for_reference=True).eager_reference(metadata, checkpoint)
 
 
 def check_export_options(family: ModelFamily, recipe: Recipe, options: ExportOptions) -> None:

@@ -63,6 +63,22 @@ class ModelFamily:
     export_targets: tuple[str, ...] = (DEFAULT_TARGET,)
     #: LayerNorm2d forms ``--layernorm2d`` may pick (the first is the default); empty: the family has none.
     layernorm2d_forms: tuple[str, ...] = ()
+    #: Metadata keys a file of this family carries: its reference, preprocessing and inputs are built from them.
+    required_metadata: tuple[str, ...] = ("architecture", "input_size")
+
+    def architecture_fields(self) -> frozenset[str] | None:
+        """The ``architecture`` keys this family builds its model from (None: not checked)."""
+        return None
+
+    def metadata_problems(self, metadata: dict[str, Any], for_reference: bool = False) -> list[str]:
+        """What a file claiming this family carries that this family cannot build, and (``for_reference``: the eager
+        reference and its inputs are to be rebuilt) which of :attr:`required_metadata` it lacks."""
+        problems = [f"it lacks '{key}'" if key not in metadata else f"its '{key}' is null"
+                    for key in self.required_metadata if for_reference and metadata.get(key) is None]
+        arch, fields = metadata.get("architecture"), self.architecture_fields()
+        if isinstance(arch, dict) and fields is not None and set(arch) - fields:
+            problems.append(f"its architecture has key(s) {sorted(set(arch) - fields)} that {self.name} does not have")
+        return problems
 
     # -- export ---------------------------------------------------------------------------------------
 

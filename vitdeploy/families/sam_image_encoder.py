@@ -20,6 +20,14 @@ class SamImageEncoder(ModelFamily):
     name = "sam_image_encoder"
     export_targets = tuple(TARGETS)
     layernorm2d_forms = ("matmul", "native")
+    required_metadata = ("architecture", "input_size", "pixel_mean", "pixel_std")
+
+    def architecture_fields(self) -> frozenset[str]:
+        from dataclasses import fields
+
+        from vitdeploy.models.sam_arch import SamEncoderArch
+
+        return frozenset(f.name for f in fields(SamEncoderArch))
 
     def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
         from vitdeploy.models.sam_arch import SamEncoderArch

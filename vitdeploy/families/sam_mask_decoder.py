@@ -21,6 +21,14 @@ if TYPE_CHECKING:
 class SamMaskDecoder(ModelFamily):
     name = "sam_mask_decoder"
     layernorm2d_forms = ("matmul", "native")  # the mask upscaler's
+    required_metadata = ("architecture", "input_size", "image_embedding_size", "mask_input_size", "embed_dim")
+
+    def architecture_fields(self) -> frozenset[str]:
+        from dataclasses import fields
+
+        from vitdeploy.models.sam_arch import SamDecoderArch
+
+        return frozenset(f.name for f in fields(SamDecoderArch))
 
     def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
         from vitdeploy.models.sam_arch import SamDecoderArch

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 class TimmFamily(ModelFamily):
     """What the timm families share: the recipe's ``[timm] output`` and timm's own eval preprocessing."""
 
+    required_metadata = ("architecture", "input_size", "data_config")
+
     def output_kind(self, recipe: Recipe) -> str:
         """``logits``, ``pre_logits`` or ``features``: which of timm's methods the graph computes."""
         from vitdeploy.rewrites.timm_vit import TIMM_OUTPUTS

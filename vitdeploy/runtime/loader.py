@@ -19,6 +19,22 @@ def attention_flag(fused_attention: bool | None, folded_attention: bool) -> str 
     return "--fused-attention" if fused_attention is True else "--folded-attention" if folded_attention else None
 
 
+def checked(runner: Runner, path: Path) -> Runner:
+    """``runner`` after its file's vitdeploy metadata passed the checks
+    (:func:`vitdeploy.metadata.metadata_problems`: each known field's type, names and ``input_size`` against the graph): an edited or damaged file is refused
+    here in one line naming the field, not deep inside a verb."""
+    from vitdeploy.metadata import metadata_problems
+
+    meta = runner.metadata
+    name = meta.get("input_name") if isinstance(meta, dict) else None
+    dims = runner.input_shapes().get(name) if isinstance(name, str) and hasattr(runner, "input_shapes") else None
+    problems = metadata_problems(meta, dims, list(runner.input_names), list(runner.output_names))
+    if problems:
+        raise InputError(f"'{path.name}' has damaged vitdeploy metadata ({'; '.join(problems)}): export it again with "
+                         "'vitdeploy export' (files edited by hand are not trusted)")
+    return runner
+
+
 def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str = "cpu", gpu: int = 0,
                 fused_attention: bool | None = None, folded_attention: bool = False, tf32: bool = False,
                 allow_unverified: bool = False, runtime: str = "onnxruntime") -> Runner:
@@ -41,18 +57,18 @@ def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str
             raise InputError("--tf32 is CUDA math: OpenVINO runs on the CPU in FP32 (leave out --tf32)")
         from vitdeploy.runtime.openvino_runner import OpenVinoRunner
 
-        return OpenVinoRunner(path, threads=threads, device=ort_device)
+        return checked(OpenVinoRunner(path, threads=threads, device=ort_device), path)
     if suffix in ONNX_SUFFIXES:
         from vitdeploy.runtime.runners import OnnxRuntimeRunner
 
-        return OnnxRuntimeRunner(path, threads=threads, device=ort_device, fused_attention=fused_attention,
-                                 folded_attention=folded_attention, tf32=tf32, allow_unverified=allow_unverified)
+        return checked(OnnxRuntimeRunner(path, threads=threads, device=ort_device, fused_attention=fused_attention,
+                                         folded_attention=folded_attention, tf32=tf32, allow_unverified=allow_unverified), path)
     if flag:
         raise InputError(f"{flag} applies to ONNX models on ONNX Runtime, not to '{path.name}'")
     if suffix in ENGINE_SUFFIXES:
         from vitdeploy.runtime.tensorrt_runner import TensorRTRunner
 
-        return TensorRTRunner(path, device=gpu)
+        return checked(TensorRTRunner(path, device=gpu), path)
     raise InputError(
         f"'{path.name}' is neither an ONNX model ({', '.join(ONNX_SUFFIXES)}) nor a TensorRT engine "
         f"({', '.join(ENGINE_SUFFIXES)}): give a file written by 'vitdeploy export' or 'vitdeploy build-engine'"

@@ -1,192 +1,241 @@
 """Segment everything: ``segment_anything.SamAutomaticMaskGenerator`` on exported models, torch-free.
 
-The official algorithm, step by step (``segment_anything/automatic_mask_generator.py`` and
-``utils/amg.py`` of the official package): a regular grid of ``points_per_side``² single-click
-prompts, each decoded into three candidate masks (multimask) at the image's size as logits; masks
-whose predicted IoU is at most ``pred_iou_thresh`` or whose stability score (IoU of the mask
-thresholded at ``+offset`` and ``-offset``) is below ``stability_score_thresh`` are dropped; the rest
-are thresholded at 0, boxed, run-length encoded (column-major, as COCO's uncompressed RLE) and
-de-duplicated by box non-maximum suppression at ``box_nms_thresh``, best predicted IoU first. The
-records are the official ones (``segmentation``, ``area``, ``bbox`` XYWH, ``predicted_iou``,
-``point_coords``, ``stability_score``, ``crop_box``).
+The official algorithm, step by step (``segment_anything/automatic_mask_generator.py``; its utilities in
+:mod:`vitdeploy.runtime.amg`): the image and, with ``crop_n_layers`` > 0, overlapping crops of it
+(``generate_crop_boxes``) are each encoded; a grid of single-click prompts per crop layer
+(``points_per_side`` a side, scaled down by ``crop_n_points_downscale_factor`` per layer, or the given
+``point_grids``) is decoded into three candidate masks each as logits; masks whose predicted IoU is at
+most ``pred_iou_thresh`` or whose stability score is below ``stability_score_thresh`` are dropped, so are
+masks cut off by a crop's edge; box non-maximum suppression at ``box_nms_thresh`` per crop (best
+predicted IoU first) and at ``crop_nms_thresh`` across crops (smaller crops first); then, with
+``min_mask_region_area`` > 0, holes and islands smaller than that are removed and suppression runs again
+(unchanged masks first). The records are the official ones (``segmentation`` as a binary mask, COCO's
+uncompressed RLE or its compressed string, ``area``, ``bbox`` XYWH, ``predicted_iou``, ``point_coords``,
+``stability_score``, ``crop_box`` XYWH).
 
-Not ported: crop layers (``crop_n_layers > 0``) and the small-region clean-up
-(``min_mask_region_area > 0``, which needs OpenCV); both default to off in the official generator,
-and are refused here rather than ignored. The decoder graph takes one prompt per call (its
-batch axis is static), so the points run one after another: ``points_per_batch`` is accepted for
-the official signature and has no effect. Tested against the official generator on tiny seeded
-models (tests/test_mask_generator.py).
+What differs: the first argument is a :class:`~vitdeploy.runtime.sam_predictor.SamPredictor` (exported
+files), not a ``Sam`` model; the decoder graph takes one prompt per call, so ``points_per_batch`` is
+accepted for the official signature and has no effect; the small-region clean-up uses SciPy where the
+official uses OpenCV, and ``coco_rle`` is encoded without pycocotools. Tested against the official
+generator on tiny seeded models, crops and clean-up included (tests/test_mask_generator.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from vitdeploy.errors import InputError
+from vitdeploy.runtime.amg import (area_from_rle, box_nms, build_all_layer_point_grids, build_point_grid, coco_encode_rle,
+                                   generate_crop_boxes, is_box_near_crop_edge, mask_to_box, mask_to_rle, remove_small_regions,
+                                   rle_to_mask, stability_score, uncrop_boxes_xyxy, uncrop_mask, uncrop_points)
 
 MASK_THRESHOLD = 0.0
-
-
-def build_point_grid(n_per_side: int) -> np.ndarray:
-    """(n², 2) points in [0, 1] x [0, 1], as the official ``build_point_grid`` (x varies fastest)."""
-    offset = 1 / (2 * n_per_side)
-    one_side = np.linspace(offset, 1 - offset, n_per_side)
-    xs = np.tile(one_side[None, :], (n_per_side, 1))
-    ys = np.tile(one_side[:, None], (1, n_per_side))
-    return np.stack([xs, ys], axis=-1).reshape(-1, 2)
-
-
-def stability_score(logits: np.ndarray, threshold: float, offset: float) -> np.ndarray:
-    """IoU of the masks thresholded at ``threshold + offset`` and ``threshold - offset``, per mask (C, H, W) -> (C,)."""
-    flat = logits.reshape(len(logits), -1)
-    intersections = (flat > threshold + offset).sum(axis=1, dtype=np.int64)
-    unions = (flat > threshold - offset).sum(axis=1, dtype=np.int64)
-    with np.errstate(invalid="ignore", divide="ignore"):  # an empty union is NaN, as in the official (never kept)
-        return (intersections / unions).astype(np.float32)
-
-
-def mask_to_box(masks: np.ndarray) -> np.ndarray:
-    """(C, H, W) bool -> (C, 4) XYXY boxes of their pixels (inclusive maxima); an empty mask gives [0, 0, 0, 0]."""
-    boxes = np.zeros((len(masks), 4), np.float32)
-    for i, mask in enumerate(masks):
-        rows, cols = np.any(mask, axis=1), np.any(mask, axis=0)
-        if rows.any():
-            y = np.flatnonzero(rows)
-            x = np.flatnonzero(cols)
-            boxes[i] = (x[0], y[0], x[-1], y[-1])
-    return boxes
-
-
-def mask_to_rle(mask: np.ndarray) -> dict[str, Any]:
-    """COCO's uncompressed RLE of an (H, W) bool mask: run lengths in column-major order, starting with zeros."""
-    h, w = mask.shape
-    flat = mask.T.reshape(-1)
-    change = np.flatnonzero(flat[1:] != flat[:-1]) + 1
-    edges = np.concatenate([[0], change, [flat.size]])
-    counts = np.diff(edges).tolist()
-    if flat.size and flat[0]:
-        counts = [0, *counts]
-    return {"size": [h, w], "counts": [int(c) for c in counts]}
-
-
-def rle_to_mask(rle: dict[str, Any]) -> np.ndarray:
-    """The (H, W) bool mask of an uncompressed RLE."""
-    h, w = rle["size"]
-    values = np.zeros(h * w, dtype=bool)
-    position, value = 0, False
-    for count in rle["counts"]:
-        values[position:position + count] = value
-        position += count
-        value = not value
-    return values.reshape(w, h).T
-
-
-def box_nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float) -> np.ndarray:
-    """Indices kept by non-maximum suppression, highest score first (torchvision.ops.nms semantics: areas without +1)."""
-    order = np.argsort(-scores, kind="stable")
-    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    keep: list[int] = []
-    suppressed = np.zeros(len(boxes), dtype=bool)
-    for i in order:
-        if suppressed[i]:
-            continue
-        keep.append(int(i))
-        x0 = np.maximum(boxes[i, 0], boxes[:, 0])
-        y0 = np.maximum(boxes[i, 1], boxes[:, 1])
-        x1 = np.minimum(boxes[i, 2], boxes[:, 2])
-        y1 = np.minimum(boxes[i, 3], boxes[:, 3])
-        inter = np.clip(x1 - x0, 0, None) * np.clip(y1 - y0, 0, None)
-        union = areas[i] + areas - inter
-        iou = np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
-        suppressed |= iou > iou_threshold
-    return np.array(keep, dtype=np.int64)
+OUTPUT_MODES = ("binary_mask", "uncompressed_rle", "coco_rle")
 
 
 @dataclass
 class MaskGeneratorOptions:
-    """The official generator's parameters (same names and defaults)."""
+    """The official generator's parameters (same names, same defaults)."""
 
-    points_per_side: int = 32
+    points_per_side: int | None = 32
     points_per_batch: int = 64
     pred_iou_thresh: float = 0.88
     stability_score_thresh: float = 0.95
     stability_score_offset: float = 1.0
     box_nms_thresh: float = 0.7
     crop_n_layers: int = 0
+    crop_nms_thresh: float = 0.7
+    crop_overlap_ratio: float = 512 / 1500
+    crop_n_points_downscale_factor: int = 1
+    point_grids: list[np.ndarray] | None = None
     min_mask_region_area: int = 0
     output_mode: str = "binary_mask"
 
     def check(self) -> None:
-        if self.points_per_side < 1:
-            raise InputError(f"points_per_side must be at least 1, got {self.points_per_side}")
-        if self.crop_n_layers:
-            raise InputError("crop layers (crop_n_layers > 0) are not supported by vitdeploy's mask generator: use 0")
-        if self.min_mask_region_area:
-            raise InputError("min_mask_region_area > 0 (OpenCV clean-up) is not supported by vitdeploy's mask generator: use 0")
-        if self.output_mode not in ("binary_mask", "uncompressed_rle"):
-            raise InputError(f"output_mode '{self.output_mode}' is not supported: use binary_mask or uncompressed_rle "
-                             "(coco_rle needs pycocotools: encode the uncompressed RLE with it)")
+        if (self.points_per_side is None) == (self.point_grids is None):
+            raise InputError("give exactly one of points_per_side and point_grids (as the official generator): "
+                             f"got points_per_side={self.points_per_side!r} and "
+                             f"point_grids={'None' if self.point_grids is None else f'{len(self.point_grids)} grid(s)'}")
+        if self.points_per_side is not None and (not isinstance(self.points_per_side, int) or self.points_per_side < 1):
+            raise InputError(f"points_per_side must be a whole number of at least 1, got {self.points_per_side!r}")
+        if not isinstance(self.crop_n_layers, int) or self.crop_n_layers < 0:
+            raise InputError(f"crop_n_layers must be a whole number >= 0, got {self.crop_n_layers!r}")
+        if not isinstance(self.crop_n_points_downscale_factor, int) or self.crop_n_points_downscale_factor < 1:
+            raise InputError(f"crop_n_points_downscale_factor must be a whole number >= 1, got {self.crop_n_points_downscale_factor!r}")
+        if self.point_grids is not None:
+            grids = [np.asarray(g, dtype=np.float64) for g in self.point_grids]
+            if len(grids) != self.crop_n_layers + 1:
+                raise InputError(f"point_grids has {len(grids)} grid(s); crop_n_layers={self.crop_n_layers} needs "
+                                 f"{self.crop_n_layers + 1} (one per crop layer)")
+            for i, g in enumerate(grids):
+                if g.ndim != 2 or g.shape[1] != 2 or len(g) == 0 or g.min() < 0 or g.max() > 1:
+                    raise InputError(f"point_grids[{i}] must be an (N, 2) array of (x, y) in [0, 1], got shape {g.shape}")
+        if self.output_mode not in OUTPUT_MODES:
+            raise InputError(f"output_mode '{self.output_mode}' is not one of {', '.join(OUTPUT_MODES)}")
+        if self.min_mask_region_area < 0:
+            raise InputError(f"min_mask_region_area must be >= 0, got {self.min_mask_region_area}")
+
+    def grids(self) -> list[np.ndarray]:
+        if self.point_grids is not None:
+            return [np.asarray(g, dtype=np.float64) for g in self.point_grids]
+        assert self.points_per_side is not None
+        return build_all_layer_point_grids(self.points_per_side, self.crop_n_layers, self.crop_n_points_downscale_factor)
+
+
+@dataclass
+class _Masks:
+    """Candidate masks as the official ``MaskData``: parallel lists, RLEs in the image frame."""
+
+    rles: list[dict[str, Any]] = field(default_factory=list)
+    boxes: list[np.ndarray] = field(default_factory=list)  # XYXY, image frame
+    ious: list[float] = field(default_factory=list)
+    stabilities: list[float] = field(default_factory=list)
+    points: list[np.ndarray] = field(default_factory=list)  # image frame
+    crop_boxes: list[list[int]] = field(default_factory=list)  # XYXY
+
+    def extend(self, other: _Masks) -> None:
+        for name in ("rles", "boxes", "ious", "stabilities", "points", "crop_boxes"):
+            getattr(self, name).extend(getattr(other, name))
+
+    def keep(self, indices: np.ndarray) -> None:
+        for name in ("rles", "boxes", "ious", "stabilities", "points", "crop_boxes"):
+            values = getattr(self, name)
+            setattr(self, name, [values[int(i)] for i in indices])
 
 
 class SamAutomaticMaskGenerator:
-    """``segment_anything.SamAutomaticMaskGenerator`` over a :class:`~vitdeploy.runtime.sam_predictor.SamPredictor`."""
+    """``segment_anything.SamAutomaticMaskGenerator`` over a :class:`~vitdeploy.runtime.sam_predictor.SamPredictor`.
+
+    Args:
+        predictor: the predictor of the exported encoder and decoder (where the official takes a ``Sam``).
+        **options: the official generator's parameters (:class:`MaskGeneratorOptions`), same names and defaults.
+    """
 
     def __init__(self, predictor: Any, **options: Any):
+        if not (hasattr(predictor, "set_image") and hasattr(predictor, "predict") and hasattr(predictor, "encoder")):
+            raise InputError(f"SamAutomaticMaskGenerator takes a vitdeploy.runtime.SamPredictor(encoder, decoder) of "
+                             f"exported files, not a {type(predictor).__module__}.{type(predictor).__name__}: export the "
+                             "model's encoder and decoder with 'vitdeploy export' and build the predictor from them")
+        unknown = sorted(set(options) - set(MaskGeneratorOptions.__dataclass_fields__))
+        if unknown:
+            raise InputError(f"unknown option(s) {', '.join(unknown)}: the official generator's parameters are "
+                             f"{', '.join(MaskGeneratorOptions.__dataclass_fields__)}")
         self.predictor = predictor
         self.options = MaskGeneratorOptions(**options)
         self.options.check()
+        self.point_grids = self.options.grids()
 
     def generate(self, image: np.ndarray, progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
-        """Mask records for an HxWx3 uint8 RGB image (see the module docstring), best predicted IoU first.
+        """Mask records for an HxWx3 uint8 RGB image (see the module docstring), in the official order.
 
-        ``progress(done, total)`` counts grid points, from 0 when the image has been encoded.
+        ``progress(done, total)`` counts grid points over every crop, from 0 once the first crop is encoded.
         """
+        from vitdeploy.runtime.preprocess import check_rgb_uint8
+
+        check_rgb_uint8(image)
         opt = self.options
-        self.predictor.set_image(image)
         height, width = image.shape[:2]
-        points = build_point_grid(opt.points_per_side) * np.array([width, height], dtype=np.float64)
-        kept_masks, ious, stabilities, sources = [], [], [], []
-        if progress:
-            progress(0, len(points))
-        for k, point in enumerate(points):
-            logits, scores, _ = self.predictor.predict(point[None], np.array([1]), multimask_output=True, return_logits=True)
-            stable = stability_score(logits, MASK_THRESHOLD, opt.stability_score_offset)
-            keep = np.ones(len(scores), dtype=bool)
-            if opt.pred_iou_thresh > 0:  # the official filters apply only when their threshold is positive
-                keep &= scores > opt.pred_iou_thresh
-            if opt.stability_score_thresh > 0:
-                keep &= stable >= opt.stability_score_thresh
-            for j in np.flatnonzero(keep):
-                kept_masks.append(logits[j] > MASK_THRESHOLD)
-                ious.append(float(scores[j]))
-                stabilities.append(float(stable[j]))
-                sources.append(point)
-            if progress:
-                progress(k + 1, len(points))
-        self.predictor.reset_image()
-        if not kept_masks:
-            return []
-        masks = np.stack(kept_masks)
-        boxes = mask_to_box(masks)
-        keep = box_nms(boxes, np.array(ious, np.float32), opt.box_nms_thresh)
+        crop_boxes, layers = generate_crop_boxes((height, width), opt.crop_n_layers, opt.crop_overlap_ratio)
+        total = sum(len(self.point_grids[layer]) for layer in layers)
+        done = [0]
+        data = _Masks()
+        for crop_box, layer in zip(crop_boxes, layers):
+            data.extend(self._process_crop(image, crop_box, layer, (height, width), progress, done, total))
+        if len(crop_boxes) > 1 and data.rles:  # duplicates across crops: masks from smaller crops first
+            areas = np.array([(b[2] - b[0]) * (b[3] - b[1]) for b in data.crop_boxes], dtype=np.float32)
+            data.keep(box_nms(np.stack(data.boxes), 1.0 / areas, opt.crop_nms_thresh))
+        if opt.min_mask_region_area > 0 and data.rles:
+            self._remove_small_regions(data, opt.min_mask_region_area, max(opt.box_nms_thresh, opt.crop_nms_thresh))
         records = []
-        for i in keep:
-            x0, y0, x1, y1 = (float(v) for v in boxes[i])
+        for i, rle in enumerate(data.rles):
+            x0, y0, x1, y1 = (float(v) for v in data.boxes[i])
+            c0, c1, c2, c3 = data.crop_boxes[i]
+            segmentation: Any = rle
+            if opt.output_mode == "binary_mask":
+                segmentation = rle_to_mask(rle)
+            elif opt.output_mode == "coco_rle":
+                segmentation = coco_encode_rle(rle)
             records.append({
-                "segmentation": masks[i] if opt.output_mode == "binary_mask" else mask_to_rle(masks[i]),
-                "area": int(masks[i].sum()),
+                "segmentation": segmentation,
+                "area": area_from_rle(rle),
                 "bbox": [x0, y0, x1 - x0, y1 - y0],
-                "predicted_iou": ious[i],
-                "point_coords": [[float(sources[i][0]), float(sources[i][1])]],
-                "stability_score": stabilities[i],
-                "crop_box": [0, 0, width, height],
+                "predicted_iou": data.ious[i],
+                "point_coords": [[float(data.points[i][0]), float(data.points[i][1])]],
+                "stability_score": data.stabilities[i],
+                "crop_box": [c0, c1, c2 - c0, c3 - c1],
             })
         return records
 
+    def _process_crop(self, image: np.ndarray, crop_box: list[int], layer: int, orig_size: tuple[int, int],
+                      progress: Callable[[int, int], None] | None, done: list[int], total: int) -> _Masks:
+        opt = self.options
+        x0, y0, x1, y1 = crop_box
+        crop = np.ascontiguousarray(image[y0:y1, x0:x1, :])
+        self.predictor.set_image(crop)
+        crop_h, crop_w = crop.shape[:2]
+        points = self.point_grids[layer] * np.array([crop_w, crop_h], dtype=np.float64)
+        if progress and done[0] == 0:
+            progress(0, total)
+        masks, ious, stabilities, sources = [], [], [], []
+        for point in points:
+            logits, scores, _ = self.predictor.predict(point[None], np.array([1]), multimask_output=True, return_logits=True)
+            keep = np.ones(len(scores), dtype=bool)
+            if opt.pred_iou_thresh > 0:  # the official filters apply only when their threshold is positive
+                keep &= scores > opt.pred_iou_thresh
+            stable = stability_score(logits, MASK_THRESHOLD, opt.stability_score_offset)
+            if opt.stability_score_thresh > 0:
+                keep &= stable >= opt.stability_score_thresh
+            for j in np.flatnonzero(keep):
+                masks.append(logits[j] > MASK_THRESHOLD)
+                ious.append(float(scores[j]))
+                stabilities.append(float(stable[j]))
+                sources.append(point)
+            done[0] += 1
+            if progress:
+                progress(done[0], total)
+        self.predictor.reset_image()
+        out = _Masks()
+        if not masks:
+            return out
+        stacked = np.stack(masks)
+        boxes = mask_to_box(stacked)
+        orig_h, orig_w = orig_size
+        inside = ~is_box_near_crop_edge(boxes, crop_box, [0, 0, orig_w, orig_h])
+        kept = np.flatnonzero(inside)
+        if len(kept) == 0:
+            return out
+        order = kept[box_nms(boxes[kept], np.array(ious, np.float32)[kept], opt.box_nms_thresh)]
+        for i in order:
+            out.rles.append(mask_to_rle(uncrop_mask(stacked[i], crop_box, orig_h, orig_w)))
+            out.boxes.append(uncrop_boxes_xyxy(boxes[i:i + 1], crop_box)[0])
+            out.ious.append(ious[i])
+            out.stabilities.append(stabilities[i])
+            out.points.append(uncrop_points(sources[i][None], crop_box)[0])
+            out.crop_boxes.append(list(crop_box))
+        return out
 
-__all__ = ["MaskGeneratorOptions", "SamAutomaticMaskGenerator", "box_nms", "build_point_grid", "mask_to_box",
-           "mask_to_rle", "rle_to_mask", "stability_score"]
+    @staticmethod
+    def _remove_small_regions(data: _Masks, min_area: int, nms_thresh: float) -> None:
+        """The official ``postprocess_small_regions``: fill small holes, drop small islands, then suppress again
+        preferring masks that needed no change."""
+        cleaned, scores = [], []
+        for rle in data.rles:
+            mask, changed_holes = remove_small_regions(rle_to_mask(rle), min_area, mode="holes")
+            mask, changed_islands = remove_small_regions(mask, min_area, mode="islands")
+            cleaned.append(mask)
+            scores.append(float(not (changed_holes or changed_islands)))
+        boxes = mask_to_box(np.stack(cleaned))
+        keep = box_nms(boxes, np.array(scores, np.float32), nms_thresh)
+        for i in keep:
+            if scores[i] == 0.0:
+                data.rles[i] = mask_to_rle(cleaned[i])
+                data.boxes[i] = boxes[i]
+        data.keep(keep)
+
+
+__all__ = ["MaskGeneratorOptions", "OUTPUT_MODES", "SamAutomaticMaskGenerator", "box_nms", "build_point_grid",
+           "mask_to_box", "mask_to_rle", "rle_to_mask", "stability_score"]

@@ -204,7 +204,11 @@ class OnnxRuntimeRunner:
         self.name = f"onnxruntime-{device}"
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
-        self.metadata = decode(self.session.get_modelmeta().custom_metadata_map)
+        try:
+            self.metadata = decode(self.session.get_modelmeta().custom_metadata_map)
+        except UnicodeDecodeError as exc:  # ONNX Runtime decodes the strings as UTF-8: a damaged byte stops it
+            raise InputError(f"'{path.name}' has metadata that is not UTF-8 text (byte {exc.start} of a value is "
+                             f"0x{exc.object[exc.start]:02x}): the file is damaged; export it again") from None
         self._binding = self.session.io_binding() if io_binding else None
         self._out_buffers: dict[str, np.ndarray] = {}
         if self._binding is not None:

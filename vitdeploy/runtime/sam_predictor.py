@@ -96,6 +96,13 @@ def check_artifact_pair(encoder: dict[str, Any], decoder: dict[str, Any], *, che
         )
 
 
+class ImageEncoderInfo:
+    """What official code reads off ``Sam.image_encoder``: the square side it takes, under the official name."""
+
+    def __init__(self, encoder_size: int) -> None:
+        self.img_size = int(encoder_size)
+
+
 class SamModelInfo:
     """What official code reads off ``SamPredictor.model`` (a ``segment_anything.Sam``), for exported files."""
 
@@ -103,9 +110,7 @@ class SamModelInfo:
     mask_threshold = MASK_THRESHOLD
 
     def __init__(self, encoder_size: int, pixel_mean: Any, pixel_std: Any) -> None:
-        from types import SimpleNamespace
-
-        self.image_encoder = SimpleNamespace(img_size=int(encoder_size))
+        self.image_encoder = ImageEncoderInfo(encoder_size)
         self.pixel_mean = tuple(float(v) for v in pixel_mean)
         self.pixel_std = tuple(float(v) for v in pixel_std)
 

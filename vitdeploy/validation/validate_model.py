@@ -53,7 +53,7 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
     for note in runner_notes(candidate, options.threads):
         echo(note)
     meta = candidate.metadata
-    family = family_of(meta, f"'{model}'")
+    family = family_of(meta, f"'{model}'", for_reference=True)
     preprocess = family.image_preprocessor(meta) if options.images else None
     if meta.get("random_weights"):
         echo(f"note: {Path(model).name} has RANDOM WEIGHTS (seed {meta.get('random_seed')}); parity is still meaningful")

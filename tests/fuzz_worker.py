@@ -1,0 +1,124 @@
+"""The fuzz test's worker: seeded mutations of vitdeploy's files through the real CLI verbs, in one process.
+
+Run by tests/test_fuzz.py as ``python tests/fuzz_worker.py WORKDIR SEED COUNTS_JSON``. Before each case it
+appends the case's name to WORKDIR/progress.txt, so a death by signal or a hang names the case that caused
+it; after each case it appends a JSON line (case, exit code, the first error line, whether a traceback or "a
+vitdeploy bug" appeared) to WORKDIR/results.jsonl.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from vitdeploy.cli import cli  # noqa: E402
+
+IMAGE = ROOT / "calibration" / "images" / "calib_00_landscape.jpg"
+JUNK_VALUES = [None, "", "x", -1, 0, 1e308, [], {}, [1], [1, 2], ["a", "b", "c"], True, "[1, 2", {"a": 1}, "nan", 2**70]
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=True)
+    text = result.output
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        text += f"\nTraceback (uncaught {type(result.exception).__name__}: {result.exception})"
+    return result.exit_code, text
+
+
+def flip_bytes(data: bytes, rng: random.Random) -> bytes:
+    out = bytearray(data)
+    kind = rng.random()
+    if kind < 0.2:
+        return bytes(out[: rng.randrange(1, len(out))])  # truncated
+    for _ in range(rng.randint(1, 8)):
+        out[rng.randrange(len(out))] = rng.randrange(256)
+    return bytes(out)
+
+
+def set_metadata(source: Path, target: Path, key: str, value: object) -> None:
+    import onnx
+
+    model = onnx.load(str(source), load_external_data=False)
+    props = {p.key: p.value for p in model.metadata_props}
+    props[f"vitdeploy.{key}"] = value if isinstance(value, str) else json.dumps(value)
+    del model.metadata_props[:]
+    for k, v in props.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = k, v
+    onnx.save(model, str(target))
+
+
+def main() -> None:
+    work, seed, counts = Path(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+    rng = random.Random(seed)
+    progress = open(work / "progress.txt", "a", buffering=1)
+    results = open(work / "results.jsonl", "a", buffering=1)
+    enc, dec, plan = work / "enc.onnx", work / "dec.onnx", work / "enc.plan"
+    predict = ["predict", "-e", None, "-d", str(dec), "-i", str(IMAGE), "--point", "20,20", "-o", str(work / "m.png"), "--force"]
+
+    def case(name: str, *args: str) -> None:
+        progress.write(name + "\n")
+        code, text = invoke(*args)
+        errors = [ln for ln in text.splitlines() if ln.startswith("error:")]
+        results.write(json.dumps({"case": name, "exit": code, "error": errors[0] if errors else "",
+                                  "traceback": "Traceback" in text, "bug": "a vitdeploy bug" in text}) + "\n")
+
+    enc_bytes, plan_bytes, side_text = enc.read_bytes(), plan.read_bytes(), Path(str(plan) + ".json").read_text()
+    image_bytes = IMAGE.read_bytes()
+    verbs = {"inspect": lambda p: ("inspect", str(p)),
+             "validate": lambda p: ("validate", str(p), "--runs", "0", "--random-inputs", "1"),
+             "predict": lambda p: tuple(str(p) if a is None else a for a in predict)}
+    for i in range(counts["onnx"]):  # byte-flipped and truncated ONNX files
+        path = work / f"flip_{i}.onnx"
+        path.write_bytes(flip_bytes(enc_bytes, rng))
+        verb = ("inspect", "validate", "predict")[i % 3]
+        case(f"onnx flip {i} -> {verb}", *verbs[verb](path))
+    for i in range(counts["metadata"]):  # metadata values of the wrong type or contradicting the graph
+        path = work / f"meta_{i}.onnx"
+        key = rng.choice(["family", "variant", "input_size", "pixel_mean", "pixel_std", "precision", "architecture",
+                          "random_weights", "random_seed", "input_name", "output_name", "target"])
+        value = rng.choice(JUNK_VALUES + [[128, 128], [64], "fp64", "sam_mask_decoder"])
+        set_metadata(enc, path, key, value)
+        verb = ("inspect", "validate", "predict")[i % 3]
+        case(f"metadata {key}={json.dumps(value)} -> {verb}", *verbs[verb](path))
+    for i in range(counts["sidecar"]):  # sidecars with fields removed or of another type, and plans flipped
+        target = work / f"side_{i}.plan"
+        data = json.loads(side_text)
+        section = rng.choice(["plan", "tensorrt", "gpu", "metadata", "precision", "io", "profiles", "schema", "layers"])
+        if rng.random() < 0.3:
+            data.pop(section, None)
+        elif isinstance(data.get(section), dict) and data[section] and rng.random() < 0.6:
+            data[section][rng.choice(list(data[section]))] = rng.choice(JUNK_VALUES)
+        else:
+            data[section] = rng.choice(JUNK_VALUES)
+        text = json.dumps(data) if rng.random() < 0.9 else side_text[: rng.randrange(len(side_text))]
+        target.write_bytes(flip_bytes(plan_bytes, rng) if rng.random() < 0.3 else plan_bytes)
+        Path(str(target) + ".json").write_text(text)
+        case(f"sidecar {section} -> inspect", "inspect", str(target))
+    for i in range(counts["image"]):  # damaged images through predict
+        path = work / f"img_{i}{rng.choice(['.jpg', '.png'])}"
+        if path.suffix == ".png":
+            from PIL import Image
+
+            buffer = io.BytesIO()
+            Image.open(IMAGE).convert("RGB").resize((96, 64)).save(buffer, format="PNG")
+            data = buffer.getvalue()
+        else:
+            data = image_bytes
+        path.write_bytes(flip_bytes(data, rng))
+        args = list(verbs["predict"](enc))
+        args[args.index("-i") + 1] = str(path)
+        case(f"image flip {i} ({path.suffix}) -> predict", *args)
+    progress.write("DONE\n")
+
+
+if __name__ == "__main__":
+    main()
