@@ -172,3 +172,32 @@ def test_the_image_limit_can_be_set_and_large_images_get_a_memory_note(sam_files
     assert notes == ["large image: 12000x9000 (108 megapixels); full-size masks take about 4.3 GiB of memory"]
     with pytest.raises(InputError, match="over this machine's limit"):
         images.check_pixels(picture, 10**6, 10**6, None)
+
+
+LOCKER = """
+import sys, time
+from pathlib import Path
+from vitdeploy.errors import InputError
+from vitdeploy.fileio import claim_outputs, output_locks
+start = float(sys.argv[2])
+while time.time() < start:  # every process tries at the same instant
+    pass
+try:
+    with output_locks():
+        claim_outputs([Path(sys.argv[1])], force=False)
+        time.sleep(1.0)
+    print("won")
+except InputError as exc:
+    print("refused:", exc)
+"""
+
+
+def test_only_one_of_many_simultaneous_writers_wins(tmp_path: Path) -> None:
+    """The race that once let two through: a lock file seen between its creation and the pid written into it."""
+    target, start = tmp_path / "contended.onnx", time.time() + 3.0
+    procs = [subprocess.Popen([sys.executable, "-c", LOCKER, str(target), str(start)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for _ in range(8)]
+    outcomes = [p.communicate(timeout=60)[0].strip() for p in procs]
+    assert sum(o == "won" for o in outcomes) == 1, outcomes
+    assert all(o == "won" or "is being written by another vitdeploy process" in o for o in outcomes), outcomes
+    assert list(tmp_path.iterdir()) == []  # no lock, no private file left

@@ -8,6 +8,7 @@ import contextvars
 import hashlib
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -111,21 +112,56 @@ def lock_output(path: str | os.PathLike) -> None:
         return
     lock = out.parent / f".{out.name}{LOCK_SUFFIX}"
     for _ in range(3):
+        if _publish_lock(lock):
+            _LOCKS[key] = lock
+            return
+        holder = _lock_holder(lock)
+        if holder is None:  # unreadable or empty: only a lock from an older vitdeploy, or one being written
+            try:
+                young = time.time() - lock.stat().st_mtime < STALE_EMPTY_LOCK_S
+            except FileNotFoundError:
+                continue
+            if young:
+                raise InputError(f"'{out}' is being written by another vitdeploy process (its lock '{lock.name}' is new): "
+                                 "wait for it to finish, or choose another output path")
+        elif holder != os.getpid() and _alive(holder):
+            raise InputError(f"'{out}' is being written by another vitdeploy process (pid {holder}): wait for it to "
+                             "finish, or choose another output path")
+        with contextlib.suppress(FileNotFoundError):
+            lock.unlink()  # stale: its process is gone
+    raise InputError(f"could not lock '{out}' for writing (its lock file '{lock.name}' keeps reappearing): choose another path")
+
+
+#: An empty lock file older than this is stale (a lock is published with its pid in it; see :func:`_publish_lock`).
+STALE_EMPTY_LOCK_S = 30.0
+
+
+def _publish_lock(lock: Path) -> bool:
+    """Create ``lock`` holding this process's pid, atomically (False: it exists).
+
+    The pid is written to a private file first, then hard-linked to the lock's name, so no other process
+    ever reads the lock empty (with O_EXCL alone there is a moment between creating the file and writing
+    the pid, in which a second process would take it for stale). Where hard links are not supported,
+    O_EXCL is used and an empty lock is respected while it is young.
+    """
+    private = lock.parent / f"{lock.name}.{os.getpid()}.tmp"
+    private.write_text(str(os.getpid()))
+    try:
+        os.link(private, lock)
+        return True
+    except FileExistsError:
+        return False
+    except OSError:  # a filesystem without hard links
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            holder = _lock_holder(lock)
-            if holder is not None and holder != os.getpid() and _alive(holder):
-                raise InputError(f"'{out}' is being written by another vitdeploy process (pid {holder}): wait for it to "
-                                 "finish, or choose another output path") from None
-            with contextlib.suppress(FileNotFoundError):
-                lock.unlink()  # stale: its process is gone
-            continue
+            return False
         with os.fdopen(fd, "w") as handle:
             handle.write(str(os.getpid()))
-        _LOCKS[key] = lock
-        return
-    raise InputError(f"could not lock '{out}' for writing (its lock file '{lock.name}' keeps reappearing): choose another path")
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            private.unlink()
 
 
 def release_output_locks() -> None:
