@@ -1,0 +1,68 @@
+"""Every shell and Python block in README.md and docs/ runs, or says why it does not.
+
+A block is preceded by ``<!-- docs-test: run -->`` (executed here, in order, in one scratch folder per
+file where ``calibration/`` is the checkout's, with the venv's ``vitdeploy`` on PATH) or by
+``<!-- docs-test: skip: REASON -->`` (full size, a checkpoint, a GPU). An unmarked block fails the test,
+so a new example is either run or explained; a wrong runnable example fails CI.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```(bash|sh|python)\s*$")
+MARKER = re.compile(r"^<!-- docs-test: (run|skip: (.+)) -->$")
+README_MAX_LINES = 250
+
+
+def blocks(page: Path) -> list[tuple[int, str, str, str | None]]:
+    """(line, language, code, marker) of each shell/Python block; marker ``run``, ``skip: ...`` or None."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    found, i = [], 0
+    while i < len(lines):
+        fence = FENCE.match(lines[i])
+        if fence:
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+            previous = next((lines[k] for k in range(i - 1, -1, -1) if lines[k].strip()), "")
+            marker = MARKER.match(previous.strip())
+            found.append((i + 1, fence.group(1), "\n".join(lines[i + 1:end]) + "\n", marker.group(1) if marker else None))
+            i = end
+        i += 1
+    return found
+
+
+def test_the_readme_is_the_front_door() -> None:
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines: move details to docs/"
+    for link in re.findall(r"\]\((docs/[^)#]+)", "\n".join(lines)):
+        assert (ROOT / link).is_file(), f"README links to {link}, which does not exist"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+def test_every_block_is_marked(page: Path) -> None:
+    unmarked = [f"{page.name}:{line}" for line, _, _, marker in blocks(page) if marker is None]
+    assert not unmarked, f"blocks without a '<!-- docs-test: run -->' or '<!-- docs-test: skip: why -->' line: {unmarked}"
+
+
+RUNNABLE = [p for p in PAGES if any(marker == "run" for *_, marker in blocks(p))]
+
+
+@pytest.mark.parametrize("page", RUNNABLE, ids=[p.relative_to(ROOT).as_posix() for p in RUNNABLE])
+def test_runnable_blocks_run(page: Path, tmp_path: Path) -> None:
+    (tmp_path / "calibration").symlink_to(ROOT / "calibration")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               PYTHONWARNINGS="ignore::DeprecationWarning")
+    for line, language, code, marker in blocks(page):
+        if marker != "run":
+            continue
+        command = ["bash", "-euo", "pipefail", "-c", code] if language in ("bash", "sh") else [sys.executable, "-c", code]
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{page.name}:{line} ({language}) exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
