@@ -38,7 +38,7 @@ def same(ref: tuple, out: tuple, label: str) -> None:
     ref = tuple(r.detach().cpu().numpy() if isinstance(r, torch.Tensor) else r for r in ref)
     out = tuple(o.detach().cpu().numpy() if isinstance(o, torch.Tensor) else o for o in out)
     assert out[0].shape == ref[0].shape and out[0].dtype == ref[0].dtype, (label, out[0].shape, ref[0].shape)
-    masks = compare_masks(ref[0], out[0], EXAMPLE_MASKS, label=label, threshold=0.0 if ref[0].dtype != np.bool_ else 0.0)
+    masks = compare_masks(ref[0], out[0], EXAMPLE_MASKS, label=label)  # logits (return_logits) thresholded at 0
     assert masks, masks.summary()
     worst = float(np.max(np.abs(ref[1] - out[1])))
     print(f"{label}: min IoU {min(masks.iou):.6f} over {len(masks.iou)} mask(s), scores within {worst:.1e}")

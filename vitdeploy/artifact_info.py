@@ -50,11 +50,10 @@ def inspect_onnx(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     model = load_onnx_graph(path)  # read once: OnnxFacts and the fields it does not keep
     facts = read_onnx_facts(path, model)
-    image = next((t for t in facts.inputs if t.name == facts.metadata.get("input_name")), None)
     problems = external_data_problems(model, path.parent)
     if facts.metadata:
-        problems += [f"metadata: {p}" for p in metadata_problems(facts.metadata, list(image.dims) if image else None,
-                                                                 [t.name for t in facts.inputs], [t.name for t in facts.outputs])]
+        problems += [f"metadata: {p}" for p in metadata_problems(facts.metadata, {t.name: t.dims for t in facts.inputs},
+                                                                 [t.name for t in facts.outputs])]
     external = [{"file": p.name, "bytes": p.stat().st_size} for p in facts.external_data if p.is_file()]
     meta = facts.metadata
     kept = meta.get("higher_precision_nodes") or []
@@ -81,6 +80,7 @@ def inspect_onnx(path: str | Path) -> dict[str, Any]:
 
 def inspect_engine(path: str | Path, verify: bool = True) -> dict[str, Any]:
     """A TensorRT engine's sidecar, and (``verify``) whether the plan still matches its recorded SHA-256."""
+    from vitdeploy.engine.library import library_of_sidecar
     from vitdeploy.engine.sidecar import read_sidecar, sidecar_path
     from vitdeploy.errors import VitdeployError
     from vitdeploy.fileio import sha256_file
@@ -97,7 +97,7 @@ def inspect_engine(path: str | Path, verify: bool = True) -> dict[str, Any]:
         "precision": sidecar.get("precision"),
         "network": sidecar.get("network"),
         "tensorrt": sidecar.get("tensorrt", {}).get("version"),
-        "tensorrt_library": (sidecar.get("tensorrt") or {}).get("library", "tensorrt"),
+        "tensorrt_library": library_of_sidecar(sidecar),
         "gpu": sidecar.get("gpu", {}),
         "layers": {k: v for k, v in (sidecar.get("layers") or {}).items() if k != "list"},
         "profiles": sidecar.get("profiles", []),
@@ -160,6 +160,8 @@ def _cpu_form(meta: dict[str, Any]):
 
 def describe(info: dict[str, Any]) -> list[str]:
     """Human-readable lines for an :func:`inspect_artifact` result."""
+    from vitdeploy.engine.library import RTX
+
     lines = []
     size = f"{info['bytes'] / 1e6:.1f} MB"
     if info["kind"] == "onnx":
@@ -198,7 +200,7 @@ def describe(info: dict[str, Any]) -> list[str]:
         lines.append(f"  nodes: {info['nodes']} ({', '.join(f'{op} {n}' for op, n in top)})")
     else:
         gpu = info["gpu"]
-        if info.get("tensorrt_library") == "tensorrt-rtx":
+        if info.get("tensorrt_library") == RTX:
             targets = ", ".join(str(t) for t in gpu.get("targets") or []) or "?"
             lines.append(f"{info['file']}: TensorRT-RTX engine, {size}, TensorRT-RTX {info['tensorrt']}, built ahead of "
                          f"time for compute capability {targets} (JIT-compiled on the GPU at load)")

@@ -180,14 +180,14 @@ def _tensorrt() -> Component:
 
 
 def _tensorrt_rtx() -> Component:
-    from vitdeploy.engine.library import RTX_DEFAULT_TARGETS, load_library
+    from vitdeploy.engine.library import RTX, RTX_DEFAULT_TARGETS, load_library
     from vitdeploy.errors import MissingDependencyError
 
     try:
-        library = load_library("tensorrt-rtx", "TensorRT for RTX")
+        library = load_library(RTX, "TensorRT for RTX")
     except MissingDependencyError as exc:
-        return Component("tensorrt-rtx", False, None, str(exc).replace("TensorRT for RTX needs the 'tensorrt-rtx' package, which is ", ""))
-    return Component("tensorrt-rtx", True, library.version,
+        return Component(RTX, False, None, str(exc).replace(f"TensorRT for RTX needs the '{RTX}' package, which is ", ""))
+    return Component(RTX, True, library.version,
                      f"builds engines on this machine without a GPU (ahead of time) for compute capability "
                      f"{', '.join(RTX_DEFAULT_TARGETS)} and later; they run on such an NVIDIA GPU")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import contextvars
 import hashlib
@@ -103,8 +102,8 @@ def lock_output(path: str | os.PathLike) -> None:
 
     Two runs with the same ``-o`` (e.g. started by a script twice) would each pass the no-clobber check
     at the start and the later one would silently replace the other's file at the end; the lock file
-    ``.NAME.vitdeploy-lock`` (created with O_EXCL, holding the pid) makes the second one stop before
-    any work. A lock whose process is gone (killed with SIGKILL) is taken over.
+    ``.NAME.vitdeploy-lock`` (published holding the pid: :func:`_publish_lock`) makes the second one stop
+    before any work. A lock whose process is gone (killed with SIGKILL) is taken over.
     """
     out = Path(path)
     key = out.resolve()
@@ -165,15 +164,13 @@ def _publish_lock(lock: Path) -> bool:
 
 
 def release_output_locks() -> None:
-    """Remove this process's output locks (the CLI does at the end of every verb, and at exit)."""
+    """Remove this process's output locks (:func:`output_locks` does when the verb ends, however it ends)."""
     for key, lock in list(_LOCKS.items()):
         with contextlib.suppress(OSError):
             if _lock_holder(lock) == os.getpid():
                 lock.unlink()
         del _LOCKS[key]
 
-
-atexit.register(release_output_locks)
 
 
 @contextlib.contextmanager
@@ -287,10 +284,7 @@ def load_onnx_graph(path: str | os.PathLike):
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, OSError, ValueError, RuntimeError) as exc:
         raise InputError(f"'{path}' is not a readable ONNX file ({type(exc).__name__}): give a model written by 'vitdeploy export'") from exc
-    try:
-        bad_text = first_non_text_field(model)
-    except UnicodeDecodeError:  # protobuf builds that raise on access instead of returning bytes
-        bad_text = "text"
+    bad_text = first_non_text_field(model)
     if bad_text:
         raise InputError(f"'{path}' is damaged: its {bad_text} is not UTF-8 text; export it again")
     missing = [f for f in external_data_files(model, path.parent) if not f.is_file()]
@@ -305,21 +299,35 @@ def first_non_text_field(model) -> str | None:
     Protobuf decodes string fields lazily and hands back ``bytes`` (or raises UnicodeDecodeError) for a
     damaged one, far from the load; the names, op types and metadata every reader uses are checked here once.
     """
+    try:
+        return next((what for what, value in _text_fields(model) if not isinstance(value, str)), None)
+    except UnicodeDecodeError:  # protobuf builds that raise on access instead of returning bytes
+        return "text"
+
+
+def _text_fields(model) -> Iterator[tuple[str, object]]:
+    """(what, value) of every text field readers use, read one at a time (the check stops at the first bad one)."""
     graph = model.graph
-    fields = [("producer name", model.producer_name), ("producer version", model.producer_version)]
-    fields += [("metadata key", p.key) for p in model.metadata_props] + [("metadata value", p.value) for p in model.metadata_props]
-    fields += [("opset domain", o.domain) for o in model.opset_import]
+    yield "producer name", model.producer_name
+    yield "producer version", model.producer_version
+    for prop in model.metadata_props:
+        yield "metadata key", prop.key
+        yield "metadata value", prop.value
+    for opset in model.opset_import:
+        yield "opset domain", opset.domain
     for kind, values in (("input", graph.input), ("output", graph.output), ("value info", graph.value_info)):
-        fields += [(f"{kind} name", v.name) for v in values]
-        fields += [(f"{kind} dimension", d.dim_param) for v in values for d in v.type.tensor_type.shape.dim]
-    fields += [("initializer name", t.name) for t in graph.initializer]
+        for value in values:
+            yield f"{kind} name", value.name
+            for dim in value.type.tensor_type.shape.dim:
+                yield f"{kind} dimension", dim.dim_param
+    for tensor in graph.initializer:
+        yield "initializer name", tensor.name
     for node in graph.node:
-        fields += [("node name", node.name), ("node op type", node.op_type), ("node domain", node.domain)]
-        fields += [("node input", n) for n in node.input] + [("node output", n) for n in node.output]
-    for what, value in fields:
-        if not isinstance(value, str):
-            return what
-    return None
+        yield "node name", node.name
+        yield "node op type", node.op_type
+        yield "node domain", node.domain
+        for name in (*node.input, *node.output):
+            yield "node input or output", name
 
 
 def external_data_files(model, base: Path) -> list[Path]:
@@ -337,37 +345,29 @@ def external_data_files(model, base: Path) -> list[Path]:
 
 
 def external_data_problems(model, base: Path) -> list[str]:
-    """Initializers whose external data is missing or cut short (the file ends before offset + length).
+    """Weights files cut short: initializers whose offset + length reach past their file's end.
 
-    ``onnx.load(..., load_external_data=False)`` reads none of it, so a ``.onnx.data`` cut in half looks
-    like a healthy model until a runtime tries to read the weights.
+    ``onnx.load(..., load_external_data=False)`` reads none of the weights, so a ``.onnx.data`` cut in half
+    looks like a healthy model until a runtime reads it (a missing file is :func:`load_onnx_graph`'s error).
     """
     import onnx
 
-    sizes: dict[Path, int | None] = {}
+    sizes: dict[str, int] = {}
     short: dict[str, list[str]] = {}
     for init in model.graph.initializer:
-        if init.data_location != onnx.TensorProto.EXTERNAL:
-            continue
         info = {e.key: e.value for e in init.external_data}
         location = info.get("location")
-        if not location:
-            short.setdefault("(no location)", []).append(init.name)
+        if init.data_location != onnx.TensorProto.EXTERNAL or not location or not (base / location).is_file():
             continue
-        path = base / location
-        if path not in sizes:
-            sizes[path] = path.stat().st_size if path.is_file() else None
+        size = sizes.setdefault(location, (base / location).stat().st_size)
+        if "length" not in info:  # the rest of the file: never too short
+            continue
         try:
-            end = int(info.get("offset", 0)) + int(info.get("length", 0))
-        except ValueError:
+            cut = int(info.get("offset", 0)) + int(info["length"]) > size
+        except ValueError:  # an offset or length that is no number cannot be read either
+            cut = True
+        if cut:
             short.setdefault(location, []).append(init.name)
-            continue
-        if sizes[path] is None or (info.get("length") is not None and end > sizes[path]):
-            short.setdefault(location, []).append(init.name)
-    problems = []
-    for location, names in short.items():
-        size = sizes.get(base / location)
-        state = "is missing" if size is None else f"is cut short ({size} bytes; {len(names)} weight(s) reach past its end)"
-        problems.append(f"weights file '{location}' {state}, e.g. '{names[0]}'")
-    return problems
+    return [f"weights file '{location}' is cut short ({sizes[location]} bytes; {len(names)} weight(s) reach past its end), "
+            f"e.g. '{names[0]}'" for location, names in short.items()]
 

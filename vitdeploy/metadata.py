@@ -8,8 +8,9 @@ the runtime (Python and C++): add keys, never rename them.
 from __future__ import annotations
 
 import json
+import math
 import platform
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 PREFIX = "vitdeploy."
@@ -114,21 +115,19 @@ def _positive_ints(value: Any, count: tuple[int, ...]) -> bool:
 
 
 def _numbers(value: Any, count: int) -> bool:
-    import math
-
     return (isinstance(value, list) and len(value) == count
             and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value))
 
 
-def metadata_problems(meta: Any, image_input_dims: list | None = None, inputs: list[str] | None = None,
-                      outputs: list[str] | None = None) -> list[str]:
+def metadata_problems(meta: Any, inputs: Mapping[str, Sequence[Any]] | None = None,
+                      outputs: Sequence[str] | None = None) -> list[str]:
     """What is wrong with a file's vitdeploy metadata, one phrase per field (empty: nothing found).
 
     The metadata is written by vitdeploy; a file edited by hand or damaged in transit can carry values of
     the wrong type or that contradict the graph, which would otherwise fail far from the cause. Checked:
-    each known key's type and range, and ``input_size`` against the image input's spatial dimensions
-    (``image_input_dims``: that input's dims, when the caller has the graph), and ``input_name`` /
-    ``output_name`` against the graph's ``inputs`` / ``outputs`` (when given).
+    each known key's type and range; with the graph's ``inputs`` (name -> dims) and ``outputs`` (names),
+    ``input_name`` / ``output_name`` against them and ``input_size`` against the image input's spatial
+    dimensions.
     """
     if not isinstance(meta, dict):
         return [f"the metadata is {type(meta).__name__}, not an object"]
@@ -172,7 +171,7 @@ def metadata_problems(meta: Any, image_input_dims: list | None = None, inputs: l
         if isinstance(meta.get(key), str) and names is not None and meta[key] not in names:
             problems.append(f"{key} is {json.dumps(meta[key])[:60]}, which the graph does not have ({', '.join(names)})")
     size = meta.get("input_size")
-    dims = list(image_input_dims or [])
+    dims = list((inputs or {}).get(meta["input_name"], ())) if isinstance(meta.get("input_name"), str) else []
     if _positive_ints(size, (1, 2)) and len(dims) == 4 and all(isinstance(d, int) and d > 0 for d in dims[2:]):
         expected = size * 2 if len(size) == 1 else size
         if list(dims[2:]) != list(expected):

@@ -7,6 +7,7 @@ import json
 import click
 
 from vitdeploy.cli.options import force_option, handle_errors, report_option, verbose_option
+from vitdeploy.engine.library import BUILDER_CHOICES
 
 
 @click.command("build-engine")
@@ -34,7 +35,7 @@ from vitdeploy.cli.options import force_option, handle_errors, report_option, ve
               help="Write TensorRT's verbose build log here.")
 @click.option("--device", type=click.IntRange(min=0), default=0, show_default=True,
               help="CUDA device index (classic TensorRT; TensorRT-RTX builds on the CPU).")
-@click.option("--builder", type=click.Choice(["auto", "tensorrt", "tensorrt-rtx"]), default="auto", show_default=True,
+@click.option("--builder", type=click.Choice(BUILDER_CHOICES), default="auto", show_default=True,
               help="TensorRT library: 'auto' takes classic TensorRT where it imports, else TensorRT for RTX "
                    "(builds without a GPU; the engine runs on compute capability 8.0+ GPUs).")
 @click.option("--compute-capability", "compute_capabilities", multiple=True, metavar="X.Y",

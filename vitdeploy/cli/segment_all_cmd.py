@@ -90,22 +90,12 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
         box_nms_thresh=box_nms_thresh, crop_n_layers=crop_n_layers, crop_nms_thresh=crop_nms_thresh,
         crop_overlap_ratio=crop_overlap_ratio, crop_n_points_downscale_factor=crop_n_points_downscale_factor,
         min_mask_region_area=min_mask_region_area, output_mode="uncompressed_rle")
-    if min_mask_region_area > 0:
-        from vitdeploy.runtime.amg import remove_small_regions
-
-        remove_small_regions(picture[:1, :1, 0] > 0, 1, "holes")  # scipy missing: say so now, not after the grid
     progress = StageProgress()
     crops = f", {crop_n_layers} crop layer(s)" if crop_n_layers else ""
     click.echo(f"segmenting {Path(image).name} ({picture.shape[1]}x{picture.shape[0]}): {points_per_side}x{points_per_side} "
                f"points{crops}, {predictor.variant}, {predictor.encoder.name}")
     start = time.perf_counter()
-    totals = [0]
-
-    def report(done: int, total: int) -> None:
-        totals[0] = total
-        progress("decoding the grid of points", done, total)
-
-    records = generator.generate(picture, progress=report)
+    records = generator.generate(picture, progress=lambda d, t: progress("decoding the grid of points", d, t))
     seconds = time.perf_counter() - start
     masks = [rle_to_mask(r["segmentation"]) for r in records]
     if output_mode == "coco_rle":
@@ -115,7 +105,7 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
             "options": vars(generator.options), "seconds": round(seconds, 3), "masks": records}
     atomic_write_bytes(out_path, json.dumps(data).encode())
     save_png(overlay_masks(picture, masks), overlay_path)
-    points = totals[0] or points_per_side ** 2
+    points = generator.point_count(picture.shape[:2])
     click.echo(f"{len(records)} mask(s) from {points} points in {format_seconds(seconds)} ({points / seconds:.1f} points/s, "
                f"decoder batch 1); wrote {out_path} and {overlay_path}")
 

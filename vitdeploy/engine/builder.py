@@ -48,7 +48,8 @@ from vitdeploy.engine.build_log import BuildLog, make_trt_logger
 from vitdeploy.engine.compat import HARDWARE_LEVELS
 from vitdeploy.engine.diagnostics import format_build_failure, format_parse_failure, parser_problems
 from vitdeploy.engine.layers import parse_layer_list, summarize_layers
-from vitdeploy.engine.library import CLASSIC, RTX, RTX_DEFAULT_TARGETS as RTX_DEFAULT, TensorRTLibrary, load_library, parse_compute_capability, set_rtx_targets
+from vitdeploy.engine.library import (CLASSIC, RTX, RTX_DEFAULT_TARGETS, TensorRTLibrary, load_library, parse_compute_capability,
+                                      set_rtx_targets)
 from vitdeploy.engine.onnx_facts import OnnxFacts, read_onnx_facts
 from vitdeploy.engine.profiles import BatchProfile, ShapeSet, input_profiles
 from vitdeploy.engine.sidecar import make_sidecar, sidecar_path, write_sidecar
@@ -167,11 +168,6 @@ class BuildResult:
     def to_dict(self) -> dict[str, Any]:
         return {"plan": str(self.plan), "sidecar_file": str(self.sidecar_file), "sidecar": self.sidecar,
                 "warnings": list(self.warnings), "notes": list(self.notes)}
-
-
-def _network_flags(trt: Any, options: BuildOptions) -> int:
-    """``1 << STRONGLY_TYPED`` on TensorRT 10; 0 on TensorRT 11 (always strongly typed, flag deprecated) and for legacy FP16."""
-    return TensorRTLibrary(CLASSIC, trt, str(trt.__version__)).network_flags(options.legacy_fp16)
 
 
 def config_kwargs(trt: Any, options: BuildOptions, timing_cache_exists: bool) -> dict[str, Any]:
@@ -293,7 +289,7 @@ def build_engine(
     library = load_library(options.builder, "building TensorRT engines")
     trt = library.module
     check_options(options, library.version, library.name)
-    if library.rtx:
+    if library.builds_without_gpu:
         gpu_record: dict[str, Any] = {"name": None, "compute_capability": None, "index": None, "driver_cuda_version": None}
         where = "ahead of time on the CPU"
     else:
@@ -384,6 +380,6 @@ def build_engine(
         echo(f"engine layers: {layers['count']} ({counts})")
     if library.rtx:
         echo(f"TensorRT-RTX engine for compute capability {', '.join(targets)}"
-             f"{' and later' if targets == tuple(RTX_DEFAULT) else ''}: it runs (JIT-compiled at load) on such an NVIDIA GPU")
+             f"{' and later' if targets == RTX_DEFAULT_TARGETS else ''}: it runs (JIT-compiled at load) on such an NVIDIA GPU")
     echo(f"built in {seconds:.1f} s: wrote {plan} ({data.nbytes / 1e6:.1f} MB) and {sidecar_file.name}")
     return BuildResult(plan=plan, sidecar_file=sidecar_file, sidecar=sidecar, warnings=warnings, notes=notes)

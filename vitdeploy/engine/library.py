@@ -38,11 +38,13 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from vitdeploy.engine.versions import MIN_TENSORRT_MAJOR, TENSORRT_INSTALL_HINT, parse_version, weak_typing_available
+from vitdeploy.engine.versions import TENSORRT_INSTALL_HINT, import_tensorrt, weak_typing_available
 from vitdeploy.errors import InputError, MissingDependencyError
 
 CLASSIC = "tensorrt"
 RTX = "tensorrt-rtx"
+#: The libraries a sidecar may name (``tensorrt.library``).
+LIBRARIES = (CLASSIC, RTX)
 #: ``--builder`` choices: ``auto`` takes classic TensorRT where it imports, else TensorRT for RTX.
 BUILDER_CHOICES = ("auto", CLASSIC, RTX)
 
@@ -101,15 +103,7 @@ class TensorRTLibrary:
 
 
 def _import_classic(purpose: str) -> TensorRTLibrary:
-    try:
-        import tensorrt
-    except ImportError as exc:
-        raise MissingDependencyError("tensorrt", purpose, TENSORRT_INSTALL_HINT) from exc
-    except OSError as exc:  # libnvinfer.so listed by the wheel but not loadable
-        raise MissingDependencyError("tensorrt", purpose, f"its libraries do not load ({exc}); {TENSORRT_INSTALL_HINT}") from exc
-    major = parse_version(tensorrt.__version__)[:1]
-    if major and major[0] < MIN_TENSORRT_MAJOR:
-        raise MissingDependencyError("tensorrt>=10", purpose, f"TensorRT {tensorrt.__version__} is too old; {TENSORRT_INSTALL_HINT}")
+    tensorrt = import_tensorrt(purpose)
     return TensorRTLibrary(CLASSIC, tensorrt, str(tensorrt.__version__))
 
 
@@ -151,7 +145,7 @@ def load_library(builder: str, purpose: str) -> TensorRTLibrary:
 def library_of_sidecar(sidecar: dict[str, Any]) -> str:
     """Which library built the engine a sidecar describes (sidecars written before TensorRT-RTX say nothing: classic)."""
     name = (sidecar.get("tensorrt") or {}).get("library", CLASSIC)
-    if name not in (CLASSIC, RTX):
+    if name not in LIBRARIES:
         raise InputError(f"the sidecar names an unknown TensorRT library '{name}': rebuild the engine with 'vitdeploy build-engine'")
     return str(name)
 

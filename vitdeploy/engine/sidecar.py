@@ -30,11 +30,14 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
+from vitdeploy.engine.library import LIBRARIES
 from vitdeploy.errors import EngineError, InputError
 from vitdeploy.fileio import atomic_write_bytes
+from vitdeploy.metadata import PRECISIONS
 
 SIDECAR_SCHEMA = "vitdeploy.engine-sidecar/1"
 SIDECAR_SUFFIX = ".json"
@@ -130,8 +133,6 @@ def read_sidecar(plan: str | os.PathLike) -> dict[str, Any]:
 
 def sidecar_type_problems(data: dict[str, Any]) -> list[str]:
     """Sidecar fields whose type is not what vitdeploy wrote (a hand-edited or damaged file)."""
-    import re
-
     problems = []
     size = data["plan"].get("size_bytes")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
@@ -148,8 +149,8 @@ def sidecar_type_problems(data: dict[str, Any]) -> list[str]:
     if targets is not None and not (isinstance(targets, list) and all(isinstance(t, str) for t in targets)):
         problems.append(f"gpu.targets is {json.dumps(targets)[:40]}, expected a list of compute capabilities")
     library = data["tensorrt"].get("library", "tensorrt")
-    if library not in ("tensorrt", "tensorrt-rtx"):
-        problems.append(f"tensorrt.library is {json.dumps(library)[:40]}, expected tensorrt or tensorrt-rtx")
+    if library not in LIBRARIES:
+        problems.append(f"tensorrt.library is {json.dumps(library)[:40]}, expected {' or '.join(LIBRARIES)}")
     layers = data.get("layers")
     if layers is not None and not (isinstance(layers, dict) and all(
             isinstance(layers.get(k, {}), dict) for k in ("by_precision", "by_type_and_precision"))):
@@ -168,8 +169,8 @@ def sidecar_type_problems(data: dict[str, Any]) -> list[str]:
     if isinstance(profiles, list) and not all(
             isinstance(p, dict) and all(isinstance(r, dict) for r in p.values()) for p in profiles):
         problems.append(f"profiles is {json.dumps(profiles)[:40]}, expected a list of {{input: {{min, opt, max}}}}")
-    if "precision" in data and data["precision"] not in ("fp32", "fp16", "bf16", "int8"):
-        problems.append(f"precision is {json.dumps(data['precision'])[:40]}, expected fp32, fp16, bf16 or int8")
+    if "precision" in data and data["precision"] not in PRECISIONS:
+        problems.append(f"precision is {json.dumps(data['precision'])[:40]}, expected one of {', '.join(PRECISIONS)}")
     return problems
 
 

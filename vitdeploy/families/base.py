@@ -66,9 +66,16 @@ class ModelFamily:
     #: Metadata keys a file of this family carries: its reference, preprocessing and inputs are built from them.
     required_metadata: tuple[str, ...] = ("architecture", "input_size")
 
+    def architecture_class(self) -> type | None:
+        """The dataclass this family builds its model from ``architecture`` with (None: its keys are not checked)."""
+        return None
+
     def architecture_fields(self) -> frozenset[str] | None:
         """The ``architecture`` keys this family builds its model from (None: not checked)."""
-        return None
+        from dataclasses import fields
+
+        cls = self.architecture_class()
+        return None if cls is None else frozenset(f.name for f in fields(cls))
 
     def metadata_problems(self, metadata: dict[str, Any], for_reference: bool = False) -> list[str]:
         """What a file claiming this family carries that this family cannot build, and (``for_reference``: the eager

@@ -22,12 +22,10 @@ class SamImageEncoder(ModelFamily):
     layernorm2d_forms = ("matmul", "native")
     required_metadata = ("architecture", "input_size", "pixel_mean", "pixel_std")
 
-    def architecture_fields(self) -> frozenset[str]:
-        from dataclasses import fields
-
+    def architecture_class(self) -> type:
         from vitdeploy.models.sam_arch import SamEncoderArch
 
-        return frozenset(f.name for f in fields(SamEncoderArch))
+        return SamEncoderArch
 
     def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
         from vitdeploy.models.sam_arch import SamEncoderArch

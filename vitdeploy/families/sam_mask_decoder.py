@@ -23,12 +23,10 @@ class SamMaskDecoder(ModelFamily):
     layernorm2d_forms = ("matmul", "native")  # the mask upscaler's
     required_metadata = ("architecture", "input_size", "image_embedding_size", "mask_input_size", "embed_dim")
 
-    def architecture_fields(self) -> frozenset[str]:
-        from dataclasses import fields
-
+    def architecture_class(self) -> type:
         from vitdeploy.models.sam_arch import SamDecoderArch
 
-        return frozenset(f.name for f in fields(SamDecoderArch))
+        return SamDecoderArch
 
     def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
         from vitdeploy.models.sam_arch import SamDecoderArch

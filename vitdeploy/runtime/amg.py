@@ -182,14 +182,21 @@ def uncrop_mask(mask: np.ndarray, crop_box: list[int], orig_h: int, orig_w: int)
     return out
 
 
-def remove_small_regions(mask: np.ndarray, area_thresh: float, mode: str) -> tuple[np.ndarray, bool]:
-    """Fill holes (``mode="holes"``) or drop islands (``"islands"``) smaller than ``area_thresh`` pixels;
-    returns the mask and whether it changed. 8-connected components, as the official's OpenCV call."""
+def require_scipy() -> Any:
+    """``scipy.ndimage``, or MissingDependencyError naming the extra (the official generator checks OpenCV the same
+    way, when it is built with ``min_mask_region_area`` > 0)."""
     try:
         from scipy import ndimage
     except ImportError as exc:
         raise MissingDependencyError("scipy", "min_mask_region_area > 0 (the small-region clean-up)",
-                                     "pip install scipy") from exc
+                                     "pip install 'vitdeploy[amg]' (or: pip install scipy)") from exc
+    return ndimage
+
+
+def remove_small_regions(mask: np.ndarray, area_thresh: float, mode: str) -> tuple[np.ndarray, bool]:
+    """Fill holes (``mode="holes"``) or drop islands (``"islands"``) smaller than ``area_thresh`` pixels;
+    returns the mask and whether it changed. 8-connected components, as the official's OpenCV call."""
+    ndimage = require_scipy()
     correct_holes = mode == "holes"
     working = np.logical_xor(correct_holes, mask)
     regions, n_regions = ndimage.label(working, structure=np.ones((3, 3), dtype=bool))
@@ -207,4 +214,4 @@ def remove_small_regions(mask: np.ndarray, area_thresh: float, mode: str) -> tup
 
 __all__ = ["area_from_rle", "box_nms", "build_all_layer_point_grids", "build_point_grid", "coco_encode_rle",
            "generate_crop_boxes", "is_box_near_crop_edge", "mask_to_box", "mask_to_rle", "remove_small_regions",
-           "rle_to_mask", "stability_score", "uncrop_boxes_xyxy", "uncrop_mask", "uncrop_points"]
+           "require_scipy", "rle_to_mask", "stability_score", "uncrop_boxes_xyxy", "uncrop_mask", "uncrop_points"]

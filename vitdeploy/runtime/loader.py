@@ -20,15 +20,14 @@ def attention_flag(fused_attention: bool | None, folded_attention: bool) -> str 
 
 
 def checked(runner: Runner, path: Path) -> Runner:
-    """``runner`` after its file's vitdeploy metadata passed the checks
-    (:func:`vitdeploy.metadata.metadata_problems`: each known field's type, names and ``input_size`` against the graph): an edited or damaged file is refused
+    """``runner`` after its file's vitdeploy metadata passed :func:`vitdeploy.metadata.metadata_problems` (each
+    known field's type, and names and ``input_size`` against the graph): an edited or damaged file is refused
     here in one line naming the field, not deep inside a verb."""
     from vitdeploy.metadata import metadata_problems
 
-    meta = runner.metadata
-    name = meta.get("input_name") if isinstance(meta, dict) else None
-    dims = runner.input_shapes().get(name) if isinstance(name, str) and hasattr(runner, "input_shapes") else None
-    problems = metadata_problems(meta, dims, list(runner.input_names), list(runner.output_names))
+    # The Runner protocol does not declare input_shapes(); the three runners open_runner makes all have it.
+    shapes = runner.input_shapes() if hasattr(runner, "input_shapes") else None
+    problems = metadata_problems(runner.metadata, shapes, runner.output_names)
     if problems:
         raise InputError(f"'{path.name}' has damaged vitdeploy metadata ({'; '.join(problems)}): export it again with "
                          "'vitdeploy export' (files edited by hand are not trusted)")

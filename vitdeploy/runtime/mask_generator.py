@@ -31,7 +31,7 @@ import numpy as np
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.amg import (area_from_rle, box_nms, build_all_layer_point_grids, build_point_grid, coco_encode_rle,
                                    generate_crop_boxes, is_box_near_crop_edge, mask_to_box, mask_to_rle, remove_small_regions,
-                                   rle_to_mask, stability_score, uncrop_boxes_xyxy, uncrop_mask, uncrop_points)
+                                   require_scipy, rle_to_mask, stability_score, uncrop_boxes_xyxy, uncrop_mask, uncrop_points)
 
 MASK_THRESHOLD = 0.0
 OUTPUT_MODES = ("binary_mask", "uncompressed_rle", "coco_rle")
@@ -80,10 +80,10 @@ class MaskGeneratorOptions:
             raise InputError(f"min_mask_region_area must be >= 0, got {self.min_mask_region_area}")
 
     def grids(self) -> list[np.ndarray]:
+        """One grid of points in [0, 1]² per crop layer (after :meth:`check`: exactly one of the two sources is set)."""
         if self.point_grids is not None:
             return [np.asarray(g, dtype=np.float64) for g in self.point_grids]
-        assert self.points_per_side is not None
-        return build_all_layer_point_grids(self.points_per_side, self.crop_n_layers, self.crop_n_points_downscale_factor)
+        return build_all_layer_point_grids(int(self.points_per_side or 0), self.crop_n_layers, self.crop_n_points_downscale_factor)
 
 
 @dataclass
@@ -98,11 +98,11 @@ class _Masks:
     crop_boxes: list[list[int]] = field(default_factory=list)  # XYXY
 
     def extend(self, other: _Masks) -> None:
-        for name in ("rles", "boxes", "ious", "stabilities", "points", "crop_boxes"):
+        for name in self.__dataclass_fields__:
             getattr(self, name).extend(getattr(other, name))
 
     def keep(self, indices: np.ndarray) -> None:
-        for name in ("rles", "boxes", "ious", "stabilities", "points", "crop_boxes"):
+        for name in self.__dataclass_fields__:
             values = getattr(self, name)
             setattr(self, name, [values[int(i)] for i in indices])
 
@@ -127,7 +127,14 @@ class SamAutomaticMaskGenerator:
         self.predictor = predictor
         self.options = MaskGeneratorOptions(**options)
         self.options.check()
+        if self.options.min_mask_region_area > 0:
+            require_scipy()  # missing: said now, not after minutes of decoding
         self.point_grids = self.options.grids()
+
+    def point_count(self, image_hw: tuple[int, int]) -> int:
+        """How many single-click prompts :meth:`generate` decodes for an image of ``image_hw``, over every crop."""
+        _, layers = generate_crop_boxes(image_hw, self.options.crop_n_layers, self.options.crop_overlap_ratio)
+        return sum(len(self.point_grids[layer]) for layer in layers)
 
     def generate(self, image: np.ndarray, progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
         """Mask records for an HxWx3 uint8 RGB image (see the module docstring), in the official order.
@@ -140,11 +147,17 @@ class SamAutomaticMaskGenerator:
         opt = self.options
         height, width = image.shape[:2]
         crop_boxes, layers = generate_crop_boxes((height, width), opt.crop_n_layers, opt.crop_overlap_ratio)
-        total = sum(len(self.point_grids[layer]) for layer in layers)
-        done = [0]
+        total, done = self.point_count((height, width)), 0
+
+        def tick(points: int) -> None:  # 0 once a crop is encoded (reported for the first only), 1 per decoded point
+            nonlocal done
+            done += points
+            if progress and (points or done == 0):
+                progress(done, total)
+
         data = _Masks()
         for crop_box, layer in zip(crop_boxes, layers):
-            data.extend(self._process_crop(image, crop_box, layer, (height, width), progress, done, total))
+            data.extend(self._process_crop(image, crop_box, layer, (height, width), tick))
         if len(crop_boxes) > 1 and data.rles:  # duplicates across crops: masks from smaller crops first
             areas = np.array([(b[2] - b[0]) * (b[3] - b[1]) for b in data.crop_boxes], dtype=np.float32)
             data.keep(box_nms(np.stack(data.boxes), 1.0 / areas, opt.crop_nms_thresh))
@@ -171,15 +184,14 @@ class SamAutomaticMaskGenerator:
         return records
 
     def _process_crop(self, image: np.ndarray, crop_box: list[int], layer: int, orig_size: tuple[int, int],
-                      progress: Callable[[int, int], None] | None, done: list[int], total: int) -> _Masks:
+                      tick: Callable[[int], None]) -> _Masks:
         opt = self.options
         x0, y0, x1, y1 = crop_box
         crop = np.ascontiguousarray(image[y0:y1, x0:x1, :])
         self.predictor.set_image(crop)
         crop_h, crop_w = crop.shape[:2]
         points = self.point_grids[layer] * np.array([crop_w, crop_h], dtype=np.float64)
-        if progress and done[0] == 0:
-            progress(0, total)
+        tick(0)
         masks, ious, stabilities, sources = [], [], [], []
         for point in points:
             logits, scores, _ = self.predictor.predict(point[None], np.array([1]), multimask_output=True, return_logits=True)
@@ -194,9 +206,7 @@ class SamAutomaticMaskGenerator:
                 ious.append(float(scores[j]))
                 stabilities.append(float(stable[j]))
                 sources.append(point)
-            done[0] += 1
-            if progress:
-                progress(done[0], total)
+            tick(1)
         self.predictor.reset_image()
         out = _Masks()
         if not masks:

@@ -73,32 +73,29 @@ class ResizeLongestSide:
         return SamPreprocessor(self.target_length, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)).resize(image)
 
     def apply_coords(self, coords: np.ndarray, original_size: tuple[int, ...]) -> np.ndarray:
-        old_h, old_w = (int(v) for v in original_size[:2])
-        new_h, new_w = preprocess_shape(old_h, old_w, self.target_length)
-        out = np.array(coords, dtype=np.float64, copy=True)
-        out[..., 0] = out[..., 0] * (new_w / old_w)
-        out[..., 1] = out[..., 1] * (new_h / old_h)
-        return out
+        from vitdeploy.runtime.postprocess import resize_coords  # postprocess imports this module
+
+        return resize_coords(coords, (int(original_size[0]), int(original_size[1])), self.target_length)
 
     def apply_boxes(self, boxes: np.ndarray, original_size: tuple[int, ...]) -> np.ndarray:
         boxes = np.asarray(boxes)
         return self.apply_coords(boxes.reshape(-1, 2, 2), original_size).reshape(-1, 4)
 
     def apply_coords_torch(self, coords: object, original_size: tuple[int, ...]) -> object:
-        return _like(coords, self.apply_coords(_numpy(coords), original_size))
+        return like_tensor(coords, self.apply_coords(as_numpy(coords), original_size))
 
     def apply_boxes_torch(self, boxes: object, original_size: tuple[int, ...]) -> object:
-        return _like(boxes, self.apply_boxes(_numpy(boxes), original_size))
+        return like_tensor(boxes, self.apply_boxes(as_numpy(boxes), original_size))
 
 
-def _numpy(value: object) -> np.ndarray:
+def as_numpy(value: object) -> np.ndarray:
     """A NumPy copy of an array or a torch tensor (any device)."""
     if hasattr(value, "detach"):
         return value.detach().cpu().numpy()  # type: ignore[attr-defined]
     return np.asarray(value)
 
 
-def _like(template: object, array: np.ndarray) -> object:
+def like_tensor(template: object, array: np.ndarray) -> object:
     """``array`` as a float32 torch tensor on ``template``'s device when ``template`` is one, else as it is."""
     if hasattr(template, "detach"):
         import torch

@@ -32,7 +32,7 @@ import numpy as np
 
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.postprocess import MaskUpscaler, box_corners, resize_coords
-from vitdeploy.runtime.preprocess import ResizeLongestSide, SamPreprocessor, check_rgb_uint8, preprocess_shape
+from vitdeploy.runtime.preprocess import ResizeLongestSide, SamPreprocessor, as_numpy, check_rgb_uint8, preprocess_shape
 from vitdeploy.runtime.runners import Runner
 
 #: Decoder graph inputs/outputs (see vitdeploy.rewrites.sam_decoder).
@@ -184,9 +184,7 @@ class SamPredictor:
 
         Takes a torch tensor (as the official one) or a NumPy array.
         """
-        from vitdeploy.runtime.preprocess import _numpy
-
-        x = _numpy(transformed_image)
+        x = as_numpy(transformed_image)
         if x.ndim != 4 or x.shape[:2] != (1, 3) or max(x.shape[2:]) != self.encoder_size:
             raise InputError(f"set_torch_image takes a (1, 3, h, w) image whose longest side is {self.encoder_size} "
                              f"(transform.apply_image), got shape {tuple(x.shape)}")
@@ -286,16 +284,14 @@ class SamPredictor:
             masks (B, C, H, W), scores (B, C), low-res logits (B, C, 4h, 4w): torch tensors when a prompt was
             given as one, NumPy arrays otherwise.
         """
-        from vitdeploy.runtime.preprocess import _numpy
-
         self._require_image("predict masks")
         template = next((v for v in (point_coords, boxes, mask_input) if v is not None and hasattr(v, "detach")), None)
         if (point_coords is None) != (point_labels is None):
             raise InputError("point_coords and point_labels go together: pass both or neither")
-        pts = None if point_coords is None else _as_float_array(_numpy(point_coords), "point_coords")
-        lab = None if point_labels is None else _as_float_array(_numpy(point_labels), "point_labels")
-        bxs = None if boxes is None else _as_float_array(_numpy(boxes), "boxes")
-        msk = None if mask_input is None else _as_float_array(_numpy(mask_input), "mask_input")
+        pts = None if point_coords is None else _as_float_array(as_numpy(point_coords), "point_coords")
+        lab = None if point_labels is None else _as_float_array(as_numpy(point_labels), "point_labels")
+        bxs = None if boxes is None else _as_float_array(as_numpy(boxes), "boxes")
+        msk = None if mask_input is None else _as_float_array(as_numpy(mask_input), "mask_input")
         if pts is not None and (pts.ndim != 3 or pts.shape[2] != 2 or lab is None or lab.shape != pts.shape[:2]):
             raise InputError(f"point_coords must be (B, N, 2) with point_labels (B, N), got {pts.shape} and "
                              f"{None if lab is None else lab.shape}")
@@ -311,17 +307,14 @@ class SamPredictor:
             raise InputError(f"the prompts disagree on the batch size: {sizes}")
         outputs = []
         for b in range(next(iter(sizes.values()))):
-            coords = pts[b] if pts is not None else np.zeros((0, 2))
-            labels = lab[b] if lab is not None else np.zeros((0,))
+            corners = None
             if bxs is not None:
                 check_box_order(bxs[b])
-                coords, labels = np.concatenate([coords, bxs[b].reshape(2, 2)]), np.concatenate([labels, [2.0, 3.0]])
-            else:
-                coords, labels = np.concatenate([coords, np.zeros((1, 2))]), np.concatenate([labels, [-1.0]])
-            mask = msk[b][None].astype(np.float32) if msk is not None else np.zeros((1, 1, h, w), dtype=np.float32)
-            has_mask = np.full((1,), 1.0 if msk is not None else 0.0, dtype=np.float32)
-            outputs.append(self._decode(coords[None].astype(np.float32), labels[None].astype(np.float32), mask, has_mask,
-                                        multimask_output, return_logits))
+                corners = bxs[b].reshape(2, 2)
+            coords, labels = _prompt_layout(pts[b] if pts is not None else np.zeros((0, 2)),
+                                            lab[b] if lab is not None else np.zeros((0,)), corners)
+            mask, has_mask = self._mask_prompt(msk[b] if msk is not None else None)
+            outputs.append(self._decode(coords, labels, mask, has_mask, multimask_output, return_logits))
         stacked = tuple(np.stack([o[k] for o in outputs]) for k in range(3))
         if template is None:
             return stacked
@@ -372,20 +365,17 @@ class SamPredictor:
                 raise InputError(f"point labels must be 1 (foreground) or 0 (background), got {bad}")
             _check_inside(pts, width, height, "point")
             coords, labels = resize_coords(pts, self.original_size, self.encoder_size), lab
+        if box is None and point_coords is None:
+            raise InputError("no prompt: give point_coords/point_labels, a box, or both")
+        corners = None
         if box is not None:
             b = _as_float_array(box, "box").reshape(-1)
             if b.shape[0] != 4:
                 raise InputError(f"box must hold 4 numbers x0, y0, x1, y1 (one box), got {b.shape[0]}")
             check_box_order(b)
             _check_inside(b.reshape(2, 2), width, height, "box corner")
-            coords = np.concatenate([coords, box_corners(b, self.original_size, self.encoder_size)])
-            labels = np.concatenate([labels, [2.0, 3.0]])
-        elif point_coords is not None:
-            coords = np.concatenate([coords, np.zeros((1, 2))])  # the padding point SamPredictor adds without a box
-            labels = np.concatenate([labels, [-1.0]])
-        else:
-            raise InputError("no prompt: give point_coords/point_labels, a box, or both")
-        return coords[None].astype(np.float32), labels[None].astype(np.float32)
+            corners = box_corners(b, self.original_size, self.encoder_size)
+        return _prompt_layout(coords, labels, corners)
 
     def _mask_prompt(self, mask_input: Any) -> tuple[np.ndarray, np.ndarray]:
         h, w = self.mask_input_size
@@ -395,6 +385,16 @@ class SamPredictor:
         if mask.shape != (1, h, w):
             raise InputError(f"mask_input must have shape (1, {h}, {w}) (low_res logits of a previous predict), got {mask.shape}")
         return mask[None].astype(np.float32), np.ones((1,), dtype=np.float32)
+
+
+def _prompt_layout(coords: np.ndarray, labels: np.ndarray, corners: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The decoder's (1, N, 2) coordinates and (1, N) labels as SamPredictor lays a prompt out: the points, then a
+    box's two corners (labels 2 and 3), or without a box the padding point (0, 0) labelled -1."""
+    if corners is not None:
+        coords, labels = np.concatenate([coords, corners]), np.concatenate([labels, [2.0, 3.0]])
+    else:
+        coords, labels = np.concatenate([coords, np.zeros((1, 2))]), np.concatenate([labels, [-1.0]])
+    return coords[None].astype(np.float32), labels[None].astype(np.float32)
 
 
 def _as_float_array(value: Any, name: str) -> np.ndarray:

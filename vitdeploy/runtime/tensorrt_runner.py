@@ -98,7 +98,7 @@ class TensorRTRunner:
             raise EngineError(f"TensorRT {trt.__version__} could not deserialize '{path.name}': {why}; rebuild it with 'vitdeploy build-engine'")
         self._runtime_cache_path = Path(runtime_cache) if runtime_cache and self.library.rtx else None
         self._runtime_cache: Any = None
-        self._context = self._create_context(trt)
+        self._context = self._create_context()
         if self._context is None:
             raise EngineError(f"TensorRT could not create an execution context for '{path.name}' (out of GPU memory?): "
                               + (" | ".join(self._log.errors[-3:]) or "no error was logged"))
@@ -109,7 +109,7 @@ class TensorRTRunner:
         self.gpu = gpu
         self.metadata: dict[str, Any] = {**self.sidecar.get("metadata", {}), "precision": precision}
 
-    def _create_context(self, trt: Any) -> Any:
+    def _create_context(self) -> Any:
         """The execution context; for TensorRT-RTX with a runtime config holding the runtime cache (when given)."""
         if not self.library.rtx:
             return self._engine.create_execution_context()
@@ -124,7 +124,7 @@ class TensorRTRunner:
         return self._engine.create_execution_context(config)
 
     def _save_runtime_cache(self) -> None:
-        if self._runtime_cache is None or self._runtime_cache_path is None:
+        if self._runtime_cache is None:  # made only for an RTX engine given a cache file
             return
         serialized = self._runtime_cache.serialize()
         if serialized is not None:
