@@ -27,7 +27,7 @@ What it does:
    a deployed application would not).
    The vitdeploy rows name their attention form rather than take the runner's default, which depends
    on whether the kernel is built: the plain rows run ``fused_attention=False`` (the global blocks get
-   their rel-pos term as an attention bias, :mod:`vitdeploy.runtime.cpu_attention`; a ``tensorrt`` file's
+   their rel-pos term as an attention bias, :mod:`vitdeploy.runtime.forms.cpu_attention`; a ``tensorrt`` file's
    MatMul-Softmax-MatMul chains run as ONNX Runtime's ``MultiHeadAttention`` first). When ``bash
    cpp/build.sh`` has built vitdeploy's fused rel-pos attention kernel (``libvitdeploy_ort_ops.so``), the
    ``onnxruntime-cpu`` FP32 and INT8 files run once more with it (``fused_attention=True``): the runner's
@@ -98,7 +98,7 @@ def contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, in
 
 def _pattern_twin(row: dict[str, Any]) -> dict[str, Any] | None:
     """The twin of an ONNX Runtime row with the memory pattern flipped (None for other rows and the folded one)."""
-    from vitdeploy.runtime.ort_settings import default_memory_pattern
+    from vitdeploy.runtime.backends.ort_settings import default_memory_pattern
 
     if row["kind"] != "ort" or row["settings"].get("folded_attention"):
         return None  # the C++ rows ("cpp") run with the memory pattern off, as the C++ backend does
@@ -109,7 +109,7 @@ def _pattern_twin(row: dict[str, Any]) -> dict[str, Any] | None:
 
 def _all_contenders(targets: tuple[str, ...], with_compile: bool, with_int8: bool, int8_path: Path | None,
                     with_fused: bool, with_openvino: bool, with_dynamic: bool, with_nncf: bool) -> list[dict[str, Any]]:
-    from vitdeploy.runtime.cpu_attention import FOLDED_TARGETS
+    from vitdeploy.targets import TARGETS
 
     rows = [{"name": "eager official (PyTorch)", "kind": "eager", "precision": "fp32"}]
     if with_compile:
@@ -136,7 +136,7 @@ def _all_contenders(targets: tuple[str, ...], with_compile: bool, with_int8: boo
     for target in targets:
         rows.append({"name": f"ORT, vitdeploy FP32 --target {target}", "kind": "ort", "model": f"vitdeploy_{target}.onnx",
                      "precision": "fp32", "settings": VITDEPLOY_ORT_SETTINGS, "target": target})
-        if target in FOLDED_TARGETS:
+        if target in TARGETS and TARGETS[target].folded_attention:
             # The same file with its attention as exported (folded): on the CPU the runner's default unfolds the global
             # blocks (and runs tensorrt's MatMul-Softmax-MatMul chains as MultiHeadAttention first).
             rows.append({"name": f"ORT, vitdeploy FP32 --target {target}, folded attention as exported", "kind": "ort",
@@ -222,7 +222,7 @@ def _build_deployed(spec: dict[str, Any]):
     """(run, what ran): an ONNX file on ONNX Runtime with the row's settings, or on OpenVINO (its provider line)."""
     path = Path(spec["workdir"]) / spec["model"]
     if spec["kind"] == "openvino-ir":  # an OpenVINO IR (NNCF's output), compiled as the OpenVinoRunner compiles
-        from vitdeploy.runtime.openvino_runner import cpu_config, import_openvino, openvino_version
+        from vitdeploy.runtime.backends.openvino_runner import cpu_config, import_openvino, openvino_version
 
         core = import_openvino().Core()
         compiled = core.compile_model(core.read_model(str(path)), "CPU", cpu_config(spec["threads"]))
@@ -230,7 +230,7 @@ def _build_deployed(spec: dict[str, Any]):
         return (lambda x: request.infer({0: x})[output]), (f"OpenVINO {openvino_version()} CPU plugin, NNCF INT8 IR, "
                                                              f"{compiled.get_property('INFERENCE_NUM_THREADS')} thread(s)")
     if spec["kind"] == "openvino-default":  # only the latency hint and the thread count every row has
-        from vitdeploy.runtime.openvino_runner import cpu_config, import_openvino, openvino_version
+        from vitdeploy.runtime.backends.openvino_runner import cpu_config, import_openvino, openvino_version
 
         core = import_openvino().Core()
         config = {k: v for k, v in cpu_config(spec["threads"]).items() if k != "INFERENCE_PRECISION_HINT"}
@@ -240,11 +240,11 @@ def _build_deployed(spec: dict[str, Any]):
             f"OpenVINO {openvino_version()} CPU plugin, its default inference precision: "
             f"{compiled.get_property('INFERENCE_PRECISION_HINT')}, {compiled.get_property('INFERENCE_NUM_THREADS')} thread(s)")
     if spec["kind"] == "openvino":
-        from vitdeploy.runtime.openvino_runner import OpenVinoRunner
+        from vitdeploy.runtime.backends.openvino_runner import OpenVinoRunner
 
         runner = OpenVinoRunner(path, threads=spec["threads"])
     else:
-        from vitdeploy.runtime.runners import OnnxRuntimeRunner
+        from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 
         runner = OnnxRuntimeRunner(path, threads=spec["threads"], **spec["settings"])
     name, out = runner.input_names[0], runner.output_names[0]
@@ -253,7 +253,7 @@ def _build_deployed(spec: dict[str, Any]):
 
 def _cpp_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """A C++ row: ``model_bench`` in its own process (its peak RSS is its own VmHWM), the same input, warm-up and runs."""
-    from vitdeploy.runtime.relpos_kernel import library_path
+    from vitdeploy.runtime.forms.relpos_kernel import library_path
 
     workdir = Path(spec["workdir"])
     command = [str(MODEL_BENCH), "--model", str(workdir / spec["model"]), "--input", str(workdir / "input.npy"),
@@ -411,7 +411,7 @@ def calibration_split(workdir: Path, size: int) -> tuple[Any, Any]:
     out (the first is the input every row runs); the split every INT8 contender is calibrated and judged on."""
     from vitdeploy.metadata import decode
     from vitdeploy.precision.calibration_data import bundled_calibration_dir, load_calibration_set
-    from vitdeploy.runtime.ort_settings import read_metadata_props
+    from vitdeploy.metadata import read_metadata_props
 
     metadata = decode(read_metadata_props(workdir / "vitdeploy_onnxruntime-cpu.onnx"))
     cal = load_calibration_set([bundled_calibration_dir()], metadata, "image", [1, 3, size, size], cache_dir=workdir / "images")
@@ -449,8 +449,8 @@ def fusion_checks(workdir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
     form (a tensorrt file's attention as MultiHeadAttention, global blocks unfolded), at the row's optimization level."""
     import onnx
 
-    from vitdeploy.runtime.ort_fusions import fusion_report
-    from vitdeploy.runtime.runners import OnnxRuntimeRunner
+    from vitdeploy.runtime.backends.ort_fusions import fusion_report
+    from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 
     checks = {}
     checked = set()
@@ -617,7 +617,7 @@ def main() -> None:
 
     workdir = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
-    from vitdeploy.runtime.relpos_kernel import library_path
+    from vitdeploy.runtime.forms.relpos_kernel import library_path
 
     with_fused = not args.no_fused and library_path() is not None
     if not args.no_fused and not with_fused:
@@ -625,7 +625,7 @@ def main() -> None:
     with_cpp = not args.no_cpp and MODEL_BENCH.is_file()
     if not args.no_cpp and not with_cpp:
         print("note: no C++ backend rows: build cpp/build/model_bench with 'bash cpp/build.sh'", flush=True)
-    from vitdeploy.runtime.openvino_runner import openvino_version
+    from vitdeploy.runtime.backends.openvino_runner import openvino_version
 
     with_openvino = not args.no_openvino and openvino_version() is not None
     if not args.no_openvino and not with_openvino:
@@ -694,7 +694,7 @@ def main() -> None:
         text += "\n\nContenders that could not run:\n" + "\n".join(f"- {n}: {why}" for n, why in failures.items())
     print("\n" + text)
     from vitdeploy.metadata import tool_versions
-    from vitdeploy.runtime.openvino_runner import openvino_version
+    from vitdeploy.runtime.backends.openvino_runner import openvino_version
 
     report = {"header": header, "table": table, "gemm_peaks": peaks, "gemm_peak": peak, "flops": info["flops"],
               "prepare": info, "load_per_round": loads, "failures": failures, "versions": {**tool_versions(), "openvino": openvino_version()},

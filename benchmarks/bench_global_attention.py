@@ -64,7 +64,7 @@ def _session(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], inputs:
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     if any(n.op_type == "QuantizeLinear" for n in nodes):  # the integer kernels vitdeploy's runner picks for this CPU
-        from vitdeploy.runtime.ort_settings import int8_kernels
+        from vitdeploy.runtime.backends.ort_settings import int8_kernels
 
         for key, value in int8_kernels().config.items():
             so.add_session_config_entry(key, value)
@@ -136,7 +136,7 @@ def build(threads: int, x: dict[str, np.ndarray]) -> dict[str, tuple[ort.Inferen
 
 def kernel_forms(threads: int) -> dict[str, tuple[ort.InferenceSession, list[str], float]]:
     """vitdeploy's fused kernel on each vector path this CPU takes (none when the library is not built)."""
-    from vitdeploy.runtime import relpos_kernel
+    from vitdeploy.runtime.forms import relpos_kernel
 
     library = relpos_kernel.library_path()
     if library is None:

@@ -24,7 +24,7 @@ from vitdeploy.models.recipes import load_recipe
 from vitdeploy.models.sam_encoder import SamEncoderArch, load_sam_image_encoder
 from vitdeploy.onnx_export.hygiene import check_graph_hygiene
 from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
-from vitdeploy.runtime.runners import OnnxRuntimeRunner
+from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 from vitdeploy.validation.latency import stats_from_samples
 from vitdeploy.validation.parity import compare
 

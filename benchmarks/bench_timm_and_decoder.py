@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from vitdeploy.metadata import tool_versions
-from vitdeploy.runtime.runners import OnnxRuntimeRunner
+from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 from vitdeploy.validation.latency import stats_from_samples
 from vitdeploy.validation.masks import compare_masks
 from vitdeploy.validation.parity import compare
@@ -82,8 +82,8 @@ def bench_decoder(tmp: Path, threads: int, rounds: int, warmup: int) -> dict:
     from vitdeploy.models.sam_encoder import SamEncoderArch, build_sam_image_encoder
     from vitdeploy.onnx_export.sam_encoder import sam_encoder_metadata
     from vitdeploy.pipeline import export_from_recipe, load_eager_from_recipe
-    from vitdeploy.runtime.preprocess import preprocess_shape
-    from vitdeploy.runtime.sam_predictor import SamPredictor
+    from vitdeploy.runtime.processing.preprocess import preprocess_shape
+    from vitdeploy.runtime.apps.sam_predictor import SamPredictor
 
     _, _, decoder = load_eager_from_recipe("sam_vit_b_decoder", None, True, 0)
     t0 = time.perf_counter()

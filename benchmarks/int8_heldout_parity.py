@@ -4,7 +4,7 @@ Why: the benchmark's table judges every row on one held-out image; vitdeploy's o
 its file on all 4, and this does the same for files vitdeploy did not calibrate (NNCF's IR, a
 ``quantize_dynamic`` export), so their cosines can stand beside each other. The reference runs on
 ONNX Runtime; an OpenVINO IR (``.xml``) runs on OpenVINO with the runner's properties
-(:func:`vitdeploy.runtime.openvino_runner.cpu_config`), an ONNX file on ONNX Runtime, each loaded as the
+(:func:`vitdeploy.runtime.backends.openvino_runner.cpu_config`), an ONNX file on ONNX Runtime, each loaded as the
 benchmark's rows load them.
 
 Usage (after a run of bench_encoder_speed.py with the NNCF rows in out/speed):

@@ -34,7 +34,7 @@ SETTINGS = {"mem-pattern": {"memory_pattern": True}, "no-mem-pattern": {"memory_
 
 
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
-    from vitdeploy.runtime.runners import OnnxRuntimeRunner
+    from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 
     runner = OnnxRuntimeRunner(spec["model"], threads=spec["threads"], **SETTINGS[spec["setting"]])
     rng = np.random.default_rng(0)

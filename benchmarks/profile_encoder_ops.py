@@ -86,7 +86,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["kind"] == "probe":
         return probe_worker(spec)
     from vitdeploy.benchmark.op_profile import read_ort_profile, weight_nodes
-    from vitdeploy.runtime.runners import OnnxRuntimeRunner
+    from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 
     workdir = Path(spec["workdir"])
     optimized = workdir / f"profiled_{spec['tag']}.onnx"
@@ -165,7 +165,7 @@ def main() -> None:
 
     with_fused = not args.no_fused
     if with_fused:
-        from vitdeploy.runtime.relpos_kernel import library_path
+        from vitdeploy.runtime.forms.relpos_kernel import library_path
 
         with_fused = library_path() is not None
     rows = contenders(not args.no_int8, with_fused, not args.no_dynamic_int8)

@@ -3,7 +3,7 @@
 Why: in ``bench_encoder_speed.py`` OpenVINO's INT8 files (NNCF's and vitdeploy's Q/DQ file) ran slower
 than eager on an AMD EPYC without VNNI, where OpenVINO's FP32 was the fastest plain contender. This
 compiles a model (ONNX or OpenVINO IR) with the properties vitdeploy's ``OpenVinoRunner`` uses
-(:func:`vitdeploy.runtime.openvino_runner.cpu_config`) plus ``PERF_COUNT``, runs one warm-up and one
+(:func:`vitdeploy.runtime.backends.openvino_runner.cpu_config`) plus ``PERF_COUNT``, runs one warm-up and one
 measured inference and prints the measured time per (node type, kernel) pair, largest first: the kernel
 names say which path ran (e.g. ``jit_gemm_i8``, oneDNN's integer GEMM without VNNI, against
 ``brgemm_avx2_f32``).
@@ -21,7 +21,7 @@ import collections
 import numpy as np
 
 from vitdeploy.cpu_features import cpu_features
-from vitdeploy.runtime.openvino_runner import cpu_config, import_openvino
+from vitdeploy.runtime.backends.openvino_runner import cpu_config, import_openvino
 
 
 def profile(path: str, x: np.ndarray, threads: int, top: int) -> None:

@@ -9,7 +9,7 @@
 #   JOBS           parallel compile jobs (default: all cores)
 #   CMAKE_ARGS     extra cmake arguments, e.g. "-DVITDEPLOY_WITH_TENSORRT=ON" to fail when TensorRT is missing
 #   SKIP_CTEST=1   build only
-#   VITDEPLOY_GOLDEN_DIR  golden outputs from the Python runtime (tests/test_cpp.py sets it); without it the
+#   VITDEPLOY_GOLDEN_DIR  golden outputs from the Python runtime (tests/cpp/test_cpp.py sets it); without it the
 #                  golden ctest suites are reported as skipped
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

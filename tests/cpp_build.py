@@ -1,5 +1,5 @@
 """Building cpp/ for the tests: one ``cpp/build.sh`` run per session, shared by the C++ app tests
-(tests/test_cpp.py) and the fused attention kernel tests (tests/test_relpos_kernel.py)."""
+(tests/cpp/test_cpp.py) and the fused attention kernel tests (tests/runtime/forms/test_relpos_kernel.py)."""
 
 from __future__ import annotations
 

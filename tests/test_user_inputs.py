@@ -8,7 +8,7 @@ from PIL import Image
 
 from vitdeploy.cli import cli
 from vitdeploy.precision.calibration_data import read_calibration_image
-from vitdeploy.runtime.images import read_image_rgb
+from vitdeploy.runtime.processing.images import read_image_rgb
 
 ORIENTATION = 0x0112
 ROTATED_90_CW = 6  # EXIF: the stored pixels must be turned 90 degrees clockwise to be upright

@@ -2,20 +2,26 @@
 
 The package in layers, ground first. A module imports only from layers below its own (the data
 flows from a recipe up to an artifact; nothing below knows what uses it); ``tests/test_architecture.py``
-reads every import, lazy ones included, and holds the code to this list.
+reads every import, lazy ones included, and holds the code to this list. A name is a module or package
+directly under ``vitdeploy``, or a wing of one (``runtime.backends``): a module belongs to the longest name
+that contains it.
 """
 
 __version__ = "0.1.0"
 
 #: Layers, ground first; names are modules or packages directly under ``vitdeploy``.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "_lazy", "metadata", "onnx_graph", "relpos_layout", "cpu_features", "tested_versions"),  # shared facts
-    ("fileio", "optional_packages", "cuda", "sizes"),  # files, optional packages, the CUDA runtime, input-size checks
+    ("errors", "_lazy", "echo", "onnx_graph", "relpos_layout", "cpu_features", "tested_versions"),  # shared facts; talking to people
+    ("precisions", "targets", "fileio", "optional_packages", "cuda", "sizes"),  # precisions and export targets as types;
+    # files, optional packages, the CUDA runtime, input-size checks
+    ("metadata",),  # what every artifact carries, and the one reader of it
     ("models",),  # the official eager models, built from recipes and checkpoints
     ("rewrites",),  # their export-friendly forms: same weights, same numbers
     ("onnx_export",),  # rewritten module -> checked ONNX graph
     ("engine",),  # ONNX -> TensorRT engine + sidecar
-    ("runtime",),  # runners, pre/post-processing, input sets (torch-free)
+    ("runtime.processing", "runtime.forms"),  # images and pre/post-processing; load-time CPU graph forms (torch-free)
+    ("runtime.backends",),  # one runner per runtime behind one contract, the runtime registry, the loader
+    ("runtime.apps", "runtime"),  # applications on the runners (SAM predictor, mask generator, predict); the public names
     ("families",),  # which model is which: the one place that dispatches on the model family
     ("validation",),  # parity and latency against the eager official model
     ("precision", "benchmark", "artifact_info", "doctor"),  # FP16/INT8 passes; timing; inspect; doctor

@@ -126,7 +126,7 @@ def inspect_engine(path: str | Path, verify: bool = True) -> dict[str, Any]:
 def inspect_artifact(path: str | Path, verify: bool = True) -> dict[str, Any]:
     """:func:`inspect_onnx` for ``.onnx`` files, :func:`inspect_engine` for engines (a file with a sidecar)."""
     from vitdeploy.engine.sidecar import sidecar_path
-    from vitdeploy.runtime.loader import ENGINE_SUFFIXES, ONNX_SUFFIXES
+    from vitdeploy.runtime.backends.loader import ENGINE_SUFFIXES, ONNX_SUFFIXES
 
     path = Path(path)
     if path.suffix.lower() in ONNX_SUFFIXES:
@@ -148,9 +148,9 @@ def _dims(dims: list) -> str:
 
 
 def _cpu_form(meta: dict[str, Any]):
-    """The CPU form a file's metadata records (:func:`vitdeploy.runtime.cpu_form.read_cpu_form`); None for other files
+    """The CPU form a file's metadata records (:func:`vitdeploy.runtime.forms.cpu_form.read_cpu_form`); None for other files
     and for an unreadable entry, which ``inspect`` leaves out rather than refusing the file."""
-    from vitdeploy.runtime.cpu_form import read_cpu_form
+    from vitdeploy.runtime.forms.cpu_form import read_cpu_form
 
     try:
         return read_cpu_form(meta)

@@ -1,7 +1,7 @@
 """``vitdeploy optimize``: write the CPU form of an ``onnxruntime-cpu`` (or ``tensorrt``) export as a file of its own.
 
-What :class:`vitdeploy.runtime.runners.OnnxRuntimeRunner` does in memory at every load (the global
-blocks' attention unfolded, or vitdeploy's fused kernel swapped in: :mod:`vitdeploy.runtime.cpu_form`),
+What :class:`vitdeploy.runtime.backends.onnxruntime_runner.OnnxRuntimeRunner` does in memory at every load (the global
+blocks' attention unfolded, or vitdeploy's fused kernel swapped in: :mod:`vitdeploy.runtime.forms.cpu_form`),
 done once and saved, so that programs which open the file themselves run the same graph: the C++
 app (``sam_cli``, ``vitdeploy::OnnxRuntimeBackend``), an application's own ONNX Runtime session. The
 exported file stays the portable artifact (TensorRT, GPU providers, OpenVINO, the folded form); the
@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitdeploy.errors import InputError
-from vitdeploy.metadata import decode, encode
-from vitdeploy.runtime.cpu_attention import FOLDED_TARGETS, load_folded_graph
-from vitdeploy.runtime.cpu_form import CPU_FORM_KEY, FUSED_KERNEL, UNFOLDED, CpuForm, cpu_form_graph
+from vitdeploy.metadata import encode, read_onnx_metadata
+from vitdeploy.runtime.forms.cpu_attention import load_folded_graph
+from vitdeploy.targets import target_of
+from vitdeploy.runtime.forms.cpu_form import CPU_FORM_KEY, FUSED_KERNEL, UNFOLDED, CpuForm, cpu_form_graph
 
 
 @dataclass(frozen=True)
@@ -42,17 +43,17 @@ def write_cpu_form(source: str | Path, output: str | Path, *, fused_attention: b
 
     from vitdeploy.fileio import claim_outputs, external_data_files
     from vitdeploy.precision.model_io import save_onnx_atomic
-    from vitdeploy.runtime.ort_settings import read_metadata_props
-
+    
     source, output = Path(source), Path(output)
     if output.resolve() == source.resolve():
         raise InputError(f"-o names the exported file '{source}' itself: write the CPU form to another path")
     claim_outputs([output], force, inputs=[source])
-    metadata = decode(read_metadata_props(source))
+    metadata = read_onnx_metadata(source)
     if CPU_FORM_KEY in metadata:
         raise InputError(f"'{source.name}' is already a CPU form written by 'vitdeploy optimize': optimize the exported "
                          f"file ('{metadata[CPU_FORM_KEY].get('source', 'its source')}') instead")
-    if metadata.get("target") not in FOLDED_TARGETS:
+    target = target_of(metadata)
+    if target is None or not target.folded_attention:
         raise InputError(f"'{source.name}' is not a --target onnxruntime-cpu or tensorrt export (target: "
                          f"{metadata.get('target', 'not recorded')}): only their folded attention has a CPU form; "
                          "export with --target onnxruntime-cpu")

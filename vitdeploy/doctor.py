@@ -248,7 +248,7 @@ def _gpu_without_cuda_python() -> Component:
 
 def _fused_attention() -> Component:
     """vitdeploy's fused rel-pos attention library: built, loadable, and on which path ViT-B's global blocks run."""
-    from vitdeploy.runtime import relpos_kernel
+    from vitdeploy.runtime.forms import relpos_kernel
 
     path, why = relpos_kernel.usable_library()
     if why:  # not loadable, or a library without the probe symbol
@@ -327,7 +327,7 @@ def diagnose(verbs: Iterable[str], deep: bool = False) -> DoctorReport:
     (the CLI passes its registered verbs)."""
     import vitdeploy
     from vitdeploy.cpu_features import cpu_features
-    from vitdeploy.runtime.ort_settings import int8_kernels
+    from vitdeploy.runtime.backends.ort_settings import int8_kernels
     from vitdeploy.tested_versions import version_drift
 
     components = probe_components(deep)

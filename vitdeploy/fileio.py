@@ -230,6 +230,20 @@ def require_onnx_file(path: str | os.PathLike) -> Path:
     return path
 
 
+def raise_if_weights_missing(path: Path, exc: Exception) -> None:
+    """After a runtime (ONNX Runtime, OpenVINO) failed to load ``path``: the clear error when its external-data file is missing.
+
+    Checked only after a failure (it parses the graph, which costs a second on a large inline model);
+    any other problem :func:`vitdeploy.fileio.load_onnx_graph` finds leaves ONNX Runtime's message to stand.
+    """
+    try:
+        load_onnx_graph(path)
+    except MissingWeightsError as missing:
+        raise missing from exc
+    except Exception:  # noqa: BLE001 - not ONNX, unreadable, or onnx not installed: ORT's message stands
+        return
+
+
 def require_model_file(path: str | os.PathLike) -> Path:
     """An ``.onnx`` file through :func:`require_onnx_file`, any other model file (an engine) when it exists.
 

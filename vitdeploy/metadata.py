@@ -11,7 +11,12 @@ import json
 import math
 import platform
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+from vitdeploy.errors import InputError
+from vitdeploy.fileio import require_nonempty_onnx
+from vitdeploy.precisions import PRECISIONS, Precision
 
 PREFIX = "vitdeploy."
 
@@ -64,12 +69,75 @@ def decode(props: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
-def read_onnx_metadata(path: str) -> dict[str, Any]:
-    """Metadata of an ONNX file, without loading its weights."""
-    import onnx
-
-    model = onnx.load(path, load_external_data=False)
+def metadata_of(model: Any) -> dict[str, Any]:
+    """The vitdeploy metadata of an ``onnx.ModelProto`` already in memory."""
     return decode({p.key: p.value for p in model.metadata_props})
+
+
+def read_onnx_metadata(path: str | Path) -> dict[str, Any]:
+    """The vitdeploy metadata of an ONNX file, read without parsing the graph (:func:`read_metadata_props`)."""
+    return decode(read_metadata_props(path))
+
+
+def read_metadata_props(path: str | Path) -> dict[str, str]:
+    """``metadata_props`` of an ONNX file, read without parsing the graph or loading the weights.
+
+    Walks the top-level fields of the ``ModelProto`` protobuf message and skips every one but
+    ``metadata_props`` (field 14) by its length, so it costs a few reads even for a GB-sized file.
+    Why not ``onnx.load(path, load_external_data=False)``: it parses the whole message. Measured on the
+    377 MB SAM ViT-B file (weights inside, 2-core EPYC): 2.26 s and 779 MB peak RSS for onnx vs 0.08 s
+    and 43 MB here, paid on every runner opened (predict, validate, benchmark); protobuf offers no
+    partial parse of one field.
+    """
+    import mmap
+
+    props: dict[str, str] = {}
+    require_nonempty_onnx(Path(path))
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        pos, end = 0, len(data)
+        while pos < end:
+            tag, pos = _varint(data, pos)
+            field_number, wire_type = tag >> 3, tag & 7
+            if wire_type == 0:
+                _, pos = _varint(data, pos)
+            elif wire_type == 1:
+                pos += 8
+            elif wire_type == 5:
+                pos += 4
+            elif wire_type == 2:
+                length, pos = _varint(data, pos)
+                if field_number == 14:
+                    key, value = _string_pair(data[pos:pos + length])
+                    props[key] = value
+                pos += length
+            else:
+                raise InputError(f"'{path}' is not an ONNX model file (protobuf wire type {wire_type} at byte {pos})")
+    return props
+
+
+def _varint(data: Any, pos: int) -> tuple[int, int]:
+    result, shift = 0, 0
+    while True:
+        if pos >= len(data):
+            raise InputError("truncated ONNX file (protobuf varint runs past the end)")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _string_pair(entry: bytes) -> tuple[str, str]:
+    """(key, value) of a serialized ``StringStringEntryProto``."""
+    fields = {1: "", 2: ""}
+    pos = 0
+    while pos < len(entry):
+        tag, pos = _varint(entry, pos)
+        length, pos = _varint(entry, pos)
+        fields[tag >> 3] = entry[pos:pos + length].decode("utf-8", errors="replace")
+        pos += length
+    return fields[1], fields[2]
 
 
 def artifact_metadata(
@@ -93,7 +161,7 @@ def artifact_metadata(
         "input_size": [input_size, input_size],
         "pixel_mean": list(pixel_mean),
         "pixel_std": list(pixel_std),
-        "precision": "fp32",
+        "precision": Precision.FP32.value,
         "random_weights": random_seed is not None,
         "random_seed": random_seed,
         "checkpoint": checkpoint_name,
@@ -103,10 +171,6 @@ def artifact_metadata(
         "vitdeploy_version": versions["vitdeploy"],
         "tool_versions": versions,
     }
-
-
-#: Precisions a vitdeploy file can declare (what the parity tolerances and runtimes know).
-PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 
 
 def _positive_ints(value: Any, count: tuple[int, ...]) -> bool:

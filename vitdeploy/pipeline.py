@@ -6,10 +6,10 @@ checks what any export needs (weights, output path, options) and hands over.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vitdeploy.echo import Echo, quiet
 from vitdeploy.errors import InputError
 from vitdeploy.families import ExportOptions, ModelFamily, check_export_options, family_of_recipe
 
@@ -18,12 +18,6 @@ if TYPE_CHECKING:
 
     from vitdeploy.models.recipes import Recipe
     from vitdeploy.onnx_export.exporter import ExportResult
-
-Echo = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 RANDOM_WEIGHTS_WARNING = (
@@ -58,7 +52,7 @@ def check_export_request(recipe_name: str, output: str | Path, options: ExportOp
     options its family takes and the input size. Returns the recipe and its family."""
     from vitdeploy.fileio import check_output_path, require_checkpoint_file
     from vitdeploy.models.recipes import load_recipe
-    from vitdeploy.onnx_export.targets import get_target
+    from vitdeploy.targets import get_target
 
     check_output_path(output)  # fail before minutes of work, not after
     get_target(options.target)
@@ -72,7 +66,7 @@ def check_export_request(recipe_name: str, output: str | Path, options: ExportOp
     return recipe, family
 
 
-def export_recipe(recipe_name: str, output: str | Path, options: ExportOptions, echo: Echo = _quiet) -> ExportResult:
+def export_recipe(recipe_name: str, output: str | Path, options: ExportOptions, echo: Echo = quiet) -> ExportResult:
     """Build the eager model of a recipe from ``options``' weights, rewrite it and export it to ``output``.
 
     Everything a user can get wrong (output path, weights, recipe, options the recipe's family does not
@@ -83,7 +77,7 @@ def export_recipe(recipe_name: str, output: str | Path, options: ExportOptions, 
 
 
 def export_checked(recipe: Recipe, family: ModelFamily, output: str | Path, options: ExportOptions,
-                   echo: Echo = _quiet) -> ExportResult:
+                   echo: Echo = quiet) -> ExportResult:
     """:func:`export_recipe` after :func:`check_export_request` has returned ``recipe`` and ``family`` (the CLI
     checks first, then makes sure the torch side is installed, then exports)."""
     arch, model = family.load_eager(recipe, options.checkpoint, options.random_seed)
@@ -99,7 +93,7 @@ def export_from_recipe(
     checkpoint: str | None = None,
     random_weights: bool = False,
     seed: int = 0,
-    echo: Echo = _quiet,
+    echo: Echo = quiet,
     **options: Any,
 ) -> ExportResult:
     """:func:`export_recipe` with the weights as ``vitdeploy export`` takes them (``checkpoint`` or

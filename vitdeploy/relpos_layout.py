@@ -2,7 +2,7 @@
 
 ``--target tensorrt|onnxruntime-cpu`` fold SAM's decomposed rel-pos term into the query/key products
 (:mod:`vitdeploy.rewrites.fused_attention`): every key is extended by a one-hot of its row and a
-one-hot of its column in the token grid. vitdeploy's fused kernel (:mod:`vitdeploy.runtime.relpos_kernel`)
+one-hot of its column in the token grid. vitdeploy's fused kernel (:mod:`vitdeploy.runtime.forms.relpos_kernel`)
 reads that layout instead of multiplying by it, so it swaps a graph's attention only when the graph's
 table is exactly this one. NumPy only (the runtime package imports no torch).
 """

@@ -7,7 +7,7 @@
 //   k_aug = [k, one-hot(row of the key), one-hot(column of the key)]
 //   v
 // and the output is MultiHeadAttention's: softmax(q_aug . k_aug) v. Knowing the one-hot layout (the
-// Python side swaps a node in only after checking that constant, see vitdeploy/runtime/fused_attention.py),
+// Python side swaps a node in only after checking that constant, see vitdeploy/runtime/forms/relpos_kernel.py),
 // this kernel computes q . k over head_dim values only and adds rel_h[key row] + rel_w[key column] to
 // the scores of each tile of queries itself, instead of a Q.K product head_dim + grid_h + grid_w wide.
 // Same arithmetic in float32: scores, exact max-subtracted softmax, P.V.

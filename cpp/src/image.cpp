@@ -88,7 +88,7 @@ bool png_read_layout(PngState* s, FILE* fp, PngLayout* out) {
     int depth = 0, color = 0;
     png_get_IHDR(s->png, s->info, &width, &height, &depth, &color, nullptr, nullptr, nullptr);
     // 16-bit grey (mode "I;16" in Pillow) is scaled from the image's own min..max to 0..255, as
-    // vitdeploy.runtime.images.to_rgb8 does (convert("RGB") would clip it to white); every other 16-bit
+    // vitdeploy.runtime.processing.images.to_rgb8 does (convert("RGB") would clip it to white); every other 16-bit
     // layout Pillow unpacks by taking the high byte of each sample ("RGB;16B", "LA;16B"...).
     bool scale_grey16 = depth == 16 && color == PNG_COLOR_TYPE_GRAY;
     if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(s->png);

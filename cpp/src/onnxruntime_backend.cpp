@@ -157,7 +157,7 @@ OnnxRuntimeBackend::OnnxRuntimeBackend(const std::string& path, const BackendOpt
         throw BackendError("ONNX Runtime cannot load '" + path + "' (" + e.what() + ")");
     }
     const bool int8 = file_metadata.get_string_or("precision", "") == "int8";
-    // A file 'vitdeploy optimize --fused-attention' wrote (vitdeploy.runtime.cpu_form) holds vitdeploy's kernel op.
+    // A file 'vitdeploy optimize --fused-attention' wrote (vitdeploy.runtime.forms.cpu_form) holds vitdeploy's kernel op.
     const Json* form = file_metadata.has("cpu_form") ? file_metadata.get("cpu_form").find("attention") : nullptr;
     if (form && form->is_string() && form->as_string() == "fused-kernel" && options.ort_ops_library.empty())
         throw InputError("'" + path + "' runs vitdeploy's fused attention kernel ('vitdeploy optimize --fused-attention'): "
@@ -174,7 +174,7 @@ OnnxRuntimeBackend::OnnxRuntimeBackend(const std::string& path, const BackendOpt
         // memory of the full-size SAM encoder and made its second run seconds slower (README, "Benchmarks").
         so.DisableMemPattern();
         if (int8) {
-            // As vitdeploy's Python runner (vitdeploy.runtime.ort_settings): MatMulAddFusion turns DQ -> MatMul -> Add
+            // As vitdeploy's Python runner (vitdeploy.runtime.backends.ort_settings): MatMulAddFusion turns DQ -> MatMul -> Add
             // into a float Gemm before the Q/DQ fusion can make the MatMul an integer kernel (the graph then runs
             // fake-quantized, slower than FP32); on CPUs whose u8 x s8 kernels saturate, u8 x u8 kernels.
             so.AddConfigEntry("optimization.disable_specified_optimizers", "MatMulAddFusion");

@@ -98,7 +98,7 @@ MaskUpscaler MaskUpscaler::for_image(int low_h, int low_w, int input_size, int o
 }
 
 std::vector<float> MaskUpscaler::operator()(const float* low_res, int count) const {
-    // As vitdeploy.runtime.postprocess.MaskUpscaler: columns first (h x w -> h x W), then rows
+    // As vitdeploy.runtime.processing.postprocess.MaskUpscaler: columns first (h x w -> h x W), then rows
     // (-> H x W); each output is weight[0] * x[index[0]], then + weight[t] * x[index[t]] for t = 1, 2, ...
     const std::size_t H = height_, W = width_, h = low_h_, w = low_w_;
     std::vector<float> wide(h * W);

@@ -1,6 +1,6 @@
 // Golden tests: the C++ library against outputs of the Python runtime on the same inputs.
 //
-// tests/test_cpp.py writes the inputs, the Python outputs (.npy) and a manifest.json with the
+// tests/cpp/test_cpp.py writes the inputs, the Python outputs (.npy) and a manifest.json with the
 // tolerances into a folder and runs ctest with VITDEPLOY_GOLDEN_DIR pointing at it. Without that
 // variable every suite exits 77 (ctest: skipped). Usage: vitdeploy_golden_tests SUITE
 //   preprocess   decoded pixels and resized pixels identical, normalized input and prompt coordinates within tolerance
@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
     }
     const char* dir = std::getenv("VITDEPLOY_GOLDEN_DIR");
     if (!dir || !*dir) {
-        std::printf("skipped: VITDEPLOY_GOLDEN_DIR is not set (tests/test_cpp.py writes the golden outputs and sets it)\n");
+        std::printf("skipped: VITDEPLOY_GOLDEN_DIR is not set (tests/cpp/test_cpp.py writes the golden outputs and sets it)\n");
         return 77;
     }
     g_dir = dir;

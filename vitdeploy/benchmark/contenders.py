@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.runners import Runner
+from vitdeploy.runtime.backends.base import Runner
 
 EAGER_PRECISIONS = ("fp32", "fp16", "bf16")
 
@@ -56,7 +56,7 @@ def parse_shapes(texts: tuple[str, ...] | list[str]) -> dict[str, list[int]]:
     return shapes
 
 
-def input_template(runner: Any, shapes: dict[str, list[int]] | None = None) -> dict[str, list[int | str]]:
+def input_template(runner: Runner, shapes: dict[str, list[int]] | None = None) -> dict[str, list[int | str]]:
     """Input shapes of a deployed runner, the batch axis (0) marked ``"batch"``; ``shapes`` (from ``--shapes``) fix
     the other dynamic axes (e.g. the SAM decoder's number of points).
 
@@ -90,35 +90,30 @@ def deployed_contender(path: str | Path, *, threads: int | None, device: str, gp
                        allow_unverified: bool = False, runtime: str = "onnxruntime") -> Contender:
     """An ONNX file (ONNX Runtime on ``device``, optionally with the fused rel-pos kernel; FP32 unless ``tf32``;
     or OpenVINO on the CPU with ``runtime="openvino"``) or a TensorRT plan (on CUDA device ``gpu``)."""
-    from vitdeploy.runtime.loader import ENGINE_SUFFIXES, open_runner
+    from vitdeploy.runtime.backends.loader import ENGINE_SUFFIXES, open_runner
 
     path = Path(path)
     runner = open_runner(path, threads=threads, ort_device=device, gpu=gpu, fused_attention=fused_attention,
                          folded_attention=folded_attention,
                          tf32=tf32 and path.suffix.lower() not in ENGINE_SUFFIXES, allow_unverified=allow_unverified,
                          runtime=runtime)
-    precision = str(runner.metadata.get("precision", "fp32"))
+    precision = runner.precision.value
+    batches = runner.batch_range()
     if path.suffix.lower() in ENGINE_SUFFIXES:
-        name = runner.input_names[0]
-        lo, hi = runner.input_range(name)  # type: ignore[attr-defined]
-        gpu_name = runner.gpu.name  # type: ignore[attr-defined]
+        lo, hi = batches or (1, 1)
         return Contender(
-            label=f"{runner.library.name} {precision} ({path.name})", runner=runner, backend="tensorrt",  # type: ignore[attr-defined]
-            precision=precision,
-            device=f"cuda:{gpu} {gpu_name}", batch_range=(lo[0], hi[0]),
-            batch_note=f"engine profile batch {lo[0]}..{hi[0]}" if lo[0] != hi[0] else f"engine built for batch {lo[0]}",
-            synchronize=runner.synchronize,  # type: ignore[attr-defined]
+            label=f"{runner.backend} {precision} ({path.name})", runner=runner, backend="tensorrt", precision=precision,
+            device=f"cuda:{gpu} {runner.gpu.name}", batch_range=(lo, hi),  # type: ignore[attr-defined]
+            batch_note=f"engine profile batch {lo}..{hi}" if lo != hi else f"engine built for batch {lo}",
+            synchronize=runner.synchronize,
         )
-    first = next(iter(runner.input_shapes().values()))  # type: ignore[attr-defined]
-    static = isinstance(first[0], int)
-    fusion = getattr(runner, "fusion", None)  # what ran: the default takes the kernel where it is built
+    fusion = getattr(runner, "fusion", None)  # ONNX Runtime's: the default takes the kernel where it is built
     attention = " + fused rel-pos kernel" if fusion is not None and fusion.swapped else " folded attention" if folded_attention else ""
     math = " tf32" if tf32 and device != "cpu" and precision == "fp32" else ""
     return Contender(  # runner.name: onnxruntime-<device> or openvino-cpu (which refused any other device)
         label=f"{runner.name} {precision}{math}{attention} ({path.name})", runner=runner, backend=runtime,
-        precision=precision, device=device,
-        batch_range=(first[0], first[0]) if static else None,
-        batch_note=f"static batch {first[0]} (re-export with --dynamic-batch)" if static else "",
+        precision=precision, device=device, batch_range=batches,
+        batch_note=f"static batch {batches[0]} (re-export with --dynamic-batch)" if batches else "",
     )
 
 

@@ -9,21 +9,16 @@ ratios measured side by side.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from vitdeploy.echo import Echo, quiet
 from vitdeploy.benchmark.contenders import Contender
 from vitdeploy.errors import InputError
 from vitdeploy.validation.latency import LatencyStats, measure_latency
-
-Echo = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 @dataclass
@@ -83,7 +78,7 @@ def run_benchmark(
     runs: int = 20,
     warmup: int = 3,
     seed: int = 0,
-    echo: Echo = _quiet,
+    echo: Echo = quiet,
     metadata: dict[str, Any] | None = None,
 ) -> list[BenchmarkRow]:
     """Time every contender at every batch size; the first contender timed at a batch is the speed-up baseline."""

@@ -19,18 +19,12 @@ def environment(threads: int | None, contenders: Sequence[Contender]) -> dict[st
     from vitdeploy.metadata import tool_versions
 
     versions = tool_versions()
-    engines = [c for c in contenders if c.backend == "tensorrt"]
-    if engines:
+    for contender in contenders:  # the library that ran each (classic TensorRT or TensorRT-RTX, OpenVINO, ...)
+        versions.setdefault(contender.runner.backend, contender.runner.version)
+    if any(c.backend == "tensorrt" for c in contenders):
         from vitdeploy.cuda import cuda_python_version
 
-        for contender in engines:  # the library that loaded each engine: classic TensorRT or TensorRT-RTX
-            library = contender.runner.library  # type: ignore[attr-defined]
-            versions[library.name] = library.version
         versions["cuda-python"] = str(cuda_python_version())
-    if any(c.backend == "openvino" for c in contenders):
-        from vitdeploy.runtime.openvino_runner import openvino_version
-
-        versions["openvino"] = str(openvino_version())
     from vitdeploy.cpu_features import cpu_features
 
     providers, plans, int8 = {}, {}, {}

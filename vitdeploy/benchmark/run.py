@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from vitdeploy.echo import Echo, quiet
 from vitdeploy.benchmark.report import BenchmarkReport
-
-Echo = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 @dataclass(frozen=True)
@@ -37,7 +31,7 @@ class BenchmarkOptions:
 
 
 def benchmark_models(models: list[str] | tuple[str, ...], options: BenchmarkOptions = BenchmarkOptions(),
-                     echo: Echo = _quiet) -> BenchmarkReport:
+                     echo: Echo = quiet) -> BenchmarkReport:
     """Latency and throughput of each model (``.onnx`` on ONNX Runtime, ``.plan`` on TensorRT) and of the eager
     baseline, per batch size, with the environment; the first contender is the speed-up's baseline."""
     from vitdeploy.benchmark.contenders import deployed_contender, eager_contender, input_template, parse_shapes
@@ -45,7 +39,7 @@ def benchmark_models(models: list[str] | tuple[str, ...], options: BenchmarkOpti
     from vitdeploy.benchmark.report import TIMING, environment
     from vitdeploy.errors import InputError
     from vitdeploy.families import family_of
-    from vitdeploy.runtime.loader import ONNX_SUFFIXES, attention_flag, runner_notes
+    from vitdeploy.runtime.backends.loader import ONNX_SUFFIXES, attention_flag
 
     if not options.eager and options.eager_precisions:
         raise InputError("--eager-precision needs the eager baseline: drop --no-eager")
@@ -60,7 +54,7 @@ def benchmark_models(models: list[str] | tuple[str, ...], options: BenchmarkOpti
                 for m in models
                 for runtime in (runtimes if Path(m).suffix.lower() in ONNX_SUFFIXES else ["onnxruntime"])]
     for c in deployed:
-        for note in runner_notes(c.runner, options.threads):
+        for note in c.runner.notes(options.threads):
             echo(f"{c.label}: {note}")
     first = deployed[0].runner
     template = input_template(first, parse_shapes(options.shapes))

@@ -7,11 +7,9 @@ from pathlib import Path
 
 import click
 
+from vitdeploy.targets import DEFAULT_TARGET, TARGET_NAMES
 from vitdeploy.cli.options import force_option, handle_errors, model_source_options, report_option, verbose_option
 
-#: The names of vitdeploy.onnx_export.targets.TARGETS, listed here so that --help needs no torch import
-#: (tests/test_fused_attention_export.py checks that the two agree).
-TARGET_NAMES = ("generic", "tensorrt", "onnxruntime-cpu")
 
 
 @click.command("export")
@@ -26,7 +24,7 @@ TARGET_NAMES = ("generic", "tensorrt", "onnxruntime-cpu")
 @click.option("--layernorm2d", type=click.Choice(["matmul", "native"]), default=None,
               help="SAM recipes: LayerNorm2d form (encoder neck, decoder upscaler): channel statistics by MatMul "
                    "(default), or the LayerNormalization op (TensorRT FP16).")
-@click.option("--target", type=click.Choice(TARGET_NAMES), default="generic", show_default=True,
+@click.option("--target", type=click.Choice(TARGET_NAMES), default=DEFAULT_TARGET, show_default=True,
               help="Runtime the SAM encoder graph is written for: generic = standard ONNX with attention as the "
                    "official model computes it (any runtime); tensorrt = standard ONNX with bias-free attention "
                    "that TensorRT fuses; onnxruntime-cpu = ONNX Runtime's contrib MultiHeadAttention (CPU flash "

@@ -50,7 +50,7 @@ def optimize(model: str, output: str, fused_attention: bool, as_json: bool, forc
         return
     click.echo(f"wrote {', '.join(str(f) for f in result.files)}: {result.form.summary()}")
     if result.form.kept:
-        from vitdeploy.runtime.folded_attention import kept_reasons
+        from vitdeploy.runtime.forms.folded_attention import kept_reasons
 
         click.echo(f"  {len(result.form.kept)} attention node(s) left as exported ({kept_reasons(result.form.kept)})")
     if fused_attention:

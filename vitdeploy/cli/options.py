@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from vitdeploy.errors import VitdeployError
+from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, ONNX_RUNTIMES
 
 
 class UserError(click.ClickException):
@@ -196,7 +197,7 @@ def report_option(fn: Callable) -> Callable:
 def ort_device_options(choices: tuple[str, ...], help_text: str = "ONNX Runtime execution provider for .onnx files.",
                        allow_unverified: bool = True) -> Callable:
     """--device, --tf32 and (``allow_unverified``) --allow-unverified: where ONNX files run and with what math
-    (see vitdeploy.runtime.providers)."""
+    (see vitdeploy.runtime.backends.providers)."""
 
     def decorate(fn: Callable) -> Callable:
         if allow_unverified:
@@ -212,14 +213,14 @@ def ort_device_options(choices: tuple[str, ...], help_text: str = "ONNX Runtime 
     return decorate
 
 
-#: vitdeploy.runtime.loader.ONNX_RUNTIMES, written here so the CLI's import stays light.
-RUNTIME_CHOICES = ("onnxruntime", "openvino")
+#: The runtimes that open ONNX files, from the registry (it imports no runtime).
+RUNTIME_CHOICES = ONNX_RUNTIMES
 _OPENVINO_HELP = "openvino: OpenVINO on the CPU in FP32 (pip install 'vitdeploy[openvino]')."
 
 
 def runtime_option(fn: Callable) -> Callable:
     """--runtime: which runtime runs ONNX files."""
-    return click.option("--runtime", type=click.Choice(RUNTIME_CHOICES), default="onnxruntime", show_default=True,
+    return click.option("--runtime", type=click.Choice(RUNTIME_CHOICES), default=DEFAULT_RUNTIME, show_default=True,
                         help=f"Runtime for .onnx files. {_OPENVINO_HELP}")(fn)
 
 

@@ -52,7 +52,7 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
     """Segment everything in an image: a grid of clicks, filtered and de-duplicated (SamAutomaticMaskGenerator).
 
     The official automatic mask generator's algorithm, parameters and defaults, on the exported models,
-    without PyTorch (vitdeploy.runtime.mask_generator): crop layers, the small-region clean-up (SciPy in
+    without PyTorch (vitdeploy.runtime.apps.mask_generator): crop layers, the small-region clean-up (SciPy in
     place of OpenCV) and COCO RLE output included. Each grid point is one decoder call.
 
     \b
@@ -72,11 +72,11 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
     require_model_file(encoder)
     require_model_file(decoder)
     from vitdeploy.cli.progress import StageProgress, format_seconds
-    from vitdeploy.runtime.images import read_image_rgb
-    from vitdeploy.runtime.amg import coco_encode_rle
-    from vitdeploy.runtime.mask_generator import SamAutomaticMaskGenerator, rle_to_mask
-    from vitdeploy.runtime.overlay import overlay_masks, save_png
-    from vitdeploy.runtime.sam_predictor import SamPredictor
+    from vitdeploy.runtime.processing.images import read_image_rgb
+    from vitdeploy.runtime.apps.amg import coco_encode_rle
+    from vitdeploy.runtime.apps.mask_generator import SamAutomaticMaskGenerator, rle_to_mask
+    from vitdeploy.runtime.apps.overlay import overlay_masks, save_png
+    from vitdeploy.runtime.apps.sam_predictor import SamPredictor
 
     notes: list[str] = []
     picture = read_image_rgb(image, notes)

@@ -39,11 +39,11 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vitdeploy.echo import Echo, quiet
 from vitdeploy.engine.build_log import BuildLog, make_trt_logger
 from vitdeploy.engine.compat import HARDWARE_LEVELS
 from vitdeploy.engine.diagnostics import format_build_failure, format_parse_failure, parser_problems
@@ -55,17 +55,13 @@ from vitdeploy.engine.profiles import BatchProfile, ShapeSet, input_profiles
 from vitdeploy.engine.sidecar import make_sidecar, sidecar_path, write_sidecar
 from vitdeploy.engine.versions import import_polygraphy_trt, weak_typing_available
 from vitdeploy.errors import EngineError, InputError
+from vitdeploy.targets import target_of
 from vitdeploy.fileio import atomic_output, atomic_write_bytes, check_output_path, sha256_file
 
-Echo = Callable[[str], None]
 MAX_OPTIMIZATION_LEVEL = 5
 
 #: vitdeploy's name for each TensorRT ``HardwareCompatibilityLevel`` member.
 HARDWARE_LEVEL_MEMBERS = {"ampere_plus": "AMPERE_PLUS", "same_compute_capability": "SAME_COMPUTE_CAPABILITY"}
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 @dataclass(frozen=True)
@@ -261,7 +257,7 @@ def build_engine(
     onnx_path: str | Path,
     plan_path: str | Path,
     options: BuildOptions | None = None,
-    echo: Echo = _quiet,
+    echo: Echo = quiet,
 ) -> BuildResult:
     """Build a TensorRT engine from an ONNX file and write ``plan_path`` and its sidecar.
 
@@ -278,9 +274,10 @@ def build_engine(
     if options.timing_cache:
         check_output_path(options.timing_cache)
     facts = read_onnx_facts(onnx_path)
-    if facts.metadata.get("target") == "onnxruntime-cpu":
+    target = target_of(facts.metadata)
+    if target is not None and not target.tensorrt_parsable:
         # That graph holds com.microsoft contrib ops, which TensorRT's ONNX parser does not know.
-        raise InputError(f"'{Path(onnx_path).name}' was exported with --target onnxruntime-cpu (ONNX Runtime contrib ops): "
+        raise InputError(f"'{Path(onnx_path).name}' was exported with --target {target.name} (ONNX Runtime contrib ops): "
                          "re-export with --target tensorrt or generic for TensorRT")
     if plan.resolve() == facts.path.resolve():
         raise InputError(f"-o '{plan}' is the ONNX file itself: choose another output name, e.g. {facts.path.with_suffix('.plan')}")

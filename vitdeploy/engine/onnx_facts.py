@@ -90,7 +90,7 @@ def read_onnx_facts(path: str | Path, model: Any = None) -> OnnxFacts:
     import onnx
 
     from vitdeploy.fileio import external_data_files, load_onnx_graph
-    from vitdeploy.metadata import decode
+    from vitdeploy.metadata import metadata_of
 
     path = Path(path)
     model = model if model is not None else load_onnx_graph(path)
@@ -107,7 +107,7 @@ def read_onnx_facts(path: str | Path, model: Any = None) -> OnnxFacts:
         outputs=[_tensor(v) for v in model.graph.output],
         node_ops={n.name: n.op_type for n in model.graph.node if n.name},
         external_data=external,
-        metadata=decode({p.key: p.value for p in model.metadata_props}),
+        metadata=metadata_of(model),
         graph_precision=graph_precision(model),
         op_counts=dict(sorted(counts.items())),
         initializer_types={i.name: onnx.TensorProto.DataType.Name(i.data_type) for i in model.graph.initializer},

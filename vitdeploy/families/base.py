@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vitdeploy.echo import Echo
 from vitdeploy.errors import CheckpointError, InputError, RecipeError
-from vitdeploy.onnx_export.targets import DEFAULT_TARGET
+from vitdeploy.targets import DEFAULT_TARGET
 
 if TYPE_CHECKING:  # annotations only
     import numpy as np
@@ -26,9 +27,7 @@ if TYPE_CHECKING:  # annotations only
 
     from vitdeploy.models.recipes import Recipe
     from vitdeploy.onnx_export.exporter import ExportResult
-    from vitdeploy.runtime.input_sets import InputSet
-
-Echo = Callable[[str], None]
+    from vitdeploy.runtime.processing.input_sets import InputSet
 
 
 @dataclass(frozen=True)
@@ -53,13 +52,19 @@ class ExportOptions:
 
         return sha256_file(self.checkpoint) if self.checkpoint else None
 
+    def provenance(self) -> dict[str, Any]:
+        """Where the weights came from, in :func:`vitdeploy.metadata.artifact_metadata`'s keywords: every family's
+        export records it (``random_seed``, ``checkpoint_name``, ``checkpoint_sha256``)."""
+        return {"random_seed": self.random_seed, "checkpoint_name": self.checkpoint_name,
+                "checkpoint_sha256": self.checkpoint_sha256()}
+
 
 class ModelFamily:
     """One model family behind the interface the verbs use. Subclasses set ``name`` and override the rest."""
 
     #: The name recipes give in ``[model] family`` and exports record in their metadata.
     name: str = ""
-    #: Attention forms ``--target`` may pick (:mod:`vitdeploy.onnx_export.targets`; every family has the default).
+    #: Attention forms ``--target`` may pick (:mod:`vitdeploy.targets`; every family has the default).
     export_targets: tuple[str, ...] = (DEFAULT_TARGET,)
     #: LayerNorm2d forms ``--layernorm2d`` may pick (the first is the default); empty: the family has none.
     layernorm2d_forms: tuple[str, ...] = ()
@@ -111,7 +116,7 @@ class ModelFamily:
     def random_input_sets(self, metadata: dict[str, Any], input_names: list[str], input_shapes: dict[str, list[Any]],
                           count: int, seed: int = 0) -> list[InputSet]:
         """``count`` different seeded inputs; image models get standard-normal images (normalized pixels' scale)."""
-        from vitdeploy.runtime.input_sets import random_image_inputs
+        from vitdeploy.runtime.processing.input_sets import random_image_inputs
 
         name = input_names[0]
         shape = [d if isinstance(d, int) else 1 for d in input_shapes[name]]

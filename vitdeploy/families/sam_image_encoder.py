@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitdeploy.families.base import Echo, ExportOptions, ModelFamily, reference_seed
-from vitdeploy.onnx_export.targets import TARGETS
+from vitdeploy.targets import TARGETS
 
 if TYPE_CHECKING:
     from torch import nn
@@ -53,8 +53,7 @@ class SamImageEncoder(ModelFamily):
              + (" with a dynamic batch" if options.dynamic_batch else ""))
         metadata = sam_encoder_metadata(
             variant=recipe.variant, input_size=size, pixel_mean=recipe.pixel_mean, pixel_std=recipe.pixel_std,
-            architecture=arch.to_dict(), random_seed=options.random_seed, checkpoint_name=options.checkpoint_name,
-            checkpoint_sha256=options.checkpoint_sha256(), dynamic_batch=options.dynamic_batch,
+            architecture=arch.to_dict(), **options.provenance(), dynamic_batch=options.dynamic_batch,
             input_name=recipe.input_name, output_name=recipe.output_name, layernorm2d=layernorm2d,
             target=options.target,
         )
@@ -77,7 +76,7 @@ class SamImageEncoder(ModelFamily):
 
     def image_preprocessor(self, metadata: dict[str, Any]):
         """SAM's own: resize the longest side, normalize, pad bottom/right to a square."""
-        from vitdeploy.runtime.preprocess import SamPreprocessor
+        from vitdeploy.runtime.processing.preprocess import SamPreprocessor
 
         return SamPreprocessor(int(metadata["input_size"][0]), metadata["pixel_mean"], metadata["pixel_std"])
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from vitdeploy.models.recipes import Recipe
     from vitdeploy.onnx_export.exporter import ExportResult
-    from vitdeploy.runtime.input_sets import InputSet
+    from vitdeploy.runtime.processing.input_sets import InputSet
 
 
 class SamMaskDecoder(ModelFamily):
@@ -73,8 +73,7 @@ class SamMaskDecoder(ModelFamily):
              f"1..{max_points} points")
         metadata = sam_decoder_metadata(
             variant=recipe.variant, architecture=arch.to_dict(), pixel_mean=recipe.pixel_mean,
-            pixel_std=recipe.pixel_std, random_seed=options.random_seed, checkpoint_name=options.checkpoint_name,
-            checkpoint_sha256=options.checkpoint_sha256(), mask_output=mask_output,
+            pixel_std=recipe.pixel_std, **options.provenance(), mask_output=mask_output,
             num_mask_tokens=arch.num_multimask_outputs + 1, layernorm2d=layernorm2d, max_points=max_points,
             opt_points=opt_points,
         )
@@ -97,14 +96,14 @@ class SamMaskDecoder(ModelFamily):
                           count: int, seed: int = 0) -> list[InputSet]:
         """Embeddings plus prompts laid out as ``SamPredictor`` does, alternating two clicks and a padding point
         without a mask prompt with a click plus a box with a mask prompt."""
-        from vitdeploy.runtime.input_sets import decoder_input_sets
+        from vitdeploy.runtime.processing.input_sets import decoder_input_sets
 
         return decoder_input_sets(metadata, count, seed)
 
     def template_feeds(self, metadata: dict[str, Any], template: dict[str, list[Any]],
                        seed: int = 0) -> dict[str, np.ndarray] | None:
         """Prompts with the template's point count (``benchmark --shapes point_coords:1xNx2,...``)."""
-        from vitdeploy.runtime.input_sets import decoder_prompt_feeds
+        from vitdeploy.runtime.processing.input_sets import decoder_prompt_feeds
 
         if "point_coords" not in template:
             return None

@@ -48,8 +48,7 @@ class TimmHiera(TimmFamily):
              f"'{kind}'" + (" with a dynamic batch" if options.dynamic_batch else ""))
         metadata = artifact_metadata(
             family=self.name, variant=recipe.variant, input_size=size, pixel_mean=mean, pixel_std=std,
-            architecture=arch.to_dict(), random_seed=options.random_seed, checkpoint_name=options.checkpoint_name,
-            checkpoint_sha256=options.checkpoint_sha256(), output=kind, data_config=config,
+            architecture=arch.to_dict(), **options.provenance(), output=kind, data_config=config,
             dynamic_batch=options.dynamic_batch, input_name=recipe.input_name, output_name=kind,
         )
         in_chans = int(config["input_size"][0])

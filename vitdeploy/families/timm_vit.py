@@ -31,7 +31,7 @@ class TimmFamily(ModelFamily):
 
     def image_preprocessor(self, metadata: dict[str, Any]):
         """timm's own eval transform (resize, center crop, normalize), from the data config in the metadata."""
-        from vitdeploy.runtime.preprocess import TimmPreprocessor
+        from vitdeploy.runtime.processing.preprocess import TimmPreprocessor
 
         return TimmPreprocessor(metadata["data_config"])
 
@@ -62,8 +62,7 @@ class TimmVit(TimmFamily):
              + (" with a dynamic batch" if options.dynamic_batch else ""))
         metadata = timm_vit_metadata(
             variant=recipe.variant, input_size=size, pixel_mean=mean, pixel_std=std, architecture=arch.to_dict(),
-            random_seed=options.random_seed, output=kind, data_config=config, checkpoint_name=options.checkpoint_name,
-            checkpoint_sha256=options.checkpoint_sha256(), dynamic_batch=options.dynamic_batch,
+            **options.provenance(), output=kind, data_config=config, dynamic_batch=options.dynamic_batch,
             input_name=recipe.input_name, output_name=kind,
         )
         return export_timm_vit(model, output, metadata=metadata, input_size=size, output=kind,  # type: ignore[arg-type]

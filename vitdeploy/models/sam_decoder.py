@@ -14,7 +14,7 @@ from torch import nn
 from vitdeploy.errors import CheckpointError, InputError
 from vitdeploy.models.checkpoints import check_fits, load_state_dict_file, without_data_parallel_prefix
 from vitdeploy.models.sam_arch import SamDecoderArch
-from vitdeploy.models.sam_encoder import randomize_parameters
+from vitdeploy.models.random_weights import randomize_parameters
 
 #: Key prefixes of the prompt encoder and mask decoder in an official full-SAM checkpoint.
 DECODER_PREFIXES = ("prompt_encoder.", "mask_decoder.")

@@ -19,7 +19,7 @@ from torch import nn
 from vitdeploy.errors import RecipeError
 from vitdeploy.models.checkpoints import check_fits, load_state_dict_file, select_prefix
 from vitdeploy.models.recipes import Recipe
-from vitdeploy.models.sam_encoder import randomize_parameters
+from vitdeploy.models.random_weights import randomize_parameters
 
 
 @dataclass(frozen=True)

@@ -236,7 +236,7 @@ def _quiet_exporter():
     The one: torch warns "The axis name: num_points will not be used, since it shares the same shape
     constraints with another axis: num_points" when two inputs share one named dynamic axis (the SAM
     decoder's point coordinates and labels); the axis keeps that very name in the graph (tested in
-    tests/test_sam_decoder_export.py), so the warning tells a user nothing.
+    tests/onnx_export/test_sam_decoder_export.py), so the warning tells a user nothing.
     """
     loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "onnxscript")]
     levels = [lg.level for lg in loggers]

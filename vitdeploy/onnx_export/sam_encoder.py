@@ -11,7 +11,7 @@ from torch import nn
 
 from vitdeploy.metadata import artifact_metadata
 from vitdeploy.onnx_export.exporter import ExportResult, export_onnx
-from vitdeploy.onnx_export.targets import DEFAULT_TARGET, get_target
+from vitdeploy.targets import DEFAULT_TARGET, get_target
 from vitdeploy.rewrites.sam_encoder import LayerNorm2dMode, rewrite_sam_image_encoder
 
 
@@ -69,7 +69,7 @@ def export_sam_image_encoder(
 
     Without ``metadata``, it is read off the module: architecture from the module, SAM's pixel
     mean/std, variant guessed from the architecture (``custom`` otherwise), weights marked as not random.
-    ``target`` picks the attention form (:mod:`vitdeploy.onnx_export.targets`) and is stamped in the
+    ``target`` picks the attention form (:mod:`vitdeploy.targets`) and is stamped in the
     metadata as ``target``.
     """
     spec = get_target(target)

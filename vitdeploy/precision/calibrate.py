@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import onnx
 
+from vitdeploy.echo import Echo, quiet
 from vitdeploy.errors import InputError, VitdeployError
 from vitdeploy.fileio import check_output_path, load_onnx_graph
 from vitdeploy.precision.model_io import save_onnx_atomic
@@ -17,12 +17,6 @@ from vitdeploy.precision.calibration_data import DEFAULT_MIN_IMAGES, Calibration
 from vitdeploy.precision.report import PrecisionReport, precision_metadata, read_metadata, stamp_metadata
 from vitdeploy.precision.evaluation import StageProgress
 from vitdeploy.validation.parity import ParityResult, compare
-
-Echo = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 @dataclass(frozen=True)
@@ -120,7 +114,7 @@ def _labels(images: CalibrationSet, feeds: list[dict], batch_dim: int | str | No
     return [f"batch{k}:{','.join(images.names[k * batch_dim:(k + 1) * batch_dim])}" for k in range(len(feeds))]
 
 
-def calibrate_onnx(model_path: str | Path, output: str | Path, options: CalibrateOptions, *, echo: Echo = _quiet,
+def calibrate_onnx(model_path: str | Path, output: str | Path, options: CalibrateOptions, *, echo: Echo = quiet,
                    progress: StageProgress | None = None) -> PrecisionReport:
     """Convert an FP32 vitdeploy ONNX file to FP16 (mixed) or INT8 (Q/DQ), write it atomically, measure parity.
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.images import expand_image_paths
+from vitdeploy.runtime.processing.images import expand_image_paths
 
 Feeds = dict[str, np.ndarray]
 ImageProgress = Callable[[int, int, str], None]
@@ -123,7 +123,7 @@ def read_calibration_image(path: Path, channels: int) -> np.ndarray | str:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        from vitdeploy.runtime.images import upright
+        from vitdeploy.runtime.processing.images import upright
 
         with Image.open(path) as img:
             img.load()

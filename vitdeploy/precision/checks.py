@@ -13,7 +13,8 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from vitdeploy.errors import InputError, PrecisionError
-from vitdeploy.metadata import decode
+from vitdeploy.metadata import metadata_of
+from vitdeploy.precisions import Precision
 from vitdeploy.onnx_export.hygiene import check_graph_hygiene
 from vitdeploy.precision.model_io import check_model, infer_shapes
 
@@ -22,9 +23,9 @@ _QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "QLinearMatMul", "QL
 
 def require_fp32(model: onnx.ModelProto, what: str = "the model") -> None:
     """Raise InputError unless ``model`` is a plain FP32 graph (no FP16 tensors, no quantization nodes)."""
-    meta = decode({p.key: p.value for p in model.metadata_props})
-    precision = meta.get("precision")
-    if precision not in (None, "fp32"):
+    meta = metadata_of(model)
+    precision = Precision.of(meta)
+    if precision.reduced:
         raise InputError(f"{what} is already {precision} (metadata 'precision'): convert the FP32 export instead")
     qdq = sorted({n.op_type for n in model.graph.node if n.op_type in _QDQ_OPS})
     if qdq:

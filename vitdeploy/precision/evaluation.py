@@ -19,13 +19,13 @@ def ort_session(model: onnx.ModelProto, threads: int | None = None):
 
     No memory arena: these sessions run a few feeds and are dropped, so what they allocate goes back
     at once (with an arena, the full-size SAM encoder's FP32 and INT8 evaluation sessions held
-    6.4 GB and 9.8 GB). Q/DQ graphs get the settings :class:`vitdeploy.runtime.runners.OnnxRuntimeRunner`
+    6.4 GB and 9.8 GB). Q/DQ graphs get the settings :class:`vitdeploy.runtime.backends.onnxruntime_runner.OnnxRuntimeRunner`
     gives them (``MatMulAddFusion`` off so they run integer kernels; on CPUs where those saturate,
-    the exact ones: :func:`vitdeploy.runtime.ort_settings.int8_kernels`), so what is measured here is
+    the exact ones: :func:`vitdeploy.runtime.backends.ort_settings.int8_kernels`), so what is measured here is
     what a deployment runs.
     """
     from vitdeploy.precision.model_io import inference_session
-    from vitdeploy.runtime.ort_settings import OrtSettings
+    from vitdeploy.runtime.backends.ort_settings import OrtSettings
 
     quantized = any(n.op_type == "QuantizeLinear" for n in model.graph.node)
     settings = OrtSettings(threads=threads, memory_arena=False)

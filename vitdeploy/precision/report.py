@@ -8,7 +8,8 @@ from typing import Any
 
 import onnx
 
-from vitdeploy.metadata import PREFIX, decode, encode
+from vitdeploy.metadata import PREFIX, encode, metadata_of
+from vitdeploy.precisions import Precision
 from vitdeploy.validation.parity import ParityResult
 
 
@@ -32,7 +33,7 @@ def precision_metadata(
         "calibration_source": calibration_source,
         "higher_precision_nodes": sorted(kept),
         "precision_tool": tool,
-        "source_precision": source.get("precision", "fp32"),
+        "source_precision": Precision.of(source).value,
     })
     meta.update(extra or {})
     return meta
@@ -48,7 +49,7 @@ def stamp_metadata(model: onnx.ModelProto, meta: dict[str, Any]) -> None:
 
 
 def read_metadata(model: onnx.ModelProto) -> dict[str, Any]:
-    return decode({p.key: p.value for p in model.metadata_props})
+    return metadata_of(model)
 
 
 @dataclass

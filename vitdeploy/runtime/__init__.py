@@ -1,11 +1,32 @@
-"""Stage 6: runners with one interface (ONNX Runtime, TensorRT) and NumPy pre/post-processing.
+"""Stage 6: running deployed models, torch-free, in three wings and the processing they share.
 
-Nothing in this package imports torch: applications can run deployed models without PyTorch.
+    processing  images in, arrays out: reading images, the models' own pre/post-processing, input sets
+    forms       load-time rewrites of a graph for ONNX Runtime's CPU provider (unfolded, fused kernel, MHA)
+    backends    one runner per runtime behind one contract (``Runner``, ``RunnerOptions``), the runtime
+                registry and the loader that opens any file vitdeploy writes
+    apps        applications on those runners: SAM's predictor, automatic mask generator, batch predict,
+                embeddings, overlays
+
+Each wing imports only from the ones listed above it (``vitdeploy.LAYERS``). Nothing in this package
+imports torch: applications run deployed models without PyTorch. The public names below load their
+module on first use, so importing one wing does not import the others.
 """
 
-from vitdeploy.runtime.images import read_image_rgb
-from vitdeploy.runtime.preprocess import SamPreprocessor, preprocess_shape
-from vitdeploy.runtime.runners import OnnxRuntimeRunner, Runner
-from vitdeploy.runtime.sam_predictor import SamPredictor
+from vitdeploy._lazy import lazy_attributes
 
-__all__ = ["OnnxRuntimeRunner", "Runner", "SamPredictor", "SamPreprocessor", "preprocess_shape", "read_image_rgb"]
+_WHERE = {
+    "OnnxRuntimeRunner": "backends.onnxruntime_runner",
+    "OpenVinoRunner": "backends.openvino_runner",
+    "TensorRTRunner": "backends.tensorrt_runner",
+    "Runner": "backends.base",
+    "RunnerOptions": "backends.base",
+    "RUNTIMES": "backends.registry",
+    "open_runner": "backends.loader",
+    "SamPredictor": "apps.sam_predictor",
+    "SamAutomaticMaskGenerator": "apps.mask_generator",
+    "SamPreprocessor": "processing.preprocess",
+    "preprocess_shape": "processing.preprocess",
+    "read_image_rgb": "processing.images",
+}
+__getattr__ = lazy_attributes(__name__, _WHERE)
+__all__ = sorted(_WHERE)

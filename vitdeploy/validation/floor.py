@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from vitdeploy.runtime.ort_settings import X64_QUANT_PRECISION
+from vitdeploy.runtime.backends.ort_settings import X64_QUANT_PRECISION
 
 #: GEMM shapes (M, K, N) of the SAM ViT-B encoder at 1024 px: qkv, MLP in, MLP out, and a square one.
 GEMM_SHAPES: tuple[tuple[int, int, int], ...] = ((4096, 768, 2304), (4096, 768, 3072), (4096, 3072, 768), (2048, 2048, 2048))
@@ -89,7 +89,7 @@ def onnxruntime_gemm_gflops(threads: int, shapes: Sequence[tuple[int, int, int]]
 
 
 #: Integer GEMM forms: ONNX Runtime's default u8s8 kernels, and u8u8 (``session.x64quantprecision=1``), the
-#: kernels vitdeploy picks on x86 CPUs without VNNI/AMX (vitdeploy.runtime.ort_settings.int8_kernels).
+#: kernels vitdeploy picks on x86 CPUs without VNNI/AMX (vitdeploy.runtime.backends.ort_settings.int8_kernels).
 INT8_GEMM_FORMS = {"u8s8": {}, "u8u8": {X64_QUANT_PRECISION: "1"}}
 
 

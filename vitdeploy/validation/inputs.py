@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from vitdeploy.runtime.images import expand_image_paths, read_image_rgb
-from vitdeploy.runtime.input_sets import InputSet
+from vitdeploy.runtime.processing.images import expand_image_paths, read_image_rgb
+from vitdeploy.runtime.processing.input_sets import InputSet
 
 
 def image_input_sets(paths: Iterable[str | Path], preprocess: Callable[[np.ndarray], np.ndarray],

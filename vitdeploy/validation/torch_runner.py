@@ -1,4 +1,4 @@
-"""Eager PyTorch behind the Runner interface, so parity and latency treat every backend alike."""
+"""Eager PyTorch behind the Runner contract, so parity and latency treat every backend alike."""
 
 from __future__ import annotations
 
@@ -8,9 +8,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from vitdeploy.runtime.backends.base import Runner, TensorMeta
 
-class TorchRunner:
-    """Runs an ``nn.Module`` on CPU (or CUDA) with NumPy in and out; the module is not modified."""
+
+class TorchRunner(Runner):
+    """Runs an ``nn.Module`` on CPU (or CUDA) with NumPy in and out; the module is not modified.
+
+    An eager module takes whatever its ``forward`` takes: shapes are not known (empty in
+    :meth:`input_metadata`), inputs are float32 and outputs come back as float32.
+    """
+
+    backend = "torch"
 
     def __init__(self, module: nn.Module, input_names: list[str], output_names: list[str],
                  threads: int | None = None, device: str = "cpu", metadata: dict[str, Any] | None = None):
@@ -20,11 +28,20 @@ class TorchRunner:
         self.device = torch.device(device)
         self.threads = threads
         self.name = f"torch-eager-{device}"
+        self.provider = ""
+        self.version = str(torch.__version__)
+        self.warnings: list[str] = []
         self.metadata = dict(metadata or {})
         if threads:
             torch.set_num_threads(int(threads))
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def input_metadata(self) -> dict[str, TensorMeta]:
+        return {n: TensorMeta(n, (), np.dtype(np.float32)) for n in self.input_names}
+
+    def output_metadata(self) -> dict[str, TensorMeta]:
+        return {n: TensorMeta(n, (), np.dtype(np.float32)) for n in self.output_names}
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         args = [torch.from_numpy(np.ascontiguousarray(feeds[n])).to(self.device) for n in self.input_names]
         with torch.inference_mode():
             out = self.module(*args)

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from vitdeploy.runtime.input_sets import InputSet
-from vitdeploy.runtime.runners import Runner
+from vitdeploy.runtime.processing.input_sets import InputSet
+from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.validation.latency import LatencyStats, measure_latency
 from vitdeploy.validation.parity import ParityResult, Tolerance, compare
 

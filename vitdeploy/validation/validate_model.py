@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from vitdeploy.echo import Echo, quiet
+from vitdeploy.precisions import Precision
 from vitdeploy.validation.validate import ValidationReport
-
-Echo = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 @dataclass(frozen=True)
@@ -35,12 +30,12 @@ class ValidateOptions:
 
 
 def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions(),
-                   echo: Echo = _quiet) -> ValidationReport:
+                   echo: Echo = quiet) -> ValidationReport:
     """Parity (and latency unless ``runs`` is 0) of an ``.onnx`` or ``.plan`` file against the official eager
     model rebuilt from its metadata. The report is falsy when a tolerance fails; nothing is raised for that."""
     from vitdeploy.errors import InputError
     from vitdeploy.families import family_of
-    from vitdeploy.runtime.loader import open_runner, runner_notes
+    from vitdeploy.runtime.backends.loader import open_runner
     from vitdeploy.validation.inputs import image_input_sets, saved_input_sets
     from vitdeploy.validation.parity import TOLERANCES
     from vitdeploy.validation.validate import validate_runner
@@ -50,14 +45,14 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
                             folded_attention=options.folded_attention,
                             ort_device=options.device, tf32=options.tf32, allow_unverified=True,
                             runtime=options.runtime)
-    for note in runner_notes(candidate, options.threads):
+    for note in candidate.notes(options.threads):
         echo(note)
     meta = candidate.metadata
     family = family_of(meta, f"'{model}'", for_reference=True)
     preprocess = family.image_preprocessor(meta) if options.images else None
     if meta.get("random_weights"):
         echo(f"note: {Path(model).name} has RANDOM WEIGHTS (seed {meta.get('random_seed')}); parity is still meaningful")
-    precision = meta.get("precision", "fp32")
+    precision = Precision.of(meta)
     tol = TOLERANCES[precision if options.tolerance == "auto" else options.tolerance]
     # The inputs first: a missing image or input file is answered before torch is imported.
     shapes = candidate.input_shapes()

@@ -1,0 +1,118 @@
+"""The contract every registered model family keeps, tested over ``vitdeploy.families.FAMILIES`` the way timm's
+tests run over ``list_models()``: export through the library call behind ``vitdeploy export``, graph hygiene,
+metadata (complete, consistent with the graph, readable by the family), parity against the official eager
+model rebuilt from that metadata (``validate``), ``inspect``, and the same numbers on every ONNX runtime
+installed here.
+
+A new family fails :func:`test_every_family_has_a_tiny_recipe` until it gets a tiny recipe below, and then
+runs every test here. The recipes are tiny configurations of the official models (seconds to export),
+every code path of the family kept.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from vitdeploy.families import FAMILIES, ExportOptions
+from vitdeploy.metadata import REQUIRED_KEYS, metadata_problems, read_onnx_metadata
+from vitdeploy.onnx_export.exporter import ExportResult
+from vitdeploy.pipeline import export_recipe
+from vitdeploy.runtime.backends.loader import open_runner
+from vitdeploy.runtime.backends.registry import ONNX_RUNTIMES, RUNTIMES
+from vitdeploy.validation.parity import compare
+from vitdeploy.validation.validate_model import ValidateOptions, validate_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: family -> (recipe: a shipped file under export/ or TOML text, input size to export at or None for the recipe's).
+TINY_RECIPES: dict[str, tuple[str, int | None]] = {
+    "sam_image_encoder": ("sam_tiny", None),
+    "sam_mask_decoder": ("sam_tiny_decoder", None),
+    "timm_vit": ('[model]\nfamily = "timm_vit"\nvariant = "tiny"\n\n[architecture]\nmodel_name = "vit_tiny_patch16_224"\n'
+                 'embed_dim = 32\ndepth = 2\nnum_heads = 2\nimg_size = 32\nnum_classes = 10\n', None),
+    "timm_hiera": ('[model]\nfamily = "timm_hiera"\nvariant = "tiny"\n\n[architecture]\nmodel_name = "sam2_hiera_tiny"\n'
+                   'embed_dim = 16\nnum_heads = 1\nstages = [1, 1, 2, 1]\nglobal_att_blocks = [3]\n'
+                   'window_spec = [4, 4, 4, 2]\nglobal_pos_size = [4, 4]\nnum_classes = 10\n\n[timm]\noutput = "features"\n', 96),
+}
+
+
+def test_every_family_has_a_tiny_recipe() -> None:
+    assert set(TINY_RECIPES) == set(FAMILIES), "give each registered family a tiny recipe here"
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def exported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, ExportResult]:
+    name = request.param
+    recipe, size = TINY_RECIPES[name]
+    folder = tmp_path_factory.mktemp(name)
+    if recipe.startswith("["):
+        path = folder / "tiny.toml"
+        path.write_text(recipe)
+        recipe = str(path)
+    out = folder / f"{name}.onnx"
+    return name, out, export_recipe(recipe, out, ExportOptions(random_seed=7, input_size=size))
+
+
+def test_export_leaves_one_file_under_its_name(exported: tuple[str, Path, ExportResult]) -> None:
+    _, path, _ = exported
+    assert sorted(p.name for p in path.parent.iterdir() if p.suffix != ".toml") == [path.name]
+
+
+def test_graph_is_hygiene_clean(exported: tuple[str, Path, ExportResult]) -> None:
+    """The exporter's own check ran on the written graph (static shapes but the family's declared dynamic axes, no
+    banned op the family does not need) and found it clean; the shapes it reports are the file's."""
+    _, path, result = exported
+    assert result.path == path and result.hygiene, result.hygiene.to_dict()
+    graph = onnx.load(path, load_external_data=False).graph
+    assert list(result.input_shapes) == [i.name for i in graph.input]
+    assert list(result.output_shapes) == [o.name for o in graph.output]
+
+
+def test_metadata_is_complete_and_agrees_with_the_graph(exported: tuple[str, Path, ExportResult]) -> None:
+    name, path, _ = exported
+    meta = read_onnx_metadata(path)
+    assert meta["family"] == name
+    assert set(REQUIRED_KEYS) <= set(meta), sorted(set(REQUIRED_KEYS) - set(meta))
+    assert meta["random_weights"] is True and meta["random_seed"] == 7
+    with open_runner(path) as runner:
+        assert metadata_problems(meta, runner.input_shapes(), runner.output_names) == []
+    assert FAMILIES[name].metadata_problems(meta, for_reference=True) == []
+    assert set(FAMILIES[name].required_metadata) <= set(meta)
+
+
+def test_parity_against_the_official_model(exported: tuple[str, Path, ExportResult]) -> None:
+    """``validate``: the official eager model rebuilt from the file's metadata alone, fp32 tolerance, two inputs."""
+    _, path, _ = exported
+    report = validate_model(path, ValidateOptions(runs=0, random_inputs=2, threads=2))
+    assert report, report.to_dict()
+
+
+def test_inspect_names_the_family(exported: tuple[str, Path, ExportResult]) -> None:
+    from vitdeploy.artifact_info import describe, inspect_artifact
+
+    name, path, _ = exported
+    info = inspect_artifact(path)
+    assert info["metadata"]["family"] == name
+    assert any(name in line for line in describe(info))
+
+
+@pytest.mark.parametrize("runtime", [r for r in ONNX_RUNTIMES if r != "onnxruntime"])
+def test_every_onnx_runtime_computes_the_same(exported: tuple[str, Path], runtime: str) -> None:
+    """Each other runtime that opens ONNX files gives ONNX Runtime's numbers (fp32 tolerance) on the family's inputs."""
+    name, path, _ = exported
+    entry = RUNTIMES[runtime]
+    try:
+        entry.runner_class()
+    except ImportError:
+        pytest.skip(f"{runtime} is not installed ({entry.install})")
+    with open_runner(path) as reference, open_runner(path, runtime=runtime) as other:
+        assert other.input_names == reference.input_names and other.output_names == reference.output_names
+        inputs = FAMILIES[name].random_input_sets(reference.metadata, reference.input_names, reference.input_shapes(), 1)
+        want, got = reference.run(inputs[0].feeds), other.run(inputs[0].feeds)
+        for key in reference.output_names:
+            result = compare(np.asarray(want[key]), np.asarray(got[key]), "fp32", label=f"{name} {runtime} {key}")
+            assert result, result.summary()

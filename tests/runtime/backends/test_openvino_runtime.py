@@ -1,0 +1,220 @@
+"""OpenVINO as a second CPU runtime: the same ONNX files, parity against the official models.
+
+Every family, export target and precision vitdeploy writes runs on OpenVINO here and is compared with
+the official eager model (segment_anything, timm) at that precision's named tolerance, through the same
+library call as ``vitdeploy validate --runtime openvino``. Tiny seeded models; OpenVINO comes with the
+``dev`` extra (the ``openvino`` extra for users).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from tests.conftest import TINY_RECIPE, TINY_TIMM_RECIPE
+from tests.sam_tiny import sample_image
+from vitdeploy.cli import cli
+from vitdeploy.errors import InputError, MissingDependencyError
+from vitdeploy.pipeline import export_from_recipe
+from vitdeploy.runtime.backends.openvino_runner import OpenVinoRunner
+from vitdeploy.validation.parity import TOLERANCES
+from vitdeploy.validation.validate_model import ValidateOptions, validate_model
+
+pytest.importorskip("openvino", reason="OpenVINO is not installed (pip install 'vitdeploy[openvino]')")
+pytest_plugins = ["tests.sam_tiny_fixtures"]
+
+
+@pytest.fixture(scope="module")
+def encoders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tiny SAM encoder exported for every target, random weights seed 4."""
+    root = tmp_path_factory.mktemp("openvino_encoders")
+    recipe = root / "tiny.toml"
+    recipe.write_text(TINY_RECIPE)
+    return {target: export_from_recipe(str(recipe), root / f"{target}.onnx", random_weights=True, seed=4, target=target).path
+            for target in ("generic", "tensorrt", "onnxruntime-cpu")}
+
+
+def _validate(path: Path, tolerance: str = "auto", inputs: int = 3, images: tuple[str, ...] = ()):
+    report = validate_model(path, ValidateOptions(runtime="openvino", random_inputs=inputs, images=images, runs=0,
+                                                  threads=2, tolerance=tolerance))
+    assert report, [p.to_dict() for p in report.parity]
+    return report
+
+
+@pytest.mark.parametrize("target", ["generic", "tensorrt", "onnxruntime-cpu"])
+def test_sam_encoder_targets_match_the_official_model_in_fp32(encoders: dict[str, Path], target: str) -> None:
+    """Every export target (the onnxruntime-cpu one holds com.microsoft.MultiHeadAttention) within 'fp32'."""
+    report = _validate(encoders[target])
+    fp32 = TOLERANCES["fp32"]
+    assert report.tolerance.name == "fp32"
+    assert min(p.cosine for p in report.parity) >= fp32.cosine_min
+    assert max(p.rel_l2 for p in report.parity) <= fp32.rel_l2_max
+
+
+def test_runner_pins_fp32_and_says_what_ran(encoders: dict[str, Path]) -> None:
+    """FP32 is pinned (OpenVINO's CPU default is BF16 on AVX-512 BF16/AMX CPUs), the thread count is applied."""
+    runner = OpenVinoRunner(encoders["generic"], threads=2)
+    assert runner.inference_precision == "f32"
+    assert "OpenVINO" in runner.provider and "f32" in runner.provider and "2 thread" in runner.provider
+    assert runner.metadata["family"] == "sam_image_encoder" and runner.input_shapes()["image"] == [1, 3, 64, 64]
+
+
+def test_sam_decoder_matches_the_official_model(tiny_sam_artifacts) -> None:
+    report = _validate(tiny_sam_artifacts.decoder, inputs=4)
+    assert report.tolerance.name == "fp32" and len(report.parity) >= 8  # masks and scores of every input set
+
+
+def test_timm_vit_matches_timm(tmp_path: Path) -> None:
+    recipe = tmp_path / "tiny_vit.toml"
+    recipe.write_text(TINY_TIMM_RECIPE)
+    path = export_from_recipe(str(recipe), tmp_path / "vit.onnx", random_weights=True, seed=2, dynamic_batch=True).path
+    _validate(path)
+    runner = OpenVinoRunner(path, threads=2)
+    assert runner.input_shapes()["image"] == ["?", 3, 32, 32]
+    out = runner.run({"image": np.zeros((3, 3, 32, 32), np.float32)})["logits"]  # the dynamic batch at 3
+    assert out.shape == (3, 10)
+
+
+def test_hiera_matches_timm(tmp_path: Path) -> None:
+    from tests.families.test_timm_hiera import export_tiny
+
+    _validate(export_tiny(tmp_path, "sam2_hiera", "features"))
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
+def test_calibrated_files_hold_their_tolerance_on_openvino(encoders: dict[str, Path], precision: str,
+                                                           tmp_path: Path) -> None:
+    """vitdeploy's FP16 (FP32 islands) and INT8 (Q/DQ) files, calibrated from the bundled images, validated on
+    OpenVINO against the official FP32 model at their precision's tolerance, on the images calibration held out."""
+    from vitdeploy.precision.calibrate import CalibrateOptions, calibrate_onnx
+    from vitdeploy.precision.calibration_data import bundled_calibration_dir
+
+    out = tmp_path / f"{precision}.onnx"
+    calibrated = calibrate_onnx(encoders["onnxruntime-cpu"], out, CalibrateOptions(
+        precision=precision, holdout=4, cache_dir=str(tmp_path / "cache"), threads=2, eager=False))
+    held_out = tuple(str(bundled_calibration_dir() / name) for name in calibrated.calibration["held_out"])
+    assert len(held_out) == 4
+    report = _validate(out, inputs=0, images=held_out)
+    assert report.tolerance.name == precision
+    assert min(p.cosine for p in report.parity) >= TOLERANCES[precision].cosine_min
+
+
+def test_sam_predictor_on_openvino_gives_the_onnxruntime_masks(tiny_sam_artifacts) -> None:
+    from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+
+    image = sample_image(48, 80, seed=3)
+    masks = {}
+    for runtime in ("onnxruntime", "openvino"):
+        predictor = SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=2, runtime=runtime)
+        predictor.set_image(image)
+        masks[runtime] = predictor.predict(point_coords=np.array([[30.0, 20.0]]), point_labels=np.array([1]),
+                                           multimask_output=True, return_logits=True)
+    assert predictor.encoder.name == "openvino-cpu" and predictor.decoder.name == "openvino-cpu"
+    (ort_logits, ort_scores, _), (ov_logits, ov_scores, _) = masks["onnxruntime"], masks["openvino"]
+    scale = float(np.abs(ort_logits).max())
+    assert np.abs(ov_logits - ort_logits).max() <= 1e-4 * scale
+    assert np.abs(ov_scores - ort_scores).max() <= 1e-4
+    agree = ((ov_logits > 0) == (ort_logits > 0)).mean()
+    assert agree >= 0.999, agree
+
+
+def test_missing_openvino_is_one_line_naming_the_extra(encoders: dict[str, Path], monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "openvino", None)  # import openvino -> ImportError
+    with pytest.raises(MissingDependencyError, match=r"vitdeploy\[openvino\]"):
+        OpenVinoRunner(encoders["generic"])
+
+
+def test_openvino_refusals(encoders: dict[str, Path], tmp_path: Path) -> None:
+    from vitdeploy.runtime.backends.loader import open_runner
+
+    with pytest.raises(InputError, match="CPU only"):
+        open_runner(encoders["generic"], runtime="openvino", ort_device="cuda")
+    with pytest.raises(InputError, match="fused-attention"):
+        open_runner(encoders["onnxruntime-cpu"], runtime="openvino", fused_attention=True)
+    with pytest.raises(InputError, match="runs ONNX models"):
+        open_runner(tmp_path / "model.plan", runtime="openvino")
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07garbage that is no protobuf")
+    with pytest.raises(InputError):
+        OpenVinoRunner(bad)
+    unknown_op = tmp_path / "unknown_op.onnx"  # a readable model with an op OpenVINO does not have
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])
+    graph = onnx.helper.make_graph([onnx.helper.make_node("NoSuchOp", ["x"], ["y"], domain="com.example")], "g", [x], [y])
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18),
+                                                           onnx.helper.make_opsetid("com.example", 1)]), unknown_op)
+    with pytest.raises(InputError, match=r"cannot load .*--runtime onnxruntime") as refused:
+        OpenVinoRunner(unknown_op)
+    assert "re-export it" not in str(refused.value)  # the same file again would fail the same way
+    runner = OpenVinoRunner(encoders["generic"], threads=1)
+    with pytest.raises(InputError, match="refused the inputs"):
+        runner.run({"image": np.zeros((1, 3, 32, 32), np.float32)})
+
+
+def test_cli_validate_benchmark_and_predict_on_openvino(encoders: dict[str, Path], tiny_sam_artifacts,
+                                                        tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(cli, ["validate", str(encoders["generic"]), "--runtime", "openvino", "--random-inputs", "2",
+                                 "--runs", "1", "--threads", "2"])
+    assert result.exit_code == 0, result.output
+    assert "runs on OpenVINO" in result.output and "parity: all comparisons within tolerance" in result.output
+
+    result = runner.invoke(cli, ["benchmark", str(encoders["generic"]), "--no-eager", "--runtime", "onnxruntime",
+                                 "--runtime", "openvino", "--runs", "2", "--warmup", "1", "--threads", "2"])
+    assert result.exit_code == 0, result.output
+    assert "onnxruntime-cpu fp32 (generic.onnx)" in result.output and "openvino-cpu fp32 (generic.onnx)" in result.output
+
+    from PIL import Image
+
+    picture = tmp_path / "pic.png"
+    Image.fromarray(sample_image(48, 80, seed=1)).save(picture)
+    masks = {}
+    for runtime in ("onnxruntime", "openvino"):
+        out = tmp_path / f"mask_{runtime}.png"
+        result = runner.invoke(cli, ["predict", "-e", str(tiny_sam_artifacts.encoder), "-d", str(tiny_sam_artifacts.decoder),
+                                     "-i", str(picture), "--point", "30,20", "-o", str(out), "--runtime", runtime])
+        assert result.exit_code == 0, result.output
+        masks[runtime] = np.asarray(Image.open(out)) > 0
+    assert (masks["onnxruntime"] == masks["openvino"]).mean() >= 0.999
+
+    result = runner.invoke(cli, ["validate", str(encoders["generic"]), "--runtime", "openvino", "--device", "cuda"])
+    assert result.exit_code == 1 and result.output.count("\n") == 1 and "CPU only" in result.output, result.output
+
+
+def test_int8_weights_follow_the_cpu(encoders: dict[str, Path], tmp_path: Path) -> None:
+    """7-bit weights exactly where OpenVINO's u8 x s8 kernels saturate (no VNNI/AMX), as asked when forced; the
+    7-bit graph on OpenVINO computes what ONNX Runtime computes for the same re-quantized weights."""
+    import onnx
+
+    from vitdeploy.cpu_features import cpu_features
+    from vitdeploy.precision.calibrate import CalibrateOptions, calibrate_onnx
+    from vitdeploy.runtime.backends.openvino_runner import seven_bit_weight_graph
+    from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
+
+    out = tmp_path / "int8.onnx"
+    calibrate_onnx(encoders["generic"], out, CalibrateOptions(precision="int8", holdout=4, cache_dir=str(tmp_path / "c"),
+                                                              threads=2, eager=False))
+    auto = OpenVinoRunner(out, threads=2)
+    assert auto.int8_weights.startswith("7-bit") == cpu_features().u8s8_saturates, auto.int8_weights
+    assert "INT8" in auto.provider
+    forced = OpenVinoRunner(out, threads=2, seven_bit_weights=True)
+    assert forced.int8_weights.startswith("7-bit")
+    assert OpenVinoRunner(encoders["generic"]).int8_weights is None  # an FP32 file
+
+    graph, count = seven_bit_weight_graph(out)
+    model = onnx.load_from_string(graph.getvalue())
+    dequantized = {n.input[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    weights = [onnx.numpy_helper.to_array(i) for i in model.graph.initializer
+               if i.data_type == onnx.TensorProto.INT8 and i.name in dequantized]
+    assert count == len(weights) > 0 and all(np.abs(w).max() <= 63 for w in weights)
+    seven = tmp_path / "int7.onnx"
+    onnx.save(model, str(seven))
+    x = np.random.default_rng(7).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    reference = OnnxRuntimeRunner(seven, threads=2).run({"image": x})["image_embeddings"]
+    got = forced.run({"image": x})["image_embeddings"]
+    assert np.abs(got - reference).max() <= 2e-3 * np.abs(reference).max()

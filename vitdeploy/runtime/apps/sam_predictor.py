@@ -1,0 +1,440 @@
+"""``SamPredictor`` on exported artifacts: the official predictor's interface, NumPy only, any Runner.
+
+Differences from ``segment_anything.SamPredictor`` and why:
+
+* It runs an exported encoder and decoder through any :class:`~vitdeploy.runtime.backends.onnxruntime_runner.Runner`
+  (ONNX Runtime on CPU/CUDA/TensorRT providers, a TensorRT engine runner) and needs neither torch nor
+  torchvision. Everything it needs (input size, pixel mean/std, variant, embedding size) is read
+  from the artifacts' metadata, and an encoder and decoder that were not made for each other are
+  refused when the predictor is built, not with garbage masks later.
+* Bad input raises :class:`~vitdeploy.errors.InputError` with a message naming the fix (the official
+  code asserts, or raises ``RuntimeError`` for ``predict`` before ``set_image``): an image that is
+  not HxWx3 uint8, points or boxes outside the image, labels other than 0/1, a mask prompt of the
+  wrong size, a prompt with neither points nor a box (the exported graph needs at least one point).
+* The official attributes keep their meanings: ``input_size`` is the resized image's (h, w) (the
+  encoder's square side is ``encoder_size``), ``original_size`` the image's (H, W), ``transform`` a
+  ``ResizeLongestSide`` with the official methods, ``model`` a facade with what official code reads
+  off a ``Sam`` (``image_format``, ``mask_threshold``, ``image_encoder.img_size``, ``device``).
+* ``predict`` returns NumPy arrays (the official one does too); ``get_image_embedding`` returns a
+  NumPy array instead of a torch tensor. ``predict_torch`` takes and returns torch tensors when given
+  tensors (NumPy arrays otherwise), and runs the decoder once per prompt set of the batch: the exported
+  decoder has a batch of one. ``device`` is ``"cpu"``: outputs live in host memory whatever runtime
+  computed them, so tensors made on ``predictor.device`` go straight in.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitdeploy.errors import InputError
+from vitdeploy.runtime.backends.base import Runner
+from vitdeploy.runtime.processing.postprocess import MaskUpscaler
+from vitdeploy.runtime.processing.preprocess import (ResizeLongestSide, SamPreprocessor, as_numpy, box_corners, check_rgb_uint8,
+                                                     preprocess_shape, resize_coords)
+
+#: Decoder graph inputs/outputs (see vitdeploy.rewrites.sam_decoder).
+DECODER_INPUTS = ("image_embeddings", "point_coords", "point_labels", "mask_input", "has_mask_input")
+DECODER_OUTPUTS = ("low_res_masks", "iou_predictions")
+MASK_THRESHOLD = 0.0  # Sam.mask_threshold
+
+
+def as_runner(model: Runner | str | os.PathLike, device: str = "cpu", threads: int | None = None, *, tf32: bool = False,
+              allow_unverified: bool = False, runtime: str = "onnxruntime") -> Runner:
+    """``model`` if it already is a Runner; otherwise the runner for its file suffix (``.onnx``: ONNX
+    Runtime on ``device``, or OpenVINO with ``runtime="openvino"``; ``.plan``/``.engine``/``.trt``: TensorRT)
+    via :func:`vitdeploy.runtime.backends.loader.open_runner`."""
+    if isinstance(model, (str, os.PathLike)):
+        from vitdeploy.runtime.backends.loader import open_runner
+
+        return open_runner(Path(model), threads=threads, ort_device=device, tf32=tf32, allow_unverified=allow_unverified,
+                           runtime=runtime)
+    if isinstance(model, Runner):
+        return model
+    raise InputError(f"expected a model path or a Runner (a vitdeploy.runtime.Runner subclass), got {type(model).__name__}")
+
+
+def check_artifact_pair(encoder: dict[str, Any], decoder: dict[str, Any], *, check_weights: bool = True) -> None:
+    """Raise InputError unless the encoder and decoder metadata describe one SAM model.
+
+    Checked: families, variant, input size, embedding grid and channels, and (``check_weights``) that
+    the weights come from the same checkpoint (SHA-256) or the same random seed.
+    """
+    if encoder.get("family") != "sam_image_encoder":
+        raise InputError(f"the encoder artifact is a '{encoder.get('family')}' model, not a SAM image encoder: "
+                         "pass the file written by 'vitdeploy export --recipe sam_vit_b' (or _l/_h)")
+    if decoder.get("family") != "sam_mask_decoder":
+        raise InputError(f"the decoder artifact is a '{decoder.get('family')}' model, not a SAM mask decoder: "
+                         "pass the file written by 'vitdeploy export --recipe sam_vit_b_decoder' (or _l/_h)")
+    problems = []
+    if encoder.get("variant") != decoder.get("variant"):
+        problems.append(f"variant {encoder.get('variant')} vs {decoder.get('variant')}")
+    if list(encoder.get("input_size", [])) != list(decoder.get("input_size", [])):
+        problems.append(f"input size {encoder.get('input_size')} vs {decoder.get('input_size')}")
+    arch = encoder.get("architecture") or {}
+    size = int(encoder.get("input_size", [0])[0])
+    if arch.get("patch_size"):
+        grid = size // int(arch["patch_size"])
+        if [grid, grid] != list(decoder.get("image_embedding_size", [])):
+            problems.append(f"embedding grid {[grid, grid]} vs {decoder.get('image_embedding_size')}")
+    if arch.get("out_chans") and int(arch["out_chans"]) != int(decoder.get("embed_dim", -1)):
+        problems.append(f"embedding channels {arch['out_chans']} vs {decoder.get('embed_dim')}")
+    if check_weights and not problems:
+        if bool(encoder.get("random_weights")) != bool(decoder.get("random_weights")):
+            problems.append("random weights in one, a checkpoint in the other")
+        elif encoder.get("random_weights") and encoder.get("random_seed") != decoder.get("random_seed"):
+            problems.append(f"random seed {encoder.get('random_seed')} vs {decoder.get('random_seed')}")
+        elif (encoder.get("checkpoint_sha256") and decoder.get("checkpoint_sha256")
+              and encoder["checkpoint_sha256"] != decoder["checkpoint_sha256"]):
+            problems.append(f"checkpoint {encoder.get('checkpoint')} vs {decoder.get('checkpoint')}")
+    if problems:
+        raise InputError(
+            "the encoder and decoder were not exported from the same SAM model (encoder vs decoder: "
+            + "; ".join(problems) + "): export both from one recipe pair and checkpoint"
+        )
+
+
+class ImageEncoderInfo:
+    """What official code reads off ``Sam.image_encoder``: the square side it takes, under the official name."""
+
+    def __init__(self, encoder_size: int) -> None:
+        self.img_size = int(encoder_size)
+
+
+class SamModelInfo:
+    """What official code reads off ``SamPredictor.model`` (a ``segment_anything.Sam``), for exported files."""
+
+    image_format = "RGB"
+    mask_threshold = MASK_THRESHOLD
+
+    def __init__(self, encoder_size: int, pixel_mean: Any, pixel_std: Any) -> None:
+        self.image_encoder = ImageEncoderInfo(encoder_size)
+        self.pixel_mean = tuple(float(v) for v in pixel_mean)
+        self.pixel_std = tuple(float(v) for v in pixel_std)
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+
+class SamPredictor:
+    """Masks from an image and prompts, with ``segment_anything.SamPredictor``'s interface.
+
+    Args:
+        encoder: the exported image encoder (``.onnx`` path, engine path, or a Runner).
+        decoder: the exported prompt encoder + mask decoder (same forms).
+        device: ONNX Runtime device for paths: ``cpu``, ``cuda`` or ``tensorrt`` (GPU providers only where the
+            files were verified, see :mod:`vitdeploy.runtime.backends.providers`; ``allow_unverified`` overrides).
+        threads: ONNX Runtime intra-op threads for paths (default: ONNX Runtime's choice).
+        runtime: ``onnxruntime`` (default) or ``openvino`` (CPU, the optional ``openvino`` extra) for ``.onnx`` paths.
+        tf32: on CUDA, let FP32 GEMMs use TF32 (default: exact FP32; masks then match the CPU's).
+        check_weights: refuse an encoder and decoder whose weights come from different checkpoints or
+            seeds (turn off for a decoder fine-tuned apart from its encoder).
+    """
+
+    def __init__(self, encoder: Runner | str | os.PathLike, decoder: Runner | str | os.PathLike, *,
+                 device: str = "cpu", threads: int | None = None, check_weights: bool = True, tf32: bool = False,
+                 allow_unverified: bool = False, runtime: str = "onnxruntime"):
+        self.encoder = as_runner(encoder, device, threads, tf32=tf32, allow_unverified=allow_unverified, runtime=runtime)
+        self.decoder = as_runner(decoder, device, threads, tf32=tf32, allow_unverified=allow_unverified, runtime=runtime)
+        enc, dec = self.encoder.metadata, self.decoder.metadata
+        check_artifact_pair(enc, dec, check_weights=check_weights)
+        missing = [n for n in DECODER_INPUTS if n not in self.decoder.input_names]
+        if missing:
+            raise InputError(f"the decoder artifact lacks inputs {missing}: re-export it with 'vitdeploy export'")
+        self.encoder_size = int(enc["input_size"][0])
+        self.preprocessor = SamPreprocessor(self.encoder_size, enc["pixel_mean"], enc["pixel_std"])
+        self.transform = ResizeLongestSide(self.encoder_size)
+        self.model = SamModelInfo(self.encoder_size, enc["pixel_mean"], enc["pixel_std"])
+        self.encoder_input = enc.get("input_name") or self.encoder.input_names[0]
+        self.encoder_output = enc.get("output_name") or self.encoder.output_names[0]
+        self.mask_input_size = tuple(int(d) for d in dec["mask_input_size"])
+        self.mask_output_indices = [int(i) for i in dec.get("mask_output_indices", [0, 1, 2, 3])]
+        self.variant = str(enc.get("variant"))
+        self._embedding_channels = int(dec["embed_dim"])
+        self.embedding_size = (self.mask_input_size[0] // 4, self.mask_input_size[1] // 4)
+        self.reset_image()
+
+    @property
+    def device(self) -> str:
+        """Where the outputs live: host memory (``"cpu"``), as the official ``predictor.device`` is used for."""
+        return self.model.device
+
+    @property
+    def resized_size(self) -> tuple[int, int] | None:
+        """The resized image's (h, w): the official ``input_size`` (kept under this name too)."""
+        return self.input_size
+
+    # --- image -------------------------------------------------------------------------------------
+
+    def set_image(self, image: np.ndarray, image_format: str = "RGB") -> None:
+        """Compute the embedding of an HxWx3 uint8 image (``RGB`` or ``BGR``) for later ``predict`` calls."""
+        if image_format not in ("RGB", "BGR"):
+            raise InputError(f"image_format must be 'RGB' or 'BGR', got {image_format!r}")
+        check_rgb_uint8(image)
+        if image_format != self.model.image_format:
+            image = np.ascontiguousarray(image[..., ::-1])
+        resized = self.preprocessor.resize(image)
+        self._encode(resized, (int(image.shape[0]), int(image.shape[1])))
+
+    def set_torch_image(self, transformed_image: Any, original_image_size: tuple[int, ...]) -> None:
+        """``set_image`` for an image already resized by ``transform.apply_image``: (1, 3, h, w), 0..255.
+
+        Takes a torch tensor (as the official one) or a NumPy array.
+        """
+        x = as_numpy(transformed_image)
+        if x.ndim != 4 or x.shape[:2] != (1, 3) or max(x.shape[2:]) != self.encoder_size:
+            raise InputError(f"set_torch_image takes a (1, 3, h, w) image whose longest side is {self.encoder_size} "
+                             f"(transform.apply_image), got shape {tuple(x.shape)}")
+        height, width = (int(v) for v in original_image_size[:2])
+        if (x.shape[2], x.shape[3]) != preprocess_shape(height, width, self.encoder_size):
+            raise InputError(f"the transformed image is {x.shape[2]}x{x.shape[3]}, but an original of {height}x{width} "
+                             f"resizes to {preprocess_shape(height, width, self.encoder_size)}: pass the original size")
+        self._encode(x[0].transpose(1, 2, 0), (height, width))
+
+    def _encode(self, resized: np.ndarray, original_size: tuple[int, int]) -> None:
+        self.reset_image()
+        x = self.preprocessor.normalize_and_pad(resized)
+        features = self.encoder.run({self.encoder_input: x})[self.encoder_output]
+        self.features = np.asarray(features, dtype=np.float32)
+        self.original_size = original_size
+        self.input_size = (int(resized.shape[0]), int(resized.shape[1]))
+        self._upscaler = MaskUpscaler.for_image(self.mask_input_size, self.encoder_size, self.original_size)
+        self.is_image_set = True
+
+    def set_image_embedding(self, embedding: np.ndarray, original_size: tuple[int, int]) -> None:
+        """Use an embedding computed elsewhere (e.g. cached, or by a server) for an image of ``original_size`` (H, W).
+
+        Not in the official predictor (its ``set_torch_image`` takes a transformed image instead).
+        """
+        expected = (1, self._embedding_channels, *self.embedding_size)
+        emb = np.asarray(embedding, dtype=np.float32)
+        if emb.shape != expected:
+            raise InputError(f"embedding has shape {emb.shape}, this encoder/decoder pair uses {expected}")
+        height, width = (int(v) for v in original_size)
+        if height <= 0 or width <= 0:
+            raise InputError(f"original_size must be a positive (H, W), got {original_size}")
+        self.reset_image()
+        self.features = emb
+        self.original_size = (height, width)
+        self.input_size = preprocess_shape(height, width, self.encoder_size)
+        self._upscaler = MaskUpscaler.for_image(self.mask_input_size, self.encoder_size, self.original_size)
+        self.is_image_set = True
+
+    def get_image_embedding(self) -> np.ndarray:
+        """The (1, C, h, w) embedding of the current image."""
+        self._require_image("get an image embedding")
+        return self.features
+
+    def reset_image(self) -> None:
+        """Forget the current image."""
+        self.is_image_set = False
+        self.features: np.ndarray | None = None
+        self.original_size: tuple[int, int] | None = None
+        self.input_size: tuple[int, int] | None = None
+        self._upscaler: MaskUpscaler | None = None
+
+    # --- prompts -> masks --------------------------------------------------------------------------
+
+    def predict(
+        self,
+        point_coords: np.ndarray | None = None,
+        point_labels: np.ndarray | None = None,
+        box: np.ndarray | None = None,
+        mask_input: np.ndarray | None = None,
+        multimask_output: bool = True,
+        return_logits: bool = False,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Masks for the current image, as ``segment_anything.SamPredictor.predict``.
+
+        Args:
+            point_coords: (N, 2) pixel (x, y) in the original image.
+            point_labels: (N,) 1 foreground, 0 background.
+            box: (4,) x0, y0, x1, y1 in pixels.
+            mask_input: (1, 4h, 4w) low-resolution logits, e.g. from a previous call.
+            multimask_output: three masks (best for a single ambiguous click) or one.
+            return_logits: logits instead of boolean masks.
+
+        Returns:
+            masks (C, H, W) in the original size (bool, or float32 logits), scores (C,), low-res logits (C, 4h, 4w).
+        """
+        self._require_image("predict masks")
+        coords, labels = self._prompt_points(point_coords, point_labels, box)
+        mask, has_mask = self._mask_prompt(mask_input)
+        return self._decode(coords, labels, mask, has_mask, multimask_output, return_logits)
+
+    def predict_torch(
+        self,
+        point_coords: Any,
+        point_labels: Any,
+        boxes: Any = None,
+        mask_input: Any = None,
+        multimask_output: bool = True,
+        return_logits: bool = False,
+    ) -> tuple[Any, Any, Any]:
+        """A batch of prompt sets, already in the resized frame (``transform.apply_coords_torch``/``apply_boxes_torch``).
+
+        Args:
+            point_coords: (B, N, 2) or None; point_labels: (B, N) or None.
+            boxes: (B, 4) or None; mask_input: (B, 1, 4h, 4w) or None.
+
+        Returns:
+            masks (B, C, H, W), scores (B, C), low-res logits (B, C, 4h, 4w): torch tensors when a prompt was
+            given as one, NumPy arrays otherwise.
+        """
+        self._require_image("predict masks")
+        template = next((v for v in (point_coords, boxes, mask_input) if v is not None and hasattr(v, "detach")), None)
+        if (point_coords is None) != (point_labels is None):
+            raise InputError("point_coords and point_labels go together: pass both or neither")
+        pts = None if point_coords is None else _as_float_array(as_numpy(point_coords), "point_coords")
+        lab = None if point_labels is None else _as_float_array(as_numpy(point_labels), "point_labels")
+        bxs = None if boxes is None else _as_float_array(as_numpy(boxes), "boxes")
+        msk = None if mask_input is None else _as_float_array(as_numpy(mask_input), "mask_input")
+        if pts is not None and (pts.ndim != 3 or pts.shape[2] != 2 or lab is None or lab.shape != pts.shape[:2]):
+            raise InputError(f"point_coords must be (B, N, 2) with point_labels (B, N), got {pts.shape} and "
+                             f"{None if lab is None else lab.shape}")
+        if bxs is not None and (bxs.ndim != 2 or bxs.shape[1] != 4):
+            raise InputError(f"boxes must be (B, 4), got shape {bxs.shape}")
+        h, w = self.mask_input_size
+        if msk is not None and (msk.ndim != 4 or msk.shape[1:] != (1, h, w)):
+            raise InputError(f"mask_input must be (B, 1, {h}, {w}), got shape {msk.shape}")
+        sizes = {name: a.shape[0] for name, a in (("point_coords", pts), ("boxes", bxs), ("mask_input", msk)) if a is not None}
+        if not {k: v for k, v in sizes.items() if k != "mask_input"}:
+            raise InputError("no prompt: give point_coords/point_labels, boxes, or both")
+        if len(set(sizes.values())) != 1:
+            raise InputError(f"the prompts disagree on the batch size: {sizes}")
+        outputs = []
+        for b in range(next(iter(sizes.values()))):
+            corners = None
+            if bxs is not None:
+                check_box_order(bxs[b])
+                corners = bxs[b].reshape(2, 2)
+            coords, labels = _prompt_layout(pts[b] if pts is not None else np.zeros((0, 2)),
+                                            lab[b] if lab is not None else np.zeros((0,)), corners)
+            mask, has_mask = self._mask_prompt(msk[b] if msk is not None else None)
+            outputs.append(self._decode(coords, labels, mask, has_mask, multimask_output, return_logits))
+        stacked = tuple(np.stack([o[k] for o in outputs]) for k in range(3))
+        if template is None:
+            return stacked
+        import torch
+
+        return tuple(torch.from_numpy(np.ascontiguousarray(a)).to(template.device) for a in stacked)  # type: ignore[return-value]
+
+    def _decode(self, coords: np.ndarray, labels: np.ndarray, mask: np.ndarray, has_mask: np.ndarray,
+                multimask_output: bool, return_logits: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One decoder call for one prompt set in the encoder frame -> (masks, scores, low-res logits)."""
+        wanted = list(range(1, 4)) if multimask_output else [0]
+        if not set(wanted) <= set(self.mask_output_indices):
+            kind = "multimask" if multimask_output else "single-mask"
+            raise InputError(f"the decoder was exported without the {kind} outputs (it holds mask tokens "
+                             f"{self.mask_output_indices}): pass multimask_output={not multimask_output} or re-export it")
+        feeds = {"image_embeddings": self.features, "point_coords": coords, "point_labels": labels,
+                 "mask_input": mask, "has_mask_input": has_mask}
+        out = self.decoder.run(feeds)
+        positions = [self.mask_output_indices.index(i) for i in wanted]
+        low_res = np.asarray(out["low_res_masks"], dtype=np.float32)[0, positions]
+        scores = np.asarray(out["iou_predictions"], dtype=np.float32)[0, positions]
+        masks = self._upscaler(low_res)
+        if not return_logits:
+            masks = masks > MASK_THRESHOLD
+        return masks, scores, low_res
+
+    def _require_image(self, action: str) -> None:
+        if not self.is_image_set:
+            raise InputError(f"no image set: call set_image(image) before trying to {action}")
+
+    def _prompt_points(self, point_coords: Any, point_labels: Any, box: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(1, N, 2) coordinates and (1, N) labels in the encoder frame: points, then padding or box corners."""
+        height, width = self.original_size
+        coords = np.zeros((0, 2), dtype=np.float64)
+        labels = np.zeros((0,), dtype=np.float64)
+        if (point_coords is None) != (point_labels is None):
+            given = "point_coords" if point_coords is not None else "point_labels"
+            raise InputError(f"{given} given without {'point_labels' if given == 'point_coords' else 'point_coords'}: pass both")
+        if point_coords is not None:
+            pts = _as_float_array(point_coords, "point_coords")
+            if pts.ndim != 2 or pts.shape[1] != 2 or pts.shape[0] == 0:
+                raise InputError(f"point_coords must be an (N, 2) array of (x, y) pixels with N >= 1, got shape {pts.shape}")
+            lab = _as_float_array(point_labels, "point_labels").reshape(-1)
+            if lab.shape[0] != pts.shape[0]:
+                raise InputError(f"point_labels has {lab.shape[0]} labels for {pts.shape[0]} points: give one label per point")
+            bad = sorted({float(v) for v in lab if v not in (0.0, 1.0)})
+            if bad:
+                raise InputError(f"point labels must be 1 (foreground) or 0 (background), got {bad}")
+            _check_inside(pts, width, height, "point")
+            coords, labels = resize_coords(pts, self.original_size, self.encoder_size), lab
+        if box is None and point_coords is None:
+            raise InputError("no prompt: give point_coords/point_labels, a box, or both")
+        corners = None
+        if box is not None:
+            b = _as_float_array(box, "box").reshape(-1)
+            if b.shape[0] != 4:
+                raise InputError(f"box must hold 4 numbers x0, y0, x1, y1 (one box), got {b.shape[0]}")
+            check_box_order(b)
+            _check_inside(b.reshape(2, 2), width, height, "box corner")
+            corners = box_corners(b, self.original_size, self.encoder_size)
+        return _prompt_layout(coords, labels, corners)
+
+    def _mask_prompt(self, mask_input: Any) -> tuple[np.ndarray, np.ndarray]:
+        h, w = self.mask_input_size
+        if mask_input is None:
+            return np.zeros((1, 1, h, w), dtype=np.float32), np.zeros((1,), dtype=np.float32)
+        mask = _as_float_array(mask_input, "mask_input")
+        if mask.shape != (1, h, w):
+            raise InputError(f"mask_input must have shape (1, {h}, {w}) (low_res logits of a previous predict), got {mask.shape}")
+        return mask[None].astype(np.float32), np.ones((1,), dtype=np.float32)
+
+
+def _prompt_layout(coords: np.ndarray, labels: np.ndarray, corners: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The decoder's (1, N, 2) coordinates and (1, N) labels as SamPredictor lays a prompt out: the points, then a
+    box's two corners (labels 2 and 3), or without a box the padding point (0, 0) labelled -1."""
+    if corners is not None:
+        coords, labels = np.concatenate([coords, corners]), np.concatenate([labels, [2.0, 3.0]])
+    else:
+        coords, labels = np.concatenate([coords, np.zeros((1, 2))]), np.concatenate([labels, [-1.0]])
+    return coords[None].astype(np.float32), labels[None].astype(np.float32)
+
+
+def _as_float_array(value: Any, name: str) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name} must be numeric, got {type(value).__name__}") from exc
+    if not np.all(np.isfinite(arr)):
+        raise InputError(f"{name} holds NaN or infinite values")
+    return arr
+
+
+def check_box_order(box: np.ndarray) -> None:
+    """InputError unless a (4,) box is x0, y0, x1, y1 with x0 <= x1 and y0 <= y1."""
+    if box[0] > box[2] or box[1] > box[3]:
+        flipped = [min(box[0], box[2]), min(box[1], box[3]), max(box[0], box[2]), max(box[1], box[3])]
+        raise InputError(f"box {[float(v) for v in box]} is not x0, y0, x1, y1 with x0 <= x1 and y0 <= y1: "
+                         f"did you mean {[float(v) for v in flipped]}?")
+
+
+def check_prompts_inside(image_hw: tuple[int, int], point_coords: Any = None, box: Any = None) -> None:
+    """Raise InputError if a point or box corner lies outside an image of ``image_hw``, or the box is reversed
+    (checkable before encoding, so a folder run fails before its first encoder call)."""
+    height, width = int(image_hw[0]), int(image_hw[1])
+    if point_coords is not None:
+        _check_inside(_as_float_array(point_coords, "point_coords").reshape(-1, 2), width, height, "point")
+    if box is not None:
+        b = _as_float_array(box, "box").reshape(-1)
+        if b.shape[0] == 4:
+            check_box_order(b)
+        _check_inside(b.reshape(-1, 2), width, height, "box corner")
+
+
+def _check_inside(points: np.ndarray, width: int, height: int, what: str) -> None:
+    """Coordinates are pixels of the original image: x in [0, W], y in [0, H]."""
+    outside = [(float(x), float(y)) for x, y in points if not (0.0 <= x <= width and 0.0 <= y <= height)]
+    if outside:
+        x, y = outside[0]
+        raise InputError(
+            f"{what} ({x:g}, {y:g}) is outside the {width}x{height} image: coordinates are pixels (x, y) "
+            f"with 0 <= x <= {width} and 0 <= y <= {height}"
+        )

@@ -1,0 +1,69 @@
+"""Open any deployed model behind the Runner contract: the runtime from the registry, by ``--runtime`` or the file's suffix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vitdeploy.errors import InputError
+from vitdeploy.runtime.backends.base import Runner, RunnerOptions
+from vitdeploy.runtime.backends.registry import (DEFAULT_RUNTIME, ENGINE_SUFFIXES, ONNX_RUNTIMES, ONNX_SUFFIXES, RUNTIMES,
+                                                 runtime_for_file)
+
+
+def attention_flag(fused_attention: bool | None, folded_attention: bool) -> str | None:
+    """The option that asks ONNX Runtime for an attention form (``--fused-attention``/``--folded-attention``), or None
+    (``--no-fused-attention`` asks for nothing another runtime could not give)."""
+    return "--fused-attention" if fused_attention is True else "--folded-attention" if folded_attention else None
+
+
+def checked(runner: Runner, path: Path) -> Runner:
+    """``runner`` after its file's vitdeploy metadata passed :func:`vitdeploy.metadata.metadata_problems` (each
+    known field's type, and names and ``input_size`` against the graph): an edited or damaged file is refused
+    here in one line naming the field, not deep inside a verb."""
+    from vitdeploy.metadata import metadata_problems
+
+    problems = metadata_problems(runner.metadata, runner.input_shapes(), runner.output_names)
+    if problems:
+        raise InputError(f"'{path.name}' has damaged vitdeploy metadata ({'; '.join(problems)}): export it again with "
+                         "'vitdeploy export' (files edited by hand are not trusted)")
+    return runner
+
+
+def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str = "cpu", gpu: int = 0,
+                fused_attention: bool | None = None, folded_attention: bool = False, tf32: bool = False,
+                allow_unverified: bool = False, runtime: str = DEFAULT_RUNTIME, precision: str = "file") -> Runner:
+    """The runner for ``path``: an ``.onnx`` file on ``runtime`` (ONNX Runtime on ``ort_device`` by default, with its
+    attention forms and ``allow_unverified``; or OpenVINO on the CPU), an engine (``.plan``/``.engine``/``.trt``) on
+    TensorRT on CUDA device ``gpu`` (its math was fixed when it was built). ``precision`` is the
+    :class:`~vitdeploy.runtime.backends.base.RunnerOptions` precision policy. The file's metadata is checked."""
+    path = Path(path)
+    flag = attention_flag(fused_attention, folded_attention)
+    if runtime not in ONNX_RUNTIMES:
+        raise InputError(f"runtime '{runtime}' is not one of {', '.join(ONNX_RUNTIMES)}")
+    by_suffix = runtime_for_file(path)
+    if runtime != DEFAULT_RUNTIME:
+        if by_suffix is None or not by_suffix.reads_onnx:
+            raise InputError(f"--runtime {runtime} runs ONNX models ({', '.join(ONNX_SUFFIXES)}), not '{path.name}': "
+                             "TensorRT engines run on TensorRT (leave out --runtime)")
+        if flag:
+            raise InputError(f"{flag} is an ONNX Runtime setting: leave it out with --runtime {runtime}")
+        entry = RUNTIMES[runtime]
+    elif by_suffix is not None and by_suffix.reads_onnx:
+        entry = by_suffix
+    else:
+        if flag:
+            raise InputError(f"{flag} applies to ONNX models on ONNX Runtime, not to '{path.name}'")
+        if by_suffix is None:
+            raise InputError(
+                f"'{path.name}' is neither an ONNX model ({', '.join(ONNX_SUFFIXES)}) nor a TensorRT engine "
+                f"({', '.join(ENGINE_SUFFIXES)}): give a file written by 'vitdeploy export' or 'vitdeploy build-engine'")
+        entry = by_suffix
+    wanted = {"fused_attention": fused_attention, "folded_attention": folded_attention,
+              "allow_unverified": allow_unverified}
+    settings = {key: value for key, value in wanted.items() if key in entry.settings}
+    options = RunnerOptions(threads=threads, device=ort_device if entry.reads_onnx else "cuda", gpu=gpu,
+                            precision=precision, tf32=tf32 and entry.reads_onnx)
+    return checked(entry.open(path, options, **settings), path)
+
+
+__all__ = ["ENGINE_SUFFIXES", "ONNX_RUNTIMES", "ONNX_SUFFIXES", "attention_flag", "checked", "open_runner"]
