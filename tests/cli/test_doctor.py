@@ -77,11 +77,21 @@ def test_verb_readiness_from_component_states() -> None:
     assert "without TensorRT engines (needs engine-run)" in status["benchmark"].extras
     assert "with eager PyTorch baseline" in status["benchmark"].extras
     assert "without --runtime openvino (needs openvino)" in status["benchmark"].extras
+    assert "without --inference-precision bf16 (needs openvino-bf16)" in status["benchmark"].extras
     everything = {name: Component(name, True) for name in
                   ["torch", "torch-cuda", "onnx", "segment_anything", "onnxruntime", "tensorrt", "polygraphy", "cuda-python", "gpu",
-                   "fused-attention", "openvino", "engine-build", "engine-run"]}
+                   "fused-attention", "openvino", "openvino-bf16", "engine-build", "engine-run"]}
     status = {v.verb: v for v in verb_readiness(["build-engine", "benchmark"], everything)}
     assert status["build-engine"].ready and all(e.startswith("with ") for e in status["benchmark"].extras)
+
+
+def test_bf16_line_follows_openvino_and_the_cpu(monkeypatch) -> None:
+    from vitdeploy.doctor import _openvino_bf16
+
+    assert not _openvino_bf16(Component("openvino", False), deep=False).ok
+    monkeypatch.setenv("VITDEPLOY_CPU_MASK", "amx*,avx512*")  # vitdeploy's view of the CPU, read per call
+    masked = _openvino_bf16(Component("openvino", True, "x"), deep=False)
+    assert not masked.ok and "neither AMX-BF16 nor AVX512-BF16" in masked.detail
 
 
 def test_cli_lists_every_registered_verb_and_exits_0(tmp_path: object) -> None:

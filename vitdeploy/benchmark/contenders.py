@@ -87,7 +87,8 @@ def input_template(runner: Runner, shapes: dict[str, list[int]] | None = None) -
 
 def deployed_contender(path: str | Path, *, threads: int | None, device: str, gpu: int = 0,
                        fused_attention: bool | None = None, folded_attention: bool = False, tf32: bool = False,
-                       allow_unverified: bool = False, runtime: str = "onnxruntime") -> Contender:
+                       allow_unverified: bool = False, runtime: str = "onnxruntime",
+                       inference_precision: str = "file") -> Contender:
     """An ONNX file (ONNX Runtime on ``device``, optionally with the fused rel-pos kernel; FP32 unless ``tf32``;
     or OpenVINO on the CPU with ``runtime="openvino"``) or a TensorRT plan (on CUDA device ``gpu``)."""
     from vitdeploy.runtime.backends.loader import ENGINE_SUFFIXES, open_runner
@@ -96,7 +97,7 @@ def deployed_contender(path: str | Path, *, threads: int | None, device: str, gp
     runner = open_runner(path, threads=threads, ort_device=device, gpu=gpu, fused_attention=fused_attention,
                          folded_attention=folded_attention,
                          tf32=tf32 and path.suffix.lower() not in ENGINE_SUFFIXES, allow_unverified=allow_unverified,
-                         runtime=runtime)
+                         runtime=runtime, precision=inference_precision if path.suffix.lower() not in ENGINE_SUFFIXES else "file")
     precision = runner.precision.value
     batches = runner.batch_range()
     if path.suffix.lower() in ENGINE_SUFFIXES:
@@ -110,6 +111,7 @@ def deployed_contender(path: str | Path, *, threads: int | None, device: str, gp
     fusion = getattr(runner, "fusion", None)  # ONNX Runtime's: the default takes the kernel where it is built
     attention = " + fused rel-pos kernel" if fusion is not None and fusion.swapped else " folded attention" if folded_attention else ""
     math = " tf32" if tf32 and device != "cpu" and precision == "fp32" else ""
+    math += f" {inference_precision}-inference" if inference_precision != "file" else ""
     return Contender(  # runner.name: onnxruntime-<device> or openvino-cpu (which refused any other device)
         label=f"{runner.name} {precision}{math}{attention} ({path.name})", runner=runner, backend=runtime,
         precision=precision, device=device, batch_range=batches,

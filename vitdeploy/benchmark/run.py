@@ -27,6 +27,7 @@ class BenchmarkOptions:
     fused_attention: bool | None = None  # None: the runner's default (the kernel where built and faster)
     folded_attention: bool = False
     threads: int | None = None
+    inference_precision: str = "file"  # or bf16: OpenVINO's BF16 inference of FP32 layers
     runtimes: tuple[str, ...] = ("onnxruntime",)  # each .onnx file is timed on each (onnxruntime, openvino)
 
 
@@ -49,6 +50,7 @@ def benchmark_models(models: list[str] | tuple[str, ...], options: BenchmarkOpti
         raise InputError(f"{flag} is an ONNX Runtime setting: time it with --runtime onnxruntime alone")
     deployed = [deployed_contender(m, threads=options.threads, device=options.device, gpu=options.gpu, tf32=options.tf32,
                                    allow_unverified=options.allow_unverified, runtime=runtime,
+                                   inference_precision=options.inference_precision,
                                    **({"fused_attention": options.fused_attention, "folded_attention": options.folded_attention}
                                       if Path(m).suffix.lower() in ONNX_SUFFIXES else {}))
                 for m in models

@@ -35,7 +35,7 @@ from vitdeploy.cli.options import (force_option, fused_attention_option, handle_
 @verbose_option
 @handle_errors
 def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str, ...], checkpoint: str | None, device: str,
-              tf32: bool, allow_unverified: bool, gpu: int, batches: tuple[int, ...], runs: int, warmup: int, shapes: tuple[str, ...], runtimes: tuple[str, ...],
+              tf32: bool, allow_unverified: bool, gpu: int, batches: tuple[int, ...], runs: int, warmup: int, shapes: tuple[str, ...], runtimes: tuple[str, ...], inference_precision: str,
               fused_attention: bool | None, folded_attention: bool, threads: int,
               report: str | None, force: bool, verbose: bool) -> None:
     """Time deployed models (.onnx with ONNX Runtime, .plan with TensorRT) against eager PyTorch.
@@ -67,7 +67,8 @@ def benchmark(models: tuple[str, ...], eager: bool, eager_precisions: tuple[str,
     options = BenchmarkOptions(eager=eager, eager_precisions=eager_precisions, checkpoint=checkpoint,
                                device=device, tf32=tf32, allow_unverified=allow_unverified, gpu=gpu,
                                batches=batches or (1,), runs=runs, warmup=warmup, shapes=shapes,
-                               fused_attention=fused_attention, folded_attention=folded_attention, threads=threads, runtimes=runtimes)
+                               fused_attention=fused_attention, folded_attention=folded_attention, threads=threads, runtimes=runtimes,
+                               inference_precision=inference_precision)
     result = benchmark_models(models, options, echo=click.echo)
     click.echo(f"latency over {runs} runs after {warmup} warm-up, {threads} CPU thread(s); {TIMING}")
     click.echo(result.table())

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from vitdeploy.errors import VitdeployError
+from vitdeploy.precisions import PRECISION_POLICIES
 from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, ONNX_RUNTIMES
 
 
@@ -215,17 +216,26 @@ def ort_device_options(choices: tuple[str, ...], help_text: str = "ONNX Runtime 
 
 #: The runtimes that open ONNX files, from the registry (it imports no runtime).
 RUNTIME_CHOICES = ONNX_RUNTIMES
-_OPENVINO_HELP = "openvino: OpenVINO on the CPU in FP32 (pip install 'vitdeploy[openvino]')."
+_OPENVINO_HELP = "openvino: OpenVINO on the CPU, FP32 unless --inference-precision bf16 (pip install 'vitdeploy[openvino]')."
+
+
+_INFERENCE_PRECISION = click.option(
+    "--inference-precision", type=click.Choice(PRECISION_POLICIES), default="file", show_default=True,
+    help="file: the file's own math (an FP32 file in FP32). bf16: BF16 inference of the FP32 layers where the runtime "
+         "can (--runtime openvino on CPUs with AMX or AVX512-BF16), judged by the 'bf16' parity budget; SAM's mask "
+         "decoder stays in its file's precision.")
 
 
 def runtime_option(fn: Callable) -> Callable:
-    """--runtime: which runtime runs ONNX files."""
+    """--runtime: which runtime runs ONNX files; --inference-precision: the precision policy (``RunnerOptions``)."""
+    fn = _INFERENCE_PRECISION(fn)
     return click.option("--runtime", type=click.Choice(RUNTIME_CHOICES), default=DEFAULT_RUNTIME, show_default=True,
                         help=f"Runtime for .onnx files. {_OPENVINO_HELP}")(fn)
 
 
 def runtimes_option(fn: Callable) -> Callable:
-    """--runtime, repeatable (``benchmark``: each ONNX file on each runtime), as the ``runtimes`` tuple."""
+    """--runtime, repeatable (``benchmark``: each ONNX file on each runtime), as the ``runtimes`` tuple; --inference-precision."""
+    fn = _INFERENCE_PRECISION(fn)
     return click.option("--runtime", "runtimes", multiple=True, type=click.Choice(RUNTIME_CHOICES),
                         help=f"Runtime(s) for .onnx files (repeatable: each file is timed on each; default onnxruntime). "
                              f"{_OPENVINO_HELP}")(fn)

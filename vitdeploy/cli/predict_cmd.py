@@ -79,7 +79,7 @@ def _parse_box(_ctx: click.Context, _param: click.Parameter, values: tuple[str, 
 @handle_errors
 def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, float, int]], box: list[float] | None,
             prompts: str | None, output: str | None, overlay: str | None, multimask: str, save_embedding: str | None,
-            embedding: str | None, device: str, tf32: bool, allow_unverified: bool, no_weight_check: bool, runtime: str, threads: int,
+            embedding: str | None, device: str, tf32: bool, allow_unverified: bool, no_weight_check: bool, runtime: str, inference_precision: str, threads: int,
             report: str | None, force: bool, verbose: bool) -> None:
     """Segment an object: run the exported encoder and decoder on an image with point/box prompts.
 
@@ -138,7 +138,8 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
         directory.mkdir(exist_ok=True)
 
     results, runners = _run(jobs, encoder, decoder, multimask, folder, device=device, threads=threads,
-                            check_weights=not no_weight_check, tf32=tf32, allow_unverified=allow_unverified, runtime=runtime)
+                            check_weights=not no_weight_check, tf32=tf32, allow_unverified=allow_unverified, runtime=runtime,
+                            inference_precision=inference_precision)
     if folder:
         masks = sum(r.mask is not None for r in results)
         saved = sum(r.embedding is not None for r in results)

@@ -48,7 +48,8 @@ from vitdeploy.cli.options import (force_option, handle_errors, ort_device_optio
 def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: str | None, points_per_side: int,
                 pred_iou_thresh: float, stability_score_thresh: float, stability_score_offset: float, box_nms_thresh: float,
                 crop_n_layers: int, crop_nms_thresh: float, crop_overlap_ratio: float, crop_n_points_downscale_factor: int,
-                min_mask_region_area: int, output_mode: str, device: str, tf32: bool, allow_unverified: bool, runtime: str, threads: int, force: bool, verbose: bool) -> None:
+                min_mask_region_area: int, output_mode: str, device: str, tf32: bool, allow_unverified: bool, runtime: str, inference_precision: str, threads: int, force: bool,
+                verbose: bool) -> None:
     """Segment everything in an image: a grid of clicks, filtered and de-duplicated (SamAutomaticMaskGenerator).
 
     The official automatic mask generator's algorithm, parameters and defaults, on the exported models,
@@ -83,7 +84,7 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
     for note in notes:
         click.echo(f"note: {note}", err=True)
     predictor = SamPredictor(encoder, decoder, device=device, threads=threads, tf32=tf32, allow_unverified=allow_unverified,
-                             runtime=runtime)
+                             runtime=runtime, inference_precision=inference_precision)
     generator = SamAutomaticMaskGenerator(
         predictor, points_per_side=points_per_side, pred_iou_thresh=pred_iou_thresh,
         stability_score_thresh=stability_score_thresh, stability_score_offset=stability_score_offset,

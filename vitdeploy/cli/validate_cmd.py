@@ -21,7 +21,7 @@ from vitdeploy.cli.options import (force_option, fused_attention_option, handle_
 @click.option("--load-inputs", multiple=True, type=click.Path(dir_okay=False, path_type=str),
               help="Saved model inputs to compare on (repeatable): .npz (numpy.savez, arrays named by input) or .json "
                    "(polygraphy run --save-inputs), as Polygraphy's --load-inputs.")
-@click.option("--tolerance", type=click.Choice(["auto", "fp32", "fp16", "int8"]), default="auto", show_default=True,
+@click.option("--tolerance", type=click.Choice(["auto", "fp32", "fp16", "bf16", "int8"]), default="auto", show_default=True,
               help="Named tolerance set; auto picks the one for the model's precision (from its metadata).")
 @click.option("--runs", type=click.IntRange(min=0), default=5, show_default=True, help="Timed runs per backend (0: no timing).")
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True, help="Untimed warm-up runs.")
@@ -36,7 +36,7 @@ from vitdeploy.cli.options import (force_option, fused_attention_option, handle_
 @verbose_option
 @handle_errors
 def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random_inputs: int, load_inputs: tuple[str, ...],
-             tolerance: str, runs: int, warmup: int, device: str, tf32: bool, runtime: str, fused_attention: bool | None, folded_attention: bool, threads: int,
+             tolerance: str, runs: int, warmup: int, device: str, tf32: bool, runtime: str, inference_precision: str, fused_attention: bool | None, folded_attention: bool, threads: int,
              report: str | None, force: bool, verbose: bool) -> None:
     """Compare a deployed model with the eager official model on the same inputs.
 
@@ -64,7 +64,8 @@ def validate(model: str, checkpoint: str | None, images: tuple[str, ...], random
 
     options = ValidateOptions(checkpoint=checkpoint, images=images, random_inputs=random_inputs, load_inputs=load_inputs,
                               tolerance=tolerance, runs=runs, warmup=warmup, device=device, tf32=tf32,
-                              runtime=runtime, fused_attention=fused_attention, folded_attention=folded_attention, threads=threads)
+                              runtime=runtime, inference_precision=inference_precision, fused_attention=fused_attention,
+                              folded_attention=folded_attention, threads=threads)
     result = validate_model(model, options, echo=click.echo)
     if result.latency:
         click.echo(f"latency, {threads} thread(s), median / p90:")

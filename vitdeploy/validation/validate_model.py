@@ -24,6 +24,7 @@ class ValidateOptions:
     device: str = "cpu"  # ONNX Runtime's execution provider for .onnx files
     tf32: bool = False
     runtime: str = "onnxruntime"  # or openvino (CPU) for .onnx files
+    inference_precision: str = "file"  # or bf16 (OpenVINO): judged by the bf16 budget
     fused_attention: bool | None = None  # None: the runner's default (the kernel where built and faster)
     folded_attention: bool = False
     threads: int | None = None
@@ -44,7 +45,7 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
     candidate = open_runner(str(model), threads=options.threads, fused_attention=options.fused_attention,
                             folded_attention=options.folded_attention,
                             ort_device=options.device, tf32=options.tf32, allow_unverified=True,
-                            runtime=options.runtime)
+                            runtime=options.runtime, precision=options.inference_precision)
     for note in candidate.notes(options.threads):
         echo(note)
     meta = candidate.metadata
@@ -53,6 +54,8 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
     if meta.get("random_weights"):
         echo(f"note: {Path(model).name} has RANDOM WEIGHTS (seed {meta.get('random_seed')}); parity is still meaningful")
     precision = Precision.of(meta)
+    if options.inference_precision == "bf16" and precision is Precision.FP32:
+        precision = Precision.BF16  # the FP32 layers ran in BF16: the bf16 budget judges them
     tol = TOLERANCES[precision if options.tolerance == "auto" else options.tolerance]
     # The inputs first: a missing image or input file is answered before torch is imported.
     shapes = candidate.input_shapes()

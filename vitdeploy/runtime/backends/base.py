@@ -22,11 +22,8 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
-from vitdeploy.precisions import Precision
+from vitdeploy.precisions import PRECISION_POLICIES, Precision
 
-#: ``RunnerOptions.precision``: ``file`` runs the file's own math (an FP32 file in FP32); the others ask a
-#: runtime that can for a reduced inference precision of FP32 layers (OpenVINO's CPU plugin).
-PRECISION_POLICIES = ("file", "bf16", "f16")
 #: ``RunnerOptions.device``: ONNX Runtime's CPU, CUDA or TensorRT provider; other runtimes take what they run on.
 DEVICES = ("cpu", "cuda", "tensorrt")
 

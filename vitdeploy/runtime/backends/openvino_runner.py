@@ -154,6 +154,9 @@ class OpenVinoRunner(Runner):
                          f"{self.inference_precision}, {self.compiled.get_property('INFERENCE_NUM_THREADS')} thread(s)")
         if self.int8_weights:
             self.provider += f", INT8 {self.int8_weights}"
+        if self.inference_precision != inference_precision:
+            self.warnings.append(f"OpenVINO runs inference precision {self.inference_precision}, not the {inference_precision} "
+                                 "asked for: this CPU has no BF16 matrix instructions (AMX or AVX512-BF16) it uses")
 
     def input_metadata(self) -> dict[str, TensorMeta]:
         """Each input; a dynamic axis is ``"?"`` (OpenVINO keeps no ONNX axis names)."""
