@@ -24,6 +24,11 @@ class MaskTolerance:
 MASK_TOLERANCES: dict[str, MaskTolerance] = {
     "fp32": MaskTolerance("fp32", iou_min=0.99, dice_min=0.995),
     "fp16": MaskTolerance("fp16", iou_min=0.97, dice_min=0.985),
+    # The encoder in BF16 (OpenVINO), the decoder in FP32, vs all FP32. Measured on SAM ViT-B with random weights on
+    # an Intel Xeon with AMX (benchmarks/bf16_mask_agreement.py, 3 bundled images x 20 clicks x 3 masks): IoU mean
+    # 0.9939, 5th percentile 0.9882, min 0.9476; random weights make every mask fragile (official stability score
+    # at most 0.19), the most stable quarter's min is 0.9886.
+    "bf16": MaskTolerance("bf16", iou_min=0.94, dice_min=0.97),
     "int8": MaskTolerance("int8", iou_min=0.90, dice_min=0.95),
 }
 

@@ -1,0 +1,111 @@
+"""Masks through the decoder with the encoder in BF16 against FP32: the evidence a BF16 default needs (issue 34).
+
+The same exported SAM encoder and decoder run twice through ``SamPredictor``: once as written on ONNX
+Runtime (FP32, vitdeploy's default), once with the encoder on OpenVINO at ``--inference-precision bf16``
+(the decoder as written, as ``SamPredictor`` runs it). On each bundled image (or ``--images``) it compares
+the image embeddings (cosine) and, for ``--clicks`` seeded single clicks, the three multimask outputs
+(IoU of the binary masks). Random weights make masks fragile (logits near the threshold), so masks are
+also reported restricted to the stable ones: the official stability score
+(``segment_anything.utils.amg.calculate_stability_score``, threshold 0, offset 1) of the FP32 mask at or
+above the official automatic mask generator's default 0.95.
+
+Usage (full-size ViT-B with random weights; the encoder from ``benchmarks/bench_encoder_speed.py``):
+    vitdeploy export -r sam_vit_b --random-weights --seed 0 -o out/speed34/vitdeploy_generic.onnx
+    vitdeploy export -r sam_vit_b_decoder --random-weights --seed 0 -o out/speed34/decoder.onnx
+    PYTHONPATH=. .venv/bin/python benchmarks/bf16_mask_agreement.py -e out/speed34/vitdeploy_generic.onnx \\
+        -d out/speed34/decoder.onnx --clicks 20 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from vitdeploy.cpu_features import cpu_features
+from vitdeploy.precision.calibration_data import bundled_calibration_dir
+from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+from vitdeploy.runtime.processing.images import read_image_rgb
+from vitdeploy.validation.parity import compare
+
+STABLE_MIN = 0.95  # segment_anything's SamAutomaticMaskGenerator default stability_score_thresh
+
+
+def stability(logits: np.ndarray, threshold: float = 0.0, offset: float = 1.0) -> np.ndarray:
+    """The official stability score (``calculate_stability_score``), in NumPy: IoU of the masks at
+    threshold + offset and threshold - offset."""
+    high = (logits > threshold + offset).sum(axis=(-1, -2))
+    low = (logits > threshold - offset).sum(axis=(-1, -2))
+    return np.where(low > 0, high / np.maximum(low, 1), 1.0)
+
+
+def iou(a: np.ndarray, b: np.ndarray) -> float:
+    union = np.logical_or(a, b).sum()
+    return 1.0 if union == 0 else float(np.logical_and(a, b).sum() / union)
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    arr = np.asarray(values)
+    return {"count": int(arr.size), "mean": float(arr.mean()), "p5": float(np.percentile(arr, 5)), "min": float(arr.min())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-e", "--encoder", required=True)
+    parser.add_argument("-d", "--decoder", required=True)
+    parser.add_argument("--images", nargs="*", default=None, help="default: the first three bundled images")
+    parser.add_argument("--clicks", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="write the figures as JSON here")
+    args = parser.parse_args()
+    images = args.images or [str(p) for p in sorted(bundled_calibration_dir().glob("*.jpg"))[:3]]
+    fp32 = SamPredictor(args.encoder, args.decoder, threads=args.threads)
+    bf16 = SamPredictor(args.encoder, args.decoder, threads=args.threads, runtime="openvino", inference_precision="bf16")
+    print(f"CPU: {cpu_features().summary()}")
+    print(f"FP32: encoder {fp32.encoder.provider or fp32.encoder.name}; decoder {fp32.decoder.name}")
+    print(f"BF16: encoder {bf16.encoder.provider}; decoder {bf16.decoder.provider}")
+    rng = np.random.default_rng(args.seed)
+    embedding_cos, all_iou, stable_iou, all_stability = [], [], [], []
+    for path in images:
+        image = read_image_rgb(path)
+        fp32.set_image(image)
+        bf16.set_image(image)
+        emb = compare(fp32.get_image_embedding(), bf16.get_image_embedding(), "bf16", label=Path(path).name)
+        embedding_cos.append(emb.cosine)
+        h, w = image.shape[:2]
+        for _ in range(args.clicks):
+            point = np.array([[rng.uniform(0, w - 1), rng.uniform(0, h - 1)]])
+            want, _, _ = fp32.predict(point_coords=point, point_labels=np.array([1]), multimask_output=True, return_logits=True)
+            got, _, _ = bf16.predict(point_coords=point, point_labels=np.array([1]), multimask_output=True, return_logits=True)
+            scores = stability(want)
+            for k in range(want.shape[0]):
+                value = iou(want[k] > 0, got[k] > 0)
+                all_iou.append(value)
+                all_stability.append(float(scores[k]))
+                if scores[k] >= STABLE_MIN:
+                    stable_iou.append(value)
+        print(f"{Path(path).name}: embedding cosine {emb.cosine:.6f}, relative L2 {emb.rel_l2:.2e}")
+    result = {"images": images, "clicks_per_image": args.clicks, "embedding_cosine": summary(embedding_cos),
+              "mask_iou_all": summary(all_iou),
+              "mask_iou_stable": summary(stable_iou) if stable_iou else {"count": 0},
+              "stable_min": STABLE_MIN, "cpu": cpu_features().summary()}
+    # With random weights few masks reach the official 0.95: the most stable quarter of the FP32 masks stands in.
+    quartile = float(np.percentile(all_stability, 75))
+    result["stability_p50_p75_max"] = [float(np.percentile(all_stability, 50)), quartile, float(max(all_stability))]
+    result["mask_iou_most_stable_quarter"] = summary([v for v, s in zip(all_iou, all_stability) if s >= quartile])
+    for key in ("mask_iou_all", "mask_iou_stable", "mask_iou_most_stable_quarter"):
+        s = result[key]
+        if s["count"]:
+            print(f"{key}: {s['count']} masks, mean {s['mean']:.4f}, 5th percentile {s['p5']:.4f}, min {s['min']:.4f}")
+        else:
+            print(f"{key}: no mask")
+    print("FP32 masks' stability score: median {:.3f}, 75th percentile {:.3f}, max {:.3f}".format(*result["stability_p50_p75_max"]))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
