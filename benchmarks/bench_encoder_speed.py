@@ -282,10 +282,10 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["kind"] == "cpp":
         return _cpp_worker(spec)
     if spec["kind"] == "gemm":
-        from vitdeploy.validation.floor import measure_gemm_peak
+        from vitdeploy.validation.floor import measure_bf16_gemm_peak, measure_gemm_peak
 
         peak = measure_gemm_peak(spec["threads"])
-        return {"gemm_peak": peak.to_dict()}
+        return {"gemm_peak": peak.to_dict(), "bf16_gemm_peak": measure_bf16_gemm_peak(spec["threads"]).to_dict()}
     x = np.load(Path(spec["workdir"]) / "input.npy")
     start = time.perf_counter()
     run, provider = (_build_deployed if spec["kind"] in ("ort", "openvino", "openvino-ir", "openvino-default")
@@ -543,7 +543,9 @@ def markdown(table: list[dict[str, Any]], peak: dict[str, Any], flops: int, head
         f"load average {header['load_before']} before, {header['load_after']} after; CPU steal {header['steal_pct']:.1f}% "
         "while timing.",
         f"Floor: {flops / 1e9:.1f} GFLOP (torch.utils.flop_counter, official model) / {peak['gflops']:.0f} GFLOP/s "
-        f"(best FP32 GEMM here, {peak['library']}, {header['threads']} threads) = {table[0]['floor_ms']:.0f} ms.",
+        f"(best FP32 GEMM here, {peak['library']}, {header['threads']} threads) = {table[0]['floor_ms']:.0f} ms."
+        + (f" BF16 floor: / {header['bf16_gflops']:.0f} GFLOP/s (best BF16 GEMM here, torch) = "
+           f"{flops / 1e9 / header['bf16_gflops'] * 1000:.0f} ms." if header.get("bf16_gflops") else ""),
         "",
         "| contender | median ms | p90 ms | x eager | first run ms | load s | x floor | peak RSS MB (process) | peak RSS MB (timed runs) | cosine vs eager | rel L2 vs eager | parity |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
@@ -658,6 +660,7 @@ def main() -> None:
     results: dict[str, list[dict[str, Any]]] = {r["name"]: [] for r in rows}
     failures: dict[str, str] = {}
     peaks: list[dict[str, Any]] = []
+    bf16_peaks: list[dict[str, Any]] = []
     probes = [*rows, {"name": "GEMM probe", "kind": "gemm"}]
     loads = []
     steal_start = _steal_and_total()
@@ -674,7 +677,9 @@ def main() -> None:
             res = run_worker(spec, workdir, f"{rnd}_{idx}")
             if probe["kind"] == "gemm":
                 peaks.append(res["gemm_peak"])
-                print(f"round {rnd + 1}: GEMM peak {res['gemm_peak']['gflops']:.0f} GFLOP/s ({res['gemm_peak']['library']})", flush=True)
+                bf16_peaks.append(res["bf16_gemm_peak"])
+                print(f"round {rnd + 1}: GEMM peak {res['gemm_peak']['gflops']:.0f} GFLOP/s ({res['gemm_peak']['library']}), "
+                      f"BF16 {res['bf16_gemm_peak']['gflops']:.0f} GFLOP/s", flush=True)
                 continue
             if "failed" in res:
                 failures[probe["name"]] = res["failed"]
@@ -694,7 +699,7 @@ def main() -> None:
     header = {"recipe": args.recipe, "size": size, "threads": args.threads, "rounds": args.rounds, "runs": args.runs,
               "processor": cpu_features().summary(),
               "load_before": " ".join(f"{v:.2f}" for v in load_before), "load_after": " ".join(f"{v:.2f}" for v in load_after),
-              "steal_pct": steal_pct}
+              "steal_pct": steal_pct, "bf16_gflops": max((p["gflops"] for p in bf16_peaks), default=None)}
     text = markdown(table, peak, flops, header, info.get("fusions"))
     if failures:
         text += "\n\nContenders that could not run:\n" + "\n".join(f"- {n}: {why}" for n, why in failures.items())
@@ -702,7 +707,7 @@ def main() -> None:
     from vitdeploy.metadata import tool_versions
     from vitdeploy.runtime.backends.openvino_runner import openvino_version
 
-    report = {"header": header, "table": table, "gemm_peaks": peaks, "gemm_peak": peak, "flops": info["flops"],
+    report = {"header": header, "table": table, "gemm_peaks": peaks, "gemm_peak": peak, "bf16_gemm_peaks": bf16_peaks, "flops": info["flops"],
               "prepare": info, "load_per_round": loads, "failures": failures, "versions": {**tool_versions(), "openvino": openvino_version()},
               "command": sys.argv}
     out = args.out or workdir / "report.json"

@@ -88,3 +88,13 @@ def test_benchmark_contenders_cover_the_issue_rows(monkeypatch) -> None:
         assert [r["model"] for r in cpp] == [m for m, form in module.CPP_MODELS.items() if form in forms]
         assert cpp[0]["target"] == "onnxruntime-cpu"  # the export the forms are written from is made even if skipped
     assert not [r for r in module.contenders(("generic",), False, False, with_cpp=True) if r["kind"] == "cpp"]
+
+
+def test_bf16_gemm_rate_is_measured_and_labelled() -> None:
+    """The BF16 floor's rate: PyTorch ``mm`` in bfloat16 (oneDNN's AMX / AVX512-BF16 kernels where the CPU has them)."""
+    from vitdeploy.validation.floor import measure_bf16_gemm_peak, torch_gemm_gflops
+
+    rates = torch_gemm_gflops(1, shapes=((64, 96, 32),), repeats=1, dtype="bf16")
+    assert list(rates) == ["torch bf16 64x96x32"] and rates["torch bf16 64x96x32"] > 0
+    peak = measure_bf16_gemm_peak(1, shapes=((64, 96, 32), (32, 32, 32)), repeats=1)
+    assert peak.library == "torch bf16" and peak.gflops == max(peak.measured.values())

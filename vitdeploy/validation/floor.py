@@ -67,17 +67,21 @@ def _median_seconds(fn, repeats: int) -> float:
     return float(np.median(times))
 
 
-def torch_gemm_gflops(threads: int, shapes: Sequence[tuple[int, int, int]] = GEMM_SHAPES, repeats: int = 5) -> dict[str, float]:
-    """PyTorch FP32 ``mm`` GFLOP/s per shape at ``threads`` (the thread count is restored afterwards)."""
+def torch_gemm_gflops(threads: int, shapes: Sequence[tuple[int, int, int]] = GEMM_SHAPES, repeats: int = 5,
+                      dtype: str = "fp32") -> dict[str, float]:
+    """PyTorch ``mm`` GFLOP/s per shape at ``threads`` in ``fp32`` or ``bf16`` (oneDNN's AMX / AVX512-BF16 kernels where
+    the CPU has them; on other CPUs the figure shows what BF16 costs there). The thread count is restored afterwards."""
     import torch
 
+    kind = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         out = {}
         for m, k, n in shapes:
-            a, b = torch.randn(m, k), torch.randn(k, n)
-            out[f"torch {m}x{k}x{n}"] = 2.0 * m * k * n / _median_seconds(lambda: torch.mm(a, b), repeats) / 1e9
+            a, b = torch.randn(m, k).to(kind), torch.randn(k, n).to(kind)
+            label = "torch" if dtype == "fp32" else f"torch {dtype}"
+            out[f"{label} {m}x{k}x{n}"] = 2.0 * m * k * n / _median_seconds(lambda: torch.mm(a, b), repeats) / 1e9
         return out
     finally:
         torch.set_num_threads(before)
@@ -141,6 +145,13 @@ def measure_gemm_peak(threads: int, shapes: Sequence[tuple[int, int, int]] = GEM
     return GemmPeak(threads, measured[best], best.split()[0], measured)
 
 
+def measure_bf16_gemm_peak(threads: int, shapes: Sequence[tuple[int, int, int]] = GEMM_SHAPES, repeats: int = 5) -> GemmPeak:
+    """The best BF16 GEMM throughput of PyTorch here (the floor of a BF16 run: FLOPs over this rate)."""
+    measured = torch_gemm_gflops(threads, shapes, repeats, dtype="bf16")
+    best = max(measured, key=measured.get)
+    return GemmPeak(threads, measured[best], "torch bf16", measured)
+
+
 def floor_ms(flops: int, peak_gflops: float) -> float:
     """Milliseconds ``flops`` take at ``peak_gflops``."""
     if peak_gflops <= 0:
@@ -148,5 +159,5 @@ def floor_ms(flops: int, peak_gflops: float) -> float:
     return flops / (peak_gflops * 1e9) * 1000.0
 
 
-__all__ = ["GEMM_SHAPES", "INT8_GEMM_FORMS", "FlopCount", "GemmPeak", "count_flops", "floor_ms", "measure_gemm_peak",
+__all__ = ["GEMM_SHAPES", "INT8_GEMM_FORMS", "FlopCount", "GemmPeak", "count_flops", "floor_ms", "measure_bf16_gemm_peak", "measure_gemm_peak",
            "onnxruntime_gemm_gflops", "onnxruntime_int8_gemm_gops", "torch_gemm_gflops"]
