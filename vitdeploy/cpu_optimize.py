@@ -16,8 +16,8 @@ from pathlib import Path
 from vitdeploy.errors import InputError
 from vitdeploy.metadata import encode, read_onnx_metadata
 from vitdeploy.runtime.forms.cpu_attention import load_folded_graph
-from vitdeploy.targets import target_of
 from vitdeploy.runtime.forms.cpu_form import CPU_FORM_KEY, FUSED_KERNEL, UNFOLDED, CpuForm, cpu_form_graph
+from vitdeploy.targets import target_of
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def write_cpu_form(source: str | Path, output: str | Path, *, fused_attention: b
 
     from vitdeploy.fileio import claim_outputs, external_data_files
     from vitdeploy.precision.model_io import save_onnx_atomic
-    
+
     source, output = Path(source), Path(output)
     if output.resolve() == source.resolve():
         raise InputError(f"-o names the exported file '{source}' itself: write the CPU form to another path")

@@ -304,8 +304,8 @@ def _openvino_bf16(openvino: Component, deep: bool) -> Component:
         flags = [f for f in ("amx_bf16", "avx512_bf16") if cpu_features().has(f)]
         has = bool(flags)
         how = f"this CPU has {', '.join(flags)}" if has else "this CPU has neither AMX-BF16 nor AVX512-BF16"
-    detail = (f"{how}: --runtime openvino --inference-precision bf16 runs FP32 files' layers in BF16 (the 'bf16' budget; "
-              "measured 0.118x eager PyTorch on SAM ViT-B on a Xeon with AMX)" if has else f"{how}: BF16 would run as f32")
+    detail = (f"{how}: --runtime openvino --inference-precision bf16 runs FP32 files' layers in BF16, judged by the 'bf16' "
+              "budget (figures: docs/benchmarks.md)" if has else f"{how}: BF16 would run as f32")
     return Component("openvino-bf16", has, openvino.version, detail)
 
 

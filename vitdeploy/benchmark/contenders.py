@@ -94,13 +94,13 @@ def deployed_contender(path: str | Path, *, threads: int | None, device: str, gp
     from vitdeploy.runtime.backends.loader import ENGINE_SUFFIXES, open_runner
 
     path = Path(path)
+    engine = path.suffix.lower() in ENGINE_SUFFIXES  # its math (precision, TF32) was fixed when it was built
     runner = open_runner(path, threads=threads, ort_device=device, gpu=gpu, fused_attention=fused_attention,
-                         folded_attention=folded_attention,
-                         tf32=tf32 and path.suffix.lower() not in ENGINE_SUFFIXES, allow_unverified=allow_unverified,
-                         runtime=runtime, precision=inference_precision if path.suffix.lower() not in ENGINE_SUFFIXES else "file")
+                         folded_attention=folded_attention, tf32=tf32 and not engine, allow_unverified=allow_unverified,
+                         runtime=runtime, precision="file" if engine else inference_precision)
     precision = runner.precision.value
     batches = runner.batch_range()
-    if path.suffix.lower() in ENGINE_SUFFIXES:
+    if engine:
         lo, hi = batches or (1, 1)
         return Contender(
             label=f"{runner.backend} {precision} ({path.name})", runner=runner, backend="tensorrt", precision=precision,

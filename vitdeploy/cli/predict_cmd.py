@@ -101,7 +101,7 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
     from vitdeploy.errors import InputError
     from vitdeploy.fileio import atomic_write_bytes
     from vitdeploy.runtime.apps.predict_images import (Prompt, check_jobs, claim_job_outputs, plan_folder, plan_single,
-                                                  read_prompts_file)
+                                                       read_prompts_file)
 
     prompt = Prompt(tuple(points), tuple(box) if box else None)
     folder = Path(image).is_dir()

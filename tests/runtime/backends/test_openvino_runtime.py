@@ -260,9 +260,9 @@ def test_sam_predictor_bf16_runs_the_encoder_in_bf16_and_the_decoder_as_written(
                                         multimask_output=True, return_logits=True)
     assert predictor.decoder.inference_precision == "f32"
     assert predictor.encoder.inference_precision == ("bf16" if _bf16_matrix_engine() else "f32")
-    (fp32_logits, fp32_scores, _), (bf16_logits, bf16_scores, _) = out["file"], out["bf16"]
+    (fp32_logits, _, _), (bf16_logits, _, _) = out["file"], out["bf16"]
     result = compare(fp32_logits, bf16_logits, "bf16", label="mask logits")
-    assert result.cosine >= 0.999, result.summary()  # measured 0.99995+ on this model (AMX Xeon)
+    assert result, result.summary()  # the whole bf16 budget; measured cosine 0.999945, rel L2 0.0105 here (AMX Xeon)
     masks = compare_masks(fp32_logits, bf16_logits, "bf16", label="bf16 encoder masks")
     assert masks, masks.summary()
 

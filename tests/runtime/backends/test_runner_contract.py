@@ -35,11 +35,7 @@ def _usable(name: str) -> None:
     entry = RUNTIMES[name]
     if not entry.reads_onnx:
         pytest.skip(f"{name} runs engine files on an NVIDIA GPU (tests/engine, tests/runtime/backends/test_engine_runner_interface.py)")
-    try:
-        entry.runner_class()
-        if name == "openvino":
-            import openvino  # noqa: F401
-    except ImportError:
+    if not entry.installed():
         pytest.skip(f"{name} is not installed here ({entry.install})")
 
 
@@ -104,3 +100,12 @@ def test_files_find_their_runtime_by_suffix() -> None:
     assert runtime_for_file(Path("m.onnx")).name == "onnxruntime"
     assert runtime_for_file(Path("m.PLAN")).name == "tensorrt"
     assert runtime_for_file(Path("m.pt")) is None
+
+
+def test_installed_says_whether_a_runtime_module_is_there(monkeypatch) -> None:
+    import importlib.util
+
+    assert RUNTIMES["onnxruntime"].installed()  # a core dependency
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name, *a))
+    assert not RUNTIMES["openvino"].installed()

@@ -29,9 +29,10 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.apps.amg import (area_from_rle, box_nms, build_all_layer_point_grids, build_point_grid, coco_encode_rle,
-                                   generate_crop_boxes, is_box_near_crop_edge, mask_to_box, mask_to_rle, remove_small_regions,
-                                   require_scipy, rle_to_mask, stability_score, uncrop_boxes_xyxy, uncrop_mask, uncrop_points)
+from vitdeploy.runtime.apps.amg import (area_from_rle, box_nms, build_all_layer_point_grids, build_point_grid,
+                                        coco_encode_rle, generate_crop_boxes, is_box_near_crop_edge, mask_to_box,
+                                        mask_to_rle, remove_small_regions, require_scipy, rle_to_mask, stability_score,
+                                        uncrop_boxes_xyxy, uncrop_mask, uncrop_points)
 
 MASK_THRESHOLD = 0.0
 OUTPUT_MODES = ("binary_mask", "uncompressed_rle", "coco_rle")

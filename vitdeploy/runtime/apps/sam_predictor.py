@@ -2,7 +2,7 @@
 
 Differences from ``segment_anything.SamPredictor`` and why:
 
-* It runs an exported encoder and decoder through any :class:`~vitdeploy.runtime.backends.onnxruntime_runner.Runner`
+* It runs an exported encoder and decoder through any :class:`~vitdeploy.runtime.backends.base.Runner`
   (ONNX Runtime on CPU/CUDA/TensorRT providers, a TensorRT engine runner) and needs neither torch nor
   torchvision. Everything it needs (input size, pixel mean/std, variant, embedding size) is read
   from the artifacts' metadata, and an encoder and decoder that were not made for each other are

@@ -124,16 +124,18 @@ class Runner(abc.ABC):
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once: ``feeds`` maps input names to arrays; returns output name -> array (InputError for a missing input)."""
-        where = f"'{self.path.name}'" if self.path is not None else self.name
         if self._closed:
-            raise InputError(f"the runner for {where} is closed: open it again")
+            raise InputError(f"the runner for {self._label()} is closed: open it again")
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
-            raise InputError(f"missing inputs {missing} for {where} (it takes {self.input_names})")
+            raise InputError(f"missing inputs {missing} for {self._label()} (it takes {self.input_names})")
         start = time.perf_counter()
         outputs = self._run(feeds)
         self._last_time = time.perf_counter() - start
         return outputs
+
+    def _label(self) -> str:
+        return f"'{self.path.name}'" if self.path is not None else self.name
 
     #: Polygraphy's name for :meth:`run`.
     infer = run

@@ -154,7 +154,6 @@ class OnnxRuntimeRunner(Runner):
         self.session = _open_session(ort, path, source, options, plan.providers, self.disabled_optimizers)
         if device != "cpu":
             _require_session_on(self.session, plan.providers_names()[0], f"'{path.name}'")
-        self.target = target_of(file_metadata)
         self.version = str(ort.__version__)
         self.path = path
         self.threads = threads

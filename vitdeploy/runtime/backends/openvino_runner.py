@@ -93,7 +93,7 @@ class OpenVinoRunner(Runner):
     @classmethod
     def from_options(cls, path: str | Path, options: RunnerOptions, **settings: Any) -> OpenVinoRunner:
         """A runner with the common ``options``: the precision policy ``file`` pins ``f32`` (an FP32 file's math as
-        written), ``bf16``/``f16`` ask the CPU plugin for that inference precision; TF32 is CUDA math (refused)."""
+        written), ``bf16`` asks the CPU plugin for BF16 inference; TF32 is CUDA math (refused)."""
         if options.tf32:
             raise InputError("--tf32 is CUDA math: OpenVINO runs on the CPU in FP32 (leave out --tf32)")
         precision = "f32" if options.precision == "file" else options.precision
@@ -156,7 +156,8 @@ class OpenVinoRunner(Runner):
             self.provider += f", INT8 {self.int8_weights}"
         if self.inference_precision != inference_precision:
             self.warnings.append(f"OpenVINO runs inference precision {self.inference_precision}, not the {inference_precision} "
-                                 "asked for: this CPU has no BF16 matrix instructions (AMX or AVX512-BF16) it uses")
+                                 f"asked for: its CPU plugin has no {inference_precision} kernels for this CPU (BF16 needs "
+                                 "AMX or AVX512-BF16)")
 
     def input_metadata(self) -> dict[str, TensorMeta]:
         """Each input; a dynamic axis is ``"?"`` (OpenVINO keeps no ONNX axis names)."""

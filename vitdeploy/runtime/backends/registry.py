@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from vitdeploy.runtime.backends.base import Runner, RunnerOptions
 
 
+#: ONNX files: every runtime that opens them is a ``--runtime`` choice.
+ONNX_SUFFIXES: tuple[str, ...] = (".onnx",)
+
+
 @dataclass(frozen=True)
 class RuntimeEntry:
     """One runtime.
@@ -31,6 +35,7 @@ class RuntimeEntry:
         runner: ``module:Class`` of its runner (imported when a file is opened).
         settings: the runner's own keyword settings the loader may pass (beyond :class:`RunnerOptions`).
         install: how to get it, for messages.
+        modules: the Python modules that provide the runtime (any one will do).
     """
 
     name: str
@@ -39,10 +44,17 @@ class RuntimeEntry:
     runner: str
     settings: frozenset[str] = frozenset()
     install: str = ""
+    modules: tuple[str, ...] = ()
+
+    def installed(self) -> bool:
+        """Whether one of :attr:`modules` is installed (found, not imported)."""
+        import importlib.util
+
+        return any(importlib.util.find_spec(module) is not None for module in self.modules)
 
     @property
     def reads_onnx(self) -> bool:
-        return ".onnx" in self.suffixes
+        return bool(set(self.suffixes) & set(ONNX_SUFFIXES))
 
     def runner_class(self) -> type[Runner]:
         module, _, name = self.runner.partition(":")
@@ -62,24 +74,24 @@ RUNTIMES: dict[str, RuntimeEntry] = {
         "vitdeploy.runtime.backends.onnxruntime_runner:OnnxRuntimeRunner",
         frozenset({"fused_attention", "folded_attention", "allow_unverified", "io_binding", "optimization",
                    "memory_pattern", "session_config", "profile_prefix"}),
-        "pip install onnxruntime (a core dependency)"),
+        "pip install onnxruntime (a core dependency)", ("onnxruntime",)),
     "openvino": RuntimeEntry(
         "openvino", "OpenVINO's CPU plugin (optional extra)", (".onnx",),
         "vitdeploy.runtime.backends.openvino_runner:OpenVinoRunner",
         frozenset({"seven_bit_weights"}),
-        "pip install 'vitdeploy[openvino]'"),
+        "pip install 'vitdeploy[openvino]'", ("openvino",)),
     "tensorrt": RuntimeEntry(
         "tensorrt", "TensorRT engines from 'vitdeploy build-engine' (classic or TensorRT for RTX; NVIDIA GPU)",
         (".plan", ".engine", ".trt"),
         "vitdeploy.runtime.backends.tensorrt_runner:TensorRTRunner",
         frozenset({"runtime_cache", "check_compatibility"}),
-        "pip install 'vitdeploy[tensorrt]' or 'vitdeploy[tensorrt-rtx]' on a machine with an NVIDIA GPU"),
+        "pip install 'vitdeploy[tensorrt]' or 'vitdeploy[tensorrt-rtx]' on a machine with an NVIDIA GPU",
+        ("tensorrt", "tensorrt_rtx_bindings")),
 }
 #: The runtime an ONNX file opens on when none is asked for.
 DEFAULT_RUNTIME = "onnxruntime"
 #: The ``--runtime`` choices: the runtimes that open ONNX files.
 ONNX_RUNTIMES: tuple[str, ...] = tuple(name for name, entry in RUNTIMES.items() if entry.reads_onnx)
-ONNX_SUFFIXES: tuple[str, ...] = (".onnx",)
 #: Engine files: the suffixes of the runtimes that do not open ONNX files.
 ENGINE_SUFFIXES: tuple[str, ...] = tuple(s for entry in RUNTIMES.values() if not entry.reads_onnx for s in entry.suffixes)
 

@@ -205,8 +205,6 @@ class TensorRTRunner(Runner):
     def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from vitdeploy import cuda
 
-        if self._stream is None:
-            raise EngineError(f"runner for '{self.path.name}' is closed")
         for n in self.input_names:
             lo, hi = self._ranges[n]
             array = check_feed(n, feeds[n], self._dtypes[n], lo, hi)

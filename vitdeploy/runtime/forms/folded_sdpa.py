@@ -31,7 +31,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from vitdeploy.runtime.forms.folded_attention import (constant_value, folded_key_layout, node_attr, splice_nodes,
-                                                zeros_after_last_axis)
+                                                      zeros_after_last_axis)
 
 MS_DOMAIN = "com.microsoft"
 
