@@ -29,9 +29,12 @@ TOLERANCES: dict[str, Tolerance] = {
     "fp16": Tolerance("fp16", cosine_min=0.9999, rel_l2_max=2e-2, max_abs_rel=5e-2),
     # BF16 inference of an FP32 graph (OpenVINO's CPU plugin, --inference-precision bf16): 8 significant bits per
     # value, FP32 accumulation. Measured on an Intel Xeon with AMX, OpenVINO 2026.4.1, against the official eager
-    # models: tiny SAM encoder cosine 0.999946-0.999962, relative L2 <= 1.04e-2, max-abs/max <= 1.5e-2 (3 random
-    # inputs, 6 bundled images); DeiT-S cosine >= 0.999938, relative L2 <= 1.11e-2; SAM ViT-B (issue 34) cosine
-    # 0.99994. The SAM mask decoder misses it (mask logits cosine 0.99955, max-abs/max 9e-2): it stays FP32.
+    # models: tiny SAM encoder cosine 0.999944-0.999965, relative L2 <= 1.06e-2, max-abs/max <= 1.52e-2 over 3 random
+    # inputs and the 16 bundled images (vitdeploy validate tiny.onnx --runtime openvino --inference-precision bf16
+    # --random-inputs 3 --images calibration/images --runs 0); DeiT-S (timm_deit_small_patch16_224, the same validate
+    # with --random-inputs 3) cosine >= 0.999938, relative L2 <= 1.11e-2;
+    # SAM ViT-B 0.999938 (benchmarks/bench_encoder_speed.py). The tiny SAM mask decoder misses it (the same validate
+    # exits 1: mask logits cosine 0.99955-0.99985, max-abs/max up to 9.1e-2): SamPredictor keeps the decoder as written.
     "bf16": Tolerance("bf16", cosine_min=0.9999, rel_l2_max=2e-2, max_abs_rel=5e-2),
     # Explicit INT8 on GEMMs: judged by direction (cosine) more than by elementwise error.
     "int8": Tolerance("int8", cosine_min=0.99, rel_l2_max=0.15, max_abs_rel=0.5),
