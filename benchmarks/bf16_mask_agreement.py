@@ -28,18 +28,8 @@ from vitdeploy.cpu_features import cpu_features
 from vitdeploy.precision.calibration_data import bundled_calibration_dir
 from vitdeploy.runtime.apps.sam_predictor import SamPredictor
 from vitdeploy.runtime.processing.images import read_image_rgb
+from vitdeploy.validation.masks import STABLE_MIN, stability_score as stability
 from vitdeploy.validation.parity import compare
-
-STABLE_MIN = 0.95  # segment_anything's SamAutomaticMaskGenerator default stability_score_thresh
-
-
-def stability(logits: np.ndarray, threshold: float = 0.0, offset: float = 1.0) -> np.ndarray:
-    """The official stability score (``calculate_stability_score``), in NumPy: IoU of the masks at
-    threshold + offset and threshold - offset."""
-    high = (logits > threshold + offset).sum(axis=(-1, -2))
-    low = (logits > threshold - offset).sum(axis=(-1, -2))
-    return np.where(low > 0, high / np.maximum(low, 1), 1.0)
-
 
 def iou(a: np.ndarray, b: np.ndarray) -> float:
     union = np.logical_or(a, b).sum()
@@ -62,7 +52,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
     args = parser.parse_args()
     images = args.images or [str(p) for p in sorted(bundled_calibration_dir().glob("*.jpg"))[:3]]
-    fp32 = SamPredictor(args.encoder, args.decoder, threads=args.threads)
+    fp32 = SamPredictor(args.encoder, args.decoder, threads=args.threads, runtime="onnxruntime")
     bf16 = SamPredictor(args.encoder, args.decoder, threads=args.threads, runtime="openvino", inference_precision="bf16")
     print(f"CPU: {cpu_features().summary()}")
     print(f"FP32: encoder {fp32.encoder.provider or fp32.encoder.name}; decoder {fp32.decoder.name}")

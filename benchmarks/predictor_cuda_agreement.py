@@ -42,7 +42,7 @@ def main() -> None:
         if not path.exists():
             export_from_recipe(recipe, path, random_weights=True, seed=0)
     images = sorted(p for p in bundled_calibration_dir().iterdir() if p.suffix in (".jpg", ".png"))[: args.images]
-    settings = {"cpu": dict(device="cpu"), "cuda, TF32 off": dict(device="cuda"), "cuda, TF32 on": dict(device="cuda", tf32=True)}
+    settings = {"cpu": dict(device="cpu", runtime="onnxruntime"), "cuda, TF32 off": dict(device="cuda"), "cuda, TF32 on": dict(device="cuda", tf32=True)}
     predictors = {name: SamPredictor(encoder, decoder, **kw) for name, kw in settings.items()}
     results: dict[str, dict[str, list[float]]] = {name: {"iou": [], "logit_rel": []} for name in settings if name != "cpu"}
     start = time.perf_counter()

@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("families",),  # which model is which: the one place that dispatches on the model family
     ("validation",),  # parity and latency against the eager official model
     ("precision", "benchmark", "artifact_info", "doctor"),  # FP16/INT8 passes; timing; inspect; doctor
-    ("pipeline", "cpu_optimize"),  # one call per artifact-building verb
+    ("pipeline", "cpu_optimize", "tune"),  # one call per artifact-building verb; tune writes the deployment profile
     ("cli",),  # parsing and printing only
     ("__main__",),
 )

@@ -151,9 +151,17 @@ def _read(mask: str, cpuinfo: str) -> CpuFeatures:
     return CpuFeatures(model or platform.processor() or machine, machine, kept, hidden, source, family_model)
 
 
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, e.g. a container's share), else os.cpu_count()."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> CpuFeatures:
     """This CPU's features, ``VITDEPLOY_CPU_MASK`` applied (read once per mask value)."""
     return _read(os.environ.get(MASK_ENV, ""), cpuinfo)
 
 
-__all__ = ["MASK_ENV", "CpuFeatures", "apply_mask", "cpu_features", "parse_cpuinfo", "parse_family_model"]
+__all__ = ["MASK_ENV", "CpuFeatures", "apply_mask", "available_cores", "cpu_features", "parse_cpuinfo", "parse_family_model"]

@@ -38,6 +38,7 @@ VERB_NEEDS: dict[str, tuple[str, ...]] = {
     "validate": ("torch", "onnxruntime", "segment_anything"),
     "calibrate": ("onnx", "onnxruntime"),
     "benchmark": ("onnxruntime",),
+    "tune": ("onnxruntime",),
     # engine-build: TensorRT-RTX (no GPU needed), or classic TensorRT with polygraphy, cuda-python and a GPU
     "build-engine": ("engine-build",),
 }
@@ -49,6 +50,7 @@ VERB_EXTRAS: dict[str, list[tuple[tuple[str, ...], str]]] = {
     "validate": [(("fused-attention",), "--fused-attention"), (("openvino",), "--runtime openvino"),
                  (("openvino-bf16",), "--inference-precision bf16")],
     "predict": [(("openvino",), "--runtime openvino"), (("openvino-bf16",), "--inference-precision bf16")],
+    "tune": [(("openvino",), "OpenVINO candidates"), (("openvino-bf16",), "BF16 candidates")],
 }
 
 
@@ -325,7 +327,8 @@ class DoctorReport:
 
     def text(self) -> str:
         lines = [f"vitdeploy {self.vitdeploy_version}", f"cpu: {self.cpu.get('summary', '?')}",
-                 f"     kernels: {self.cpu.get('decisions', '?')}"]
+                 f"     kernels: {self.cpu.get('decisions', '?')}",
+                 f"     best path (--runtime auto, no profile): {self.cpu.get('best_path', '?')}"]
         if self.version_drift:
             lines.append("versions: OUTSIDE the tested set (results may differ from the README's; "
                          "'pip install -c requirements.lock' restores them): " + "; ".join(self.version_drift))
@@ -346,6 +349,15 @@ class DoctorReport:
         return "\n".join(lines)
 
 
+def best_path(cpu: Any) -> str:
+    """What ``--runtime auto`` runs an FP32 SAM or ViT encoder with on this CPU when no profile is beside it, and why."""
+    from vitdeploy.runtime.backends.deployment import cpu_default
+
+    chosen = cpu_default("sam_image_encoder", "fp32", cpu)
+    return (f"FP32 SAM/ViT encoders on {chosen.label()}, from {chosen.source}; decoders and FP16/INT8 files as written "
+            "on onnxruntime; 'vitdeploy tune MODEL' measures this machine's own")
+
+
 def diagnose(verbs: Iterable[str], deep: bool = False) -> DoctorReport:
     """Probe the machine (``deep``: import every package, see :func:`probe_components`) and judge ``verbs``
     (the CLI passes its registered verbs)."""
@@ -357,7 +369,8 @@ def diagnose(verbs: Iterable[str], deep: bool = False) -> DoctorReport:
     components = probe_components(deep)
     cpu = cpu_features()
     cpu_info = {**cpu.to_dict(), "summary": cpu.summary(),
-                "decisions": f"INT8 on ONNX Runtime: {int8_kernels(cpu).description}"}
+                "decisions": f"INT8 on ONNX Runtime: {int8_kernels(cpu).description}",
+                "best_path": best_path(cpu)}
     return DoctorReport(vitdeploy.__version__, components, verb_readiness(verbs, components), cpu_info,
                         [str(d) for d in version_drift()])
 

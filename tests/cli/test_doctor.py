@@ -149,3 +149,15 @@ def test_the_torch_extra_hint_shows_only_when_the_pytorch_side_is_missing() -> N
 
     assert "vitdeploy[torch]" not in report(True)
     assert "vitdeploy[torch]" in report(False)
+
+
+def test_best_path_is_this_cpus_auto_default(monkeypatch) -> None:
+    from vitdeploy.cpu_features import cpu_features
+    from vitdeploy.doctor import best_path
+    from vitdeploy.runtime.backends.deployment import cpu_default
+
+    monkeypatch.setenv("VITDEPLOY_CPU_MASK", "amx*,avx512*")
+    assert best_path(cpu_features()).startswith("FP32 SAM/ViT encoders on onnxruntime file")
+    monkeypatch.delenv("VITDEPLOY_CPU_MASK")
+    expected = cpu_default("sam_image_encoder", "fp32")
+    assert f"on {expected.label()}, from {expected.source}" in best_path(cpu_features())

@@ -161,7 +161,7 @@ PREDICTOR_PROMPTS = [
 
 
 def predictor_cases(root: Path, artifacts) -> list[dict]:
-    predictor = SamPredictor(artifacts.encoder, artifacts.decoder, threads=THREADS)
+    predictor = SamPredictor(artifacts.encoder, artifacts.decoder, threads=THREADS, runtime="onnxruntime")
     cases = []
     for i, (name, (h, w), points, labels, box, multimask) in enumerate(PREDICTOR_PROMPTS):
         image = sample_image(h, w, seed=20 + i)
@@ -260,7 +260,7 @@ def test_sam_cli_writes_the_python_predictors_mask(cpp_build: Path, tiny_sam_art
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
 
-    predictor = SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=THREADS)
+    predictor = SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=THREADS, runtime="onnxruntime")
     predictor.set_image(image)
     masks, scores, _ = predictor.predict(np.array([point]), np.array([1]), multimask_output=multimask)
     best = int(np.argmax(scores))
@@ -314,7 +314,7 @@ def test_sam_cli_runs_the_cpu_forms_with_the_python_masks(cpp_build: Path, tiny_
     summary = json.loads(done.stdout)
     # The Python runner on the same graph: the C++ app runs a file as written, so the exported one folded.
     runner = OnnxRuntimeRunner(encoder, threads=THREADS, folded_attention=form == "exported")
-    predictor = SamPredictor(runner, tiny_sam_artifacts.decoder, threads=THREADS)
+    predictor = SamPredictor(runner, tiny_sam_artifacts.decoder, threads=THREADS, runtime="onnxruntime")
     predictor.set_image(image)
     masks, scores, _ = predictor.predict(np.array([point]), np.array([1]), multimask_output=True)
     best = int(np.argmax(scores))

@@ -88,7 +88,7 @@ def input_template(runner: Runner, shapes: dict[str, list[int]] | None = None) -
 def deployed_contender(path: str | Path, *, threads: int | None, device: str, gpu: int = 0,
                        fused_attention: bool | None = None, folded_attention: bool = False, tf32: bool = False,
                        allow_unverified: bool = False, runtime: str = "onnxruntime",
-                       inference_precision: str = "file") -> Contender:
+                       inference_precision: str | None = None) -> Contender:
     """An ONNX file (ONNX Runtime on ``device``, optionally with the fused rel-pos kernel; FP32 unless ``tf32``;
     or OpenVINO on the CPU with ``runtime="openvino"``) or a TensorRT plan (on CUDA device ``gpu``)."""
     from vitdeploy.runtime.backends.loader import ENGINE_SUFFIXES, open_runner
@@ -111,9 +111,13 @@ def deployed_contender(path: str | Path, *, threads: int | None, device: str, gp
     fusion = getattr(runner, "fusion", None)  # ONNX Runtime's: the default takes the kernel where it is built
     attention = " + fused rel-pos kernel" if fusion is not None and fusion.swapped else " folded attention" if folded_attention else ""
     math = " tf32" if tf32 and device != "cpu" and precision == "fp32" else ""
-    math += f" {inference_precision}-inference" if inference_precision != "file" else ""
+    chosen = runner.deployment  # --runtime auto: what it chose
+    policy = chosen.precision if chosen is not None else inference_precision or "file"
+    math += f" {policy}-inference" if policy != "file" else ""
+    math += " (auto)" if chosen is not None else ""
     return Contender(  # runner.name: onnxruntime-<device> or openvino-cpu (which refused any other device)
-        label=f"{runner.name} {precision}{math}{attention} ({path.name})", runner=runner, backend=runtime,
+        label=f"{runner.name} {precision}{math}{attention} ({path.name})", runner=runner,
+        backend=chosen.runtime if chosen is not None else runtime,
         precision=precision, device=device, batch_range=batches,
         batch_note=f"static batch {batches[0]} (re-export with --dynamic-batch)" if batches else "",
     )

@@ -27,7 +27,7 @@ class BenchmarkOptions:
     fused_attention: bool | None = None  # None: the runner's default (the kernel where built and faster)
     folded_attention: bool = False
     threads: int | None = None
-    inference_precision: str = "file"  # or bf16: OpenVINO's BF16 inference of FP32 layers
+    inference_precision: str | None = None  # file (None), or bf16: OpenVINO's BF16 inference of FP32 layers
     runtimes: tuple[str, ...] = ("onnxruntime",)  # each .onnx file is timed on each (onnxruntime, openvino)
 
 

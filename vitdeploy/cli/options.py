@@ -12,8 +12,10 @@ from typing import Any
 
 import click
 
+from vitdeploy.cpu_features import available_cores
 from vitdeploy.errors import VitdeployError
 from vitdeploy.precisions import PRECISION_POLICIES
+from vitdeploy.runtime.backends.deployment import AUTO
 from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, ONNX_RUNTIMES
 
 
@@ -146,16 +148,6 @@ def sam_pair_options(fn: Callable) -> Callable:
                         help="Exported SAM image encoder (.onnx, or a TensorRT engine).")(fn)
 
 
-def available_cores() -> int:
-    """The CPU cores this process may run on (its affinity mask, e.g. a container's share), else os.cpu_count()."""
-    import os
-
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def _threads(fn: Callable, what: str) -> Callable:
     return click.option("--threads", type=click.IntRange(min=1), default=None,
                         callback=lambda _ctx, _param, value: value or available_cores(),
@@ -168,8 +160,11 @@ def threads_option(fn: Callable) -> Callable:
 
 
 def runtime_threads_option(fn: Callable) -> Callable:
-    """--threads for verbs that run only the exported model (no PyTorch)."""
-    return _threads(fn, "ONNX Runtime or OpenVINO (TensorRT runs on the GPU and ignores it)")
+    """--threads for verbs that run only the exported model (no PyTorch): None when not given, so a deployment
+    profile's threads apply (``--runtime auto``), else every core this process may use."""
+    return click.option("--threads", type=click.IntRange(min=1), default=None,
+                        help="Threads for ONNX Runtime or OpenVINO (TensorRT runs on the GPU and ignores it). [default: "
+                             "the deployment profile's with --runtime auto, else all cores this process may use]")(fn)
 
 
 def fused_attention_option(fn: Callable) -> Callable:
@@ -216,26 +211,54 @@ def ort_device_options(choices: tuple[str, ...], help_text: str = "ONNX Runtime 
 
 #: The runtimes that open ONNX files, from the registry (it imports no runtime).
 RUNTIME_CHOICES = ONNX_RUNTIMES
+#: With ``auto`` first: the choices of verbs that run a deployment.
+AUTO_RUNTIME_CHOICES = (AUTO, *ONNX_RUNTIMES)
 _OPENVINO_HELP = "openvino: OpenVINO on the CPU, FP32 unless --inference-precision bf16 (pip install 'vitdeploy[openvino]')."
+_AUTO_HELP = ("auto: the deployment profile 'vitdeploy tune' wrote beside the file, else this CPU's measured default "
+              "(vitdeploy doctor says which; on CPUs with AMX and OpenVINO installed, SAM/ViT encoders run in BF16).")
 
 
 _INFERENCE_PRECISION = click.option(
-    "--inference-precision", type=click.Choice(PRECISION_POLICIES), default="file", show_default=True,
+    "--inference-precision", type=click.Choice(PRECISION_POLICIES), default=None,
     help="file: the file's own math (an FP32 file in FP32). bf16: BF16 inference of the FP32 layers where the runtime "
          "can (--runtime openvino on CPUs with AMX or AVX512-BF16), judged by the 'bf16' parity budget; SAM's mask "
-         "decoder stays in its file's precision.")
+         "decoder stays in its file's precision. [default: file; with --runtime auto, its choice]")
 
 
-def runtime_option(fn: Callable) -> Callable:
-    """--runtime: which runtime runs ONNX files; --inference-precision: the precision policy (``RunnerOptions``)."""
+def runtime_option(fn: Callable, default: str = DEFAULT_RUNTIME) -> Callable:
+    """--runtime: which runtime runs ONNX files (``auto`` among the choices); --inference-precision: the precision
+    policy (``RunnerOptions``; None when not given)."""
     fn = _INFERENCE_PRECISION(fn)
-    return click.option("--runtime", type=click.Choice(RUNTIME_CHOICES), default=DEFAULT_RUNTIME, show_default=True,
-                        help=f"Runtime for .onnx files. {_OPENVINO_HELP}")(fn)
+    return click.option("--runtime", type=click.Choice(AUTO_RUNTIME_CHOICES), default=default, show_default=True,
+                        help=f"Runtime for .onnx files. {_AUTO_HELP} {_OPENVINO_HELP}")(fn)
+
+
+def auto_runtime_option(fn: Callable) -> Callable:
+    """--runtime defaulting to ``auto``: for the verbs that deploy (predict, segment-all), the fastest proven path."""
+    return runtime_option(fn, default=AUTO)
 
 
 def runtimes_option(fn: Callable) -> Callable:
     """--runtime, repeatable (``benchmark``: each ONNX file on each runtime), as the ``runtimes`` tuple; --inference-precision."""
     fn = _INFERENCE_PRECISION(fn)
-    return click.option("--runtime", "runtimes", multiple=True, type=click.Choice(RUNTIME_CHOICES),
+    return click.option("--runtime", "runtimes", multiple=True, type=click.Choice(AUTO_RUNTIME_CHOICES),
                         help=f"Runtime(s) for .onnx files (repeatable: each file is timed on each; default onnxruntime). "
-                             f"{_OPENVINO_HELP}")(fn)
+                             f"{_AUTO_HELP} {_OPENVINO_HELP}")(fn)
+
+
+def threads_for(runtime: str, threads: int | None) -> int | None:
+    """The threads a runtime-only verb opens its files with: as given; with ``--runtime auto`` None (the deployment
+    decides: its profile's, else every core); else every core this process may use."""
+    return threads or (None if runtime == AUTO else available_cores())
+
+
+def echo_deployments(*runners: Any) -> None:
+    """One line per runner that ``--runtime auto`` opened: what it chose and why (stderr, beside the notes)."""
+    from pathlib import Path
+
+    for runner in runners:
+        chosen = getattr(runner, "deployment", None)
+        if chosen is not None:
+            name = Path(runner.path).name if runner.path else runner.name
+            click.echo(f"note: {name} runs as {chosen.label()}, {chosen.threads or 'default'} thread(s): {chosen.source}",
+                       err=True)

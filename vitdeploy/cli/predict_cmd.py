@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import (force_option, handle_errors, ort_device_options, report_option, runtime_option, runtime_threads_option,
+from vitdeploy.cli.options import (force_option, handle_errors, ort_device_options, report_option, auto_runtime_option, echo_deployments, runtime_threads_option, threads_for,
                                    sam_pair_options, verbose_option)
 
 
@@ -71,7 +71,7 @@ def _parse_box(_ctx: click.Context, _param: click.Parameter, values: tuple[str, 
 @ort_device_options(("cpu", "cuda", "tensorrt"))
 @click.option("--no-weight-check", is_flag=True,
               help="Accept an encoder and decoder exported from different checkpoints (e.g. a separately fine-tuned decoder).")
-@runtime_option
+@auto_runtime_option
 @runtime_threads_option
 @report_option
 @force_option
@@ -137,7 +137,7 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
     for directory in new_dirs:
         directory.mkdir(exist_ok=True)
 
-    results, runners = _run(jobs, encoder, decoder, multimask, folder, device=device, threads=threads,
+    results, runners = _run(jobs, encoder, decoder, multimask, folder, device=device, threads=threads_for(runtime, threads),
                             check_weights=not no_weight_check, tf32=tf32, allow_unverified=allow_unverified, runtime=runtime,
                             inference_precision=inference_precision)
     if folder:
@@ -161,6 +161,7 @@ def _run(jobs, encoder: str, decoder: str, multimask: str, folder: bool, **predi
     from vitdeploy.runtime.apps.sam_predictor import SamPredictor
 
     predictor = SamPredictor(encoder, decoder, **predictor_options)
+    echo_deployments(predictor.encoder, predictor.decoder)
     described = f"{Path(encoder).name} ({predictor.variant}, {predictor.encoder.name})"
     if folder:
         click.echo(f"{len(jobs)} image(s) with {described}")

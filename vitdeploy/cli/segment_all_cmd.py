@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import (force_option, handle_errors, ort_device_options, runtime_option, runtime_threads_option,
+from vitdeploy.cli.options import (force_option, handle_errors, ort_device_options, auto_runtime_option, echo_deployments, runtime_threads_option, threads_for,
                                    sam_pair_options, verbose_option)
 
 
@@ -40,7 +40,7 @@ from vitdeploy.cli.options import (force_option, handle_errors, ort_device_optio
 @click.option("--output-mode", type=click.Choice(["uncompressed_rle", "coco_rle"]), default="uncompressed_rle",
               show_default=True, help="Segmentation encoding: COCO's uncompressed RLE, or its compressed string (pycocotools').")
 @ort_device_options(("cpu", "cuda", "tensorrt"))
-@runtime_option
+@auto_runtime_option
 @runtime_threads_option
 @force_option
 @verbose_option
@@ -83,8 +83,9 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
     picture = read_image_rgb(image, notes)
     for note in notes:
         click.echo(f"note: {note}", err=True)
-    predictor = SamPredictor(encoder, decoder, device=device, threads=threads, tf32=tf32, allow_unverified=allow_unverified,
+    predictor = SamPredictor(encoder, decoder, device=device, threads=threads_for(runtime, threads), tf32=tf32, allow_unverified=allow_unverified,
                              runtime=runtime, inference_precision=inference_precision)
+    echo_deployments(predictor.encoder, predictor.decoder)
     generator = SamAutomaticMaskGenerator(
         predictor, points_per_side=points_per_side, pred_iou_thresh=pred_iou_thresh,
         stability_score_thresh=stability_score_thresh, stability_score_offset=stability_score_offset,

@@ -89,6 +89,18 @@ def compare_masks(reference: object, candidate: object, tolerance: MaskTolerance
     return MaskParity(label, tol, ious, dices, ref_areas, cand_areas, failures)
 
 
+#: ``segment_anything.SamAutomaticMaskGenerator``'s default ``stability_score_thresh``: a mask at or above it is stable.
+STABLE_MIN = 0.95
+
+
+def stability_score(logits: np.ndarray, threshold: float = 0.0, offset: float = 1.0) -> np.ndarray:
+    """The official stability score (``segment_anything.utils.amg.calculate_stability_score``) of (..., H, W) mask
+    logits, in NumPy: the IoU of the masks at ``threshold + offset`` and ``threshold - offset``."""
+    high = (logits > threshold + offset).sum(axis=(-1, -2))
+    low = (logits > threshold - offset).sum(axis=(-1, -2))
+    return np.where(low > 0, high / np.maximum(low, 1), 1.0)
+
+
 def _binary(masks: object, threshold: float) -> np.ndarray:
     if hasattr(masks, "detach"):
         masks = masks.detach().cpu().numpy()  # torch tensor, without importing torch here

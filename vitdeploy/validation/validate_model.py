@@ -23,8 +23,8 @@ class ValidateOptions:
     warmup: int = 1
     device: str = "cpu"  # ONNX Runtime's execution provider for .onnx files
     tf32: bool = False
-    runtime: str = "onnxruntime"  # or openvino (CPU) for .onnx files
-    inference_precision: str = "file"  # or bf16 (OpenVINO): judged by the bf16 budget
+    runtime: str = "onnxruntime"  # or openvino (CPU) for .onnx files, or auto (vitdeploy.runtime.backends.deployment)
+    inference_precision: str | None = None  # file (None), or bf16 (OpenVINO): judged by the bf16 budget
     fused_attention: bool | None = None  # None: the runner's default (the kernel where built and faster)
     folded_attention: bool = False
     threads: int | None = None
@@ -54,7 +54,8 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
     if meta.get("random_weights"):
         echo(f"note: {Path(model).name} has RANDOM WEIGHTS (seed {meta.get('random_seed')}); parity is still meaningful")
     precision = Precision.of(meta)
-    if options.inference_precision == "bf16" and precision is Precision.FP32:
+    policy = candidate.deployment.precision if candidate.deployment is not None else options.inference_precision
+    if policy == "bf16" and precision is Precision.FP32:
         precision = Precision.BF16  # the FP32 layers ran in BF16: the bf16 budget judges them
     tol = TOLERANCES[precision if options.tolerance == "auto" else options.tolerance]
     # The inputs first: a missing image or input file is answered before torch is imported.

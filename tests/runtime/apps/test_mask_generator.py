@@ -34,7 +34,8 @@ def _official(image: np.ndarray, output_mode: str, nms: float) -> list[dict]:
 def test_same_masks_as_the_official_generator(tiny_sam_artifacts: TinySamArtifacts, shape: tuple[int, int], nms: float,
                                               least: int) -> None:
     image = sample_image(*shape, seed=5)
-    ours = SamAutomaticMaskGenerator(SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=1),
+    ours = SamAutomaticMaskGenerator(SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=1,
+                                                  runtime="onnxruntime"),
                                      output_mode="uncompressed_rle", box_nms_thresh=nms, **OPTIONS).generate(image)
     theirs = _official(image, "uncompressed_rle", nms)
     assert len(theirs) >= least, "the test needs masks to compare"
@@ -148,7 +149,8 @@ def test_crops_small_regions_and_point_grids_match_the_official_generator(tiny_s
                                                                           options: dict, keep_masks_at_crop_edges) -> None:
     image = sample_image(150, 230, seed=7)
     merged = {**CROP_OPTIONS, **options}
-    ours = SamAutomaticMaskGenerator(SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=1),
+    ours = SamAutomaticMaskGenerator(SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=1,
+                                                  runtime="onnxruntime"),
                                      output_mode="binary_mask", **merged).generate(image)
     theirs = _official_with(image, output_mode="binary_mask", **merged)
     assert theirs, "the test needs masks to compare"
@@ -170,7 +172,8 @@ def test_coco_rle_strings_are_pycocotools(tiny_sam_artifacts: TinySamArtifacts) 
     from vitdeploy.runtime.apps.amg import coco_encode_rle
 
     image = sample_image(48, 80, seed=5)
-    ours = SamAutomaticMaskGenerator(SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=1),
+    ours = SamAutomaticMaskGenerator(SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=1,
+                                                  runtime="onnxruntime"),
                                      output_mode="coco_rle", box_nms_thresh=1.0, **OPTIONS).generate(image)
     theirs = _official(image, "coco_rle", 1.0)
     assert len(ours) == len(theirs) > 0
@@ -186,7 +189,8 @@ def test_coco_rle_strings_are_pycocotools(tiny_sam_artifacts: TinySamArtifacts) 
 def test_official_calls_that_cannot_work_are_refused_at_construction(tiny_sam_artifacts: TinySamArtifacts) -> None:
     from vitdeploy.errors import InputError
 
-    predictor = SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=1)
+    predictor = SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=1,
+                                                  runtime="onnxruntime")
     with pytest.raises(InputError, match="takes a vitdeploy.runtime.SamPredictor.*not a segment_anything.modeling.sam.Sam"):
         SamAutomaticMaskGenerator(tiny_official_sam())
     with pytest.raises(InputError, match="exactly one of points_per_side and point_grids"):
@@ -217,7 +221,7 @@ def test_segment_all_writes_records_and_an_overlay(tiny_sam_artifacts: TinySamAr
     out = tmp_path / "masks.json"
     args = ["segment-all", "-e", str(tiny_sam_artifacts.encoder), "-d", str(tiny_sam_artifacts.decoder), "-i", str(image),
             "-o", str(out), "--points-per-side", "6", "--pred-iou-thresh", "0.1", "--stability-score-thresh", "0.1",
-            "--stability-score-offset", "0.1", "--box-nms-thresh", "1.0", "--threads", "1"]
+            "--stability-score-offset", "0.1", "--box-nms-thresh", "1.0", "--threads", "1", "--runtime", "onnxruntime"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())

@@ -38,7 +38,7 @@ pytest_plugins = ["tests.sam_tiny_fixtures"]  # the session fixture tiny_sam_art
 def predictors(tiny_sam_artifacts: TinySamArtifacts):
     from segment_anything import SamPredictor as OfficialPredictor
 
-    ours = SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=2)
+    ours = SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=2, runtime="onnxruntime")
     return OfficialPredictor(tiny_official_sam(SEED)), ours
 
 
@@ -85,7 +85,7 @@ def test_mask_prompt_iteration_logits_and_bgr_match_official(predictors) -> None
 
 
 def test_reset_image_and_predict_before_set_image(tiny_sam_artifacts: TinySamArtifacts) -> None:
-    predictor = SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=1)
+    predictor = SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=1, runtime="onnxruntime")
     with pytest.raises(InputError, match="call set_image"):
         predictor.predict(**PROMPTS["box"])
     with pytest.raises(InputError, match="call set_image"):
@@ -189,7 +189,7 @@ import json
 import numpy as np
 from vitdeploy.runtime import SamPredictor
 enc, dec, image, out = sys.argv[1:5]
-predictor = SamPredictor(enc, dec, threads=1)
+predictor = SamPredictor(enc, dec, threads=1, runtime="onnxruntime")
 predictor.set_image(np.load(image))
 masks, scores, low = predictor.predict(point_coords=np.array([[12.0, 20.0], [60.0, 33.0]]), point_labels=np.array([1, 0]))
 np.savez(out, masks=masks, scores=scores, low=low)

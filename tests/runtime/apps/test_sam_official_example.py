@@ -31,7 +31,7 @@ def pair(tiny_sam_artifacts: TinySamArtifacts):
     from segment_anything import SamPredictor as OfficialPredictor
 
     return OfficialPredictor(tiny_official_sam(SEED)), SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder,
-                                                                     threads=2)
+                                                                     threads=2, runtime="onnxruntime")
 
 
 def same(ref: tuple, out: tuple, label: str) -> None:

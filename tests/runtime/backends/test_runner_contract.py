@@ -91,8 +91,11 @@ def test_options_are_checked_and_refused_where_a_runtime_cannot_honour_them(enco
 def test_the_cli_runtime_choices_are_the_registry() -> None:
     from vitdeploy.cli import cli
 
-    params = {p.name: p for p in cli.commands["validate"].params}
-    assert tuple(params["runtime"].type.choices) == ONNX_RUNTIMES
+    for verb in ("validate", "predict", "segment-all"):
+        params = {p.name: p for p in cli.commands[verb].params}
+        assert tuple(params["runtime"].type.choices) == ("auto", *ONNX_RUNTIMES), verb
+    assert {p.name: p for p in cli.commands["predict"].params}["runtime"].default == "auto"
+    assert {p.name: p for p in cli.commands["validate"].params}["runtime"].default == "onnxruntime"
     assert set(ONNX_RUNTIMES) == {name for name, entry in RUNTIMES.items() if entry.reads_onnx}
 
 

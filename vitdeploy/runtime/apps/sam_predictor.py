@@ -43,9 +43,9 @@ MASK_THRESHOLD = 0.0  # Sam.mask_threshold
 
 
 def as_runner(model: Runner | str | os.PathLike, device: str = "cpu", threads: int | None = None, *, tf32: bool = False,
-              allow_unverified: bool = False, runtime: str = "onnxruntime", inference_precision: str = "file") -> Runner:
-    """``model`` if it already is a Runner; otherwise the runner for its file suffix (``.onnx``: ONNX
-    Runtime on ``device``, or OpenVINO with ``runtime="openvino"``; ``.plan``/``.engine``/``.trt``: TensorRT)
+              allow_unverified: bool = False, runtime: str = "auto", inference_precision: str | None = None) -> Runner:
+    """``model`` if it already is a Runner; otherwise the runner for its file suffix (``.onnx``: the deployment
+    ``runtime="auto"`` chooses, or ONNX Runtime on ``device``, or OpenVINO; ``.plan``/``.engine``/``.trt``: TensorRT)
     via :func:`vitdeploy.runtime.backends.loader.open_runner`."""
     if isinstance(model, (str, os.PathLike)):
         from vitdeploy.runtime.backends.loader import open_runner
@@ -128,19 +128,23 @@ class SamPredictor:
         decoder: the exported prompt encoder + mask decoder (same forms).
         device: ONNX Runtime device for paths: ``cpu``, ``cuda`` or ``tensorrt`` (GPU providers only where the
             files were verified, see :mod:`vitdeploy.runtime.backends.providers`; ``allow_unverified`` overrides).
-        threads: ONNX Runtime intra-op threads for paths (default: ONNX Runtime's choice).
-        runtime: ``onnxruntime`` (default) or ``openvino`` (CPU, the optional ``openvino`` extra) for ``.onnx`` paths.
+        threads: intra-op threads for paths (default: the deployment profile's, else every core this process may use).
+        runtime: ``auto`` (default: the deployment profile ``vitdeploy tune`` wrote beside each file, else this CPU's
+            measured default, see :mod:`vitdeploy.runtime.backends.deployment`; on a CPU with AMX and OpenVINO
+            installed the encoder runs in BF16), ``onnxruntime`` (each file as written: exact FP32 for FP32 files) or
+            ``openvino`` (CPU, the optional ``openvino`` extra) for ``.onnx`` paths.
         tf32: on CUDA, let FP32 GEMMs use TF32 (default: exact FP32; masks then match the CPU's).
         inference_precision: the encoder's precision policy for paths (``file``, or ``bf16`` on a runtime that runs it:
-            OpenVINO on CPUs with AMX or AVX512-BF16). The decoder runs its file's precision: in BF16 its mask logits
-            miss the ``bf16`` budget (cosine 0.99955 measured), and it is a small part of the time.
+            OpenVINO on CPUs with AMX or AVX512-BF16; None: ``file``, or ``auto``'s choice). The decoder runs its file's
+            precision: in BF16 its mask logits miss the ``bf16`` budget (cosine 0.99955 measured), and it is a small
+            part of the time.
         check_weights: refuse an encoder and decoder whose weights come from different checkpoints or
             seeds (turn off for a decoder fine-tuned apart from its encoder).
     """
 
     def __init__(self, encoder: Runner | str | os.PathLike, decoder: Runner | str | os.PathLike, *,
                  device: str = "cpu", threads: int | None = None, check_weights: bool = True, tf32: bool = False,
-                 allow_unverified: bool = False, runtime: str = "onnxruntime", inference_precision: str = "file"):
+                 allow_unverified: bool = False, runtime: str = "auto", inference_precision: str | None = None):
         self.encoder = as_runner(encoder, device, threads, tf32=tf32, allow_unverified=allow_unverified, runtime=runtime,
                                  inference_precision=inference_precision)
         self.decoder = as_runner(decoder, device, threads, tf32=tf32, allow_unverified=allow_unverified, runtime=runtime)

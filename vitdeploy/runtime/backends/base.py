@@ -81,6 +81,7 @@ class Runner(abc.ABC):
         input_names, output_names: in the model's order.
         metadata: the file's vitdeploy metadata.
         warnings: what a user should know about how the file runs here.
+        deployment: what ``--runtime auto`` chose and why (a ``deployment.Deployment``; None when a runtime was asked).
     """
 
     name: str
@@ -93,6 +94,7 @@ class Runner(abc.ABC):
     output_names: list[str]
     metadata: dict[str, Any]
     warnings: list[str]
+    deployment: Any = None
     _last_time: float | None = None
     _closed: bool = False
 
@@ -154,7 +156,9 @@ class Runner(abc.ABC):
     def notes(self, threads: int | None = None) -> list[str]:
         """What a user should know about how the file runs here, one line each (``validate``/``benchmark`` print them):
         what ran, then the warnings."""
-        return ([f"runs on {self.provider}"] if self.provider else []) + [f"warning: {w}" for w in self.warnings]
+        chosen = ([f"chosen by --runtime auto: {self.deployment.label()}, {self.deployment.threads or 'default'} "
+                   f"thread(s), from {self.deployment.source}"] if self.deployment is not None else [])
+        return chosen + ([f"runs on {self.provider}"] if self.provider else []) + [f"warning: {w}" for w in self.warnings]
 
     # -- lifetime ----------------------------------------------------------------------------------------
 

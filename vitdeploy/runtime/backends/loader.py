@@ -6,6 +6,7 @@ from pathlib import Path
 
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.backends.base import Runner, RunnerOptions
+from vitdeploy.runtime.backends.deployment import AUTO, Deployment, resolve
 from vitdeploy.runtime.backends.registry import (DEFAULT_RUNTIME, ENGINE_SUFFIXES, ONNX_RUNTIMES, ONNX_SUFFIXES, RUNTIMES,
                                                  runtime_for_file)
 
@@ -31,15 +32,35 @@ def checked(runner: Runner, path: Path) -> Runner:
 
 def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str = "cpu", gpu: int = 0,
                 fused_attention: bool | None = None, folded_attention: bool = False, tf32: bool = False,
-                allow_unverified: bool = False, runtime: str = DEFAULT_RUNTIME, precision: str = "file") -> Runner:
+                allow_unverified: bool = False, runtime: str = DEFAULT_RUNTIME, precision: str | None = None,
+                profile: str | Path | None = None) -> Runner:
     """The runner for ``path``: an ``.onnx`` file on ``runtime`` (ONNX Runtime on ``ort_device`` by default, with its
     attention forms and ``allow_unverified``; or OpenVINO on the CPU), an engine (``.plan``/``.engine``/``.trt``) on
     TensorRT on CUDA device ``gpu`` (its math was fixed when it was built). ``precision`` is the
-    :class:`~vitdeploy.runtime.backends.base.RunnerOptions` precision policy. The file's metadata is checked."""
+    :class:`~vitdeploy.runtime.backends.base.RunnerOptions` precision policy (None: ``file``).
+
+    ``runtime="auto"``: the :mod:`~vitdeploy.runtime.backends.deployment` choice (the deployment profile beside the
+    file, or an explicit ``profile``; else this CPU's measured default); ``precision`` and ``threads``, where given,
+    narrow it, an attention flag asks for ONNX Runtime. The runner's ``deployment`` says what was chosen and why.
+    The file's metadata is checked."""
     path = Path(path)
     flag = attention_flag(fused_attention, folded_attention)
+    deployment = None
+    if runtime == AUTO:
+        if flag:
+            deployment = Deployment(DEFAULT_RUNTIME, precision or "file", threads, source=f"asked ({flag})")
+        else:
+            deployment = resolve(path, precision=precision, threads=threads, device=ort_device, profile=profile)
+        runtime, precision, threads = deployment.runtime, deployment.precision, deployment.threads
+        if deployment.settings:
+            chosen = dict(deployment.settings)
+            fused_attention = chosen.get("fused_attention", fused_attention)
+            folded_attention = chosen.get("folded_attention", folded_attention)
+    elif profile is not None:
+        raise InputError("a deployment profile is read by --runtime auto: leave out --runtime or the profile")
+    precision = precision or "file"
     if runtime not in ONNX_RUNTIMES:
-        raise InputError(f"runtime '{runtime}' is not one of {', '.join(ONNX_RUNTIMES)}")
+        raise InputError(f"runtime '{runtime}' is not one of {', '.join((AUTO, *ONNX_RUNTIMES))}")
     by_suffix = runtime_for_file(path)
     if runtime != DEFAULT_RUNTIME:
         if by_suffix is None or not by_suffix.reads_onnx:
@@ -63,7 +84,9 @@ def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str
     settings = {key: value for key, value in wanted.items() if key in entry.settings}
     options = RunnerOptions(threads=threads, device=ort_device if entry.reads_onnx else "cuda", gpu=gpu,
                             precision=precision, tf32=tf32 and entry.reads_onnx)
-    return checked(entry.open(path, options, **settings), path)
+    runner = checked(entry.open(path, options, **settings), path)
+    runner.deployment = deployment
+    return runner
 
 
 __all__ = ["ENGINE_SUFFIXES", "ONNX_RUNTIMES", "ONNX_SUFFIXES", "attention_flag", "checked", "open_runner"]

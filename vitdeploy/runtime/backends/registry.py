@@ -70,7 +70,7 @@ class RuntimeEntry:
 
 RUNTIMES: dict[str, RuntimeEntry] = {
     "onnxruntime": RuntimeEntry(
-        "onnxruntime", "ONNX Runtime (the default): CPU, CUDA and TensorRT providers", (".onnx",),
+        "onnxruntime", "ONNX Runtime (each file as written; the default where --runtime auto has no better proven path): CPU, CUDA and TensorRT providers", (".onnx",),
         "vitdeploy.runtime.backends.onnxruntime_runner:OnnxRuntimeRunner",
         frozenset({"fused_attention", "folded_attention", "allow_unverified", "io_binding", "optimization",
                    "memory_pattern", "session_config", "profile_prefix"}),

@@ -1,0 +1,113 @@
+"""``--runtime auto`` without a profile: this CPU's measured defaults, and how a profile is matched to a model and a
+machine (vitdeploy/runtime/backends/deployment.py). Tune itself: tests/test_tune.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.sam_tiny import TinySamArtifacts
+from vitdeploy.cpu_features import CpuFeatures
+from vitdeploy.errors import InputError
+from vitdeploy.runtime.backends.deployment import (CPU_DEFAULTS, PROFILE_FORMAT, Deployment, cpu_default,
+                                                   machine_fingerprint, model_digest, profile_path, profile_problems,
+                                                   read_profile, resolve, runtime_versions)
+
+pytest_plugins = ["tests.sam_tiny_fixtures"]
+
+AMX = CpuFeatures("Intel Xeon", "x86_64", frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"}))
+ZEN4 = CpuFeatures("AMD EPYC", "x86_64", frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni"}))
+AVX2 = CpuFeatures("AMD EPYC", "x86_64", frozenset({"avx2", "fma"}))
+BOTH = frozenset({"onnxruntime", "openvino"})
+
+
+def test_the_amx_row_runs_fp32_encoders_in_bf16_on_openvino_and_nothing_else() -> None:
+    for family in ("sam_image_encoder", "timm_vit"):
+        chosen = cpu_default(family, "fp32", AMX, BOTH)
+        assert (chosen.runtime, chosen.precision) == ("openvino", "bf16") and "amx_bf16" in chosen.source
+    # the decoder missed the bf16 budget; INT8/FP16 files keep their own math; unmeasured CPUs keep the exact default
+    for family, precision, cpu in (("sam_mask_decoder", "fp32", AMX), ("sam_image_encoder", "int8", AMX),
+                                   ("sam_image_encoder", "fp16", AMX), ("sam_image_encoder", "fp32", ZEN4),
+                                   ("sam_image_encoder", "fp32", AVX2)):
+        chosen = cpu_default(family, precision, cpu, BOTH)
+        assert (chosen.runtime, chosen.precision) == ("onnxruntime", "file"), (family, precision, cpu.model)
+
+
+def test_without_openvino_the_default_says_what_to_install() -> None:
+    chosen = cpu_default("sam_image_encoder", "fp32", AMX, frozenset({"onnxruntime"}))
+    assert (chosen.runtime, chosen.precision) == ("onnxruntime", "file")
+    assert "pip install 'vitdeploy[openvino]'" in chosen.source
+
+
+def test_every_default_row_cites_its_measurement() -> None:
+    for row in CPU_DEFAULTS:
+        assert row.flags and row.families and "benchmarks/" in row.evidence and " ms " in row.evidence
+
+
+def _profile(model: Path, chosen: dict, **changes) -> Path:
+    data = {"format": PROFILE_FORMAT, "model_sha256": model_digest(model), "machine": machine_fingerprint(),
+            "runtime_versions": runtime_versions(), "chosen": chosen, "candidates": []}
+    data.update(changes)
+    path = profile_path(model)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.fixture()
+def encoder(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> Path:
+    """A copy of the tiny encoder in its own folder: the profiles these tests write stay beside the copy."""
+    return Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
+
+
+def test_a_fitting_profile_decides_and_threads_given_override_it(encoder: Path) -> None:
+    _profile(encoder, {"runtime": "onnxruntime", "precision": "file", "threads": 1, "settings": {}})
+    chosen = resolve(encoder)
+    assert (chosen.runtime, chosen.precision, chosen.threads, chosen.source) == ("onnxruntime", "file", 1,
+                                                                                  "profile encoder.profile.json")
+    assert resolve(encoder, threads=2).threads == 2
+
+
+@pytest.mark.parametrize("change,problem", [
+    (lambda p: p["machine"].update(cpu="AMD EPYC 9654"), "tuned on another CPU"),
+    (lambda p: p["machine"].update(flags=["avx2", "fma"]), "tuned on another CPU flags"),
+    (lambda p: p["machine"].update(cores=p["machine"]["cores"] + 6), "tuned on another core count"),
+    (lambda p: p["runtime_versions"].update(onnxruntime="1.0.0"), "tuned with onnxruntime 1.0.0"),
+    (lambda p: p.update(model_sha256="0" * 64), "tuned for another file"),
+])
+def test_a_foreign_profile_is_refused_never_trusted(encoder: Path, change, problem: str) -> None:
+    path = _profile(encoder, {"runtime": "onnxruntime", "precision": "file", "threads": 1, "settings": {}})
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    assert any(problem in p for p in profile_problems(read_profile(path), encoder))
+    beside = resolve(encoder)  # found beside the model: ignored, the reason said, the CPU default used instead
+    assert beside.source.startswith("this CPU's default") and "encoder.profile.json ignored: " in beside.source
+    assert problem in beside.source
+    with pytest.raises(InputError, match=f"does not fit: .*{problem}.*run 'vitdeploy tune"):
+        resolve(encoder, profile=path)  # asked for by name: refused
+
+
+def test_a_damaged_profile_is_one_line(encoder: Path) -> None:
+    profile_path(encoder).write_text("{ not json")
+    with pytest.raises(InputError, match="cannot read the deployment profile"):
+        resolve(encoder)
+    _profile(encoder, {"runtime": "tensorflow", "precision": "file"})
+    assert "its runtime 'tensorflow' is unknown" in resolve(encoder).source
+    _profile(encoder, {"runtime": "onnxruntime", "precision": "fp64"})
+    with pytest.raises(InputError, match="chosen deployment is damaged"):
+        resolve(encoder)
+    _profile(encoder, {"runtime": "openvino", "precision": "file", "settings": {"fused_attention": False}})
+    with pytest.raises(InputError, match="fused_attention is not a setting of openvino"):
+        resolve(encoder)
+    profile_path(encoder).write_text(json.dumps({"format": "something/2"}))
+    with pytest.raises(InputError, match="is not a vitdeploy deployment profile"):
+        resolve(encoder)
+
+
+def test_a_precision_asked_for_narrows_the_choice(encoder: Path) -> None:
+    assert resolve(encoder, precision="file").precision == "file"
+    assert (resolve(encoder, precision="bf16").runtime, resolve(encoder, precision="bf16").precision) == ("openvino", "bf16")
+    assert Deployment("openvino", "bf16").label() == "openvino bf16"

@@ -1,0 +1,121 @@
+"""``vitdeploy tune`` on the tiny SAM: every candidate's verdict, the profile it writes, and that profile's use by
+``predict`` and ``SamPredictor`` (``--runtime auto``). The profile's matching rules: tests/runtime/backends/test_deployment.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tests.sam_tiny import SEED, TinySamArtifacts, sample_image, tiny_official_sam
+from vitdeploy.cli import cli
+from vitdeploy.cpu_features import cpu_features
+from vitdeploy.runtime import SamPredictor
+from vitdeploy.runtime.backends.deployment import cpu_default, profile_path
+from vitdeploy.tune import BF16_FLAGS, TuneOptions, candidates, tune
+from vitdeploy.validation.masks import MASK_TOLERANCES
+from vitdeploy.validation.parity import TOLERANCES, compare
+
+pytest_plugins = ["tests.sam_tiny_fixtures"]
+
+HAS_BF16 = any(cpu_features().has(flag) for flag in BF16_FLAGS)
+
+
+@pytest.fixture()
+def pair(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> tuple[Path, Path]:
+    """Copies of the tiny encoder and decoder: each test's profile stays beside its own copy."""
+    return (Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx")),
+            Path(shutil.copy(tiny_sam_artifacts.decoder, tmp_path / "decoder.onnx")))
+
+
+def test_tune_judges_every_candidate_and_writes_the_fastest_passing(pair: tuple[Path, Path]) -> None:
+    encoder, decoder = pair
+    lines: list[str] = []
+    report = tune(encoder, TuneOptions(decoder=str(decoder), max_images=2, clicks=3, runs=2, threads=(1, 2)),
+                  echo=lines.append)
+    # ONNX Runtime (the generic file has one attention form) and OpenVINO FP32, BF16 where this CPU has it; 2 thread counts
+    assert len(report.verdicts) == (2 + HAS_BF16) * 2 == len(lines) - 2
+    for v in report.verdicts:
+        tolerance, masks = TOLERANCES[v.budget], MASK_TOLERANCES[v.budget]
+        assert v.median_ms is not None and v.median_ms > 0 and v.masks == 2 * 3 * 3
+        within = v.cosine_min >= tolerance.cosine_min and v.rel_l2_max <= tolerance.rel_l2_max and v.mask_iou_min >= masks.iou_min
+        assert v.passed == (within and not v.reason), v.to_dict()  # (max-abs is judged too; a failure names it)
+        assert v.budget == ("bf16" if v.deployment.precision == "bf16" else "fp32")
+        if v.deployment.precision == "file":  # the same FP32 math, reordered: passes
+            assert v.passed and v.cosine_min > 0.99999
+    profile = json.loads(profile_path(encoder).read_text())
+    chosen = report.chosen
+    assert profile["chosen"] == chosen.deployment.to_dict()
+    assert chosen.median_ms == min(v.median_ms for v in report.verdicts if v.passed)
+    assert [c["passed"] for c in profile["candidates"]] == sorted((c["passed"] for c in profile["candidates"]), reverse=True)
+    assert profile["machine"]["cores"] >= 1 and profile["runtime_versions"]["onnxruntime"]
+    assert profile["inputs"] == [Path(p).name for p in profile["inputs"]]  # names, not this machine's paths
+
+
+def test_candidates_follow_the_file_the_cpu_and_the_runtimes() -> None:
+    both, options = ["onnxruntime", "openvino"], TuneOptions(threads=(2,))
+    generic = [d.label() for d in candidates({"precision": "fp32", "target": "generic"}, options, both, bf16=True)]
+    assert generic == ["onnxruntime file", "openvino file", "openvino bf16"]
+    folded = [d.label() for d in candidates({"precision": "fp32", "target": "onnxruntime-cpu"}, options, both, bf16=False)]
+    assert folded == ["onnxruntime file", "onnxruntime file fused_attention=False", "onnxruntime file folded_attention=True",
+                      "openvino file"]
+    int8 = candidates({"precision": "int8", "target": "tensorrt"}, TuneOptions(threads=(1, 2)), both, bf16=True)
+    assert not any(d.precision == "bf16" for d in int8) and {d.threads for d in int8} == {1, 2} and len(int8) == 8
+    with pytest.raises(Exception, match="openvino is not installed here"):
+        candidates({"precision": "fp32"}, TuneOptions(runtimes=("openvino",)), ["onnxruntime"], bf16=True)
+
+
+def test_tune_without_a_passing_candidate_writes_nothing(pair: tuple[Path, Path], monkeypatch) -> None:
+    encoder, _ = pair
+    monkeypatch.setitem(TOLERANCES, "fp32", TOLERANCES["fp32"].__class__("fp32", 1.1, 0.0, 0.0))  # nothing can pass
+    monkeypatch.setitem(TOLERANCES, "bf16", TOLERANCES["fp32"])
+    result = CliRunner().invoke(cli, ["tune", str(encoder), "--max-images", "1", "--runs", "1", "--threads", "1"])
+    assert result.exit_code == 1 and "no candidate passed its parity budget" in result.output
+    assert not profile_path(encoder).exists()
+
+
+def test_predict_and_sampredictor_run_what_the_profile_chose(pair: tuple[Path, Path], tmp_path: Path) -> None:
+    encoder, decoder = pair
+    result = CliRunner().invoke(cli, ["tune", str(encoder), "--runtime", "openvino", "--threads", "1", "--runs", "1",
+                                      "--max-images", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    chosen = json.loads(profile_path(encoder).read_text())["chosen"]
+    assert chosen["runtime"] == "openvino" and chosen["threads"] == 1
+    predictor = SamPredictor(encoder, decoder)
+    assert predictor.encoder.backend == "openvino" and predictor.encoder.deployment.source == "profile encoder.profile.json"
+    assert predictor.encoder.deployment.precision == chosen["precision"]
+    assert predictor.decoder.deployment.runtime == "onnxruntime"  # no profile beside the decoder: the CPU default
+    image = tmp_path / "scene.png"
+    from PIL import Image
+
+    Image.fromarray(sample_image(48, 80, seed=2)).save(image)
+    run = CliRunner().invoke(cli, ["predict", "-e", str(encoder), "-d", str(decoder), "-i", str(image), "-p", "30,20",
+                                   "-o", str(tmp_path / "mask.png")])
+    assert run.exit_code == 0, run.output
+    assert f"encoder.onnx runs as openvino {chosen['precision']}, 1 thread(s): profile encoder.profile.json" in run.output
+    again = CliRunner().invoke(cli, ["tune", str(encoder), "--runs", "1"])
+    assert again.exit_code == 1 and "already exists: pass --force" in again.output
+
+
+def test_the_default_path_on_this_cpu_meets_the_budget_of_what_it_chose(tiny_sam_artifacts: TinySamArtifacts) -> None:
+    """``SamPredictor(enc, dec)`` with no profile: this CPU's default (OpenVINO BF16 on AMX, the exact ONNX Runtime
+    elsewhere), its embedding within that precision's budget of the official model's."""
+    from segment_anything import SamPredictor as OfficialPredictor
+
+    ours = SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder)
+    expected = cpu_default("sam_image_encoder", "fp32")
+    assert (ours.encoder.deployment.runtime, ours.encoder.deployment.precision) == (expected.runtime, expected.precision)
+    official = OfficialPredictor(tiny_official_sam(SEED))
+    budget = "bf16" if expected.precision == "bf16" else "fp32"
+    for seed in (1, 2):
+        picture = sample_image(48, 80, seed=seed)
+        ours.set_image(picture)
+        official.set_image(picture)
+        result = compare(official.get_image_embedding().numpy(), ours.get_image_embedding(), budget)
+        assert result, result.summary()
+        masks, _, _ = ours.predict(point_coords=np.array([[20.0, 30.0]]), point_labels=np.array([1]))
+        assert masks.shape == (3, 48, 80)

@@ -1,0 +1,268 @@
+"""``--runtime auto``: which runtime, precision policy, runner settings and threads run a file on this machine.
+
+The choice comes from one of two places, in this order:
+
+1. **A deployment profile** next to the model (``encoder.onnx`` -> ``encoder.profile.json``), written by
+   ``vitdeploy tune``: every candidate it ran on this machine, its latency and its parity verdict
+   against the file's FP32 run, and the fastest one that passed. A profile is used only where it was
+   measured: the same model file (SHA-256), the same CPU (model name, family/model, the flags that pick
+   kernels), the same core count and the same version of the chosen runtime. Anything else is refused
+   in one line that says to run ``vitdeploy tune`` again; a profile is never trusted blindly.
+2. **This CPU's measured default** (:data:`CPU_DEFAULTS`): a table of CPU features -> runtime and precision,
+   each row carrying the measurement that put it there. A row applies only to the file families its
+   parity budget was measured on, and only to FP32 files on the CPU. Where no row applies, the file
+   runs as written on ONNX Runtime (vitdeploy's exact default).
+
+``--runtime onnxruntime|openvino`` (or ``SamPredictor(runtime=...)``) bypasses both: what is asked is
+what runs. The choice is always said (``Deployment.source``), by the CLI and in ``Runner.notes``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vitdeploy.cpu_features import REPORTED, CpuFeatures, available_cores, cpu_features
+from vitdeploy.errors import InputError
+from vitdeploy.fileio import sha256_file
+from vitdeploy.precisions import PRECISION_POLICIES
+from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, ONNX_RUNTIMES, RUNTIMES
+
+#: The ``--runtime`` value that asks for this module's choice.
+AUTO = "auto"
+#: The profile file's format tag (a reader refuses any other).
+PROFILE_FORMAT = "vitdeploy-deployment-profile/1"
+#: ``encoder.onnx`` -> ``encoder.profile.json``.
+PROFILE_SUFFIX = ".profile.json"
+#: The PyPI distribution whose version a runtime's results depend on.
+RUNTIME_DISTRIBUTIONS = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu"), "openvino": ("openvino",)}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """How one file runs: the runtime, its precision policy, the runner's own settings and the threads.
+
+    Attributes:
+        runtime: a name in :data:`~vitdeploy.runtime.backends.registry.RUNTIMES`.
+        precision: a policy in :data:`~vitdeploy.precisions.PRECISION_POLICIES`.
+        threads: intra-op threads (None: the caller's or the runtime's default).
+        settings: the runner's own keyword settings (ONNX Runtime's attention forms), as ``(key, value)`` pairs.
+        source: why this deployment, in one line (the profile's path, the CPU default's row, or "asked").
+    """
+
+    runtime: str
+    precision: str = "file"
+    threads: int | None = None
+    settings: tuple[tuple[str, Any], ...] = ()
+    source: str = "asked"
+
+    def label(self) -> str:
+        """``openvino bf16``, ``onnxruntime file fused_attention=False``: the candidate's name in tables."""
+        parts = [self.runtime, self.precision, *(f"{k}={v}" for k, v in self.settings)]
+        return " ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runtime": self.runtime, "precision": self.precision, "threads": self.threads,
+                "settings": dict(self.settings)}
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str) -> Deployment:
+        if not isinstance(data, dict) or data.get("runtime") not in ONNX_RUNTIMES \
+                or data.get("precision", "file") not in PRECISION_POLICIES \
+                or not isinstance(data.get("settings", {}), dict) \
+                or not (data.get("threads") is None or (isinstance(data["threads"], int) and data["threads"] >= 1)):
+            raise InputError(f"{source}: the chosen deployment is damaged ({json.dumps(data)[:120]}): run 'vitdeploy tune' again")
+        settings = tuple(sorted(data.get("settings", {}).items()))
+        unknown = sorted({k for k, _ in settings} - RUNTIMES[data["runtime"]].settings)
+        if unknown:
+            raise InputError(f"{source}: {', '.join(unknown)} is not a setting of {data['runtime']}: run 'vitdeploy tune' again")
+        return cls(data["runtime"], data.get("precision", "file"), data.get("threads"), settings, source)
+
+
+@dataclass(frozen=True)
+class CpuDefault:
+    """One row of this CPU's measured defaults: where ``flags`` are all present, FP32 files of ``families`` run on
+    ``runtime`` at ``precision``. ``evidence`` is the measurement that put the row here (and the command that
+    repeats it)."""
+
+    flags: tuple[str, ...]
+    runtime: str
+    precision: str
+    families: tuple[str, ...]
+    evidence: str
+
+    def applies(self, features: CpuFeatures, family: str | None) -> bool:
+        return features.x86 and all(features.has(f) for f in self.flags) and family in self.families
+
+
+#: The measured per-CPU-feature defaults, first match wins. Only what was measured is here: BF16 on AVX512-BF16
+#: without AMX (AMD Zen 4, Intel Cooper Lake) has not been, so those CPUs keep the exact default until a profile
+#: (``vitdeploy tune``) proves otherwise.
+CPU_DEFAULTS: tuple[CpuDefault, ...] = (
+    CpuDefault(
+        ("amx_bf16",), "openvino", "bf16", ("sam_image_encoder", "timm_vit"),
+        "Intel Xeon with AMX (family 6 model 167), 2 threads: SAM ViT-B@1024 1058 ms on OpenVINO bf16 against 3631 ms "
+        "on ONNX Runtime FP32 with the fused kernel, embedding cosine 0.999938 vs eager, mask IoU p5 0.988 through the "
+        "FP32 decoder (benchmarks/bench_encoder_speed.py, benchmarks/bf16_mask_agreement.py); the 'bf16' budget holds "
+        "on the tiny SAM encoder and DeiT-S (vitdeploy validate --runtime openvino --inference-precision bf16)"),
+)
+
+
+def profile_path(model: str | Path) -> Path:
+    """Where ``model``'s deployment profile lives: beside it, ``<stem>.profile.json``."""
+    model = Path(model)
+    return model.with_name(model.stem + PROFILE_SUFFIX)
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def model_digest(model: str | Path) -> str:
+    """SHA-256 of the model file and of its external data file (``<name>.data``) where there is one, cached per
+    (path, size, mtime) in this process: a profile belongs to these bytes, wherever they were copied."""
+    model = Path(model)
+    files = [model] + [p for p in (model.with_name(model.name + ".data"),) if p.is_file()]
+    stats = [f.stat() for f in files]
+    key = (str(model.resolve()), sum(s.st_size for s in stats), max(s.st_mtime_ns for s in stats))
+    if key not in _DIGESTS:
+        digests = [sha256_file(f) for f in files]
+        _DIGESTS[key] = digests[0] if len(digests) == 1 else hashlib.sha256(" ".join(digests).encode()).hexdigest()
+    return _DIGESTS[key]
+
+
+def runtime_versions() -> dict[str, str]:
+    """The installed version of each ONNX runtime (``{}`` entries missing where not installed)."""
+    from importlib import metadata
+
+    versions = {}
+    for runtime, distributions in RUNTIME_DISTRIBUTIONS.items():
+        for distribution in distributions:
+            try:
+                versions[runtime] = metadata.version(distribution)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    return versions
+
+
+def machine_fingerprint(features: CpuFeatures | None = None) -> dict[str, Any]:
+    """What a profile's measurements depend on: the CPU (model name, family/model, the reported flags after
+    ``VITDEPLOY_CPU_MASK``) and the cores this process may use."""
+    features = features or cpu_features()
+    return {"cpu": features.model, "family_model": features.family_model, "machine": features.machine,
+            "flags": [f for f in REPORTED if f in features.flags], "cores": available_cores()}
+
+
+def read_profile(path: str | Path) -> dict[str, Any]:
+    """The profile at ``path``, its format checked (not yet matched to a model or machine: :func:`profile_problems`)."""
+    path = Path(path)
+    try:
+        profile = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read the deployment profile '{path}' ({type(exc).__name__}): delete it or run "
+                         "'vitdeploy tune' again") from None
+    if not isinstance(profile, dict) or profile.get("format") != PROFILE_FORMAT:
+        raise InputError(f"'{path}' is not a vitdeploy deployment profile (format {PROFILE_FORMAT}): delete it or run "
+                         "'vitdeploy tune' again")
+    for key in ("model_sha256", "machine", "runtime_versions", "chosen"):
+        if key not in profile:
+            raise InputError(f"the deployment profile '{path}' lacks '{key}': run 'vitdeploy tune' again")
+    return profile
+
+
+def profile_problems(profile: dict[str, Any], model: str | Path, features: CpuFeatures | None = None) -> list[str]:
+    """Why ``profile`` does not describe running ``model`` here (empty: it does). Each problem is one phrase."""
+    problems = []
+    if profile["model_sha256"] != model_digest(model):
+        problems.append(f"it was tuned for another file than '{Path(model).name}' (its SHA-256 differs)")
+    tuned, here = profile["machine"], machine_fingerprint(features)
+    for key, what in (("cpu", "CPU"), ("family_model", "CPU family/model"), ("flags", "CPU flags"), ("cores", "core count")):
+        if tuned.get(key) != here[key]:
+            problems.append(f"it was tuned on another {what} ({tuned.get(key)!r}; here {here[key]!r})")
+    chosen = profile["chosen"]
+    runtime = chosen.get("runtime") if isinstance(chosen, dict) else None
+    if runtime is not None:
+        was, now = profile["runtime_versions"].get(runtime), runtime_versions().get(runtime)
+        if now is None:
+            problems.append(f"its runtime {runtime} is not installed here ({RUNTIMES[runtime].install})"
+                            if runtime in RUNTIMES else f"its runtime '{runtime}' is unknown")
+        elif was != now:
+            problems.append(f"it was tuned with {runtime} {was}, here {now}")
+    return problems
+
+
+def cpu_default(family: str | None, file_precision: str, features: CpuFeatures | None = None,
+                installed: frozenset[str] | None = None) -> Deployment:
+    """This CPU's measured default for a file of ``family`` whose weights are ``file_precision`` (:data:`CPU_DEFAULTS`;
+    the exact ONNX Runtime default where no row applies or its runtime is not installed)."""
+    features = features or cpu_features()
+    if installed is None:
+        installed = frozenset(name for name in ONNX_RUNTIMES if RUNTIMES[name].installed())
+    if file_precision == "fp32":
+        for row in CPU_DEFAULTS:
+            if row.applies(features, family):
+                if row.runtime in installed:
+                    return Deployment(row.runtime, row.precision,
+                                      source=f"this CPU's default ({'+'.join(row.flags)}: {row.runtime} {row.precision})")
+                return Deployment(DEFAULT_RUNTIME, source=f"this CPU's default ({row.runtime} {row.precision} on "
+                                  f"{'+'.join(row.flags)} is faster, but {row.runtime} is not installed: "
+                                  f"{RUNTIMES[row.runtime].install})")
+    return Deployment(DEFAULT_RUNTIME, source="this CPU's default (the file as written on onnxruntime)")
+
+
+def resolve(model: str | Path, *, precision: str | None = None, threads: int | None = None, device: str = "cpu",
+            profile: str | Path | None = None) -> Deployment:
+    """The deployment ``--runtime auto`` opens ``model`` with (module docstring). ``precision`` (a policy) narrows
+    the choice to deployments with that policy; ``threads`` overrides the profile's. ``profile``: an explicit
+    profile (refused with an error when it does not fit); by default the one beside the model, which is ignored
+    with its reason in ``source`` when it does not fit. Files not on the CPU, and engines, are not chosen for."""
+    from vitdeploy.metadata import read_onnx_metadata
+
+    model = Path(model)
+    if device != "cpu" or model.suffix.lower() != ".onnx":
+        return Deployment(DEFAULT_RUNTIME, precision or "file", threads, source=f"asked ({device})")
+    explicit = profile is not None
+    found = Path(profile) if explicit else profile_path(model)
+    refused = ""
+    if found.is_file():
+        data = read_profile(found)
+        problems = profile_problems(data, model)
+        if problems and explicit:
+            raise InputError(f"the deployment profile '{found}' does not fit: {'; '.join(problems)}: run "
+                             f"'vitdeploy tune {model}' on this machine")
+        if problems:
+            refused = f"; {found.name} ignored: {problems[0]}"
+        else:
+            chosen = Deployment.from_dict(data["chosen"], f"'{found}'")
+            if precision is None or chosen.precision == precision:
+                return Deployment(chosen.runtime, chosen.precision, threads or chosen.threads or available_cores(),
+                                  chosen.settings, f"profile {found.name}")
+            passing = [Deployment.from_dict(c["deployment"], f"'{found}'") for c in data.get("candidates", [])
+                       if c.get("passed") and isinstance(c.get("deployment"), dict)
+                       and c["deployment"].get("precision") == precision]
+            if passing:
+                best = passing[0]
+                return Deployment(best.runtime, best.precision, threads or best.threads or available_cores(),
+                                  best.settings, f"profile {found.name} (fastest passing {precision})")
+            refused = f"; {found.name} has no passing {precision} candidate"
+    elif explicit:
+        raise InputError(f"no deployment profile at '{found}': write one with 'vitdeploy tune {model}'")
+    try:
+        meta = read_onnx_metadata(model)
+    except InputError:
+        meta = {}
+    file_precision = str(meta.get("precision", "fp32"))
+    chosen = cpu_default(meta.get("family"), file_precision)
+    if precision is not None and chosen.precision != precision:
+        chosen = Deployment(DEFAULT_RUNTIME if precision == "file" else "openvino", precision,
+                            source=f"asked (--inference-precision {precision})")
+    return Deployment(chosen.runtime, chosen.precision, threads or available_cores(), chosen.settings,
+                      chosen.source + refused)
+
+
+__all__ = ["AUTO", "CPU_DEFAULTS", "PROFILE_FORMAT", "PROFILE_SUFFIX", "CpuDefault", "Deployment", "cpu_default",
+           "machine_fingerprint", "model_digest", "profile_path", "profile_problems", "read_profile", "resolve",
+           "runtime_versions"]

@@ -1,0 +1,296 @@
+"""``vitdeploy tune``: run every deployment this machine supports on held-out inputs, gate each by its parity budget,
+and write the fastest one that passed as the model's deployment profile.
+
+The candidates (:func:`candidates`) are runtime x precision policy x ONNX Runtime attention form x threads, limited to
+what is installed and what this CPU runs: OpenVINO's BF16 policy only on CPUs with AVX512-BF16 or AMX, ONNX Runtime's
+attention forms only for files whose target folds attention. The reference is the file as written on ONNX Runtime
+(FP32 for an FP32 file: what ``vitdeploy validate`` proves against the official model). Each candidate is judged
+by the budget of the precision it runs at (:data:`~vitdeploy.validation.parity.TOLERANCES`: the file's own, or
+``bf16`` for BF16 inference of an FP32 file) on every output, and, for a SAM encoder given its decoder, by the mask
+budget (:data:`~vitdeploy.validation.masks.MASK_TOLERANCES`) on the masks of seeded clicks through that decoder,
+run as written. Every mask is gated; the masks the official stability score calls stable are reported beside
+(random weights make almost no mask stable, so the gate cannot rest on them alone).
+
+The profile (:mod:`vitdeploy.runtime.backends.deployment` reads it) records the machine, the runtime versions and
+the model's SHA-256, so that it is used only where it was measured.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitdeploy.cpu_features import available_cores, cpu_features
+from vitdeploy.errors import InputError, VitdeployError
+from vitdeploy.precisions import Precision
+from vitdeploy.runtime.backends.deployment import (PROFILE_FORMAT, Deployment, machine_fingerprint, model_digest,
+                                                   profile_path, runtime_versions)
+from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, RUNTIMES
+from vitdeploy.targets import target_of
+
+#: CPU flags with which OpenVINO runs BF16 on its matrix or vector units (its default inference precision there).
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """What ``tune`` runs: ``images`` (files or folders; default the bundled set) or, for models that do not take
+    images, ``random_inputs`` seeded sets; ``clicks`` per image through ``decoder``; ``runs`` timed runs after
+    ``warmup``; ``threads`` the thread counts to try (default: 1 and every core this process may use)."""
+
+    images: tuple[str, ...] = ()
+    max_images: int = 4
+    random_inputs: int = 2
+    decoder: str | None = None
+    clicks: int = 5
+    runs: int = 3
+    warmup: int = 1
+    threads: tuple[int, ...] = ()
+    runtimes: tuple[str, ...] = ()
+    seed: int = 0
+
+
+@dataclass
+class Verdict:
+    """One candidate's result: its latency (median of ``runs``), its parity against the reference, and whether it
+    passed (``reason`` says why not)."""
+
+    deployment: Deployment
+    budget: str
+    median_ms: float | None = None
+    min_ms: float | None = None
+    cosine_min: float | None = None
+    rel_l2_max: float | None = None
+    mask_iou_min: float | None = None
+    mask_iou_mean: float | None = None
+    stable_iou_min: float | None = None
+    masks: int = 0
+    stable_masks: int = 0
+    passed: bool = False
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "deployment"}
+        return {"label": self.deployment.label(), "deployment": self.deployment.to_dict(), **out}
+
+
+@dataclass
+class TuneReport:
+    model: Path
+    profile: Path
+    reference: str
+    inputs: list[str]
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    @property
+    def chosen(self) -> Verdict | None:
+        passing = [v for v in self.verdicts if v.passed and v.median_ms is not None]
+        return min(passing, key=lambda v: v.median_ms) if passing else None
+
+
+def candidates(metadata: dict[str, Any], options: TuneOptions, installed: Sequence[str] | None = None,
+               bf16: bool | None = None) -> list[Deployment]:
+    """The deployments to try for a file with ``metadata`` on this machine (see the module docstring)."""
+    if installed is None:
+        installed = [name for name, entry in RUNTIMES.items() if entry.reads_onnx and entry.installed()]
+    if bf16 is None:
+        bf16 = any(cpu_features().has(flag) for flag in BF16_FLAGS)
+    wanted = options.runtimes or tuple(installed)
+    missing = [r for r in wanted if r not in installed]
+    if missing:
+        raise InputError(f"runtime {', '.join(missing)} is not installed here: {RUNTIMES[missing[0]].install}"
+                         if missing[0] in RUNTIMES else f"unknown runtime {missing[0]}")
+    fp32 = Precision.of(metadata) is Precision.FP32
+    target = target_of(metadata)
+    forms: list[tuple[tuple[str, Any], ...]] = [()]
+    if target is not None and target.folded_attention:
+        forms += [(("fused_attention", False),), (("folded_attention", True),)]
+    threads = sorted(set(options.threads or (1, available_cores())))
+    found = []
+    for runtime in wanted:
+        if runtime == "onnxruntime":
+            kinds = [("file", form) for form in forms]
+        elif runtime == "openvino":
+            kinds = [("file", ())] + ([("bf16", ())] if fp32 and bf16 else [])
+        else:
+            continue
+        found += [Deployment(runtime, precision, n, form, source="tune") for precision, form in kinds for n in threads]
+    return found
+
+
+def _inputs(model: Path, metadata: dict[str, Any], reference: Any, options: TuneOptions) -> tuple[list[Any], list[np.ndarray]]:
+    """(input sets, their images): the images preprocessed as the family does, or seeded random inputs."""
+    from vitdeploy.families import family_of
+    from vitdeploy.runtime.processing.images import expand_image_paths, read_image_rgb
+    from vitdeploy.runtime.processing.input_sets import InputSet
+
+    family = family_of(metadata, f"'{model.name}'")
+    try:
+        preprocess = family.image_preprocessor(metadata)
+    except InputError:
+        preprocess = None
+    if preprocess is None:
+        if options.images:
+            raise InputError(f"'{model.name}' ({family.name}) does not take images: drop --images")
+        sets = family.random_input_sets(metadata, reference.input_names, reference.input_shapes(), options.random_inputs)
+        return sets, []
+    if options.images:
+        paths = expand_image_paths(options.images)
+    else:
+        from vitdeploy.precision.calibration_data import bundled_calibration_dir
+
+        paths = expand_image_paths([bundled_calibration_dir()])[-options.max_images:]
+    paths = paths[:options.max_images]
+    images = [read_image_rgb(p) for p in paths]
+    return [InputSet(f"image:{p.name}", {reference.input_names[0]: preprocess(img)}, str(p))
+            for p, img in zip(paths, images)], images
+
+
+def _masks(encoder: Any, decoder: Any, images: list[np.ndarray], clicks: int, seed: int) -> list[np.ndarray]:
+    """Mask logits (3 per click) through ``decoder`` on ``encoder``'s embeddings of ``images``, for seeded clicks."""
+    from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+
+    predictor = SamPredictor(encoder, decoder)
+    rng = np.random.default_rng(seed)
+    out = []
+    for image in images:
+        predictor.set_image(image)
+        h, w = image.shape[:2]
+        for _ in range(clicks):
+            point = np.array([[rng.uniform(0, w - 1), rng.uniform(0, h - 1)]])
+            logits, _, _ = predictor.predict(point_coords=point, point_labels=np.array([1]), multimask_output=True,
+                                             return_logits=True)
+            out.append(logits)
+    return out
+
+
+def _judge(verdict: Verdict, runner: Any, sets: list[Any], want: list[dict[str, np.ndarray]],
+           masks: Callable[[Any], list[np.ndarray]] | None, want_masks: list[np.ndarray] | None,
+           options: TuneOptions) -> None:
+    from vitdeploy.validation.latency import measure_latency
+    from vitdeploy.validation.masks import STABLE_MIN, compare_masks, stability_score
+    from vitdeploy.validation.parity import compare
+
+    failures, cosines, rel_l2 = [], [], []
+    for input_set, reference in zip(sets, want):
+        got = runner.run(input_set.feeds)
+        for name, value in reference.items():
+            result = compare(value, got[name], verdict.budget, label=f"{input_set.label} {name}")
+            cosines.append(result.cosine)
+            rel_l2.append(result.rel_l2)
+            failures += [f"{result.label}: {f}" for f in result.failures]
+    verdict.cosine_min, verdict.rel_l2_max = min(cosines), max(rel_l2)
+    if masks is not None and want_masks is not None:
+        ious, stable = [], []
+        for ref, cand in zip(want_masks, masks(runner)):
+            parity = compare_masks(ref, cand, verdict.budget)
+            ious += parity.iou
+            stable += [iou for iou, score in zip(parity.iou, stability_score(ref)) if score >= STABLE_MIN]
+            failures += [f"masks: {f}" for f in parity.failures]
+        verdict.masks, verdict.stable_masks = len(ious), len(stable)
+        verdict.mask_iou_min, verdict.mask_iou_mean = min(ious), float(np.mean(ious))
+        verdict.stable_iou_min = min(stable) if stable else None
+    feeds = sets[0].feeds
+    stats = measure_latency(lambda: runner.run(feeds), verdict.deployment.label(), runs=options.runs, warmup=options.warmup)
+    verdict.median_ms, verdict.min_ms = stats.median_ms, stats.min_ms
+    verdict.passed = not failures
+    verdict.reason = "" if not failures else f"{len(failures)} check(s) over budget '{verdict.budget}', first: {failures[0]}"
+
+
+def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | Path | None = None,
+         echo: Callable[[str], None] = print) -> TuneReport:
+    """Run every candidate on ``model`` (module docstring) and write the profile to ``output`` (default: beside
+    the model, :func:`~vitdeploy.runtime.backends.deployment.profile_path`). The profile is written whole or not at
+    all; a run where no candidate passes writes none and raises."""
+    from vitdeploy.fileio import atomic_write_bytes
+    from vitdeploy.runtime.backends.loader import open_runner
+
+    model = Path(model)
+    if model.suffix.lower() != ".onnx":
+        raise InputError(f"'{model.name}' is not an ONNX model: tune chooses how an .onnx file runs on the CPU "
+                         "(a TensorRT engine's math was fixed when it was built)")
+    output = Path(output) if output else profile_path(model)
+    reference = open_runner(model, threads=available_cores(), runtime=DEFAULT_RUNTIME)
+    metadata = reference.metadata
+    budget_of_file = Precision.of(metadata).value
+    sets, images = _inputs(model, metadata, reference, options)
+    echo(f"reference: {model.name} as written on {reference.provider or reference.name}; {len(sets)} input set(s)")
+    want = [reference.run(s.feeds) for s in sets]
+    masks: Callable[[Any], list[np.ndarray]] | None = None
+    want_masks = None
+    if options.decoder:
+        if not images:  # (a file that is no SAM encoder is refused by SamPredictor, below)
+            raise InputError("--decoder needs images")
+        decoder = open_runner(options.decoder, threads=available_cores(), runtime=DEFAULT_RUNTIME)
+
+        def through_decoder(encoder: Any) -> list[np.ndarray]:
+            return _masks(encoder, decoder, images, options.clicks, options.seed)
+
+        masks = through_decoder
+        want_masks = masks(reference)
+        echo(f"masks: {options.clicks} seeded click(s) per image x 3 through {Path(options.decoder).name} as written")
+    report = TuneReport(model, output, f"{model.name} as written on {reference.provider or reference.name}",
+                        [Path(s.source).name if s.source else s.label for s in sets])
+    found = candidates(metadata, options)
+    for index, deployment in enumerate(found, 1):
+        budget = "bf16" if deployment.precision == "bf16" else budget_of_file
+        verdict = Verdict(deployment, budget)
+        try:
+            runner = open_runner(model, threads=deployment.threads, runtime=deployment.runtime,
+                                 precision=deployment.precision, **dict(deployment.settings))
+            try:
+                _judge(verdict, runner, sets, want, masks, want_masks, options)
+            finally:
+                runner.close()
+        except VitdeployError as exc:
+            verdict.reason = f"could not run: {exc}"
+        report.verdicts.append(verdict)
+        echo(f"[{index}/{len(found)}] {_line(verdict)}")
+    chosen = report.chosen
+    if chosen is None:
+        raise InputError(f"no candidate passed its parity budget on '{model.name}' (see the lines above); no profile written")
+    profile = {
+        "format": PROFILE_FORMAT, "model": model.name, "model_sha256": model_digest(model),
+        "machine": machine_fingerprint(), "cpu": cpu_features().summary(), "runtime_versions": runtime_versions(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "reference": report.reference, "inputs": report.inputs,
+        "decoder": Path(options.decoder).name if options.decoder else None,
+        "clicks_per_image": options.clicks if options.decoder else 0, "runs": options.runs, "warmup": options.warmup,
+        "chosen": chosen.deployment.to_dict(), "chosen_label": chosen.deployment.label(),
+        "candidates": [v.to_dict() for v in sorted(report.verdicts, key=_order)],
+    }
+    atomic_write_bytes(output, (json.dumps(profile, indent=2) + "\n").encode())
+    return report
+
+
+def _order(verdict: Verdict) -> tuple:
+    """Passing first, then fastest: the profile's candidates list reads as a ranking."""
+    return (not verdict.passed, verdict.median_ms if verdict.median_ms is not None else float("inf"))
+
+
+def _line(v: Verdict) -> str:
+    timing = f"{v.median_ms:9.1f} ms" if v.median_ms is not None else "        - ms"
+    parity = f"cosine {v.cosine_min:.6f}" if v.cosine_min is not None else ""
+    if v.mask_iou_min is not None:
+        stable = f", stable {v.stable_iou_min:.4f} ({v.stable_masks})" if v.stable_iou_min is not None else ", 0 stable"
+        parity += f", mask IoU min {v.mask_iou_min:.4f} over {v.masks}{stable}"
+    verdict = "pass" if v.passed else f"FAIL ({v.reason})"
+    return f"{v.deployment.label():42s} {v.deployment.threads} thr {timing}  {parity}  [{v.budget}] {verdict}"
+
+
+def summary_lines(report: TuneReport) -> list[str]:
+    """The ranking, fastest passing first, and the choice."""
+    lines = [_line(v) for v in sorted(report.verdicts, key=_order)]
+    chosen = report.chosen
+    if chosen is not None:
+        lines.append(f"chosen: {chosen.deployment.label()}, {chosen.deployment.threads} thread(s), {chosen.median_ms:.1f} ms "
+                     f"-> {report.profile}")
+    return lines
+
+
+__all__ = ["BF16_FLAGS", "TuneOptions", "TuneReport", "Verdict", "candidates", "summary_lines", "tune"]
