@@ -99,6 +99,14 @@ def test_predict_and_sampredictor_run_what_the_profile_chose(pair: tuple[Path, P
     assert f"encoder.onnx runs as openvino {chosen['precision']}, 1 thread(s): profile encoder.profile.json" in run.output
     again = CliRunner().invoke(cli, ["tune", str(encoder), "--runs", "1"])
     assert again.exit_code == 1 and "already exists: pass --force" in again.output
+    # benchmark and validate run the profile's choice when asked for auto, and validate judges it by its budget
+    bench = CliRunner().invoke(cli, ["benchmark", str(encoder), "--runtime", "auto", "--no-eager", "--runs", "1",
+                                     "--warmup", "0"])
+    assert bench.exit_code == 0, bench.output
+    assert "openvino-cpu fp32" in bench.output and "(auto)" in bench.output and "profile encoder.profile.json" in bench.output
+    checked = CliRunner().invoke(cli, ["validate", str(encoder), "--runtime", "auto", "--random-inputs", "1", "--runs", "0"])
+    budget = "bf16" if chosen["precision"] == "bf16" else "fp32"
+    assert checked.exit_code == 0 and f"tolerance '{budget}'" in checked.output, checked.output
 
 
 def test_the_default_path_on_this_cpu_meets_the_budget_of_what_it_chose(tiny_sam_artifacts: TinySamArtifacts) -> None:

@@ -223,7 +223,8 @@ def resolve(model: str | Path, *, precision: str | None = None, threads: int | N
 
     model = Path(model)
     if device != "cpu" or model.suffix.lower() != ".onnx":
-        return Deployment(DEFAULT_RUNTIME, precision or "file", threads, source=f"asked ({device})")
+        return Deployment(DEFAULT_RUNTIME, precision or "file", threads,
+                          source=f"--device {device}: the file as written (auto chooses among CPU runtimes only)")
     explicit = profile is not None
     found = Path(profile) if explicit else profile_path(model)
     refused = ""

@@ -46,6 +46,8 @@ def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str
     path = Path(path)
     flag = attention_flag(fused_attention, folded_attention)
     deployment = None
+    if runtime == AUTO and path.suffix.lower() not in ONNX_SUFFIXES:
+        runtime = DEFAULT_RUNTIME  # an engine (or an unknown file, refused below): its suffix decides
     if runtime == AUTO:
         if flag:
             deployment = Deployment(DEFAULT_RUNTIME, precision or "file", threads, source=f"asked ({flag})")
