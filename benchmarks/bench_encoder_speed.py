@@ -111,11 +111,27 @@ def _all_contenders(targets: tuple[str, ...], with_compile: bool, with_int8: boo
                     with_fused: bool, with_openvino: bool, with_dynamic: bool, with_nncf: bool) -> list[dict[str, Any]]:
     from vitdeploy.targets import TARGETS
 
+    from vitdeploy.cpu_features import cpu_features
+
     rows = [{"name": "eager official (PyTorch)", "kind": "eager", "precision": "fp32"}]
+    bf16_cpu = any(cpu_features().has(flag) for flag in ("amx_bf16", "avx512_bf16"))
+    if bf16_cpu:  # PyTorch's own BF16 on the CPU's BF16 units: torch.autocast (oneDNN, AMX where present)
+        rows.append({"name": "eager official, BF16 autocast", "kind": "eager", "precision": "bf16", "autocast": "bf16"})
     if with_compile:
         rows.append({"name": "torch.compile official", "kind": "compile", "precision": "fp32"})
+        if bf16_cpu:
+            rows.append({"name": "torch.compile official, BF16 autocast", "kind": "compile", "precision": "bf16",
+                         "autocast": "bf16"})
     rows.append({"name": "ORT, naive export", "kind": "ort", "model": "naive.onnx", "precision": "fp32",
                  "settings": STOCK_ORT_SETTINGS})
+    # What vitdeploy runs by default (predict, segment-all, SamPredictor): its default export on --runtime auto, here
+    # without a profile (this CPU's measured default: vitdeploy/runtime/backends/deployment.py), judged by the budget
+    # of the precision that default runs at.
+    from vitdeploy.runtime.backends.deployment import cpu_default
+
+    default = cpu_default("sam_image_encoder", "fp32")
+    rows.append({"name": f"vitdeploy default (--runtime auto: {default.label()})", "kind": "auto",
+                 "model": "vitdeploy_generic.onnx", "target": "generic", "precision": "bf16" if default.precision == "bf16" else "fp32"})
     if with_dynamic:
         # What samexporter ships: onnxruntime.quantization.quantize_dynamic of the plain export (weights only).
         rows.append({"name": "ORT, naive export, dynamic INT8 (quantize_dynamic)", "kind": "ort", "model": "naive_dynamic_int8.onnx",
@@ -211,6 +227,10 @@ def _build_torch(spec: dict[str, Any]):
     torch.set_num_threads(spec["threads"])
     arch = SamEncoderArch.from_recipe(load_recipe(spec["recipe"]))
     module = load_sam_image_encoder(arch, random_seed=spec["seed"]).eval()
+    if spec.get("autocast"):
+        from vitdeploy.benchmark.autocast import AutocastModule
+
+        module = AutocastModule(module, "cpu", spec["autocast"])
     if spec["kind"] == "compile":
         module = torch.compile(module)
 
@@ -242,6 +262,12 @@ def _build_deployed(spec: dict[str, Any]):
         return (lambda x: request.infer({0: x})[output]), (
             f"OpenVINO {openvino_version()} CPU plugin, its default inference precision: "
             f"{compiled.get_property('INFERENCE_PRECISION_HINT')}, {compiled.get_property('INFERENCE_NUM_THREADS')} thread(s)")
+    if spec["kind"] == "auto":
+        from vitdeploy.runtime.backends.loader import open_runner
+
+        runner = open_runner(path, threads=spec["threads"], runtime="auto")
+        name, out = runner.input_names[0], runner.output_names[0]
+        return (lambda x: runner.run({name: x})[out]), f"{runner.provider} ({runner.deployment.source})"
     if spec["kind"] == "openvino":
         from vitdeploy.runtime.backends.openvino_runner import OpenVinoRunner
 
@@ -288,7 +314,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         return {"gemm_peak": peak.to_dict(), "bf16_gemm_peak": measure_bf16_gemm_peak(spec["threads"]).to_dict()}
     x = np.load(Path(spec["workdir"]) / "input.npy")
     start = time.perf_counter()
-    run, provider = (_build_deployed if spec["kind"] in ("ort", "openvino", "openvino-ir", "openvino-default")
+    run, provider = (_build_deployed if spec["kind"] in ("ort", "openvino", "openvino-ir", "openvino-default", "auto")
                      else _build_torch)(spec)
     load_s = time.perf_counter() - start
     start = time.perf_counter()

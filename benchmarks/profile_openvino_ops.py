@@ -24,10 +24,10 @@ from vitdeploy.cpu_features import cpu_features
 from vitdeploy.runtime.backends.openvino_runner import cpu_config, import_openvino
 
 
-def profile(path: str, x: np.ndarray, threads: int, top: int) -> None:
+def profile(path: str, x: np.ndarray, threads: int, top: int, precision: str = "f32") -> None:
     ov = import_openvino()
     core = ov.Core()
-    compiled = core.compile_model(core.read_model(path), "CPU", {**cpu_config(threads), "PERF_COUNT": True})
+    compiled = core.compile_model(core.read_model(path), "CPU", {**cpu_config(threads, precision), "PERF_COUNT": True})
     request = compiled.create_infer_request()
     request.infer({0: x})  # warm-up: first-run allocations and JIT
     request.infer({0: x})
@@ -37,7 +37,7 @@ def profile(path: str, x: np.ndarray, threads: int, top: int) -> None:
         times[(node.node_type, node.exec_type)] += node.real_time.total_seconds() * 1e3
         counts[(node.node_type, node.exec_type)] += 1
     total = sum(times.values())
-    print(f"{path}: {total:.0f} ms in all (OpenVINO {ov.__version__}, {threads} thread(s))")
+    print(f"{path}: {total:.0f} ms in all (OpenVINO {ov.__version__}, {threads} thread(s), {precision})")
     for (node_type, kernel), ms in times.most_common(top):
         print(f"  {node_type:<30} {kernel:<22} {counts[(node_type, kernel)]:>4} nodes {ms:9.0f} ms {100 * ms / total:5.1f} %")
 
@@ -48,11 +48,13 @@ def main() -> None:
     parser.add_argument("--input", required=True, help="the input array (.npy)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--top", type=int, default=12, help="(node type, kernel) pairs printed per model")
+    parser.add_argument("--inference-precision", default="f32", choices=("f32", "bf16"),
+                        help="OpenVINO's INFERENCE_PRECISION_HINT (bf16: its default on CPUs with AMX or AVX512-BF16)")
     args = parser.parse_args()
     print(f"CPU: {cpu_features().summary()}")
     x = np.load(args.input)
     for path in args.models:
-        profile(path, x, args.threads, args.top)
+        profile(path, x, args.threads, args.top, args.inference_precision)
 
 
 if __name__ == "__main__":
