@@ -17,9 +17,13 @@
 
 #include "app_main.hpp"
 #include "vitdeploy/backend.hpp"
+#include "vitdeploy/deployment.hpp"
 #include "vitdeploy/error.hpp"
 #include "vitdeploy/image.hpp"
 #include "vitdeploy/sam.hpp"
+#ifdef VITDEPLOY_WITH_ONNXRUNTIME
+#include "vitdeploy/onnxruntime_backend.hpp"
+#endif
 
 namespace {
 
@@ -41,7 +45,8 @@ Options:
   --single-mask             use SAM's single-mask output (default: the best-scoring of the three multimask outputs)
   --encoder-metadata FILE   metadata JSON to use instead of the encoder's own (an engine's sidecar, by default '<engine>.json')
   --decoder-metadata FILE   the same for the decoder
-  --threads N               ONNX Runtime CPU threads (default: ONNX Runtime's choice)
+  --threads N               ONNX Runtime CPU threads (default: the encoder's deployment profile from 'vitdeploy
+                            tune' when it fits this machine and chose ONNX Runtime, else ONNX Runtime's choice)
   --ort-ops FILE            ONNX Runtime custom-op library (libvitdeploy_ort_ops.so, built by cpp/build.sh), needed
                             by an encoder written by 'vitdeploy optimize --fused-attention' (default: $VITDEPLOY_ORT_OPS)
   --device N                CUDA device for TensorRT engines (default 0)
@@ -155,6 +160,14 @@ int run(const Options& o) {
     RgbImage image = read_image(o.image);  // before the models: the cheapest input to get wrong
     BackendOptions enc_opts, dec_opts;
     enc_opts.threads = dec_opts.threads = o.threads;
+#ifdef VITDEPLOY_WITH_ONNXRUNTIME
+    // The deployment profile beside an .onnx encoder (vitdeploy tune): its threads when --threads is not given.
+    if (o.threads == 0 && std::filesystem::path(o.encoder).extension() == ".onnx") {
+        DeploymentProfile profile = read_deployment_profile(o.encoder, OnnxRuntimeBackend::runtime_version());
+        if (profile.used && profile.threads > 0) enc_opts.threads = profile.threads;
+        if (!profile.note.empty()) std::cerr << "note: " << profile.note << '\n';
+    }
+#endif
     enc_opts.device = dec_opts.device = o.device;
     enc_opts.metadata_path = o.encoder_metadata;
     dec_opts.metadata_path = o.decoder_metadata;

@@ -14,6 +14,7 @@ import os
 import re
 import struct
 import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -272,6 +273,44 @@ def test_sam_cli_writes_the_python_predictors_mask(cpp_build: Path, tiny_sam_art
     differing = int(((written > 0) != masks[best]).sum())
     assert differing == 0, f"{differing} mask pixels differ from the Python predictor's"
     assert summary["mask_pixels"] == int(masks[best].sum())
+
+
+def test_sam_cli_reads_the_deployment_profile_as_python_does(cpp_build: Path, tiny_sam_artifacts, tmp_path: Path):  # noqa: F811
+    """A profile from ``vitdeploy tune`` that chose ONNX Runtime gives sam_cli its threads; one tuned on another CPU
+    (here: AMX hidden by the mask, so the flags differ) is ignored with the reason, as in Python; one that chose
+    OpenVINO is said and not followed (the C++ library runs ONNX Runtime)."""
+    import shutil
+
+    from vitdeploy.runtime.backends.deployment import profile_path
+    from vitdeploy.tune import TuneOptions, tune
+
+    encoder = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
+    Image.fromarray(sample_image(40, 60, seed=4)).save(tmp_path / "in.png")
+    tune(encoder, TuneOptions(runtimes=("onnxruntime",), threads=(1,), runs=1, max_images=1), echo=lambda _line: None)
+    args = ["--encoder", str(encoder), "--decoder", str(tiny_sam_artifacts.decoder), "--image", str(tmp_path / "in.png"),
+            "--point", "20,10", "--out", str(tmp_path / "mask.png")]
+    done = _run_cli(cpp_build, *args)
+    assert done.returncode == 0 and "note: encoder.profile.json: onnxruntime file, 1 thread(s)" in done.stderr, done.stderr
+    if "avx2" in machine_flags():  # hide a flag the profile recorded: C++ and Python both refuse it, for the same reason
+        env = {**_env_without_ort_ops(), "VITDEPLOY_CPU_MASK": "avx2"}
+        masked = subprocess.run([str(cpp_build / "sam_cli"), *args], capture_output=True, text=True, timeout=120, env=env)
+        python_view = subprocess.run(
+            [sys.executable, "-c", "import sys; from vitdeploy.runtime.backends.deployment import resolve; "
+             "print(resolve(sys.argv[1]).source)", str(encoder)], capture_output=True, text=True, timeout=120, env=env)
+        expect = "ignored: it was tuned on another CPU flags"
+        assert masked.returncode == 0 and expect in masked.stderr, masked.stderr
+        assert expect in python_view.stdout, python_view.stdout + python_view.stderr
+    profile = json.loads(profile_path(encoder).read_text())
+    profile["chosen"] = {"runtime": "openvino", "precision": "bf16", "threads": 2, "settings": {}}
+    profile_path(encoder).write_text(json.dumps(profile))
+    other = _run_cli(cpp_build, *args)
+    assert other.returncode == 0 and "chose openvino bf16, which the C++ library does not run" in other.stderr, other.stderr
+
+
+def machine_flags() -> set[str]:
+    from vitdeploy.cpu_features import cpu_features
+
+    return set(cpu_features().flags)
 
 
 @pytest.fixture(scope="module")

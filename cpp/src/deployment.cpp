@@ -1,0 +1,171 @@
+// Deployment profiles (see vitdeploy/deployment.hpp): the same checks as vitdeploy/runtime/backends/deployment.py.
+#include "vitdeploy/deployment.hpp"
+
+#include <fnmatch.h>
+#include <sched.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "vitdeploy/error.hpp"
+#include "vitdeploy/json.hpp"
+#include "vitdeploy/sha256.hpp"
+
+namespace vitdeploy {
+namespace {
+
+// vitdeploy/cpu_features.py REPORTED: the flags a fingerprint lists, in this order.
+const char* const kReported[] = {"avx2",     "fma",         "f16c",        "avx512f",  "avx512bw", "avx512_vnni",
+                                  "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16",
+                                  "asimd",    "asimddp",     "i8mm",        "sve"};
+constexpr const char* kProfileFormat = "vitdeploy-deployment-profile/1";
+
+std::string trim(const std::string& s) {
+    auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t\r");
+    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError("cannot read '" + path + "'");
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::string lower(std::string s) {
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+}
+
+// The model's SHA-256, and with an external data file '<name>.data' the SHA-256 of "<model digest> <data digest>".
+std::string model_digest(const std::string& model_path) {
+    std::string model = read_file(model_path);
+    std::string digest = sha256_hex(model.data(), model.size());
+    std::string data_path = model_path + ".data";
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(data_path, ec)) {
+        std::string data = read_file(data_path);
+        std::string joined = digest + " " + sha256_hex(data.data(), data.size());
+        digest = sha256_hex(joined.data(), joined.size());
+    }
+    return digest;
+}
+
+const Json* member(const Json& object, const char* key) { return object.is_object() ? object.find(key) : nullptr; }
+
+std::string string_member(const Json& object, const char* key) {
+    const Json* v = member(object, key);
+    return v && v->is_string() ? v->as_string() : std::string();
+}
+
+}  // namespace
+
+MachineFingerprint machine_fingerprint() {
+    MachineFingerprint fp;
+    struct utsname names {};
+    fp.machine = uname(&names) == 0 ? names.machine : "unknown";
+    std::ifstream in("/proc/cpuinfo");
+    std::string line, family, model_number, flags_text;
+    while (std::getline(in, line)) {
+        auto colon = line.find(':');
+        if (colon == std::string::npos) continue;
+        std::string key = lower(trim(line.substr(0, colon))), value = trim(line.substr(colon + 1));
+        if (value.empty()) continue;
+        if ((key == "model name" || key == "hardware" || key == "cpu model") && fp.cpu.empty()) fp.cpu = value;
+        if (key == "cpu family" && family.empty()) family = value;
+        if (key == "model" && model_number.empty()) model_number = value;
+        if ((key == "flags" || key == "features") && flags_text.empty()) flags_text = value;
+    }
+    auto digits = [](const std::string& s) { return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos; };
+    if (digits(family) && digits(model_number)) fp.family_model = "family " + family + " model " + model_number;
+    if (fp.cpu.empty()) fp.cpu = fp.machine;
+    std::set<std::string> present;
+    std::istringstream words(flags_text);
+    for (std::string w; words >> w;) present.insert(w);
+    std::vector<std::string> mask;  // VITDEPLOY_CPU_MASK: comma-separated patterns, '*' wildcards
+    if (const char* env = std::getenv("VITDEPLOY_CPU_MASK")) {
+        std::stringstream ss(env);
+        for (std::string p; std::getline(ss, p, ',');)
+            if (!trim(p).empty()) mask.push_back(lower(trim(p)));
+    }
+    for (const char* flag : kReported) {
+        if (!present.count(flag)) continue;
+        bool hidden = false;
+        for (const auto& p : mask) hidden = hidden || fnmatch(p.c_str(), flag, 0) == 0;
+        if (!hidden) fp.flags += (fp.flags.empty() ? "" : ",") + std::string(flag);
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    fp.cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+    return fp;
+}
+
+std::string deployment_profile_path(const std::string& model_path) {
+    std::filesystem::path p(model_path);
+    return (p.parent_path() / (p.stem().string() + ".profile.json")).string();
+}
+
+DeploymentProfile read_deployment_profile(const std::string& model_path, const std::string& ort_version) {
+    DeploymentProfile out;
+    out.path = deployment_profile_path(model_path);
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(out.path, ec)) return out;
+    out.found = true;
+    std::string name = std::filesystem::path(out.path).filename().string();
+    Json doc;
+    try {
+        doc = Json::parse(read_file(out.path), out.path);
+    } catch (const Error& e) {
+        out.note = name + " ignored: it is not readable JSON (run 'vitdeploy tune' again)";
+        return out;
+    }
+    const Json* chosen = member(doc, "chosen");
+    const Json* machine = member(doc, "machine");
+    const Json* versions = member(doc, "runtime_versions");
+    if (string_member(doc, "format") != kProfileFormat || !chosen || !chosen->is_object() || !machine || !versions) {
+        out.note = name + " ignored: it is not a vitdeploy deployment profile (" + kProfileFormat + ")";
+        return out;
+    }
+    out.runtime = string_member(*chosen, "runtime");
+    out.precision = string_member(*chosen, "precision");
+    if (const Json* t = member(*chosen, "threads"); t && t->is_number()) out.threads = static_cast<int>(t->as_integer());
+    std::vector<std::string> problems;
+    try {
+        if (string_member(doc, "model_sha256") != model_digest(model_path))
+            problems.push_back("it was tuned for another file (its SHA-256 differs)");
+    } catch (const Error& e) {
+        problems.push_back(e.what());
+    }
+    MachineFingerprint here = machine_fingerprint();
+    std::string tuned_flags;
+    if (const Json* f = member(*machine, "flags"); f && f->is_array())
+        for (const auto& v : f->as_array()) tuned_flags += (tuned_flags.empty() ? "" : ",") + (v.is_string() ? v.as_string() : "?");
+    const Json* cores = member(*machine, "cores");
+    if (string_member(*machine, "cpu") != here.cpu) problems.push_back("it was tuned on another CPU ('" + string_member(*machine, "cpu") + "')");
+    if (string_member(*machine, "family_model") != here.family_model) problems.push_back("it was tuned on another CPU family/model");
+    if (tuned_flags != here.flags) problems.push_back("it was tuned on another CPU flags (" + tuned_flags + "; here " + here.flags + ")");
+    if (!cores || !cores->is_number() || cores->as_number() != here.cores)
+        problems.push_back("it was tuned on another core count (here " + std::to_string(here.cores) + ")");
+    if (out.runtime == "onnxruntime" && string_member(*versions, "onnxruntime") != ort_version)
+        problems.push_back("it was tuned with onnxruntime " + string_member(*versions, "onnxruntime") + ", here " + ort_version);
+    if (!problems.empty()) {
+        out.note = name + " ignored: " + problems.front();
+        return out;
+    }
+    if (out.runtime != "onnxruntime") {
+        out.note = name + " chose " + out.runtime + " " + out.precision +
+                   ", which the C++ library does not run: the file runs as written on ONNX Runtime";
+        return out;
+    }
+    out.used = true;
+    out.note = name + ": onnxruntime " + out.precision + ", " + (out.threads ? std::to_string(out.threads) : "default") + " thread(s)";
+    return out;
+}
+
+}  // namespace vitdeploy
