@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import time
 
 import numpy as np
 
@@ -24,20 +25,26 @@ from vitdeploy.cpu_features import cpu_features
 from vitdeploy.runtime.backends.openvino_runner import cpu_config, import_openvino
 
 
-def profile(path: str, x: np.ndarray, threads: int, top: int, precision: str = "f32") -> None:
+def profile(path: str, x: np.ndarray, threads: int, top: int, precision: str = "f32", runs: int = 1) -> None:
     ov = import_openvino()
     core = ov.Core()
     compiled = core.compile_model(core.read_model(path), "CPU", {**cpu_config(threads, precision), "PERF_COUNT": True})
     request = compiled.create_infer_request()
     request.infer({0: x})  # warm-up: first-run allocations and JIT
-    request.infer({0: x})
     times: collections.Counter = collections.Counter()
     counts: collections.Counter = collections.Counter()
-    for node in request.profiling_info:
-        times[(node.node_type, node.exec_type)] += node.real_time.total_seconds() * 1e3
-        counts[(node.node_type, node.exec_type)] += 1
+    wall = []
+    for _ in range(runs):  # per-node times averaged over the runs
+        start = time.perf_counter()
+        request.infer({0: x})
+        wall.append((time.perf_counter() - start) * 1e3)
+        for node in request.profiling_info:
+            times[(node.node_type, node.exec_type)] += node.real_time.total_seconds() * 1e3 / runs
+            counts[(node.node_type, node.exec_type)] += 1
+    counts = collections.Counter({k: v // runs for k, v in counts.items()})
     total = sum(times.values())
-    print(f"{path}: {total:.0f} ms in all (OpenVINO {ov.__version__}, {threads} thread(s), {precision})")
+    print(f"{path}: {total:.0f} ms in all nodes, {float(np.median(wall)):.0f} ms wall (median of {runs}; OpenVINO "
+          f"{ov.__version__}, {threads} thread(s), {precision})")
     for (node_type, kernel), ms in times.most_common(top):
         print(f"  {node_type:<30} {kernel:<22} {counts[(node_type, kernel)]:>4} nodes {ms:9.0f} ms {100 * ms / total:5.1f} %")
 
@@ -48,13 +55,14 @@ def main() -> None:
     parser.add_argument("--input", required=True, help="the input array (.npy)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--top", type=int, default=12, help="(node type, kernel) pairs printed per model")
+    parser.add_argument("--runs", type=int, default=1, help="measured runs after one warm-up; node times are averaged")
     parser.add_argument("--inference-precision", default="f32", choices=("f32", "bf16"),
                         help="OpenVINO's INFERENCE_PRECISION_HINT (bf16: its default on CPUs with AMX or AVX512-BF16)")
     args = parser.parse_args()
     print(f"CPU: {cpu_features().summary()}")
     x = np.load(args.input)
     for path in args.models:
-        profile(path, x, args.threads, args.top, args.inference_precision)
+        profile(path, x, args.threads, args.top, args.inference_precision, args.runs)
 
 
 if __name__ == "__main__":
