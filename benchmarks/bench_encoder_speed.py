@@ -114,7 +114,7 @@ def _all_contenders(targets: tuple[str, ...], with_compile: bool, with_int8: boo
     from vitdeploy.cpu_features import cpu_features
 
     rows = [{"name": "eager official (PyTorch)", "kind": "eager", "precision": "fp32"}]
-    bf16_cpu = any(cpu_features().has(flag) for flag in ("amx_bf16", "avx512_bf16"))
+    bf16_cpu = bool(cpu_features().bf16_units)
     if bf16_cpu:  # PyTorch's own BF16 on the CPU's BF16 units: torch.autocast (oneDNN, AMX where present)
         rows.append({"name": "eager official, BF16 autocast", "kind": "eager", "precision": "bf16", "autocast": "bf16"})
     if with_compile:

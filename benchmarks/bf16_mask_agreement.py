@@ -28,12 +28,8 @@ from vitdeploy.cpu_features import cpu_features
 from vitdeploy.precision.calibration_data import bundled_calibration_dir
 from vitdeploy.runtime.apps.sam_predictor import SamPredictor
 from vitdeploy.runtime.processing.images import read_image_rgb
-from vitdeploy.validation.masks import STABLE_MIN, stability_score as stability
+from vitdeploy.validation.masks import STABLE_MIN, compare_masks, seeded_clicks, stability_score as stability
 from vitdeploy.validation.parity import compare
-
-def iou(a: np.ndarray, b: np.ndarray) -> float:
-    union = np.logical_or(a, b).sum()
-    return 1.0 if union == 0 else float(np.logical_and(a, b).sum() / union)
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -66,16 +62,14 @@ def main() -> None:
         emb = compare(fp32.get_image_embedding(), bf16.get_image_embedding(), "bf16", label=Path(path).name)
         embedding_cos.append(emb.cosine)
         h, w = image.shape[:2]
-        for _ in range(args.clicks):
-            point = np.array([[rng.uniform(0, w - 1), rng.uniform(0, h - 1)]])
+        for point in seeded_clicks(h, w, args.clicks, rng):
             want, _, _ = fp32.predict(point_coords=point, point_labels=np.array([1]), multimask_output=True, return_logits=True)
             got, _, _ = bf16.predict(point_coords=point, point_labels=np.array([1]), multimask_output=True, return_logits=True)
             scores = stability(want)
-            for k in range(want.shape[0]):
-                value = iou(want[k] > 0, got[k] > 0)
+            for value, score in zip(compare_masks(want, got, "bf16").iou, scores):
                 all_iou.append(value)
-                all_stability.append(float(scores[k]))
-                if scores[k] >= STABLE_MIN:
+                all_stability.append(float(score))
+                if score >= STABLE_MIN:
                     stable_iou.append(value)
         print(f"{Path(path).name}: embedding cosine {emb.cosine:.6f}, relative L2 {emb.rel_l2:.2e}")
     result = {"images": images, "clicks_per_image": args.clicks, "embedding_cosine": summary(embedding_cos),

@@ -16,13 +16,13 @@ from vitdeploy.cli import cli
 from vitdeploy.cpu_features import cpu_features
 from vitdeploy.runtime import SamPredictor
 from vitdeploy.runtime.backends.deployment import cpu_default, profile_path
-from vitdeploy.tune import BF16_FLAGS, TuneOptions, candidates, tune
+from vitdeploy.tune import TuneOptions, candidates, tune
 from vitdeploy.validation.masks import MASK_TOLERANCES
 from vitdeploy.validation.parity import TOLERANCES, compare
 
 pytest_plugins = ["tests.sam_tiny_fixtures"]
 
-HAS_BF16 = any(cpu_features().has(flag) for flag in BF16_FLAGS)
+HAS_BF16 = bool(cpu_features().bf16_units)
 
 
 @pytest.fixture()

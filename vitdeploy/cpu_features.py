@@ -34,6 +34,8 @@ REPORTED = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512
             "amx_tile", "amx_int8", "amx_bf16", "asimd", "asimddp", "i8mm", "sve")
 #: Flags whose presence means INT8 dot products accumulate in int32 (no int16 saturation).
 INT8_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+#: Flags of BF16 matrix or vector instructions (AMX-BF16, AVX512-BF16): where OpenVINO infers in BF16 by default.
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 X86_MACHINES = ("x86_64", "amd64", "i386", "i686")
 
 
@@ -79,6 +81,11 @@ class CpuFeatures:
         if not self.x86:
             return self.known
         return any(self.has(f) for f in INT8_DOT_FLAGS)
+
+    @property
+    def bf16_units(self) -> tuple[str, ...]:
+        """The :data:`BF16_FLAGS` this CPU has (empty: no BF16 instructions; BF16 inference would run as f32)."""
+        return tuple(f for f in BF16_FLAGS if self.has(f)) if self.x86 else ()
 
     @property
     def u8s8_saturates(self) -> bool:
@@ -164,4 +171,4 @@ def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> CpuFeatures:
     return _read(os.environ.get(MASK_ENV, ""), cpuinfo)
 
 
-__all__ = ["MASK_ENV", "CpuFeatures", "apply_mask", "available_cores", "cpu_features", "parse_cpuinfo", "parse_family_model"]
+__all__ = ["BF16_FLAGS", "MASK_ENV", "CpuFeatures", "apply_mask", "available_cores", "cpu_features", "parse_cpuinfo", "parse_family_model"]

@@ -303,7 +303,7 @@ def _openvino_bf16(openvino: Component, deep: bool) -> Component:
     else:
         from vitdeploy.cpu_features import cpu_features
 
-        flags = [f for f in ("amx_bf16", "avx512_bf16") if cpu_features().has(f)]
+        flags = cpu_features().bf16_units
         has = bool(flags)
         how = f"this CPU has {', '.join(flags)}" if has else "this CPU has neither AMX-BF16 nor AVX512-BF16"
     detail = (f"{how}: --runtime openvino --inference-precision bf16 runs FP32 files' layers in BF16, judged by the 'bf16' "

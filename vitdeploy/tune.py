@@ -34,10 +34,6 @@ from vitdeploy.runtime.backends.deployment import (PROFILE_FORMAT, Deployment, m
 from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, RUNTIMES
 from vitdeploy.targets import target_of
 
-#: CPU flags with which OpenVINO runs BF16 on its matrix or vector units (its default inference precision there).
-BF16_FLAGS = ("amx_bf16", "avx512_bf16")
-
-
 @dataclass(frozen=True)
 class TuneOptions:
     """What ``tune`` runs: ``images`` (files or folders; default the bundled set) or, for models that do not take
@@ -100,7 +96,7 @@ def candidates(metadata: dict[str, Any], options: TuneOptions, installed: Sequen
     if installed is None:
         installed = [name for name, entry in RUNTIMES.items() if entry.reads_onnx and entry.installed()]
     if bf16 is None:
-        bf16 = any(cpu_features().has(flag) for flag in BF16_FLAGS)
+        bf16 = bool(cpu_features().bf16_units)
     wanted = options.runtimes or tuple(installed)
     missing = [r for r in wanted if r not in installed]
     if missing:
@@ -141,29 +137,27 @@ def _inputs(model: Path, metadata: dict[str, Any], reference: Any, options: Tune
         sets = family.random_input_sets(metadata, reference.input_names, reference.input_shapes(), options.random_inputs)
         return sets, []
     if options.images:
-        paths = expand_image_paths(options.images)
+        paths = expand_image_paths(options.images)[:options.max_images]
     else:
         from vitdeploy.precision.calibration_data import bundled_calibration_dir
 
         paths = expand_image_paths([bundled_calibration_dir()])[-options.max_images:]
-    paths = paths[:options.max_images]
     images = [read_image_rgb(p) for p in paths]
     return [InputSet(f"image:{p.name}", {reference.input_names[0]: preprocess(img)}, str(p))
             for p, img in zip(paths, images)], images
 
 
-def _masks(encoder: Any, decoder: Any, images: list[np.ndarray], clicks: int, seed: int) -> list[np.ndarray]:
-    """Mask logits (3 per click) through ``decoder`` on ``encoder``'s embeddings of ``images``, for seeded clicks."""
-    from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+def _click_masks(predictor: Any, embeddings: list[np.ndarray], images: list[np.ndarray], clicks: int,
+                 seed: int) -> list[np.ndarray]:
+    """Mask logits (3 per click) of ``predictor``'s decoder on the given image ``embeddings``, for ``clicks`` seeded
+    clicks per image (the same clicks for every candidate: the same ``seed``)."""
+    from vitdeploy.validation.masks import seeded_clicks
 
-    predictor = SamPredictor(encoder, decoder)
     rng = np.random.default_rng(seed)
     out = []
-    for image in images:
-        predictor.set_image(image)
-        h, w = image.shape[:2]
-        for _ in range(clicks):
-            point = np.array([[rng.uniform(0, w - 1), rng.uniform(0, h - 1)]])
+    for embedding, image in zip(embeddings, images):
+        predictor.set_image_embedding(embedding, image.shape[:2])
+        for point in seeded_clicks(*image.shape[:2], clicks, rng):
             logits, _, _ = predictor.predict(point_coords=point, point_labels=np.array([1]), multimask_output=True,
                                              return_logits=True)
             out.append(logits)
@@ -171,15 +165,18 @@ def _masks(encoder: Any, decoder: Any, images: list[np.ndarray], clicks: int, se
 
 
 def _judge(verdict: Verdict, runner: Any, sets: list[Any], want: list[dict[str, np.ndarray]],
-           masks: Callable[[Any], list[np.ndarray]] | None, want_masks: list[np.ndarray] | None,
+           masks: Callable[[list[dict[str, np.ndarray]]], list[np.ndarray]] | None, want_masks: list[np.ndarray] | None,
            options: TuneOptions) -> None:
+    """Fill ``verdict``: every output of ``runner`` on ``sets`` against ``want``, the masks its outputs give (``masks``)
+    against ``want_masks``, then its latency."""
     from vitdeploy.validation.latency import measure_latency
     from vitdeploy.validation.masks import STABLE_MIN, compare_masks, stability_score
     from vitdeploy.validation.parity import compare
 
-    failures, cosines, rel_l2 = [], [], []
+    failures, cosines, rel_l2, outputs = [], [], [], []
     for input_set, reference in zip(sets, want):
         got = runner.run(input_set.feeds)
+        outputs.append(got)
         for name, value in reference.items():
             result = compare(value, got[name], verdict.budget, label=f"{input_set.label} {name}")
             cosines.append(result.cosine)
@@ -188,7 +185,7 @@ def _judge(verdict: Verdict, runner: Any, sets: list[Any], want: list[dict[str, 
     verdict.cosine_min, verdict.rel_l2_max = min(cosines), max(rel_l2)
     if masks is not None and want_masks is not None:
         ious, stable = [], []
-        for ref, cand in zip(want_masks, masks(runner)):
+        for ref, cand in zip(want_masks, masks(outputs)):
             parity = compare_masks(ref, cand, verdict.budget)
             ious += parity.iou
             stable += [iou for iou, score in zip(parity.iou, stability_score(ref)) if score >= STABLE_MIN]
@@ -222,18 +219,22 @@ def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | 
     sets, images = _inputs(model, metadata, reference, options)
     echo(f"reference: {model.name} as written on {reference.provider or reference.name}; {len(sets)} input set(s)")
     want = [reference.run(s.feeds) for s in sets]
-    masks: Callable[[Any], list[np.ndarray]] | None = None
+    masks: Callable[[list[dict[str, np.ndarray]]], list[np.ndarray]] | None = None
     want_masks = None
     if options.decoder:
         if not images:  # (a file that is no SAM encoder is refused by SamPredictor, below)
             raise InputError("--decoder needs images")
-        decoder = open_runner(options.decoder, threads=available_cores(), runtime=DEFAULT_RUNTIME)
+        from vitdeploy.runtime.apps.sam_predictor import SamPredictor
 
-        def through_decoder(encoder: Any) -> list[np.ndarray]:
-            return _masks(encoder, decoder, images, options.clicks, options.seed)
+        predictor = SamPredictor(reference, open_runner(options.decoder, threads=available_cores(), runtime=DEFAULT_RUNTIME))
+
+        def through_decoder(outputs: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+            """The masks of the embeddings a candidate computed (no second encoder run)."""
+            embeddings = [out[predictor.encoder_output] for out in outputs]
+            return _click_masks(predictor, embeddings, images, options.clicks, options.seed)
 
         masks = through_decoder
-        want_masks = masks(reference)
+        want_masks = masks(want)
         echo(f"masks: {options.clicks} seeded click(s) per image x 3 through {Path(options.decoder).name} as written")
     report = TuneReport(model, output, f"{model.name} as written on {reference.provider or reference.name}",
                         [Path(s.source).name if s.source else s.label for s in sets])
@@ -293,4 +294,4 @@ def summary_lines(report: TuneReport) -> list[str]:
     return lines
 
 
-__all__ = ["BF16_FLAGS", "TuneOptions", "TuneReport", "Verdict", "candidates", "summary_lines", "tune"]
+__all__ = ["TuneOptions", "TuneReport", "Verdict", "candidates", "summary_lines", "tune"]

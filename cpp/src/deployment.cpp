@@ -6,6 +6,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -43,15 +44,14 @@ std::string lower(std::string s) {
     return s;
 }
 
-// The model's SHA-256, and with an external data file '<name>.data' the SHA-256 of "<model digest> <data digest>".
+// The model's SHA-256, and with an external data file '<name>.data' the SHA-256 of "<model digest> <data digest>"
+// (vitdeploy.runtime.backends.deployment.model_digest), each file streamed.
 std::string model_digest(const std::string& model_path) {
-    std::string model = read_file(model_path);
-    std::string digest = sha256_hex(model.data(), model.size());
+    std::string digest = sha256_file_hex(model_path);
     std::string data_path = model_path + ".data";
     std::error_code ec;
     if (std::filesystem::is_regular_file(data_path, ec)) {
-        std::string data = read_file(data_path);
-        std::string joined = digest + " " + sha256_hex(data.data(), data.size());
+        std::string joined = digest + " " + sha256_file_hex(data_path);
         digest = sha256_hex(joined.data(), joined.size());
     }
     return digest;
@@ -135,13 +135,7 @@ DeploymentProfile read_deployment_profile(const std::string& model_path, const s
     out.runtime = string_member(*chosen, "runtime");
     out.precision = string_member(*chosen, "precision");
     if (const Json* t = member(*chosen, "threads"); t && t->is_number()) out.threads = static_cast<int>(t->as_integer());
-    std::vector<std::string> problems;
-    try {
-        if (string_member(doc, "model_sha256") != model_digest(model_path))
-            problems.push_back("it was tuned for another file (its SHA-256 differs)");
-    } catch (const Error& e) {
-        problems.push_back(e.what());
-    }
+    std::vector<std::string> problems;  // machine and runtime first: the model is hashed only when they fit
     MachineFingerprint here = machine_fingerprint();
     std::string tuned_flags;
     if (const Json* f = member(*machine, "flags"); f && f->is_array())
@@ -154,6 +148,14 @@ DeploymentProfile read_deployment_profile(const std::string& model_path, const s
         problems.push_back("it was tuned on another core count (here " + std::to_string(here.cores) + ")");
     if (out.runtime == "onnxruntime" && string_member(*versions, "onnxruntime") != ort_version)
         problems.push_back("it was tuned with onnxruntime " + string_member(*versions, "onnxruntime") + ", here " + ort_version);
+    if (problems.empty()) {
+        try {
+            if (string_member(doc, "model_sha256") != model_digest(model_path))
+                problems.push_back("it was tuned for another file (its SHA-256 differs)");
+        } catch (const Error& e) {
+            problems.push_back(e.what());
+        }
+    }
     if (!problems.empty()) {
         out.note = name + " ignored: " + problems.front();
         return out;

@@ -121,6 +121,13 @@ TEST_CASE(sha256_matches_the_standard_vectors) {
     CHECK(sha256_hex(two_blocks.data(), two_blocks.size()) == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
     std::string million(1000000, 'a');
     CHECK(sha256_hex(million.data(), million.size()) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    // Streamed from a file in blocks: a million bytes cross no block edge, nine million cross two.
+    CHECK(sha256_file_hex(write_file("million.bin", million)) == sha256_hex(million.data(), million.size()));
+    std::string nine(9000000, 'b');
+    nine[4194303] = 'x';  // the last byte of the first block
+    CHECK(sha256_file_hex(write_file("nine.bin", nine)) == sha256_hex(nine.data(), nine.size()));
+    CHECK(sha256_file_hex(write_file("empty.bin", "")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    CHECK_THROWS(InputError, sha256_file_hex((temp_dir() / "nope.bin").string()), "cannot read");
 }
 
 TEST_CASE(half_and_bfloat16_round_to_nearest_even) {

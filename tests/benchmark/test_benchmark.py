@@ -14,21 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 
+from tests.cli_helpers import run
 from vitdeploy.benchmark.autocast import AutocastModule
 from vitdeploy.benchmark.contenders import Contender, input_template
 from vitdeploy.benchmark.harness import make_feeds, run_benchmark
-from vitdeploy.cli import cli
 from vitdeploy.errors import InputError
 from vitdeploy.validation.parity import compare
 
 pytest_plugins = ["tests.sam_tiny_fixtures"]  # tiny_sam_artifacts
-
-
-def run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.output
 
 
 @pytest.fixture(scope="module")

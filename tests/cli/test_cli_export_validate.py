@@ -15,12 +15,8 @@ import torch
 from click.testing import CliRunner
 from PIL import Image
 
+from tests.cli_helpers import assert_user_error, run
 from vitdeploy.cli import cli
-
-
-def run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.output
 
 
 @pytest.fixture(scope="module")
@@ -36,15 +32,6 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     assert code == 0, output
     assert "RANDOM WEIGHTS" in output
     return recipe, out
-
-
-def _assert_user_error(code: int, output: str, *needles: str) -> None:
-    assert code == 1, output
-    assert "Traceback" not in output
-    error_lines = [line for line in output.splitlines() if line.startswith("error:")]
-    assert len(error_lines) == 1, output
-    for needle in needles:
-        assert needle in error_lines[0], output
 
 
 def test_export_report_and_validate_pass(exported: tuple[Path, Path], tmp_path: Path) -> None:
@@ -74,7 +61,7 @@ def test_validate_fails_with_exit_1_when_parity_fails(exported: tuple[Path, Path
     lying = tmp_path / "lying.onnx"
     onnx.save(proto, str(lying))
     code, output = run("validate", str(lying), "--runs", "0")
-    _assert_user_error(code, output, "exceed the 'fp32' tolerances")
+    assert_user_error(code, output, "exceed the 'fp32' tolerances")
     assert "FAIL" in output
 
 
@@ -83,12 +70,12 @@ def test_checkpoint_export_needs_the_same_checkpoint_to_validate(tiny_recipe: Pa
     code, output = run("export", "-r", str(tiny_recipe), "-c", str(tiny_checkpoint), "-o", str(out))
     assert code == 0, output
     assert "RANDOM" not in output
-    _assert_user_error(*run("validate", str(out), "--runs", "0"), "pass it with --checkpoint")
+    assert_user_error(*run("validate", str(out), "--runs", "0"), "pass it with --checkpoint")
     other = tmp_path / "other.pth"
     state = torch.load(tiny_checkpoint, weights_only=True)
     state["image_encoder.pos_embed"] = state["image_encoder.pos_embed"] + 1
     torch.save(state, other)
-    _assert_user_error(*run("validate", str(out), "-c", str(other), "--runs", "0"), "not the one this model was exported from")
+    assert_user_error(*run("validate", str(out), "-c", str(other), "--runs", "0"), "not the one this model was exported from")
     code, output = run("validate", str(out), "-c", str(tiny_checkpoint), "--runs", "0")
     assert code == 0, output
 
@@ -123,7 +110,7 @@ def test_bad_checkpoints(tiny_recipe: Path, tiny_checkpoint: Path, tmp_path: Pat
     ckpt = make_checkpoint(tmp_path, tiny_checkpoint)
     out = tmp_path / "o.onnx"
     code, output = run("export", "-r", str(tiny_recipe), "-c", str(ckpt), "-o", str(out))
-    _assert_user_error(code, output, needle)
+    assert_user_error(code, output, needle)
     assert "pwned" not in output
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
@@ -132,33 +119,33 @@ def test_bad_checkpoints(tiny_recipe: Path, tiny_checkpoint: Path, tmp_path: Pat
 def test_checkpoint_of_another_variant(tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "o.onnx"
     code, output = run("export", "-r", "sam_vit_b", "-c", str(tiny_checkpoint), "-o", str(out))
-    _assert_user_error(code, output, "does not fit recipe 'sam_vit_b'", "embed_dim 32", "--recipe")
+    assert_user_error(code, output, "does not fit recipe 'sam_vit_b'", "embed_dim 32", "--recipe")
     assert not out.exists()
 
 
 def test_input_size_not_multiple_of_patch(tiny_recipe: Path, tmp_path: Path) -> None:
     out = tmp_path / "o.onnx"
     code, output = run("export", "-r", str(tiny_recipe), "--random-weights", "--input-size", "50", "-o", str(out))
-    _assert_user_error(code, output, "not a multiple of the patch size 8", "use 48 or 56")
+    assert_user_error(code, output, "not a multiple of the patch size 8", "use 48 or 56")
     assert not out.exists()
 
 
 def test_output_in_missing_directory(tiny_recipe: Path, tmp_path: Path) -> None:
     out = tmp_path / "no" / "such" / "dir" / "o.onnx"
-    _assert_user_error(*run("export", "-r", str(tiny_recipe), "--random-weights", "-o", str(out)), "does not exist")
+    assert_user_error(*run("export", "-r", str(tiny_recipe), "--random-weights", "-o", str(out)), "does not exist")
     assert not (tmp_path / "no").exists()
 
 
 def test_weights_must_be_chosen(tiny_recipe: Path, tmp_path: Path) -> None:
-    _assert_user_error(*run("export", "-r", str(tiny_recipe), "-o", str(tmp_path / "o.onnx")), "--random-weights")
+    assert_user_error(*run("export", "-r", str(tiny_recipe), "-o", str(tmp_path / "o.onnx")), "--random-weights")
 
 
 def test_unreadable_image_and_missing_model(exported: tuple[Path, Path], tmp_path: Path) -> None:
     _, model = exported
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"not a png at all")
-    _assert_user_error(*run("validate", str(model), "--images", str(bad), "--runs", "0"), "cannot be decoded")
-    _assert_user_error(*run("validate", str(tmp_path / "none.onnx")), "not found")
+    assert_user_error(*run("validate", str(model), "--images", str(bad), "--runs", "0"), "cannot be decoded")
+    assert_user_error(*run("validate", str(tmp_path / "none.onnx")), "not found")
 
 
 def test_verbose_shows_the_traceback(tiny_recipe: Path, tmp_path: Path) -> None:

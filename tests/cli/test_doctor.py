@@ -8,15 +8,10 @@ import sys
 import onnxruntime
 import pytest
 import torch
-from click.testing import CliRunner
 
+from tests.cli_helpers import run
 from vitdeploy.cli import cli
 from vitdeploy.doctor import Component, probe_components, tensorrt_unavailable_reason, verb_readiness
-
-
-def run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.output
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["fast", "deep"])

@@ -15,11 +15,10 @@ from types import SimpleNamespace
 import numpy as np
 import onnx
 import pytest
-from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.cli_helpers import assert_user_error, run
 from tests.conftest import IR_VERSION
-from vitdeploy.cli import cli
 from vitdeploy.engine.build_log import BuildLog
 from vitdeploy.engine.builder import BuildOptions, check_options, engine_precision
 from vitdeploy.engine.library import CLASSIC, TensorRTLibrary
@@ -63,20 +62,6 @@ def make_onnx(path: Path, *, batch: int | str = 1, kind: str = "fp32", external:
     else:
         onnx.save(model, str(path))
     return path
-
-
-def run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.output
-
-
-def assert_user_error(code: int, output: str, *needles: str) -> None:
-    assert code == 1, output
-    assert "Traceback" not in output
-    errors = [line for line in output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, output
-    for needle in needles:
-        assert needle in errors[0], output
 
 
 # --- ONNX facts -------------------------------------------------------------------------------------------

@@ -15,11 +15,10 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from click.testing import CliRunner
 from onnx import helper
 
+from tests.cli_helpers import run
 from tests.conftest import IR_VERSION
-from vitdeploy.cli import cli
 from vitdeploy.doctor import tensorrt_unavailable_reason
 from vitdeploy.engine.builder import BuildOptions, build_engine
 from vitdeploy.engine.library import load_library
@@ -35,11 +34,6 @@ TRT_REASON = tensorrt_unavailable_reason()
 LIB = None if TRT_REASON else load_library("auto", "the GPU tests")
 pytestmark = [pytest.mark.tensorrt, pytest.mark.gpu,
               pytest.mark.skipif(TRT_REASON is not None, reason=f"needs TensorRT and a GPU: {TRT_REASON}")]
-
-
-def run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.output
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import onnx
 import pytest
-from click.testing import CliRunner
 from onnx import helper, numpy_helper
 
+from tests.cli_helpers import run
 from tests.conftest import IR_VERSION, TINY_RECIPE, TINY_TIMM_RECIPE
-from vitdeploy.cli import cli
 from vitdeploy.engine.builder import BuildOptions, build_engine, check_options
 from vitdeploy.engine.library import RTX, RTX_DEFAULT_TARGETS, load_library
 from vitdeploy.engine.sidecar import read_plan_checked, read_sidecar, sidecar_path
@@ -32,11 +31,6 @@ except MissingDependencyError as exc:  # the dev extra installs it: CI never ski
     LIBRARY, RTX_REASON = None, str(exc)
 pytestmark = [pytest.mark.tensorrt_rtx,
               pytest.mark.skipif(RTX_REASON is not None, reason=f"needs TensorRT for RTX: {RTX_REASON}")]
-
-
-def run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.output
 
 
 def gpu_present() -> bool:

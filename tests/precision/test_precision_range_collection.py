@@ -42,6 +42,14 @@ def _ort_calibrated(source: onnx.ModelProto, nodes: list[str], feeds: list[dict]
     return onnx.load(str(tmp / "ort.onnx"))
 
 
+def _named_graph(tiny_exports, calib_cache) -> tuple[onnx.ModelProto, list, list]:
+    """(the tiny MatMul export with every node named, its calibration feeds, its quantizable nodes)."""
+    cal, _ = calibration_feeds(tiny_exports["matmul"], calib_cache)
+    source = ensure_node_names(onnx.load(str(tiny_exports["matmul"])))
+    nodes, _ = quantizable_nodes(source)
+    return source, cal, nodes
+
+
 def test_streamed_minmax_gives_onnxruntimes_scales_exactly(tiny_exports, calib_cache, tmp_path: Path) -> None:
     from onnxruntime.quantization import CalibrationMethod
 
@@ -74,10 +82,7 @@ def test_entropy_threshold_is_onnxruntimes_search() -> None:
 
 
 def test_entropy_now_clips_outliers_where_minmax_does_not(tiny_exports, calib_cache) -> None:
-    model = onnx.load(str(tiny_exports["matmul"]))
-    cal, _ = calibration_feeds(tiny_exports["matmul"], calib_cache)
-    source = ensure_node_names(onnx.ModelProto.FromString(model.SerializeToString()))
-    nodes, _ = quantizable_nodes(source)
+    source, cal, nodes = _named_graph(tiny_exports, calib_cache)
     names = calibrated_tensors(source, nodes)
     minmax = collect_ranges(source, cal[:4], names, RangeConfig("minmax"))
     entropy = collect_ranges(source, cal[:4], names, RangeConfig("entropy"))
@@ -91,10 +96,7 @@ def test_no_tensor_outlives_its_node(tiny_exports, calib_cache) -> None:
     from vitdeploy.precision.range_collection import _Collector
     from vitdeploy.precision.segments import SegmentRunner
 
-    model = onnx.load(str(tiny_exports["matmul"]))
-    cal, _ = calibration_feeds(tiny_exports["matmul"], calib_cache)
-    source = ensure_node_names(onnx.ModelProto.FromString(model.SerializeToString()))
-    nodes, _ = quantizable_nodes(source)
+    source, cal, nodes = _named_graph(tiny_exports, calib_cache)
     tensors = calibrated_tensors(source, nodes)
     collector = _Collector(tensors, RangeConfig("percentile"))
     refs: list[weakref.ref] = []

@@ -8,6 +8,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -209,9 +210,7 @@ def ort_device_options(choices: tuple[str, ...], help_text: str = "ONNX Runtime 
     return decorate
 
 
-#: The runtimes that open ONNX files, from the registry (it imports no runtime).
-RUNTIME_CHOICES = ONNX_RUNTIMES
-#: With ``auto`` first: the choices of verbs that run a deployment.
+#: ``--runtime`` choices: ``auto``, then the runtimes that open ONNX files, from the registry (it imports no runtime).
 AUTO_RUNTIME_CHOICES = (AUTO, *ONNX_RUNTIMES)
 _OPENVINO_HELP = "openvino: OpenVINO on the CPU, FP32 unless --inference-precision bf16 (pip install 'vitdeploy[openvino]')."
 _AUTO_HELP = ("auto: the deployment profile 'vitdeploy tune' wrote beside the file, else this CPU's measured default "
@@ -254,11 +253,8 @@ def threads_for(runtime: str, threads: int | None) -> int | None:
 
 def echo_deployments(*runners: Any) -> None:
     """One line per runner that ``--runtime auto`` opened: what it chose and why (stderr, beside the notes)."""
-    from pathlib import Path
-
     for runner in runners:
         chosen = getattr(runner, "deployment", None)
         if chosen is not None:
             name = Path(runner.path).name if runner.path else runner.name
-            click.echo(f"note: {name} runs as {chosen.label()}, {chosen.threads or 'default'} thread(s): {chosen.source}",
-                       err=True)
+            click.echo(f"note: {name} runs as {chosen.describe()}", err=True)

@@ -101,6 +101,13 @@ def stability_score(logits: np.ndarray, threshold: float = 0.0, offset: float = 
     return np.where(low > 0, high / np.maximum(low, 1), 1.0)
 
 
+def seeded_clicks(height: int, width: int, count: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``count`` single clicks uniform over a ``height`` x ``width`` image, each a (1, 2) x, y array, drawn from ``rng``
+    (x then y per click): the prompts the BF16 mask checks (``vitdeploy tune``, benchmarks/bf16_mask_agreement.py)
+    give the reference and the candidate alike."""
+    return [np.array([[rng.uniform(0, width - 1), rng.uniform(0, height - 1)]]) for _ in range(count)]
+
+
 def _binary(masks: object, threshold: float) -> np.ndarray:
     if hasattr(masks, "detach"):
         masks = masks.detach().cpu().numpy()  # torch tensor, without importing torch here

@@ -156,8 +156,7 @@ class Runner(abc.ABC):
     def notes(self, threads: int | None = None) -> list[str]:
         """What a user should know about how the file runs here, one line each (``validate``/``benchmark`` print them):
         what ran, then the warnings."""
-        chosen = ([f"chosen by --runtime auto: {self.deployment.label()}, {self.deployment.threads or 'default'} "
-                   f"thread(s), from {self.deployment.source}"] if self.deployment is not None else [])
+        chosen = [f"chosen by --runtime auto: {self.deployment.describe()}"] if self.deployment is not None else []
         return chosen + ([f"runs on {self.provider}"] if self.provider else []) + [f"warning: {w}" for w in self.warnings]
 
     # -- lifetime ----------------------------------------------------------------------------------------

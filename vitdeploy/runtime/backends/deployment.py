@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from vitdeploy.cpu_features import REPORTED, CpuFeatures, available_cores, cpu_features
 from vitdeploy.errors import InputError
 from vitdeploy.fileio import sha256_file
-from vitdeploy.precisions import PRECISION_POLICIES
+from vitdeploy.precisions import PRECISION_POLICIES, Precision
 from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, ONNX_RUNTIMES, RUNTIMES
 
 #: The ``--runtime`` value that asks for this module's choice.
@@ -37,6 +37,8 @@ AUTO = "auto"
 PROFILE_FORMAT = "vitdeploy-deployment-profile/1"
 #: ``encoder.onnx`` -> ``encoder.profile.json``.
 PROFILE_SUFFIX = ".profile.json"
+#: The runtime that runs an FP32 file's layers in BF16 on the CPU (``--inference-precision bf16``).
+BF16_RUNTIME = "openvino"
 #: The PyPI distribution whose version a runtime's results depend on.
 RUNTIME_DISTRIBUTIONS = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu"), "openvino": ("openvino",)}
 
@@ -63,6 +65,10 @@ class Deployment:
         """``openvino bf16``, ``onnxruntime file fused_attention=False``: the candidate's name in tables."""
         parts = [self.runtime, self.precision, *(f"{k}={v}" for k, v in self.settings)]
         return " ".join(parts)
+
+    def describe(self) -> str:
+        """``openvino bf16, 2 thread(s): profile x.profile.json``: what runs, and why (the verbs' note line)."""
+        return f"{self.label()}, {self.threads or 'default'} thread(s): {self.source}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"runtime": self.runtime, "precision": self.precision, "threads": self.threads,
@@ -174,10 +180,9 @@ def read_profile(path: str | Path) -> dict[str, Any]:
 
 
 def profile_problems(profile: dict[str, Any], model: str | Path, features: CpuFeatures | None = None) -> list[str]:
-    """Why ``profile`` does not describe running ``model`` here (empty: it does). Each problem is one phrase."""
+    """Why ``profile`` does not describe running ``model`` here (empty: it does), each one phrase. The machine and the
+    runtime version are checked first; the model file is hashed only when they fit (a foreign profile costs no I/O)."""
     problems = []
-    if profile["model_sha256"] != model_digest(model):
-        problems.append(f"it was tuned for another file than '{Path(model).name}' (its SHA-256 differs)")
     tuned, here = profile["machine"], machine_fingerprint(features)
     for key, what in (("cpu", "CPU"), ("family_model", "CPU family/model"), ("flags", "CPU flags"), ("cores", "core count")):
         if tuned.get(key) != here[key]:
@@ -191,6 +196,8 @@ def profile_problems(profile: dict[str, Any], model: str | Path, features: CpuFe
                             if runtime in RUNTIMES else f"its runtime '{runtime}' is unknown")
         elif was != now:
             problems.append(f"it was tuned with {runtime} {was}, here {now}")
+    if not problems and profile["model_sha256"] != model_digest(model):
+        problems.append(f"it was tuned for another file than '{Path(model).name}' (its SHA-256 differs)")
     return problems
 
 
@@ -236,32 +243,25 @@ def resolve(model: str | Path, *, precision: str | None = None, threads: int | N
                              f"'vitdeploy tune {model}' on this machine")
         if problems:
             refused = f"; {found.name} ignored: {problems[0]}"
-        else:
-            chosen = Deployment.from_dict(data["chosen"], f"'{found}'")
-            if precision is None or chosen.precision == precision:
-                return Deployment(chosen.runtime, chosen.precision, threads or chosen.threads or available_cores(),
-                                  chosen.settings, f"profile {found.name}")
-            passing = [Deployment.from_dict(c["deployment"], f"'{found}'") for c in data.get("candidates", [])
-                       if c.get("passed") and isinstance(c.get("deployment"), dict)
-                       and c["deployment"].get("precision") == precision]
-            if passing:
-                best = passing[0]
-                return Deployment(best.runtime, best.precision, threads or best.threads or available_cores(),
-                                  best.settings, f"profile {found.name} (fastest passing {precision})")
+        else:  # the choice, or (a precision asked for) the fastest candidate that passed at that precision
+            offered = [data["chosen"]] + [c.get("deployment") for c in data.get("candidates", []) if c.get("passed")]
+            fitting = [d for d in offered if precision is None or (isinstance(d, dict) and d.get("precision") == precision)]
+            if fitting:
+                best = Deployment.from_dict(fitting[0], f"'{found}'")
+                how = "" if fitting[0] is data["chosen"] else f" (fastest passing {precision})"
+                return replace(best, threads=threads or best.threads or available_cores(), source=f"profile {found.name}{how}")
             refused = f"; {found.name} has no passing {precision} candidate"
     elif explicit:
         raise InputError(f"no deployment profile at '{found}': write one with 'vitdeploy tune {model}'")
     try:
         meta = read_onnx_metadata(model)
-    except InputError:
+    except InputError:  # a damaged file: the runner that opens it next says so in its own words
         meta = {}
-    file_precision = str(meta.get("precision", "fp32"))
-    chosen = cpu_default(meta.get("family"), file_precision)
+    chosen = cpu_default(meta.get("family"), Precision.of(meta))
     if precision is not None and chosen.precision != precision:
-        chosen = Deployment(DEFAULT_RUNTIME if precision == "file" else "openvino", precision,
+        chosen = Deployment(DEFAULT_RUNTIME if precision == "file" else BF16_RUNTIME, precision,
                             source=f"asked (--inference-precision {precision})")
-    return Deployment(chosen.runtime, chosen.precision, threads or available_cores(), chosen.settings,
-                      chosen.source + refused)
+    return replace(chosen, threads=threads or available_cores(), source=chosen.source + refused)
 
 
 __all__ = ["AUTO", "CPU_DEFAULTS", "PROFILE_FORMAT", "PROFILE_SUFFIX", "CpuDefault", "Deployment", "cpu_default",
