@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
 
 import click
 
+from vitdeploy.cli.dataset_jobs import dataset_job_options, resolve_deployment, run_dataset_job
 from vitdeploy.cli.options import (force_option, handle_errors, ort_device_options, auto_runtime_option, echo_deployments, runtime_threads_option, threads_for,
                                    sam_pair_options, verbose_option)
 
 
 @click.command("segment-all")
 @sam_pair_options
-@click.option("--image", "-i", required=True, type=click.Path(dir_okay=False, path_type=str), help="Input image.")
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=str),
-              help="JSON file of mask records (segmentation as COCO RLE, area, bbox XYWH, predicted_iou, "
+@click.option("--image", "-i", default=None, type=click.Path(dir_okay=False, path_type=str),
+              help="Input image (or --images and --out-dir for many).")
+@click.option("--output", "-o", default=None, type=click.Path(dir_okay=False, path_type=str),
+              help="With --image: JSON file of mask records (segmentation as COCO RLE, area, bbox XYWH, predicted_iou, "
                    "point_coords, stability_score, crop_box XYWH: the official generator's records).")
 @click.option("--overlay", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Picture of the masks over the image (default: next to --output, <stem>.overlay.png).")
@@ -37,8 +40,10 @@ from vitdeploy.cli.options import (force_option, handle_errors, ort_device_optio
               help="Points per side in crop layer i: --points-per-side / FACTOR**i.")
 @click.option("--min-mask-region-area", type=click.IntRange(min=0), default=0, show_default=True,
               help="Fill holes and drop islands smaller than this many pixels (needs scipy: 'vitdeploy[amg]').")
-@click.option("--output-mode", type=click.Choice(["uncompressed_rle", "coco_rle"]), default="uncompressed_rle",
-              show_default=True, help="Segmentation encoding: COCO's uncompressed RLE, or its compressed string (pycocotools').")
+@click.option("--output-mode", type=click.Choice(["uncompressed_rle", "coco_rle"]), default=None,
+              help="Segmentation encoding: COCO's uncompressed RLE, or its compressed string (pycocotools'). "
+                   "[default: uncompressed_rle for --image, coco_rle for --images]")
+@functools.partial(dataset_job_options, required=False)
 @ort_device_options(("cpu", "cuda", "tensorrt"))
 @auto_runtime_option
 @runtime_threads_option
@@ -48,7 +53,8 @@ from vitdeploy.cli.options import (force_option, handle_errors, ort_device_optio
 def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: str | None, points_per_side: int,
                 pred_iou_thresh: float, stability_score_thresh: float, stability_score_offset: float, box_nms_thresh: float,
                 crop_n_layers: int, crop_nms_thresh: float, crop_overlap_ratio: float, crop_n_points_downscale_factor: int,
-                min_mask_region_area: int, output_mode: str, device: str, tf32: bool, allow_unverified: bool, runtime: str, inference_precision: str, threads: int, force: bool,
+                min_mask_region_area: int, output_mode: str | None, images: str | None, out_dir: str | None,
+                shard_size: int | None, ray_address: str | None, workers: int | None, device: str, tf32: bool, allow_unverified: bool, runtime: str, inference_precision: str, threads: int, force: bool,
                 verbose: bool) -> None:
     """Segment everything in an image: a grid of clicks, filtered and de-duplicated (SamAutomaticMaskGenerator).
 
@@ -57,14 +63,45 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
     place of OpenCV) and COCO RLE output included. Each grid point is one decoder call.
 
     \b
+    With --images and --out-dir, a dataset job: every image of a folder, glob or list, masks as COCO RLE JSON
+    lines (one line per image) in shards with a manifest; resumable, bad images recorded and skipped, in this
+    process or on Ray (--ray), as 'vitdeploy embed'.
+
+    \b
     Examples:
       vitdeploy segment-all -e sam_vit_b.onnx -d sam_vit_b_decoder.onnx -i street.jpg -o street_masks.json
+      vitdeploy segment-all -e sam_vit_b.onnx -d sam_vit_b_decoder.onnx --images photos/ --out-dir masks/ --ray
       vitdeploy segment-all -e enc.onnx -d dec.onnx -i cells.png -o cells.json --points-per-side 16 --pred-iou-thresh 0.8
       vitdeploy segment-all -e enc.onnx -d dec.onnx -i street.jpg -o small.json --crop-n-layers 1 --min-mask-region-area 100
     """
     from vitdeploy.errors import InputError
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs, require_model_file
 
+    options = dict(points_per_side=points_per_side, pred_iou_thresh=pred_iou_thresh,
+                   stability_score_thresh=stability_score_thresh, stability_score_offset=stability_score_offset,
+                   box_nms_thresh=box_nms_thresh, crop_n_layers=crop_n_layers, crop_nms_thresh=crop_nms_thresh,
+                   crop_overlap_ratio=crop_overlap_ratio, crop_n_points_downscale_factor=crop_n_points_downscale_factor,
+                   min_mask_region_area=min_mask_region_area)
+    if images is not None or out_dir is not None:
+        if image is not None or output is not None or overlay is not None:
+            raise click.UsageError("give either --image and --output (one image) or --images and --out-dir (a dataset job)")
+        if images is None or out_dir is None:
+            raise click.UsageError("a dataset job needs both --images and --out-dir")
+        if tf32 or allow_unverified:
+            raise click.UsageError("--tf32 and --allow-unverified are for one image (--image)")
+        from vitdeploy.runtime.apps.dataset_job import JobConfig
+
+        chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device)
+        config = JobConfig(kind="masks", encoder=encoder, decoder=decoder, runtime=chosen.runtime,
+                           precision=chosen.precision, settings=chosen.settings, threads=threads, device=device,
+                           mask_options={**options, "output_mode": output_mode or "coco_rle"})
+        run_dataset_job(config, images, out_dir, shard_size, ray_address, workers, chosen, "segmenting")
+        return
+    if image is None or output is None:
+        raise click.UsageError("give --image and --output (one image), or --images and --out-dir (a dataset job)")
+    if shard_size is not None or ray_address is not None or workers is not None:
+        raise click.UsageError("--shard-size, --ray and --workers are for a dataset job (--images and --out-dir)")
+    output_mode = output_mode or "uncompressed_rle"
     out_path = Path(output)
     if out_path.suffix.lower() != ".json":
         raise InputError(f"--output '{output}' must be a .json file (mask records)")
@@ -86,12 +123,7 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
     predictor = SamPredictor(encoder, decoder, device=device, threads=threads_for(runtime, threads), tf32=tf32, allow_unverified=allow_unverified,
                              runtime=runtime, inference_precision=inference_precision)
     echo_deployments(predictor.encoder, predictor.decoder)
-    generator = SamAutomaticMaskGenerator(
-        predictor, points_per_side=points_per_side, pred_iou_thresh=pred_iou_thresh,
-        stability_score_thresh=stability_score_thresh, stability_score_offset=stability_score_offset,
-        box_nms_thresh=box_nms_thresh, crop_n_layers=crop_n_layers, crop_nms_thresh=crop_nms_thresh,
-        crop_overlap_ratio=crop_overlap_ratio, crop_n_points_downscale_factor=crop_n_points_downscale_factor,
-        min_mask_region_area=min_mask_region_area, output_mode="uncompressed_rle")
+    generator = SamAutomaticMaskGenerator(predictor, **options, output_mode="uncompressed_rle")
     progress = StageProgress()
     crops = f", {crop_n_layers} crop layer(s)" if crop_n_layers else ""
     click.echo(f"segmenting {Path(image).name} ({picture.shape[1]}x{picture.shape[0]}): {points_per_side}x{points_per_side} "

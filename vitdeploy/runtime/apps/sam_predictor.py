@@ -57,15 +57,20 @@ def as_runner(model: Runner | str | os.PathLike, device: str = "cpu", threads: i
     raise InputError(f"expected a model path or a Runner (a vitdeploy.runtime.Runner subclass), got {type(model).__name__}")
 
 
+def check_sam_encoder(encoder: dict[str, Any], name: str = "the encoder artifact") -> None:
+    """Raise InputError unless ``encoder`` (metadata) is a SAM image encoder's."""
+    if encoder.get("family") != "sam_image_encoder":
+        raise InputError(f"{name} is a '{encoder.get('family')}' model, not a SAM image encoder: "
+                         "pass the file written by 'vitdeploy export --recipe sam_vit_b' (or _l/_h)")
+
+
 def check_artifact_pair(encoder: dict[str, Any], decoder: dict[str, Any], *, check_weights: bool = True) -> None:
     """Raise InputError unless the encoder and decoder metadata describe one SAM model.
 
     Checked: families, variant, input size, embedding grid and channels, and (``check_weights``) that
     the weights come from the same checkpoint (SHA-256) or the same random seed.
     """
-    if encoder.get("family") != "sam_image_encoder":
-        raise InputError(f"the encoder artifact is a '{encoder.get('family')}' model, not a SAM image encoder: "
-                         "pass the file written by 'vitdeploy export --recipe sam_vit_b' (or _l/_h)")
+    check_sam_encoder(encoder)
     if decoder.get("family") != "sam_mask_decoder":
         raise InputError(f"the decoder artifact is a '{decoder.get('family')}' model, not a SAM mask decoder: "
                          "pass the file written by 'vitdeploy export --recipe sam_vit_b_decoder' (or _l/_h)")

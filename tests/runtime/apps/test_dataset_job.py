@@ -1,0 +1,211 @@
+"""Dataset jobs (``vitdeploy embed``, ``segment-all --images``): the official model's numbers, sharded, resumable.
+
+In-process runs here; the Ray runs (same outputs, a killed actor) are in ``test_dataset_ray.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from tests.cli_helpers import assert_user_error, run
+from tests.sam_tiny import SEED, TinySamArtifacts, sample_image, tiny_official_sam
+from vitdeploy.errors import InputError
+from vitdeploy.runtime.apps.dataset_job import FAULT_SIGINT_AFTER, JobConfig, list_images, plan_job, run_in_process, run_job
+from vitdeploy.runtime.apps.dataset_store import read_embedding_shard
+from vitdeploy.validation.parity import TOLERANCES, compare
+
+pytest_plugins = ["tests.sam_tiny_fixtures"]
+
+FP32 = TOLERANCES["fp32"]
+#: The images of the job: sizes that resize up and down, wide and tall (SAM pads to a square).
+SHAPES = [(48, 80), (90, 70), (64, 64), (30, 100), (77, 41)]
+
+
+def make_images(folder: Path, broken: bool = True) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k, shape in enumerate(SHAPES):
+        path = folder / f"img_{k}.{'png' if k % 2 else 'jpg'}"
+        Image.fromarray(sample_image(*shape, seed=k)).save(path, quality=95)
+        paths.append(path)
+    if broken:
+        (folder / "img_9_broken.jpg").write_bytes(b"not a jpeg")
+    return paths
+
+
+def embed_args(artifacts: TinySamArtifacts, images: Path, out: Path, *extra: str) -> list[str]:
+    return ["embed", "-e", str(artifacts.encoder), "--images", str(images), "--out-dir", str(out),
+            "--runtime", "onnxruntime", "--threads", "1", "--shard-size", "2", *extra]
+
+
+def manifest(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+
+
+def all_embeddings(out: Path) -> dict[str, np.ndarray]:
+    found = {}
+    for entry in manifest(out):
+        if entry["shard"]:
+            arrays = read_embedding_shard(out / entry["shard"])
+            found.update(zip(arrays["image"].tolist(), arrays["embedding"]))
+    return found
+
+
+def test_list_images_reads_folders_globs_and_lists(tmp_path: Path) -> None:
+    paths = make_images(tmp_path / "a" / "b", broken=False)
+    (tmp_path / "a" / "notes.md").write_text("x")
+    assert list_images(tmp_path / "a") == sorted(str(p) for p in paths)  # recursive, images only
+    assert list_images(str(tmp_path / "a" / "**" / "*.png")) == sorted(str(p) for p in paths if p.suffix == ".png")
+    listing = tmp_path / "a" / "list.txt"
+    listing.write_text(f"# two images, one twice\nb/{paths[3].name}\n\n{paths[0]}\nb/{paths[3].name}\n")
+    assert list_images(listing) == [str(paths[3]), str(paths[0])]  # relative to the list, given order, no duplicates
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"path": [str(paths[1]), str(paths[2])]}), tmp_path / "list.parquet")
+    assert list_images(tmp_path / "list.parquet") == [str(paths[1]), str(paths[2])]
+    for source, needle in ((tmp_path / "missing", "not found"), (tmp_path / "a" / "notes.md", "not a list"),
+                           (str(tmp_path / "*.gif"), "matches no files")):
+        with pytest.raises(InputError, match=needle):
+            list_images(source)
+
+
+def test_embeddings_are_the_official_predictors(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
+    from segment_anything import SamPredictor as OfficialPredictor
+
+    paths = make_images(tmp_path / "imgs")
+    out = tmp_path / "emb"
+    code, output = run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs", out))
+    assert code == 0, output
+    assert "warning: 1 image(s) failed" in output
+    found = all_embeddings(out)
+    assert sorted(found) == sorted(str(p) for p in paths)
+    official = OfficialPredictor(tiny_official_sam(SEED))
+    for path in paths:
+        official.set_image(np.asarray(Image.open(path).convert("RGB")))
+        with torch.no_grad():
+            reference = official.get_image_embedding()[0].numpy()
+        result = compare(reference, found[str(path)], FP32, label=path.name)
+        assert result, result.summary()
+    first = read_embedding_shard(out / manifest(out)[0]["shard"])
+    assert first["original_size"].tolist() == [list(SHAPES[0]), list(SHAPES[1])]
+    assert first["resized_size"].tolist() == [[38, 64], [64, 50]]  # the longest side to the encoder's 64
+    errors = [json.loads(line) for line in (out / "errors.jsonl").read_text().splitlines()]
+    assert [e["image"] for e in errors] == [str(tmp_path / "imgs" / "img_9_broken.jpg")]
+    assert "cannot be decoded" in errors[0]["error"]
+
+
+def test_parquet_shards_hold_the_same_arrays(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
+    make_images(tmp_path / "imgs", broken=False)
+    assert run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs", tmp_path / "npz"))[0] == 0
+    assert run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs", tmp_path / "pq", "--format", "parquet"))[0] == 0
+    npz, parquet = all_embeddings(tmp_path / "npz"), all_embeddings(tmp_path / "pq")
+    assert sorted(npz) == sorted(parquet) and len(npz) == len(SHAPES)
+    for image in npz:
+        np.testing.assert_array_equal(npz[image], parquet[image])
+    assert [e["shard"] for e in manifest(tmp_path / "pq")][0] == "embeddings-00000.parquet"
+
+
+def test_a_stopped_job_resumes_with_nothing_lost_or_repeated(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
+    """A real SIGINT after the first shard (as Ctrl-C), then the same command: the result equals an unbroken run."""
+    paths = make_images(tmp_path / "imgs")
+    args = embed_args(tiny_sam_artifacts, tmp_path / "imgs", tmp_path / "stopped")
+    env = {**os.environ, FAULT_SIGINT_AFTER: "1"}
+    stopped = subprocess.run([sys.executable, "-m", "vitdeploy", *args], env=env, capture_output=True, text=True, timeout=120)
+    assert stopped.returncode == 130, stopped.stderr
+    assert "run the same command again to resume" in stopped.stderr and "Traceback" not in stopped.stderr
+    assert len(manifest(tmp_path / "stopped")) == 1
+    code, output = run(*args)
+    assert code == 0, output
+    assert "2 done before (skipped)" in output
+    assert run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs", tmp_path / "whole"))[0] == 0
+    done = Counter(i["image"] for e in manifest(tmp_path / "stopped") for i in e["images"])
+    assert sorted(done) == sorted(str(p) for p in paths) and set(done.values()) == {1}
+    assert (tmp_path / "stopped" / "manifest.jsonl").read_bytes() == (tmp_path / "whole" / "manifest.jsonl").read_bytes()
+
+
+def test_a_fixed_image_is_done_on_the_next_run(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
+    make_images(tmp_path / "imgs")
+    args = embed_args(tiny_sam_artifacts, tmp_path / "imgs", tmp_path / "out")
+    assert run(*args)[0] == 0
+    Image.fromarray(sample_image(40, 40, seed=9)).save(tmp_path / "imgs" / "img_9_broken.jpg")
+    code, output = run(*args)
+    assert code == 0 and "1 image(s) done" in output and "warning" not in output, output
+    assert (tmp_path / "out" / "errors.jsonl").read_text() == ""
+    assert len(all_embeddings(tmp_path / "out")) == len(SHAPES) + 1
+
+
+def test_a_torn_manifest_line_is_dropped(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
+    """A stop in the middle of appending a line leaves it without its newline: that shard is done again."""
+    make_images(tmp_path / "imgs", broken=False)
+    config = JobConfig("embed", str(tiny_sam_artifacts.encoder), threads=1)
+    plan = plan_job(config, tmp_path / "imgs", tmp_path / "out", shard_size=2)
+    run_job(plan, run_in_process(plan))
+    text = (tmp_path / "out" / "manifest.jsonl").read_text()
+    lines = text.splitlines(keepends=True)
+    (tmp_path / "out" / "manifest.jsonl").write_text("".join(lines[:-1]) + lines[-1][:20])
+    again = plan_job(config, tmp_path / "imgs", tmp_path / "out", shard_size=2)
+    assert again.pending == len(lines[-1].split('"image":')) - 1 and again.skipped == len(SHAPES) - again.pending
+    run_job(again, run_in_process(again))
+    assert (tmp_path / "out" / "manifest.jsonl").read_text() == text
+
+
+def test_masks_job_writes_the_generators_records(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
+    """One JSON line per image with the official generator's records (COCO RLE); compared with the official one."""
+    from segment_anything import SamAutomaticMaskGenerator as Official
+    from pycocotools import mask as coco_mask
+
+    paths = make_images(tmp_path / "imgs", broken=False)[:2]
+    for extra in make_images(tmp_path / "imgs", broken=False)[2:]:
+        extra.unlink()
+    options = ["--points-per-side", "4", "--pred-iou-thresh", "0.1", "--stability-score-thresh", "0.1",
+               "--stability-score-offset", "0.1"]
+    code, output = run("segment-all", "-e", str(tiny_sam_artifacts.encoder), "-d", str(tiny_sam_artifacts.decoder),
+                       "--images", str(tmp_path / "imgs"), "--out-dir", str(tmp_path / "masks"), "--runtime", "onnxruntime",
+                       "--threads", "1", *options)
+    assert code == 0, output
+    lines = [json.loads(line) for line in (tmp_path / "masks" / "masks-00000.jsonl").read_text().splitlines()]
+    assert [line["image"] for line in lines] == [str(p) for p in paths]
+    for path, line in zip(paths, lines):
+        picture = np.asarray(Image.open(path).convert("RGB"))
+        torch.manual_seed(0)
+        with torch.no_grad():
+            theirs = Official(tiny_official_sam(SEED), points_per_side=4, pred_iou_thresh=0.1, stability_score_thresh=0.1,
+                              stability_score_offset=0.1, output_mode="coco_rle").generate(picture)
+        assert len(line["masks"]) == len(theirs) > 0
+        for ours, official in zip(line["masks"], theirs):
+            a, b = coco_mask.decode(ours["segmentation"]), coco_mask.decode(official["segmentation"])
+            assert (a & b).sum() / max((a | b).sum(), 1) >= 0.99
+            assert ours["predicted_iou"] == pytest.approx(official["predicted_iou"], abs=1e-4)
+
+
+def test_bad_job_requests_are_refused_before_any_work(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
+    make_images(tmp_path / "imgs", broken=False)
+    out = tmp_path / "out"
+    assert run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs", out))[0] == 0
+    before = sorted(p.name for p in out.iterdir())
+    # another model into the same folder
+    code, output = run("embed", "-e", str(tiny_sam_artifacts.decoder), "--images", str(tmp_path / "imgs"), "--out-dir", str(out))
+    assert_user_error(code, output, "not a SAM image encoder")
+    code, output = run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs", out, "--format", "parquet"))
+    assert_user_error(code, output, "holds another job", "embedding_format", "new --out-dir")
+    assert sorted(p.name for p in out.iterdir()) == before
+    (tmp_path / "stray").mkdir()
+    (tmp_path / "stray" / "mine.txt").write_text("keep")
+    code, output = run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs", tmp_path / "stray"))
+    assert_user_error(code, output, "not empty and holds no vitdeploy job")
+    assert sorted(p.name for p in (tmp_path / "stray").iterdir()) == ["mine.txt"]
+    code, output = run(*embed_args(tiny_sam_artifacts, tmp_path / "nothing", tmp_path / "o2"))
+    assert_user_error(code, output, "not found")
+    code, output = run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs", tmp_path / "o3", "--workers", "2"))
+    assert code == 2 and "--workers is for --ray" in output

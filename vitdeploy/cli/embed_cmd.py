@@ -1,0 +1,49 @@
+"""``vitdeploy embed``: SAM image embeddings for a whole dataset, sharded, resumable, in one process or on Ray."""
+
+from __future__ import annotations
+
+import click
+
+from vitdeploy.cli.dataset_jobs import dataset_job_options, resolve_deployment, run_dataset_job
+from vitdeploy.cli.options import auto_runtime_option, handle_errors, runtime_threads_option, verbose_option
+
+
+@click.command("embed")
+@click.option("--encoder", "-e", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="Exported SAM image encoder (.onnx, or a TensorRT engine).")
+@dataset_job_options
+@click.option("--format", "embedding_format", type=click.Choice(["npz", "parquet"]), default="npz", show_default=True,
+              help="Shard files: NumPy .npz (arrays image, image_sha256, original_size, resized_size, embedding) or "
+                   "Parquet (one row per image; the embedding a fixed-size float32 list; needs pyarrow).")
+@click.option("--device", type=click.Choice(["cpu", "cuda", "tensorrt"]), default="cpu", show_default=True,
+              help="ONNX Runtime execution provider for .onnx files (with --ray: one GPU per worker off the CPU).")
+@auto_runtime_option
+@runtime_threads_option
+@verbose_option
+@handle_errors
+def embed(encoder: str, images: str, out_dir: str, shard_size: int | None, ray_address: str | None, workers: int | None,
+          embedding_format: str, device: str, runtime: str, inference_precision: str | None,
+          threads: int | None, verbose: bool) -> None:
+    """Encode every image of a dataset once: embeddings for an annotation tool, or for prompting later.
+
+    Writes shards of embeddings (with each image's path, SHA-256, original and resized size) and a
+    manifest of what is done; a second run skips what the manifest names, so a stopped job resumes.
+    An image that cannot be read is recorded in errors.jsonl and the job goes on. The embeddings are the
+    ones 'vitdeploy predict --save-embedding' writes, so SamPredictor.set_image_embedding takes them.
+
+    \b
+    Examples:
+      vitdeploy embed -e sam_vit_b.onnx --images photos/ --out-dir embeddings/
+      vitdeploy embed -e sam_vit_b.onnx --images 'shots/**/*.jpg' --out-dir emb/ --format parquet
+      vitdeploy embed -e sam_vit_b.onnx --images list.txt --out-dir emb/ --ray               # a local Ray cluster
+      vitdeploy embed -e sam_vit_b.onnx --images list.parquet --out-dir /shared/emb --ray auto --workers 16
+    """
+    from vitdeploy.runtime.apps.dataset_job import JobConfig
+
+    chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device)
+    config = JobConfig(kind="embed", encoder=encoder, runtime=chosen.runtime, precision=chosen.precision,
+                       settings=chosen.settings, threads=threads, device=device, embedding_format=embedding_format)
+    run_dataset_job(config, images, out_dir, shard_size, ray_address, workers, chosen, "embedding")
+
+
+COMMAND = embed

@@ -1,0 +1,235 @@
+"""The output folder of a dataset job (``vitdeploy embed``, ``segment-all --images``): shards, manifest, errors.
+
+A job over many images writes, into one folder::
+
+    job.json           what the job is: its kind, the model files' SHA-256, the deployment, the options
+    manifest.jsonl     one line per finished shard: its file, that file's SHA-256, the images done in it
+                       (path, SHA-256, size) and the images that failed in it (path, reason)
+    errors.jsonl       the images not done because they failed, with the reason (rewritten at the end of a run)
+    embeddings-00000.npz / .parquet, masks-00000.jsonl, ...   the shards
+
+The manifest is the job's record: an image is done when a manifest line names it, and only then. A shard
+file is written atomically before its line is appended (flushed and fsync'ed), so a run stopped at any
+moment (Ctrl-C, a killed process, a lost machine) leaves a manifest whose every line names a complete
+shard; a line torn by the stop is dropped when the folder is opened again. The next run skips the
+images the manifest names and retries the rest, failed ones included. When a run finishes, the manifest
+is rewritten sorted by shard, so the same job gives the same manifest however its shards were scheduled
+(in one process or on Ray workers).
+
+Shard files are byte-deterministic for the same arrays (NPZ entries carry a fixed timestamp), so equal
+outputs have equal SHA-256 in the manifest.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitdeploy.errors import InputError
+
+FORMAT = "vitdeploy-dataset-job/1"
+JOB_FILE = "job.json"
+MANIFEST_FILE = "manifest.jsonl"
+ERRORS_FILE = "errors.jsonl"
+#: NPZ members get this timestamp (zip's earliest), so a shard's bytes depend on its arrays only.
+ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+@dataclass
+class ShardResult:
+    """What a worker made of one shard: the manifest line (``entry``) and the shard file's bytes (None: no image done)."""
+
+    entry: dict[str, Any]
+    payload: bytes | None = None
+
+    @property
+    def done(self) -> list[str]:
+        return [image["image"] for image in self.entry["images"]]
+
+    @property
+    def failed(self) -> list[dict[str, str]]:
+        return list(self.entry["errors"])
+
+
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """``np.savez`` with fixed member timestamps: the same arrays give the same bytes."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name, array in arrays.items():
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=ZIP_EPOCH)
+            with archive.open(info, "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class DatasetStore:
+    """One job's output folder (see the module docstring). Open with :meth:`open`."""
+
+    folder: Path
+    header: dict[str, Any]
+    entries: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, folder: str | os.PathLike, header: dict[str, Any]) -> DatasetStore:
+        """Start a job in ``folder`` (created), or resume the one there: refused when that one is another job.
+
+        ``header`` says what the job is (kind, model, deployment, options); a folder holding a job whose header
+        differs is refused with what differs, so two jobs never mix in one manifest.
+        """
+        folder = Path(folder)
+        if folder.exists() and not folder.is_dir():
+            raise InputError(f"--out-dir '{folder}' is a file: give a folder (it is created)")
+        folder.mkdir(parents=True, exist_ok=True)
+        header = {"format": FORMAT, **header}
+        job_file = folder / JOB_FILE
+        if job_file.is_file():
+            try:
+                saved = json.loads(job_file.read_text())
+            except (OSError, json.JSONDecodeError) as exc:
+                raise InputError(f"'{job_file}' is unreadable ({type(exc).__name__}): give a new --out-dir") from exc
+            different = [key for key in sorted(set(saved) | set(header)) if saved.get(key) != header.get(key)]
+            if different:
+                shown = "; ".join(f"{key}: {_short(saved.get(key))} there, {_short(header.get(key))} now" for key in different)
+                raise InputError(f"--out-dir '{folder}' holds another job ({shown}): give a new --out-dir, "
+                                 "or run the job it holds to resume it")
+        elif any(folder.iterdir()):
+            stray = sorted(p.name for p in folder.iterdir())[:3]
+            raise InputError(f"--out-dir '{folder}' is not empty and holds no vitdeploy job ({', '.join(stray)}, ...): "
+                             "give a new or empty folder")
+        else:
+            from vitdeploy.fileio import atomic_write_bytes
+
+            atomic_write_bytes(job_file, (json.dumps(header, indent=1, sort_keys=True) + "\n").encode())
+        store = cls(folder, header)
+        store._read_manifest()
+        return store
+
+    # --- the manifest ------------------------------------------------------------------------------
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.folder / MANIFEST_FILE
+
+    def _read_manifest(self) -> None:
+        path = self.manifest_path
+        if not path.is_file():
+            return
+        data = path.read_bytes()
+        good = data[: data.rfind(b"\n") + 1]  # a line without its newline was torn by a stop: dropped
+        if len(good) != len(data):
+            with open(path, "r+b") as handle:
+                handle.truncate(len(good))
+        for number, line in enumerate(good.decode().splitlines(), 1):
+            try:
+                entry = json.loads(line)
+                index = int(entry["index"])
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                raise InputError(f"'{path}' line {number} is not a manifest entry ({type(exc).__name__}): "
+                                 "the folder was edited; give a new --out-dir") from exc
+            self.entries[index] = entry
+
+    def done(self) -> set[str]:
+        """The images a manifest line names as done."""
+        return {image["image"] for entry in self.entries.values() for image in entry["images"]}
+
+    def failed(self) -> dict[str, str]:
+        """Image -> reason, for the images whose latest attempt failed and that are not done."""
+        done, out = self.done(), {}
+        for index in sorted(self.entries):
+            for error in self.entries[index]["errors"]:
+                if error["image"] not in done:
+                    out[error["image"]] = error["error"]
+        return out
+
+    def next_index(self) -> int:
+        return max(self.entries, default=-1) + 1
+
+    def commit(self, result: ShardResult, shard_name: str) -> None:
+        """Write the shard file (atomically), then append its manifest line (flushed and fsync'ed)."""
+        from vitdeploy.fileio import atomic_write_bytes
+
+        entry = dict(result.entry)
+        if result.payload is not None:
+            atomic_write_bytes(self.folder / shard_name, result.payload)
+            entry["shard"], entry["sha256"] = shard_name, _sha256(result.payload)
+        else:
+            entry["shard"], entry["sha256"] = None, None
+        with open(self.manifest_path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry, sort_keys=True) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.entries[int(entry["index"])] = entry
+
+    def write_errors(self) -> Path:
+        """Rewrite ``errors.jsonl`` from the manifest: the images not done because they failed."""
+        from vitdeploy.fileio import atomic_write_bytes
+
+        lines = [json.dumps({"image": image, "error": reason}) + "\n" for image, reason in self.failed().items()]
+        return atomic_write_bytes(self.folder / ERRORS_FILE, "".join(lines).encode())
+
+    def finish(self) -> None:
+        """The manifest sorted by shard, rewritten atomically (a finished job's manifest is schedule-independent)."""
+        from vitdeploy.fileio import atomic_write_bytes
+
+        text = "".join(json.dumps(self.entries[i], sort_keys=True) + "\n" for i in sorted(self.entries))
+        atomic_write_bytes(self.manifest_path, text.encode())
+        self.write_errors()
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def shards(images: Iterable[str], first_index: int, shard_size: int) -> list[dict[str, Any]]:
+    """The images in order, cut into shards of ``shard_size``: ``{"index": i, "images": [...]}`` from ``first_index``."""
+    images = list(images)
+    return [{"index": first_index + k, "images": images[start:start + shard_size]}
+            for k, start in enumerate(range(0, len(images), shard_size))]
+
+
+def pyarrow_parquet(purpose: str):
+    """``pyarrow.parquet``, or an InputError naming the extra that installs it."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise InputError(f"pyarrow is needed to {purpose}: pip install 'vitdeploy[ray]'") from exc
+    return pq
+
+
+def read_embedding_shard(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The arrays of an embeddings shard (``.npz`` or ``.parquet``): ``image``, ``image_sha256``, ``original_size``,
+    ``resized_size`` and ``embedding`` (N, C, h, w) float32."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        pq = pyarrow_parquet("read Parquet shards")
+        table = pq.read_table(path)
+        shape = json.loads(table.schema.metadata[b"embedding_shape"])
+        flat = table.column("embedding").combine_chunks().flatten().to_numpy()
+        return {"image": np.array(table.column("image").to_pylist()),
+                "image_sha256": np.array(table.column("image_sha256").to_pylist()),
+                "original_size": np.stack([table.column("height").to_numpy(), table.column("width").to_numpy()], 1),
+                "resized_size": np.stack([table.column("resized_height").to_numpy(),
+                                          table.column("resized_width").to_numpy()], 1),
+                "embedding": flat.reshape(len(table), *shape).astype(np.float32)}
+    with np.load(path, allow_pickle=False) as data:
+        return {name: data[name] for name in data.files if name != "info"}
+
+
+__all__ = ["DatasetStore", "ERRORS_FILE", "FORMAT", "JOB_FILE", "MANIFEST_FILE", "ShardResult", "npz_bytes", "pyarrow_parquet",
+           "read_embedding_shard", "shards"]
