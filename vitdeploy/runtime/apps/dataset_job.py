@@ -28,7 +28,6 @@ import numpy as np
 
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.dataset_store import DatasetStore, ShardResult, npz_bytes, pyarrow_parquet, shards
-from vitdeploy.runtime.apps.sam_predictor import check_sam_encoder
 from vitdeploy.runtime.processing.images import IMAGE_SUFFIXES
 
 #: Job kinds -> (shard file name pattern, images per shard by default). An embedding (ViT-B: 256x64x64 float32)
@@ -171,6 +170,8 @@ def plan_job(config: JobConfig, source: str | os.PathLike, out_dir: str | os.Pat
         identity[role] = {"file": Path(path).name, "sha256": model_digest(path), "family": meta.get("family"),
                           "variant": meta.get("variant"), "input_size": meta.get("input_size")}
     if Path(config.encoder).suffix.lower() == ".onnx":
+        from vitdeploy.runtime.apps.sam_predictor import check_sam_encoder
+
         check_sam_encoder(read_onnx_metadata(config.encoder), f"'{config.encoder}'")
     deployment = f"{config.runtime} {config.precision}" + "".join(f" {k}={v}" for k, v in config.settings)
     options = {"embedding_format": config.embedding_format} if config.kind == "embed" else dict(config.mask_options)
@@ -207,14 +208,9 @@ class ShardWorker:
             self.predictor = SamPredictor(encoder, decoder)
             self.generator = SamAutomaticMaskGenerator(self.predictor, **config.mask_options)
         else:
-            from vitdeploy.runtime.processing.preprocess import SamPreprocessor
+            from vitdeploy.runtime.apps.embeddings import SamEmbedder
 
-            meta = encoder.metadata
-            check_sam_encoder(meta, f"'{config.encoder}'")
-            self.encoder = encoder
-            self.input_name = meta.get("input_name") or encoder.input_names[0]
-            self.output_name = meta.get("output_name") or encoder.output_names[0]
-            self.preprocessor = SamPreprocessor(int(meta["input_size"][0]), meta["pixel_mean"], meta["pixel_std"])
+            self.embedder = SamEmbedder(encoder, f"'{config.encoder}'")
 
     def run(self, shard: dict[str, Any]) -> ShardResult:
         """The shard's file bytes and manifest line; bad images are in the line's ``errors``."""
@@ -243,10 +239,8 @@ class ShardWorker:
     def _compute(self, picture: np.ndarray) -> Any:
         if self.config.kind == "masks":
             return self.generator.generate(picture)
-        resized = self.preprocessor.resize(picture)
-        x = self.preprocessor.normalize_and_pad(resized)
-        embedding = np.asarray(self.encoder.run({self.input_name: x})[self.output_name], np.float32)[0]
-        return embedding, (int(resized.shape[0]), int(resized.shape[1]))
+        embedding, resized = self.embedder.embed(picture)
+        return embedding[0], resized
 
     def _payload(self, done: list[dict[str, Any]], outputs: list[Any]) -> bytes:
         import json

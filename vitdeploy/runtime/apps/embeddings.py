@@ -23,6 +23,29 @@ from vitdeploy.precisions import Precision
 FORMAT = "vitdeploy-sam-embedding-1"
 
 
+class SamEmbedder:
+    """The image encoder alone: an HxWx3 uint8 RGB picture -> its (1, C, h, w) embedding, as ``SamPredictor.set_image``
+    computes it (the same preprocessing), without a decoder (dataset jobs, a server's encoder replicas)."""
+
+    def __init__(self, encoder: Any, name: str = "the encoder"):
+        from vitdeploy.runtime.apps.sam_predictor import check_sam_encoder
+        from vitdeploy.runtime.processing.preprocess import SamPreprocessor
+
+        meta = encoder.metadata
+        check_sam_encoder(meta, name)
+        self.runner = encoder
+        self.input_name = meta.get("input_name") or encoder.input_names[0]
+        self.output_name = meta.get("output_name") or encoder.output_names[0]
+        self.preprocessor = SamPreprocessor(int(meta["input_size"][0]), meta["pixel_mean"], meta["pixel_std"])
+
+    def embed(self, picture: np.ndarray) -> tuple[np.ndarray, tuple[int, int]]:
+        """(embedding (1, C, h, w) float32, the resized image's (h, w))."""
+        resized = self.preprocessor.resize(picture)
+        x = self.preprocessor.normalize_and_pad(resized)
+        embedding = np.asarray(self.runner.run({self.input_name: x})[self.output_name], np.float32)
+        return embedding, (int(resized.shape[0]), int(resized.shape[1]))
+
+
 def _encoder_identity(metadata: dict[str, Any], encoder_path: str | os.PathLike | None) -> dict[str, Any]:
     return {"variant": metadata.get("variant"), "input_size": metadata.get("input_size"),
             "checkpoint_sha256": metadata.get("checkpoint_sha256"), "random_seed": metadata.get("random_seed"),
@@ -74,4 +97,4 @@ def load_embedding(path: str | os.PathLike, *, image_path: str | os.PathLike,
     return embedding, (int(info["original_size"][0]), int(info["original_size"][1]))
 
 
-__all__ = ["FORMAT", "load_embedding", "save_embedding"]
+__all__ = ["FORMAT", "SamEmbedder", "load_embedding", "save_embedding"]

@@ -153,7 +153,22 @@ class SamPredictor:
         self.encoder = as_runner(encoder, device, threads, tf32=tf32, allow_unverified=allow_unverified, runtime=runtime,
                                  inference_precision=inference_precision)
         self.decoder = as_runner(decoder, device, threads, tf32=tf32, allow_unverified=allow_unverified, runtime=runtime)
-        enc, dec = self.encoder.metadata, self.decoder.metadata
+        self._setup(self.encoder.metadata, check_weights)
+
+    @classmethod
+    def decoder_only(cls, decoder: Runner | str | os.PathLike, encoder_metadata: dict[str, Any], *, device: str = "cpu",
+                     threads: int | None = None, check_weights: bool = True, runtime: str = "auto") -> SamPredictor:
+        """A predictor without an encoder: it answers prompts on embeddings given to :meth:`set_image_embedding`
+        (a server's decoder replicas, which never encode). ``encoder_metadata``: the encoder file's metadata
+        (:func:`vitdeploy.metadata.read_onnx_metadata`), checked against the decoder's as in the constructor."""
+        predictor = cls.__new__(cls)
+        predictor.encoder = None
+        predictor.decoder = as_runner(decoder, device, threads, runtime=runtime)
+        predictor._setup(encoder_metadata, check_weights)
+        return predictor
+
+    def _setup(self, enc: dict[str, Any], check_weights: bool) -> None:
+        dec = self.decoder.metadata
         check_artifact_pair(enc, dec, check_weights=check_weights)
         missing = [n for n in DECODER_INPUTS if n not in self.decoder.input_names]
         if missing:
@@ -162,8 +177,8 @@ class SamPredictor:
         self.preprocessor = SamPreprocessor(self.encoder_size, enc["pixel_mean"], enc["pixel_std"])
         self.transform = ResizeLongestSide(self.encoder_size)
         self.model = SamModelInfo(self.encoder_size, enc["pixel_mean"], enc["pixel_std"])
-        self.encoder_input = enc.get("input_name") or self.encoder.input_names[0]
-        self.encoder_output = enc.get("output_name") or self.encoder.output_names[0]
+        self.encoder_input = enc.get("input_name") or (self.encoder.input_names[0] if self.encoder else None)
+        self.encoder_output = enc.get("output_name") or (self.encoder.output_names[0] if self.encoder else None)
         self.mask_input_size = tuple(int(d) for d in dec["mask_input_size"])
         self.mask_output_indices = [int(i) for i in dec.get("mask_output_indices", [0, 1, 2, 3])]
         self.variant = str(enc.get("variant"))
@@ -211,6 +226,8 @@ class SamPredictor:
     def _encode(self, resized: np.ndarray, original_size: tuple[int, int]) -> None:
         self.reset_image()
         x = self.preprocessor.normalize_and_pad(resized)
+        if self.encoder is None:
+            raise InputError("this predictor was made with decoder_only: give embeddings with set_image_embedding")
         features = self.encoder.run({self.encoder_input: x})[self.encoder_output]
         self.features = np.asarray(features, dtype=np.float32)
         self.original_size = original_size

@@ -112,14 +112,27 @@ def read_image_rgb(path: str | Path, notes: list[str] | None = None) -> np.ndarr
 
     ``notes`` (when given) gets a line for every conversion a user should know of (bit depth).
     """
-    from PIL import Image, UnidentifiedImageError
-
     path = Path(path)
     if not path.is_file():
         raise InputError(f"image '{path}' not found: check the path")
+    return _decode(path, path, notes)
+
+
+def decode_image_bytes(data: bytes, name: str = "upload", notes: list[str] | None = None) -> np.ndarray:
+    """:func:`read_image_rgb` for an image's bytes (an HTTP upload); ``name`` is what messages call it."""
+    import io
+
+    if not data:
+        raise InputError(f"image '{name}' is empty: send the bytes of a JPEG/PNG/WebP file")
+    return _decode(io.BytesIO(data), Path(name), notes)
+
+
+def _decode(source, path: Path, notes: list[str] | None) -> np.ndarray:
+    from PIL import Image, UnidentifiedImageError
+
     try:
         with _pil_bomb_check_off():
-            img = Image.open(path)
+            img = Image.open(source)
         with img:
             check_pixels(path, *img.size, notes)
             return to_rgb8(img, notes)

@@ -1,0 +1,210 @@
+"""``vitdeploy serve`` in one process: real HTTP on 127.0.0.1, masks as the official predictor's, every error code."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from tests.sam_tiny import SEED, TinySamArtifacts, sample_image, tiny_official_sam
+from vitdeploy.runtime.apps import serve_http
+from vitdeploy.runtime.apps.sam_service import MAX_PROMPTS, SamService
+from vitdeploy.validation.masks import compare_masks
+from vitdeploy.validation.parity import TOLERANCES, compare
+
+pytest_plugins = ["tests.sam_tiny_fixtures"]
+
+FP32 = TOLERANCES["fp32"]
+PROMPTS = [{"points": [[30, 25]], "labels": [1]},
+           {"points": [[12, 20], [60, 33]], "labels": [1, 0], "multimask_output": False},
+           {"box": [6, 5, 70, 40]},
+           {"points": [[40, 22]], "labels": [1], "box": [3, 2, 66, 44], "multimask_output": True}]
+
+
+def png_bytes(picture: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(picture).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+class Client:
+    """Requests to a server on 127.0.0.1: (status, headers, parsed JSON or text)."""
+
+    def __init__(self, port: int):
+        self.base = f"http://127.0.0.1:{port}"
+
+    def __call__(self, method: str, path: str, body: bytes | dict | None = None, timeout: float = 60):
+        data = json.dumps(body).encode() if isinstance(body, dict) else body
+        headers = {"Content-Type": "application/json" if isinstance(body, dict) else "application/octet-stream"}
+        request = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                status, head, raw = answer.status, answer.headers, answer.read()  # headers: case-insensitive
+        except urllib.error.HTTPError as error:
+            status, head, raw = error.code, error.headers, error.read()
+        text = raw.decode()
+        return status, head, json.loads(text) if (head.get("Content-Type") or "").startswith("application/json") else text
+
+
+@pytest.fixture(scope="module")
+def served(tiny_sam_artifacts: TinySamArtifacts):
+    service = SamService(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, runtime="onnxruntime", threads=1,
+                         cache_size=3, max_pending=1)
+    server = serve_http.make_server(service, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield service, Client(server.server_address[1])
+    server.shutdown()
+    server.server_close()
+
+
+def decode_rle(rle: dict) -> np.ndarray:
+    from pycocotools import mask as coco_mask
+
+    return coco_mask.decode({"size": rle["size"], "counts": rle["counts"].encode()}).astype(bool)
+
+
+def test_masks_are_the_official_predictors(served) -> None:
+    from segment_anything import SamPredictor as OfficialPredictor
+
+    _, client = served
+    picture = sample_image(48, 80, seed=3)
+    status, _, posted = client("POST", "/v1/embeddings", png_bytes(picture))
+    assert status == 200 and (posted["height"], posted["width"], posted["cached"]) == (48, 80, False)
+    status, _, answer = client("POST", f"/v1/embeddings/{posted['id']}/masks", {"prompts": PROMPTS})
+    assert status == 200 and len(answer["results"]) == len(PROMPTS)
+    official = OfficialPredictor(tiny_official_sam(SEED))
+    official.set_image(picture)
+    for prompt, result in zip(PROMPTS, answer["results"]):
+        multimask = prompt.get("multimask_output", "box" not in prompt and len(prompt.get("points", [])) == 1)
+        with torch.no_grad():
+            masks, scores, _ = official.predict(
+                np.array(prompt["points"], float) if "points" in prompt else None,
+                np.array(prompt["labels"]) if "labels" in prompt else None,
+                np.array(prompt["box"], float) if "box" in prompt else None, multimask_output=multimask)
+        ours = np.stack([decode_rle(m) for m in result["masks"]])
+        agreement = compare_masks(masks, ours, "fp32", label=json.dumps(prompt))
+        assert agreement, agreement.summary()
+        close = compare(scores, np.array(result["scores"], np.float32), FP32, label="scores")
+        assert close, close.summary()
+        assert result["areas"] == [int(m.sum()) for m in ours]
+
+
+def test_an_image_sent_again_is_not_encoded_again(served) -> None:
+    service, client = served
+    first, second = png_bytes(sample_image(40, 40, seed=11)), png_bytes(sample_image(40, 40, seed=12))
+    runs = service.metrics.counters.get(("encoder_runs_total", ()), 0)
+    a, b, c = (client("POST", "/v1/embeddings", data)[2] for data in (first, first, second))
+    assert a["id"] == b["id"] != c["id"] and (a["cached"], b["cached"], c["cached"]) == (False, True, False)
+    assert service.metrics.counters[("encoder_runs_total", ())] == runs + 2
+    assert client("GET", f"/v1/embeddings/{a['id']}")[2] == {"id": a["id"], "height": 40, "width": 40}
+    for seed in (13, 14, 15):  # the cache holds 3: the first image is evicted, and then unknown
+        client("POST", "/v1/embeddings", png_bytes(sample_image(40, 40, seed=seed)))
+    status, _, body = client("GET", f"/v1/embeddings/{a['id']}")
+    assert status == 404 and "evicted" in body["error"]
+
+
+def test_bad_requests_get_4xx_and_no_traceback(served, monkeypatch: pytest.MonkeyPatch) -> None:
+    service, client = served
+    key = client("POST", "/v1/embeddings", png_bytes(sample_image(48, 80, seed=3)))[2]["id"]
+    masks = f"/v1/embeddings/{key}/masks"
+    cases = [
+        ("POST", "/v1/embeddings", b"not an image", 400, "cannot be decoded"),
+        ("POST", "/v1/embeddings", b"", 400, "is empty"),
+        ("POST", "/v1/embeddings", {"image": "%%%"}, 400, "not valid base64"),
+        ("POST", "/v1/embeddings/0123456789abcdef/masks", {"points": [[1, 1]]}, 404, "POST the image"),
+        ("POST", masks, {"points": [[81, 10]], "labels": [1]}, 400, "outside the 80x48 image"),
+        ("POST", masks, {"prompts": [{"box": [1, 1, 5, 5]}, {"box": [0, 0, 10, 60]}]}, 400, "prompt 1: box corner"),
+        ("POST", masks, {"points": [[1, 1]], "labels": [3]}, 400, "must be 1 (foreground) or 0"),
+        ("POST", masks, {"points": [[1, 1], [2, 2]], "labels": [1]}, 400, "'labels' must be a 2 list"),
+        ("POST", masks, {"box": [5, 5, 1, 1]}, 400, "x0 < x1"),
+        ("POST", masks, {"labels": [1]}, 400, "without 'points'"),
+        ("POST", masks, {"point": [[1, 1]]}, 400, "unknown field(s) point"),
+        ("POST", masks, {"prompts": [{"box": [1, 1, 5, 5]}] * (MAX_PROMPTS + 1)}, 400, f"at most {MAX_PROMPTS}"),
+        ("POST", masks, b"{not json", 400, "not JSON"),
+        ("GET", masks, None, 405, "takes POST"),
+        ("GET", "/v2/anything", None, 404, "no such endpoint"),
+    ]
+    for method, path, body, status, needle in cases:
+        got, _, answer = client(method, path, body)
+        assert (got, needle in answer.get("error", "")) == (status, True), (path, body if not isinstance(body, bytes) else body[:20], answer)
+        assert "Traceback" not in json.dumps(answer)
+    monkeypatch.setattr(serve_http, "MAX_BODY_BYTES", 1000)
+    got, _, answer = client("POST", "/v1/embeddings", b"x" * 2000)
+    assert got == 413 and "at most 1000" in answer["error"]
+
+    def broken(*_args):
+        raise RuntimeError("secret internals /home/x/model.onnx")
+
+    monkeypatch.setattr(service.decoder, "masks", broken)
+    got, _, answer = client("POST", masks, {"points": [[1, 1]]})
+    assert got == 500 and "secret" not in answer["error"] and "logged on the server" in answer["error"]
+
+
+def test_overload_is_503_with_retry_after(served) -> None:
+    service, client = served
+    with service.admission:  # max_pending=1: one encode in flight already
+        status, headers, answer = client("POST", "/v1/embeddings", png_bytes(sample_image(33, 33, seed=21)))
+    assert status == 503 and headers.get("Retry-After") == "1" and "busy" in answer["error"]
+    assert client("POST", "/v1/embeddings", png_bytes(sample_image(33, 33, seed=21)))[0] == 200
+
+
+def test_concurrent_prompts_and_metrics(served) -> None:
+    """A bounded burst: 48 prompt requests from 8 threads, all answered 200, counted in /metrics."""
+    _, client = served
+    key = client("POST", "/v1/embeddings", png_bytes(sample_image(48, 80, seed=3)))[2]["id"]
+    with ThreadPoolExecutor(8) as pool:
+        statuses = list(pool.map(lambda k: client("POST", f"/v1/embeddings/{key}/masks",
+                                                  {"points": [[k % 80, k % 48]], "labels": [1]})[0], range(48)))
+    assert statuses == [200] * 48
+    status, headers, text = client("GET", "/metrics")
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    ok = [line for line in text.splitlines() if line.startswith('vitdeploy_requests_total{route="masks",status="200"}')]
+    assert ok and float(ok[0].split()[-1]) >= 48
+    assert 'vitdeploy_request_seconds_bucket{route="masks",le="+Inf"}' in text
+    status, _, health = client("GET", "/healthz")
+    assert status == 200 and health["status"] == "ok" and health["variant"] == "tiny"
+
+
+def test_the_serve_verb_listens_and_stops_on_ctrl_c(tiny_sam_artifacts: TinySamArtifacts) -> None:
+    process = subprocess.Popen([sys.executable, "-m", "vitdeploy", "serve", "-e", str(tiny_sam_artifacts.encoder), "-d",
+                                str(tiny_sam_artifacts.decoder), "--port", "0", "--runtime", "onnxruntime", "--threads", "1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    try:
+        line = process.stdout.readline()
+        assert "serving encoder.onnx + decoder.onnx at http://127.0.0.1:" in line, process.stderr.read()
+        port = int(line.split("127.0.0.1:")[1].split()[0])
+        assert Client(port)("GET", "/healthz")[0] == 200
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert "stopped" in out and "Traceback" not in err
+    assert "GET /healthz 200" in err
+
+
+def test_serve_refuses_a_missing_model(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
+    from tests.cli_helpers import assert_user_error, run
+
+    code, output = run("serve", "-e", str(tmp_path / "nope.onnx"), "-d", str(tiny_sam_artifacts.decoder))
+    assert_user_error(code, output, "nope.onnx")
+    code, output = run("serve", "-e", str(tiny_sam_artifacts.encoder), "-d", str(tiny_sam_artifacts.decoder),
+                       "--encoder-replicas", "2")
+    assert code == 2 and "are for --ray" in output
+    code, output = run("serve", "-e", str(tiny_sam_artifacts.encoder), "-d", str(tiny_sam_artifacts.decoder),
+                       "--encoder-replicas", "3:1", "--ray")
+    assert code == 2 and "MIN:MAX" in output

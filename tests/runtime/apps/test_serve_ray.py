@@ -1,0 +1,82 @@
+"""``vitdeploy serve --ray``: Ray Serve (a local 2-CPU cluster) answers as the one-process server, and survives a killed
+encoder replica."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from tests.runtime.apps.test_sam_service import PROMPTS, Client, png_bytes
+from tests.sam_tiny import TinySamArtifacts, sample_image
+from vitdeploy.runtime.apps.sam_service import SamService, handle_request, parse_prompts
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'vitdeploy[ray]'; the dev extra has it)")
+
+pytestmark = pytest.mark.ray
+pytest_plugins = ["tests.sam_tiny_fixtures"]
+#: Seconds a replaced replica may take to answer again (bounded loop, not a timing test).
+RECOVERY_S = 90
+
+
+@pytest.fixture(scope="module")
+def ray_served(tiny_sam_artifacts: TinySamArtifacts):
+    from vitdeploy.runtime.apps.dataset_ray import LOCAL, start_ray, stop_ray
+    from vitdeploy.runtime.apps.serve_ray import RayServeOptions, run_app, stop_app
+
+    started = start_ray(LOCAL, 2)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    options = RayServeOptions(str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder), threads=1, cache_size=8)
+    run_app(options, "127.0.0.1", port)
+    yield Client(port)
+    stop_app()
+    if started:
+        stop_ray()
+
+
+def test_ray_serve_answers_as_one_process(tiny_sam_artifacts: TinySamArtifacts, ray_served) -> None:
+    local = SamService(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, runtime="onnxruntime", threads=1)
+    image = png_bytes(sample_image(48, 80, seed=3))
+    status, _, posted = ray_served("POST", "/v1/embeddings", image)
+    expected = local.encode(image)
+    assert status == 200 and posted == expected  # same id (image + encoder file), same size, not cached before
+    assert ray_served("POST", "/v1/embeddings", image)[2]["cached"] is True
+    status, _, answer = ray_served("POST", f"/v1/embeddings/{posted['id']}/masks", {"prompts": PROMPTS})
+    assert status == 200
+    assert answer == local.masks(expected["id"], parse_prompts({"prompts": PROMPTS}))  # the same RLEs and scores
+    for method, path, body, code in (("POST", "/v1/embeddings", b"not an image", 400),
+                                     ("POST", "/v1/embeddings/feedface/masks", {"box": [1, 1, 4, 4]}, 404),
+                                     ("POST", f"/v1/embeddings/{posted['id']}/masks", {"points": [[500, 1]]}, 400),
+                                     ("GET", "/v1/embeddings", None, 405)):
+        got, _, body_out = ray_served(method, path, body)
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else b""
+        local_answer = handle_request(local, method, path, raw, "application/json" if isinstance(body, dict) else "")
+        assert got == code == local_answer.status, body_out
+        assert body_out["error"] == json.loads(local_answer.body)["error"].replace("cache of 64", "cache of 8")
+    status, _, text = ray_served("GET", "/metrics")
+    assert status == 200 and 'vitdeploy_requests_total{route="masks",status="200"} 1' in text
+
+
+def test_a_killed_encoder_replica_is_replaced(ray_served) -> None:
+    key = ray_served("POST", "/v1/embeddings", png_bytes(sample_image(40, 60, seed=31)))[2]["id"]
+    named = ray.util.list_named_actors(all_namespaces=True)
+    encoders = [a for a in named if "SERVE_REPLICA" in a["name"] and "#encoder#" in a["name"]]
+    assert len(encoders) == 1, named
+    ray.kill(ray.get_actor(encoders[0]["name"], namespace=encoders[0]["namespace"]), no_restart=True)
+    seen, deadline = [], time.monotonic() + RECOVERY_S
+    while time.monotonic() < deadline:
+        status, _, answer = ray_served("POST", "/v1/embeddings", png_bytes(sample_image(40, 60, seed=32 + len(seen))))
+        seen.append(status)
+        if status == 200:
+            break
+        assert status == 503 and "retry" in answer["error"], answer
+        time.sleep(1)
+    assert seen[-1] == 200, f"no recovery in {RECOVERY_S} s: {seen}"
+    now = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if "#encoder#" in a["name"]]
+    assert len(now) == 1 and now[0] != encoders[0]["name"], "the killed replica was not replaced"
+    # the cache is its own replica: an image sent before the kill still answers prompts
+    assert ray_served("POST", f"/v1/embeddings/{key}/masks", {"points": [[10, 10]], "labels": [1]})[0] == 200

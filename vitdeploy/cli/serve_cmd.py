@@ -1,0 +1,146 @@
+"""``vitdeploy serve``: SAM over HTTP, encode once and answer prompts from the cached embedding."""
+
+from __future__ import annotations
+
+import click
+
+from vitdeploy.cli.options import (Interrupted, auto_runtime_option, handle_errors, runtime_threads_option, sam_pair_options,
+                                   verbose_option)
+
+
+def _bounds(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, int]:
+    try:
+        parts = [int(v) for v in value.split(":")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (1, 2) or min(parts) < 1 or parts[0] > parts[-1]:
+        raise click.BadParameter(f"'{value}' is not N or MIN:MAX (replicas, 1 <= MIN <= MAX)")
+    return parts[0], parts[-1]
+
+
+@click.command("serve")
+@sam_pair_options
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (0.0.0.0: every interface; put a proxy with TLS and auth in front).")
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=8000, show_default=True,
+              help="Port to listen on (0: a free one, printed).")
+@click.option("--cache-size", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Embeddings kept (least recently used dropped first; ViT-B: 4 MiB each).")
+@click.option("--max-pending", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Images being encoded or waiting for the encoder; one more is answered 503 (retry).")
+@click.option("--device", type=click.Choice(["cpu", "cuda", "tensorrt"]), default="cpu", show_default=True,
+              help="ONNX Runtime execution provider for .onnx files.")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+              help="Serve on Ray Serve: --ray alone starts a local cluster; --ray ADDRESS joins one. Encoder and decoder "
+                   "replicas scale apart, the embedding cache is shared. Needs 'vitdeploy[ray]'. [default: one process]")
+@click.option("--encoder-replicas", default="1", show_default=True, callback=_bounds,
+              help="With --ray: encoder replicas, N or MIN:MAX (autoscaled on requests in flight).")
+@click.option("--decoder-replicas", default="1", show_default=True, callback=_bounds,
+              help="With --ray: decoder replicas, N or MIN:MAX.")
+@auto_runtime_option
+@runtime_threads_option
+@verbose_option
+@handle_errors
+def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max_pending: int, device: str,
+          ray_address: str | None, encoder_replicas: tuple[int, int], decoder_replicas: tuple[int, int], runtime: str,
+          inference_precision: str | None, threads: int | None, verbose: bool) -> None:
+    """Serve SAM over HTTP: POST an image, get an embedding id; POST prompts for that id, get masks.
+
+    \b
+    POST /v1/embeddings              the image file's bytes -> {"id", "height", "width", "cached"}
+    GET  /v1/embeddings/ID           -> {"id", "height", "width"}
+    POST /v1/embeddings/ID/masks     {"points": [[x, y]], "labels": [1], "box": [x0, y0, x1, y1],
+                                     "multimask_output": true} or {"prompts": [...]}
+                                     -> {"results": [{"masks": [COCO RLE], "scores", "areas"}]}
+    GET  /healthz, GET /metrics      health (JSON) and Prometheus metrics
+
+    \b
+    Examples:
+      vitdeploy serve -e sam_vit_b.onnx -d sam_vit_b_decoder.onnx --port 8000
+      curl --data-binary @photo.jpg localhost:8000/v1/embeddings
+      curl -d '{"points": [[500, 375]], "labels": [1]}' localhost:8000/v1/embeddings/ID/masks
+      vitdeploy serve -e enc.onnx -d dec.onnx --ray --encoder-replicas 1:4 --decoder-replicas 2
+    """
+    from pathlib import Path
+
+    from vitdeploy.fileio import require_model_file
+
+    require_model_file(encoder)
+    require_model_file(decoder)
+    if ray_address is None:
+        if (encoder_replicas, decoder_replicas) != ((1, 1), (1, 1)):
+            raise click.UsageError("--encoder-replicas and --decoder-replicas are for --ray")
+        _serve_in_process(encoder, decoder, host, port, cache_size, max_pending, device, runtime, inference_precision,
+                          threads, verbose)
+        return
+    from vitdeploy.cli.dataset_jobs import resolve_deployment
+    from vitdeploy.cpu_features import available_cores
+    from vitdeploy.runtime.apps.dataset_ray import start_ray, stop_ray
+    from vitdeploy.runtime.apps.serve_ray import RayServeOptions, run_app, stop_app
+
+    chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device)
+    options = RayServeOptions(encoder, decoder, runtime=chosen.runtime, precision=chosen.precision, threads=threads or 1,
+                              device=device, encoder_replicas=encoder_replicas, decoder_replicas=decoder_replicas,
+                              cache_size=cache_size, max_pending=max_pending)
+    if port == 0:  # Ray Serve's proxy takes a fixed port: find a free one
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            port = probe.getsockname()[1]
+    started = start_ray(ray_address, available_cores())
+    try:
+        run_app(options, host, port)
+        click.echo(f"serving {Path(encoder).name} + {Path(decoder).name} on Ray Serve at http://{host}:{port} "
+                   f"(encoder replicas {encoder_replicas[0]}..{encoder_replicas[1]} x {options.threads} thread(s) as "
+                   f"{chosen.runtime} {chosen.precision}, decoder replicas {decoder_replicas[0]}..{decoder_replicas[1]}); "
+                   "Ctrl-C stops")
+        _wait_for_stop()
+    finally:
+        stop_app()
+        if started:
+            stop_ray()
+    click.echo("stopped")
+
+
+def _serve_in_process(encoder: str, decoder: str, host: str, port: int, cache_size: int, max_pending: int, device: str,
+                      runtime: str, inference_precision: str | None, threads: int | None, verbose: bool) -> None:
+    from pathlib import Path
+
+    from vitdeploy.cli.options import echo_deployments, threads_for
+    from vitdeploy.runtime.apps.sam_service import SamService
+    from vitdeploy.runtime.apps.serve_http import log_to_stderr, make_server
+
+    service = SamService(encoder, decoder, runtime=runtime, inference_precision=inference_precision,
+                         threads=threads_for(runtime, threads), device=device, cache_size=cache_size, max_pending=max_pending)
+    echo_deployments(*service.runners)
+    try:
+        server = make_server(service, host, port)
+    except OSError as exc:
+        from vitdeploy.errors import InputError
+
+        raise InputError(f"cannot listen on {host}:{port} ({exc.strerror}): choose another --port (0: any free one)") from exc
+    log_to_stderr(verbose)
+    bound = server.server_address[1]
+    click.echo(f"serving {Path(encoder).name} + {Path(decoder).name} at http://{host}:{bound} (one process; cache "
+               f"{cache_size} embeddings, at most {max_pending} encodes in flight); Ctrl-C stops")
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except Interrupted:
+        pass
+    finally:
+        server.server_close()
+    click.echo("stopped")
+
+
+def _wait_for_stop() -> None:
+    import time
+
+    try:
+        while True:
+            time.sleep(1)
+    except Interrupted:
+        pass
+
+
+COMMAND = serve

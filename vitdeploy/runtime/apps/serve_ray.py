@@ -1,0 +1,234 @@
+"""``vitdeploy serve --ray``: the same API on Ray Serve, encoder and decoder replicas scaled apart.
+
+Four deployments in one application:
+
+    front     the HTTP ingress: routes with :func:`~vitdeploy.runtime.apps.sam_service.handle_request`, so the
+              API, its errors and /metrics are the one-process server's; 0 CPUs
+    encoder   replicas of :class:`~vitdeploy.runtime.apps.sam_service.EncoderSide`, one image at a time each,
+              ``threads`` CPUs each; autoscaled between ``encoder_replicas`` bounds on requests in flight;
+              at most ``max_pending`` requests wait (more are answered 503, Ray Serve's back-pressure)
+    decoder   replicas of :class:`~vitdeploy.runtime.apps.sam_service.DecoderSide` (no encoder loaded); each keeps
+              the last few embeddings it fetched, so the clicks on one image fetch it once
+    cache     the embedding cache shared by id: one replica holding an LRU of embeddings; the front asks it
+              whether an image is cached, the encoder's result is put there, decoders fetch from it
+
+A replica that dies is replaced by Ray Serve; a request it was answering gets a 503 saying to retry, and
+the cache (its own replica) keeps the embeddings, so prompts on images sent before still work. The model
+files must be at the same path on every node of a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from vitdeploy.errors import InputError
+from vitdeploy.runtime.apps.sam_service import (ApiError, Cached, DecoderSide, EmbeddingCache, EncoderSide, Metrics,
+                                                PromptRequest, handle_request, unknown_id)
+
+APP_NAME = "vitdeploy"
+#: Embeddings a decoder replica keeps after fetching them from the cache (ViT-B: 4 MiB each).
+DECODER_LOCAL_CACHE = 8
+
+
+@dataclass(frozen=True)
+class RayServeOptions:
+    """How the application is laid out. ``*_replicas``: (min, max); equal bounds mean a fixed count."""
+
+    encoder: str
+    decoder: str
+    runtime: str = "onnxruntime"
+    precision: str = "file"
+    threads: int = 1
+    device: str = "cpu"
+    encoder_replicas: tuple[int, int] = (1, 1)
+    decoder_replicas: tuple[int, int] = (1, 1)
+    cache_size: int = 64
+    max_pending: int = 4
+
+
+def _open(path: str, options: RayServeOptions, precision: str = "file", threads: int | None = None) -> Any:
+    from vitdeploy.runtime.backends.loader import open_runner
+
+    return open_runner(path, threads=threads or options.threads, ort_device=options.device, runtime=options.runtime,
+                       precision=precision)
+
+
+class CacheReplica:
+    """The shared embedding cache (one replica)."""
+
+    def __init__(self, capacity: int):
+        self.cache = EmbeddingCache(capacity)
+
+    def get(self, key: str) -> Cached | None:
+        return self.cache.get(key)
+
+    def put(self, key: str, item: Cached) -> None:
+        self.cache.put(key, item)
+
+    def size(self) -> int:
+        return len(self.cache)
+
+
+class EncoderReplica:
+    def __init__(self, options: RayServeOptions):
+        self.side = EncoderSide(_open(options.encoder, options, options.precision))
+
+    def encode(self, data: bytes) -> Cached:
+        return self.side.encode(data)
+
+
+class DecoderReplica:
+    def __init__(self, options: RayServeOptions, cache: Any):
+        from vitdeploy.metadata import read_onnx_metadata
+
+        self.side = DecoderSide(_open(options.decoder, options, threads=1), read_onnx_metadata(options.encoder))
+        self.cache, self.capacity = cache, options.cache_size
+        self.recent = EmbeddingCache(DECODER_LOCAL_CACHE)
+
+    def masks(self, key: str, prompts: list[PromptRequest]) -> list[dict[str, Any]]:
+        item = self.recent.get(key)
+        if item is None:
+            item = self.cache.get.remote(key).result()
+            if item is None:
+                raise unknown_id(key, self.capacity)
+            self.recent.put(key, item)
+        return self.side.masks(item, prompts)
+
+
+class RayFront:
+    """The :class:`~vitdeploy.runtime.apps.sam_service.Service` the ingress routes to: calls on the other deployments."""
+
+    def __init__(self, options: RayServeOptions, encoder: Any, decoder: Any, cache: Any, identity: str):
+        self.options, self.encoder, self.decoder, self.cache = options, encoder, decoder, cache
+        self.identity = identity
+        self.metrics = Metrics()
+        self.started = time.time()
+
+    def encode(self, data: bytes) -> dict[str, Any]:
+        key = hashlib.sha256(self.identity.encode() + b"\0" + data).hexdigest()[:32]
+        item = self._call(self.cache.get, key)
+        if item is not None:
+            self.metrics.count("cache_hits_total")
+            return {"id": key, "height": item.size[0], "width": item.size[1], "cached": True}
+        item = self._call(self.encoder.encode, data)
+        self.metrics.count("encoder_runs_total")
+        self._call(self.cache.put, key, item)
+        return {"id": key, "height": item.size[0], "width": item.size[1], "cached": False}
+
+    def info(self, key: str) -> dict[str, Any]:
+        item = self._call(self.cache.get, key)
+        if item is None:
+            raise unknown_id(key, self.options.cache_size)
+        return {"id": key, "height": item.size[0], "width": item.size[1]}
+
+    def masks(self, key: str, prompts: list[PromptRequest]) -> dict[str, Any]:
+        results = self._call(self.decoder.masks, key, prompts)
+        self.metrics.count("decoder_runs_total", len(prompts))
+        return {"id": key, "results": results}
+
+    def health(self) -> dict[str, Any]:
+        from pathlib import Path
+
+        return {"status": "ok", "mode": "ray serve", "encoder": Path(self.options.encoder).name,
+                "decoder": Path(self.options.decoder).name, "uptime_s": round(time.time() - self.started, 1)}
+
+    def metrics_text(self) -> str:
+        return self.metrics.render({"cache_embeddings": self._call(self.cache.size),
+                                    "cache_capacity": self.options.cache_size})
+
+    def _call(self, method: Any, *args: Any) -> Any:
+        """``method.remote(*args).result()``, with Ray's failures as the API's: back-pressure and a lost replica are
+        503 (retry), an ApiError raised in a replica keeps its status."""
+        from ray import exceptions as ray_errors
+        from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+        try:
+            return method.remote(*args).result()
+        except ApiError:
+            raise
+        except BackPressureError:
+            self.metrics.count("rejected_total", reason="busy")
+            raise ApiError(503, f"busy: {self.options.max_pending} request(s) already wait for a replica; retry in 1 s",
+                           {"Retry-After": "1"}) from None
+        except (ray_errors.RayActorError, ray_errors.ActorUnavailableError, DeploymentUnavailableError) as exc:
+            self.metrics.count("rejected_total", reason="replica_lost")
+            raise ApiError(503, f"a replica stopped while answering ({type(exc).__name__}); it is being replaced: retry",
+                           {"Retry-After": "1"}) from None
+        except ray_errors.RayTaskError as exc:  # an error raised in a replica: its own type where Ray keeps it
+            cause = exc.as_instanceof_cause() if hasattr(exc, "as_instanceof_cause") else exc
+            if isinstance(cause, ApiError):
+                raise ApiError(cause.status, cause.message, cause.headers) from None
+            if isinstance(cause, InputError):
+                raise ApiError(400, str(cause)) from None
+            raise
+
+
+class FrontReplica:
+    """The HTTP ingress (a Starlette request in, a Starlette response out)."""
+
+    def __init__(self, options: RayServeOptions, encoder: Any, decoder: Any, cache: Any, identity: str):
+        self.front = RayFront(options, encoder, decoder, cache, identity)
+
+    async def __call__(self, request: Any) -> Any:
+        from starlette.responses import Response as StarletteResponse
+
+        body = await request.body()
+        loop = asyncio.get_running_loop()
+        answer = await loop.run_in_executor(None, handle_request, self.front, request.method, request.url.path, body,
+                                            request.headers.get("content-type", ""))
+        return StarletteResponse(answer.body, status_code=answer.status, headers=answer.headers,
+                                 media_type=answer.content_type)
+
+
+def build_app(options: RayServeOptions) -> Any:
+    """The Ray Serve application (bind it with ``serve.run``)."""
+    from ray import serve
+
+    from vitdeploy.runtime.backends.deployment import model_digest
+
+    def scaling(bounds: tuple[int, int]) -> dict[str, Any]:
+        low, high = bounds
+        if low == high:
+            return {"num_replicas": low}
+        return {"autoscaling_config": {"min_replicas": low, "max_replicas": high, "target_ongoing_requests": 1,
+                                       "upscale_delay_s": 2, "downscale_delay_s": 60}}
+
+    cache = serve.deployment(CacheReplica, name="cache", num_replicas=1, ray_actor_options={"num_cpus": 0},
+                             max_ongoing_requests=64).bind(options.cache_size)
+    encoder = serve.deployment(EncoderReplica, name="encoder", max_ongoing_requests=1, max_queued_requests=options.max_pending,
+                               ray_actor_options={"num_cpus": options.threads, **_gpu(options)},
+                               **scaling(options.encoder_replicas)).bind(options)
+    decoder = serve.deployment(DecoderReplica, name="decoder", max_ongoing_requests=1, max_queued_requests=64,
+                               ray_actor_options={"num_cpus": 0.5, **_gpu(options)},
+                               **scaling(options.decoder_replicas)).bind(options, cache)
+    front = serve.deployment(FrontReplica, name="front", num_replicas=1, ray_actor_options={"num_cpus": 0},
+                             max_ongoing_requests=256)
+    return front.bind(options, encoder, decoder, cache, model_digest(options.encoder))
+
+
+def _gpu(options: RayServeOptions) -> dict[str, Any]:
+    return {"num_gpus": 0.5} if options.device != "cpu" else {}
+
+
+def run_app(options: RayServeOptions, host: str, port: int) -> None:
+    """Start Ray Serve's HTTP proxy on ``host:port`` and deploy the application (Ray must be started)."""
+    from ray import serve
+
+    if not options.encoder.lower().endswith(".onnx") or not options.decoder.lower().endswith(".onnx"):
+        raise InputError("--ray serves .onnx files (its replicas open them on any node); serve TensorRT engines "
+                         "without --ray")
+    serve.start(http_options={"host": host, "port": port})
+    serve.run(build_app(options), name=APP_NAME, route_prefix="/")
+
+
+def stop_app() -> None:
+    from ray import serve
+
+    serve.shutdown()
+
+
+__all__ = ["APP_NAME", "RayServeOptions", "build_app", "run_app", "stop_app"]
