@@ -24,7 +24,7 @@ from vitdeploy.pipeline import export_from_recipe
 from vitdeploy.precision.calibration_data import bundled_calibration_dir
 from vitdeploy.runtime.backends.base import RunnerOptions
 from vitdeploy.runtime.backends.loader import open_runner
-from vitdeploy.runtime.backends.openvino_runner import OpenVinoRunner
+from vitdeploy.runtime.backends.openvino_runner import OpenVinoRunner, cpu_config
 from vitdeploy.validation.masks import compare_masks
 from vitdeploy.validation.parity import TOLERANCES, compare
 from vitdeploy.validation.validate_model import ValidateOptions, validate_model
@@ -66,6 +66,17 @@ def test_runner_pins_fp32_and_says_what_ran(encoders: dict[str, Path]) -> None:
     assert runner.inference_precision == "f32"
     assert "OpenVINO" in runner.provider and "f32" in runner.provider and "2 thread" in runner.provider
     assert runner.metadata["family"] == "sam_image_encoder" and runner.input_shapes()["image"] == [1, 3, 64, 64]
+
+
+def test_fewer_threads_than_cores_are_not_pinned(encoders: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pinned, two 1-thread processes (two Ray workers on 2 cores) share the first core: pinning is off below all cores."""
+    import vitdeploy.cpu_features as features
+
+    monkeypatch.setattr(features, "available_cores", lambda: 4)
+    one = OpenVinoRunner(encoders["generic"], threads=1)
+    assert one.compiled.get_property("ENABLE_CPU_PINNING") is False
+    assert one.compiled.get_property("INFERENCE_NUM_THREADS") == 1
+    assert "ENABLE_CPU_PINNING" not in cpu_config(4) and "ENABLE_CPU_PINNING" not in cpu_config(None)  # OpenVINO's default
 
 
 def test_sam_decoder_matches_the_official_model(tiny_sam_artifacts) -> None:
