@@ -51,6 +51,9 @@ VERB_EXTRAS: dict[str, list[tuple[tuple[str, ...], str]]] = {
                  (("openvino-bf16",), "--inference-precision bf16")],
     "predict": [(("openvino",), "--runtime openvino"), (("openvino-bf16",), "--inference-precision bf16")],
     "tune": [(("openvino",), "OpenVINO candidates"), (("openvino-bf16",), "BF16 candidates")],
+    "embed": [(("ray",), "--ray (Ray Data)"), (("openvino",), "--runtime openvino")],
+    "segment-all": [(("ray",), "--images ... --ray (Ray Data)"), (("openvino",), "--runtime openvino")],
+    "serve": [(("ray",), "--ray (Ray Serve)"), (("openvino",), "--runtime openvino")],
 }
 
 
@@ -281,7 +284,7 @@ def probe_components(deep: bool = False) -> dict[str, Component]:
         _module("onnx", deep=deep), _module("onnxscript", deep=deep), _onnxruntime(),
         _module("segment_anything", deep=deep), _module("timm", deep=deep),
         _module("polygraphy", deep=deep), _module("openvino", deep=deep), _tensorrt(), _tensorrt_rtx(), cuda_python, gpu,
-        _fused_attention(),
+        _fused_attention(), _module("ray", deep=False),
     ]
     found = {c.name: c for c in comps}
     found.update({c.name: c for c in _engine_paths(found)})

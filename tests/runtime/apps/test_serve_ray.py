@@ -80,3 +80,36 @@ def test_a_killed_encoder_replica_is_replaced(ray_served) -> None:
     assert len(now) == 1 and now[0] != encoders[0]["name"], "the killed replica was not replaced"
     # the cache is its own replica: an image sent before the kill still answers prompts
     assert ray_served("POST", f"/v1/embeddings/{key}/masks", {"points": [[10, 10]], "labels": [1]})[0] == 200
+
+
+class _Failing:
+    """A deployment method whose call fails with ``error`` (Ray's own exception types; no cluster needed)."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+    def remote(self, *_args):
+        return self
+
+    def result(self):
+        raise self.error
+
+
+def test_ray_failures_become_clear_answers() -> None:
+    """A replica lost in the middle of a request and Ray Serve's back-pressure are 503 with Retry-After; an ApiError
+    raised in a replica keeps its status."""
+    from ray.exceptions import RayActorError
+    from ray.serve.exceptions import BackPressureError
+
+    from vitdeploy.runtime.apps.sam_service import ApiError
+    from vitdeploy.runtime.apps.serve_ray import RayFront, RayServeOptions
+
+    front = RayFront(RayServeOptions("e.onnx", "d.onnx", max_pending=2), None, None, None, "x")
+    for error, needle in ((RayActorError(error_msg="the actor died"), "replica stopped"),
+                          (BackPressureError(num_queued_requests=2, max_queued_requests=2), "busy")):
+        with pytest.raises(ApiError) as caught:
+            front._call(_Failing(error))
+        assert caught.value.status == 503 and needle in caught.value.message and caught.value.headers == {"Retry-After": "1"}
+    with pytest.raises(ApiError) as caught:
+        front._call(_Failing(ApiError(404, "no embedding")))
+    assert caught.value.status == 404
