@@ -17,6 +17,7 @@ TESTED: dict[str, tuple[str, ...]] = {
     "torch": ("2.14.1",),
     "torchvision": ("0.29.1",),
     "segment-anything": ("1.0",),
+    "sam2": ("1.1.0",),
     "timm": ("1.0.31",),
     "onnx": ("1.23.2",),
     "onnxscript": ("0.7.2",),

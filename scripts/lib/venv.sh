@@ -13,5 +13,12 @@ vitdeploy_venv() {
     esac
     [ -x "$venv/bin/python" ] || "$python" -m venv "$venv" >&2
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${lock[@]}" -e ".[$extras]" >&2
+    if [[ ",$extras," == *",dev,"* ]]; then
+        # SAM 2's official package, the reference of the sam2_* families (vitdeploy/models/sam2.py): an sdist whose
+        # build needs torch, so it is built here, after torch, without build isolation and without its optional
+        # CUDA extension. Not in pyproject's extras for that reason (pip would fetch torch into an isolated build).
+        SAM2_BUILD_CUDA=0 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-build-isolation \
+            "${lock[@]}" "sam2>=1.1" "antlr4-python3-runtime==4.9.3" >&2
+    fi
     echo "$venv"
 }

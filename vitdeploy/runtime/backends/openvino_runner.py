@@ -89,6 +89,14 @@ def cpu_config(threads: int | None, inference_precision: str = "f32") -> dict[st
     return config
 
 
+def _port_name(port: Any, declared: set[str]) -> str:
+    """The output's ONNX name: OpenVINO gives a port every name its tensor had (``{'conv2d_5', 'high_res_feats_0'}``
+    where the graph output is an alias of a convolution's) and ``get_any_name`` may return the internal one; the
+    names the file's metadata declares win."""
+    names = set(port.get_names())
+    return next(iter(sorted(names & declared)), port.get_any_name())
+
+
 class OpenVinoRunner(Runner):
     """Runs an ONNX file with OpenVINO's CPU plugin; reads the file's vitdeploy metadata.
 
@@ -153,8 +161,9 @@ class OpenVinoRunner(Runner):
         self.version = str(openvino_version() or ov.__version__)
         self.warnings: list[str] = []
         self.metadata = file_metadata
+        declared = {str(n) for n in (file_metadata.get("output_names") or [])} | {str(file_metadata.get("output_name"))}
         self.input_names = [port.get_any_name() for port in self.compiled.inputs]
-        self.output_names = [port.get_any_name() for port in self.compiled.outputs]
+        self.output_names = [_port_name(port, declared) for port in self.compiled.outputs]
         hint = self.compiled.get_property("INFERENCE_PRECISION_HINT")  # read back: what the plugin took
         #: The inference precision the compiled model runs (``f32`` unless asked otherwise).
         self.inference_precision = str(hint.get_type_name() if hasattr(hint, "get_type_name") else hint)
@@ -170,10 +179,10 @@ class OpenVinoRunner(Runner):
 
     def input_metadata(self) -> dict[str, TensorMeta]:
         """Each input; a dynamic axis is ``"?"`` (OpenVINO keeps no ONNX axis names)."""
-        return _ports(self.compiled.inputs)
+        return _ports(self.compiled.inputs, self.input_names)
 
     def output_metadata(self) -> dict[str, TensorMeta]:
-        return _ports(self.compiled.outputs)
+        return _ports(self.compiled.outputs, self.output_names)
 
     def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
@@ -182,19 +191,19 @@ class OpenVinoRunner(Runner):
             shapes = {n: list(np.shape(feeds[n])) for n in self.input_names}
             raise InputError(f"OpenVINO refused the inputs {shapes} for '{self.path.name}' (it takes "
                              f"{self.input_shapes()}): {_openvino_reason(exc)[:200]}") from exc
-        return {port.get_any_name(): np.array(results[port], copy=True) for port in self.compiled.outputs}
+        return {name: np.array(results[port], copy=True) for port, name in zip(self.compiled.outputs, self.output_names)}
 
 
-def _ports(ports: Any) -> dict[str, TensorMeta]:
-    """Name -> TensorMeta of compiled-model ports (a dynamic axis is ``"?"``)."""
+def _ports(ports: Any, names: list[str]) -> dict[str, TensorMeta]:
+    """Name -> TensorMeta of compiled-model ports, under the runner's names for them (a dynamic axis is ``"?"``)."""
     out = {}
-    for port in ports:
+    for port, name in zip(ports, names):
         shape = tuple(d.get_length() if d.is_static else "?" for d in port.get_partial_shape())
         try:
             dtype: np.dtype | None = np.dtype(port.get_element_type().to_dtype())
         except Exception:  # noqa: BLE001 - an element type NumPy lacks (bf16): the shape still stands
             dtype = None
-        out[port.get_any_name()] = TensorMeta(port.get_any_name(), shape, dtype)
+        out[name] = TensorMeta(name, shape, dtype)
     return out
 
 
