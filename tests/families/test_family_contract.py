@@ -40,6 +40,7 @@ TINY_RECIPES: dict[str, tuple[str, int | None]] = {
                    'embed_dim = 16\nnum_heads = 1\nstages = [1, 1, 2, 1]\nglobal_att_blocks = [3]\n'
                    'window_spec = [4, 4, 4, 2]\nglobal_pos_size = [4, 4]\nnum_classes = 10\n\n[timm]\noutput = "features"\n', 96),
     "sam2_image_encoder": (TINY_SAM2_RECIPE, 256),
+    "sam2_mask_decoder": (TINY_SAM2_RECIPE.replace("sam2_image_encoder", "sam2_mask_decoder"), None),
 }
 
 

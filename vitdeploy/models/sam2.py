@@ -60,11 +60,11 @@ def load_sam2(arch: Sam2Arch, checkpoint: str | Path | None = None, *, random_se
               what: str | None = None) -> nn.Module:
     """Build ``SAM2Base`` and fill it from an official checkpoint or with seeded random weights."""
     from vitdeploy.models.checkpoints import check_fits, load_state_dict_file
-    from vitdeploy.models.random_weights import randomize_parameters
+    from vitdeploy.models.sam_decoder import randomize_prompt_decoder
 
     model = build_sam2_model(arch)
-    if checkpoint is None:
-        return randomize_parameters(model, 0 if random_seed is None else random_seed).eval()
+    if checkpoint is None:  # parameters and the prompt encoder's Gaussian buffer (drawn from the global RNG when built)
+        return randomize_prompt_decoder(model, 0 if random_seed is None else random_seed).eval()
     state = load_state_dict_file(checkpoint)
     check_fits(model, state, what or arch.config, ": choose the recipe of this checkpoint's size (tiny, small, base-plus, large)")
     model.load_state_dict(state, strict=True)
