@@ -89,6 +89,8 @@ def test_the_graph_has_an_edge_the_check_would_catch() -> None:
 FAMILY_NAME_GUARDS = {
     # SamPredictor composes exactly a SAM image encoder and a SAM mask decoder; the guard names what it takes.
     "vitdeploy.runtime.apps.sam_predictor",
+    # Sam2ImagePredictor likewise composes a SAM 2 image encoder and mask decoder, and says so when given SAM 1 files.
+    "vitdeploy.runtime.apps.sam2_predictor",
 }
 
 

@@ -4,8 +4,8 @@
     forms       load-time rewrites of a graph for ONNX Runtime's CPU provider (unfolded, fused kernel, MHA)
     backends    one runner per runtime behind one contract (``Runner``, ``RunnerOptions``), the runtime
                 registry and the loader that opens any file vitdeploy writes
-    apps        applications on those runners: SAM's predictor, automatic mask generator, batch predict,
-                embeddings, overlays
+    apps        applications on those runners: SAM's and SAM 2's predictors, automatic mask generator, batch
+                predict, embeddings, overlays, dataset jobs, the server
 
 Each wing imports only from the ones listed above it (``vitdeploy.LAYERS``). Nothing in this package
 imports torch: applications run deployed models without PyTorch. The public names below load their
@@ -24,6 +24,7 @@ _WHERE = {
     "open_runner": "backends.loader",
     "SamPredictor": "apps.sam_predictor",
     "SamAutomaticMaskGenerator": "apps.mask_generator",
+    "Sam2ImagePredictor": "apps.sam2_predictor",
     "SamPreprocessor": "processing.preprocess",
     "preprocess_shape": "processing.preprocess",
     "read_image_rgb": "processing.images",

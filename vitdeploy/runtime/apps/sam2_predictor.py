@@ -1,0 +1,238 @@
+"""SAM 2's image predictor on exported files, torch-free: ``sam2.sam2_image_predictor.SAM2ImagePredictor``'s calls.
+
+``Sam2ImagePredictor(encoder, decoder)`` takes the files ``vitdeploy export`` writes for a SAM 2 model
+(``-r sam2.1_hiera_tiny`` and ``-r sam2.1_hiera_tiny_decoder``, or a Runner each) and answers the official
+calls with the official meanings: ``set_image``, ``set_image_batch``, ``predict`` (points, labels, box,
+mask_input, multimask_output, return_logits, normalize_coords), ``predict_batch``, ``get_image_embedding``,
+``reset_predictor``. Returns are NumPy, as the official ``predict`` returns them: masks (C, H, W) float32
+0/1 (logits with ``return_logits``), scores (C,), low-resolution logits (C, 256, 256) clamped to +-32.
+
+Where the official predictor runs a batch of prompts (``point_coords`` (B, N, 2), ``box`` (B, 4)) as one
+decoder call, this one runs the exported decoder once per prompt set (its graph takes one); the outputs
+gain the batch axis the same way. The single-mask choice (``multimask_output=False``) is the official
+decoder's: the single-mask token unless its stability score falls under the threshold recorded in the
+decoder file (``dynamic_multimask_via_stability``), then the best multimask output.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from vitdeploy.errors import InputError
+from vitdeploy.runtime.apps.sam_predictor import as_runner
+from vitdeploy.runtime.backends.base import Runner
+from vitdeploy.runtime.processing.preprocess import check_rgb_uint8
+from vitdeploy.runtime.processing.sam2_transforms import Sam2Transforms
+
+#: The official predictor clamps the low-resolution logits it returns to this range.
+LOW_RES_CLAMP = 32.0
+
+
+def check_sam2_pair(encoder: dict[str, Any], decoder: dict[str, Any]) -> None:
+    """Raise InputError unless the two files are a SAM 2 image encoder and decoder of one model."""
+    if encoder.get("family") != "sam2_image_encoder":
+        hint = " (a SAM 1 file: use vitdeploy.runtime.SamPredictor)" if encoder.get("family") == "sam_image_encoder" else ""
+        raise InputError(f"the encoder is a '{encoder.get('family')}' model, not a SAM 2 image encoder{hint}: export one "
+                         "with 'vitdeploy export -r sam2.1_hiera_tiny'")
+    if decoder.get("family") != "sam2_mask_decoder":
+        hint = " (a SAM 1 file: use vitdeploy.runtime.SamPredictor)" if decoder.get("family") == "sam_mask_decoder" else ""
+        raise InputError(f"the decoder is a '{decoder.get('family')}' model, not a SAM 2 mask decoder{hint}: export one "
+                         "with 'vitdeploy export -r sam2.1_hiera_tiny_decoder'")
+    different = [key for key in ("variant", "input_size", "random_seed", "checkpoint_sha256")
+                 if encoder.get(key) != decoder.get(key)]
+    if different:
+        shown = ", ".join(f"{k} {encoder.get(k)!r} vs {decoder.get(k)!r}" for k in different)
+        raise InputError(f"the encoder and decoder come from two different SAM 2 models ({shown}): export both from "
+                         "the same checkpoint (or seed) and recipe size")
+
+
+class Sam2ImagePredictor:
+    """``SAM2ImagePredictor`` on exported files (see the module docstring).
+
+    Args:
+        encoder, decoder: the exported files (``.onnx``) or Runners.
+        device, threads, runtime, inference_precision: as :class:`vitdeploy.runtime.SamPredictor`'s.
+        mask_threshold: logits above it are the mask (official default 0.0).
+    """
+
+    def __init__(self, encoder: Runner | str | os.PathLike, decoder: Runner | str | os.PathLike, *, device: str = "cpu",
+                 threads: int | None = None, runtime: str = "auto", inference_precision: str | None = None,
+                 mask_threshold: float = 0.0):
+        self.encoder = as_runner(encoder, device, threads, runtime=runtime, inference_precision=inference_precision)
+        self.decoder = as_runner(decoder, device, threads, runtime=runtime)
+        enc, dec = self.encoder.metadata, self.decoder.metadata
+        check_sam2_pair(enc, dec)
+        self.resolution = int(enc["input_size"][0])
+        self._transforms = Sam2Transforms(self.resolution, enc["pixel_mean"], enc["pixel_std"], mask_threshold)
+        self.mask_threshold = mask_threshold
+        self._dynamic = bool(dec.get("dynamic_multimask_via_stability", False))
+        self._stability_delta = float(dec.get("dynamic_multimask_stability_delta", 0.05))
+        self._stability_thresh = float(dec.get("dynamic_multimask_stability_thresh", 0.98))
+        self.reset_predictor()
+
+    # --- images --------------------------------------------------------------------------------------
+
+    def reset_predictor(self) -> None:
+        """Forget the image(s)."""
+        self._is_image_set = False
+        self._features: dict[str, Any] | None = None
+        self._orig_hw: list[tuple[int, int]] | None = None
+        self._is_batch = False
+
+    def set_image(self, image: np.ndarray) -> None:
+        """Compute the features of an HxWx3 uint8 RGB image (a PIL image is taken too, as officially)."""
+        image = _as_rgb(image)
+        self.reset_predictor()
+        feats = self._encode(image)
+        self._features = {"image_embed": feats[0], "high_res_feats": [feats[1], feats[2]]}
+        self._orig_hw = [(int(image.shape[0]), int(image.shape[1]))]
+        self._is_image_set = True
+
+    def set_image_batch(self, image_list: list[np.ndarray]) -> None:
+        """Compute the features of several images (for :meth:`predict_batch`)."""
+        if not isinstance(image_list, list) or not image_list:
+            raise InputError("set_image_batch takes a non-empty list of HxWx3 uint8 images")
+        self.reset_predictor()
+        images = [_as_rgb(image) for image in image_list]
+        feats = [self._encode(image) for image in images]
+        self._features = {"image_embed": np.concatenate([f[0] for f in feats]),
+                          "high_res_feats": [np.concatenate([f[1] for f in feats]), np.concatenate([f[2] for f in feats])]}
+        self._orig_hw = [(int(i.shape[0]), int(i.shape[1])) for i in images]
+        self._is_image_set, self._is_batch = True, True
+
+    def _encode(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        out = self.encoder.run({self.encoder.input_names[0]: self._transforms(image)[None]})
+        return (np.asarray(out["image_embed"], np.float32), np.asarray(out["high_res_feats_0"], np.float32),
+                np.asarray(out["high_res_feats_1"], np.float32))
+
+    def get_image_embedding(self) -> np.ndarray:
+        """The (B, C, h, w) image embedding of the current image(s)."""
+        self._require_image("get the image embedding")
+        return self._features["image_embed"]
+
+    # --- prompts -> masks ----------------------------------------------------------------------------
+
+    def predict(self, point_coords: Any = None, point_labels: Any = None, box: Any = None, mask_input: Any = None,
+                multimask_output: bool = True, return_logits: bool = False,
+                normalize_coords: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Masks for the current image (see the module docstring and the official docstring)."""
+        self._require_image("predict masks")
+        if self._is_batch:
+            raise InputError("an image batch is set (set_image_batch): use predict_batch, or set_image for one image")
+        return self._predict_one(0, point_coords, point_labels, box, mask_input, multimask_output, return_logits,
+                                 normalize_coords)
+
+    def predict_batch(self, point_coords_batch: list | None = None, point_labels_batch: list | None = None,
+                      box_batch: list | None = None, mask_input_batch: list | None = None, multimask_output: bool = True,
+                      return_logits: bool = False, normalize_coords: bool = True):
+        """One :meth:`predict` per image of the batch: lists of masks, scores and low-resolution logits."""
+        self._require_image("predict masks")
+        if not self._is_batch:
+            raise InputError("predict_batch needs an image batch: call set_image_batch first")
+        count = len(self._orig_hw)
+        masks, scores, logits = [], [], []
+        for index in range(count):
+            pick = lambda batch: None if batch is None else batch[index]  # noqa: E731
+            m, s, low = self._predict_one(index, pick(point_coords_batch), pick(point_labels_batch), pick(box_batch),
+                                          pick(mask_input_batch), multimask_output, return_logits, normalize_coords)
+            masks.append(m)
+            scores.append(s)
+            logits.append(low)
+        return masks, scores, logits
+
+    def _predict_one(self, index: int, point_coords: Any, point_labels: Any, box: Any, mask_input: Any,
+                     multimask_output: bool, return_logits: bool, normalize_coords: bool):
+        orig_hw = self._orig_hw[index]
+        coords, labels, corners = self._prompts(point_coords, point_labels, box, normalize_coords, orig_hw)
+        if coords is None and corners is None:
+            raise InputError("give point_coords (with point_labels) or a box")
+        masks_prompt = None if mask_input is None else np.asarray(mask_input, np.float32)
+        if masks_prompt is not None and masks_prompt.ndim == 3:
+            masks_prompt = masks_prompt[None]
+        sets = max(len(coords) if coords is not None else 0, len(corners) if corners is not None else 0)
+        results = []
+        for k in range(sets):
+            parts_c, parts_l = [], []
+            if corners is not None:
+                parts_c.append(corners[min(k, len(corners) - 1)])
+                parts_l.append(np.array([2.0, 3.0], np.float32))
+            if coords is not None:
+                parts_c.append(coords[min(k, len(coords) - 1)])
+                parts_l.append(labels[min(k, len(labels) - 1)].astype(np.float32))
+            mask_k = None if masks_prompt is None else masks_prompt[min(k, len(masks_prompt) - 1)][None]
+            results.append(self._decode(index, np.concatenate(parts_c), np.concatenate(parts_l), mask_k, multimask_output))
+        low_res = np.stack([r[0] for r in results])  # B, C, 4h, 4w
+        iou = np.stack([r[1] for r in results])  # B, C
+        masks = self._transforms.postprocess_masks(low_res, orig_hw)
+        low_res = np.clip(low_res, -LOW_RES_CLAMP, LOW_RES_CLAMP)
+        if not return_logits:
+            masks = (masks > self.mask_threshold).astype(np.float32)
+        if sets == 1:  # the official squeeze(0) of a single prompt set
+            return masks[0], iou[0], low_res[0]
+        return masks, iou, low_res
+
+    def _prompts(self, point_coords: Any, point_labels: Any, box: Any, normalize: bool, orig_hw: tuple[int, int]):
+        coords = labels = corners = None
+        if point_coords is not None:
+            if point_labels is None:
+                raise InputError("point_labels must be supplied if point_coords is supplied")
+            coords = self._transforms.transform_coords(point_coords, normalize, orig_hw)
+            labels = np.asarray(point_labels)
+            if coords.ndim == 2:
+                coords, labels = coords[None], labels[None]
+            if coords.ndim != 3 or coords.shape[-1] != 2 or labels.shape != coords.shape[:2]:
+                raise InputError(f"point_coords must be (N, 2) or (B, N, 2) with labels (N,) or (B, N), got "
+                                 f"{np.shape(point_coords)} and {np.shape(point_labels)}")
+        if box is not None:
+            corners = self._transforms.transform_boxes(box, normalize, orig_hw)
+        return coords, labels, corners
+
+    def _decode(self, index: int, coords: np.ndarray, labels: np.ndarray, mask: np.ndarray | None, multimask: bool):
+        grid = self._features["image_embed"].shape[-1]
+        feeds = {
+            "image_embed": self._features["image_embed"][index:index + 1],
+            "high_res_feats_0": self._features["high_res_feats"][0][index:index + 1],
+            "high_res_feats_1": self._features["high_res_feats"][1][index:index + 1],
+            "point_coords": coords[None].astype(np.float32), "point_labels": labels[None].astype(np.float32),
+            "mask_input": mask.astype(np.float32) if mask is not None else np.zeros((1, 1, 4 * grid, 4 * grid), np.float32),
+            "has_mask_input": np.array([1.0 if mask is not None else 0.0], np.float32),
+        }
+        out = self.decoder.run(feeds)
+        logits, iou = np.asarray(out["low_res_masks"])[0], np.asarray(out["iou_predictions"])[0]  # K, 4h, 4w; K
+        if multimask:
+            return logits[1:], iou[1:]
+        if self._dynamic:
+            return self._dynamic_single(logits, iou)
+        return logits[:1], iou[:1]
+
+    def _dynamic_single(self, logits: np.ndarray, iou: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``MaskDecoder._dynamic_multimask_via_stability``: the single mask if stable, else the best multimask one."""
+        single = logits[0].reshape(-1)
+        area_i = float(np.sum(single > self._stability_delta))
+        area_u = float(np.sum(single > -self._stability_delta))
+        stability = area_i / area_u if area_u > 0 else 1.0
+        if stability >= self._stability_thresh:
+            return logits[:1], iou[:1]
+        best = 1 + int(np.argmax(iou[1:]))
+        return logits[best:best + 1], iou[best:best + 1]
+
+    def _require_image(self, action: str) -> None:
+        if not self._is_image_set:
+            raise InputError(f"an image must be set with set_image(...) before you {action}")
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+
+def _as_rgb(image: Any) -> np.ndarray:
+    if not isinstance(image, np.ndarray) and hasattr(image, "convert"):  # a PIL image, as the official one takes
+        image = np.asarray(image.convert("RGB"))
+    check_rgb_uint8(image)
+    return image
+
+
+__all__ = ["Sam2ImagePredictor", "check_sam2_pair"]

@@ -1,0 +1,87 @@
+"""SAM 2's image transforms and mask post-processing in NumPy (no torch): ``sam2.utils.transforms.SAM2Transforms``.
+
+* The image: ``ToTensor`` (HxWx3 uint8 -> 3xHxW float32 in [0, 1]), torchvision's ``Resize((S, S))`` (the aspect
+  ratio is not kept: bilinear with antialiasing, PyTorch's ``_upsample_bilinear2d_aa`` filter), ``Normalize``.
+* Prompts: pixels of the original image -> the S x S input frame (``transform_coords``/``transform_boxes``).
+* Masks: the decoder's 4h x 4w logits -> the original size (``postprocess_masks``: bilinear, ``align_corners=False``,
+  no antialiasing); the optional hole filling (``max_hole_area``/``max_sprinkle_area``, 0 by default) is not done.
+
+Each resize is separable and linear, so it is one (out, in) matrix per axis, built once per size.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from vitdeploy.runtime.processing.postprocess import bilinear_matrix
+
+
+@lru_cache(maxsize=32)
+def antialias_bilinear_matrix(in_size: int, out_size: int) -> np.ndarray:
+    """(out_size, in_size) weights of PyTorch's antialiased bilinear resize along one axis (``antialias=True``).
+
+    PyTorch's ``_compute_indices_min_size_weights_aa`` with the triangle filter: the filter is widened by the scale
+    when shrinking (support = scale), each output's taps span ``[center - support, center + support]`` clipped to
+    the input and are normalised to sum 1. When enlarging it is plain bilinear with clamped edges.
+    """
+    scale = in_size / out_size
+    support = scale if scale >= 1.0 else 1.0
+    invscale = 1.0 / scale if scale >= 1.0 else 1.0
+    out = np.zeros((out_size, in_size), dtype=np.float64)
+    for i in range(out_size):
+        center = scale * (i + 0.5)
+        lo = max(int(center - support + 0.5), 0)
+        hi = min(int(center + support + 0.5), in_size)
+        taps = np.arange(lo, hi)
+        weights = np.maximum(0.0, 1.0 - np.abs((taps - center + 0.5) * invscale))
+        total = weights.sum()
+        if total > 0:
+            out[i, lo:hi] = weights / total
+    return out
+
+
+class Sam2Transforms:
+    """The official transforms for a ``resolution`` x ``resolution`` encoder (see the module docstring)."""
+
+    def __init__(self, resolution: int, pixel_mean, pixel_std, mask_threshold: float = 0.0):
+        self.resolution = int(resolution)
+        self.mean = (np.asarray(pixel_mean, np.float32) / np.float32(255.0)).reshape(3, 1, 1)
+        self.std = (np.asarray(pixel_std, np.float32) / np.float32(255.0)).reshape(3, 1, 1)
+        self.mask_threshold = mask_threshold
+
+    def __call__(self, image: np.ndarray) -> np.ndarray:
+        """HxWx3 uint8 RGB -> (3, S, S) float32, normalized."""
+        x = image.astype(np.float32).transpose(2, 0, 1) / np.float32(255.0)  # ToTensor
+        rows = antialias_bilinear_matrix(image.shape[0], self.resolution).astype(np.float32)
+        cols = antialias_bilinear_matrix(image.shape[1], self.resolution).astype(np.float32)
+        resized = np.einsum("oh,chw,pw->cop", rows, x, cols, optimize=True)
+        return ((resized - self.mean) / self.std).astype(np.float32)
+
+    def transform_coords(self, coords: np.ndarray, normalize: bool, orig_hw: tuple[int, int]) -> np.ndarray:
+        """Pixels (``normalize``) or [0, 1] coordinates -> the S x S input frame, as float32."""
+        coords = np.asarray(coords, dtype=np.float32).copy()
+        if normalize:
+            height, width = orig_hw
+            coords[..., 0] = coords[..., 0] / np.float32(width)
+            coords[..., 1] = coords[..., 1] / np.float32(height)
+        return coords * np.float32(self.resolution)
+
+    def transform_boxes(self, boxes: np.ndarray, normalize: bool, orig_hw: tuple[int, int]) -> np.ndarray:
+        """XYXY boxes -> (B, 2, 2) corners in the input frame."""
+        return self.transform_coords(np.asarray(boxes, dtype=np.float32).reshape(-1, 2, 2), normalize, orig_hw)
+
+    def postprocess_masks(self, low_res: np.ndarray, orig_hw: tuple[int, int]) -> np.ndarray:
+        """(..., 4h, 4w) logits -> (..., H, W) logits at the original size (float32)."""
+        rows = _bilinear(low_res.shape[-2], orig_hw[0])
+        cols = _bilinear(low_res.shape[-1], orig_hw[1])
+        return np.einsum("oh,...hw,pw->...op", rows, low_res.astype(np.float32), cols, optimize=True).astype(np.float32)
+
+
+@lru_cache(maxsize=32)
+def _bilinear(in_size: int, out_size: int) -> np.ndarray:
+    return bilinear_matrix(in_size, out_size).astype(np.float32)
+
+
+__all__ = ["Sam2Transforms", "antialias_bilinear_matrix"]
