@@ -17,3 +17,10 @@ overrides = ["++model.image_encoder.trunk.embed_dim=16", "++model.image_encoder.
 pixel_mean = [123.675, 116.28, 103.53]
 pixel_std = [58.395, 57.12, 57.375]
 """
+
+#: The same at 512 (a 32x32 grid, so the memory bank stays small): the memory modules' tests.
+TINY_SAM2_VIDEO_RECIPE = TINY_SAM2_RECIPE.replace(
+    '"++model.memory_attention.num_layers=1"]',
+    '"++model.memory_attention.num_layers=1", "++model.image_size=512",\n'
+    '             "++model.memory_attention.layer.self_attention.feat_sizes=[32,32]",\n'
+    '             "++model.memory_attention.layer.cross_attention.feat_sizes=[32,32]"]')

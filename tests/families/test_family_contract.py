@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.sam2_tiny import TINY_SAM2_RECIPE
+from tests.sam2_tiny import TINY_SAM2_RECIPE, TINY_SAM2_VIDEO_RECIPE
 from vitdeploy.families import FAMILIES, ExportOptions
 from vitdeploy.metadata import REQUIRED_KEYS, metadata_problems, read_onnx_metadata
 from vitdeploy.onnx_export.exporter import ExportResult
@@ -41,6 +41,9 @@ TINY_RECIPES: dict[str, tuple[str, int | None]] = {
                    'window_spec = [4, 4, 4, 2]\nglobal_pos_size = [4, 4]\nnum_classes = 10\n\n[timm]\noutput = "features"\n', 96),
     "sam2_image_encoder": (TINY_SAM2_RECIPE, 256),
     "sam2_mask_decoder": (TINY_SAM2_RECIPE.replace("sam2_image_encoder", "sam2_mask_decoder"), None),
+    "sam2_memory_encoder": (TINY_SAM2_VIDEO_RECIPE.replace("sam2_image_encoder", "sam2_memory_encoder"), None),
+    "sam2_memory_attention": (TINY_SAM2_VIDEO_RECIPE.replace("sam2_image_encoder", "sam2_memory_attention")
+                              + "\n[memory]\nframe_slots = 3\npointer_slots = 4\n", None),
 }
 
 

@@ -1,0 +1,100 @@
+"""SAM 2 / 2.1's memory encoder (the official ``sam2`` package): a frame's features and its predicted mask -> the
+memory the next frames attend to (``SAM2Base._encode_new_memory``; :mod:`vitdeploy.rewrites.sam2_memory`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vitdeploy.errors import InputError
+from vitdeploy.families.base import Echo, ExportOptions, ModelFamily, reference_seed
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from vitdeploy.models.recipes import Recipe
+    from vitdeploy.onnx_export.exporter import ExportResult
+    from vitdeploy.runtime.processing.input_sets import InputSet
+
+INPUT_NAMES = ("image_embed", "pred_masks_high_res", "object_score_logits", "binarize")
+OUTPUT_NAMES = ("maskmem_features", "maskmem_pos_enc")
+
+
+class Sam2MemoryEncoder(ModelFamily):
+    name = "sam2_memory_encoder"
+    required_metadata = ("architecture", "input_size", "image_embedding_size")
+
+    def architecture_class(self) -> type:
+        from vitdeploy.models.sam2 import Sam2Arch
+
+        return Sam2Arch
+
+    def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
+        if options.batch != 1 or options.dynamic_batch or options.input_size:
+            raise InputError("--batch/--dynamic-batch/--input-size do not apply to the memory encoder: it is built for "
+                             "the model's image size, one object at a time")
+
+    def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
+        from vitdeploy.models.sam2 import Sam2Arch, load_sam2
+
+        arch = Sam2Arch.from_dict(recipe.architecture)
+        return arch, load_sam2(arch, checkpoint, random_seed=random_seed, what=f"recipe '{recipe.name}' ({recipe.variant})")
+
+    def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
+               echo: Echo) -> ExportResult:
+        import torch
+
+        from vitdeploy.metadata import artifact_metadata
+        from vitdeploy.onnx_export.exporter import export_onnx
+        from vitdeploy.rewrites.sam2_memory import ExportableMemoryEncoder
+
+        size, grid = int(model.image_size), int(model.sam_image_embedding_size)
+        echo(f"exporting {recipe.name} ({recipe.variant}): {size}x{size} mask logits + {grid}x{grid} features -> memory")
+        metadata = artifact_metadata(
+            family=self.name, variant=recipe.variant, input_size=size, pixel_mean=recipe.pixel_mean,
+            pixel_std=recipe.pixel_std, architecture=arch.to_dict(), **options.provenance(),
+            image_embedding_size=[grid, grid], embed_dim=int(model.hidden_dim), mem_dim=int(model.mem_dim),
+            binarize_mask_from_pts_for_mem_enc=bool(model.binarize_mask_from_pts_for_mem_enc),
+            sigmoid_scale_for_mem_enc=float(model.sigmoid_scale_for_mem_enc),
+            sigmoid_bias_for_mem_enc=float(model.sigmoid_bias_for_mem_enc),
+            input_names=list(INPUT_NAMES), output_names=list(OUTPUT_NAMES),
+        )
+        gen = torch.Generator().manual_seed(0)
+        example = (torch.randn(1, int(model.hidden_dim), grid, grid, generator=gen),
+                   torch.randn(1, 1, size, size, generator=gen), torch.tensor([[0.5]]), torch.zeros(1))
+        return export_onnx(ExportableMemoryEncoder(model).eval(), example, output, input_names=list(INPUT_NAMES),
+                           output_names=list(OUTPUT_NAMES), metadata=metadata, opset=options.opset or recipe.opset)
+
+    def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
+        seed = reference_seed(metadata, checkpoint)
+
+        from vitdeploy.models.sam2 import Sam2Arch, load_sam2
+        from vitdeploy.rewrites.sam2_memory import OfficialMemoryEncoderReference
+
+        return OfficialMemoryEncoderReference(load_sam2(Sam2Arch.from_dict(metadata["architecture"]), checkpoint,
+                                                        random_seed=seed)).eval()
+
+    def random_input_sets(self, metadata: dict[str, Any], input_names: list[str], input_shapes: dict[str, list[Any]],
+                          count: int, seed: int = 0) -> list[InputSet]:
+        """Features and mask logits; alternately a present object from a sigmoid mask, an absent one from clicks."""
+        import numpy as np
+
+        from vitdeploy.runtime.processing.input_sets import InputSet
+
+        size, grid, channels = int(metadata["input_size"][0]), int(metadata["image_embedding_size"][0]), int(metadata["embed_dim"])
+        sets = []
+        for i in range(count):
+            rng = np.random.default_rng(seed + i)
+            present = i % 2 == 0
+            feeds = {"image_embed": rng.standard_normal((1, channels, grid, grid)).astype(np.float32),
+                     "pred_masks_high_res": (4.0 * rng.standard_normal((1, 1, size, size))).astype(np.float32),
+                     "object_score_logits": np.array([[2.0 if present else -2.0]], np.float32),
+                     "binarize": np.array([0.0 if present else 1.0], np.float32)}
+            sets.append(InputSet(f"frame{i}", feeds, f"seed {seed + i}: object {'present, sigmoid' if present else 'absent, binarized'}"))
+        return sets
+
+    def template_feeds(self, metadata: dict[str, Any], template: dict[str, list[Any]], seed: int = 0):
+        return self.random_input_sets(metadata, [], {}, 1, seed)[0].feeds
+
+
+FAMILY = Sam2MemoryEncoder()
