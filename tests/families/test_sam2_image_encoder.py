@@ -95,3 +95,27 @@ def test_an_official_checkpoint_loads_and_a_wrong_one_is_refused(exported: Path,
     code, output = run("export", "-r", str(recipe), "--checkpoint", str(tmp_path / "other.pt"), "-o", str(tmp_path / "o.onnx"))
     assert_user_error(code, output, "does not fit", "no_mem_embed")
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_preprocessing_is_the_official_transforms() -> None:
+    """The square antialiased resize + normalize in NumPy against sam2's SAM2Transforms (torchvision), up- and down-scaling."""
+    from sam2.utils.transforms import SAM2Transforms
+
+    from vitdeploy.runtime.processing.sam2_transforms import Sam2Preprocessor
+
+    ours = Sam2Preprocessor(1024, (123.675, 116.28, 103.53), (58.395, 57.12, 57.375))
+    official = SAM2Transforms(1024, 0.0)
+    for shape in ((90, 120), (1500, 1100)):
+        image = sample_image(*shape, seed=4)
+        assert float(np.abs(ours(image)[0] - official(image).numpy()).max()) < 1e-5
+
+
+def test_fp16_through_calibrate_and_images_through_validate(exported: Path, tmp_path: Path) -> None:
+    from vitdeploy.precision.calibration_data import bundled_calibration_dir
+
+    images = [str(p) for p in sorted(bundled_calibration_dir().glob("*.jpg"))[:3]]
+    code, output = run("calibrate", str(exported), "-p", "fp16", "-o", str(tmp_path / "enc.fp16.onnx"), "--threads", "2",
+                       "--holdout", "2", *sum((["-i", p] for p in images), []), "--min-images", "3", "--no-cache")
+    assert code == 0 and "within 'fp16'" in output, output
+    code, output = run("validate", str(exported), "--images", images[0], "--runs", "1", "--threads", "2")
+    assert code == 0 and "parity: all comparisons within tolerance" in output, output

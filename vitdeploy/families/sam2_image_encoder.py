@@ -75,5 +75,13 @@ class Sam2ImageEncoderFamily(ModelFamily):
 
         return Sam2ImageEncoder(load_sam2(Sam2Arch.from_dict(metadata["architecture"]), checkpoint, random_seed=seed)).eval()
 
+    def image_preprocessor(self, metadata: dict[str, Any]):
+        """SAM 2's own: a square antialiased resize to the input size, /255, normalize (``SAM2Transforms``)."""
+        from vitdeploy.runtime.processing.sam2_transforms import Sam2Preprocessor
+
+        return Sam2Preprocessor(int(metadata["input_size"][0]), tuple(metadata["pixel_mean"]), tuple(metadata["pixel_std"]))
+
+    calibration_preprocessor = image_preprocessor
+
 
 FAMILY = Sam2ImageEncoderFamily()

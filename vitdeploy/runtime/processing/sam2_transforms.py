@@ -11,6 +11,7 @@ Each resize is separable and linear, so it is one (out, in) matrix per axis, bui
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -56,7 +57,7 @@ class Sam2Transforms:
         x = image.astype(np.float32).transpose(2, 0, 1) / np.float32(255.0)  # ToTensor
         rows = antialias_bilinear_matrix(image.shape[0], self.resolution).astype(np.float32)
         cols = antialias_bilinear_matrix(image.shape[1], self.resolution).astype(np.float32)
-        resized = np.einsum("oh,chw,pw->cop", rows, x, cols, optimize=True)
+        resized = np.einsum("oh,chw,pw->cop", rows, x, cols, optimize=True)  # Resize((S, S), antialias=True)
         return ((resized - self.mean) / self.std).astype(np.float32)
 
     def transform_coords(self, coords: np.ndarray, normalize: bool, orig_hw: tuple[int, int]) -> np.ndarray:
@@ -79,9 +80,36 @@ class Sam2Transforms:
         return np.einsum("oh,...hw,pw->...op", rows, low_res.astype(np.float32), cols, optimize=True).astype(np.float32)
 
 
+@dataclass(frozen=True)
+class Sam2Preprocessor:
+    """SAM 2's image preprocessing in the two steps calibration and ``validate --images`` use: ``resize`` (HxWx3 uint8
+    -> (3, S, S) float32 in [0, 1], the square antialiased resize) and ``normalize_and_pad`` (-> (1, 3, S, S),
+    normalized; nothing to pad: the resize is square). ``input_size`` is S."""
+
+    input_size: int
+    pixel_mean: tuple[float, ...]
+    pixel_std: tuple[float, ...]
+
+    def _transforms(self) -> Sam2Transforms:
+        return Sam2Transforms(self.input_size, self.pixel_mean, self.pixel_std)
+
+    def resize(self, image: np.ndarray) -> np.ndarray:
+        rows = antialias_bilinear_matrix(image.shape[0], self.input_size).astype(np.float32)
+        cols = antialias_bilinear_matrix(image.shape[1], self.input_size).astype(np.float32)
+        x = image.astype(np.float32).transpose(2, 0, 1) / np.float32(255.0)
+        return np.einsum("oh,chw,pw->cop", rows, x, cols, optimize=True).astype(np.float32)
+
+    def normalize_and_pad(self, resized: np.ndarray) -> np.ndarray:
+        t = self._transforms()
+        return ((resized - t.mean) / t.std).astype(np.float32)[None]
+
+    def __call__(self, image: np.ndarray) -> np.ndarray:
+        return self.normalize_and_pad(self.resize(image))
+
+
 @lru_cache(maxsize=32)
 def _bilinear(in_size: int, out_size: int) -> np.ndarray:
     return bilinear_matrix(in_size, out_size).astype(np.float32)
 
 
-__all__ = ["Sam2Transforms", "antialias_bilinear_matrix"]
+__all__ = ["Sam2Preprocessor", "Sam2Transforms", "antialias_bilinear_matrix"]
