@@ -144,9 +144,9 @@ def model_source_options(fn: Callable) -> Callable:
 def sam_pair_options(fn: Callable) -> Callable:
     """--encoder/-e and --decoder/-d: the exported SAM image encoder and prompt encoder + mask decoder."""
     fn = click.option("--decoder", "-d", required=True, type=click.Path(dir_okay=False, path_type=str),
-                      help="Exported SAM prompt encoder + mask decoder (.onnx, or a TensorRT engine).")(fn)
+                      help="Exported SAM (or SAM 2) prompt encoder + mask decoder (.onnx, or a TensorRT engine).")(fn)
     return click.option("--encoder", "-e", required=True, type=click.Path(dir_okay=False, path_type=str),
-                        help="Exported SAM image encoder (.onnx, or a TensorRT engine).")(fn)
+                        help="Exported SAM (or SAM 2) image encoder (.onnx, or a TensorRT engine).")(fn)
 
 
 def _threads(fn: Callable, what: str) -> Callable:

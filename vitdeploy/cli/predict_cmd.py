@@ -158,9 +158,9 @@ def _run(jobs, encoder: str, decoder: str, multimask: str, folder: bool, **predi
     """(results, runner names): the jobs run with one predictor, each result printed as it comes."""
     from vitdeploy.cli.progress import StageProgress
     from vitdeploy.runtime.apps.predict_images import predict_images
-    from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+    from vitdeploy.runtime.apps.sam2_predictor import open_sam_predictor
 
-    predictor = SamPredictor(encoder, decoder, **predictor_options)
+    predictor = open_sam_predictor(encoder, decoder, **predictor_options)
     echo_deployments(predictor.encoder, predictor.decoder)
     described = f"{Path(encoder).name} ({predictor.variant}, {predictor.encoder.name})"
     if folder:

@@ -133,3 +133,27 @@ def test_wrong_files_and_calls_are_refused(files: tuple[Path, Path], tiny_sam_ar
     with pytest.raises(InputError, match="use predict_batch"):
         predictor.set_image_batch([sample_image(40, 40)])
         predictor.predict(box=np.array([1.0, 1.0, 5.0, 5.0]))
+
+
+def test_predict_verb_takes_sam2_files(files: tuple[Path, Path], tmp_path: Path) -> None:
+    """``vitdeploy predict`` on SAM 2 files writes the best mask Sam2ImagePredictor gives; SAM 1 embeddings are refused."""
+    from PIL import Image
+
+    from tests.cli_helpers import assert_user_error, run
+    from vitdeploy.runtime.apps.sam2_predictor import Sam2ImagePredictor
+
+    enc, dec = files
+    picture = sample_image(90, 120, seed=21)
+    Image.fromarray(picture).save(tmp_path / "photo.png")
+    code, output = run("predict", "-e", str(enc), "-d", str(dec), "-i", str(tmp_path / "photo.png"), "--point", "60,40",
+                       "-o", str(tmp_path / "mask.png"), "--runtime", "onnxruntime", "--threads", "1")
+    assert code == 0, output
+    predictor = Sam2ImagePredictor(enc, dec, runtime="onnxruntime", threads=1)
+    predictor.set_image(picture)
+    masks, scores, _ = predictor.predict(point_coords=np.array([[60.0, 40.0]]), point_labels=np.array([1]))
+    written = np.asarray(Image.open(tmp_path / "mask.png")) > 127
+    np.testing.assert_array_equal(written, masks[int(np.argmax(scores))] > 0.5)
+    code, output = run("predict", "-e", str(enc), "-d", str(dec), "-i", str(tmp_path / "photo.png"), "--point", "60,40",
+                       "-o", str(tmp_path / "m2.png"), "--save-embedding", str(tmp_path / "e.npz"), "--runtime", "onnxruntime")
+    assert_user_error(code, output, "SAM 1 embeddings")
+    assert not (tmp_path / "m2.png").exists() and not (tmp_path / "e.npz").exists()

@@ -217,6 +217,9 @@ def run_job(predictor, job: ImageJob, multimask: str = "auto",
     # check and the run would cost gigabytes; a second decode costs a fraction of the encoder's seconds.
     picture = read_image_rgb(job.image)
     result = ImageResult(str(job.image), encoded=job.embedding is None)
+    if (job.embedding is not None or job.save_embedding is not None) and not hasattr(predictor, "set_image_embedding"):
+        raise InputError("--save-embedding/--embedding hold SAM 1 embeddings; this predictor (SAM 2) has none to save: "
+                         "leave them out (or keep embeddings with 'vitdeploy embed' on SAM 1 files)")
     if job.embedding is not None:
         features, size = load_embedding(job.embedding, image_path=job.image, encoder_metadata=predictor.encoder.metadata)
         predictor.set_image_embedding(features, size)
@@ -235,12 +238,13 @@ def run_job(predictor, job: ImageJob, multimask: str = "auto",
     use_multi = {"on": True, "off": False, "auto": len(prompt.points) == 1 and prompt.box is None}[multimask]
     masks, scores, _ = predictor.predict(prompt.coords(), prompt.labels(), prompt.box_array(), multimask_output=use_multi)
     best = int(np.argmax(scores))
-    save_png(masks[best], job.mask)
+    mask = np.asarray(masks[best]) > 0.5  # SamPredictor's masks are bool, Sam2ImagePredictor's float 0/1 (as officially)
+    save_png(mask, job.mask)
     if job.overlay is not None:
-        save_png(overlay_mask(picture, masks[best], points=prompt.coords(), labels=prompt.labels(), box=prompt.box_array()),
+        save_png(overlay_mask(picture, mask, points=prompt.coords(), labels=prompt.labels(), box=prompt.box_array()),
                  job.overlay)
     result.scores, result.chosen = [float(s) for s in scores], best
-    result.mask_area_fraction = float(masks[best].mean())
+    result.mask_area_fraction = float(mask.mean())
     result.mask, result.overlay = str(job.mask), str(job.overlay) if job.overlay else None
     return result
 

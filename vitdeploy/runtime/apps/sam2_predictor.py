@@ -68,6 +68,7 @@ class Sam2ImagePredictor:
         self.resolution = int(enc["input_size"][0])
         self._transforms = Sam2Transforms(self.resolution, enc["pixel_mean"], enc["pixel_std"], mask_threshold)
         self.mask_threshold = mask_threshold
+        self.variant = str(enc.get("variant"))
         self._dynamic = bool(dec.get("dynamic_multimask_via_stability", False))
         self._stability_delta = float(dec.get("dynamic_multimask_stability_delta", 0.05))
         self._stability_thresh = float(dec.get("dynamic_multimask_stability_thresh", 0.98))
@@ -228,6 +229,24 @@ class Sam2ImagePredictor:
         return "cpu"
 
 
+def open_sam_predictor(encoder: str | os.PathLike, decoder: str | os.PathLike, **options: Any):
+    """The predictor for a pair of exported files: :class:`Sam2ImagePredictor` for SAM 2 files, else
+    :class:`vitdeploy.runtime.SamPredictor` (``options`` are SamPredictor's; the SAM 2 one takes device, threads,
+    runtime and inference_precision, and refuses the SAM 1-only ones when set)."""
+    from pathlib import Path
+
+    from vitdeploy.metadata import read_onnx_metadata
+    from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+
+    family = read_onnx_metadata(encoder).get("family") if Path(encoder).suffix.lower() == ".onnx" else None
+    if family != "sam2_image_encoder":
+        return SamPredictor(encoder, decoder, **options)
+    if options.get("tf32") or options.get("allow_unverified") or options.get("check_weights") is False:
+        raise InputError("--tf32, --allow-unverified and --no-weight-check are for SAM 1 files: leave them out for SAM 2")
+    kept = {k: options[k] for k in ("device", "threads", "runtime", "inference_precision") if k in options}
+    return Sam2ImagePredictor(encoder, decoder, **kept)
+
+
 def _as_rgb(image: Any) -> np.ndarray:
     if not isinstance(image, np.ndarray) and hasattr(image, "convert"):  # a PIL image, as the official one takes
         image = np.asarray(image.convert("RGB"))
@@ -235,4 +254,4 @@ def _as_rgb(image: Any) -> np.ndarray:
     return image
 
 
-__all__ = ["Sam2ImagePredictor", "check_sam2_pair"]
+__all__ = ["Sam2ImagePredictor", "check_sam2_pair", "open_sam_predictor"]
