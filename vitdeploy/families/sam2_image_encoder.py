@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitdeploy.errors import InputError
-from vitdeploy.families.base import Echo, ExportOptions, ModelFamily, reference_seed
+from vitdeploy.families.base import Echo, ExportOptions
+from vitdeploy.families.sam2_base import Sam2Family
 
 if TYPE_CHECKING:
     from torch import nn
@@ -19,26 +20,15 @@ if TYPE_CHECKING:
 TOTAL_STRIDE = 32
 
 
-class Sam2ImageEncoderFamily(ModelFamily):
+class Sam2ImageEncoderFamily(Sam2Family):
     name = "sam2_image_encoder"
     required_metadata = ("architecture", "input_size", "pixel_mean", "pixel_std")
-
-    def architecture_class(self) -> type:
-        from vitdeploy.models.sam2 import Sam2Arch
-
-        return Sam2Arch
 
     def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
         from vitdeploy.sizes import require_patch_multiple
 
         if options.input_size:
             require_patch_multiple(options.input_size, TOTAL_STRIDE, unit="total stride")
-
-    def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
-        from vitdeploy.models.sam2 import Sam2Arch, load_sam2
-
-        arch = Sam2Arch.from_dict(recipe.architecture)
-        return arch, load_sam2(arch, checkpoint, random_seed=random_seed, what=f"recipe '{recipe.name}' ({recipe.variant})")
 
     def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
                echo: Echo) -> ExportResult:
@@ -68,12 +58,9 @@ class Sam2ImageEncoderFamily(ModelFamily):
 
     def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
         """The official ``SAM2Base`` with the export's weights, through the features ``SAM2ImagePredictor`` keeps."""
-        seed = reference_seed(metadata, checkpoint)  # refuses a wrong checkpoint before torch is imported
-
-        from vitdeploy.models.sam2 import Sam2Arch, load_sam2
         from vitdeploy.rewrites.sam2_image_encoder import Sam2ImageEncoder
 
-        return Sam2ImageEncoder(load_sam2(Sam2Arch.from_dict(metadata["architecture"]), checkpoint, random_seed=seed)).eval()
+        return Sam2ImageEncoder(self.reference_model(metadata, checkpoint)).eval()
 
     def image_preprocessor(self, metadata: dict[str, Any]):
         """SAM 2's own: a square antialiased resize to the input size, /255, normalize (``SAM2Transforms``)."""

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitdeploy.errors import InputError, RecipeError
-from vitdeploy.families.base import Echo, ExportOptions, ModelFamily, recipe_section, reference_seed
+from vitdeploy.families.base import Echo, ExportOptions, recipe_section
+from vitdeploy.families.sam2_base import Sam2Family
 
 if TYPE_CHECKING:
     import numpy as np
@@ -22,15 +23,10 @@ POINTS_DIM = "num_points"
 EXAMPLE_POINTS = 3
 
 
-class Sam2MaskDecoder(ModelFamily):
+class Sam2MaskDecoder(Sam2Family):
     name = "sam2_mask_decoder"
     layernorm2d_forms = ("matmul", "native")  # the mask upscaler's
     required_metadata = ("architecture", "input_size", "image_embedding_size", "mask_input_size", "embed_dim")
-
-    def architecture_class(self) -> type:
-        from vitdeploy.models.sam2 import Sam2Arch
-
-        return Sam2Arch
 
     def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
         if options.batch != 1 or options.dynamic_batch:
@@ -47,12 +43,6 @@ class Sam2MaskDecoder(ModelFamily):
         if not 1 <= opt_points <= max_points:
             raise RecipeError(f"recipe '{recipe.name}': need 1 <= opt_points <= max_points, got {opt_points} and {max_points}")
         return max_points, opt_points
-
-    def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
-        from vitdeploy.models.sam2 import Sam2Arch, load_sam2
-
-        arch = Sam2Arch.from_dict(recipe.architecture)
-        return arch, load_sam2(arch, checkpoint, random_seed=random_seed, what=f"recipe '{recipe.name}' ({recipe.variant})")
 
     def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
                echo: Echo) -> ExportResult:
@@ -99,13 +89,9 @@ class Sam2MaskDecoder(ModelFamily):
 
     def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
         """The official prompt encoder and mask decoder, called as ``SAM2ImagePredictor._predict`` calls them."""
-        seed = reference_seed(metadata, checkpoint)  # refuses a wrong checkpoint before torch is imported
-
-        from vitdeploy.models.sam2 import Sam2Arch, load_sam2
         from vitdeploy.rewrites.sam2_decoder import OfficialSam2DecoderReference
 
-        return OfficialSam2DecoderReference(load_sam2(Sam2Arch.from_dict(metadata["architecture"]), checkpoint,
-                                                      random_seed=seed)).eval()
+        return OfficialSam2DecoderReference(self.reference_model(metadata, checkpoint)).eval()
 
     def random_input_sets(self, metadata: dict[str, Any], input_names: list[str], input_shapes: dict[str, list[Any]],
                           count: int, seed: int = 0) -> list[InputSet]:

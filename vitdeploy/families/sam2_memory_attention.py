@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitdeploy.errors import InputError, RecipeError
-from vitdeploy.families.base import Echo, ExportOptions, ModelFamily, recipe_section, reference_seed
+from vitdeploy.families.base import Echo, ExportOptions, recipe_section
+from vitdeploy.families.sam2_base import Sam2Family
 
 if TYPE_CHECKING:
     from torch import nn
@@ -23,14 +24,9 @@ OUTPUT_NAMES = ("pix_feat_with_mem",)
 DEFAULT_COND_FRAMES = 4
 
 
-class Sam2MemoryAttention(ModelFamily):
+class Sam2MemoryAttention(Sam2Family):
     name = "sam2_memory_attention"
     required_metadata = ("architecture", "input_size", "image_embedding_size", "frame_slots", "pointer_slots")
-
-    def architecture_class(self) -> type:
-        from vitdeploy.models.sam2 import Sam2Arch
-
-        return Sam2Arch
 
     def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
         if options.batch != 1 or options.dynamic_batch or options.input_size:
@@ -48,12 +44,6 @@ class Sam2MemoryAttention(ModelFamily):
             if value is not None and int(value) < 1:
                 raise RecipeError(f"recipe '{recipe.name}': [memory] {name} must be at least 1, got {value}")
         return (int(frames) if frames is not None else 0), (int(pointers) if pointers is not None else 0)
-
-    def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
-        from vitdeploy.models.sam2 import Sam2Arch, load_sam2
-
-        arch = Sam2Arch.from_dict(recipe.architecture)
-        return arch, load_sam2(arch, checkpoint, random_seed=random_seed, what=f"recipe '{recipe.name}' ({recipe.variant})")
 
     def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
                echo: Echo) -> ExportResult:
@@ -90,12 +80,9 @@ class Sam2MemoryAttention(ModelFamily):
                            metadata=metadata, opset=options.opset or recipe.opset)
 
     def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
-        seed = reference_seed(metadata, checkpoint)
-
-        from vitdeploy.models.sam2 import Sam2Arch, load_sam2
         from vitdeploy.rewrites.sam2_memory import OfficialMemoryAttentionReference
 
-        model = load_sam2(Sam2Arch.from_dict(metadata["architecture"]), checkpoint, random_seed=seed)
+        model = self.reference_model(metadata, checkpoint)
         grid = int(metadata["image_embedding_size"][0])
         return OfficialMemoryAttentionReference(model, (grid, grid), int(metadata["frame_slots"]),
                                                 int(metadata["pointer_slots"])).eval()

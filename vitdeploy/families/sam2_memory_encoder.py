@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitdeploy.errors import InputError
-from vitdeploy.families.base import Echo, ExportOptions, ModelFamily, reference_seed
+from vitdeploy.families.base import Echo, ExportOptions
+from vitdeploy.families.sam2_base import Sam2Family
 
 if TYPE_CHECKING:
     from torch import nn
@@ -20,25 +21,14 @@ INPUT_NAMES = ("image_embed", "pred_masks_high_res", "object_score_logits", "bin
 OUTPUT_NAMES = ("maskmem_features", "maskmem_pos_enc")
 
 
-class Sam2MemoryEncoder(ModelFamily):
+class Sam2MemoryEncoder(Sam2Family):
     name = "sam2_memory_encoder"
     required_metadata = ("architecture", "input_size", "image_embedding_size")
-
-    def architecture_class(self) -> type:
-        from vitdeploy.models.sam2 import Sam2Arch
-
-        return Sam2Arch
 
     def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
         if options.batch != 1 or options.dynamic_batch or options.input_size:
             raise InputError("--batch/--dynamic-batch/--input-size do not apply to the memory encoder: it is built for "
                              "the model's image size, one object at a time")
-
-    def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
-        from vitdeploy.models.sam2 import Sam2Arch, load_sam2
-
-        arch = Sam2Arch.from_dict(recipe.architecture)
-        return arch, load_sam2(arch, checkpoint, random_seed=random_seed, what=f"recipe '{recipe.name}' ({recipe.variant})")
 
     def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
                echo: Echo) -> ExportResult:
@@ -66,13 +56,9 @@ class Sam2MemoryEncoder(ModelFamily):
                            output_names=list(OUTPUT_NAMES), metadata=metadata, opset=options.opset or recipe.opset)
 
     def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
-        seed = reference_seed(metadata, checkpoint)
-
-        from vitdeploy.models.sam2 import Sam2Arch, load_sam2
         from vitdeploy.rewrites.sam2_memory import OfficialMemoryEncoderReference
 
-        return OfficialMemoryEncoderReference(load_sam2(Sam2Arch.from_dict(metadata["architecture"]), checkpoint,
-                                                        random_seed=seed)).eval()
+        return OfficialMemoryEncoderReference(self.reference_model(metadata, checkpoint)).eval()
 
     def random_input_sets(self, metadata: dict[str, Any], input_names: list[str], input_shapes: dict[str, list[Any]],
                           count: int, seed: int = 0) -> list[InputSet]:
