@@ -158,6 +158,14 @@ def _cpu_form(meta: dict[str, Any]):
         return None
 
 
+def _role(meta: dict[str, Any]) -> list[str]:
+    """``  role: ...`` for a file of a known family (what it is for), else nothing."""
+    from vitdeploy.families import FAMILIES
+
+    family = FAMILIES.get(str(meta.get("family")))
+    return [f"  role: {family.role}"] if family is not None and family.role else []
+
+
 def describe(info: dict[str, Any]) -> list[str]:
     """Human-readable lines for an :func:`inspect_artifact` result."""
     from vitdeploy.engine.library import RTX
@@ -175,6 +183,7 @@ def describe(info: dict[str, Any]) -> list[str]:
                 f"random weights (seed {meta.get('random_seed')})" if meta.get("random_weights") else "unknown weights")
             lines.append(f"  model: {meta.get('family')} {meta.get('variant')}, input size {meta.get('input_size')}, "
                          f"target {meta.get('target', 'generic')}, {origin}")
+            lines.extend(_role(meta))
             form = _cpu_form(meta)
             if form is not None:
                 path = f", {form.kernel_path} kernel path" if form.kernel_path else ""
@@ -211,6 +220,7 @@ def describe(info: dict[str, Any]) -> list[str]:
         meta = info["metadata"]
         if meta.get("family"):
             lines.append(f"  model: {meta.get('family')} {meta.get('variant')}, input size {meta.get('input_size')}")
+            lines.extend(_role(meta))
         onnx_src = info["onnx"]
         lines.append(f"  built from: {onnx_src.get('file', '?')} (sha256 {str(onnx_src.get('sha256', '?'))[:12]}...)")
         for direction in ("inputs", "outputs"):

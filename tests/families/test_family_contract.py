@@ -102,13 +102,15 @@ def test_parity_against_the_official_model(exported: tuple[str, Path, ExportResu
     assert report, report.to_dict()
 
 
-def test_inspect_names_the_family(exported: tuple[str, Path, ExportResult]) -> None:
+def test_inspect_names_the_family_and_its_role(exported: tuple[str, Path, ExportResult]) -> None:
     from vitdeploy.artifact_info import describe, inspect_artifact
 
     name, path, _ = exported
     info = inspect_artifact(path)
     assert info["metadata"]["family"] == name
-    assert any(name in line for line in describe(info))
+    lines = describe(info)
+    assert any(name in line for line in lines)
+    assert FAMILIES[name].role and f"  role: {FAMILIES[name].role}" in lines, "say what a file of this family is for"
 
 
 @pytest.mark.parametrize("runtime", [r for r in ONNX_RUNTIMES if r != "onnxruntime"])

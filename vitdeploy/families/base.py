@@ -64,6 +64,8 @@ class ModelFamily:
 
     #: The name recipes give in ``[model] family`` and exports record in their metadata.
     name: str = ""
+    #: What a file of this family is for, in one line (``vitdeploy inspect`` prints it).
+    role: str = ""
     #: Attention forms ``--target`` may pick (:mod:`vitdeploy.targets`; every family has the default).
     export_targets: tuple[str, ...] = (DEFAULT_TARGET,)
     #: LayerNorm2d forms ``--layernorm2d`` may pick (the first is the default); empty: the family has none.

@@ -22,6 +22,8 @@ TOTAL_STRIDE = 32
 
 class Sam2ImageEncoderFamily(Sam2Family):
     name = "sam2_image_encoder"
+    role = ("SAM 2 image encoder: an image or video frame -> its embedding and two high-resolution feature maps (image "
+            "and video)")
     required_metadata = ("architecture", "input_size", "pixel_mean", "pixel_std")
 
     def check_export(self, recipe: Recipe, options: ExportOptions) -> None:

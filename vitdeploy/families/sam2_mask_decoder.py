@@ -25,6 +25,8 @@ EXAMPLE_POINTS = 3
 
 class Sam2MaskDecoder(Sam2Family):
     name = "sam2_mask_decoder"
+    role = ("SAM 2 prompt encoder + mask decoder: features and clicks/box/mask -> masks, IoU and object scores, output "
+            "tokens (image and video)")
     layernorm2d_forms = ("matmul", "native")  # the mask upscaler's
     required_metadata = ("architecture", "input_size", "image_embedding_size", "mask_input_size", "embed_dim")
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 class SamImageEncoder(ModelFamily):
     name = "sam_image_encoder"
+    role = "SAM image encoder: an image -> its embedding (SamPredictor.set_image)"
     export_targets = tuple(TARGETS)
     layernorm2d_forms = ("matmul", "native")
     required_metadata = ("architecture", "input_size", "pixel_mean", "pixel_std")

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 class SamMaskDecoder(ModelFamily):
     name = "sam_mask_decoder"
+    role = "SAM prompt encoder + mask decoder: an embedding and clicks/box/mask -> masks and scores"
     layernorm2d_forms = ("matmul", "native")  # the mask upscaler's
     required_metadata = ("architecture", "input_size", "image_embedding_size", "mask_input_size", "embed_dim")
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 class TimmHiera(TimmFamily):
     name = "timm_hiera"
+    role = "timm Hiera: an image -> class logits or multi-scale features"
 
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
         from vitdeploy.models.timm_hiera import load_timm_hiera

@@ -40,6 +40,7 @@ class TimmFamily(ModelFamily):
 
 class TimmVit(TimmFamily):
     name = "timm_vit"
+    role = "timm Vision Transformer: an image -> class logits or features"
 
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
         from vitdeploy.models.timm_vit import TimmVitArch, load_timm_vit
