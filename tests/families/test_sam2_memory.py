@@ -1,5 +1,5 @@
-"""SAM 2's video memory modules against the official ones: the rotary embedding in real arithmetic equals the
-official complex one, and the fixed bank with a mask equals the official concatenation, wherever frames sit."""
+"""SAM 2's video memory against the official code: the rotary embedding in real arithmetic equals the official complex
+one, and the memories the runtime chooses, encoded by the graph's module, equal the official memory conditioning."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import tomllib
 import pytest
 import torch
 
-from tests.sam2_tiny import TINY_SAM2_VIDEO_RECIPE
+from tests.sam2_video_fixtures import TINY_SAM2_CLIP_RECIPE
 
 pytest.importorskip("sam2", reason="the official sam2 package is not installed (scripts/test.sh installs it)")
 
@@ -19,7 +19,7 @@ REL_MAX = 1e-5
 def model():
     from vitdeploy.models.sam2 import Sam2Arch, load_sam2
 
-    return load_sam2(Sam2Arch.from_dict(tomllib.loads(TINY_SAM2_VIDEO_RECIPE)["architecture"]), random_seed=5)
+    return load_sam2(Sam2Arch.from_dict(tomllib.loads(TINY_SAM2_CLIP_RECIPE)["architecture"]), random_seed=5)
 
 
 def test_real_rotation_equals_the_official_complex_one() -> None:
@@ -35,34 +35,52 @@ def test_real_rotation_equals_the_official_complex_one() -> None:
     assert torch.allclose(rotate(k, cis.real.repeat(3, 1), cis.imag.repeat(3, 1)), official_k, atol=1e-6)
 
 
-@pytest.mark.parametrize("frames,pointers", [([0], 0), ([2, 0], 3), ([1, 2, 0], 4)])
-def test_masked_bank_equals_the_official_concatenation(frames: list[int], pointers: int) -> None:
-    """Frames in any slots (the official order is the slots' order in use), pointers after them, the rest masked."""
-    from vitdeploy.rewrites.sam2_memory import ExportableMemoryAttention
+#: (frame, prompted frames, tracked frames, video length, reverse, stride, max prompted frames in attention)
+BANKS = {
+    "forward": (9, [0, 5], [1, 2, 3, 4, 6, 7, 8], 30, False, 1, -1),
+    "reverse": (3, [12, 0], [4, 5, 6, 7, 8, 9, 10, 11], 30, True, 1, -1),
+    "stride 2, closest 2 prompted": (14, [0, 6, 20, 25], [8, 9, 10, 11, 12, 13], 30, False, 2, 2),
+    "short video": (5, [0], [1, 2, 3, 4], 8, False, 1, -1),
+    "prompted later, no pointer": (2, [10], [], 30, False, 1, -1),
+}
 
+
+@pytest.mark.parametrize("case", list(BANKS))
+def test_bank_and_graph_equal_the_official_memory_conditioning(case: str) -> None:
+    """The runtime's choice of memories (select_memory) and the graph's encodings of them (ExportableMemoryAttention)
+    against ``SAM2Base._prepare_memory_conditioned_features`` over the same stored outputs."""
+    from sam2.modeling.sam2_base import SAM2Base
+
+    from vitdeploy.rewrites.sam2_memory import ExportableMemoryAttention, tracker_settings
+    from vitdeploy.runtime.apps.sam2_memory_bank import TrackerSettings, select_memory
+
+    frame, prompted, tracked, length, reverse, stride, max_cond = BANKS[case]
     sam2 = model()
-    grid = int(sam2.sam_image_embedding_size)
-    hw, slots = grid * grid, 3
-    ours = ExportableMemoryAttention(sam2, (grid, grid), frame_slots=slots, pointer_slots=4).eval()
-    per = ours.tokens_per_pointer
-    g = torch.Generator().manual_seed(len(frames) + pointers)
-    image = torch.randn(1, 256, grid, grid, generator=g)
-    memory = torch.randn(1, ours.memory_tokens, 64, generator=g)
-    memory_pos = torch.randn(1, ours.memory_tokens, 64, generator=g)
-    mask = torch.zeros(1, ours.memory_tokens)
-    used = [memory[0, s * hw:(s + 1) * hw] for s in frames]
-    used_pos = [memory_pos[0, s * hw:(s + 1) * hw] for s in frames]
-    for s in frames:
-        mask[0, s * hw:(s + 1) * hw] = 1.0
-    start = slots * hw
-    mask[0, start:start + pointers * per] = 1.0
-    used.append(memory[0, start:start + pointers * per])
-    used_pos.append(memory_pos[0, start:start + pointers * per])
-    raw = image.reshape(1, 256, hw).permute(2, 0, 1) - sam2.no_mem_embed.reshape(1, 1, 256)
+    sam2.memory_temporal_stride_for_eval, sam2.max_cond_frames_in_attn = stride, max_cond
+    grid, c = int(sam2.sam_image_embedding_size), int(sam2.hidden_dim)
+    g = torch.Generator().manual_seed(frame)
+    theirs: dict[str, dict] = {"cond_frame_outputs": {}, "non_cond_frame_outputs": {}}
+    ours: dict[str, dict] = {"cond_frame_outputs": {}, "non_cond_frame_outputs": {}}
     with torch.no_grad():
-        official = sam2.memory_attention(curr=[raw], curr_pos=[ours.curr_pos.transpose(0, 1)],
-                                         memory=torch.cat(used)[:, None], memory_pos=torch.cat(used_pos)[:, None],
-                                         num_obj_ptr_tokens=pointers * per)
-        official = official.permute(1, 2, 0).reshape(1, 256, grid, grid)
-        out = ours(image, memory, memory_pos, mask)
-    assert float((out - official).abs().max() / official.abs().max()) < REL_MAX
+        for key, frames in (("cond_frame_outputs", prompted), ("non_cond_frame_outputs", tracked)):
+            for t in frames:
+                features = torch.randn(1, 64, grid, grid, generator=g).to(torch.bfloat16).float()  # stored in bf16
+                token = torch.randn(1, c, generator=g)
+                presence = float(t % 3 != 1)
+                pointer = sam2.obj_ptr_proj(token)  # _forward_sam_heads' pointer (fixed_no_obj_ptr)
+                pointer = presence * pointer + (1 - presence) * sam2.no_obj_ptr
+                theirs[key][t] = {"maskmem_features": features, "obj_ptr": pointer,
+                                  "maskmem_pos_enc": [sam2.memory_encoder.position_encoding(features)]}
+                ours[key][t] = {"maskmem_features": features.numpy(), "obj_token": token[0].numpy(),
+                                "obj_presence": presence}
+        image = torch.randn(1, c, grid, grid, generator=g)
+        raw = image.flatten(2).permute(2, 0, 1) - sam2.no_mem_embed.reshape(1, 1, c)
+        pos = sam2.image_encoder.neck.position_encoding(image).flatten(2).permute(2, 0, 1)
+        official = SAM2Base._prepare_memory_conditioned_features(
+            sam2, frame_idx=frame, is_init_cond_frame=False, current_vision_feats=[raw], current_vision_pos_embeds=[pos],
+            feat_sizes=[(grid, grid)], output_dict=theirs, num_frames=length, track_in_reverse=reverse)
+        bank = select_memory(frame, ours, TrackerSettings.from_metadata(tracker_settings(sam2)), length, reverse)
+        feeds = {k: torch.from_numpy(v) for k, v in bank.feeds().items()}
+        mine = ExportableMemoryAttention(sam2, (grid, grid)).eval()(image, **feeds)
+    assert len(bank.frames) >= 1 and (len(bank.pointers) == 0) == (case == "prompted later, no pointer")
+    assert float((mine - official).abs().max() / official.abs().max()) < REL_MAX, case

@@ -1,5 +1,6 @@
-"""SAM 2 / 2.1's memory encoder (the official ``sam2`` package): a frame's features and its predicted mask -> the
-memory the next frames attend to (``SAM2Base._encode_new_memory``; :mod:`vitdeploy.rewrites.sam2_memory`)."""
+"""SAM 2 / 2.1's memory encoder (the official ``sam2`` package): a frame's features and its predicted mask (the
+decoder's low-resolution logits, upsampled in the graph) -> the memory the next frames attend to
+(``SAM2Base._encode_new_memory``; :mod:`vitdeploy.rewrites.sam2_memory`)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ if TYPE_CHECKING:
     from vitdeploy.onnx_export.exporter import ExportResult
     from vitdeploy.runtime.processing.input_sets import InputSet
 
-INPUT_NAMES = ("image_embed", "pred_masks_high_res", "object_score_logits", "binarize")
+INPUT_NAMES = ("image_embed", "pred_masks", "object_score_logits", "binarize")
 OUTPUT_NAMES = ("maskmem_features", "maskmem_pos_enc")
 
 
 class Sam2MemoryEncoder(Sam2Family):
     name = "sam2_memory_encoder"
+    role = "SAM 2 memory encoder (video): a frame's features and mask -> the memory later frames attend to"
     required_metadata = ("architecture", "input_size", "image_embedding_size")
 
     def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
@@ -39,11 +41,13 @@ class Sam2MemoryEncoder(Sam2Family):
         from vitdeploy.rewrites.sam2_memory import ExportableMemoryEncoder
 
         size, grid = int(model.image_size), int(model.sam_image_embedding_size)
-        echo(f"exporting {recipe.name} ({recipe.variant}): {size}x{size} mask logits + {grid}x{grid} features -> memory")
+        echo(f"exporting {recipe.name} ({recipe.variant}): {4 * grid}x{4 * grid} mask logits (upsampled to {size}x{size}) "
+             f"+ {grid}x{grid} features -> memory")
         metadata = artifact_metadata(
             family=self.name, variant=recipe.variant, input_size=size, pixel_mean=recipe.pixel_mean,
             pixel_std=recipe.pixel_std, architecture=arch.to_dict(), **options.provenance(),
-            image_embedding_size=[grid, grid], embed_dim=int(model.hidden_dim), mem_dim=int(model.mem_dim),
+            image_embedding_size=[grid, grid], mask_size=[4 * grid, 4 * grid], embed_dim=int(model.hidden_dim),
+            mem_dim=int(model.mem_dim),
             binarize_mask_from_pts_for_mem_enc=bool(model.binarize_mask_from_pts_for_mem_enc),
             sigmoid_scale_for_mem_enc=float(model.sigmoid_scale_for_mem_enc),
             sigmoid_bias_for_mem_enc=float(model.sigmoid_bias_for_mem_enc),
@@ -51,7 +55,7 @@ class Sam2MemoryEncoder(Sam2Family):
         )
         gen = torch.Generator().manual_seed(0)
         example = (torch.randn(1, int(model.hidden_dim), grid, grid, generator=gen),
-                   torch.randn(1, 1, size, size, generator=gen), torch.tensor([[0.5]]), torch.zeros(1))
+                   torch.randn(1, 1, 4 * grid, 4 * grid, generator=gen), torch.tensor([[0.5]]), torch.zeros(1))
         return export_onnx(ExportableMemoryEncoder(model).eval(), example, output, input_names=list(INPUT_NAMES),
                            output_names=list(OUTPUT_NAMES), metadata=metadata, opset=options.opset or recipe.opset)
 
@@ -67,13 +71,13 @@ class Sam2MemoryEncoder(Sam2Family):
 
         from vitdeploy.runtime.processing.input_sets import InputSet
 
-        size, grid, channels = int(metadata["input_size"][0]), int(metadata["image_embedding_size"][0]), int(metadata["embed_dim"])
+        grid, channels = int(metadata["image_embedding_size"][0]), int(metadata["embed_dim"])
         sets = []
         for i in range(count):
             rng = np.random.default_rng(seed + i)
             present = i % 2 == 0
             feeds = {"image_embed": rng.standard_normal((1, channels, grid, grid)).astype(np.float32),
-                     "pred_masks_high_res": (4.0 * rng.standard_normal((1, 1, size, size))).astype(np.float32),
+                     "pred_masks": (4.0 * rng.standard_normal((1, 1, 4 * grid, 4 * grid))).astype(np.float32),
                      "object_score_logits": np.array([[2.0 if present else -2.0]], np.float32),
                      "binarize": np.array([0.0 if present else 1.0], np.float32)}
             sets.append(InputSet(f"frame{i}", feeds, f"seed {seed + i}: object {'present, sigmoid' if present else 'absent, binarized'}"))

@@ -1,28 +1,39 @@
 """SAM 2's video memory as two export-friendly graphs, same weights as the official ``sam2`` modules.
 
-**Memory attention** (``MemoryAttention`` with its ``RoPEAttention`` layers) conditions the current frame's features
-on the memory bank. Official form and what changes:
+**Memory attention** (``SAM2Base._prepare_memory_conditioned_features`` for a frame that is not an initial
+conditioning frame: the bank's temporal encodings and object pointers, then ``MemoryAttention``) conditions the current
+frame's features on the memory bank. The official form and what changes:
 
 * The rotary embedding is complex arithmetic (``torch.polar``, ``view_as_complex``), which neither ONNX exporter
   takes ("ScalarType ComplexFloat is an unexpected tensor scalar type"). Here it is real: for each pair (x0, x1)
   of a head's channels and its angle's (cos, sin), (x0 cos - x1 sin, x0 sin + x1 cos), the product
   ``view_as_complex(x) * polar(1, angle)`` computes; the cos/sin tables are the official ``compute_axial_cis``
   values (its real and imaginary parts), fixed at construction.
-* The memory bank is a fixed-size input with a mask instead of a concatenation whose length changes per frame:
-  ``memory``/``memory_pos`` (1, F*HW + P*T, mem_dim) hold F spatial-memory slots of HW tokens each, then P object
-  pointers of T = C / mem_dim tokens each; ``memory_mask`` (1, F*HW + P*T) is 1 for the tokens in use. Masked
-  tokens get an additive -1e9 before the softmax (exp underflows to exactly 0), so the result is the official
-  one over the tokens in use. The rotary embedding of spatial-memory tokens depends only on their position in
-  their frame (the official ``rope_k_repeat``), so a frame may sit in any slot; pointer tokens get none (the
-  official ``num_k_exclude_rope``).
+* The bank is two inputs whose lengths are dynamic, each with a mask, instead of one concatenation built in Python:
+  ``memory_features`` (1, F, mem_dim, h, w), the memory encoder's ``maskmem_features`` of F frames in any order,
+  with ``memory_tpos`` (1, F), each frame's official ``t_pos`` (0: a conditioning frame; 1..num_maskmem-1: a recent
+  frame, the most recent the largest), and ``pointer_tokens`` (1, P, C), the SAM output tokens the object pointers
+  are made from, with ``pointer_presence`` (1, P) (the official ``lambda_is_obj_appearing``) and ``pointer_tpos``
+  (1, P) (the official signed frame distance divided by ``max_obj_ptrs_in_encoder - 1``). ``memory_mask`` (1, F) and
+  ``pointer_mask`` (1, P) are 1 for what is in use: masked tokens get an additive -1e9 before the softmax (exp
+  underflows to exactly 0), so a fixed-size bank (a static TensorRT engine) gives the result over the entries in use.
+* The constants of the bank are in the graph: the memory's sine position encoding (the same for every frame, the
+  official ``maskmem_pos_enc``), ``maskmem_tpos_enc`` gathered by ``memory_tpos``, ``obj_ptr_proj`` with the
+  no-object mixing of ``_forward_sam_heads`` (``fixed_no_obj_ptr``), and the pointers' temporal encoding
+  (``get_1d_sine_pe`` then ``obj_ptr_tpos_proj``), each pointer split into C / mem_dim tokens as officially. The
+  rotary embedding of frame tokens depends only on their place in their frame (the official ``rope_k_repeat``), so a
+  frame may sit anywhere; pointer tokens get none (the official ``num_k_exclude_rope``).
 * The current frame comes in as the image encoder's ``image_embed`` (which carries ``no_mem_embed``: subtracted
   here to give the frame's own features), and its positional encoding (the neck's sine encoding of the grid) is a
   constant of the graph.
 
-**Memory encoder** (``SAM2Base._encode_new_memory``): the frame's features and its predicted high-resolution mask
-logits -> the memory features and their positional encoding. The per-call choices are inputs: ``binarize`` (1: the
-mask came from clicks and the model binarizes those, ``binarize_mask_from_pts_for_mem_enc``; 0: sigmoid), and the
-object score (no object: the ``no_obj_embed_spatial`` embedding is added), as the official code does.
+**Memory encoder** (``SAM2Base._encode_new_memory``): the frame's features and its predicted mask -> the memory
+features and their positional encoding. The mask comes in as the decoder's low-resolution logits (1, 1, 4h, 4w) and
+is upsampled to the image size in the graph (bilinear, ``align_corners=False``), as ``_forward_sam_heads`` and
+``propagate_in_video_preflight`` upsample it before the memory encoder: a 16x smaller input. The per-call choices are
+inputs: ``binarize`` (1: the mask came from clicks and the model binarizes those,
+``binarize_mask_from_pts_for_mem_enc``; 0: sigmoid) and the object score (no object: the ``no_obj_embed_spatial``
+embedding is added), as the official code does.
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ import copy
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vitdeploy.errors import ExportError
@@ -47,37 +59,37 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 
 class RealRoPEAttention(nn.Module):
-    """Official ``RoPEAttention`` (batch of one), rotary embedding in real arithmetic, an optional additive key bias.
+    """Official ``RoPEAttention`` (batch of one), rotary embedding in real arithmetic.
 
-    ``rope_frames``: the keys are that many frames of ``len(cos)`` tokens each, rotated with the same angles per frame
-    (``rope_k_repeat``), then tokens that are not rotated (object pointers, ``num_k_exclude_rope``); None: the keys
-    are one frame, as the queries.
+    Self-attention: ``forward(q, k, v, cos, sin)`` rotates queries and keys (one frame each). Cross-attention to the
+    bank: ``forward(q, frame_k, frame_v, cos, sin, extra_k, extra_v, bias)`` rotates the frame keys frame by frame with
+    the same angles (``rope_k_repeat``; any number of frames of ``len(cos)`` tokens) and appends the extra keys
+    (object pointers) unrotated, as the official ``num_k_exclude_rope`` does; ``bias`` is added to the scores.
     """
 
-    def __init__(self, official: nn.Module, rope_frames: int | None = None):
+    def __init__(self, official: nn.Module):
         super().__init__()
         for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
             setattr(self, name, copy.deepcopy(getattr(official, name)))
         self.num_heads = int(official.num_heads)
         self.internal_dim = int(official.internal_dim)
         self.head_dim = self.internal_dim // self.num_heads
-        self.rope_frames = rope_frames
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:  # 1, N, C_int -> 1, heads, N, hd
         return x.reshape(1, -1, self.num_heads, self.head_dim).transpose(1, 2)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                extra_k: torch.Tensor | None = None, extra_v: torch.Tensor | None = None,
                 bias: torch.Tensor | None = None) -> torch.Tensor:
-        q, k, v = self._heads(self.q_proj(q)), self._heads(self.k_proj(k)), self._heads(self.v_proj(v))
-        q = rotate(q, cos, sin)
-        if self.rope_frames is None:
+        q = rotate(self._heads(self.q_proj(q)), cos, sin)
+        k, v = self._heads(self.k_proj(k)), self._heads(self.v_proj(v))
+        if extra_k is None:  # self-attention: one frame
             k = rotate(k, cos, sin)
-        else:  # frames x tokens, each frame with the same angles (broadcast, no repeated table), then the rest as is
-            tokens = cos.shape[0]
-            rotated = self.rope_frames * tokens
-            framed = k[:, :, :rotated].reshape(1, self.num_heads, self.rope_frames, tokens, self.head_dim)
-            k = torch.cat([rotate(framed, cos, sin).reshape(1, self.num_heads, rotated, self.head_dim), k[:, :, rotated:]],
-                          dim=2)
+        else:  # frames x tokens, each frame with the same angles (broadcast, no repeated table)
+            framed = k.reshape(1, self.num_heads, -1, cos.shape[0], self.head_dim)  # 1, heads, F, HW, hd
+            k = rotate(framed, cos, sin).reshape(1, self.num_heads, -1, self.head_dim)
+            k = torch.cat([k, self._heads(self.k_proj(extra_k))], dim=2)
+            v = torch.cat([v, self._heads(self.v_proj(extra_v))], dim=2)
         scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.head_dim)
         if bias is not None:
             scores = scores + bias
@@ -85,13 +97,37 @@ class RealRoPEAttention(nn.Module):
         return self.out_proj(out.transpose(1, 2).reshape(1, -1, self.internal_dim))
 
 
-class ExportableMemoryAttention(nn.Module):
-    """``SAM2Base``'s memory attention for one frame, the bank as fixed slots with a mask (module docstring)."""
+def sine_pe_divisors(dim: int, temperature: float = 10000.0) -> torch.Tensor:
+    """The divisors of the official ``get_1d_sine_pe(pos, dim)``, computed as it computes them (float32)."""
+    pe_dim = dim // 2
+    dim_t = torch.arange(pe_dim, dtype=torch.float32)
+    return temperature ** (2 * (dim_t // 2) / pe_dim)
 
-    def __init__(self, sam2: nn.Module, grid_hw: tuple[int, int], frame_slots: int, pointer_slots: int):
+
+def check_tracking_config(sam2: nn.Module) -> None:
+    """Refuse SAM 2 configurations the video graphs and runtime do not reproduce (every official 2 / 2.1 config
+    passes): they would need paths the official configs never take."""
+    needs = {
+        "num_maskmem > 0 (a memory bank)": int(sam2.num_maskmem) > 0,
+        "use_obj_ptrs_in_encoder (object pointers)": bool(sam2.use_obj_ptrs_in_encoder),
+        "directly_add_no_mem_embed (initial frames without memory attention)": bool(sam2.directly_add_no_mem_embed),
+        "fixed_no_obj_ptr when pred_obj_scores": bool(sam2.fixed_no_obj_ptr) or not bool(sam2.pred_obj_scores),
+        "use_high_res_features_in_sam": bool(sam2.use_high_res_features_in_sam),
+    }
+    missing = [name for name, ok in needs.items() if not ok]
+    if missing:
+        raise ExportError(f"this SAM 2 configuration is not supported by the video graphs (it lacks {', '.join(missing)}):"
+                          " every official sam2 / sam2.1 config has them")
+
+
+class ExportableMemoryAttention(nn.Module):
+    """``SAM2Base``'s memory conditioning for one frame: the bank's encodings and memory attention (module docstring)."""
+
+    def __init__(self, sam2: nn.Module, grid_hw: tuple[int, int]):
         super().__init__()
         from sam2.modeling.position_encoding import compute_axial_cis
 
+        check_tracking_config(sam2)
         official = sam2.memory_attention
         layer0 = official.layers[0]
         self.grid_hw = grid_hw
@@ -99,8 +135,7 @@ class ExportableMemoryAttention(nn.Module):
         self.hidden_dim = int(sam2.hidden_dim)
         self.mem_dim = int(sam2.mem_dim)
         self.tokens_per_pointer = self.hidden_dim // self.mem_dim if self.mem_dim < self.hidden_dim else 1
-        self.frame_slots, self.pointer_slots = frame_slots, pointer_slots
-        self.memory_tokens = frame_slots * h * w + pointer_slots * self.tokens_per_pointer
+        self.num_maskmem = int(sam2.num_maskmem)
         self.pos_enc_at_input = bool(official.pos_enc_at_input)
         self.pos_enc_at_attn = bool(layer0.pos_enc_at_attn)
         self.pos_enc_at_cross_attn_queries = bool(layer0.pos_enc_at_cross_attn_queries)
@@ -108,7 +143,20 @@ class ExportableMemoryAttention(nn.Module):
         self.no_mem_embed = copy.deepcopy(sam2.no_mem_embed)  # 1, 1, C
         with torch.no_grad():
             pos = sam2.image_encoder.neck.position_encoding(torch.zeros(1, self.hidden_dim, h, w))
+            memory_pos = sam2.memory_encoder.position_encoding(torch.zeros(1, self.mem_dim, h, w))
         self.register_buffer("curr_pos", pos.flatten(2).transpose(1, 2).contiguous(), persistent=False)  # 1, HW, C
+        self.register_buffer("memory_pos", memory_pos.flatten(2).transpose(1, 2).contiguous(), persistent=False)  # 1, HW, m
+
+        # the bank's encodings (official parameter names, so a state dict proves the weights)
+        self.maskmem_tpos_enc = copy.deepcopy(sam2.maskmem_tpos_enc)  # num_maskmem, 1, 1, mem_dim
+        self.obj_ptr_proj = copy.deepcopy(sam2.obj_ptr_proj)
+        self.obj_ptr_tpos_proj = copy.deepcopy(sam2.obj_ptr_tpos_proj)
+        self.pred_obj_scores = bool(sam2.pred_obj_scores)
+        if self.pred_obj_scores:
+            self.no_obj_ptr = copy.deepcopy(sam2.no_obj_ptr)  # 1, C
+        self.add_tpos_enc_to_obj_ptrs = bool(sam2.add_tpos_enc_to_obj_ptrs)
+        tpos_dim = self.hidden_dim if bool(sam2.proj_tpos_enc_in_obj_ptrs) else self.mem_dim
+        self.register_buffer("tpos_divisors", sine_pe_divisors(tpos_dim), persistent=False)
 
         self.layers = nn.ModuleList()
         angles = set()
@@ -117,7 +165,7 @@ class ExportableMemoryAttention(nn.Module):
             for name in ("norm1", "norm2", "norm3", "linear1", "linear2", "activation"):
                 setattr(layer, name, copy.deepcopy(getattr(official_layer, name)))
             layer.self_attn = RealRoPEAttention(official_layer.self_attn)
-            layer.cross_attn_image = RealRoPEAttention(official_layer.cross_attn_image, rope_frames=frame_slots)
+            layer.cross_attn_image = RealRoPEAttention(official_layer.cross_attn_image)
             for attn in (official_layer.self_attn, official_layer.cross_attn_image):
                 angles.add((attn.internal_dim // attn.num_heads, float(attn.compute_cis.keywords["theta"])))
             self.layers.append(layer)
@@ -130,42 +178,81 @@ class ExportableMemoryAttention(nn.Module):
         self.register_buffer("rope_sin", cis.imag.float().contiguous(), persistent=False)
         self.norm = copy.deepcopy(official.norm)
 
-    def forward(self, image_embed: torch.Tensor, memory: torch.Tensor, memory_pos: torch.Tensor,
-                memory_mask: torch.Tensor) -> torch.Tensor:
+    def frame_bank(self, memory_features: torch.Tensor, memory_tpos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(1, F*HW, m) memory tokens and their positions: each frame's features, the sine encoding plus its temporal
+        encoding ``maskmem_tpos_enc[num_maskmem - t_pos - 1]``."""
+        m = self.mem_dim
+        tokens = memory_features.flatten(3).transpose(2, 3).reshape(1, -1, m)  # 1, F*HW, m (frame by frame, row-major)
+        tpos = self.maskmem_tpos_enc.reshape(self.num_maskmem, m)[self.num_maskmem - 1 - memory_tpos[0]]  # F, m
+        pos = (self.memory_pos + tpos.unsqueeze(1)).reshape(1, -1, m)  # F, HW, m -> 1, F*HW, m
+        return tokens, pos
+
+    def pointer_bank(self, pointer_tokens: torch.Tensor, pointer_presence: torch.Tensor,
+                     pointer_tpos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(1, P*T, m) pointer tokens and their positions: ``obj_ptr_proj`` with the no-object mixing, the temporal
+        sine encoding projected, each pointer split into T = C / m tokens (module docstring)."""
+        m, per = self.mem_dim, self.tokens_per_pointer
+        pointers = self.obj_ptr_proj(pointer_tokens)  # 1, P, C
+        if self.pred_obj_scores:  # fixed_no_obj_ptr: lambda * ptr + (1 - lambda) * no_obj_ptr
+            presence = pointer_presence.unsqueeze(-1)
+            pointers = presence * pointers + (1.0 - presence) * self.no_obj_ptr
+        if self.add_tpos_enc_to_obj_ptrs:
+            angles = pointer_tpos.unsqueeze(-1) / self.tpos_divisors  # 1, P, tpos_dim / 2
+            pos = self.obj_ptr_tpos_proj(torch.cat([angles.sin(), angles.cos()], dim=-1))  # 1, P, m
+        else:
+            pos = torch.zeros_like(pointers[..., :m])
+        tokens = pointers.reshape(1, -1, m)  # 1, P*T, m: pointer by pointer, its C split in T pieces
+        pos = pos.unsqueeze(2).expand(-1, -1, per, -1).reshape(1, -1, m)
+        return tokens, pos
+
+    def forward(self, image_embed: torch.Tensor, memory_features: torch.Tensor, memory_tpos: torch.Tensor,
+                memory_mask: torch.Tensor, pointer_tokens: torch.Tensor, pointer_presence: torch.Tensor,
+                pointer_tpos: torch.Tensor, pointer_mask: torch.Tensor) -> torch.Tensor:
         (h, w), c = self.grid_hw, self.hidden_dim
         curr = image_embed.reshape(1, c, h * w).transpose(1, 2) - self.no_mem_embed.reshape(1, 1, c)  # the frame's own
+        frames, frames_pos = self.frame_bank(memory_features, memory_tpos)
+        pointers, pointers_pos = self.pointer_bank(pointer_tokens, pointer_presence, pointer_tpos)
+        frame_bias = (1.0 - memory_mask).unsqueeze(-1).expand(-1, -1, h * w).reshape(1, -1)
+        pointer_bias = (1.0 - pointer_mask).unsqueeze(-1).expand(-1, -1, self.tokens_per_pointer).reshape(1, -1)
+        bias = (torch.cat([frame_bias, pointer_bias], dim=1) * MASKED).reshape(1, 1, 1, -1)
         pos = self.curr_pos
-        bias = ((1.0 - memory_mask) * MASKED).reshape(1, 1, 1, -1)
         output = curr + 0.1 * pos if self.pos_enc_at_input else curr
-        keys = memory + memory_pos if self.pos_enc_at_cross_attn_keys else memory
+        frame_keys = frames + frames_pos if self.pos_enc_at_cross_attn_keys else frames
+        pointer_keys = pointers + pointers_pos if self.pos_enc_at_cross_attn_keys else pointers
         for layer in self.layers:
             tgt2 = layer.norm1(output)
             q = tgt2 + pos if self.pos_enc_at_attn else tgt2
             output = output + layer.self_attn(q, q, tgt2, self.rope_cos, self.rope_sin)
             tgt2 = layer.norm2(output)
             q = tgt2 + pos if self.pos_enc_at_cross_attn_queries else tgt2
-            output = output + layer.cross_attn_image(q, keys, memory, self.rope_cos, self.rope_sin, bias)
+            output = output + layer.cross_attn_image(q, frame_keys, frames, self.rope_cos, self.rope_sin, pointer_keys,
+                                                     pointers, bias)
             output = output + layer.linear2(layer.activation(layer.linear1(layer.norm3(output))))
         return self.norm(output).transpose(1, 2).reshape(1, c, h, w)
 
 
 class ExportableMemoryEncoder(nn.Module):
-    """``SAM2Base._encode_new_memory`` for one frame (module docstring)."""
+    """``SAM2Base._encode_new_memory`` for one frame, from the low-resolution mask logits (module docstring)."""
 
     def __init__(self, sam2: nn.Module):
         super().__init__()
         self.memory_encoder = copy.deepcopy(sam2.memory_encoder)
         self.no_mem_embed = copy.deepcopy(sam2.no_mem_embed)
         self.hidden_dim = int(sam2.hidden_dim)
+        self.image_size = int(sam2.image_size)
         self.sigmoid_scale = float(sam2.sigmoid_scale_for_mem_enc)
         self.sigmoid_bias = float(sam2.sigmoid_bias_for_mem_enc)
         self.no_obj_embed_spatial = copy.deepcopy(sam2.no_obj_embed_spatial) if sam2.no_obj_embed_spatial is not None else None
+        grid = int(sam2.sam_image_embedding_size)
+        with torch.no_grad():  # the sine encoding caches its table per size on first use: not during export
+            self.memory_encoder.position_encoding(torch.zeros(1, int(sam2.mem_dim), grid, grid))
 
-    def forward(self, image_embed: torch.Tensor, pred_masks_high_res: torch.Tensor, object_score_logits: torch.Tensor,
+    def forward(self, image_embed: torch.Tensor, pred_masks: torch.Tensor, object_score_logits: torch.Tensor,
                 binarize: torch.Tensor):
         pix_feat = image_embed - self.no_mem_embed.reshape(1, self.hidden_dim, 1, 1)
+        high_res = F.interpolate(pred_masks, size=(self.image_size, self.image_size), mode="bilinear", align_corners=False)
         gate = binarize.reshape(1, 1, 1, 1)
-        mask = gate * (pred_masks_high_res > 0).to(pix_feat.dtype) + (1.0 - gate) * torch.sigmoid(pred_masks_high_res)
+        mask = gate * (high_res > 0).to(pix_feat.dtype) + (1.0 - gate) * torch.sigmoid(high_res)
         if self.sigmoid_scale != 1.0:
             mask = mask * self.sigmoid_scale
         if self.sigmoid_bias != 0.0:
@@ -178,44 +265,90 @@ class ExportableMemoryEncoder(nn.Module):
         return features, pos
 
 
-
 class OfficialMemoryAttentionReference(nn.Module):
-    """The official ``MemoryAttention`` behind the graph's inputs and outputs, for ``validate``: the tokens the mask
-    keeps (whole frames, then pointers) concatenated as ``_prepare_memory_conditioned_features`` concatenates them."""
+    """The official modules behind the graph's inputs and outputs, for ``validate``: the entries the masks keep,
+    encoded and concatenated as ``_prepare_memory_conditioned_features`` does (frames, then pointers), through the
+    official ``MemoryAttention``."""
 
-    def __init__(self, sam2: nn.Module, grid_hw: tuple[int, int], frame_slots: int, pointer_slots: int):
+    def __init__(self, sam2: nn.Module, grid_hw: tuple[int, int]):
         super().__init__()
         self.model = sam2
-        self.layout = ExportableMemoryAttention(sam2, grid_hw, frame_slots, pointer_slots)  # for its constants only
+        self.grid_hw = grid_hw
 
-    def forward(self, image_embed, memory, memory_pos, memory_mask):
-        lay, (h, w), c = self.layout, self.layout.grid_hw, self.layout.hidden_dim
-        keep = memory_mask[0] > 0.5
-        spatial = lay.frame_slots * h * w
-        pointers = int(keep[spatial:].sum())
-        raw = image_embed.reshape(1, c, h * w).permute(2, 0, 1) - self.model.no_mem_embed.reshape(1, 1, c)
-        out = self.model.memory_attention(curr=[raw], curr_pos=[lay.curr_pos.transpose(0, 1)],
-                                          memory=memory[0][keep][:, None], memory_pos=memory_pos[0][keep][:, None],
-                                          num_obj_ptr_tokens=pointers)
+    def forward(self, image_embed, memory_features, memory_tpos, memory_mask, pointer_tokens, pointer_presence,
+                pointer_tpos, pointer_mask):
+        from sam2.modeling.sam2_utils import get_1d_sine_pe
+
+        model, (h, w) = self.model, self.grid_hw
+        c, m = int(model.hidden_dim), int(model.mem_dim)
+        memory, memory_pos = [], []
+        for f in range(memory_features.shape[1]):
+            if float(memory_mask[0, f]) > 0.5:
+                feats = memory_features[:, f]  # 1, m, h, w
+                enc = model.memory_encoder.position_encoding(feats).flatten(2).permute(2, 0, 1)
+                memory.append(feats.flatten(2).permute(2, 0, 1))
+                memory_pos.append(enc + model.maskmem_tpos_enc[model.num_maskmem - int(memory_tpos[0, f]) - 1])
+        keep = [p for p in range(pointer_tokens.shape[1]) if float(pointer_mask[0, p]) > 0.5]
+        pointers = 0
+        if keep:
+            obj_ptr = model.obj_ptr_proj(pointer_tokens[0, keep])  # P, C (as _forward_sam_heads makes it)
+            if model.pred_obj_scores:
+                presence = pointer_presence[0, keep].unsqueeze(-1)
+                obj_ptr = presence * obj_ptr + (1 - presence) * model.no_obj_ptr
+            tpos_dim = c if model.proj_tpos_enc_in_obj_ptrs else m
+            obj_pos = model.obj_ptr_tpos_proj(get_1d_sine_pe(pointer_tpos[0, keep], dim=tpos_dim)).unsqueeze(1)
+            obj_ptrs = obj_ptr.unsqueeze(1)
+            if m < c:
+                obj_ptrs = obj_ptrs.reshape(-1, 1, c // m, m).permute(0, 2, 1, 3).flatten(0, 1)
+                obj_pos = obj_pos.repeat_interleave(c // m, dim=0)
+            memory.append(obj_ptrs)
+            memory_pos.append(obj_pos)
+            pointers = obj_ptrs.shape[0]
+        raw = image_embed.reshape(1, c, h * w).permute(2, 0, 1) - model.no_mem_embed.reshape(1, 1, c)
+        curr_pos = model.image_encoder.neck.position_encoding(image_embed).flatten(2).permute(2, 0, 1)
+        out = model.memory_attention(curr=[raw], curr_pos=[curr_pos], memory=torch.cat(memory),
+                                     memory_pos=torch.cat(memory_pos), num_obj_ptr_tokens=pointers)
         return out.permute(1, 2, 0).reshape(1, c, h, w)
 
 
 class OfficialMemoryEncoderReference(nn.Module):
-    """``SAM2Base._encode_new_memory`` itself, ``binarize`` standing for "clicks made this mask and the model binarizes
-    those"."""
+    """``SAM2Base._encode_new_memory`` itself on the upsampled mask, as ``propagate_in_video_preflight`` calls it;
+    ``binarize`` stands for "clicks made this mask and the model binarizes those"."""
 
     def __init__(self, sam2: nn.Module):
         super().__init__()
         self.model = sam2
         self.model.binarize_mask_from_pts_for_mem_enc = True  # the graph's binarize input says when
 
-    def forward(self, image_embed, pred_masks_high_res, object_score_logits, binarize):
-        c, (h, w) = int(self.model.hidden_dim), image_embed.shape[-2:]
+    def forward(self, image_embed, pred_masks, object_score_logits, binarize):
+        c, (h, w), size = int(self.model.hidden_dim), image_embed.shape[-2:], int(self.model.image_size)
         raw = image_embed.reshape(1, c, h * w).permute(2, 0, 1) - self.model.no_mem_embed.reshape(1, 1, c)
-        features, pos = self.model._encode_new_memory([raw], [(h, w)], pred_masks_high_res, object_score_logits,
+        high_res = F.interpolate(pred_masks, size=(size, size), mode="bilinear", align_corners=False)
+        features, pos = self.model._encode_new_memory([raw], [(h, w)], high_res, object_score_logits,
                                                       is_mask_from_pts=bool(float(binarize.reshape(-1)[0]) > 0.5))
         return features, pos[0]
 
 
+def tracker_settings(sam2: nn.Module) -> dict:
+    """What the video runtime needs from ``SAM2Base`` beyond the graphs: the official settings that choose memories,
+    pointers and masks per frame, and two small constants of the mask-prompt path (``_use_mask_as_output``):
+    ``no_mem_embed`` (the decoder reads the frame's own features there) and ``mask_downsample`` (a 4x4 stride-4
+    convolution of the binary mask, 17 numbers), applied in NumPy."""
+    check_tracking_config(sam2)
+    flags = ("num_maskmem", "max_obj_ptrs_in_encoder", "max_cond_frames_in_attn", "memory_temporal_stride_for_eval",
+             "only_obj_ptrs_in_the_past_for_eval", "use_signed_tpos_enc_to_obj_ptrs", "multimask_output_in_sam",
+             "multimask_min_pt_num", "multimask_max_pt_num", "multimask_output_for_tracking",
+             "use_multimask_token_for_obj_ptr", "pred_obj_scores", "soft_no_obj_ptr",
+             "use_mask_input_as_output_without_sam", "binarize_mask_from_pts_for_mem_enc")
+    settings = {name: getattr(sam2, name) for name in flags}
+    settings = {k: (bool(v) if isinstance(v, bool) else int(v)) for k, v in settings.items()}
+    conv = sam2.mask_downsample
+    settings["no_mem_embed"] = [float(v) for v in sam2.no_mem_embed.detach().reshape(-1)]
+    settings["mask_downsample"] = {"weight": [[float(v) for v in row] for row in conv.weight.detach().reshape(4, 4)],
+                                   "bias": float(conv.bias.detach().reshape(-1)[0]), "kernel": 4, "stride": 4}
+    return settings
+
+
 __all__ = ["ExportableMemoryAttention", "ExportableMemoryEncoder", "MASKED", "OfficialMemoryAttentionReference",
-           "OfficialMemoryEncoderReference", "RealRoPEAttention", "rotate"]
+           "OfficialMemoryEncoderReference", "RealRoPEAttention", "check_tracking_config", "rotate", "sine_pe_divisors",
+           "tracker_settings"]

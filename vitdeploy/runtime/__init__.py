@@ -25,6 +25,7 @@ _WHERE = {
     "SamPredictor": "apps.sam_predictor",
     "SamAutomaticMaskGenerator": "apps.mask_generator",
     "Sam2ImagePredictor": "apps.sam2_predictor",
+    "Sam2VideoPredictor": "apps.sam2_video",
     "SamPreprocessor": "processing.preprocess",
     "preprocess_shape": "processing.preprocess",
     "read_image_rgb": "processing.images",

@@ -79,7 +79,7 @@ class ParityResult:
 
 
 def _as_numpy(x: object) -> np.ndarray:
-    if hasattr(x, "detach"):
+    if not isinstance(x, np.ndarray) and hasattr(x, "detach"):  # a NumPy subclass may answer detach() too
         x = x.detach().cpu().float().numpy()  # torch tensor, without importing torch here
     return np.asarray(x, dtype=np.float64)
 

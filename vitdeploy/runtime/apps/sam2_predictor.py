@@ -17,6 +17,7 @@ decoder file (``dynamic_multimask_via_stability``), then the best multimask outp
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,38 @@ def check_sam2_pair(encoder: dict[str, Any], decoder: dict[str, Any]) -> None:
                          "the same checkpoint (or seed) and recipe size")
 
 
+@dataclass(frozen=True)
+class MaskChoice:
+    """``MaskDecoder.forward``'s choice among the outputs of every mask token (the graph returns them all), with the
+    settings the decoder file records."""
+
+    dynamic: bool = False  # dynamic_multimask_via_stability
+    delta: float = 0.05
+    thresh: float = 0.98
+
+    @classmethod
+    def from_metadata(cls, decoder: dict[str, Any]) -> MaskChoice:
+        return cls(bool(decoder.get("dynamic_multimask_via_stability", False)),
+                   float(decoder.get("dynamic_multimask_stability_delta", 0.05)),
+                   float(decoder.get("dynamic_multimask_stability_thresh", 0.98)))
+
+    def __call__(self, logits: np.ndarray, iou: np.ndarray, multimask: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(K, h, w) logits and (K,) scores -> the multimask outputs (tokens 1..), or the single mask (token 0), which
+        ``dynamic_multimask_via_stability`` replaces by the best multimask one when it is unstable."""
+        if multimask:
+            return logits[1:], iou[1:]
+        if not self.dynamic:
+            return logits[:1], iou[:1]
+        single = logits[0].reshape(-1)  # _dynamic_multimask_via_stability
+        area_i = float(np.sum(single > self.delta))
+        area_u = float(np.sum(single > -self.delta))
+        stability = area_i / area_u if area_u > 0 else 1.0
+        if stability >= self.thresh:
+            return logits[:1], iou[:1]
+        best = 1 + int(np.argmax(iou[1:]))
+        return logits[best:best + 1], iou[best:best + 1]
+
+
 class Sam2ImagePredictor:
     """``SAM2ImagePredictor`` on exported files (see the module docstring).
 
@@ -69,9 +102,7 @@ class Sam2ImagePredictor:
         self._transforms = Sam2Transforms(self.resolution, enc["pixel_mean"], enc["pixel_std"], mask_threshold)
         self.mask_threshold = mask_threshold
         self.variant = str(enc.get("variant"))
-        self._dynamic = bool(dec.get("dynamic_multimask_via_stability", False))
-        self._stability_delta = float(dec.get("dynamic_multimask_stability_delta", 0.05))
-        self._stability_thresh = float(dec.get("dynamic_multimask_stability_thresh", 0.98))
+        self._choose = MaskChoice.from_metadata(dec)
         self.reset_predictor()
 
     # --- images --------------------------------------------------------------------------------------
@@ -203,22 +234,7 @@ class Sam2ImagePredictor:
         }
         out = self.decoder.run(feeds)
         logits, iou = np.asarray(out["low_res_masks"])[0], np.asarray(out["iou_predictions"])[0]  # K, 4h, 4w; K
-        if multimask:
-            return logits[1:], iou[1:]
-        if self._dynamic:
-            return self._dynamic_single(logits, iou)
-        return logits[:1], iou[:1]
-
-    def _dynamic_single(self, logits: np.ndarray, iou: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``MaskDecoder._dynamic_multimask_via_stability``: the single mask if stable, else the best multimask one."""
-        single = logits[0].reshape(-1)
-        area_i = float(np.sum(single > self._stability_delta))
-        area_u = float(np.sum(single > -self._stability_delta))
-        stability = area_i / area_u if area_u > 0 else 1.0
-        if stability >= self._stability_thresh:
-            return logits[:1], iou[:1]
-        best = 1 + int(np.argmax(iou[1:]))
-        return logits[best:best + 1], iou[best:best + 1]
+        return self._choose(logits, iou, multimask)
 
     def _require_image(self, action: str) -> None:
         if not self._is_image_set:
@@ -254,4 +270,4 @@ def _as_rgb(image: Any) -> np.ndarray:
     return image
 
 
-__all__ = ["Sam2ImagePredictor", "check_sam2_pair", "open_sam_predictor"]
+__all__ = ["MaskChoice", "Sam2ImagePredictor", "check_sam2_pair", "open_sam_predictor"]

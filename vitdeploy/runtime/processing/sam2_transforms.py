@@ -55,9 +55,7 @@ class Sam2Transforms:
     def __call__(self, image: np.ndarray) -> np.ndarray:
         """HxWx3 uint8 RGB -> (3, S, S) float32, normalized."""
         x = image.astype(np.float32).transpose(2, 0, 1) / np.float32(255.0)  # ToTensor
-        rows = antialias_bilinear_matrix(image.shape[0], self.resolution).astype(np.float32)
-        cols = antialias_bilinear_matrix(image.shape[1], self.resolution).astype(np.float32)
-        resized = np.einsum("oh,chw,pw->cop", rows, x, cols, optimize=True)  # Resize((S, S), antialias=True)
+        resized = resize_bilinear(x, (self.resolution, self.resolution), antialias=True)  # Resize((S, S))
         return ((resized - self.mean) / self.std).astype(np.float32)
 
     def transform_coords(self, coords: np.ndarray, normalize: bool, orig_hw: tuple[int, int]) -> np.ndarray:
@@ -75,9 +73,7 @@ class Sam2Transforms:
 
     def postprocess_masks(self, low_res: np.ndarray, orig_hw: tuple[int, int]) -> np.ndarray:
         """(..., 4h, 4w) logits -> (..., H, W) logits at the original size (float32)."""
-        rows = _bilinear(low_res.shape[-2], orig_hw[0])
-        cols = _bilinear(low_res.shape[-1], orig_hw[1])
-        return np.einsum("oh,...hw,pw->...op", rows, low_res.astype(np.float32), cols, optimize=True).astype(np.float32)
+        return resize_bilinear(low_res, orig_hw, antialias=False)
 
 
 @dataclass(frozen=True)
@@ -94,10 +90,8 @@ class Sam2Preprocessor:
         return Sam2Transforms(self.input_size, self.pixel_mean, self.pixel_std)
 
     def resize(self, image: np.ndarray) -> np.ndarray:
-        rows = antialias_bilinear_matrix(image.shape[0], self.input_size).astype(np.float32)
-        cols = antialias_bilinear_matrix(image.shape[1], self.input_size).astype(np.float32)
         x = image.astype(np.float32).transpose(2, 0, 1) / np.float32(255.0)
-        return np.einsum("oh,chw,pw->cop", rows, x, cols, optimize=True).astype(np.float32)
+        return resize_bilinear(x, (self.input_size, self.input_size), antialias=True)
 
     def normalize_and_pad(self, resized: np.ndarray) -> np.ndarray:
         t = self._transforms()
@@ -108,8 +102,19 @@ class Sam2Preprocessor:
 
 
 @lru_cache(maxsize=32)
-def _bilinear(in_size: int, out_size: int) -> np.ndarray:
-    return bilinear_matrix(in_size, out_size).astype(np.float32)
+def _axis_weights(in_size: int, out_size: int, antialias: bool) -> np.ndarray:
+    matrix = antialias_bilinear_matrix(in_size, out_size) if antialias else bilinear_matrix(in_size, out_size)
+    return matrix.astype(np.float32)
 
 
-__all__ = ["Sam2Preprocessor", "Sam2Transforms", "antialias_bilinear_matrix"]
+def resize_bilinear(x: np.ndarray, size: tuple[int, int], antialias: bool) -> np.ndarray:
+    """(..., h, w) -> (..., H, W) float32: PyTorch's ``F.interpolate(mode="bilinear", align_corners=False)``, with
+    ``antialias`` as it takes it (the same array back when the size is already right)."""
+    if x.shape[-2:] == tuple(size):
+        return np.asarray(x, np.float32)
+    rows = _axis_weights(x.shape[-2], int(size[0]), antialias)
+    cols = _axis_weights(x.shape[-1], int(size[1]), antialias)
+    return np.einsum("oh,...hw,pw->...op", rows, np.asarray(x, np.float32), cols, optimize=True).astype(np.float32)
+
+
+__all__ = ["Sam2Preprocessor", "Sam2Transforms", "antialias_bilinear_matrix", "resize_bilinear"]

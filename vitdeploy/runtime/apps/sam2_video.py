@@ -1,0 +1,521 @@
+"""SAM 2's video predictor on exported files, torch-free: ``sam2.sam2_video_predictor.SAM2VideoPredictor``'s calls.
+
+``Sam2VideoPredictor(image_encoder, decoder, memory_encoder, memory_attention)`` takes the four files ``vitdeploy
+export`` writes for one SAM 2 model (``-r sam2.1_hiera_tiny``, ``_decoder``, ``_memory_encoder``,
+``_memory_attention``) and answers the official calls with their meanings: ``init_state`` (a folder of JPEG frames or
+a video file), ``add_new_points_or_box`` (several objects, several frames; clicks on a tracked frame correct it),
+``add_new_mask``, ``propagate_in_video`` (forward or reverse, a start frame, a frame budget), ``clear_all_prompts_in_frame``,
+``remove_object``, ``reset_state``. The inference state is the official dictionary (the same keys: per-object inputs,
+prompted and tracked frame outputs, temporary outputs until the next propagation), its tensors NumPy arrays, and
+memories are kept as the official predictor keeps them: in bfloat16, per object, the most recent frame's features
+cached.
+
+Each official model call is one graph: the image encoder per frame, memory attention (the bank chosen by
+:mod:`vitdeploy.runtime.apps.sam2_memory_bank`), the prompt encoder + mask decoder, the memory encoder; the choices
+between calls (multimask or not, the best mask, the object pointer's token, no-object scores, hole filling) are the
+official ones in NumPy (:mod:`vitdeploy.runtime.processing.sam2_masks`).
+
+Returned masks are (objects, 1, H, W) float32 logits at the video's size, as the official ones; they are NumPy arrays
+that also answer ``.cpu()``, ``.numpy()`` and ``.detach()``, so the official examples'
+``(out_mask_logits[i] > 0.0).cpu().numpy()`` runs unchanged. Errors are :class:`vitdeploy.errors.InputError` (a
+``ValueError`` would be the official one's for a bad prompt, ``RuntimeError`` for a missing one): one line naming the
+fix.
+
+Two differences, both where the official code cannot run as configured: hole filling (``fill_hole_area``, 8 as
+``build_sam2_video_predictor`` sets it) needs the official CUDA extension, which CPU installs lack (then it skips the
+step with a warning); here it runs with SciPy. And the official predictor stops with a dtype error on the CPU in
+float32 when an object's memory has no object pointer (an object prompted later than the frame tracked: its bfloat16
+memories reach a float32 layer); here they are read as float32, as ``torch.cat`` promotes them whenever a pointer is
+there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from vitdeploy.errors import InputError
+from vitdeploy.runtime.apps.sam2_memory_bank import TrackerSettings, select_memory
+from vitdeploy.runtime.apps.sam2_predictor import MaskChoice
+from vitdeploy.runtime.apps.sam_predictor import as_runner
+from vitdeploy.runtime.backends.base import Runner
+from vitdeploy.runtime.processing.sam2_masks import (MASK_OUT_BIAS, MASK_OUT_SCALE, NO_OBJ_SCORE, downsample_mask_prompt,
+                                                     fill_holes, mask_as_output, non_overlapping, resize_mask_input,
+                                                     to_bfloat16)
+from vitdeploy.runtime.processing.sam2_transforms import resize_bilinear
+from vitdeploy.runtime.processing.video_frames import VideoFrames
+
+#: The families of the four files, in the constructor's order, and the recipe suffix that exports each.
+VIDEO_FILES = (("image_encoder", "sam2_image_encoder", ""), ("decoder", "sam2_mask_decoder", "_decoder"),
+               ("memory_encoder", "sam2_memory_encoder", "_memory_encoder"),
+               ("memory_attention", "sam2_memory_attention", "_memory_attention"))
+SAM1_FAMILIES = ("sam_image_encoder", "sam_mask_decoder")
+
+
+class Logits(np.ndarray):
+    """Mask logits as a NumPy array that also answers the ``torch.Tensor`` calls the official examples make on them."""
+
+    def cpu(self) -> Logits:
+        return self
+
+    def detach(self) -> Logits:
+        return self
+
+    def numpy(self) -> np.ndarray:
+        return self.view(np.ndarray)
+
+
+def check_video_files(metadata: dict[str, dict[str, Any]]) -> None:
+    """Raise InputError unless the four files are SAM 2's image encoder, decoder, memory encoder and memory attention
+    of one model (same variant, weights and image size)."""
+    for role, family, suffix in VIDEO_FILES:
+        found = metadata[role].get("family")
+        if found != family:
+            sam1 = " (a SAM 1 file: SAM 1 has no video predictor; use SAM 2 files)" if found in SAM1_FAMILIES else ""
+            raise InputError(f"the {role.replace('_', ' ')} is a '{found}' model, not a {family} one{sam1}: export it "
+                             f"with 'vitdeploy export -r sam2.1_hiera_tiny{suffix}' (or the size you use)")
+    encoder = metadata["image_encoder"]
+    for role, _, _ in VIDEO_FILES[1:]:
+        other = metadata[role]
+        different = [k for k in ("variant", "random_seed", "checkpoint_sha256") if encoder.get(k) != other.get(k)]
+        if different:
+            shown = ", ".join(f"{k} {encoder.get(k)!r} vs {other.get(k)!r}" for k in different)
+            raise InputError(f"the image encoder and the {role.replace('_', ' ')} come from two different SAM 2 models "
+                             f"({shown}): export all four files from the same checkpoint (or seed) and model size")
+    sizes = {role: metadata[role].get("input_size") for role, _, _ in VIDEO_FILES}
+    if len({str(v) for v in sizes.values()}) != 1:
+        raise InputError(f"the four files are for different image sizes ({sizes}): the video path runs at the model's "
+                         "own size; export the image encoder without --input-size")
+
+
+class Sam2VideoPredictor:
+    """``SAM2VideoPredictor`` on exported files (see the module docstring).
+
+    Args:
+        image_encoder, decoder, memory_encoder, memory_attention: the exported files (``.onnx``) or Runners.
+        device, threads, runtime, inference_precision: as :class:`vitdeploy.runtime.SamPredictor`'s (the precision
+            applies to the image encoder).
+        fill_hole_area, non_overlap_masks, clear_non_cond_mem_around_input, add_all_frames_to_correct_as_cond: the
+            official predictor's options, with ``build_sam2_video_predictor``'s values by default.
+    """
+
+    def __init__(self, image_encoder: Runner | str | os.PathLike, decoder: Runner | str | os.PathLike,
+                 memory_encoder: Runner | str | os.PathLike, memory_attention: Runner | str | os.PathLike, *,
+                 device: str = "cpu", threads: int | None = None, runtime: str = "auto",
+                 inference_precision: str | None = None, fill_hole_area: int = 8, non_overlap_masks: bool = False,
+                 clear_non_cond_mem_around_input: bool = False, add_all_frames_to_correct_as_cond: bool = False):
+        self.image_encoder = as_runner(image_encoder, device, threads, runtime=runtime,
+                                       inference_precision=inference_precision)
+        self.decoder = as_runner(decoder, device, threads, runtime=runtime)
+        self.memory_encoder = as_runner(memory_encoder, device, threads, runtime=runtime)
+        self.memory_attention = as_runner(memory_attention, device, threads, runtime=runtime)
+        check_video_files({"image_encoder": self.image_encoder.metadata, "decoder": self.decoder.metadata,
+                           "memory_encoder": self.memory_encoder.metadata,
+                           "memory_attention": self.memory_attention.metadata})
+        attention = self.memory_attention.metadata
+        self.settings = TrackerSettings.from_metadata(attention["tracker"])
+        self.image_size = int(self.image_encoder.metadata["input_size"][0])  # the official attribute's name
+        self.variant = str(self.image_encoder.metadata.get("variant"))
+        self._choose = MaskChoice.from_metadata(self.decoder.metadata)
+        self._no_mem_embed = np.asarray(self.settings.no_mem_embed, np.float32).reshape(1, -1, 1, 1)
+        shapes = self.memory_attention.input_shapes()
+        self._bank_slots = tuple(_static(shapes[name][1]) for name in ("memory_features", "pointer_tokens"))
+        self.fill_hole_area = int(fill_hole_area)
+        self.non_overlap_masks = bool(non_overlap_masks)
+        self.clear_non_cond_mem_around_input = bool(clear_non_cond_mem_around_input)
+        self.add_all_frames_to_correct_as_cond = bool(add_all_frames_to_correct_as_cond)
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+    # --- the inference state -------------------------------------------------------------------------
+
+    def init_state(self, video_path: str | os.PathLike, offload_video_to_cpu: bool = False,
+                   offload_state_to_cpu: bool = False, async_loading_frames: bool = False,
+                   progress: Any = None) -> dict[str, Any]:
+        """Read the video (every frame, resized) and return a new inference state; frame 0's features are computed.
+        The offload and async options are accepted for the official calls' sake: the state is in host memory, and the
+        frames are decoded up front (``progress(done, total)`` is called per frame)."""
+        images = VideoFrames(video_path, self.image_size, progress)
+        state: dict[str, Any] = {
+            "images": images, "num_frames": len(images), "offload_video_to_cpu": offload_video_to_cpu,
+            "offload_state_to_cpu": offload_state_to_cpu, "video_height": images.height, "video_width": images.width,
+            "device": "cpu", "storage_device": "cpu", "point_inputs_per_obj": {}, "mask_inputs_per_obj": {},
+            "cached_features": {}, "constants": {}, "obj_id_to_idx": OrderedDict(), "obj_idx_to_id": OrderedDict(),
+            "obj_ids": [], "output_dict_per_obj": {}, "temp_output_dict_per_obj": {}, "frames_tracked_per_obj": {},
+        }
+        self._get_image_feature(state, 0)
+        return state
+
+    def _obj_id_to_idx(self, state: dict[str, Any], obj_id: Any) -> int:
+        obj_idx = state["obj_id_to_idx"].get(obj_id)
+        if obj_idx is not None:
+            return obj_idx
+        obj_idx = len(state["obj_id_to_idx"])  # new objects are taken at any time, as officially
+        state["obj_id_to_idx"][obj_id] = obj_idx
+        state["obj_idx_to_id"][obj_idx] = obj_id
+        state["obj_ids"] = list(state["obj_id_to_idx"])
+        state["point_inputs_per_obj"][obj_idx] = {}
+        state["mask_inputs_per_obj"][obj_idx] = {}
+        state["output_dict_per_obj"][obj_idx] = {"cond_frame_outputs": {}, "non_cond_frame_outputs": {}}
+        state["temp_output_dict_per_obj"][obj_idx] = {"cond_frame_outputs": {}, "non_cond_frame_outputs": {}}
+        state["frames_tracked_per_obj"][obj_idx] = {}
+        return obj_idx
+
+    @staticmethod
+    def _check_frame(state: dict[str, Any], frame_idx: Any, what: str = "frame_idx") -> int:
+        count = state["num_frames"]
+        if isinstance(frame_idx, bool) or not isinstance(frame_idx, (int, np.integer)) or not 0 <= frame_idx < count:
+            raise InputError(f"{what} {frame_idx!r} is not a frame of this video: it has {count} frames, 0 to {count - 1}")
+        return int(frame_idx)
+
+    # --- prompts ------------------------------------------------------------------------------------
+
+    def add_new_points_or_box(self, inference_state: dict[str, Any], frame_idx: int, obj_id: Any, points: Any = None,
+                              labels: Any = None, clear_old_points: bool = True, normalize_coords: bool = True,
+                              box: Any = None):
+        """Clicks (and/or a box) for one object on one frame -> (frame_idx, obj_ids, masks of every object there)."""
+        state = inference_state
+        frame_idx = self._check_frame(state, frame_idx)
+        if (points is not None) != (labels is not None):
+            raise InputError("points and labels must be provided together")
+        if points is None and box is None:
+            raise InputError("at least one of points or box must be provided as input")
+        coords = np.zeros((1, 0, 2), np.float32) if points is None else np.asarray(points, np.float32)
+        labels_ = np.zeros((1, 0), np.int32) if labels is None else np.asarray(labels, np.int32)
+        coords = coords[None] if coords.ndim == 2 else coords
+        labels_ = labels_[None] if labels_.ndim == 1 else labels_
+        if coords.ndim != 3 or coords.shape[0] != 1 or coords.shape[-1] != 2 or labels_.shape != coords.shape[:2]:
+            raise InputError(f"points must be (N, 2) with labels (N,), got {np.shape(points)} and {np.shape(labels)}")
+        if box is not None:
+            if not clear_old_points:
+                raise InputError("cannot add box without clearing old points, since box prompt must be provided before "
+                                 "any point prompt (please use clear_old_points=True instead)")
+            corners = np.asarray(box, np.float32).reshape(1, 2, 2)
+            coords = np.concatenate([corners, coords], axis=1)
+            labels_ = np.concatenate([np.array([[2, 3]], np.int32), labels_], axis=1)
+        if normalize_coords:
+            coords = coords / np.array([state["video_width"], state["video_height"]], np.float32)
+        coords = (coords * np.float32(self.image_size)).astype(np.float32)
+        obj_idx = self._obj_id_to_idx(state, obj_id)
+        per_frame = state["point_inputs_per_obj"][obj_idx]
+        old = None if clear_old_points else per_frame.get(frame_idx)
+        if old is not None:
+            coords = np.concatenate([old["point_coords"], coords], axis=1)
+            labels_ = np.concatenate([old["point_labels"], labels_], axis=1)
+        point_inputs = {"point_coords": coords, "point_labels": labels_}
+        per_frame[frame_idx] = point_inputs
+        state["mask_inputs_per_obj"][obj_idx].pop(frame_idx, None)
+        return self._prompted(state, frame_idx, obj_idx, point_inputs, None)
+
+    def add_new_points(self, *args: Any, **kwargs: Any):
+        """Deprecated officially: :meth:`add_new_points_or_box`."""
+        return self.add_new_points_or_box(*args, **kwargs)
+
+    def add_new_mask(self, inference_state: dict[str, Any], frame_idx: int, obj_id: Any, mask: Any):
+        """A mask (H, W) for one object on one frame -> (frame_idx, obj_ids, masks of every object there)."""
+        state = inference_state
+        frame_idx = self._check_frame(state, frame_idx)
+        mask = np.asarray(mask)
+        if mask.ndim != 2:
+            raise InputError(f"mask must be one (H, W) mask, got shape {mask.shape}")
+        mask_inputs = resize_mask_input(mask, self.image_size)
+        obj_idx = self._obj_id_to_idx(state, obj_id)
+        state["mask_inputs_per_obj"][obj_idx][frame_idx] = mask_inputs
+        state["point_inputs_per_obj"][obj_idx].pop(frame_idx, None)
+        return self._prompted(state, frame_idx, obj_idx, None, mask_inputs)
+
+    def _prompted(self, state: dict[str, Any], frame_idx: int, obj_idx: int, point_inputs: dict[str, np.ndarray] | None,
+                  mask_inputs: np.ndarray | None):
+        """The common end of add_new_points_or_box and add_new_mask: run the frame, keep the output until the next
+        propagation, return every object's mask on this frame at the video's size."""
+        tracked = state["frames_tracked_per_obj"][obj_idx]
+        is_init_cond_frame = frame_idx not in tracked
+        reverse = False if is_init_cond_frame else tracked[frame_idx]["reverse"]
+        output_dict = state["output_dict_per_obj"][obj_idx]
+        temp = state["temp_output_dict_per_obj"][obj_idx]
+        is_cond = is_init_cond_frame or self.add_all_frames_to_correct_as_cond
+        key = "cond_frame_outputs" if is_cond else "non_cond_frame_outputs"
+        prev_logits = None
+        if point_inputs is not None:  # earlier mask logits of this object on this frame go in with the new clicks
+            prev = temp[key].get(frame_idx)
+            if prev is None:
+                prev = output_dict["cond_frame_outputs"].get(frame_idx)
+            if prev is None:
+                prev = output_dict["non_cond_frame_outputs"].get(frame_idx)
+            if prev is not None and prev["pred_masks"] is not None:
+                prev_logits = np.clip(prev["pred_masks"], -32.0, 32.0)
+        out, _ = self._run_single_frame_inference(state, output_dict, frame_idx, is_init_cond_frame, point_inputs,
+                                                  mask_inputs, reverse, run_mem_encoder=False,
+                                                  prev_sam_mask_logits=prev_logits)
+        temp[key][frame_idx] = out
+        consolidated = self._consolidate_temp_output_across_obj(state, frame_idx, is_cond)
+        return frame_idx, state["obj_ids"], self._video_res(state, consolidated)
+
+    # --- tracking ------------------------------------------------------------------------------------
+
+    def propagate_in_video_preflight(self, inference_state: dict[str, Any]) -> None:
+        """Encode the memories of the frames prompted since the last propagation and file them with the outputs."""
+        state = inference_state
+        if not state["obj_ids"]:
+            raise InputError("no points, box or mask given for any object: add some with add_new_points_or_box or "
+                             "add_new_mask before propagating")
+        for obj_idx in range(len(state["obj_ids"])):
+            output_dict = state["output_dict_per_obj"][obj_idx]
+            temp = state["temp_output_dict_per_obj"][obj_idx]
+            for key in ("non_cond_frame_outputs", "cond_frame_outputs"):
+                for frame_idx, out in temp[key].items():
+                    if out["maskmem_features"] is None:  # the frames the user interacted with: binarized if clicked
+                        feats = self._get_image_feature(state, frame_idx)
+                        out["maskmem_features"] = self._encode_memory(feats, out["pred_masks"], out["object_score_logits"],
+                                                                      is_mask_from_pts=True)
+                    output_dict[key][frame_idx] = out
+                    if self.clear_non_cond_mem_around_input:
+                        self._clear_obj_non_cond_mem_around_input(state, frame_idx, obj_idx)
+                temp[key].clear()
+            if not output_dict["cond_frame_outputs"]:
+                obj_id = state["obj_idx_to_id"][obj_idx]
+                raise InputError(f"object id {obj_id!r} has no points, box or mask on any frame: prompt it with "
+                                 "add_new_points_or_box or add_new_mask, or remove it with remove_object")
+            for frame_idx in output_dict["cond_frame_outputs"]:
+                output_dict["non_cond_frame_outputs"].pop(frame_idx, None)
+
+    def propagate_in_video(self, inference_state: dict[str, Any], start_frame_idx: int | None = None,
+                           max_frame_num_to_track: int | None = None,
+                           reverse: bool = False) -> Iterator[tuple[int, list, Logits]]:
+        """Track every object through the video: yields (frame_idx, obj_ids, masks) per frame, from the first prompted
+        frame (or ``start_frame_idx``), forward or in ``reverse``, ``max_frame_num_to_track`` frames after the start
+        at most."""
+        state = inference_state
+        self.propagate_in_video_preflight(state)
+        num_frames, objects = state["num_frames"], len(state["obj_ids"])
+        if start_frame_idx is None:
+            start_frame_idx = min(t for out in state["output_dict_per_obj"].values() for t in out["cond_frame_outputs"])
+        start_frame_idx = self._check_frame(state, start_frame_idx, "start_frame_idx")
+        if max_frame_num_to_track is None:
+            max_frame_num_to_track = num_frames
+        if reverse:
+            end = max(start_frame_idx - max_frame_num_to_track, 0)
+            order = range(start_frame_idx, end - 1, -1) if start_frame_idx > 0 else range(0)
+        else:
+            end = min(start_frame_idx + max_frame_num_to_track, num_frames - 1)
+            order = range(start_frame_idx, end + 1)
+        for frame_idx in order:
+            masks = []
+            for obj_idx in range(objects):
+                output_dict = state["output_dict_per_obj"][obj_idx]
+                if frame_idx in output_dict["cond_frame_outputs"]:
+                    pred_masks = output_dict["cond_frame_outputs"][frame_idx]["pred_masks"]
+                    if self.clear_non_cond_mem_around_input:
+                        self._clear_obj_non_cond_mem_around_input(state, frame_idx, obj_idx)
+                else:
+                    out, pred_masks = self._run_single_frame_inference(state, output_dict, frame_idx, False, None, None,
+                                                                       reverse, run_mem_encoder=True)
+                    output_dict["non_cond_frame_outputs"][frame_idx] = out
+                state["frames_tracked_per_obj"][obj_idx][frame_idx] = {"reverse": reverse}
+                masks.append(pred_masks)
+            yield frame_idx, state["obj_ids"], self._video_res(state, np.concatenate(masks))
+
+    def _run_single_frame_inference(self, state: dict[str, Any], output_dict: dict[str, dict[int, Any]], frame_idx: int,
+                                    is_init_cond_frame: bool, point_inputs: dict[str, np.ndarray] | None,
+                                    mask_inputs: np.ndarray | None, reverse: bool, run_mem_encoder: bool,
+                                    prev_sam_mask_logits: np.ndarray | None = None) -> tuple[dict[str, Any], np.ndarray]:
+        """``track_step`` on one object: (the compact output the state keeps, the mask logits to show)."""
+        feats = self._get_image_feature(state, frame_idx)
+        if mask_inputs is not None and self.settings.use_mask_input_as_output_without_sam:
+            low_res, token, presence, score = self._mask_as_output(feats, mask_inputs)
+        else:
+            if is_init_cond_frame:  # directly_add_no_mem_embed: the encoder's output already carries it
+                pix_feat = feats["image_embed"]
+            else:
+                bank = select_memory(frame_idx, output_dict, self.settings, state["num_frames"], reverse)
+                feeds = bank.feeds(*self._bank_slots) | {"image_embed": feats["image_embed"]}
+                pix_feat = np.asarray(self.memory_attention.run(feeds)["pix_feat_with_mem"], np.float32)
+            prompt = prev_sam_mask_logits if prev_sam_mask_logits is not None else mask_inputs
+            low_res, token, presence, score = self._sam_heads(pix_feat, feats, point_inputs, prompt,
+                                                              self._use_multimask(is_init_cond_frame, point_inputs))
+        maskmem = None
+        if run_mem_encoder:
+            maskmem = self._encode_memory(feats, low_res, score, is_mask_from_pts=point_inputs is not None)
+        pred_masks = fill_holes(low_res, self.fill_hole_area) if self.fill_hole_area > 0 else low_res
+        out = {"maskmem_features": maskmem, "pred_masks": pred_masks, "obj_token": token, "obj_presence": presence,
+               "object_score_logits": score}
+        return out, pred_masks
+
+    def _use_multimask(self, is_init_cond_frame: bool, point_inputs: dict[str, np.ndarray] | None) -> bool:
+        s = self.settings
+        num_pts = 0 if point_inputs is None else point_inputs["point_labels"].shape[1]
+        return (s.multimask_output_in_sam and (is_init_cond_frame or s.multimask_output_for_tracking)
+                and s.multimask_min_pt_num <= num_pts <= s.multimask_max_pt_num)
+
+    def _sam_heads(self, pix_feat: np.ndarray, feats: dict[str, np.ndarray], point_inputs: dict[str, np.ndarray] | None,
+                   mask_prompt: np.ndarray | None, multimask: bool):
+        """``_forward_sam_heads``: (low-res logits (1, 1, 4h, 4w) of the chosen mask, its SAM output token (C,), the
+        object's presence lambda, the object score logits (1, 1))."""
+        if point_inputs is None:  # no clicks: one padding point, as the official heads add
+            coords, labels = np.zeros((1, 1, 2), np.float32), -np.ones((1, 1), np.float32)
+        else:
+            coords, labels = point_inputs["point_coords"], point_inputs["point_labels"].astype(np.float32)
+        grid = 4 * pix_feat.shape[-1]
+        if mask_prompt is not None:
+            mask = resize_bilinear(mask_prompt, (grid, grid), antialias=True)
+        else:
+            mask = np.zeros((1, 1, grid, grid), np.float32)
+        out = self.decoder.run({"image_embed": pix_feat, "high_res_feats_0": feats["high_res_feats_0"],
+                                "high_res_feats_1": feats["high_res_feats_1"], "point_coords": coords,
+                                "point_labels": labels, "mask_input": mask,
+                                "has_mask_input": np.array([0.0 if mask_prompt is None else 1.0], np.float32)})
+        all_logits = np.asarray(out["low_res_masks"], np.float32)[0]  # K, 4h, 4w
+        all_iou = np.asarray(out["iou_predictions"], np.float32)[0]
+        tokens = np.asarray(out["mask_tokens"], np.float32)[0]  # K, C
+        score = np.asarray(out["object_score_logits"], np.float32).reshape(1, 1)
+        logits, iou = self._choose(all_logits, all_iou, multimask)
+        sam_tokens = tokens[1:] if multimask and self.settings.use_multimask_token_for_obj_ptr else tokens[:1]
+        presence = 1.0
+        if self.settings.pred_obj_scores:
+            appearing = bool(score[0, 0] > 0)
+            logits = logits if appearing else np.full_like(logits, NO_OBJ_SCORE)
+            presence = float(1.0 / (1.0 + np.exp(-score[0, 0]))) if self.settings.soft_no_obj_ptr else float(appearing)
+        best = int(np.argmax(iou)) if multimask else 0
+        token = sam_tokens[best] if multimask and len(sam_tokens) > 1 else sam_tokens[0]
+        return logits[best][None, None], token, presence, score
+
+    def _mask_as_output(self, feats: dict[str, np.ndarray], mask_inputs: np.ndarray):
+        """``_use_mask_as_output``: the mask itself as logits; the pointer from the decoder on the frame's own features
+        with the downsampled mask as prompt, no object when the mask is empty."""
+        low_res = mask_as_output(mask_inputs)
+        own = (feats["image_embed"] - self._no_mem_embed).astype(np.float32)
+        prompt = downsample_mask_prompt(mask_inputs, self.settings.mask_downsample)
+        _, token, presence, _ = self._sam_heads(own, feats, None, prompt, multimask=False)
+        appearing = float(np.any(mask_inputs > 0))
+        score = np.array([[MASK_OUT_SCALE * appearing + MASK_OUT_BIAS]], np.float32)
+        return low_res, token, presence * appearing if self.settings.pred_obj_scores else presence, score
+
+    def _encode_memory(self, feats: dict[str, np.ndarray], low_res: np.ndarray, score: np.ndarray,
+                       is_mask_from_pts: bool) -> np.ndarray:
+        binarize = self.settings.binarize_mask_from_pts_for_mem_enc and is_mask_from_pts
+        out = self.memory_encoder.run({"image_embed": feats["image_embed"], "pred_masks": low_res.astype(np.float32),
+                                       "object_score_logits": score.astype(np.float32),
+                                       "binarize": np.array([1.0 if binarize else 0.0], np.float32)})
+        return to_bfloat16(out["maskmem_features"])  # stored as the official predictor stores it
+
+    def _get_image_feature(self, state: dict[str, Any], frame_idx: int) -> dict[str, np.ndarray]:
+        """The frame's encoder outputs; the most recent frame's are cached (the official cache)."""
+        cached = state["cached_features"].get(frame_idx)
+        if cached is None:
+            out = self.image_encoder.run({self.image_encoder.input_names[0]: state["images"].model_input(frame_idx)})
+            cached = {name: np.asarray(out[name], np.float32) for name in ("image_embed", "high_res_feats_0",
+                                                                           "high_res_feats_1")}
+            state["cached_features"] = {frame_idx: cached}
+        return cached
+
+    # --- outputs ------------------------------------------------------------------------------------
+
+    def _consolidate_temp_output_across_obj(self, state: dict[str, Any], frame_idx: int, is_cond: bool) -> np.ndarray:
+        """Every object's latest mask logits on a frame at the video's size (NO_OBJ_SCORE where it has none)."""
+        key = "cond_frame_outputs" if is_cond else "non_cond_frame_outputs"
+        size = (state["video_height"], state["video_width"])
+        masks = np.full((len(state["obj_ids"]), 1, *size), NO_OBJ_SCORE, np.float32)
+        for obj_idx in range(len(state["obj_ids"])):
+            output_dict = state["output_dict_per_obj"][obj_idx]
+            out = state["temp_output_dict_per_obj"][obj_idx][key].get(frame_idx)
+            if out is None:
+                out = output_dict["cond_frame_outputs"].get(frame_idx)
+            if out is None:
+                out = output_dict["non_cond_frame_outputs"].get(frame_idx)
+            if out is not None:
+                masks[obj_idx] = resize_bilinear(out["pred_masks"], size, antialias=False)[0]
+        return masks
+
+    def _video_res(self, state: dict[str, Any], masks: np.ndarray) -> Logits:
+        """``_get_orig_video_res_output``: (N, 1, h, w) logits at the video's size, without overlaps if asked."""
+        masks = resize_bilinear(masks, (state["video_height"], state["video_width"]), antialias=False)
+        if self.non_overlap_masks:
+            masks = non_overlapping(masks)
+        return np.ascontiguousarray(masks, np.float32).view(Logits)
+
+    # --- editing ------------------------------------------------------------------------------------
+
+    def clear_all_prompts_in_frame(self, inference_state: dict[str, Any], frame_idx: int, obj_id: Any,
+                                   need_output: bool = True):
+        """Remove one object's clicks or mask on a frame (its output there, if any, becomes a tracked frame's)."""
+        state = inference_state
+        frame_idx = self._check_frame(state, frame_idx)
+        obj_idx = self._obj_id_to_idx(state, obj_id)
+        state["point_inputs_per_obj"][obj_idx].pop(frame_idx, None)
+        state["mask_inputs_per_obj"][obj_idx].pop(frame_idx, None)
+        temp_all = state["temp_output_dict_per_obj"]
+        temp_all[obj_idx]["cond_frame_outputs"].pop(frame_idx, None)
+        temp_all[obj_idx]["non_cond_frame_outputs"].pop(frame_idx, None)
+        output_dict = state["output_dict_per_obj"][obj_idx]
+        out = output_dict["cond_frame_outputs"].pop(frame_idx, None)
+        if out is not None:
+            output_dict["non_cond_frame_outputs"][frame_idx] = out
+            state["frames_tracked_per_obj"][obj_idx].pop(frame_idx, None)
+        if not need_output:
+            return None
+        is_cond = any(frame_idx in t["cond_frame_outputs"] for t in temp_all.values())
+        consolidated = self._consolidate_temp_output_across_obj(state, frame_idx, is_cond)
+        return frame_idx, state["obj_ids"], self._video_res(state, consolidated)
+
+    def reset_state(self, inference_state: dict[str, Any]) -> None:
+        """Forget every object, prompt and result (the frames and their cached features stay)."""
+        state = inference_state
+        for name in ("obj_id_to_idx", "obj_idx_to_id", "point_inputs_per_obj", "mask_inputs_per_obj",
+                     "output_dict_per_obj", "temp_output_dict_per_obj", "frames_tracked_per_obj"):
+            state[name].clear()
+        state["obj_ids"] = []
+
+    def remove_object(self, inference_state: dict[str, Any], obj_id: Any, strict: bool = False, need_output: bool = True):
+        """Remove an object; returns (remaining obj_ids, [(frame_idx, masks)] of the frames it had prompts on)."""
+        state = inference_state
+        old_idx = state["obj_id_to_idx"].get(obj_id)
+        updated: list[tuple[int, Logits]] = []
+        if old_idx is None:
+            if not strict:
+                return state["obj_ids"], updated
+            raise InputError(f"cannot remove object id {obj_id!r}: it was never prompted (the objects are "
+                             f"{state['obj_ids']})")
+        if len(state["obj_id_to_idx"]) == 1:
+            self.reset_state(state)
+            return state["obj_ids"], updated
+        prompted = set(state["point_inputs_per_obj"][old_idx]) | set(state["mask_inputs_per_obj"][old_idx])
+        for frame_idx in prompted:
+            self.clear_all_prompts_in_frame(state, frame_idx, obj_id, need_output=False)
+        old_ids = state["obj_ids"]
+        kept = [i for i in range(len(old_ids)) if i != old_idx]
+        new_of_old = {old: new for new, old in enumerate(kept)}
+        state["obj_ids"] = [old_ids[i] for i in kept]
+        state["obj_id_to_idx"] = OrderedDict((obj, i) for i, obj in enumerate(state["obj_ids"]))
+        state["obj_idx_to_id"] = OrderedDict((i, obj) for i, obj in enumerate(state["obj_ids"]))
+        for name in ("point_inputs_per_obj", "mask_inputs_per_obj", "output_dict_per_obj", "temp_output_dict_per_obj",
+                     "frames_tracked_per_obj"):
+            old = state[name]
+            state[name] = {new_of_old[k]: v for k, v in old.items() if k in new_of_old}
+        if need_output:
+            temp_all = state["temp_output_dict_per_obj"]
+            for frame_idx in prompted:
+                is_cond = any(frame_idx in t["cond_frame_outputs"] for t in temp_all.values())
+                updated.append((frame_idx, self._video_res(state, self._consolidate_temp_output_across_obj(
+                    state, frame_idx, is_cond))))
+        return state["obj_ids"], updated
+
+    def _clear_obj_non_cond_mem_around_input(self, state: dict[str, Any], frame_idx: int, obj_idx: int) -> None:
+        """Drop one object's tracked-frame memories within ``stride * num_maskmem`` frames of a corrected frame."""
+        reach = self.settings.memory_temporal_stride_for_eval * self.settings.num_maskmem
+        non_cond = state["output_dict_per_obj"][obj_idx]["non_cond_frame_outputs"]
+        for t in range(frame_idx - reach, frame_idx + reach + 1):
+            non_cond.pop(t, None)
+
+
+def _static(dim: Any) -> int | None:
+    """A fixed bank size, or None where the graph takes any (a named or unknown axis)."""
+    return int(dim) if isinstance(dim, (int, np.integer)) and int(dim) > 0 else None
+
+
+__all__ = ["Logits", "Sam2VideoPredictor", "VIDEO_FILES", "check_video_files"]
