@@ -1,0 +1,93 @@
+"""``vitdeploy track``: SAM 2's four graphs over a frame folder from clicks and boxes on chosen frames; what it writes
+(palette PNGs, COCO RLE, the overlay) holds the masks the Python predictor gives, and bad input gets one line, exit 1,
+and no output folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.cli_helpers import assert_user_error, run
+from tests.sam2_video_fixtures import FRAMES, TINY_SAM2_CLIP_RECIPE, write_clip
+
+pytest.importorskip("sam2", reason="the official sam2 package is not installed (scripts/test.sh installs it)")
+pytest_plugins = ["tests.sam2_video_fixtures", "tests.sam_tiny_fixtures"]
+
+
+def files_args(files: dict[str, Any], **replace: Path) -> list[str]:
+    chosen = {k: replace.get(k, files[k]) for k in ("encoder", "decoder", "memory_encoder", "memory_attention")}
+    return ["-e", str(chosen["encoder"]), "-d", str(chosen["decoder"]), "-m", str(chosen["memory_encoder"]),
+            "-a", str(chosen["memory_attention"]), "--threads", "2"]
+
+
+def test_track_writes_the_predictors_masks(sam2_video: dict[str, Any], tmp_path: Path) -> None:
+    from pycocotools import mask as coco_mask
+    from PIL import Image
+
+    from vitdeploy.runtime.apps.sam2_video import Sam2VideoPredictor
+    from vitdeploy.runtime.apps.track_video import FramePrompt, track
+
+    out = tmp_path / "tracks"
+    code, output = run("track", *files_args(sam2_video), "-i", str(sam2_video["clip"]), "--point", "0:1:25,45",
+                       "--box", "10:2:100,25,130,50", "-o", str(out), "--report", str(tmp_path / "report.json"))
+    assert code == 0, output
+    assert f"tracked 2 object(s) over {FRAMES} frame(s)" in output
+    assert sorted(p.name for p in out.iterdir()) == ["masks", "masks.json", "overlay.gif"]
+    data = json.loads((out / "masks.json").read_text())
+    assert data["object_ids"] == [1, 2] and data["frames_tracked"] == FRAMES and len(data["annotations"]) == 2 * FRAMES
+    with Image.open(out / "overlay.gif") as gif:
+        assert gif.n_frames == FRAMES
+
+    predictor = Sam2VideoPredictor(sam2_video["encoder"], sam2_video["decoder"], sam2_video["memory_encoder"],
+                                   sam2_video["memory_attention"], threads=2)
+    state = predictor.init_state(sam2_video["clip"])
+    prompts = [FramePrompt(0, 1, points=[(25.0, 45.0, 1)]), FramePrompt(10, 2, box=(100.0, 25.0, 130.0, 50.0))]
+    expected = {frame: logits[:, 0] > 0 for frame, _, logits in track(predictor, state, prompts)}
+    assert sorted(expected) == list(range(FRAMES))
+    for entry in data["annotations"]:
+        mask = expected[entry["frame"]][entry["object_id"] - 1]
+        decoded = coco_mask.decode({"size": entry["segmentation"]["size"],
+                                    "counts": entry["segmentation"]["counts"].encode()}).astype(bool)
+        assert np.array_equal(decoded, mask), entry["frame"]
+        assert entry["area"] == int(mask.sum()) and entry["object_score"] > 0
+    for frame, masks in expected.items():
+        label = np.asarray(Image.open(out / "masks" / f"{frame:05d}.png"))
+        assert np.array_equal(label > 0, masks.any(axis=0)) and set(np.unique(label)) <= {0, 1, 2}
+        assert np.all(masks[0][label == 1]) and np.all(masks[1][label == 2])
+
+
+def test_track_refuses_bad_input_and_writes_nothing(sam2_video: dict[str, Any], tiny_sam_artifacts, tmp_path: Path) -> None:
+    from vitdeploy.pipeline import export_from_recipe
+
+    out = tmp_path / "tracks"
+    clip = sam2_video["clip"]
+    cases = [
+        (files_args(sam2_video, encoder=tiny_sam_artifacts.encoder), ["-i", str(clip), "-p", "0:1:25,45"],
+         ("the image encoder is a 'sam_image_encoder' model", "SAM 1 has no video predictor")),
+        (files_args(sam2_video), ["-i", str(clip), "-p", "30:1:25,45"], ("object 1 on frame 30", "30 frames, 0 to 29")),
+        (files_args(sam2_video), ["-i", str(clip), "-p", "3:1:500,45"], ("object 1 on frame 3", "outside")),
+        (files_args(sam2_video), ["-i", str(clip), "-p", "0:300:25,45"], ("object id 300 is not in 1..255",)),
+        (files_args(sam2_video), ["-i", str(tmp_path / "missing"), "-p", "0:1:25,45"], ("no video or frame folder at",)),
+    ]
+    other = tmp_path / "other_attention.toml"
+    other.write_text(TINY_SAM2_CLIP_RECIPE.replace("sam2_image_encoder", "sam2_memory_attention"))
+    export_from_recipe(str(other), tmp_path / "other_attention.onnx", random_weights=True, seed=11)
+    cases.append((files_args(sam2_video, memory_attention=tmp_path / "other_attention.onnx"),
+                  ["-i", str(clip), "-p", "0:1:25,45"], ("come from two different SAM 2 models",)))
+    broken = write_clip(tmp_path / "broken", frames=6)
+    (broken / "00003.jpg").write_bytes(b"\xff\xd8\xff not a frame")
+    cases.append((files_args(sam2_video), ["-i", str(broken), "-p", "0:1:25,45"], ("frame 3 ('00003.jpg') cannot be read",)))
+    for models, rest, needles in cases:
+        code, output = run("track", *models, *rest, "-o", str(out))
+        assert_user_error(code, output, *needles)
+        assert not out.exists(), needles
+        assert not any(p.name.startswith(".vitdeploy-track") for p in tmp_path.iterdir()), needles
+    out.mkdir()
+    code, output = run("track", *files_args(sam2_video), "-i", str(clip), "-p", "0:1:25,45", "-o", str(out))
+    assert_user_error(code, output, "already exists", "--force")
+    code, output = run("track", *files_args(sam2_video), "-i", str(clip), "-p", "0:1:25", "-o", str(tmp_path / "x"))
+    assert code == 2 and "X,Y" in output

@@ -1,0 +1,156 @@
+"""``vitdeploy track``: follow objects through a video (or a folder of frames) with SAM 2's four exported graphs."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from vitdeploy.cli.options import (auto_runtime_option, echo_deployments, force_option, handle_errors, report_option,
+                                   runtime_threads_option, sam_pair_options, threads_for, verbose_option)
+
+
+def _frame_obj(text: str, rest_form: str) -> tuple[int, int, str]:
+    parts = text.split(":", 2)
+    if len(parts) != 3 or not parts[0].strip().isdigit() or not parts[1].strip().isdigit():
+        raise click.BadParameter(f"'{text}' is not FRAME:OBJ:{rest_form} (FRAME a frame index from 0, OBJ an object id "
+                                 "1..255)")
+    return int(parts[0]), int(parts[1]), parts[2]
+
+
+def _parse_points(_ctx, _param, values: tuple[str, ...]) -> list[tuple[int, int, float, float, int]]:
+    points = []
+    for text in values:
+        frame, obj, rest = _frame_obj(text, "X,Y[,LABEL]")
+        parts = rest.split(",")
+        try:
+            if len(parts) not in (2, 3):
+                raise ValueError
+            x, y, label = float(parts[0]), float(parts[1]), int(parts[2]) if len(parts) == 3 else 1
+        except ValueError:
+            raise click.BadParameter(f"'{text}': after FRAME:OBJ: give X,Y or X,Y,LABEL (pixels; LABEL 1 foreground, "
+                                     "0 background)") from None
+        if label not in (0, 1):
+            raise click.BadParameter(f"'{text}': LABEL must be 1 (foreground) or 0 (background)")
+        points.append((frame, obj, x, y, label))
+    return points
+
+
+def _parse_boxes(_ctx, _param, values: tuple[str, ...]) -> list[tuple[int, int, tuple[float, ...]]]:
+    boxes = []
+    for text in values:
+        frame, obj, rest = _frame_obj(text, "X0,Y0,X1,Y1")
+        try:
+            box = tuple(float(v) for v in rest.split(","))
+        except ValueError:
+            box = ()
+        if len(box) != 4:
+            raise click.BadParameter(f"'{text}': after FRAME:OBJ: give X0,Y0,X1,Y1 (pixels)")
+        boxes.append((frame, obj, box))
+    return boxes
+
+
+def _parse_masks(_ctx, _param, values: tuple[str, ...]) -> list[tuple[int, int, str]]:
+    return [_frame_obj(text, "FILE") for text in values]
+
+
+@click.command("track")
+@sam_pair_options
+@click.option("--memory-encoder", "-m", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="Exported SAM 2 memory encoder (vitdeploy export -r sam2.1_hiera_tiny_memory_encoder).")
+@click.option("--memory-attention", "-a", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="Exported SAM 2 memory attention (vitdeploy export -r sam2.1_hiera_tiny_memory_attention).")
+@click.option("--video", "-i", required=True, type=click.Path(path_type=str),
+              help="A folder of frames named by index (00000.jpg, ...), or a video file (.mp4 and others: needs OpenCV).")
+@click.option("--point", "-p", "points", multiple=True, callback=_parse_points, metavar="FRAME:OBJ:X,Y[,LABEL]",
+              help="A click on object OBJ (1..255) in frame FRAME, pixels; LABEL 1 foreground (default) or 0. Repeatable: "
+                   "clicks of one object on one frame go in together.")
+@click.option("--box", "-b", "boxes", multiple=True, callback=_parse_boxes, metavar="FRAME:OBJ:X0,Y0,X1,Y1",
+              help="A box around object OBJ in frame FRAME (one per object and frame; clicks may refine it).")
+@click.option("--mask", "masks", multiple=True, callback=_parse_masks, metavar="FRAME:OBJ:FILE",
+              help="A mask of object OBJ in frame FRAME: an image of the video's size, nonzero = object.")
+@click.option("--out-dir", "-o", required=True, type=click.Path(file_okay=False, path_type=str),
+              help="Folder to write: masks/NNNNN.png (pixel value = object id), masks.json (COCO RLE), the overlay.")
+@click.option("--direction", type=click.Choice(["both", "forward", "reverse"]), default="both", show_default=True,
+              help="From the first prompted frame (or --start-frame): to the end, to frame 0, or both.")
+@click.option("--start-frame", type=click.IntRange(min=0), default=None,
+              help="Frame to track from [default: the first prompted].")
+@click.option("--max-frames", type=click.IntRange(min=0), default=None,
+              help="Frames to track after the start frame, per direction [default: to the video's end].")
+@click.option("--overlay", default="overlay.gif", show_default=True, type=click.Path(dir_okay=False, path_type=str),
+              help="Overlay animation: a name inside --out-dir or a path; .gif, or .mp4 (OpenCV).")
+@click.option("--no-overlay", is_flag=True, help="Do not write the overlay animation.")
+@click.option("--fps", type=click.FloatRange(min=0.1), default=None,
+              help="Overlay frame rate [default: the video file's, 10 for a folder of frames].")
+@click.option("--fill-hole-area", type=click.IntRange(min=0), default=8, show_default=True,
+              help="Fill background holes of up to this many pixels in each low-resolution mask (the official "
+                   "video predictor's default; 0: off; needs SciPy).")
+@auto_runtime_option
+@runtime_threads_option
+@report_option
+@force_option
+@verbose_option
+@handle_errors
+def track(encoder: str, decoder: str, memory_encoder: str, memory_attention: str, video: str, points, boxes, masks,
+          out_dir: str, direction: str, start_frame: int | None, max_frames: int | None, overlay: str, no_overlay: bool,
+          fps: float | None, fill_hole_area: int, runtime: str, inference_precision: str | None, threads: int | None,
+          report: str | None, force: bool, verbose: bool) -> None:
+    """Follow objects through a video with SAM 2: clicks, boxes or masks on chosen frames, masks on every frame.
+
+    Reads every frame first (an unreadable one stops the run before any tracking), applies the
+    prompts, tracks forward and backward from the first prompted frame, and writes the masks of every
+    frame: a palette PNG per frame, COCO RLE in masks.json, and an overlay animation. The output
+    folder appears only when complete. Needs no PyTorch.
+
+    \b
+    Examples:
+      vitdeploy track -e sam2.onnx -d sam2_dec.onnx -m sam2_menc.onnx -a sam2_matt.onnx \\
+          -i frames/ --point 0:1:210,350 --box 20:2:300,0,420,260 -o tracks/
+      vitdeploy track ... -i clip.mp4 --point 0:1:210,350 --point 0:1:260,300,0 -o tracks/ --overlay tracks.mp4
+      vitdeploy track ... -i frames/ --mask 12:1:first_mask.png --direction forward -o tracks/ --no-overlay
+    """
+    from vitdeploy.cli.progress import StageProgress, format_seconds
+    from vitdeploy.fileio import atomic_write_bytes, claim_outputs
+    from vitdeploy.runtime.apps.sam2_video import Sam2VideoPredictor
+    from vitdeploy.runtime.apps.track_video import (TrackWriter, check_out_dir, object_scores, prompts_from_lists,
+                                                    track as track_frames)
+
+    prompts = prompts_from_lists(points, boxes, masks)
+    if not prompts:
+        raise click.UsageError("give at least one --point, --box or --mask (FRAME:OBJ:...)")
+    check_out_dir(out_dir, force)  # before reading the video
+    claim_outputs([report], force)
+    started = time.monotonic()
+    predictor = Sam2VideoPredictor(encoder, decoder, memory_encoder, memory_attention, threads=threads_for(runtime, threads),
+                                   runtime=runtime, inference_precision=inference_precision, fill_hole_area=fill_hole_area)
+    echo_deployments(predictor.image_encoder, predictor.decoder, predictor.memory_encoder, predictor.memory_attention)
+    progress = StageProgress()
+    state = predictor.init_state(video, progress=lambda done, total: progress("reading frames", done, total))
+    frames = state["images"]
+    click.echo(f"{Path(video).name}: {len(frames)} frames of {frames.width}x{frames.height}; {len(prompts)} prompt(s) "
+               f"on {len({p.obj_id for p in prompts})} object(s) with {predictor.variant} ({predictor.image_encoder.name})")
+    with TrackWriter(out_dir, frames, overlay=None if no_overlay else overlay, fps=fps or frames.fps or 10.0, force=force,
+                     source=str(video), model=predictor.variant) as writer:
+        tracked = 0
+        for frame_idx, obj_ids, logits in track_frames(predictor, state, prompts, direction=direction,
+                                                       start_frame=start_frame, max_frames=max_frames, progress=progress):
+            writer.add(frame_idx, obj_ids, logits, object_scores(state, frame_idx))
+            tracked += 1
+        summary = writer.commit()
+    seconds = time.monotonic() - started
+    per_frame = progress.times().get("tracking", 0.0) / max(tracked, 1)
+    click.echo(f"tracked {len(summary['objects'])} object(s) over {tracked} frame(s) in {format_seconds(seconds)} "
+               f"({per_frame * 1000:.0f} ms per frame); wrote {summary['out_dir']}/masks/ and masks.json"
+               + (f", overlay {summary['overlay']}" if summary["overlay"] else ""))
+    if report:
+        data = {"video": video, "frames": len(frames), "tracked": tracked, "objects": summary["objects"],
+                "prompts": [p.describe() for p in prompts], "seconds": seconds, "ms_per_frame": per_frame * 1000,
+                "runners": [predictor.image_encoder.name, predictor.decoder.name, predictor.memory_encoder.name,
+                            predictor.memory_attention.name], "out_dir": summary["out_dir"], "overlay": summary["overlay"]}
+        atomic_write_bytes(report, json.dumps(data, indent=2).encode())
+        click.echo(f"report: {report}")
+
+
+COMMAND = track
