@@ -1,4 +1,4 @@
-"""SAM 2's video path for the tests: a tiny SAM 2.1 at 256 px, its four exported graphs, a synthetic 30-frame clip of
+"""SAM 2's video path for the tests: the shipped tiny SAM 2.1 recipes (256 px), its four exported graphs, a synthetic 30-frame clip of
 moving shapes, and the official ``SAM2VideoPredictor`` with the same weights (``pytest_plugins``).
 
 The weights are the seeded random ones of :func:`vitdeploy.models.sam2.load_sam2` with one change: the object-score
@@ -16,26 +16,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.sam2_tiny import TINY_SAM2_VIDEO_RECIPE
-
 SEED = 3
 FRAMES = 30
 CLIP_SIZE = (120, 160)  # H, W
-#: The video recipes' override (as build_sam2_video_predictor sets it), at 256 px: a 16 x 16 memory grid.
-TINY_SAM2_CLIP_RECIPE = TINY_SAM2_VIDEO_RECIPE.replace("512", "256").replace("[32,32]", "[16,16]").replace(
-    '"++model.memory_attention.num_layers=1"', '"++model.memory_attention.num_layers=1", '
-                                                '"++model.binarize_mask_from_pts_for_mem_enc=true"')
-#: The four graphs of the video predictor: file stem -> family.
-VIDEO_FAMILIES = {"encoder": "sam2_image_encoder", "decoder": "sam2_mask_decoder",
-                  "memory_encoder": "sam2_memory_encoder", "memory_attention": "sam2_memory_attention"}
+#: The four graphs of the video predictor: file stem -> the shipped tiny recipe (256 px, a 16 x 16 memory grid).
+VIDEO_RECIPES = {"encoder": "sam2_tiny", "decoder": "sam2_tiny_decoder", "memory_encoder": "sam2_tiny_memory_encoder",
+                 "memory_attention": "sam2_tiny_memory_attention"}
 
 
 def clip_arch():
-    import tomllib
-
+    from vitdeploy.models.recipes import load_recipe
     from vitdeploy.models.sam2 import Sam2Arch
 
-    return Sam2Arch.from_dict(tomllib.loads(TINY_SAM2_CLIP_RECIPE)["architecture"])
+    return Sam2Arch.from_dict(load_recipe("sam2_tiny").architecture)
 
 
 def write_checkpoint(path: Path) -> Path:
@@ -96,19 +89,17 @@ def official_video_predictor(checkpoint: Path, arch: Any = None):
 
 @pytest.fixture(scope="session")
 def sam2_video(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """{"checkpoint", "clip", and the four exported files by stem (VIDEO_FAMILIES)}."""
+    """{"checkpoint", "clip", and the four exported files by stem (VIDEO_RECIPES)}."""
     pytest.importorskip("sam2", reason="the official sam2 package is not installed (scripts/test.sh installs it)")
     from vitdeploy.pipeline import export_from_recipe
 
     root = tmp_path_factory.mktemp("sam2_video")
     checkpoint = write_checkpoint(root / "tiny_sam2.pt")
     files: dict[str, Any] = {"checkpoint": checkpoint, "clip": write_clip(root / "clip")}
-    for stem, family in VIDEO_FAMILIES.items():
-        recipe = root / f"{stem}.toml"
-        recipe.write_text(TINY_SAM2_CLIP_RECIPE.replace("sam2_image_encoder", family))
-        files[stem] = export_from_recipe(str(recipe), root / f"{stem}.onnx", checkpoint=str(checkpoint)).path
+    for stem, recipe in VIDEO_RECIPES.items():
+        files[stem] = export_from_recipe(recipe, root / f"{stem}.onnx", checkpoint=str(checkpoint)).path
     return files
 
 
-__all__ = ["CLIP_SIZE", "FRAMES", "SEED", "TINY_SAM2_CLIP_RECIPE", "VIDEO_FAMILIES", "official_video_predictor",
-           "sam2_video", "write_checkpoint", "write_clip"]
+__all__ = ["CLIP_SIZE", "FRAMES", "SEED", "VIDEO_RECIPES", "clip_arch", "official_video_predictor", "sam2_video",
+           "write_checkpoint", "write_clip"]

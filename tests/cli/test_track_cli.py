@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.cli_helpers import assert_user_error, run
-from tests.sam2_video_fixtures import FRAMES, TINY_SAM2_CLIP_RECIPE, write_clip
+from tests.sam2_video_fixtures import FRAMES, write_clip
 
 pytest.importorskip("sam2", reason="the official sam2 package is not installed (scripts/test.sh installs it)")
 pytest_plugins = ["tests.sam2_video_fixtures", "tests.sam_tiny_fixtures"]
@@ -73,9 +73,7 @@ def test_track_refuses_bad_input_and_writes_nothing(sam2_video: dict[str, Any], 
         (files_args(sam2_video), ["-i", str(clip), "-p", "0:300:25,45"], ("object id 300 is not in 1..255",)),
         (files_args(sam2_video), ["-i", str(tmp_path / "missing"), "-p", "0:1:25,45"], ("no video or frame folder at",)),
     ]
-    other = tmp_path / "other_attention.toml"
-    other.write_text(TINY_SAM2_CLIP_RECIPE.replace("sam2_image_encoder", "sam2_memory_attention"))
-    export_from_recipe(str(other), tmp_path / "other_attention.onnx", random_weights=True, seed=11)
+    export_from_recipe("sam2_tiny_memory_attention", tmp_path / "other_attention.onnx", random_weights=True, seed=11)
     cases.append((files_args(sam2_video, memory_attention=tmp_path / "other_attention.onnx"),
                   ["-i", str(clip), "-p", "0:1:25,45"], ("come from two different SAM 2 models",)))
     broken = write_clip(tmp_path / "broken", frames=6)

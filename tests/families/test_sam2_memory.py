@@ -3,12 +3,10 @@ one, and the memories the runtime chooses, encoded by the graph's module, equal 
 
 from __future__ import annotations
 
-import tomllib
-
 import pytest
 import torch
 
-from tests.sam2_video_fixtures import TINY_SAM2_CLIP_RECIPE
+from tests.sam2_video_fixtures import clip_arch
 
 pytest.importorskip("sam2", reason="the official sam2 package is not installed (scripts/test.sh installs it)")
 
@@ -17,9 +15,9 @@ REL_MAX = 1e-5
 
 
 def model():
-    from vitdeploy.models.sam2 import Sam2Arch, load_sam2
+    from vitdeploy.models.sam2 import load_sam2
 
-    return load_sam2(Sam2Arch.from_dict(tomllib.loads(TINY_SAM2_CLIP_RECIPE)["architecture"]), random_seed=5)
+    return load_sam2(clip_arch(), random_seed=5)
 
 
 def test_real_rotation_equals_the_official_complex_one() -> None:
