@@ -25,7 +25,8 @@ from vitdeploy.cli.options import (force_option, handle_errors, ort_device_optio
               help="Picture of the masks over the image (default: next to --output, <stem>.overlay.png).")
 @click.option("--points-per-side", type=click.IntRange(min=1), default=32, show_default=True,
               help="Grid of single-click prompts: N x N points.")
-@click.option("--pred-iou-thresh", type=float, default=0.88, show_default=True, help="Keep masks whose predicted IoU exceeds this.")
+@click.option("--pred-iou-thresh", type=float, default=None,
+              help="Keep masks whose predicted IoU exceeds this. [default: 0.88 for SAM, 0.8 for SAM 2 (the official ones)]")
 @click.option("--stability-score-thresh", type=float, default=0.95, show_default=True,
               help="Keep masks whose stability score reaches this.")
 @click.option("--stability-score-offset", type=float, default=1.0, show_default=True,
@@ -40,6 +41,9 @@ from vitdeploy.cli.options import (force_option, handle_errors, ort_device_optio
               help="Points per side in crop layer i: --points-per-side / FACTOR**i.")
 @click.option("--min-mask-region-area", type=click.IntRange(min=0), default=0, show_default=True,
               help="Fill holes and drop islands smaller than this many pixels (needs scipy: 'vitdeploy[amg]').")
+@click.option("--use-m2m", is_flag=True,
+              help="SAM 2: decode each candidate mask again with its own logits as the mask prompt (the official "
+                   "use_m2m refinement).")
 @click.option("--output-mode", type=click.Choice(["uncompressed_rle", "coco_rle"]), default=None,
               help="Segmentation encoding: COCO's uncompressed RLE, or its compressed string (pycocotools'). "
                    "[default: uncompressed_rle for --image, coco_rle for --images]")
@@ -53,11 +57,12 @@ from vitdeploy.cli.options import (force_option, handle_errors, ort_device_optio
 def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: str | None, points_per_side: int,
                 pred_iou_thresh: float, stability_score_thresh: float, stability_score_offset: float, box_nms_thresh: float,
                 crop_n_layers: int, crop_nms_thresh: float, crop_overlap_ratio: float, crop_n_points_downscale_factor: int,
-                min_mask_region_area: int, output_mode: str | None, images: str | None, out_dir: str | None,
+                min_mask_region_area: int, use_m2m: bool, output_mode: str | None, images: str | None, out_dir: str | None,
                 shard_size: int | None, ray_address: str | None, workers: int | None, device: str, tf32: bool, allow_unverified: bool, runtime: str, inference_precision: str, threads: int, force: bool,
                 verbose: bool) -> None:
     """Segment everything in an image: a grid of clicks, filtered and de-duplicated (SamAutomaticMaskGenerator).
 
+    SAM 2 files get SAM 2's generator (SAM2AutomaticMaskGenerator: its defaults, --use-m2m).
     The official automatic mask generator's algorithm, parameters and defaults, on the exported models,
     without PyTorch (vitdeploy.runtime.apps.mask_generator): crop layers, the small-region clean-up (SciPy in
     place of OpenCV) and COCO RLE output included. Each grid point is one decoder call.
@@ -77,18 +82,18 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
     from vitdeploy.errors import InputError
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs, require_model_file
 
-    options = dict(points_per_side=points_per_side, pred_iou_thresh=pred_iou_thresh,
-                   stability_score_thresh=stability_score_thresh, stability_score_offset=stability_score_offset,
-                   box_nms_thresh=box_nms_thresh, crop_n_layers=crop_n_layers, crop_nms_thresh=crop_nms_thresh,
-                   crop_overlap_ratio=crop_overlap_ratio, crop_n_points_downscale_factor=crop_n_points_downscale_factor,
-                   min_mask_region_area=min_mask_region_area)
+    options = dict(points_per_side=points_per_side, stability_score_thresh=stability_score_thresh,
+                   stability_score_offset=stability_score_offset, box_nms_thresh=box_nms_thresh,
+                   crop_n_layers=crop_n_layers, crop_nms_thresh=crop_nms_thresh, crop_overlap_ratio=crop_overlap_ratio,
+                   crop_n_points_downscale_factor=crop_n_points_downscale_factor, min_mask_region_area=min_mask_region_area,
+                   **({} if pred_iou_thresh is None else {"pred_iou_thresh": pred_iou_thresh}))
     if images is not None or out_dir is not None:
         if image is not None or output is not None or overlay is not None:
             raise click.UsageError("give either --image and --output (one image) or --images and --out-dir (a dataset job)")
         if images is None or out_dir is None:
             raise click.UsageError("a dataset job needs both --images and --out-dir")
-        if tf32 or allow_unverified:
-            raise click.UsageError("--tf32 and --allow-unverified are for one image (--image)")
+        if tf32 or allow_unverified or use_m2m:
+            raise click.UsageError("--tf32, --allow-unverified and --use-m2m are for one image (--image)")
         from vitdeploy.runtime.apps.dataset_job import JobConfig
 
         chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device)
@@ -112,18 +117,23 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
     from vitdeploy.cli.progress import StageProgress, format_seconds
     from vitdeploy.runtime.processing.images import read_image_rgb
     from vitdeploy.runtime.apps.amg import coco_encode_rle
-    from vitdeploy.runtime.apps.mask_generator import SamAutomaticMaskGenerator, rle_to_mask
+    from vitdeploy.runtime.apps.mask_generator import rle_to_mask
     from vitdeploy.runtime.apps.overlay import overlay_masks, save_png
-    from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+    from vitdeploy.runtime.apps.sam2_mask_generator import mask_generator_for
+    from vitdeploy.runtime.apps.sam2_predictor import Sam2ImagePredictor, open_sam_predictor
 
     notes: list[str] = []
     picture = read_image_rgb(image, notes)
     for note in notes:
         click.echo(f"note: {note}", err=True)
-    predictor = SamPredictor(encoder, decoder, device=device, threads=threads_for(runtime, threads), tf32=tf32, allow_unverified=allow_unverified,
-                             runtime=runtime, inference_precision=inference_precision)
+    predictor = open_sam_predictor(encoder, decoder, device=device, threads=threads_for(runtime, threads), tf32=tf32,
+                                   allow_unverified=allow_unverified, runtime=runtime,
+                                   inference_precision=inference_precision)
     echo_deployments(predictor.encoder, predictor.decoder)
-    generator = SamAutomaticMaskGenerator(predictor, **options, output_mode="uncompressed_rle")
+    if use_m2m and not isinstance(predictor, Sam2ImagePredictor):
+        raise InputError("--use-m2m is SAM 2's generator's: leave it out for SAM (1) files")
+    generator = mask_generator_for(predictor, **options, **({"use_m2m": True} if use_m2m else {}),
+                                   output_mode="uncompressed_rle")
     progress = StageProgress()
     crops = f", {crop_n_layers} crop layer(s)" if crop_n_layers else ""
     click.echo(f"segmenting {Path(image).name} ({picture.shape[1]}x{picture.shape[0]}): {points_per_side}x{points_per_side} "

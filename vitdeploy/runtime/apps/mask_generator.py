@@ -116,17 +116,29 @@ class SamAutomaticMaskGenerator:
         **options: the official generator's parameters (:class:`MaskGeneratorOptions`), same names and defaults.
     """
 
+    #: The official parameters (SAM 2's generator has more, with other defaults).
+    options_class: type[MaskGeneratorOptions] = MaskGeneratorOptions
+    #: The predictor it takes, for people.
+    predictor_name = "vitdeploy.runtime.SamPredictor(encoder, decoder)"
+
+    @staticmethod
+    def _takes(predictor: Any) -> bool:
+        from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+
+        return isinstance(predictor, SamPredictor)
+
     def __init__(self, predictor: Any, **options: Any):
-        if not (hasattr(predictor, "set_image") and hasattr(predictor, "predict") and hasattr(predictor, "encoder")):
-            raise InputError(f"SamAutomaticMaskGenerator takes a vitdeploy.runtime.SamPredictor(encoder, decoder) of "
-                             f"exported files, not a {type(predictor).__module__}.{type(predictor).__name__}: export the "
-                             "model's encoder and decoder with 'vitdeploy export' and build the predictor from them")
-        unknown = sorted(set(options) - set(MaskGeneratorOptions.__dataclass_fields__))
+        if not self._takes(predictor):
+            raise InputError(f"{type(self).__name__} takes a {self.predictor_name} of exported files, not a "
+                             f"{type(predictor).__module__}.{type(predictor).__name__}: export the model's encoder and "
+                             "decoder with 'vitdeploy export' and build that predictor from them")
+        fields = self.options_class.__dataclass_fields__
+        unknown = sorted(set(options) - set(fields))
         if unknown:
             raise InputError(f"unknown option(s) {', '.join(unknown)}: the official generator's parameters are "
-                             f"{', '.join(MaskGeneratorOptions.__dataclass_fields__)}")
+                             f"{', '.join(fields)}")
         self.predictor = predictor
-        self.options = MaskGeneratorOptions(**options)
+        self.options = self.options_class(**options)
         self.options.check()
         if self.options.min_mask_region_area > 0:
             require_scipy()  # missing: said now, not after minutes of decoding
@@ -193,22 +205,23 @@ class SamAutomaticMaskGenerator:
         crop_h, crop_w = crop.shape[:2]
         points = self.point_grids[layer] * np.array([crop_w, crop_h], dtype=np.float64)
         tick(0)
+        threshold = self.mask_threshold
         masks, ious, stabilities, sources = [], [], [], []
         for point in points:
-            logits, scores, _ = self.predictor.predict(point[None], np.array([1]), multimask_output=True, return_logits=True)
+            logits, scores = self._candidates(point)
             keep = np.ones(len(scores), dtype=bool)
             if opt.pred_iou_thresh > 0:  # the official filters apply only when their threshold is positive
                 keep &= scores > opt.pred_iou_thresh
-            stable = stability_score(logits, MASK_THRESHOLD, opt.stability_score_offset)
+            stable = stability_score(logits, threshold, opt.stability_score_offset)
             if opt.stability_score_thresh > 0:
                 keep &= stable >= opt.stability_score_thresh
             for j in np.flatnonzero(keep):
-                masks.append(logits[j] > MASK_THRESHOLD)
+                masks.append(logits[j] > threshold)
                 ious.append(float(scores[j]))
                 stabilities.append(float(stable[j]))
                 sources.append(point)
             tick(1)
-        self.predictor.reset_image()
+        self._reset()
         out = _Masks()
         if not masks:
             return out
@@ -228,6 +241,19 @@ class SamAutomaticMaskGenerator:
             out.points.append(uncrop_points(sources[i][None], crop_box)[0])
             out.crop_boxes.append(list(crop_box))
         return out
+
+    @property
+    def mask_threshold(self) -> float:
+        """Logits above it are the mask (SAM's ``mask_threshold``)."""
+        return MASK_THRESHOLD
+
+    def _candidates(self, point: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(K, H, W) logits and (K,) predicted IoUs of one click at ``point`` (crop pixels): three masks, as officially."""
+        logits, scores, _ = self.predictor.predict(point[None], np.array([1]), multimask_output=True, return_logits=True)
+        return logits, scores
+
+    def _reset(self) -> None:
+        self.predictor.reset_image()
 
     @staticmethod
     def _remove_small_regions(data: _Masks, min_area: int, nms_thresh: float) -> None:
