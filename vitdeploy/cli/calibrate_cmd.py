@@ -15,6 +15,9 @@ from vitdeploy.cli.options import force_option, handle_errors, report_option, th
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=str), help="ONNX file to write.")
 @click.option("--images", "-i", multiple=True, type=click.Path(path_type=str),
               help="Calibration image files or folders (repeatable); default: the bundled procedural set, with a warning.")
+@click.option("--feeds", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Calibrate on input sets recorded in a real run instead of images (.npz, e.g. from 'vitdeploy track "
+                   "--record-inputs memory_attention:FILE'): for graphs that take other graphs' outputs.")
 @click.option("--method", type=click.Choice(["minmax", "percentile", "entropy"]), default="minmax", show_default=True,
               help="INT8 activation range calibration.")
 @click.option("--percentile", type=click.FloatRange(50, 100), default=99.999, show_default=True,
@@ -40,14 +43,16 @@ from vitdeploy.cli.options import force_option, handle_errors, report_option, th
 @force_option
 @verbose_option
 @handle_errors
-def calibrate(model: str, precision: str, output: str, images: tuple[str, ...], method: str, percentile: float,
+def calibrate(model: str, precision: str, output: str, images: tuple[str, ...], feeds: str | None, method: str,
+              percentile: float,
               target_cosine: float | None, holdout: int, min_images: int, max_images: int | None,
               keep_fp32: tuple[str, ...], sensitivity: bool, cache_dir: str | None, no_cache: bool,
               checkpoint: str | None, no_eager: bool, threads: int, report: str | None, force: bool,
               verbose: bool) -> None:
     """Convert an FP32 ONNX export to FP16 (mixed, FP32 islands) or INT8 (symmetric Q/DQ), calibrated on images.
 
-    Images go through the model's own preprocessing (read from its metadata). Prints which nodes
+    Images go through the model's own preprocessing (read from its metadata); a graph that takes other graphs'
+    outputs (SAM 2's memory attention) calibrates on its inputs recorded in a real run (--feeds). Prints which nodes
     stayed in higher precision and why, and parity against the FP32 ONNX and the eager model on
     held-out images. The output carries the precision, method, image count and kept nodes in its
     metadata, so 'vitdeploy validate' applies the matching tolerance.
@@ -56,6 +61,7 @@ def calibrate(model: str, precision: str, output: str, images: tuple[str, ...], 
     Examples:
       vitdeploy calibrate sam_vit_b.onnx --precision fp16 -o sam_vit_b.fp16.onnx --images photos/
       vitdeploy calibrate sam_vit_b.onnx -p int8 --method percentile --target-cosine 0.99 -o sam_vit_b.int8.onnx -i photos/
+      vitdeploy calibrate sam2_memory_attention.onnx -p fp16 --feeds matt_inputs.npz -o sam2_memory_attention.fp16.onnx
     """
     from vitdeploy.cli.progress import StageProgress, format_seconds
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs, require_model_file
@@ -70,7 +76,7 @@ def calibrate(model: str, precision: str, output: str, images: tuple[str, ...], 
     from vitdeploy.precision.report import summarize
 
     options = CalibrateOptions(
-        precision=precision, images=images, method=method, percentile=percentile, target_cosine=target_cosine,
+        precision=precision, images=images, feeds=feeds, method=method, percentile=percentile, target_cosine=target_cosine,
         holdout=holdout, min_images=min_images, max_images=max_images, keep_fp32=keep_fp32, cache_dir=cache_dir,
         use_cache=not no_cache, sensitivity=sensitivity, checkpoint=checkpoint, eager=not no_eager, threads=threads,
     )

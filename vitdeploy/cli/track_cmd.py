@@ -56,6 +56,18 @@ def _parse_masks(_ctx, _param, values: tuple[str, ...]) -> list[tuple[int, int, 
     return [_frame_obj(text, "FILE") for text in values]
 
 
+def _parse_records(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
+    from vitdeploy.runtime.apps.sam2_video import GRAPHS
+
+    records = {}
+    for text in values:
+        graph, _, path = text.partition(":")
+        if graph not in GRAPHS or not path:
+            raise click.BadParameter(f"'{text}' is not GRAPH:FILE with GRAPH one of {', '.join(GRAPHS)}")
+        records[graph] = path
+    return records
+
+
 @click.command("track")
 @sam_pair_options
 @click.option("--memory-encoder", "-m", required=True, type=click.Path(dir_okay=False, path_type=str),
@@ -84,6 +96,10 @@ def _parse_masks(_ctx, _param, values: tuple[str, ...]) -> list[tuple[int, int, 
 @click.option("--no-overlay", is_flag=True, help="Do not write the overlay animation.")
 @click.option("--fps", type=click.FloatRange(min=0.1), default=None,
               help="Overlay frame rate [default: the video file's, 10 for a folder of frames].")
+@click.option("--record-inputs", "records", multiple=True, callback=_parse_records, metavar="GRAPH:FILE",
+              help="Also save up to 16 of a graph's input sets, spread over the run (.npz), to calibrate it on real "
+                   "inputs: 'vitdeploy calibrate GRAPH.onnx -p fp16 --feeds FILE'. GRAPH: memory_attention, "
+                   "memory_encoder, decoder or image_encoder. Repeatable.")
 @click.option("--fill-hole-area", type=click.IntRange(min=0), default=8, show_default=True,
               help="Fill background holes of up to this many pixels in each low-resolution mask (the official "
                    "video predictor's default; 0: off; needs SciPy).")
@@ -95,7 +111,7 @@ def _parse_masks(_ctx, _param, values: tuple[str, ...]) -> list[tuple[int, int, 
 @handle_errors
 def track(encoder: str, decoder: str, memory_encoder: str, memory_attention: str, video: str, points, boxes, masks,
           out_dir: str, direction: str, start_frame: int | None, max_frames: int | None, overlay: str, no_overlay: bool,
-          fps: float | None, fill_hole_area: int, runtime: str, inference_precision: str | None, threads: int | None,
+          fps: float | None, records: dict[str, str], fill_hole_area: int, runtime: str, inference_precision: str | None, threads: int | None,
           report: str | None, force: bool, verbose: bool) -> None:
     """Follow objects through a video with SAM 2: clicks, boxes or masks on chosen frames, masks on every frame.
 
@@ -110,6 +126,7 @@ def track(encoder: str, decoder: str, memory_encoder: str, memory_attention: str
           -i frames/ --point 0:1:210,350 --box 20:2:300,0,420,260 -o tracks/
       vitdeploy track ... -i clip.mp4 --point 0:1:210,350 --point 0:1:260,300,0 -o tracks/ --overlay tracks.mp4
       vitdeploy track ... -i frames/ --mask 12:1:first_mask.png --direction forward -o tracks/ --no-overlay
+      vitdeploy track ... -i frames/ -p 0:1:210,350 -o tracks/ --record-inputs memory_attention:matt_inputs.npz
     """
     from vitdeploy.cli.progress import StageProgress, format_seconds
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs
@@ -121,11 +138,12 @@ def track(encoder: str, decoder: str, memory_encoder: str, memory_attention: str
     if not prompts:
         raise click.UsageError("give at least one --point, --box or --mask (FRAME:OBJ:...)")
     check_out_dir(out_dir, force)  # before reading the video
-    claim_outputs([report], force)
+    claim_outputs([report, *records.values()], force)
     started = time.monotonic()
     predictor = Sam2VideoPredictor(encoder, decoder, memory_encoder, memory_attention, threads=threads_for(runtime, threads),
                                    runtime=runtime, inference_precision=inference_precision, fill_hole_area=fill_hole_area)
     echo_deployments(predictor.image_encoder, predictor.decoder, predictor.memory_encoder, predictor.memory_attention)
+    recorders = {graph: predictor.record_inputs(graph) for graph in records}
     progress = StageProgress()
     state = predictor.init_state(video, progress=lambda done, total: progress("reading frames", done, total))
     frames = state["images"]
@@ -139,6 +157,11 @@ def track(encoder: str, decoder: str, memory_encoder: str, memory_attention: str
             writer.add(frame_idx, obj_ids, logits, object_scores(state, frame_idx))
             tracked += 1
         summary = writer.commit()
+    for graph, recorder in recorders.items():
+        runner = getattr(predictor, graph)
+        recorder.save(records[graph], {"graph": graph, "file": str(runner.path), "variant": predictor.variant,
+                                       "family": runner.metadata.get("family"), "video": str(video)})
+        click.echo(f"recorded {len(recorder.samples)} of {recorder.calls} {graph} input set(s) to {records[graph]}")
     seconds = time.monotonic() - started
     per_frame = progress.times().get("tracking", 0.0) / max(tracked, 1)
     click.echo(f"tracked {len(summary['objects'])} object(s) over {tracked} frame(s) in {format_seconds(seconds)} "

@@ -25,6 +25,7 @@ class CalibrateOptions:
 
     precision: str
     images: tuple[str, ...] = ()
+    feeds: str | None = None  # recorded input sets (.npz) instead of images
     method: str = "minmax"
     percentile: float = 99.999
     target_cosine: float | None = None
@@ -109,6 +110,8 @@ def _eager_parity(meta: dict[str, Any], checkpoint: str | None, model: onnx.Mode
 
 
 def _labels(images: CalibrationSet, feeds: list[dict], batch_dim: int | str | None) -> list[str]:
+    if getattr(images, "samples", None) is not None:  # recorded input sets: their own names
+        return list(images.names)
     if len(feeds) == len(images):
         return [f"image:{n}" for n in images.names]
     return [f"batch{k}:{','.join(images.names[k * batch_dim:(k + 1) * batch_dim])}" for k in range(len(feeds))]
@@ -142,22 +145,32 @@ def calibrate_onnx(model_path: str | Path, output: str | Path, options: Calibrat
     meta = read_metadata(model)
     name, shape = image_input(model)
     lap("load_model")
-    cal_set = load_calibration_set(
-        list(options.images), meta, name, shape, min_images=options.min_images, max_images=options.max_images,
-        cache_dir=options.cache_dir, use_cache=options.use_cache, warn=echo,
-        progress=(lambda d, t, _n: progress("decoding images", d, t)) if progress else None,
-    )
+    if options.feeds:
+        if options.images:
+            raise InputError("give calibration images (--images) or recorded inputs (--feeds), not both")
+        from vitdeploy.precision.calibration_data import load_recorded_input_set
+
+        cal_set = load_recorded_input_set(options.feeds, model)
+        unit, plural = "recorded input set(s)", "recorded input sets"
+    else:
+        cal_set = load_calibration_set(
+            list(options.images), meta, name, shape, min_images=options.min_images, max_images=options.max_images,
+            cache_dir=options.cache_dir, use_cache=options.use_cache, warn=echo,
+            progress=(lambda d, t, _n: progress("decoding images", d, t)) if progress else None,
+        )
+        unit, plural = "image(s)", "images"
     lap("load_images")
     cal, held = cal_set.split(options.holdout)
     if not len(held):
-        echo("warning: no images held out (--holdout 0): parity is measured on the calibration images themselves, "
-             "which flatters INT8; hold out at least one image for an honest figure")
+        echo(f"warning: no {plural} held out (--holdout 0): parity is measured on the calibration {plural} themselves, "
+             "which flatters INT8; hold out at least one for an honest figure")
     skipped = "".join(f"\n  skipped {s.path}: {s.reason}" for s in cal_set.skipped)
-    echo(f"calibration: {len(cal)} image(s), {len(held)} held out for evaluation, from {cal_set.source}"
+    echo(f"calibration: {len(cal)} {unit}, {len(held)} held out for evaluation, from {cal_set.source}"
          f"{' (cached)' if cal_set.cache_hit else ''}{skipped}")
-    calibration = _calibration_feeds(cal, shape[0])
+    recorded = options.feeds is not None
+    calibration = cal.feeds() if recorded else _calibration_feeds(cal, shape[0])
     judged = held if len(held) else cal
-    evaluation = _calibration_feeds(judged, shape[0])
+    evaluation = judged.feeds() if recorded else _calibration_feeds(judged, shape[0])
 
     extra: dict[str, Any] = {}
     if options.precision == "fp16":

@@ -111,6 +111,65 @@ class CalibrationSet:
         }
 
 
+@dataclass
+class RecordedInputSet:
+    """A graph's input sets recorded in a real run (:mod:`vitdeploy.runtime.processing.recorded_inputs`): the
+    calibration data of a graph that takes other graphs' outputs, not images. The interface of
+    :class:`CalibrationSet` that calibrate uses."""
+
+    names: list[str]
+    samples: list[Feeds]
+    source: str
+    skipped: list[SkippedImage] = field(default_factory=list)
+    cache_hit: bool = False
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def feeds(self) -> list[Feeds]:
+        return list(self.samples)
+
+    def split(self, holdout: int) -> tuple[RecordedInputSet, RecordedInputSet]:
+        """(calibration, held-out): ``holdout`` evenly spaced input sets are held out for evaluation."""
+        if holdout <= 0:
+            return self, RecordedInputSet([], [], self.source)
+        if holdout >= len(self):
+            raise InputError(f"cannot hold out {holdout} of {len(self)} recorded input sets: use a smaller --holdout or "
+                             "record more (--record-inputs keeps 16 by default)")
+        held = sorted({int(round(i)) for i in np.linspace(len(self) - 1, 0, holdout)})
+        rest = [i for i in range(len(self)) if i not in held]
+        pick = lambda idx: RecordedInputSet([self.names[i] for i in idx], [self.samples[i] for i in idx], self.source)  # noqa: E731
+        return pick(rest), pick(held)
+
+    def describe(self) -> dict[str, Any]:
+        return {"source": self.source, "bundled": False, "count": len(self), "images": list(self.names), "skipped": [],
+                "cache_hit": False, "kind": "recorded inputs"}
+
+
+def load_recorded_input_set(path: str | Path, model) -> RecordedInputSet:
+    """The input sets of ``path`` for ``model`` (an onnx.ModelProto): every sample must give exactly the model's inputs,
+    each with the model's element type (cast) and rank."""
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    from vitdeploy.runtime.processing.recorded_inputs import load_recorded_inputs
+
+    samples, meta = load_recorded_inputs(path)
+    inits = {t.name for t in model.graph.initializer}
+    wanted = {v.name: v.type.tensor_type for v in model.graph.input if v.name not in inits}
+    for k, sample in enumerate(samples):
+        if set(sample) != set(wanted):
+            raise InputError(f"'{path}' was recorded for inputs {sorted(sample)}, but the model takes {sorted(wanted)}: "
+                             f"record the inputs of this graph ({meta.get('graph', 'another graph')} was recorded)")
+        for name, tensor in wanted.items():
+            if sample[name].ndim != len(tensor.shape.dim):
+                raise InputError(f"recorded input '{name}' of sample {k} has shape {list(sample[name].shape)}, the "
+                                 f"model's has {len(tensor.shape.dim)} axes: record the inputs of this graph")
+            sample[name] = sample[name].astype(tensor_dtype_to_np_dtype(tensor.elem_type), copy=False)
+    graph = meta.get("graph", "a graph")
+    return RecordedInputSet([f"recorded:{k}" for k in range(len(samples))], samples,
+                            f"{path} ({graph}'s inputs recorded over {meta.get('calls_seen', '?')} call(s))")
+
+
 def preprocessor_for(metadata: dict[str, Any]):
     """The model's own preprocessing, from its vitdeploy metadata (an object with ``resize`` and ``normalize_and_pad``)."""
     from vitdeploy.families import family_of

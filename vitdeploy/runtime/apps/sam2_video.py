@@ -46,6 +46,7 @@ from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.processing.sam2_masks import (MASK_OUT_BIAS, MASK_OUT_SCALE, NO_OBJ_SCORE, downsample_mask_prompt,
                                                      fill_holes, mask_as_output, non_overlapping, resize_mask_input,
                                                      to_bfloat16)
+from vitdeploy.runtime.processing.recorded_inputs import InputRecorder
 from vitdeploy.runtime.processing.sam2_transforms import resize_bilinear
 from vitdeploy.runtime.processing.video_frames import VideoFrames
 
@@ -54,6 +55,8 @@ VIDEO_FILES = (("image_encoder", "sam2_image_encoder", ""), ("decoder", "sam2_ma
                ("memory_encoder", "sam2_memory_encoder", "_memory_encoder"),
                ("memory_attention", "sam2_memory_attention", "_memory_attention"))
 SAM1_FAMILIES = ("sam_image_encoder", "sam_mask_decoder")
+#: The predictor's graphs, by attribute name.
+GRAPHS = tuple(role for role, _, _ in VIDEO_FILES)
 
 
 class Logits(np.ndarray):
@@ -128,10 +131,26 @@ class Sam2VideoPredictor:
         self.non_overlap_masks = bool(non_overlap_masks)
         self.clear_non_cond_mem_around_input = bool(clear_non_cond_mem_around_input)
         self.add_all_frames_to_correct_as_cond = bool(add_all_frames_to_correct_as_cond)
+        self._recorders: dict[str, InputRecorder] = {}
 
     @property
     def device(self) -> str:
         return "cpu"
+
+    def record_inputs(self, graph: str, limit: int = 16) -> InputRecorder:
+        """From now on keep up to ``limit`` of ``graph``'s input sets (``image_encoder``, ``decoder``,
+        ``memory_encoder``, ``memory_attention``), evenly spread over its calls: real inputs to calibrate that graph
+        on (``recorder.save(path)``, then ``vitdeploy calibrate --feeds path``)."""
+        if graph not in GRAPHS:
+            raise InputError(f"no graph '{graph}' to record: the video predictor runs {', '.join(GRAPHS)}")
+        self._recorders[graph] = recorder = InputRecorder(limit)
+        return recorder
+
+    def _run(self, graph: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        recorder = self._recorders.get(graph)
+        if recorder is not None:
+            recorder(feeds)
+        return getattr(self, graph).run(feeds)
 
     # --- the inference state -------------------------------------------------------------------------
 
@@ -335,7 +354,7 @@ class Sam2VideoPredictor:
             else:
                 bank = select_memory(frame_idx, output_dict, self.settings, state["num_frames"], reverse)
                 feeds = bank.feeds(*self._bank_slots) | {"image_embed": feats["image_embed"]}
-                pix_feat = np.asarray(self.memory_attention.run(feeds)["pix_feat_with_mem"], np.float32)
+                pix_feat = np.asarray(self._run("memory_attention", feeds)["pix_feat_with_mem"], np.float32)
             prompt = prev_sam_mask_logits if prev_sam_mask_logits is not None else mask_inputs
             low_res, token, presence, score = self._sam_heads(pix_feat, feats, point_inputs, prompt,
                                                               self._use_multimask(is_init_cond_frame, point_inputs))
@@ -366,7 +385,7 @@ class Sam2VideoPredictor:
             mask = resize_bilinear(mask_prompt, (grid, grid), antialias=True)
         else:
             mask = np.zeros((1, 1, grid, grid), np.float32)
-        out = self.decoder.run({"image_embed": pix_feat, "high_res_feats_0": feats["high_res_feats_0"],
+        out = self._run("decoder", {"image_embed": pix_feat, "high_res_feats_0": feats["high_res_feats_0"],
                                 "high_res_feats_1": feats["high_res_feats_1"], "point_coords": coords,
                                 "point_labels": labels, "mask_input": mask,
                                 "has_mask_input": np.array([0.0 if mask_prompt is None else 1.0], np.float32)})
@@ -399,7 +418,7 @@ class Sam2VideoPredictor:
     def _encode_memory(self, feats: dict[str, np.ndarray], low_res: np.ndarray, score: np.ndarray,
                        is_mask_from_pts: bool) -> np.ndarray:
         binarize = self.settings.binarize_mask_from_pts_for_mem_enc and is_mask_from_pts
-        out = self.memory_encoder.run({"image_embed": feats["image_embed"], "pred_masks": low_res.astype(np.float32),
+        out = self._run("memory_encoder", {"image_embed": feats["image_embed"], "pred_masks": low_res.astype(np.float32),
                                        "object_score_logits": score.astype(np.float32),
                                        "binarize": np.array([1.0 if binarize else 0.0], np.float32)})
         return to_bfloat16(out["maskmem_features"])  # stored as the official predictor stores it
@@ -408,7 +427,7 @@ class Sam2VideoPredictor:
         """The frame's encoder outputs; the most recent frame's are cached (the official cache)."""
         cached = state["cached_features"].get(frame_idx)
         if cached is None:
-            out = self.image_encoder.run({self.image_encoder.input_names[0]: state["images"].model_input(frame_idx)})
+            out = self._run("image_encoder", {self.image_encoder.input_names[0]: state["images"].model_input(frame_idx)})
             cached = {name: np.asarray(out[name], np.float32) for name in ("image_embed", "high_res_feats_0",
                                                                            "high_res_feats_1")}
             state["cached_features"] = {frame_idx: cached}
@@ -518,4 +537,4 @@ def _static(dim: Any) -> int | None:
     return int(dim) if isinstance(dim, (int, np.integer)) and int(dim) > 0 else None
 
 
-__all__ = ["Logits", "Sam2VideoPredictor", "VIDEO_FILES", "check_video_files"]
+__all__ = ["GRAPHS", "Logits", "Sam2VideoPredictor", "VIDEO_FILES", "check_video_files"]
