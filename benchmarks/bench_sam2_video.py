@@ -1,0 +1,156 @@
+"""SAM 2.1's video path per frame: the official SAM2VideoPredictor (eager PyTorch) against vitdeploy's Sam2VideoPredictor
+on the four exported graphs, each contender in a fresh process, rounds alternated (issue 37).
+
+Per frame = one frame of ``propagate_in_video`` for one object after a click on frame 0: the image encoder, memory
+attention over the bank (up to 6 recent frames and the prompted one, up to 16 object pointers), the mask decoder and
+the memory encoder. Each contender process loads its model, reads the clip, adds the click, propagates through the
+clip, and reports the median time of the frames after ``--skip`` (the bank fills during the first 7), the first frame's
+time, its load time and its peak RSS; the masks of the two are compared frame by frame (IoU).
+
+The weights are seeded random ones with the object-score head's bias raised by 1.5 (as the tests do), saved as an
+official checkpoint: with plain random weights every object is scored absent and every mask is the no-object fill.
+The official predictor runs with one shim, the tests' (``tests/sam2_video_fixtures.py``: a memory without object
+pointers read as float32, where the official code stops on the CPU); hole filling is off on both sides (the official
+one needs its CUDA extension).
+
+Usage (the files and the clip are made once into --out):
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_sam2_video.py --sizes tiny base_plus --rounds 2 --frames 12 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.bench_sam2 import SIZES, peak_rss_mb
+
+ROLES = ("", "_decoder", "_memory_encoder", "_memory_attention")
+CLICK = [[40.0, 75.0]]  # on the red disc of frame 0 (tests.sam2_video_fixtures.write_clip, 240 x 320)
+
+
+def prepare(recipe: str, out: Path, frames: int) -> tuple[Path, Path]:
+    """(checkpoint, clip folder): the present-object checkpoint and the four files exported from it, the clip."""
+    import torch
+
+    from tests.sam2_video_fixtures import write_clip
+    from vitdeploy.models.recipes import load_recipe
+    from vitdeploy.models.sam2 import Sam2Arch, load_sam2
+    from vitdeploy.pipeline import export_from_recipe
+
+    checkpoint = out / f"{recipe}_present.pt"
+    if not checkpoint.is_file():
+        model = load_sam2(Sam2Arch.from_dict(load_recipe(recipe).architecture), random_seed=0)
+        with torch.no_grad():
+            model.sam_mask_decoder.pred_obj_score_head.layers[-1].bias += 1.5
+        torch.save({"model": model.state_dict()}, checkpoint)
+    for suffix in ROLES:
+        path = out / f"{recipe}{suffix}.onnx"
+        if not path.is_file():
+            export_from_recipe(recipe + suffix, path, checkpoint=str(checkpoint))
+    clip = out / f"clip_{frames}"
+    if not clip.is_dir():
+        write_clip(clip, frames=frames, size=(240, 320))
+    return checkpoint, clip
+
+
+def contender(kind: str, recipe: str, out: Path, frames: int, skip: int, threads: int, runtime: str) -> dict:
+    """Runs in a fresh process: load, read the clip, click, propagate; per-frame times and the masks."""
+    start = time.perf_counter()
+    clip = out / f"clip_{frames}"
+    if kind == "official":
+        import torch
+
+        from tests.sam2_video_fixtures import official_video_predictor
+        from vitdeploy.models.recipes import load_recipe
+        from vitdeploy.models.sam2 import Sam2Arch
+
+        torch.set_num_threads(threads)
+        arch = Sam2Arch.from_dict(load_recipe(recipe).architecture)
+        predictor = official_video_predictor(out / f"{recipe}_present.pt", arch=arch)
+        predictor.fill_hole_area = 0
+        context = torch.inference_mode
+        label = "official eager (PyTorch)"
+    else:
+        import contextlib
+
+        from vitdeploy.runtime.apps.sam2_video import Sam2VideoPredictor
+
+        predictor = Sam2VideoPredictor(*(out / f"{recipe}{s}.onnx" for s in ROLES), threads=threads, runtime=runtime,
+                                       fill_hole_area=0)
+        context = contextlib.nullcontext
+        label = f"vitdeploy ({predictor.image_encoder.provider or predictor.image_encoder.name})"
+    load_s = time.perf_counter() - start
+    masks, times = [], []
+    with context():
+        state = predictor.init_state(str(clip))
+        predictor.add_new_points_or_box(state, frame_idx=0, obj_id=1, points=np.array(CLICK, np.float32),
+                                        labels=np.array([1], np.int32))
+        t0 = time.perf_counter()
+        for _, _, logits in predictor.propagate_in_video(state):
+            now = time.perf_counter()
+            times.append(now - t0)
+            t0 = now
+            masks.append(np.asarray(logits)[0, 0] > 0)
+    np.save(out / f"masks_{kind}_{recipe}.npy", np.stack(masks))
+    tracked = times[1 + skip:]  # frame 0 is the prompted one (no tracking); the bank fills over the first frames
+    return {"contender": label, "load_s": round(load_s, 2), "median_ms": round(1e3 * statistics.median(tracked), 1),
+            "first_tracked_ms": round(1e3 * times[1], 1), "frames_timed": len(tracked),
+            "runs_ms": [round(1e3 * t, 1) for t in times], "peak_rss_mb": peak_rss_mb()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", nargs="+", default=["tiny", "base_plus"], choices=list(SIZES))
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--frames", type=int, default=12, help="clip length (frame 0 is prompted, the rest tracked)")
+    parser.add_argument("--skip", type=int, default=6, help="tracked frames left out of the median (the bank filling)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--runtime", default="auto")
+    parser.add_argument("--out", type=Path, default=Path("out/sam2_video_bench"))
+    parser.add_argument("--contender", nargs=2, metavar=("KIND", "RECIPE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.contender:
+        print(json.dumps(contender(*args.contender, args.out, args.frames, args.skip, args.threads, args.runtime)))
+        return
+    from vitdeploy.cpu_features import cpu_features
+
+    print(f"CPU: {cpu_features().summary()}; {args.threads} thread(s); {args.frames}-frame clip", flush=True)
+    report = {"cpu": cpu_features().summary(), "threads": args.threads, "frames": args.frames, "rows": {}}
+    for size in args.sizes:
+        recipe = SIZES[size]
+        prepare(recipe, args.out, args.frames)
+        rows: dict[str, list[dict]] = {"official": [], "vitdeploy": []}
+        for _ in range(args.rounds):
+            for kind in ("official", "vitdeploy"):
+                done = subprocess.run([sys.executable, __file__, "--contender", kind, recipe, "--out", str(args.out),
+                                       "--frames", str(args.frames), "--skip", str(args.skip), "--threads",
+                                       str(args.threads), "--runtime", args.runtime],
+                                      capture_output=True, text=True, check=True)
+                rows[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
+        a, b = np.load(args.out / f"masks_official_{recipe}.npy"), np.load(args.out / f"masks_vitdeploy_{recipe}.npy")
+        ious = [float((x & y).sum() / max((x | y).sum(), 1)) for x, y in zip(a, b)]
+        eager = statistics.median(r["median_ms"] for r in rows["official"])
+        for kind, results in rows.items():
+            median = statistics.median(r["median_ms"] for r in results)
+            line = {"size": size, "contender": results[0]["contender"], "median_ms_per_frame": median,
+                    "x_eager": round(median / eager, 3),
+                    "first_tracked_ms": statistics.median(r["first_tracked_ms"] for r in results),
+                    "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
+                    "load_s": statistics.median(r["load_s"] for r in results), "min_mask_iou": round(min(ious), 5),
+                    "round_medians_ms": [r["median_ms"] for r in results],
+                    "fg_fraction_official": round(float(a.mean()), 3)}
+            report["rows"].setdefault(size, []).append(line)
+            print(json.dumps(line), flush=True)
+    (args.out / "sam2_video_bench.json").write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
