@@ -57,10 +57,16 @@ def as_runner(model: Runner | str | os.PathLike, device: str = "cpu", threads: i
     raise InputError(f"expected a model path or a Runner (a vitdeploy.runtime.Runner subclass), got {type(model).__name__}")
 
 
+#: Said where a SAM 2 file reaches what takes SAM 1 files.
+SAM2_HERE = ("a SAM 2 file: SAM 2 runs in Sam2ImagePredictor, Sam2VideoPredictor, predict, segment-all --image and "
+             "track; embed, segment-all --images and serve take SAM 1 files")
+
+
 def check_sam_encoder(encoder: dict[str, Any], name: str = "the encoder artifact") -> None:
     """Raise InputError unless ``encoder`` (metadata) is a SAM image encoder's."""
     if encoder.get("family") != "sam_image_encoder":
-        raise InputError(f"{name} is a '{encoder.get('family')}' model, not a SAM image encoder: "
+        hint = f" ({SAM2_HERE})" if str(encoder.get("family", "")).startswith("sam2_") else ""
+        raise InputError(f"{name} is a '{encoder.get('family')}' model, not a SAM image encoder{hint}: "
                          "pass the file written by 'vitdeploy export --recipe sam_vit_b' (or _l/_h)")
 
 
@@ -72,7 +78,9 @@ def check_artifact_pair(encoder: dict[str, Any], decoder: dict[str, Any], *, che
     """
     check_sam_encoder(encoder)
     if decoder.get("family") != "sam_mask_decoder":
-        raise InputError(f"the decoder artifact is a '{decoder.get('family')}' model, not a SAM mask decoder: "
+        hint = (" (a SAM 2 decoder beside a SAM 1 encoder: give the SAM 1 decoder, or both SAM 2 files)"
+                if decoder.get("family") == "sam2_mask_decoder" else "")
+        raise InputError(f"the decoder artifact is a '{decoder.get('family')}' model, not a SAM mask decoder{hint}: "
                          "pass the file written by 'vitdeploy export --recipe sam_vit_b_decoder' (or _l/_h)")
     problems = []
     if encoder.get("variant") != decoder.get("variant"):
