@@ -93,8 +93,9 @@ def test_track_refuses_bad_input_and_writes_nothing(sam2_video: dict[str, Any], 
 
 def test_sam1_and_sam2_files_are_not_mixed(sam2_video: dict[str, Any], tiny_sam_artifacts, tmp_path: Path) -> None:
     """A SAM 2 file where SAM 1 files are taken (and a SAM 2 decoder beside a SAM 1 encoder) says what takes it."""
-    image = str(Path(__file__).resolve().parents[2] / "calibration" / "images" / "calib_00_landscape.jpg")
-    code, output = run("embed", "-e", str(sam2_video["encoder"]), "--images", image, "--out-dir", str(tmp_path / "emb"))
+    images = Path(__file__).resolve().parents[2] / "calibration" / "images"
+    image = str(images / "calib_00_landscape.jpg")
+    code, output = run("embed", "-e", str(sam2_video["encoder"]), "--images", str(images), "--out-dir", str(tmp_path / "emb"))
     assert_user_error(code, output, "a SAM 2 file", "embed, segment-all --images and serve take SAM 1 files")
     code, output = run("predict", "-e", str(tiny_sam_artifacts.encoder), "-d", str(sam2_video["decoder"]), "-i", image,
                        "-p", "10,10", "-o", str(tmp_path / "m.png"))
