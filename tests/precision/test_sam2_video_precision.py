@@ -60,10 +60,16 @@ def lower_precision(sam2_video: dict[str, Any], tmp_path_factory: pytest.TempPat
     return files
 
 
+@pytest.fixture(scope="module")
+def fp32_masks(sam2_video: dict[str, Any]) -> dict[int, np.ndarray]:
+    return tracked_masks(sam2_video)
+
+
 @pytest.mark.parametrize("graph,precision", [("encoder", "fp16"), ("encoder", "int8"), ("memory_attention", "fp16")])
 def test_lower_precision_tracks_within_its_mask_budget(sam2_video: dict[str, Any], lower_precision: dict[str, Path],
-                                                       graph: str, precision: str) -> None:
-    reference = tracked_masks(sam2_video)
+                                                       fp32_masks: dict[int, np.ndarray], graph: str,
+                                                       precision: str) -> None:
+    reference = fp32_masks
     candidate = tracked_masks(sam2_video, **{graph: lower_precision[f"{graph}_{precision}"]})
     assert sorted(candidate) == sorted(reference) == list(range(FRAMES))
     worst = 1.0

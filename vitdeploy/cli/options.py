@@ -124,6 +124,34 @@ def _unexpected(exc: Exception, verbose: bool) -> UserError:
     return UserError(f"unexpected {type(exc).__name__}: {first} (a vitdeploy bug: rerun with --verbose and report the traceback)")
 
 
+def parse_click(text: str, where: str = "") -> tuple[float, float, int]:
+    """A click ``X,Y`` or ``X,Y,LABEL`` (pixels; LABEL 1 foreground, the default, or 0 background), or BadParameter
+    quoting ``where`` (the whole option value) or ``text``."""
+    shown = where or text
+    parts = text.split(",")
+    try:
+        if len(parts) not in (2, 3):
+            raise ValueError
+        x, y = float(parts[0]), float(parts[1])
+        label = int(parts[2]) if len(parts) == 3 else 1
+    except ValueError:
+        raise click.BadParameter(f"'{shown}' is not X,Y or X,Y,LABEL (pixels; LABEL 1 foreground, 0 background)") from None
+    if label not in (0, 1):
+        raise click.BadParameter(f"'{shown}': LABEL must be 1 (foreground) or 0 (background)")
+    return x, y, label
+
+
+def parse_box(text: str, where: str = "") -> tuple[float, float, float, float]:
+    """A box ``X0,Y0,X1,Y1`` (pixels), or BadParameter quoting ``where`` (the whole option value) or ``text``."""
+    try:
+        box = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        box = ()
+    if len(box) != 4:
+        raise click.BadParameter(f"'{where or text}' is not X0,Y0,X1,Y1 (pixels)")
+    return box  # type: ignore[return-value]
+
+
 def model_source_options(fn: Callable) -> Callable:
     """--recipe, --checkpoint, --random-weights, --seed: where the eager model comes from."""
     options = [

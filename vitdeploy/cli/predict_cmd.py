@@ -8,24 +8,11 @@ from pathlib import Path
 import click
 
 from vitdeploy.cli.options import (force_option, handle_errors, ort_device_options, report_option, auto_runtime_option, echo_deployments, runtime_threads_option, threads_for,
-                                   sam_pair_options, verbose_option)
+                                   parse_box, parse_click, sam_pair_options, verbose_option)
 
 
 def _parse_point(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[tuple[float, float, int]]:
-    points = []
-    for text in values:
-        parts = text.split(",")
-        try:
-            if len(parts) not in (2, 3):
-                raise ValueError
-            x, y = float(parts[0]), float(parts[1])
-            label = int(parts[2]) if len(parts) == 3 else 1
-        except ValueError:
-            raise click.BadParameter(f"'{text}' is not X,Y or X,Y,LABEL (pixels; LABEL 1 foreground, 0 background)") from None
-        if label not in (0, 1):
-            raise click.BadParameter(f"'{text}': LABEL must be 1 (foreground) or 0 (background)")
-        points.append((x, y, label))
-    return points
+    return [parse_click(text) for text in values]
 
 
 def _parse_box(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[float] | None:
@@ -34,14 +21,7 @@ def _parse_box(_ctx: click.Context, _param: click.Parameter, values: tuple[str, 
     if len(values) > 1:
         raise click.BadParameter(f"{len(values)} boxes given ({', '.join(values)}): SAM's decoder takes one box "
                                  "per prompt; give one --box (add --point clicks to refine it)")
-    value = values[0]
-    try:
-        box = [float(v) for v in value.split(",")]
-    except ValueError:
-        box = []
-    if len(box) != 4:
-        raise click.BadParameter(f"'{value}' is not X0,Y0,X1,Y1 (pixels)")
-    return box
+    return list(parse_box(values[0]))
 
 
 @click.command("predict")

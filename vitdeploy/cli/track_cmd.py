@@ -8,8 +8,9 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import (auto_runtime_option, echo_deployments, force_option, handle_errors, report_option,
-                                   runtime_threads_option, sam_pair_options, threads_for, verbose_option)
+from vitdeploy.cli.options import (auto_runtime_option, echo_deployments, force_option, handle_errors, parse_box,
+                                   parse_click, report_option, runtime_threads_option, sam_pair_options, threads_for,
+                                   verbose_option)
 
 
 def _frame_obj(text: str, rest_form: str) -> tuple[int, int, str]:
@@ -24,17 +25,7 @@ def _parse_points(_ctx, _param, values: tuple[str, ...]) -> list[tuple[int, int,
     points = []
     for text in values:
         frame, obj, rest = _frame_obj(text, "X,Y[,LABEL]")
-        parts = rest.split(",")
-        try:
-            if len(parts) not in (2, 3):
-                raise ValueError
-            x, y, label = float(parts[0]), float(parts[1]), int(parts[2]) if len(parts) == 3 else 1
-        except ValueError:
-            raise click.BadParameter(f"'{text}': after FRAME:OBJ: give X,Y or X,Y,LABEL (pixels; LABEL 1 foreground, "
-                                     "0 background)") from None
-        if label not in (0, 1):
-            raise click.BadParameter(f"'{text}': LABEL must be 1 (foreground) or 0 (background)")
-        points.append((frame, obj, x, y, label))
+        points.append((frame, obj, *parse_click(rest, where=text)))
     return points
 
 
@@ -42,13 +33,7 @@ def _parse_boxes(_ctx, _param, values: tuple[str, ...]) -> list[tuple[int, int, 
     boxes = []
     for text in values:
         frame, obj, rest = _frame_obj(text, "X0,Y0,X1,Y1")
-        try:
-            box = tuple(float(v) for v in rest.split(","))
-        except ValueError:
-            box = ()
-        if len(box) != 4:
-            raise click.BadParameter(f"'{text}': after FRAME:OBJ: give X0,Y0,X1,Y1 (pixels)")
-        boxes.append((frame, obj, box))
+        boxes.append((frame, obj, parse_box(rest, where=text)))
     return boxes
 
 
