@@ -356,9 +356,10 @@ def best_path(cpu: Any) -> str:
     """What ``--runtime auto`` runs an FP32 SAM or ViT encoder with on this CPU when no profile is beside it, and why."""
     from vitdeploy.runtime.backends.deployment import cpu_default
 
-    chosen = cpu_default("sam_image_encoder", "fp32", cpu)
-    return (f"FP32 SAM/ViT encoders on {chosen.label()}, from {chosen.source}; decoders and FP16/INT8 files as written "
-            "on onnxruntime; 'vitdeploy tune MODEL' measures this machine's own")
+    sam, vit = cpu_default("sam_image_encoder", "fp32", cpu), cpu_default("timm_vit", "fp32", cpu)
+    chosen = (f"FP32 SAM/ViT encoders on {sam.label()}, from {sam.source}" if sam == vit else
+              f"FP32 SAM encoders on {sam.label()}, from {sam.source}; FP32 ViTs on {vit.label()}, from {vit.source}")
+    return f"{chosen}; decoders and FP16/INT8 files as written on onnxruntime; 'vitdeploy tune MODEL' measures this machine's own"
 
 
 def diagnose(verbs: Iterable[str], deep: bool = False) -> DoctorReport:

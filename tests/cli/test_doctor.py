@@ -151,8 +151,11 @@ def test_best_path_is_this_cpus_auto_default(monkeypatch) -> None:
     from vitdeploy.doctor import best_path
     from vitdeploy.runtime.backends.deployment import cpu_default
 
-    monkeypatch.setenv("VITDEPLOY_CPU_MASK", "amx*,avx512*")
+    monkeypatch.setenv("VITDEPLOY_CPU_MASK", "amx*,avx512*,avx2")
     assert best_path(cpu_features()).startswith("FP32 SAM/ViT encoders on onnxruntime file")
+    monkeypatch.setenv("VITDEPLOY_CPU_MASK", "amx*,avx512*")  # AVX2 without AVX-512: SAM encoders on OpenVINO f32
+    assert best_path(cpu_features()).startswith("FP32 SAM encoders on openvino file, from this CPU's default (avx2 "
+                                                "without avx512f: openvino file); FP32 ViTs on onnxruntime file")
     monkeypatch.delenv("VITDEPLOY_CPU_MASK")
     expected = cpu_default("sam_image_encoder", "fp32")
     assert f"on {expected.label()}, from {expected.source}" in best_path(cpu_features())
