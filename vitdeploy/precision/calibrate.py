@@ -13,7 +13,7 @@ from vitdeploy.echo import Echo, quiet
 from vitdeploy.errors import InputError, VitdeployError
 from vitdeploy.fileio import check_output_path, load_onnx_graph
 from vitdeploy.precision.model_io import save_onnx_atomic
-from vitdeploy.precision.calibration_data import DEFAULT_MIN_IMAGES, CalibrationSet, load_calibration_set
+from vitdeploy.precision.calibration_data import DEFAULT_MIN_IMAGES, CalibrationSet, RecordedInputSet, load_calibration_set
 from vitdeploy.precision.report import PrecisionReport, precision_metadata, read_metadata, stamp_metadata
 from vitdeploy.precision.evaluation import StageProgress
 from vitdeploy.validation.parity import ParityResult, compare
@@ -109,8 +109,8 @@ def _eager_parity(meta: dict[str, Any], checkpoint: str | None, model: onnx.Mode
     return results, None
 
 
-def _labels(images: CalibrationSet, feeds: list[dict], batch_dim: int | str | None) -> list[str]:
-    if getattr(images, "samples", None) is not None:  # recorded input sets: their own names
+def _labels(images: CalibrationSet | RecordedInputSet, feeds: list[dict], batch_dim: int | str | None) -> list[str]:
+    if isinstance(images, RecordedInputSet):  # recorded input sets: their own names
         return list(images.names)
     if len(feeds) == len(images):
         return [f"image:{n}" for n in images.names]

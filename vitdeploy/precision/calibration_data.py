@@ -142,8 +142,8 @@ class RecordedInputSet:
         return pick(rest), pick(held)
 
     def describe(self) -> dict[str, Any]:
-        return {"source": self.source, "bundled": False, "count": len(self), "images": list(self.names), "skipped": [],
-                "cache_hit": False, "kind": "recorded inputs"}
+        return {"source": self.source, "bundled": False, "count": len(self), "images": list(self.names),
+                "skipped": [s.__dict__ for s in self.skipped], "cache_hit": self.cache_hit, "kind": "recorded inputs"}
 
 
 def load_recorded_input_set(path: str | Path, model) -> RecordedInputSet:

@@ -38,6 +38,9 @@ def test_round_trip_and_garbage(tmp_path: Path) -> None:
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
     with pytest.raises(InputError, match="is not a recorded-inputs file"):
         load_recorded_inputs(tmp_path / "junk.npz")
+    np.savez(tmp_path / "bad_meta.npz", **{"0000/a": np.zeros(2), "__meta__": np.frombuffer(b"\xff{", np.uint8)})
+    with pytest.raises(InputError, match="damaged __meta__ entry"):
+        load_recorded_inputs(tmp_path / "bad_meta.npz")
     with pytest.raises(InputError, match="no recorded inputs at"):
         load_recorded_inputs(tmp_path / "missing.npz")
     with pytest.raises(InputError, match="never run"):

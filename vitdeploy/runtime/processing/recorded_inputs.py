@@ -72,7 +72,12 @@ def load_recorded_inputs(path: str | os.PathLike) -> tuple[list[dict[str, np.nda
     except (OSError, ValueError, EOFError) as exc:
         raise InputError(f"'{path}' is not a recorded-inputs file ({type(exc).__name__}: {str(exc)[:100]}): record it "
                          "again") from exc
-    meta = json.loads(bytes(arrays.pop(META_KEY)).decode()) if META_KEY in arrays else {}
+    try:
+        meta = json.loads(bytes(arrays.pop(META_KEY)).decode()) if META_KEY in arrays else {}
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise InputError(f"'{path}' has a damaged {META_KEY} entry: it is not a recorded-inputs file; record it again") from None
+    if not isinstance(meta, dict):
+        raise InputError(f"'{path}' has a damaged {META_KEY} entry: it is not a recorded-inputs file; record it again")
     samples: dict[int, dict[str, np.ndarray]] = {}
     for key, value in arrays.items():
         index, _, name = key.partition("/")
