@@ -15,7 +15,7 @@ from tests.sam_tiny import SEED, TinySamArtifacts, sample_image, tiny_official_s
 from vitdeploy.cli import cli
 from vitdeploy.cpu_features import cpu_features
 from vitdeploy.runtime import SamPredictor
-from vitdeploy.runtime.backends.deployment import cpu_default, profile_path
+from vitdeploy.runtime.backends.deployment import cpu_default, model_digest, profile_path
 from vitdeploy.tune import TuneOptions, candidates, tune
 from vitdeploy.validation.masks import MASK_TOLERANCES
 from vitdeploy.validation.parity import TOLERANCES, compare
@@ -67,6 +67,40 @@ def test_candidates_follow_the_file_the_cpu_and_the_runtimes() -> None:
     assert not any(d.precision == "bf16" for d in int8) and {d.threads for d in int8} == {1, 2} and len(int8) == 8
     with pytest.raises(Exception, match="openvino is not installed here"):
         candidates({"precision": "fp32"}, TuneOptions(runtimes=("openvino",)), ["onnxruntime"], bf16=True)
+
+
+def test_an_int8_file_is_judged_against_the_fp32_file_it_was_made_from(pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """``tune INT8 --reference FP32``: every candidate (ONNX Runtime and OpenVINO's integer kernels) is gated by the
+    ``int8`` budget against the FP32 file's embeddings, not against the INT8 file's own numbers."""
+    encoder, decoder = pair
+    int8 = tmp_path / "encoder.int8.onnx"
+    made = CliRunner().invoke(cli, ["calibrate", str(encoder), "-p", "int8", "-o", str(int8), "--no-eager",
+                                    "--min-images", "2", "--max-images", "5", "--holdout", "1"])
+    assert made.exit_code == 0, made.output
+    # (no --decoder: the tiny random decoder's masks sit on their threshold, and INT8 flips some past the int8 mask
+    # budget, so no candidate would pass and no profile be written; the mask gate is the FP32 test's above)
+    result = CliRunner().invoke(cli, ["tune", str(int8), "-r", str(encoder), "--max-images", "2", "--runs", "1",
+                                      "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    profile = json.loads(profile_path(int8).read_text())
+    assert profile["reference"].startswith("encoder.onnx (fp32) as written") and "judged against itself" not in result.output
+    assert profile["reference_sha256"] == model_digest(encoder)
+    tolerance = TOLERANCES["int8"]
+    runtimes = {c["deployment"]["runtime"] for c in profile["candidates"]}
+    assert runtimes == {"onnxruntime", "openvino"} and all(c["budget"] == "int8" for c in profile["candidates"])
+    for c in profile["candidates"]:
+        assert c["cosine_min"] < 0.99999  # INT8 against FP32: a self-reference would give 1 on ONNX Runtime
+        within = c["cosine_min"] >= tolerance.cosine_min and c["rel_l2_max"] <= tolerance.rel_l2_max
+        assert c["passed"] == (within and not c["reason"]), c
+    # without --reference the file is its own reference, and tune says so
+    alone = CliRunner().invoke(cli, ["tune", str(int8), "--max-images", "1", "--runs", "1", "--threads", "1",
+                                     "--runtime", "onnxruntime", "-o", str(tmp_path / "alone.json")])
+    assert alone.exit_code == 0 and "is int8 and is judged against itself: pass --reference" in alone.output
+    # a reference that is not the FP32 file of the same model is refused, and nothing is written
+    for wrong, why in ((int8, "is int8: give the FP32 file"), (decoder, "is another model than 'encoder.int8.onnx' (family")):
+        refused = CliRunner().invoke(cli, ["tune", str(int8), "-r", str(wrong), "-o", str(tmp_path / "no.json")])
+        assert refused.exit_code == 1 and why in refused.output and "Traceback" not in refused.output, refused.output
+        assert not (tmp_path / "no.json").exists()
 
 
 def test_tune_without_a_passing_candidate_writes_nothing(pair: tuple[Path, Path], monkeypatch) -> None:

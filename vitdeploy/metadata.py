@@ -140,6 +140,17 @@ def _string_pair(entry: bytes) -> tuple[str, str]:
     return fields[1], fields[2]
 
 
+#: The keys that say which model a file computes, whatever its precision, form or runtime: two files that agree on
+#: all of them hold the same weights in the same architecture.
+IDENTITY_KEYS = ("family", "variant", "architecture", "input_size", "random_seed", "checkpoint_sha256")
+
+
+def identity_differences(first: Mapping[str, Any], second: Mapping[str, Any],
+                         keys: Sequence[str] = IDENTITY_KEYS) -> list[str]:
+    """``key a vs b`` for every identity key on which two files' metadata differ (empty: the same model)."""
+    return [f"{key} {first.get(key)!r} vs {second.get(key)!r}" for key in keys if first.get(key) != second.get(key)]
+
+
 def artifact_metadata(
     *,
     family: str,

@@ -28,6 +28,7 @@ import numpy as np
 
 from vitdeploy.cpu_features import available_cores, cpu_features
 from vitdeploy.errors import InputError, VitdeployError
+from vitdeploy.metadata import read_onnx_metadata
 from vitdeploy.precisions import Precision
 from vitdeploy.runtime.backends.deployment import (PROFILE_FORMAT, Deployment, machine_fingerprint, model_digest,
                                                    profile_path, runtime_versions)
@@ -38,7 +39,9 @@ from vitdeploy.targets import target_of
 class TuneOptions:
     """What ``tune`` runs: ``images`` (files or folders; default the bundled set) or, for models that do not take
     images, ``random_inputs`` seeded sets; ``clicks`` per image through ``decoder``; ``runs`` timed runs after
-    ``warmup``; ``threads`` the thread counts to try (default: 1 and every core this process may use)."""
+    ``warmup``; ``threads`` the thread counts to try (default: 1 and every core this process may use);
+    ``reference`` the FP32 file of the same model that an INT8 or FP16 file is judged against (default: the file
+    itself as written)."""
 
     images: tuple[str, ...] = ()
     max_images: int = 4
@@ -50,6 +53,7 @@ class TuneOptions:
     threads: tuple[int, ...] = ()
     runtimes: tuple[str, ...] = ()
     seed: int = 0
+    reference: str | None = None
 
 
 @dataclass
@@ -213,11 +217,18 @@ def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | 
         raise InputError(f"'{model.name}' is not an ONNX model: tune chooses how an .onnx file runs on the CPU "
                          "(a TensorRT engine's math was fixed when it was built)")
     output = Path(output) if output else profile_path(model)
-    reference = open_runner(model, threads=available_cores(), runtime=DEFAULT_RUNTIME)
-    metadata = reference.metadata
+    metadata = read_onnx_metadata(model)
+    reference_path = Path(options.reference) if options.reference else model
+    reference = open_runner(reference_path, threads=available_cores(), runtime=DEFAULT_RUNTIME)
+    if options.reference:
+        _require_same_model(model, metadata, reference_path, reference)
     budget_of_file = Precision.of(metadata).value
     sets, images = _inputs(model, metadata, reference, options)
-    echo(f"reference: {model.name} as written on {reference.provider or reference.name}; {len(sets)} input set(s)")
+    described = f"{reference_path.name} ({Precision.of(reference.metadata)}) as written on {reference.provider or reference.name}"
+    echo(f"reference: {described}; {len(sets)} input set(s)")
+    if not options.reference and Precision.of(metadata).reduced:
+        echo(f"note: {model.name} is {budget_of_file} and is judged against itself: pass --reference with the FP32 "
+             "file it was made from to judge every candidate against FP32")
     want = [reference.run(s.feeds) for s in sets]
     masks: Callable[[list[dict[str, np.ndarray]]], list[np.ndarray]] | None = None
     want_masks = None
@@ -236,7 +247,7 @@ def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | 
         masks = through_decoder
         want_masks = masks(want)
         echo(f"masks: {options.clicks} seeded click(s) per image x 3 through {Path(options.decoder).name} as written")
-    report = TuneReport(model, output, f"{model.name} as written on {reference.provider or reference.name}",
+    report = TuneReport(model, output, described,
                         [Path(s.source).name if s.source else s.label for s in sets])
     found = candidates(metadata, options)
     for index, deployment in enumerate(found, 1):
@@ -259,7 +270,8 @@ def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | 
     profile = {
         "format": PROFILE_FORMAT, "model": model.name, "model_sha256": model_digest(model),
         "machine": machine_fingerprint(), "cpu": cpu_features().summary(), "runtime_versions": runtime_versions(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "reference": report.reference, "inputs": report.inputs,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "reference": report.reference,
+        "reference_sha256": model_digest(reference_path) if options.reference else None, "inputs": report.inputs,
         "decoder": Path(options.decoder).name if options.decoder else None,
         "clicks_per_image": options.clicks if options.decoder else 0, "runs": options.runs, "warmup": options.warmup,
         "chosen": chosen.deployment.to_dict(), "chosen_label": chosen.deployment.label(),
@@ -267,6 +279,29 @@ def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | 
     }
     atomic_write_bytes(output, (json.dumps(profile, indent=2) + "\n").encode())
     return report
+
+
+def _require_same_model(model: Path, metadata: dict[str, Any], reference_path: Path, reference: Any) -> None:
+    """InputError unless ``reference`` is an FP32 file of the model ``model`` holds, with its inputs and outputs."""
+    from vitdeploy.metadata import identity_differences
+
+    ref_meta = reference.metadata
+    if Precision.of(ref_meta) is not Precision.FP32:
+        raise InputError(f"--reference '{reference_path.name}' is {Precision.of(ref_meta)}: give the FP32 file "
+                         f"'{model.name}' was made from")
+    differences = identity_differences(ref_meta, metadata)
+    if differences:
+        raise InputError(f"--reference '{reference_path.name}' is another model than '{model.name}' "
+                         f"({'; '.join(differences)}): give the FP32 file '{model.name}' was made from")
+    from vitdeploy.engine.onnx_facts import read_onnx_facts
+
+    facts = read_onnx_facts(model)
+    ours = ([(t.name, t.to_dict()["shape"]) for t in facts.inputs], [t.name for t in facts.outputs])
+    theirs = ([(n, [d if isinstance(d, int) and d > 0 else -1 for d in reference.input_shapes()[n]])
+               for n in reference.input_names], list(reference.output_names))
+    if ours != theirs:
+        raise InputError(f"--reference '{reference_path.name}' takes or gives other tensors than '{model.name}' "
+                         f"({theirs} vs {ours}): give the FP32 file '{model.name}' was made from")
 
 
 def _order(verdict: Verdict) -> tuple:

@@ -14,6 +14,9 @@ from vitdeploy.runtime.backends.registry import ONNX_RUNTIMES
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--decoder", "-d", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="SAM encoders: gate each candidate also by the masks of seeded clicks through this decoder (as written).")
+@click.option("--reference", "-r", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="INT8 or FP16 files: the FP32 file of the same model to judge every candidate against. "
+                   "[default: MODEL itself, as written on ONNX Runtime]")
 @click.option("--images", "-i", multiple=True, type=click.Path(path_type=str),
               help="Held-out images (files or folders; repeatable). [default: the last --max-images bundled images]")
 @click.option("--max-images", type=click.IntRange(min=1), default=4, show_default=True, help="Images used at most.")
@@ -32,7 +35,7 @@ from vitdeploy.runtime.backends.registry import ONNX_RUNTIMES
 @force_option
 @verbose_option
 @handle_errors
-def tune(model: str, decoder: str | None, images: tuple[str, ...], max_images: int, random_inputs: int, clicks: int,
+def tune(model: str, decoder: str | None, reference: str | None, images: tuple[str, ...], max_images: int, random_inputs: int, clicks: int,
          runs: int, warmup: int, threads: tuple[int, ...], runtimes: tuple[str, ...], output: str | None, as_json: bool,
          force: bool, verbose: bool) -> None:
     """Time every deployment of MODEL this machine supports and write the fastest that passes as its profile.
@@ -40,7 +43,9 @@ def tune(model: str, decoder: str | None, images: tuple[str, ...], max_images: i
     The candidates are runtime x inference precision x ONNX Runtime attention form x threads (BF16 only on CPUs
     with AVX512-BF16 or AMX). Each runs on held-out inputs against the file as written on ONNX Runtime and is
     judged by the parity budget of the precision it runs at ('vitdeploy validate' budgets); with --decoder, SAM
-    masks through the decoder are judged by the mask budget too. The profile records this machine, the runtime
+    masks through the decoder are judged by the mask budget too. An INT8 or FP16 file is judged against the FP32
+    file it was made from with --reference (the same model: its metadata and tensors are checked), so its profile
+    says which runtime, form and threads run it fastest within its budget of FP32. The profile records this machine, the runtime
     versions and the file's SHA-256: 'predict', 'segment-all', 'benchmark --runtime auto' and SamPredictor use it
     only where all of them match.
 
@@ -48,6 +53,7 @@ def tune(model: str, decoder: str | None, images: tuple[str, ...], max_images: i
     Examples:
       vitdeploy tune sam_vit_b.onnx -d sam_vit_b_decoder.onnx
       vitdeploy tune deit_small.onnx --images photos/ --threads 2
+      vitdeploy tune sam_vit_b.int8.onnx -r sam_vit_b.onnx -d sam_vit_b_decoder.onnx
     """
     from pathlib import Path
 
@@ -56,12 +62,14 @@ def tune(model: str, decoder: str | None, images: tuple[str, ...], max_images: i
     from vitdeploy.tune import TuneOptions, summary_lines, tune as run_tune
 
     path = require_onnx_file(model)
-    if decoder:
-        require_onnx_file(decoder)
+    for other in (decoder, reference):
+        if other:
+            require_onnx_file(other)
     target = Path(output) if output else profile_path(path)
     claim_outputs([target], force)
     options = TuneOptions(images=images, max_images=max_images, random_inputs=random_inputs, decoder=decoder,
-                          clicks=clicks, runs=runs, warmup=warmup, threads=threads, runtimes=runtimes)
+                          clicks=clicks, runs=runs, warmup=warmup, threads=threads, runtimes=runtimes,
+                          reference=reference)
     report = run_tune(path, options, target, echo=lambda line: click.echo(line, err=as_json))
     if as_json:
         click.echo(json.dumps(json.loads(target.read_text())["candidates"], indent=2))
