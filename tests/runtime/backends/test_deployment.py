@@ -61,6 +61,29 @@ def test_every_default_row_cites_its_measurement() -> None:
         assert row.flags and row.families and "benchmarks/" in row.evidence and " ms " in row.evidence
 
 
+def test_a_fused_kernel_file_stays_on_onnx_runtime_where_the_default_is_openvino(encoder: Path, tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    """A file 'vitdeploy optimize --fused-attention' wrote runs an ONNX Runtime custom op: on a CPU whose default is
+    OpenVINO (here AVX2, constructed), ``auto`` keeps ONNX Runtime and says why, instead of a runner that refuses it."""
+    import onnx
+
+    from vitdeploy.metadata import metadata_of
+    from vitdeploy.precision.report import stamp_metadata
+    from vitdeploy.runtime.backends import deployment
+
+    monkeypatch.setattr(deployment, "cpu_features", lambda: AVX2)
+    if not deployment.RUNTIMES["openvino"].installed():
+        pytest.skip("openvino is not installed: no CPU default chooses it")
+    assert resolve(encoder).runtime == "openvino"  # the plain export: the AVX2 row
+    model = onnx.load(str(encoder))
+    form = {"attention": "fused-kernel", "nodes": ["attention_0"], "source": "encoder.onnx", "kernel_path": "avx2"}
+    stamp_metadata(model, {**metadata_of(model), "cpu_form": form})
+    fused = tmp_path / "encoder.fused.onnx"
+    onnx.save(model, str(fused))
+    chosen = resolve(fused)
+    assert (chosen.runtime, chosen.precision) == ("onnxruntime", "file") and "fused attention kernel" in chosen.source
+
+
 def _profile(model: Path, chosen: dict, **changes) -> Path:
     data = {"format": PROFILE_FORMAT, "model_sha256": model_digest(model), "machine": machine_fingerprint(),
             "runtime_versions": runtime_versions(), "chosen": chosen, "candidates": []}

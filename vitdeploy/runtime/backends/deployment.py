@@ -30,6 +30,7 @@ from vitdeploy.errors import InputError
 from vitdeploy.fileio import sha256_file
 from vitdeploy.precisions import PRECISION_POLICIES, Precision
 from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, ONNX_RUNTIMES, RUNTIMES
+from vitdeploy.runtime.forms.cpu_form import FUSED_KERNEL, read_cpu_form
 
 #: The ``--runtime`` value that asks for this module's choice.
 AUTO = "auto"
@@ -269,9 +270,14 @@ def resolve(model: str | Path, *, precision: str | None = None, threads: int | N
         raise InputError(f"no deployment profile at '{found}': write one with 'vitdeploy tune {model}'")
     try:
         meta = read_onnx_metadata(model)
+        form = read_cpu_form(meta)
     except InputError:  # a damaged file: the runner that opens it next says so in its own words
-        meta = {}
-    chosen = cpu_default(meta.get("family"), Precision.of(meta))
+        meta, form = {}, None
+    if form is not None and form.attention == FUSED_KERNEL:  # an ONNX Runtime custom op: no other runtime has it
+        chosen = Deployment(DEFAULT_RUNTIME, source="the file as written on onnxruntime (it runs vitdeploy's fused "
+                            "attention kernel, an ONNX Runtime custom op)")
+    else:
+        chosen = cpu_default(meta.get("family"), Precision.of(meta))
     if precision is not None and chosen.precision != precision:
         chosen = Deployment(DEFAULT_RUNTIME if precision == "file" else BF16_RUNTIME, precision,
                             source=f"asked (--inference-precision {precision})")
