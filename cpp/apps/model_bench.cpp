@@ -28,19 +28,23 @@
 #include "vitdeploy/error.hpp"
 #include "vitdeploy/json.hpp"
 #include "vitdeploy/onnxruntime_backend.hpp"
+#include "vitdeploy/openvino_backend.hpp"
 
 namespace {
 
 constexpr const char* kUsage = R"(Usage: model_bench --model FILE [options]
 
-Time a single-input model on vitdeploy's C++ backends (ONNX files on ONNX Runtime, engines on TensorRT):
+Time a single-input model on vitdeploy's C++ backends (ONNX files on ONNX Runtime or OpenVINO, engines on TensorRT):
 load, first run, then timed runs on one input, and the process's peak RSS.
 
 Options:
   --model FILE       the model (.onnx, or a TensorRT engine when this build has TensorRT)
   --input FILE       the input as a float32 .npy of the model's input shape (default: seeded uniform noise in [-1, 1))
   --output FILE      write the first output of the first run here as a float32 .npy
-  --threads N        ONNX Runtime CPU threads (default: ONNX Runtime's choice)
+  --threads N        CPU threads (default: the runtime's choice)
+  --runtime NAME     onnxruntime (default) or openvino (when this build has it), for .onnx files
+  --inference-precision P
+                     OpenVINO's inference precision: f32 (default, the file's FP32 math) or bf16
   --ort-ops FILE     ONNX Runtime custom-op library (libvitdeploy_ort_ops.so), needed by files written by
                      'vitdeploy optimize --fused-attention' (default: $VITDEPLOY_ORT_OPS)
   --warmup N         runs before timing, the first included (default 1)
@@ -56,7 +60,7 @@ using app::UsageError;
 using app::parse_int;
 
 struct Options {
-    std::string model, input, output, ort_ops;
+    std::string runtime, inference_precision, model, input, output, ort_ops;
     int threads = 0, warmup = 1, runs = 5;
     bool json = false;
 };
@@ -64,7 +68,8 @@ struct Options {
 Options parse(int argc, char** argv) {
     Options o;
     const std::map<std::string, std::string*> paths{
-        {"--model", &o.model}, {"--input", &o.input}, {"--output", &o.output}, {"--ort-ops", &o.ort_ops}};
+        {"--model", &o.model}, {"--input", &o.input}, {"--output", &o.output}, {"--ort-ops", &o.ort_ops},
+        {"--runtime", &o.runtime}, {"--inference-precision", &o.inference_precision}};
     for (app::Args args(argc, argv); args.next();) {
         const std::string& a = args.flag();
         if (a == "-h" || a == "--help") {
@@ -109,6 +114,8 @@ int run(const Options& o) {
     BackendOptions options;
     options.threads = o.threads;
     options.ort_ops_library = o.ort_ops;
+    options.runtime = o.runtime;
+    options.inference_precision = o.inference_precision;
     auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<Backend> model = open_model(o.model, options);
     const double load_s = seconds_since(t0);
@@ -166,6 +173,10 @@ int run(const Options& o) {
         std::string runtime = model->name();
 #ifdef VITDEPLOY_WITH_ONNXRUNTIME
         if (model->name() == "onnxruntime-cpu") runtime = "onnxruntime " + OnnxRuntimeBackend::runtime_version();
+#endif
+#ifdef VITDEPLOY_WITH_OPENVINO
+        if (auto* ov = dynamic_cast<const OpenVinoBackend*>(model.get()))
+            runtime = "openvino " + OpenVinoBackend::runtime_version() + " " + ov->inference_precision();
 #endif
         js << "{\"model\": " << Json::string(o.model).dump() << ", \"backend\": " << Json::string(model->name()).dump()
            << ", \"runtime\": " << Json::string(runtime).dump()

@@ -30,7 +30,8 @@ namespace {
 constexpr const char* kUsage = R"(Usage: sam_cli --encoder FILE --decoder FILE --image FILE (--point X,Y[,LABEL] ... | --box X0,Y0,X1,Y1) --out MASK.png [options]
 
 Segment an image with exported SAM artifacts: encode the image, decode the prompt, write the mask as
-an 8-bit PNG (255 inside, 0 outside) in the image's own size. ONNX files (.onnx) run on ONNX Runtime;
+an 8-bit PNG (255 inside, 0 outside) in the image's own size. ONNX files (.onnx) run on ONNX Runtime,
+or on OpenVINO where the encoder's deployment profile ('vitdeploy tune') chose it and this build has it;
 TensorRT engines (.plan, .engine) run on TensorRT when this build has it. Everything the models need
 (input size, pixel mean/std, tensor names) is read from their vitdeploy metadata.
 
@@ -45,8 +46,10 @@ Options:
   --single-mask             use SAM's single-mask output (default: the best-scoring of the three multimask outputs)
   --encoder-metadata FILE   metadata JSON to use instead of the encoder's own (an engine's sidecar, by default '<engine>.json')
   --decoder-metadata FILE   the same for the decoder
-  --threads N               ONNX Runtime CPU threads (default: the encoder's deployment profile from 'vitdeploy
-                            tune' when it fits this machine and chose ONNX Runtime, else ONNX Runtime's choice)
+  --runtime NAME            auto (default): the encoder's deployment profile from 'vitdeploy tune' when it fits
+                            this machine, else this CPU's measured default (as the Python --runtime auto);
+                            onnxruntime or openvino: the encoder runs there as written (the decoder on ONNX Runtime)
+  --threads N               CPU threads (default: the profile's, else the runtime's choice)
   --ort-ops FILE            ONNX Runtime custom-op library (libvitdeploy_ort_ops.so, built by cpp/build.sh), needed
                             by an encoder written by 'vitdeploy optimize --fused-attention' (default: $VITDEPLOY_ORT_OPS)
   --device N                CUDA device for TensorRT engines (default 0)
@@ -64,7 +67,7 @@ using app::UsageError;
 using app::parse_int;
 
 struct Options {
-    std::string encoder, decoder, image, out, encoder_metadata, decoder_metadata, ort_ops;
+    std::string encoder, decoder, image, out, encoder_metadata, decoder_metadata, ort_ops, runtime = "auto";
     std::vector<double> points;
     std::vector<float> labels;
     std::vector<double> box;
@@ -91,7 +94,7 @@ Options parse(int argc, char** argv) {
     const std::map<std::string, std::string*> paths{
         {"--encoder", &o.encoder}, {"--decoder", &o.decoder}, {"--image", &o.image}, {"--out", &o.out},
         {"--encoder-metadata", &o.encoder_metadata}, {"--decoder-metadata", &o.decoder_metadata},
-        {"--ort-ops", &o.ort_ops}};
+        {"--ort-ops", &o.ort_ops}, {"--runtime", &o.runtime}};
     for (app::Args args(argc, argv); args.next();) {
         const std::string& a = args.flag();
         if (a == "-h" || a == "--help") {
@@ -130,6 +133,8 @@ Options parse(int argc, char** argv) {
         }
     }
     o.ort_ops = app::ort_ops_library(o.ort_ops);
+    if (o.runtime != "auto" && o.runtime != "onnxruntime" && o.runtime != "openvino")
+        throw UsageError("--runtime takes auto, onnxruntime or openvino, got '" + o.runtime + "'");
     for (auto [flag, v] : {std::pair{"--encoder", &o.encoder}, std::pair{"--decoder", &o.decoder},
                            std::pair{"--image", &o.image}, std::pair{"--out", &o.out}})
         if (v->empty()) throw UsageError(std::string("missing ") + flag);
@@ -160,14 +165,17 @@ int run(const Options& o) {
     RgbImage image = read_image(o.image);  // before the models: the cheapest input to get wrong
     BackendOptions enc_opts, dec_opts;
     enc_opts.threads = dec_opts.threads = o.threads;
-#ifdef VITDEPLOY_WITH_ONNXRUNTIME
-    // The deployment profile beside an .onnx encoder (vitdeploy tune): its threads when --threads is not given.
-    if (o.threads == 0 && std::filesystem::path(o.encoder).extension() == ".onnx") {
-        DeploymentProfile profile = read_deployment_profile(o.encoder, OnnxRuntimeBackend::runtime_version());
-        if (profile.used && profile.threads > 0) enc_opts.threads = profile.threads;
-        if (!profile.note.empty()) std::cerr << "note: " << profile.note << '\n';
+    // --runtime auto (the default), as in Python: the deployment profile beside an .onnx encoder (vitdeploy tune) --
+    // its runtime, inference precision, and threads when --threads is not given -- else this CPU's measured default.
+    // The note is said once the mask is written: an error stays the one line on stderr.
+    std::string note;
+    if (std::filesystem::path(o.encoder).extension() == ".onnx") {
+        if (o.runtime == "auto") {
+            note = apply_deployment_profile(o.encoder, enc_opts);
+        } else {
+            enc_opts.runtime = o.runtime;
+        }
     }
-#endif
     enc_opts.device = dec_opts.device = o.device;
     enc_opts.metadata_path = o.encoder_metadata;
     dec_opts.metadata_path = o.decoder_metadata;
@@ -192,6 +200,7 @@ int run(const Options& o) {
     std::vector<std::uint8_t> mask = p.mask(chosen);
     double decode_ms = ms_since(t_dec);
     write_png_gray(o.out, p.width, p.height, mask);
+    if (!note.empty()) std::cerr << "note: " << note << '\n';
 
     std::size_t inside = 0;
     for (auto v : mask) inside += v != 0;

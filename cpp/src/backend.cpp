@@ -6,6 +6,7 @@
 
 #include "vitdeploy/error.hpp"
 #include "vitdeploy/onnxruntime_backend.hpp"
+#include "vitdeploy/openvino_backend.hpp"
 #include "vitdeploy/tensorrt_backend.hpp"
 
 namespace vitdeploy {
@@ -58,6 +59,9 @@ std::vector<std::string> available_backends() {
 #ifdef VITDEPLOY_WITH_ONNXRUNTIME
     out.emplace_back("onnxruntime");
 #endif
+#ifdef VITDEPLOY_WITH_OPENVINO
+    out.emplace_back("openvino");
+#endif
 #ifdef VITDEPLOY_WITH_TENSORRT
     out.emplace_back("tensorrt");
 #endif
@@ -72,6 +76,17 @@ std::unique_ptr<Backend> open_model(const std::string& path, const BackendOption
                          "'vitdeploy build-engine' (TensorRT), or check the path");
     std::string ext = fs::path(path).extension().string();
     std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (ext == ".onnx" && options.runtime == "openvino") {
+#ifdef VITDEPLOY_WITH_OPENVINO
+        return std::make_unique<OpenVinoBackend>(path, options);
+#else
+        throw BackendError("'" + path + "' was asked to run on OpenVINO, but this build has no OpenVINO backend "
+                           "(OpenVINO was not found when it was built): pip install openvino and rebuild, or run it "
+                           "on ONNX Runtime");
+#endif
+    }
+    if (!options.runtime.empty() && options.runtime != "onnxruntime" && options.runtime != "openvino")
+        throw InputError("unknown runtime '" + options.runtime + "': give onnxruntime or openvino");
     if (ext == ".onnx") {
 #ifdef VITDEPLOY_WITH_ONNXRUNTIME
         return std::make_unique<OnnxRuntimeBackend>(path, options);

@@ -15,8 +15,12 @@
 #include <sstream>
 #include <vector>
 
+#include "vitdeploy/backend.hpp"
 #include "vitdeploy/error.hpp"
 #include "vitdeploy/json.hpp"
+#include "vitdeploy/metadata.hpp"
+#include "vitdeploy/onnxruntime_backend.hpp"
+#include "vitdeploy/openvino_backend.hpp"
 #include "vitdeploy/sha256.hpp"
 
 namespace vitdeploy {
@@ -111,7 +115,19 @@ std::string deployment_profile_path(const std::string& model_path) {
     return (p.parent_path() / (p.stem().string() + ".profile.json")).string();
 }
 
-DeploymentProfile read_deployment_profile(const std::string& model_path, const std::string& ort_version) {
+bool u8s8_saturates() {
+#if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
+    const std::string flags = "," + machine_fingerprint().flags + ",";
+    for (const char* dot : {"avx512_vnni", "avx_vnni", "amx_int8"})
+        if (flags.find(std::string(",") + dot + ",") != std::string::npos) return false;
+    return true;  // x86 without VNNI/AMX, or flags unknown: the safe side, as the Python runtime
+#else
+    return false;
+#endif
+}
+
+DeploymentProfile read_deployment_profile(const std::string& model_path, const std::string& ort_version,
+                                          const std::string& openvino_version) {
     DeploymentProfile out;
     out.path = deployment_profile_path(model_path);
     std::error_code ec;
@@ -148,6 +164,10 @@ DeploymentProfile read_deployment_profile(const std::string& model_path, const s
         problems.push_back("it was tuned on another core count (here " + std::to_string(here.cores) + ")");
     if (out.runtime == "onnxruntime" && string_member(*versions, "onnxruntime") != ort_version)
         problems.push_back("it was tuned with onnxruntime " + string_member(*versions, "onnxruntime") + ", here " + ort_version);
+    // OpenVINO's build number ("2026.4.1-22982-e213a14...") begins with the release the Python profile records.
+    const std::string ov_release = openvino_version.substr(0, openvino_version.find('-'));
+    if (out.runtime == "openvino" && !openvino_version.empty() && string_member(*versions, "openvino") != ov_release)
+        problems.push_back("it was tuned with openvino " + string_member(*versions, "openvino") + ", here " + ov_release);
     if (problems.empty()) {
         try {
             if (string_member(doc, "model_sha256") != model_digest(model_path))
@@ -160,14 +180,98 @@ DeploymentProfile read_deployment_profile(const std::string& model_path, const s
         out.note = name + " ignored: " + problems.front();
         return out;
     }
-    if (out.runtime != "onnxruntime") {
-        out.note = name + " chose " + out.runtime + " " + out.precision +
-                   ", which the C++ library does not run: the file runs as written on ONNX Runtime";
+    if (out.runtime == "openvino" && u8s8_saturates()) {
+        std::string precision;
+        try {
+            precision = Metadata::from_onnx_file(model_path).get_string_or("precision", "");
+        } catch (const Error&) {
+        }
+        if (precision == "int8") {
+            out.note = name + " chose openvino for an INT8 file; on this CPU (no VNNI/AMX) that needs the 7-bit weight "
+                       "rewrite only the Python runtime does: the file runs as written on ONNX Runtime";
+            return out;
+        }
+    }
+    const bool runs = out.runtime == "onnxruntime" || (out.runtime == "openvino" && !openvino_version.empty());
+    if (!runs || (out.precision != "file" && out.precision != "bf16")) {
+        out.note = name + " chose " + out.runtime + " " + out.precision + ", which this build of the C++ library does not run" +
+                   (out.runtime == "openvino" ? " (built without OpenVINO)" : "") + ": the file runs as written on ONNX Runtime";
         return out;
     }
     out.used = true;
-    out.note = name + ": onnxruntime " + out.precision + ", " + (out.threads ? std::to_string(out.threads) : "default") + " thread(s)";
+    out.note = name + ": " + out.runtime + " " + out.precision + ", " + (out.threads ? std::to_string(out.threads) : "default") + " thread(s)";
     return out;
+}
+
+CpuDefault cpu_default(const std::string& family, const std::string& file_precision) {
+    struct Row {
+        const char* flag;
+        const char* without;  // nullptr: none
+        const char* runtime;
+        const char* precision;
+        std::set<std::string> families;
+    };
+    // vitdeploy.runtime.backends.deployment.CPU_DEFAULTS, with the measurements that put each row there.
+    static const Row rows[] = {
+        {"amx_bf16", nullptr, "openvino", "bf16", {"sam_image_encoder", "timm_vit"}},
+        {"avx2", "avx512f", "openvino", "file", {"sam_image_encoder"}},
+    };
+    CpuDefault out;
+#if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
+    if (file_precision != "fp32") return out;
+    const std::string flags = "," + machine_fingerprint().flags + ",";
+    auto has = [&](const char* f) { return flags.find(std::string(",") + f + ",") != std::string::npos; };
+    for (const Row& row : rows) {
+        if (!has(row.flag) || (row.without && has(row.without)) || !row.families.count(family)) continue;
+        out.runtime = row.runtime;
+        out.precision = row.precision;
+        out.describe = std::string(row.flag) + (row.without ? std::string(" without ") + row.without : "") + ": " +
+                       row.runtime + " " + row.precision;
+        return out;
+    }
+#else
+    (void)family;
+    (void)file_precision;
+#endif
+    return out;
+}
+
+std::string apply_deployment_profile(const std::string& model_path, BackendOptions& options) {
+    std::string ort_version, openvino_version;
+#ifdef VITDEPLOY_WITH_ONNXRUNTIME
+    ort_version = OnnxRuntimeBackend::runtime_version();
+#endif
+#ifdef VITDEPLOY_WITH_OPENVINO
+    openvino_version = OpenVinoBackend::runtime_version();
+#endif
+    DeploymentProfile profile = read_deployment_profile(model_path, ort_version, openvino_version);
+    if (profile.used) {
+        options.runtime = profile.runtime;
+        options.inference_precision = profile.precision == "bf16" ? "bf16" : "f32";
+        if (options.threads == 0 && profile.threads > 0) options.threads = profile.threads;
+        return profile.note;
+    }
+    std::string family, precision, attention;
+    try {
+        Metadata metadata = Metadata::from_onnx_file(model_path);
+        family = metadata.get_string_or("family", "");
+        precision = metadata.get_string_or("precision", "fp32");
+        const Json* form = metadata.has("cpu_form") ? metadata.get("cpu_form").find("attention") : nullptr;
+        if (form && form->is_string()) attention = form->as_string();
+    } catch (const Error&) {
+        return profile.note;  // not an ONNX file: the backend says so when it opens it
+    }
+    if (attention == "fused-kernel") return profile.note;  // an ONNX Runtime custom op: ONNX Runtime, as in Python
+    const CpuDefault chosen = cpu_default(family, precision);
+    if (chosen.describe.empty()) return profile.note;
+    std::string name = std::filesystem::path(model_path).filename().string();
+    std::string note = profile.note.empty() ? "" : profile.note + "; ";
+    if (chosen.runtime == "openvino" && openvino_version.empty())
+        return note + name + " runs as written on onnxruntime: this CPU's default (" + chosen.describe +
+               ") needs OpenVINO, which this build lacks (pip install openvino, rebuild)";
+    options.runtime = chosen.runtime;
+    options.inference_precision = chosen.precision == "bf16" ? "bf16" : "f32";
+    return note + name + " runs as " + chosen.runtime + " " + chosen.precision + ": this CPU's default (" + chosen.describe + ")";
 }
 
 }  // namespace vitdeploy

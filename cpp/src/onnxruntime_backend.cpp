@@ -7,60 +7,18 @@
 
 #include "vitdeploy/onnxruntime_backend.hpp"
 
-#include <fnmatch.h>
-
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <utility>
 
+#include "vitdeploy/deployment.hpp"
 #include "vitdeploy/error.hpp"
 
 namespace vitdeploy {
 
 namespace {
-
-// ONNX Runtime's x86 INT8 GEMMs multiply u8 x s8 and add pairs of products in int16: without an INT8 dot
-// product instruction (VNNI, AMX) those sums saturate, which ONNX Runtime documents; its remedy is the session
-// option below (u8 x u8 kernels). The same rule as vitdeploy.cpu_features.CpuFeatures.u8s8_saturates, from
-// /proc/cpuinfo's flags with VITDEPLOY_CPU_MASK applied (comma-separated shell patterns of flags to hide).
-constexpr const char* kInt8DotFlags[] = {"avx512_vnni", "avx_vnni", "amx_int8"};
-
-bool u8s8_saturates() {
-#if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
-    std::ifstream cpuinfo("/proc/cpuinfo");
-    std::string line, flags;
-    while (std::getline(cpuinfo, line))
-        if (line.rfind("flags", 0) == 0) {
-            flags = line.substr(line.find(':') + 1);
-            break;
-        }
-    std::vector<std::string> masks;
-    if (const char* mask = std::getenv("VITDEPLOY_CPU_MASK")) {
-        std::stringstream ss(mask);
-        for (std::string p; std::getline(ss, p, ',');) {
-            p.erase(0, p.find_first_not_of(" \t"));
-            p.erase(p.find_last_not_of(" \t") + 1);
-            if (!p.empty()) masks.push_back(p);
-        }
-    }
-    std::stringstream words(flags);
-    for (std::string flag; words >> flag;) {
-        bool dot = false;
-        for (const char* f : kInt8DotFlags) dot = dot || flag == f;
-        bool hidden = false;
-        for (const auto& m : masks) hidden = hidden || fnmatch(m.c_str(), flag.c_str(), 0) == 0;
-        if (dot && !hidden) return false;
-    }
-    return true;  // x86 without VNNI/AMX, or flags unknown: the safe side, as the Python runtime
-#else
-    return false;
-#endif
-}
 
 std::once_flag g_api_once;
 const OrtApi* g_api = nullptr;
@@ -176,7 +134,8 @@ OnnxRuntimeBackend::OnnxRuntimeBackend(const std::string& path, const BackendOpt
         if (int8) {
             // As vitdeploy's Python runner (vitdeploy.runtime.backends.ort_settings): MatMulAddFusion turns DQ -> MatMul -> Add
             // into a float Gemm before the Q/DQ fusion can make the MatMul an integer kernel (the graph then runs
-            // fake-quantized, slower than FP32); on CPUs whose u8 x s8 kernels saturate, u8 x u8 kernels.
+            // fake-quantized, slower than FP32); on CPUs whose u8 x s8 kernels saturate (they add pairs of products in
+            // int16 without VNNI/AMX, as ONNX Runtime documents), u8 x u8 kernels.
             so.AddConfigEntry("optimization.disable_specified_optimizers", "MatMulAddFusion");
             if (u8s8_saturates()) so.AddConfigEntry("session.x64quantprecision", "1");
         }

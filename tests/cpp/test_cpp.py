@@ -244,6 +244,13 @@ def _env_without_ort_ops() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "VITDEPLOY_ORT_OPS"}
 
 
+def _require_openvino_backend(build: Path) -> None:
+    """Skip unless this build compiled the OpenVINO backend (CMake finds it in the 'openvino' wheel the suite installs)."""
+    version = subprocess.run([str(build / "sam_cli"), "--version"], capture_output=True, text=True, timeout=60).stdout
+    if "openvino" not in version:
+        pytest.skip(f"this C++ build has no OpenVINO backend ({version.strip()}): pip install openvino and rebuild")
+
+
 def _run_cli(build: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(build / "sam_cli"), *args], capture_output=True, text=True, timeout=120,
                           env=_env_without_ort_ops())
@@ -256,7 +263,7 @@ def test_sam_cli_writes_the_python_predictors_mask(cpp_build: Path, tiny_sam_art
     point = (70.0, 30.0)
     args = ["--encoder", str(tiny_sam_artifacts.encoder), "--decoder", str(tiny_sam_artifacts.decoder), "--image",
             str(tmp_path / "in.png"), "--point", f"{point[0]},{point[1]}", "--out", str(tmp_path / "mask.png"),
-            "--threads", str(THREADS), "--json"] + ([] if multimask else ["--single-mask"])
+            "--threads", str(THREADS), "--runtime", "onnxruntime", "--json"] + ([] if multimask else ["--single-mask"])
     done = _run_cli(cpp_build, *args)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
@@ -277,8 +284,9 @@ def test_sam_cli_writes_the_python_predictors_mask(cpp_build: Path, tiny_sam_art
 
 def test_sam_cli_reads_the_deployment_profile_as_python_does(cpp_build: Path, tiny_sam_artifacts, tmp_path: Path):  # noqa: F811
     """A profile from ``vitdeploy tune`` that chose ONNX Runtime gives sam_cli its threads; one tuned on another CPU
-    (here: AMX hidden by the mask, so the flags differ) is ignored with the reason, as in Python; one that chose
-    OpenVINO is said and not followed (the C++ library runs ONNX Runtime)."""
+    (here: AVX2 hidden by the mask, so the flags differ) is ignored with the reason, as in Python; one that chose
+    OpenVINO runs the encoder on the C++ OpenVINO backend (test below); one that chose what C++ does not run is said
+    and not followed."""
     import shutil
 
     from vitdeploy.runtime.backends.deployment import profile_path
@@ -301,10 +309,41 @@ def test_sam_cli_reads_the_deployment_profile_as_python_does(cpp_build: Path, ti
         assert masked.returncode == 0 and expect in masked.stderr, masked.stderr
         assert expect in python_view.stdout, python_view.stdout + python_view.stderr
     profile = json.loads(profile_path(encoder).read_text())
-    profile["chosen"] = {"runtime": "openvino", "precision": "bf16", "threads": 2, "settings": {}}
+    profile["chosen"] = {"runtime": "onnxruntime", "precision": "fp16", "threads": 2, "settings": {}}
     profile_path(encoder).write_text(json.dumps(profile))
     other = _run_cli(cpp_build, *args)
-    assert other.returncode == 0 and "chose openvino bf16, which the C++ library does not run" in other.stderr, other.stderr
+    assert other.returncode == 0 and "chose onnxruntime fp16, which this build of the C++ library does not run" in other.stderr, \
+        other.stderr
+
+
+def test_sam_cli_follows_a_profile_that_chose_openvino(cpp_build: Path, tiny_sam_artifacts, tmp_path: Path):  # noqa: F811
+    """``tune --runtime openvino`` -> sam_cli runs the encoder on the C++ OpenVINO backend, with the profile's threads,
+    and writes the mask the Python SamPredictor gives following the same profile."""
+    import shutil
+
+    from vitdeploy.runtime.backends.deployment import profile_path
+    from vitdeploy.tune import TuneOptions, tune
+
+    _require_openvino_backend(cpp_build)
+    encoder = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
+    picture = sample_image(40, 60, seed=4)
+    Image.fromarray(picture).save(tmp_path / "in.png")
+    tune(encoder, TuneOptions(runtimes=("openvino",), threads=(1,), runs=1, max_images=1), echo=lambda _line: None)
+    assert json.loads(profile_path(encoder).read_text())["chosen"]["runtime"] == "openvino"
+    done = _run_cli(cpp_build, "--encoder", str(encoder), "--decoder", str(tiny_sam_artifacts.decoder), "--image",
+                    str(tmp_path / "in.png"), "--point", "20,10", "--out", str(tmp_path / "mask.png"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert "note: encoder.profile.json: openvino file, 1 thread(s)" in done.stderr, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["encoder_backend"] == "openvino-cpu" and summary["decoder_backend"] == "onnxruntime-cpu"
+    predictor = SamPredictor(encoder, tiny_sam_artifacts.decoder)
+    assert predictor.encoder.backend == "openvino"  # the same profile, followed in Python
+    predictor.set_image(picture)
+    masks, scores, _ = predictor.predict(np.array([[20.0, 10.0]]), np.array([1]))
+    best = int(np.argmax(scores))
+    np.testing.assert_allclose(summary["scores"], scores, atol=CPP_TOLERANCES["scores_max_abs"], rtol=0)
+    written = np.asarray(Image.open(tmp_path / "mask.png")) > 0
+    assert summary["mask_index"] == best and int((written != masks[best]).sum()) == 0
 
 
 def machine_flags() -> set[str]:
@@ -342,7 +381,8 @@ def test_sam_cli_runs_the_cpu_forms_with_the_python_masks(cpp_build: Path, tiny_
     Image.fromarray(image).save(tmp_path / "in.png")
     point = (40.0, 50.0)
     args = ["--encoder", str(encoder), "--decoder", str(tiny_sam_artifacts.decoder), "--image", str(tmp_path / "in.png"),
-            "--point", f"{point[0]},{point[1]}", "--out", str(tmp_path / "mask.png"), "--threads", str(THREADS), "--json"]
+            "--point", f"{point[0]},{point[1]}", "--out", str(tmp_path / "mask.png"), "--threads", str(THREADS), "--json",
+            "--runtime", "onnxruntime"]
     if form == "fused-kernel":
         without = _run_cli(cpp_build, *args)  # the file needs the kernel library: a clear error without it
         lines = [line for line in without.stderr.splitlines() if line.strip()]
@@ -362,6 +402,57 @@ def test_sam_cli_runs_the_cpu_forms_with_the_python_masks(cpp_build: Path, tiny_
     written = np.asarray(Image.open(tmp_path / "mask.png"))
     differing = int(((written > 0) != masks[best]).sum())
     assert differing == 0, f"{differing} mask pixels differ from the Python predictor's"
+
+
+@pytest.mark.parametrize("mask", ["", "avx512*", "amx*,avx512*", "amx*,avx512*,avx2"])
+def test_sam_cli_without_a_profile_takes_the_python_default_for_this_cpu(cpp_build: Path, tiny_sam_artifacts,  # noqa: F811
+                                                                         tmp_path: Path, mask: str) -> None:
+    """No profile: sam_cli's encoder runs where Python's ``--runtime auto`` would (CPU_DEFAULTS, the same rows in
+    cpp/src/deployment.cpp), under CPU masks that reach each row this machine can show; the decoder stays on ONNX
+    Runtime as in Python."""
+    _require_openvino_backend(cpp_build)
+    Image.fromarray(sample_image(40, 60, seed=6)).save(tmp_path / "in.png")
+    env = {**_env_without_ort_ops(), "VITDEPLOY_CPU_MASK": mask}
+    python_view = subprocess.run(
+        [sys.executable, "-c", "import sys; from vitdeploy.runtime.backends.deployment import resolve; "
+         "d = resolve(sys.argv[1]); print(d.runtime, d.precision)", str(tiny_sam_artifacts.encoder)],
+        capture_output=True, text=True, timeout=120, env=env)
+    runtime, precision = python_view.stdout.split()
+    done = subprocess.run([str(cpp_build / "sam_cli"), "--encoder", str(tiny_sam_artifacts.encoder), "--decoder",
+                           str(tiny_sam_artifacts.decoder), "--image", str(tmp_path / "in.png"), "--point", "20,10",
+                           "--out", str(tmp_path / "mask.png"), "--json"], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["encoder_backend"] == f"{runtime}-cpu" and summary["decoder_backend"] == "onnxruntime-cpu", (mask, done.stderr)
+    if runtime == "openvino":
+        assert f"encoder.onnx runs as openvino {precision}: this CPU's default (" in done.stderr, done.stderr
+
+
+def test_model_bench_on_openvino_gives_the_python_openvino_runners_numbers(cpp_build: Path, encoder_cpu_forms,  # noqa: F811
+                                                                          tmp_path: Path):
+    """The C++ OpenVINO backend (``model_bench --runtime openvino``) against the Python OpenVinoRunner on the same file
+    and input, each at 1 thread and f32; an INT8 file on a CPU whose u8 x s8 kernels saturate is refused with the
+    reason (the Python runner's 7-bit weight rewrite is not in C++)."""
+    from vitdeploy.runtime.backends.openvino_runner import OpenVinoRunner
+
+    _require_openvino_backend(cpp_build)
+    model = encoder_cpu_forms["exported"]
+    feed = np.random.default_rng(5).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    np.save(tmp_path / "in.npy", feed)
+    done = subprocess.run([str(cpp_build / "model_bench"), "--model", str(model), "--input", str(tmp_path / "in.npy"),
+                           "--output", str(tmp_path / "out.npy"), "--runtime", "openvino", "--threads", "1", "--runs", "1",
+                           "--json"], capture_output=True, text=True, timeout=120, env=_env_without_ort_ops())
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["backend"] == "openvino-cpu" and report["runtime"].startswith("openvino ") and report["runtime"].endswith(" f32")
+    runner = OpenVinoRunner(model, threads=1)
+    want = runner.run({runner.input_names[0]: feed})[runner.output_names[0]]
+    got = np.load(tmp_path / "out.npy")
+    assert got.shape == want.shape
+    assert float(np.abs(got - want).max()) <= CPP_TOLERANCES["embedding_max_abs"]
+    wrong = subprocess.run([str(cpp_build / "model_bench"), "--model", str(model), "--runtime", "tensorflow"],
+                           capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 1 and "unknown runtime 'tensorflow'" in wrong.stderr and len(wrong.stderr.splitlines()) == 1
 
 
 def test_model_bench_times_each_cpu_form_with_the_python_numbers(cpp_build: Path, encoder_cpu_forms,  # noqa: F811
@@ -412,6 +503,15 @@ def tiny_int8_encoder(encoder_cpu_forms, tmp_path_factory: pytest.TempPathFactor
                                     "--no-eager", "--min-images", "2", "--max-images", "5", "--holdout", "1"])
     assert done.exit_code == 0, done.output
     return out
+
+
+def test_cpp_openvino_refuses_int8_files_where_u8s8_saturates(cpp_build: Path, tiny_int8_encoder: Path) -> None:  # noqa: F811
+    _require_openvino_backend(cpp_build)
+    env = {**_env_without_ort_ops(), "VITDEPLOY_CPU_MASK": "avx512*,amx*,avx_vnni"}  # no VNNI/AMX: any x86 CPU saturates
+    done = subprocess.run([str(cpp_build / "model_bench"), "--model", str(tiny_int8_encoder), "--runtime", "openvino",
+                           "--runs", "1"], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "INT8 file and this CPU has no VNNI/AMX" in done.stderr and "run it on ONNX Runtime" in done.stderr
 
 
 @pytest.mark.parametrize("mask", ["", "avx512*,amx*,avx_vnni"])

@@ -2,6 +2,7 @@
 //
 // Mirrors the Python Runner protocol (vitdeploy/runtime/runners.py). Implementations:
 //   OnnxRuntimeBackend (.onnx; the ONNX Runtime shared library)  -- when built with ONNX Runtime
+//   OpenVinoBackend    (.onnx with runtime "openvino")           -- when built with OpenVINO
 //   TensorRtBackend    (.plan/.engine; TensorRT 10/11 + CUDA)   -- when built with TensorRT
 #pragma once
 
@@ -23,6 +24,11 @@ struct BackendOptions {
     std::string metadata_path;
     /// CUDA device index for TensorRT.
     int device = 0;
+    /// Which runtime runs an .onnx file: "onnxruntime" (empty: the default) or "openvino" (when built with it;
+    /// a deployment profile that chose OpenVINO sets it).
+    std::string runtime;
+    /// OpenVINO's inference precision: "f32" (empty: the file's FP32 math as written) or "bf16".
+    std::string inference_precision;
     /// ONNX Runtime custom-op library to register (libvitdeploy_ort_ops.so, built by cpp/build.sh): needed by
     /// files written by 'vitdeploy optimize --fused-attention'. Empty: none.
     std::string ort_ops_library;
@@ -57,12 +63,12 @@ protected:
     void check_feeds(const std::map<std::string, Tensor>& feeds) const;
 };
 
-/// Open ``path`` with the backend its extension calls for: .onnx -> ONNX Runtime; .plan, .engine,
-/// .trt -> TensorRT. Throws InputError for a missing file or unknown extension, BackendError when the
+/// Open ``path`` with the backend its extension calls for: .onnx -> ONNX Runtime (OpenVINO with
+/// ``options.runtime == "openvino"``); .plan, .engine, .trt -> TensorRT. Throws InputError for a missing file or unknown extension, BackendError when the
 /// backend is not compiled into this build.
 std::unique_ptr<Backend> open_model(const std::string& path, const BackendOptions& options = {});
 
-/// Names of the backends compiled into this build ("onnxruntime", "tensorrt").
+/// Names of the backends compiled into this build ("onnxruntime", "openvino", "tensorrt").
 std::vector<std::string> available_backends();
 
 }  // namespace vitdeploy

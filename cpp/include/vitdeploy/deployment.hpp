@@ -1,8 +1,9 @@
 // The deployment profile 'vitdeploy tune' writes beside a model (<stem>.profile.json), read as the Python runtime
 // reads it (vitdeploy/runtime/backends/deployment.py): used only where it was measured -- the same model bytes
 // (SHA-256), the same CPU (model name, family/model, the reported flags after VITDEPLOY_CPU_MASK), the same
-// number of cores this process may use, and the same ONNX Runtime version. The C++ library runs ONNX Runtime
-// only: a profile that chose another runtime (OpenVINO) is said and not followed.
+// number of cores this process may use, and the same version of the runtime it chose. The C++ library follows a
+// profile that chose ONNX Runtime, or OpenVINO when it was built with OpenVINO (f32 or bf16 inference precision);
+// other choices are said and not followed.
 #pragma once
 
 #include <string>
@@ -12,7 +13,8 @@ namespace vitdeploy {
 struct DeploymentProfile {
     /// A profile file exists beside the model.
     bool found = false;
-    /// It fits this model and machine, and chose ONNX Runtime: ``threads`` apply.
+    /// It fits this model and machine, and chose a runtime this build runs: ``runtime``, ``precision`` and
+    /// ``threads`` apply.
     bool used = false;
     std::string path;
     std::string runtime;    // "onnxruntime", "openvino"
@@ -25,10 +27,28 @@ struct DeploymentProfile {
 /// ``<dir>/<stem>.profile.json`` for ``model_path``.
 std::string deployment_profile_path(const std::string& model_path);
 
-/// Read and match the profile beside ``model_path`` against this machine and ``ort_version`` (the ONNX Runtime
-/// library loaded here). Never throws for the profile's content: a damaged or foreign profile is reported in
-/// ``note`` and not used.
-DeploymentProfile read_deployment_profile(const std::string& model_path, const std::string& ort_version);
+/// Read and match the profile beside ``model_path`` against this machine, ``ort_version`` (the ONNX Runtime library
+/// loaded here) and ``openvino_version`` (OpenVINO's, empty when this build has no OpenVINO backend). Never throws
+/// for the profile's content: a damaged or foreign profile is reported in ``note`` and not used.
+DeploymentProfile read_deployment_profile(const std::string& model_path, const std::string& ort_version,
+                                          const std::string& openvino_version = "");
+
+/// This CPU's measured default for a file of ``family`` whose weights are ``file_precision``: the rows of
+/// vitdeploy.runtime.backends.deployment.CPU_DEFAULTS (first match wins; FP32 files only), else the file as written
+/// on ONNX Runtime. ``describe`` is the row as Python's CpuDefault.describe says it ("avx2 without avx512f:
+/// openvino file"); tests/cpp/test_cpp.py checks that both sides choose the same under several CPU masks.
+struct CpuDefault {
+    std::string runtime = "onnxruntime";
+    std::string precision = "file";
+    std::string describe;  // empty: no row applies
+};
+CpuDefault cpu_default(const std::string& family, const std::string& file_precision);
+
+/// ``options`` set as ``--runtime auto`` sets them in Python: the profile beside ``model_path`` where it fits
+/// (runtime, inference precision, and threads where ``options.threads`` is 0), else this CPU's default for the file
+/// (cpu_default) where this build has its runtime. Returns the line to tell the user (empty: nothing to say).
+struct BackendOptions;
+std::string apply_deployment_profile(const std::string& model_path, BackendOptions& options);
 
 /// The machine facts a profile records, as the Python side computes them (for tests and messages).
 struct MachineFingerprint {
@@ -37,5 +57,10 @@ struct MachineFingerprint {
     int cores = 0;
 };
 MachineFingerprint machine_fingerprint();
+
+/// Whether this CPU's INT8 u8 x s8 kernels saturate (x86 without VNNI or AMX, after VITDEPLOY_CPU_MASK), as
+/// vitdeploy.cpu_features.CpuFeatures.u8s8_saturates: ONNX Runtime then takes u8 x u8 kernels, OpenVINO refuses
+/// INT8 files in C++.
+bool u8s8_saturates();
 
 }  // namespace vitdeploy

@@ -1,0 +1,52 @@
+// OpenVINO backend (CPU): the same .onnx files through OpenVINO's CPU plugin, as the Python OpenVinoRunner runs them
+// (vitdeploy/runtime/backends/openvino_runner.py): one request at a time (the LATENCY hint), the inference precision
+// pinned ("f32": the file's FP32 math as written; "bf16" where the profile chose it), CPU pinning off when fewer
+// threads than cores are asked for.
+//
+// Built when CMake finds OpenVINO (the Python 'openvino' wheel ships its headers and CMake package, so the same
+// Python that provides ONNX Runtime provides it). The OpenVINO types stay in the .cpp (pimpl). Not done here: the
+// 7-bit weight rewrite the Python runner applies to INT8 files on CPUs without VNNI/AMX (where OpenVINO's u8 x s8
+// kernels saturate): such a file is refused with that reason (run it on ONNX Runtime).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "vitdeploy/backend.hpp"
+
+namespace vitdeploy {
+
+#ifdef VITDEPLOY_WITH_OPENVINO
+class OpenVinoBackend final : public Backend {
+public:
+    /// Load and compile ``path`` for the CPU; throws InputError (missing file, an INT8 file on a saturating CPU, an
+    /// unknown inference precision), BackendError (OpenVINO cannot read or compile it).
+    OpenVinoBackend(const std::string& path, const BackendOptions& options = {});
+    ~OpenVinoBackend() override;
+
+    std::string name() const override { return "openvino-cpu"; }
+    const std::string& path() const override { return path_; }
+    const std::vector<TensorInfo>& inputs() const override { return inputs_; }
+    const std::vector<TensorInfo>& outputs() const override { return outputs_; }
+    const Metadata& metadata() const override { return metadata_; }
+    const std::vector<std::string>& warnings() const override { return warnings_; }
+    std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& feeds) override;
+
+    /// The inference precision the compiled model runs ("f32", "bf16"), read back from the plugin.
+    const std::string& inference_precision() const { return inference_precision_; }
+    /// "2026.4.1-...": the OpenVINO library loaded at run time.
+    static std::string runtime_version();
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    std::string path_;
+    std::string inference_precision_;
+    std::vector<TensorInfo> inputs_;
+    std::vector<TensorInfo> outputs_;
+    Metadata metadata_;
+    std::vector<std::string> warnings_;
+};
+#endif
+
+}  // namespace vitdeploy

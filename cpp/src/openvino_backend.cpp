@@ -1,0 +1,174 @@
+// OpenVINO backend through its C++ API (openvino/openvino.hpp); see vitdeploy/openvino_backend.hpp.
+#include "vitdeploy/openvino_backend.hpp"
+
+#include <openvino/openvino.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <utility>
+
+#include "vitdeploy/deployment.hpp"
+#include "vitdeploy/error.hpp"
+
+namespace vitdeploy {
+
+namespace {
+
+ElementType from_openvino(const ov::element::Type& t) {
+    if (t == ov::element::f32) return ElementType::Float32;
+    if (t == ov::element::f16) return ElementType::Float16;
+    if (t == ov::element::bf16) return ElementType::BFloat16;
+    if (t == ov::element::i64) return ElementType::Int64;
+    if (t == ov::element::i32) return ElementType::Int32;
+    if (t == ov::element::i8) return ElementType::Int8;
+    if (t == ov::element::u8) return ElementType::UInt8;
+    if (t == ov::element::boolean) return ElementType::Bool;
+    return ElementType::Unsupported;
+}
+
+// OpenVINO's messages are a stack of "Exception from src/...cpp:N:" lines around the one that says what failed
+// (vitdeploy.runtime.backends.openvino_runner._openvino_reason).
+std::string reason(const std::string& text) {
+    std::string line, best;
+    for (std::size_t start = 0; start <= text.size();) {
+        std::size_t end = text.find('\n', start);
+        line = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+        auto b = line.find_first_not_of(" \t[]");
+        if (b != std::string::npos && line.compare(b, 14, "Exception from") != 0) {
+            best = line.substr(b);
+            break;
+        }
+        if (end == std::string::npos) break;
+        start = end + 1;
+    }
+    return (best.empty() ? text : best).substr(0, 300);
+}
+
+// The output's ONNX name: OpenVINO gives a port every name its tensor had, and get_any_name may return an internal
+// one; the names the file's metadata declares win (as the Python runner's _port_name).
+std::string port_name(const ov::Output<const ov::Node>& port, const std::set<std::string>& declared) {
+    for (const auto& n : port.get_names())  // std::unordered_set: take the smallest declared name, as Python's sorted()
+        if (declared.count(n)) {
+            std::string best = n;
+            for (const auto& m : port.get_names())
+                if (declared.count(m) && m < best) best = m;
+            return best;
+        }
+    return port.get_any_name();
+}
+
+TensorInfo describe(const ov::Output<const ov::Node>& port, std::string name) {
+    TensorInfo info;
+    info.name = std::move(name);
+    info.type = from_openvino(port.get_element_type());
+    for (const auto& d : port.get_partial_shape()) info.shape.push_back(d.is_static() ? d.get_length() : -1);
+    return info;
+}
+
+}  // namespace
+
+struct OpenVinoBackend::Impl {
+    ov::Core core;
+    ov::CompiledModel compiled;
+    ov::InferRequest request;
+};
+
+std::string OpenVinoBackend::runtime_version() {
+    const ov::Version version = ov::get_openvino_version();
+    return version.buildNumber ? version.buildNumber : "unknown";
+}
+
+OpenVinoBackend::OpenVinoBackend(const std::string& path, const BackendOptions& options) : path_(path) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec))
+        throw InputError("ONNX file '" + path + "' not found: run 'vitdeploy export' first or check the path");
+    const std::string precision = options.inference_precision.empty() ? "f32" : options.inference_precision;
+    if (precision != "f32" && precision != "bf16" && precision != "f16")
+        throw InputError("OpenVINO inference precision '" + precision + "' is not one of f32, bf16, f16");
+    Metadata file_metadata;
+    try {
+        file_metadata = Metadata::from_onnx_file(path);
+    } catch (const InputError& e) {
+        throw BackendError("OpenVINO cannot load '" + path + "' (" + e.what() + ")");
+    }
+    const Json* form = file_metadata.has("cpu_form") ? file_metadata.get("cpu_form").find("attention") : nullptr;
+    if (form && form->is_string() && form->as_string() == "fused-kernel")
+        throw InputError("'" + path + "' runs vitdeploy's fused attention kernel, an ONNX Runtime custom op OpenVINO does "
+                         "not have: run it on ONNX Runtime");
+    if (file_metadata.get_string_or("precision", "") == "int8" && u8s8_saturates())
+        throw InputError("'" + path + "' is an INT8 file and this CPU has no VNNI/AMX, where OpenVINO's u8 x s8 kernels "
+                         "saturate; the Python runtime re-quantizes its weights to 7 bits at load, the C++ library does "
+                         "not: run it on ONNX Runtime");
+    impl_ = std::make_unique<Impl>();
+    ov::AnyMap config{ov::hint::performance_mode(ov::hint::PerformanceMode::LATENCY),
+                      ov::hint::inference_precision(precision == "f32"    ? ov::element::f32
+                                                    : precision == "bf16" ? ov::element::bf16
+                                                                          : ov::element::f16)};
+    if (options.threads > 0) {
+        config.emplace(ov::inference_num_threads(options.threads));
+        // Pinning puts the plugin's threads on the first cores: two processes of fewer threads would share them.
+        if (options.threads < machine_fingerprint().cores) config.emplace(ov::hint::enable_cpu_pinning(false));
+    }
+    try {
+        std::shared_ptr<ov::Model> model = impl_->core.read_model(path);
+        impl_->compiled = impl_->core.compile_model(model, "CPU", config);
+        impl_->request = impl_->compiled.create_infer_request();
+    } catch (const std::exception& e) {
+        throw BackendError("OpenVINO cannot load '" + path + "' (" + reason(e.what()) +
+                           "): run it on ONNX Runtime, or give OpenVINO a file from 'vitdeploy export'");
+    }
+    std::set<std::string> declared;
+    if (file_metadata.has("output_names") && file_metadata.get("output_names").is_array())
+        for (const auto& v : file_metadata.get("output_names").as_array())
+            if (v.is_string()) declared.insert(v.as_string());
+    if (file_metadata.has("output_name")) declared.insert(file_metadata.get_string_or("output_name", ""));
+    for (const auto& port : impl_->compiled.inputs()) inputs_.push_back(describe(port, port.get_any_name()));
+    for (const auto& port : impl_->compiled.outputs()) outputs_.push_back(describe(port, port_name(port, declared)));
+    for (const auto& info : inputs_)
+        if (info.type == ElementType::Unsupported)
+            throw BackendError("input '" + info.name + "' of '" + path + "' has an element type this backend does not feed");
+    inference_precision_ = impl_->compiled.get_property(ov::hint::inference_precision).to_string();
+    if (inference_precision_ != precision)
+        warnings_.push_back("OpenVINO runs inference precision " + inference_precision_ + ", not the " + precision +
+                            " asked for: its CPU plugin has no " + precision + " kernels for this CPU");
+    metadata_ = options.metadata_path.empty() ? file_metadata : Metadata::from_sidecar_file(options.metadata_path);
+}
+
+OpenVinoBackend::~OpenVinoBackend() = default;
+
+std::map<std::string, Tensor> OpenVinoBackend::run(const std::map<std::string, Tensor>& feeds) {
+    check_feeds(feeds);
+    const auto ports = impl_->compiled.inputs();
+    std::vector<ov::Tensor> held;  // own the converted inputs until infer() returns
+    try {
+        for (std::size_t i = 0; i < inputs_.size(); ++i) {
+            const TensorInfo& info = inputs_[i];
+            const Tensor& t = feeds.at(info.name);
+            ov::Shape shape(t.shape.begin(), t.shape.end());
+            ov::Tensor value(ports[i].get_element_type(), shape);
+            encode_elements(t.data.data(), t.data.size(), info.type, value.data());
+            impl_->request.set_tensor(ports[i], value);
+            held.push_back(std::move(value));
+        }
+        impl_->request.infer();
+    } catch (const std::exception& e) {
+        throw BackendError("OpenVINO failed to run '" + path_ + "' (" + reason(e.what()) + ")");
+    }
+    std::map<std::string, Tensor> out;
+    const auto outs = impl_->compiled.outputs();
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+        ov::Tensor value = impl_->request.get_tensor(outs[i]);
+        ElementType type = from_openvino(value.get_element_type());
+        if (type == ElementType::Unsupported)
+            throw BackendError("output '" + outputs_[i].name + "' of '" + path_ + "' has an unsupported element type");
+        Tensor t;
+        for (auto d : value.get_shape()) t.shape.push_back(static_cast<std::int64_t>(d));
+        t.data.resize(value.get_size());
+        decode_elements(value.data(), t.data.size(), type, t.data.data());
+        out.emplace(outputs_[i].name, std::move(t));
+    }
+    return out;
+}
+
+}  // namespace vitdeploy
