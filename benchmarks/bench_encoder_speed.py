@@ -308,9 +308,8 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["kind"] == "cpp":
         return _cpp_worker(spec)
     if spec["kind"] == "gemm":
-        from vitdeploy.validation.floor import measure_bf16_gemm_peak, measure_gemm_peak
-
         from vitdeploy.cpu_features import cpu_features
+        from vitdeploy.validation.floor import measure_bf16_gemm_peak, measure_gemm_peak
 
         peak = measure_gemm_peak(spec["threads"])
         # Without BF16 units PyTorch emulates BF16 GEMMs (about 1 GFLOP/s on AVX2, minutes per probe): no BF16 floor

@@ -28,7 +28,7 @@ import numpy as np
 
 from vitdeploy.cpu_features import available_cores, cpu_features
 from vitdeploy.errors import InputError, VitdeployError
-from vitdeploy.metadata import read_onnx_metadata
+from vitdeploy.metadata import identity_differences, read_onnx_metadata
 from vitdeploy.precisions import Precision
 from vitdeploy.runtime.backends.deployment import (PROFILE_FORMAT, Deployment, machine_fingerprint, model_digest,
                                                    profile_path, runtime_versions)
@@ -283,8 +283,6 @@ def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | 
 
 def _require_same_model(model: Path, metadata: dict[str, Any], reference_path: Path, reference: Any) -> None:
     """InputError unless ``reference`` is an FP32 file of the model ``model`` holds, with its inputs and outputs."""
-    from vitdeploy.metadata import identity_differences
-
     ref_meta = reference.metadata
     if Precision.of(ref_meta) is not Precision.FP32:
         raise InputError(f"--reference '{reference_path.name}' is {Precision.of(ref_meta)}: give the FP32 file "
@@ -295,10 +293,13 @@ def _require_same_model(model: Path, metadata: dict[str, Any], reference_path: P
                          f"({'; '.join(differences)}): give the FP32 file '{model.name}' was made from")
     from vitdeploy.engine.onnx_facts import read_onnx_facts
 
+    def static(dims: Any) -> list[int]:  # a dynamic axis (a name, or -1/0) as -1 on both sides
+        return [d if isinstance(d, int) and d > 0 else -1 for d in dims]
+
     facts = read_onnx_facts(model)
-    ours = ([(t.name, t.to_dict()["shape"]) for t in facts.inputs], [t.name for t in facts.outputs])
-    theirs = ([(n, [d if isinstance(d, int) and d > 0 else -1 for d in reference.input_shapes()[n]])
-               for n in reference.input_names], list(reference.output_names))
+    ours = ([(t.name, static(t.dims)) for t in facts.inputs], [t.name for t in facts.outputs])
+    shapes = reference.input_shapes()
+    theirs = ([(n, static(shapes[n])) for n in reference.input_names], list(reference.output_names))
     if ours != theirs:
         raise InputError(f"--reference '{reference_path.name}' takes or gives other tensors than '{model.name}' "
                          f"({theirs} vs {ours}): give the FP32 file '{model.name}' was made from")

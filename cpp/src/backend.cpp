@@ -76,6 +76,8 @@ std::unique_ptr<Backend> open_model(const std::string& path, const BackendOption
                          "'vitdeploy build-engine' (TensorRT), or check the path");
     std::string ext = fs::path(path).extension().string();
     std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (!options.runtime.empty() && options.runtime != "onnxruntime" && options.runtime != "openvino")
+        throw InputError("unknown runtime '" + options.runtime + "': give onnxruntime or openvino");
     if (ext == ".onnx" && options.runtime == "openvino") {
 #ifdef VITDEPLOY_WITH_OPENVINO
         return std::make_unique<OpenVinoBackend>(path, options);
@@ -85,8 +87,6 @@ std::unique_ptr<Backend> open_model(const std::string& path, const BackendOption
                            "on ONNX Runtime");
 #endif
     }
-    if (!options.runtime.empty() && options.runtime != "onnxruntime" && options.runtime != "openvino")
-        throw InputError("unknown runtime '" + options.runtime + "': give onnxruntime or openvino");
     if (ext == ".onnx") {
 #ifdef VITDEPLOY_WITH_ONNXRUNTIME
         return std::make_unique<OnnxRuntimeBackend>(path, options);

@@ -61,6 +61,11 @@ std::string model_digest(const std::string& model_path) {
     return digest;
 }
 
+// Whether ``flag`` is among a fingerprint's comma-separated ``flags``.
+bool has_flag(const std::string& flags, const char* flag) {
+    return ("," + flags + ",").find(std::string(",") + flag + ",") != std::string::npos;
+}
+
 const Json* member(const Json& object, const char* key) { return object.is_object() ? object.find(key) : nullptr; }
 
 std::string string_member(const Json& object, const char* key) {
@@ -117,9 +122,9 @@ std::string deployment_profile_path(const std::string& model_path) {
 
 bool u8s8_saturates() {
 #if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
-    const std::string flags = "," + machine_fingerprint().flags + ",";
+    const std::string flags = machine_fingerprint().flags;
     for (const char* dot : {"avx512_vnni", "avx_vnni", "amx_int8"})
-        if (flags.find(std::string(",") + dot + ",") != std::string::npos) return false;
+        if (has_flag(flags, dot)) return false;
     return true;  // x86 without VNNI/AMX, or flags unknown: the safe side, as the Python runtime
 #else
     return false;
@@ -180,18 +185,6 @@ DeploymentProfile read_deployment_profile(const std::string& model_path, const s
         out.note = name + " ignored: " + problems.front();
         return out;
     }
-    if (out.runtime == "openvino" && u8s8_saturates()) {
-        std::string precision;
-        try {
-            precision = Metadata::from_onnx_file(model_path).get_string_or("precision", "");
-        } catch (const Error&) {
-        }
-        if (precision == "int8") {
-            out.note = name + " chose openvino for an INT8 file; on this CPU (no VNNI/AMX) that needs the 7-bit weight "
-                       "rewrite only the Python runtime does: the file runs as written on ONNX Runtime";
-            return out;
-        }
-    }
     const bool runs = out.runtime == "onnxruntime" || (out.runtime == "openvino" && !openvino_version.empty());
     if (!runs || (out.precision != "file" && out.precision != "bf16")) {
         out.note = name + " chose " + out.runtime + " " + out.precision + ", which this build of the C++ library does not run" +
@@ -211,7 +204,7 @@ CpuDefault cpu_default(const std::string& family, const std::string& file_precis
         const char* precision;
         std::set<std::string> families;
     };
-    // vitdeploy.runtime.backends.deployment.CPU_DEFAULTS, with the measurements that put each row there.
+    // The rows of vitdeploy.runtime.backends.deployment.CPU_DEFAULTS (each Python row cites the measurement behind it).
     static const Row rows[] = {
         {"amx_bf16", nullptr, "openvino", "bf16", {"sam_image_encoder", "timm_vit"}},
         {"avx2", "avx512f", "openvino", "file", {"sam_image_encoder"}},
@@ -219,10 +212,10 @@ CpuDefault cpu_default(const std::string& family, const std::string& file_precis
     CpuDefault out;
 #if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
     if (file_precision != "fp32") return out;
-    const std::string flags = "," + machine_fingerprint().flags + ",";
-    auto has = [&](const char* f) { return flags.find(std::string(",") + f + ",") != std::string::npos; };
+    const std::string flags = machine_fingerprint().flags;
     for (const Row& row : rows) {
-        if (!has(row.flag) || (row.without && has(row.without)) || !row.families.count(family)) continue;
+        if (!has_flag(flags, row.flag) || (row.without && has_flag(flags, row.without)) || !row.families.count(family))
+            continue;
         out.runtime = row.runtime;
         out.precision = row.precision;
         out.describe = std::string(row.flag) + (row.without ? std::string(" without ") + row.without : "") + ": " +
@@ -245,24 +238,25 @@ std::string apply_deployment_profile(const std::string& model_path, BackendOptio
     openvino_version = OpenVinoBackend::runtime_version();
 #endif
     DeploymentProfile profile = read_deployment_profile(model_path, ort_version, openvino_version);
+    Metadata metadata;
+    try {
+        metadata = Metadata::from_onnx_file(model_path);
+    } catch (const Error&) {
+        return profile.note;  // not an ONNX file: the backend says so when it opens it
+    }
+    const std::string precision = metadata.get_string_or("precision", "fp32");
+    if (profile.used && profile.runtime == "openvino" && precision == "int8" && u8s8_saturates())
+        return profile.note + "; but on this CPU (no VNNI/AMX) OpenVINO's INT8 needs the 7-bit weight rewrite only the "
+               "Python runtime does: the file runs as written on ONNX Runtime";
     if (profile.used) {
         options.runtime = profile.runtime;
         options.inference_precision = profile.precision == "bf16" ? "bf16" : "f32";
         if (options.threads == 0 && profile.threads > 0) options.threads = profile.threads;
         return profile.note;
     }
-    std::string family, precision, attention;
-    try {
-        Metadata metadata = Metadata::from_onnx_file(model_path);
-        family = metadata.get_string_or("family", "");
-        precision = metadata.get_string_or("precision", "fp32");
-        const Json* form = metadata.has("cpu_form") ? metadata.get("cpu_form").find("attention") : nullptr;
-        if (form && form->is_string()) attention = form->as_string();
-    } catch (const Error&) {
-        return profile.note;  // not an ONNX file: the backend says so when it opens it
-    }
-    if (attention == "fused-kernel") return profile.note;  // an ONNX Runtime custom op: ONNX Runtime, as in Python
-    const CpuDefault chosen = cpu_default(family, precision);
+    // a fused-kernel file holds an ONNX Runtime custom op: it stays on ONNX Runtime, as in Python
+    if (metadata.cpu_form_attention() == "fused-kernel") return profile.note;
+    const CpuDefault chosen = cpu_default(metadata.get_string_or("family", ""), precision);
     if (chosen.describe.empty()) return profile.note;
     std::string name = std::filesystem::path(model_path).filename().string();
     std::string note = profile.note.empty() ? "" : profile.note + "; ";

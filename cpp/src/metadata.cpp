@@ -211,6 +211,11 @@ std::string Metadata::get_string_or(std::string_view key, const std::string& fal
     return fallback;
 }
 
+std::string Metadata::cpu_form_attention() const {
+    const Json* form = has("cpu_form") ? get("cpu_form").find("attention") : nullptr;
+    return form && form->is_string() ? form->as_string() : std::string();
+}
+
 void Metadata::set(const std::string& key, Json value) {
     for (std::size_t i = 0; i < keys_.size(); ++i) {
         if (keys_[i] == key) {

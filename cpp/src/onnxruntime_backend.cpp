@@ -116,8 +116,7 @@ OnnxRuntimeBackend::OnnxRuntimeBackend(const std::string& path, const BackendOpt
     }
     const bool int8 = file_metadata.get_string_or("precision", "") == "int8";
     // A file 'vitdeploy optimize --fused-attention' wrote (vitdeploy.runtime.forms.cpu_form) holds vitdeploy's kernel op.
-    const Json* form = file_metadata.has("cpu_form") ? file_metadata.get("cpu_form").find("attention") : nullptr;
-    if (form && form->is_string() && form->as_string() == "fused-kernel" && options.ort_ops_library.empty())
+    if (file_metadata.cpu_form_attention() == "fused-kernel" && options.ort_ops_library.empty())
         throw InputError("'" + path + "' runs vitdeploy's fused attention kernel ('vitdeploy optimize --fused-attention'): "
                          "give its library with --ort-ops cpp/build/libvitdeploy_ort_ops.so (or VITDEPLOY_ORT_OPS), or "
                          "run the file 'vitdeploy optimize' writes without --fused-attention");

@@ -3,9 +3,9 @@
 
 #include <openvino/openvino.hpp>
 
-#include <algorithm>
 #include <filesystem>
 #include <set>
+#include <sstream>
 #include <utility>
 
 #include "vitdeploy/deployment.hpp"
@@ -30,32 +30,21 @@ ElementType from_openvino(const ov::element::Type& t) {
 // OpenVINO's messages are a stack of "Exception from src/...cpp:N:" lines around the one that says what failed
 // (vitdeploy.runtime.backends.openvino_runner._openvino_reason).
 std::string reason(const std::string& text) {
-    std::string line, best;
-    for (std::size_t start = 0; start <= text.size();) {
-        std::size_t end = text.find('\n', start);
-        line = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
         auto b = line.find_first_not_of(" \t[]");
-        if (b != std::string::npos && line.compare(b, 14, "Exception from") != 0) {
-            best = line.substr(b);
-            break;
-        }
-        if (end == std::string::npos) break;
-        start = end + 1;
+        if (b != std::string::npos && line.compare(b, 14, "Exception from") != 0) return line.substr(b, 300);
     }
-    return (best.empty() ? text : best).substr(0, 300);
+    return text.substr(0, 300);
 }
 
 // The output's ONNX name: OpenVINO gives a port every name its tensor had, and get_any_name may return an internal
 // one; the names the file's metadata declares win (as the Python runner's _port_name).
 std::string port_name(const ov::Output<const ov::Node>& port, const std::set<std::string>& declared) {
-    for (const auto& n : port.get_names())  // std::unordered_set: take the smallest declared name, as Python's sorted()
-        if (declared.count(n)) {
-            std::string best = n;
-            for (const auto& m : port.get_names())
-                if (declared.count(m) && m < best) best = m;
-            return best;
-        }
-    return port.get_any_name();
+    std::string best;  // the smallest declared name (get_names() is unordered), as Python's sorted()
+    for (const auto& n : port.get_names())
+        if (declared.count(n) && (best.empty() || n < best)) best = n;
+    return best.empty() ? port.get_any_name() : best;
 }
 
 TensorInfo describe(const ov::Output<const ov::Node>& port, std::string name) {
@@ -92,8 +81,7 @@ OpenVinoBackend::OpenVinoBackend(const std::string& path, const BackendOptions& 
     } catch (const InputError& e) {
         throw BackendError("OpenVINO cannot load '" + path + "' (" + e.what() + ")");
     }
-    const Json* form = file_metadata.has("cpu_form") ? file_metadata.get("cpu_form").find("attention") : nullptr;
-    if (form && form->is_string() && form->as_string() == "fused-kernel")
+    if (file_metadata.cpu_form_attention() == "fused-kernel")
         throw InputError("'" + path + "' runs vitdeploy's fused attention kernel, an ONNX Runtime custom op OpenVINO does "
                          "not have: run it on ONNX Runtime");
     if (file_metadata.get_string_or("precision", "") == "int8" && u8s8_saturates())
@@ -140,7 +128,6 @@ OpenVinoBackend::~OpenVinoBackend() = default;
 std::map<std::string, Tensor> OpenVinoBackend::run(const std::map<std::string, Tensor>& feeds) {
     check_feeds(feeds);
     const auto ports = impl_->compiled.inputs();
-    std::vector<ov::Tensor> held;  // own the converted inputs until infer() returns
     try {
         for (std::size_t i = 0; i < inputs_.size(); ++i) {
             const TensorInfo& info = inputs_[i];
@@ -148,8 +135,7 @@ std::map<std::string, Tensor> OpenVinoBackend::run(const std::map<std::string, T
             ov::Shape shape(t.shape.begin(), t.shape.end());
             ov::Tensor value(ports[i].get_element_type(), shape);
             encode_elements(t.data.data(), t.data.size(), info.type, value.data());
-            impl_->request.set_tensor(ports[i], value);
-            held.push_back(std::move(value));
+            impl_->request.set_tensor(ports[i], value);  // the request holds the tensor (shared ownership)
         }
         impl_->request.infer();
     } catch (const std::exception& e) {

@@ -515,6 +515,29 @@ def test_cpp_openvino_refuses_int8_files_where_u8s8_saturates(cpp_build: Path, t
     assert "INT8 file and this CPU has no VNNI/AMX" in done.stderr and "run it on ONNX Runtime" in done.stderr
 
 
+def test_sam_cli_runs_an_int8_file_on_onnx_runtime_where_its_profile_chose_openvino_but_u8s8_saturates(
+        cpp_build: Path, tiny_int8_encoder: Path, tiny_sam_artifacts, tmp_path: Path) -> None:  # noqa: F811
+    """A profile (written under the same CPU mask, so it fits) that chose OpenVINO for an INT8 file: where u8 x s8
+    saturates, sam_cli says why and runs the file on ONNX Runtime instead of failing."""
+    import shutil
+
+    _require_openvino_backend(cpp_build)
+    env = {**_env_without_ort_ops(), "VITDEPLOY_CPU_MASK": "avx512*,amx*,avx_vnni"}
+    encoder = Path(shutil.copy(tiny_int8_encoder, tmp_path / "encoder.onnx"))
+    write = ("import json, sys; from vitdeploy.runtime.backends import deployment as d; p = sys.argv[1]; "
+             "d.profile_path(p).write_text(json.dumps({'format': d.PROFILE_FORMAT, 'model_sha256': d.model_digest(p), "
+             "'machine': d.machine_fingerprint(), 'runtime_versions': d.runtime_versions(), 'chosen': {'runtime': "
+             "'openvino', 'precision': 'file', 'threads': 1, 'settings': {}}, 'candidates': []}))")
+    subprocess.run([sys.executable, "-c", write, str(encoder)], check=True, timeout=120, env=env)
+    Image.fromarray(sample_image(40, 60, seed=7)).save(tmp_path / "in.png")
+    done = subprocess.run([str(cpp_build / "sam_cli"), "--encoder", str(encoder), "--decoder", str(tiny_sam_artifacts.decoder),
+                           "--image", str(tmp_path / "in.png"), "--point", "20,10", "--out", str(tmp_path / "mask.png"),
+                           "--json"], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["encoder_backend"] == "onnxruntime-cpu"
+    assert "encoder.profile.json: openvino file, 1 thread(s); but on this CPU (no VNNI/AMX)" in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize("mask", ["", "avx512*,amx*,avx_vnni"])
 def test_cpp_backend_runs_int8_files_on_the_python_runners_kernels(cpp_build: Path, tiny_int8_encoder: Path,  # noqa: F811
                                                                    tmp_path: Path, monkeypatch, mask: str):

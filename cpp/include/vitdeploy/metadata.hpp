@@ -52,6 +52,9 @@ public:
     std::vector<std::int64_t> get_ints(std::string_view key) const;
     /// get_string(key) if present and a string, else ``fallback``.
     std::string get_string_or(std::string_view key, const std::string& fallback) const;
+    /// The attention form a file 'vitdeploy optimize' wrote records (cpu_form.attention: "fused-kernel", "unfolded";
+    /// vitdeploy.runtime.forms.cpu_form), empty for any other file.
+    std::string cpu_form_attention() const;
 
     void set(const std::string& key, Json value);
 

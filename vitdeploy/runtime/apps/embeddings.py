@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
+from vitdeploy.metadata import identity_differences
 from vitdeploy.precisions import Precision
 
 FORMAT = "vitdeploy-sam-embedding-1"
@@ -88,10 +89,9 @@ def load_embedding(path: str | os.PathLike, *, image_path: str | os.PathLike,
         raise InputError(f"'{path.name}' was computed for another image ('{info.get('image_file')}'), not "
                          f"'{Path(image_path).name}': give that image, or encode this one (--save-embedding)")
     saved, given = info.get("encoder", {}), _encoder_identity(encoder_metadata, None)
-    different = [key for key in ("variant", "input_size", "checkpoint_sha256", "random_seed")
-                 if saved.get(key) != given.get(key)]
+    different = identity_differences(saved, given, ("variant", "input_size", "checkpoint_sha256", "random_seed"))
     if different:
-        shown = ", ".join(f"{k} {saved.get(k)!r} vs {given.get(k)!r}" for k in different)
+        shown = ", ".join(different)
         raise InputError(f"'{path.name}' was computed by another encoder ('{saved.get('encoder_file')}': {shown}): "
                          "give the encoder it was made with, or encode the image again")
     return embedding, (int(info["original_size"][0]), int(info["original_size"][1]))

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
+from vitdeploy.metadata import identity_differences
 from vitdeploy.runtime.apps.sam_predictor import as_runner
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.processing.preprocess import check_rgb_uint8
@@ -42,10 +43,9 @@ def check_sam2_pair(encoder: dict[str, Any], decoder: dict[str, Any]) -> None:
         hint = " (a SAM 1 file: use vitdeploy.runtime.SamPredictor)" if decoder.get("family") == "sam_mask_decoder" else ""
         raise InputError(f"the decoder is a '{decoder.get('family')}' model, not a SAM 2 mask decoder{hint}: export one "
                          "with 'vitdeploy export -r sam2.1_hiera_tiny_decoder'")
-    different = [key for key in ("variant", "input_size", "random_seed", "checkpoint_sha256")
-                 if encoder.get(key) != decoder.get(key)]
+    different = identity_differences(encoder, decoder, ("variant", "input_size", "random_seed", "checkpoint_sha256"))
     if different:
-        shown = ", ".join(f"{k} {encoder.get(k)!r} vs {decoder.get(k)!r}" for k in different)
+        shown = ", ".join(different)
         raise InputError(f"the encoder and decoder come from two different SAM 2 models ({shown}): export both from "
                          "the same checkpoint (or seed) and recipe size")
 

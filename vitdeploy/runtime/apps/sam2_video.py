@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
+from vitdeploy.metadata import identity_differences
 from vitdeploy.runtime.apps.sam2_memory_bank import TrackerSettings, select_memory
 from vitdeploy.runtime.apps.sam2_predictor import MaskChoice
 from vitdeploy.runtime.apps.sam_predictor import as_runner
@@ -84,9 +85,9 @@ def check_video_files(metadata: dict[str, dict[str, Any]]) -> None:
     encoder = metadata["image_encoder"]
     for role, _, _ in VIDEO_FILES[1:]:
         other = metadata[role]
-        different = [k for k in ("variant", "random_seed", "checkpoint_sha256") if encoder.get(k) != other.get(k)]
+        different = identity_differences(encoder, other, ("variant", "random_seed", "checkpoint_sha256"))
         if different:
-            shown = ", ".join(f"{k} {encoder.get(k)!r} vs {other.get(k)!r}" for k in different)
+            shown = ", ".join(different)
             raise InputError(f"the image encoder and the {role.replace('_', ' ')} come from two different SAM 2 models "
                              f"({shown}): export all four files from the same checkpoint (or seed) and model size")
     sizes = {role: metadata[role].get("input_size") for role, _, _ in VIDEO_FILES}

@@ -75,7 +75,7 @@ def load_recorded_inputs(path: str | os.PathLike) -> tuple[list[dict[str, np.nda
     try:
         meta = json.loads(bytes(arrays.pop(META_KEY)).decode()) if META_KEY in arrays else {}
     except (UnicodeDecodeError, json.JSONDecodeError):
-        raise InputError(f"'{path}' has a damaged {META_KEY} entry: it is not a recorded-inputs file; record it again") from None
+        meta = None
     if not isinstance(meta, dict):
         raise InputError(f"'{path}' has a damaged {META_KEY} entry: it is not a recorded-inputs file; record it again")
     samples: dict[int, dict[str, np.ndarray]] = {}
