@@ -50,8 +50,10 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             body = self.rfile.read(length) if length else b""
             response = handle_request(self.service, method, self.path, body, self.headers.get("Content-Type", ""))
-        self._send(response)
+        # Logged before the answer is sent: a client that has its answer knows the line is written (a Ctrl-C right
+        # after it cannot lose the line with the handler's daemon thread); the time is the handling, not the write.
         LOG.info("%s %s %d %.1f ms", method, self.path, response.status, (time.perf_counter() - start) * 1e3)
+        self._send(response)
 
     def _send(self, response: Response) -> None:
         self.send_response(response.status)
