@@ -162,7 +162,7 @@ def naive_fp16(model_path: Path, args) -> dict:
     from vitdeploy.precision.calibrate import _calibration_feeds, image_input, load_fp32_onnx
     from vitdeploy.precision.calibration_data import load_calibration_set
     from vitdeploy.precision.evaluation import compare_outputs, ort_session, run_all, run_faithful
-    from vitdeploy.precision.fp16 import default_blocked_nodes, rewrite_to_fp16
+    from vitdeploy.precision.half_precision import default_blocked_nodes, rewrite_to_half
     from vitdeploy.precision.report import read_metadata
 
     model = load_fp32_onnx(model_path)
@@ -172,7 +172,7 @@ def naive_fp16(model_path: Path, args) -> dict:
     _, held = cal_set.split(args.holdout)
     feeds = _calibration_feeds(held, shape[0])
     reference = run_all(ort_session(model, args.threads), feeds)
-    naive = rewrite_to_fp16(model, list(default_blocked_nodes(model)))
+    naive = rewrite_to_half(model, list(default_blocked_nodes(model)))
     outputs = run_faithful(naive, feeds, args.threads)
     parity = compare_outputs(reference, outputs, "fp16")
     nonfinite = int(sum(int((~np.isfinite(v)).sum()) for out in outputs for v in out.values()))

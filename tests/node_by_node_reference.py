@@ -181,7 +181,7 @@ class NodeByNodeRunner:
                     half_feeds = {n: (v.astype(np.float16) if v.dtype == np.float32 else v) for n, v in act_in.items()}
                 half_outs = half_session.run(out_names, half_feeds)
                 drift = max((_rel_l2(r, h) for r, h in zip(outs, half_outs) if r.dtype == np.float32), default=0.0)
-                st.fp16_drift = drift if st.fp16_drift is None else max(st.fp16_drift, drift)
+                st.drift = drift if st.drift is None else max(st.drift, drift)
 
 
 def collect_node_stats(

@@ -103,6 +103,29 @@ def test_an_int8_file_is_judged_against_the_fp32_file_it_was_made_from(pair: tup
         assert not (tmp_path / "no.json").exists()
 
 
+def test_a_bf16_file_is_tuned_on_openvino_against_the_fp32_file(pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """``tune BF16 -r FP32``: ONNX Runtime's CPU has no BF16 kernels, so OpenVINO is the only candidate, gated by the
+    ``bf16`` budget (embeddings and masks) against FP32; without the reference, one line says what to pass."""
+    encoder, decoder = pair
+    bf16 = tmp_path / "encoder.bf16.onnx"
+    made = CliRunner().invoke(cli, ["calibrate", str(encoder), "-p", "bf16", "-o", str(bf16), "--no-eager",
+                                    "--min-images", "2", "--max-images", "5", "--holdout", "1"])
+    assert made.exit_code == 0, made.output
+    result = CliRunner().invoke(cli, ["tune", str(bf16), "-r", str(encoder), "-d", str(decoder), "--max-images", "2",
+                                      "--runs", "1", "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    profile = json.loads(profile_path(bf16).read_text())
+    assert {c["deployment"]["runtime"] for c in profile["candidates"]} == {"openvino"}
+    tolerance = TOLERANCES["bf16"]
+    for c in profile["candidates"]:
+        assert c["budget"] == "bf16" and c["cosine_min"] < 0.999999  # BF16 weights against FP32
+        within = c["cosine_min"] >= tolerance.cosine_min and c["rel_l2_max"] <= tolerance.rel_l2_max
+        assert c["passed"] == (within and not c["reason"]), c
+    alone = CliRunner().invoke(cli, ["tune", str(bf16), "-o", str(tmp_path / "alone.json")])
+    assert alone.exit_code == 1 and "pass --reference with the FP32 file" in alone.output, alone.output
+    assert not (tmp_path / "alone.json").exists()
+
+
 def test_tune_without_a_passing_candidate_writes_nothing(pair: tuple[Path, Path], monkeypatch) -> None:
     encoder, _ = pair
     monkeypatch.setitem(TOLERANCES, "fp32", TOLERANCES["fp32"].__class__("fp32", 1.1, 0.0, 0.0))  # nothing can pass

@@ -27,12 +27,14 @@ def _onnx_precision(model: Any) -> dict[str, Any]:
     for init in model.graph.initializer:
         name = onnx.TensorProto.DataType.Name(init.data_type).lower()
         weights[name] = weights.get(name, 0) + 1
-    casts = {"to_fp16": 0, "to_fp32": 0}
+    casts = {"to_fp16": 0, "to_bf16": 0, "to_fp32": 0}
     quantize = dequantize = 0
     for node in model.graph.node:
         to = cast_to(node)
         if to == onnx.TensorProto.FLOAT16:
             casts["to_fp16"] += 1
+        elif to == onnx.TensorProto.BFLOAT16:
+            casts["to_bf16"] += 1
         elif to == onnx.TensorProto.FLOAT:
             casts["to_fp32"] += 1
         quantize += node.op_type == "QuantizeLinear"
@@ -193,8 +195,10 @@ def describe(info: dict[str, Any]) -> list[str]:
             lines.append("  model: no vitdeploy metadata (not written by vitdeploy)")
         detail = info["precision_detail"]
         words = [f"initializers {', '.join(f'{k} {v}' for k, v in detail['initializers_by_type'].items())}"]
-        if detail["casts"]["to_fp16"] or detail["casts"]["to_fp32"]:
-            words.append(f"Cast to FP16 {detail['casts']['to_fp16']}, to FP32 {detail['casts']['to_fp32']}")
+        casts = detail["casts"]
+        if any(casts.values()):
+            low = "BF16" if casts["to_bf16"] else "FP16"
+            words.append(f"Cast to {low} {casts['to_' + low.lower()]}, to FP32 {casts['to_fp32']}")
         if detail["quantize_linear"] or detail["dequantize_linear"]:
             words.append(f"QuantizeLinear {detail['quantize_linear']}, DequantizeLinear {detail['dequantize_linear']}")
         if "nodes_kept_in_higher_precision" in detail:

@@ -3,8 +3,9 @@ and write the fastest one that passed as the model's deployment profile.
 
 The candidates (:func:`candidates`) are runtime x precision policy x ONNX Runtime attention form x threads, limited to
 what is installed and what this CPU runs: OpenVINO's BF16 policy only on CPUs with AVX512-BF16 or AMX, ONNX Runtime's
-attention forms only for files whose target folds attention. The reference is the file as written on ONNX Runtime
-(FP32 for an FP32 file: what ``vitdeploy validate`` proves against the official model). Each candidate is judged
+attention forms only for files whose target folds attention, and no ONNX Runtime candidate for a BF16 file (its CPU
+has no BF16 kernels). The reference is the file as written on ONNX Runtime (FP32 for an FP32 file: what ``vitdeploy
+validate`` proves against the official model), or the FP32 file given as ``reference`` (required for a BF16 file). Each candidate is judged
 by the budget of the precision it runs at (:data:`~vitdeploy.validation.parity.TOLERANCES`: the file's own, or
 ``bf16`` for BF16 inference of an FP32 file) on every output, and, for a SAM encoder given its decoder, by the mask
 budget (:data:`~vitdeploy.validation.masks.MASK_TOLERANCES`) on the masks of seeded clicks through that decoder,
@@ -107,6 +108,11 @@ def candidates(metadata: dict[str, Any], options: TuneOptions, installed: Sequen
         raise InputError(f"runtime {', '.join(missing)} is not installed here: {RUNTIMES[missing[0]].install}"
                          if missing[0] in RUNTIMES else f"unknown runtime {missing[0]}")
     fp32 = Precision.of(metadata) is Precision.FP32
+    if Precision.of(metadata) is Precision.BF16:  # ONNX Runtime's CPU has no BF16 kernels
+        wanted = tuple(r for r in wanted if r != "onnxruntime")
+        if not wanted:
+            raise InputError("a BF16 file has no candidate on ONNX Runtime's CPU (no BF16 kernels): tune it on "
+                             "--runtime openvino")
     target = target_of(metadata)
     forms: list[tuple[tuple[str, Any], ...]] = [()]
     if target is not None and target.folded_attention:
@@ -218,6 +224,9 @@ def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | 
                          "(a TensorRT engine's math was fixed when it was built)")
     output = Path(output) if output else profile_path(model)
     metadata = read_onnx_metadata(model)
+    if Precision.of(metadata) is Precision.BF16 and not options.reference:
+        raise InputError(f"'{model.name}' is BF16, which ONNX Runtime's CPU cannot run as the reference: pass "
+                         "--reference with the FP32 file it was made from")
     reference_path = Path(options.reference) if options.reference else model
     reference = open_runner(reference_path, threads=available_cores(), runtime=DEFAULT_RUNTIME)
     if options.reference:

@@ -210,6 +210,12 @@ CpuDefault cpu_default(const std::string& family, const std::string& file_precis
         {"avx2", "avx512f", "openvino", "file", {"sam_image_encoder"}},
     };
     CpuDefault out;
+    if (file_precision == "bf16") {  // ONNX Runtime's CPU has no BF16 kernels, on any CPU (as the Python default)
+        out.runtime = "openvino";
+        out.precision = "file";
+        out.describe = "a BF16 file: ONNX Runtime's CPU has no BF16 kernels";
+        return out;
+    }
 #if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
     if (file_precision != "fp32") return out;
     const std::string flags = machine_fingerprint().flags;
@@ -264,7 +270,10 @@ std::string apply_deployment_profile(const std::string& model_path, BackendOptio
         return note + name + " runs as written on onnxruntime: this CPU's default (" + chosen.describe +
                ") needs OpenVINO, which this build lacks (pip install openvino, rebuild)";
     options.runtime = chosen.runtime;
-    options.inference_precision = chosen.precision == "bf16" ? "bf16" : "f32";
+    // A BF16 file's own math: BF16 where the CPU has BF16 units, else f32 on its BF16 weights (the Python runner's rule).
+    const bool bf16_file_here = precision == "bf16" && (has_flag(machine_fingerprint().flags, "amx_bf16") ||
+                                                        has_flag(machine_fingerprint().flags, "avx512_bf16"));
+    options.inference_precision = chosen.precision == "bf16" || bf16_file_here ? "bf16" : "f32";
     return note + name + " runs as " + chosen.runtime + " " + chosen.precision + ": this CPU's default (" + chosen.describe + ")";
 }
 

@@ -43,12 +43,12 @@ def test_a_decoder_shows_its_symbolic_axis(tiny_sam_artifacts: TinySamArtifacts)
 
 
 def test_an_fp16_file_shows_its_islands(tmp_path, tiny_sam_artifacts: TinySamArtifacts) -> None:
-    from vitdeploy.precision.fp16 import rewrite_to_fp16
+    from vitdeploy.precision.half_precision import rewrite_to_half
     from vitdeploy.precision.report import precision_metadata, read_metadata, stamp_metadata
 
     model = onnx.load(str(tiny_sam_artifacts.encoder))
     keep = [n.name for n in model.graph.node if n.op_type == "LayerNormalization"]
-    converted = rewrite_to_fp16(model, keep)
+    converted = rewrite_to_half(model, keep)
     stamp_metadata(converted, precision_metadata(read_metadata(model), precision="fp16", method="test", image_count=3,
                                                  kept={k: "test" for k in keep}, tool="t", calibration_source="x"))
     path = tmp_path / "m.fp16.onnx"

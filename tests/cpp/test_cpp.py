@@ -316,6 +316,20 @@ def test_sam_cli_reads_the_deployment_profile_as_python_does(cpp_build: Path, ti
         other.stderr
 
 
+def _assert_python_openvino_predictor_agrees(encoder: Path, decoder: Path, picture: np.ndarray, summary: dict,
+                                             mask_png: Path) -> None:
+    """Python's SamPredictor, choosing for itself, runs ``encoder`` on OpenVINO too, and gives the scores and the mask
+    sam_cli gave for the click at (20, 10)."""
+    predictor = SamPredictor(encoder, decoder)
+    assert predictor.encoder.backend == "openvino"  # the same choice, made in Python
+    predictor.set_image(picture)
+    masks, scores, _ = predictor.predict(np.array([[20.0, 10.0]]), np.array([1]))
+    best = int(np.argmax(scores))
+    np.testing.assert_allclose(summary["scores"], scores, atol=CPP_TOLERANCES["scores_max_abs"], rtol=0)
+    written = np.asarray(Image.open(mask_png)) > 0
+    assert summary["mask_index"] == best and int((written != masks[best]).sum()) == 0
+
+
 def test_sam_cli_follows_a_profile_that_chose_openvino(cpp_build: Path, tiny_sam_artifacts, tmp_path: Path):  # noqa: F811
     """``tune --runtime openvino`` -> sam_cli runs the encoder on the C++ OpenVINO backend, with the profile's threads,
     and writes the mask the Python SamPredictor gives following the same profile."""
@@ -337,14 +351,7 @@ def test_sam_cli_follows_a_profile_that_chose_openvino(cpp_build: Path, tiny_sam
     assert f"note: encoder.profile.json: openvino {chosen['precision']}, 1 thread(s)" in done.stderr, done.stderr
     summary = json.loads(done.stdout)
     assert summary["encoder_backend"] == "openvino-cpu" and summary["decoder_backend"] == "onnxruntime-cpu"
-    predictor = SamPredictor(encoder, tiny_sam_artifacts.decoder)
-    assert predictor.encoder.backend == "openvino"  # the same profile, followed in Python
-    predictor.set_image(picture)
-    masks, scores, _ = predictor.predict(np.array([[20.0, 10.0]]), np.array([1]))
-    best = int(np.argmax(scores))
-    np.testing.assert_allclose(summary["scores"], scores, atol=CPP_TOLERANCES["scores_max_abs"], rtol=0)
-    written = np.asarray(Image.open(tmp_path / "mask.png")) > 0
-    assert summary["mask_index"] == best and int((written != masks[best]).sum()) == 0
+    _assert_python_openvino_predictor_agrees(encoder, tiny_sam_artifacts.decoder, picture, summary, tmp_path / "mask.png")
 
 
 def machine_flags() -> set[str]:
@@ -536,6 +543,41 @@ def test_sam_cli_runs_an_int8_file_on_onnx_runtime_where_its_profile_chose_openv
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["encoder_backend"] == "onnxruntime-cpu"
     assert "encoder.profile.json: openvino file, 1 thread(s); but on this CPU (no VNNI/AMX)" in done.stderr, done.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_bf16_encoder(tiny_sam_artifacts, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+    """The tiny SAM encoder calibrated to BF16 (FP32 islands) on the bundled images."""
+    from click.testing import CliRunner
+
+    from vitdeploy.cli import cli
+
+    out = tmp_path_factory.mktemp("bf16") / "encoder.onnx"
+    done = CliRunner().invoke(cli, ["calibrate", str(tiny_sam_artifacts.encoder), "-p", "bf16", "-o", str(out),
+                                    "--no-eager", "--min-images", "2", "--max-images", "5", "--holdout", "1"])
+    assert done.exit_code == 0, done.output
+    return out
+
+
+def test_sam_cli_runs_a_bf16_encoder_on_openvino_with_the_python_predictors_mask(
+        cpp_build: Path, tiny_bf16_encoder: Path, tiny_sam_artifacts, tmp_path: Path) -> None:  # noqa: F811
+    """A BF16 file (ONNX Runtime's CPU has no BF16 kernels): sam_cli's default runs it on OpenVINO, as Python's
+    ``--runtime auto`` does, with the same mask; asked for ONNX Runtime, the backend refuses it in one line."""
+    _require_openvino_backend(cpp_build)
+    picture = sample_image(40, 60, seed=8)
+    Image.fromarray(picture).save(tmp_path / "in.png")
+    done = _run_cli(cpp_build, "--encoder", str(tiny_bf16_encoder), "--decoder", str(tiny_sam_artifacts.decoder), "--image",
+                    str(tmp_path / "in.png"), "--point", "20,10", "--out", str(tmp_path / "mask.png"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert "encoder.onnx runs as openvino file: this CPU's default (a BF16 file" in done.stderr, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["encoder_backend"] == "openvino-cpu"
+    _assert_python_openvino_predictor_agrees(tiny_bf16_encoder, tiny_sam_artifacts.decoder, picture, summary,
+                                             tmp_path / "mask.png")
+    refused = subprocess.run([str(cpp_build / "model_bench"), "--model", str(tiny_bf16_encoder), "--runtime", "onnxruntime",
+                              "--runs", "1"], capture_output=True, text=True, timeout=120, env=_env_without_ort_ops())
+    assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert "is a BF16 graph and ONNX Runtime's CPU has no BF16 kernels" in refused.stderr
 
 
 @pytest.mark.parametrize("mask", ["", "avx512*,amx*,avx_vnni"])

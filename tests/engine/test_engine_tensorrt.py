@@ -109,6 +109,24 @@ def test_fp16_onnx_builds_a_strongly_typed_fp16_engine(models: dict[str, Path]) 
     assert parity, parity.summary()
 
 
+def test_bf16_onnx_from_calibrate_builds_a_bf16_engine_within_the_bf16_budget(models: dict[str, Path]) -> None:
+    """``calibrate -p bf16`` -> a strongly typed BF16 engine (compute capability 8.0+) whose embeddings meet the
+    'bf16' budget against the eager official model, as the CPU emulation measured when the file was written."""
+    bf16_path = models["root"] / "static_bf16.onnx"
+    code, output = run("calibrate", str(models["static"]), "-p", "bf16", "-o", str(bf16_path), "--no-eager",
+                       "--max-images", "10")
+    assert code == 0, output
+    plan = models["root"] / "static_bf16.plan"
+    result = build_engine(bf16_path, plan)
+    assert result.sidecar["precision"] == "bf16"
+    runner = TensorRTRunner(plan)
+    for seed in (4, 5):
+        x = _image(seed=seed)
+        parity = compare(_eager(models["static"], x), runner.run({"image": x})["image_embeddings"], "bf16", label=f"bf16 {seed}")
+        assert parity, parity.summary()
+    runner.close()
+
+
 def test_legacy_fp16_follows_the_installed_tensorrt(models: dict[str, Path]) -> None:
     plan = models["root"] / "legacy.plan"
     if not LIB.weak_typing:

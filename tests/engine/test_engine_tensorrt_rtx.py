@@ -64,7 +64,7 @@ def onnx_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         code, output = run("export", *args, "--random-weights", "--seed", "5", "-o", str(files[name]))
         assert code == 0, output
     files["timm_hiera"] = export_tiny_hiera(root, "hiera")
-    for precision in ("fp16", "int8"):
+    for precision in ("fp16", "bf16", "int8"):
         files[f"sam_encoder_trt_{precision}"] = root / f"sam_encoder_trt_{precision}.onnx"
         code, output = run("calibrate", str(files["sam_encoder_trt"]), "-p", precision, "--no-eager",
                            "-o", str(files[f"sam_encoder_trt_{precision}"]))
@@ -77,6 +77,7 @@ CASES = {
     "sam_encoder": ("sam_image_encoder", "fp32", {"fp32"}, {"fp16", "int8"}),
     "sam_encoder_trt": ("sam_image_encoder", "fp32", {"fp32"}, {"fp16", "int8"}),
     "sam_encoder_trt_fp16": ("sam_image_encoder", "fp16", {"fp16"}, {"int8"}),
+    "sam_encoder_trt_bf16": ("sam_image_encoder", "bf16", {"bf16"}, {"fp16", "int8"}),
     "sam_encoder_trt_int8": ("sam_image_encoder", "int8", {"int8", "fp32"}, {"fp16"}),
     "sam_decoder": ("sam_mask_decoder", "fp32", {"fp32"}, {"fp16", "int8"}),
     "timm_vit": ("timm_vit", "fp32", {"fp32"}, {"fp16", "int8"}),
@@ -128,6 +129,17 @@ def test_decoder_prompt_profile_is_built_and_recorded(onnx_files: dict[str, Path
     (profile,) = result.sidecar["profiles"]
     assert profile["point_coords"]["min"][1] == 1 and profile["point_coords"]["max"][1] >= profile["point_coords"]["opt"][1] > 1
     assert set(profile) == {"point_coords", "point_labels"}
+
+
+def test_bf16_calibrated_gemms_run_in_bf16_and_the_fp32_islands_stay_fp32(onnx_files: dict[str, Path]) -> None:
+    """What TensorRT-RTX 1.7.1.116 made of ``calibrate -p bf16``'s graph (its layer list): every GEMM reads and writes
+    BF16, and the nodes the pass kept in FP32 (the MatMul LayerNorm2d of the neck) are built with FP32 tensors."""
+    result = build_engine(onnx_files["sam_encoder_trt_bf16"], onnx_files["root"] / "b16.plan", BuildOptions(builder=RTX))
+    layers = result.sidecar["layers"]["list"]
+    gemms = [layer for layer in layers if layer["type"] == "gemm"]
+    assert gemms and all(layer["inputs"] == ["BFloat16"] and layer["outputs"] == ["BFloat16"] for layer in gemms), gemms[:2]
+    neck = [layer for layer in layers if any("node_sqrt" in n for n in layer["onnx_nodes"])]
+    assert neck and all("Float" in layer["inputs"] + layer["outputs"] for layer in neck), neck
 
 
 def test_bf16_graph_builds_a_bf16_engine(tmp_path: Path) -> None:

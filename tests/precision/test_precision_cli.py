@@ -89,7 +89,7 @@ def test_bad_inputs(tiny_exports, calib_cache, fp16_file, tmp_path):
     _assert_user_error(_run(["calibrate", str(tmp_path / "missing.onnx"), "-p", "fp16", "-o", str(out)]), "not found")
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".never")]
-    usage = _run(["calibrate", model, "-p", "bf16", "-o", str(out)])
+    usage = _run(["calibrate", model, "-p", "fp8", "-o", str(out)])
     assert usage.exit_code == 2
 
 

@@ -9,7 +9,7 @@ import pytest
 from precision_fixtures import calib_cache, calibration_feeds, cosine, tiny_exports  # noqa: F401  (fixtures)
 from vitdeploy.precision.checks import graph_problems
 from vitdeploy.precision.evaluation import ort_session, run_all, run_faithful
-from vitdeploy.precision.fp16 import Fp16Config, convert_fp16
+from vitdeploy.precision.half_precision import HalfConfig, convert_half
 from vitdeploy.precision.islands import structural_fp32_nodes
 from vitdeploy.validation.parity import TOLERANCES
 
@@ -31,7 +31,7 @@ def test_naive_conversion_overflows_and_ours_does_not(tiny_exports, calib_cache)
     naive_out = run_faithful(naive, held)
     assert any(not np.isfinite(o["image_embeddings"]).all() for o in naive_out), "the test model must overflow naive FP16"
 
-    result = convert_fp16(model, cal, held)
+    result = convert_half(model, cal, held)
     ours = run_faithful(result.model, held)
     for ref, out in zip(reference, ours):
         assert np.isfinite(out["image_embeddings"]).all()
@@ -47,7 +47,7 @@ def test_naive_conversion_overflows_and_ours_does_not(tiny_exports, calib_cache)
 def test_ordinary_tiny_models_meet_fp16_tolerance(tiny_exports, calib_cache, which):
     model = onnx.load(str(tiny_exports[which]))
     cal, held = calibration_feeds(tiny_exports[which], calib_cache)
-    result = convert_fp16(model, cal, held)
+    result = convert_half(model, cal, held)
     print(f"{which}: fp16 worst cosine {result.cosine:.8f}, {len(result.kept)} of {result.node_count} nodes FP32")
     assert result.cosine >= FP16_COSINE
     assert all(p.nan_count == p.inf_count == 0 for p in result.parity)
@@ -75,7 +75,7 @@ def test_matmul_layernorm2d_is_kept_fp32(tiny_exports, calib_cache):
 def test_drift_rule_keeps_nodes_when_the_threshold_is_tight(tiny_exports, calib_cache):
     model = onnx.load(str(tiny_exports["matmul"]))
     cal, held = calibration_feeds(tiny_exports["matmul"], calib_cache)
-    result = convert_fp16(model, cal[:3], held, Fp16Config(drift_max=1e-5))
+    result = convert_half(model, cal[:3], held, HalfConfig(drift_max=1e-5))
     assert any(r.startswith("FP16 drift") for r in result.kept.values())
 
 
@@ -85,7 +85,7 @@ def test_kept_nodes_keep_their_weights_in_fp32():
     stress model cosine 0.99975 whatever was kept. Here: bit-identical weights, output error at FP16 storage level."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from vitdeploy.precision.fp16 import rewrite_to_fp16
+    from vitdeploy.precision.half_precision import rewrite_to_half
 
     rng = np.random.default_rng(0)
     weight = (rng.standard_normal((64, 32)) * 4e-7).astype(np.float32)
@@ -101,7 +101,7 @@ def test_kept_nodes_keep_their_weights_in_fp32():
     # torch.onnx.export (dynamo) writes value_info for weights too; that is what misled the converter
     model.graph.value_info.extend([helper.make_tensor_value_info("w", TensorProto.FLOAT, [64, 32]),
                                    helper.make_tensor_value_info("s", TensorProto.FLOAT, [32])])
-    converted = rewrite_to_fp16(model, ["small_weights"])
+    converted = rewrite_to_half(model, ["small_weights"])
     inits = {t.name: t for t in converted.graph.initializer}
     assert inits["w"].data_type == TensorProto.FLOAT and np.array_equal(numpy_helper.to_array(inits["w"]), weight)
     assert inits["s"].data_type == TensorProto.FLOAT16  # weights of FP16 nodes are FP16
@@ -110,6 +110,6 @@ def test_kept_nodes_keep_their_weights_in_fp32():
     got = run_faithful(converted, [{"x": x}])[0]["y"]
     rel = float(np.linalg.norm(got - expected) / np.linalg.norm(expected))
     assert rel < 2e-3, rel  # FP16 storage of x, y0 and y: a few 1e-4; FP16 weights: ~3e-2
-    naive = rewrite_to_fp16(model, [])
+    naive = rewrite_to_half(model, [])
     naive_rel = float(np.linalg.norm(run_faithful(naive, [{"x": x}])[0]["y"] - expected) / np.linalg.norm(expected))
     assert naive_rel > 10 * rel, (naive_rel, rel)  # the weights' rounding is what the island avoids

@@ -15,7 +15,8 @@ import pytest
 from node_by_node_reference import NodeByNodeRunner, collect_node_stats as reference_stats
 from precision_fixtures import calib_cache, calibration_feeds, tiny_exports  # noqa: F401  (fixtures)
 from vitdeploy.precision.activation_stats import collect_node_stats
-from vitdeploy.precision.fp16 import Fp16Config, measured_fp32_nodes, rewrite_to_fp16
+from vitdeploy.precision.half_precision import HalfConfig, measured_fp32_nodes, rewrite_to_half
+from vitdeploy.precision.half_formats import FP16
 from vitdeploy.precision.evaluation import run_faithful
 from vitdeploy.precision.segments import SegmentRunner, ensure_node_names
 
@@ -43,7 +44,7 @@ def test_partition_covers_every_node_once_within_budget(tiny_exports, budget: st
     assert covered == list(range(len(runner.model.graph.node)))
     assert all(seg.bytes <= BUDGETS[budget] or len(seg.nodes) == 1 for seg in runner.segments)
     assert (len(runner.segments) > 5) == (budget == "many segments")
-    assert len(SegmentRunner(_named(tiny_exports["matmul"]), ranges="all", fp16_drift=True).segments) == 1  # nothing exposed
+    assert len(SegmentRunner(_named(tiny_exports["matmul"]), ranges="all", drift=FP16).segments) == 1  # nothing exposed
 
 
 def test_exposed_tensors_and_in_graph_ranges_agree(tiny_exports, calib_cache) -> None:
@@ -76,15 +77,15 @@ def test_stats_and_islands_equal_the_node_by_node_oracle(tiny_exports, calib_cac
         for field in ("max_abs_in", "max_abs_out", "init_max_abs"):
             assert np.isclose(getattr(got, field), getattr(ref, field), rtol=STATS_RTOL), (name, field, got, ref)
         assert (got.nonfinite_out > 0) == (ref.nonfinite_out > 0), name
-        if ref.fp16_drift is None:
-            if got.fp16_drift is not None:
-                measured_only_here.append(f"{ref.op_type} {got.fp16_drift:.2g}")
-        elif np.isfinite(ref.fp16_drift):
-            assert np.isclose(got.fp16_drift, ref.fp16_drift, rtol=DRIFT_RTOL, atol=1e-6), (name, got.fp16_drift, ref.fp16_drift)
+        if ref.drift is None:
+            if got.drift is not None:
+                measured_only_here.append(f"{ref.op_type} {got.drift:.2g}")
+        elif np.isfinite(ref.drift):
+            assert np.isclose(got.drift, ref.drift, rtol=DRIFT_RTOL, atol=1e-6), (name, got.drift, ref.drift)
         else:
-            assert not np.isfinite(got.fp16_drift), name
+            assert not np.isfinite(got.drift), name
     print(f"{model}: nodes the oracle could not build in FP16, measured here: {measured_only_here}")
-    assert measured_fp32_nodes(new, Fp16Config()) == measured_fp32_nodes(old, Fp16Config())
+    assert measured_fp32_nodes(new, HalfConfig()) == measured_fp32_nodes(old, HalfConfig())
 
 
 def _reference_rounded(model: onnx.ModelProto, feeds_list) -> list[dict[str, np.ndarray]]:
@@ -98,7 +99,7 @@ def test_one_rounded_session_equals_the_node_by_node_run(tiny_exports, calib_cac
     from vitdeploy.precision.evaluation import ort_session, run_all
 
     _, held = calibration_feeds(tiny_exports["overflow"], calib_cache)
-    naive = rewrite_to_fp16(_named(tiny_exports["overflow"]), [])
+    naive = rewrite_to_half(_named(tiny_exports["overflow"]), [])
     rounded, reference = run_faithful(naive, held[:2]), _reference_rounded(naive, held[:2])
     plain = run_all(ort_session(naive), held[:2])
     for a, b, c in zip(rounded, reference, plain):
@@ -106,7 +107,7 @@ def test_one_rounded_session_equals_the_node_by_node_run(tiny_exports, calib_cac
         assert not np.isfinite(x).all() and not np.isfinite(y).all()
         assert np.isfinite(z).all(), "a plain session keeps FP16 chains in FP32: the reason for the barriers"
     _, held = calibration_feeds(tiny_exports["matmul"], calib_cache)
-    mixed = rewrite_to_fp16(_named(tiny_exports["matmul"]), [])
+    mixed = rewrite_to_half(_named(tiny_exports["matmul"]), [])
     for a, b in zip(run_faithful(mixed, held[:2]), _reference_rounded(mixed, held[:2])):
         (x,), (y,) = a.values(), b.values()
         assert np.isfinite(x).all() and float(np.abs(x - y).max()) <= 1e-3 * float(np.abs(y).max())
@@ -137,7 +138,7 @@ def test_sampled_drift_estimates_the_full_drift(monkeypatch) -> None:
     import vitdeploy.precision.segments as segments
 
     model, feeds = _wide_graph()
-    runner = SegmentRunner(onnx.ModelProto.FromString(model.SerializeToString()), ranges="all", fp16_drift=True)
+    runner = SegmentRunner(onnx.ModelProto.FromString(model.SerializeToString()), ranges="all", drift=FP16)
     sampled = {n.name: runner._row_sampling(n) for n in runner.model.graph.node}
     assert all(v is not None and v[1] >= 2 for v in sampled.values()), sampled
     got = collect_node_stats(onnx.ModelProto.FromString(model.SerializeToString()), [feeds])
@@ -145,9 +146,9 @@ def test_sampled_drift_estimates_the_full_drift(monkeypatch) -> None:
     full = collect_node_stats(onnx.ModelProto.FromString(model.SerializeToString()), [feeds])
     oracle = reference_stats(onnx.ModelProto.FromString(model.SerializeToString()), [feeds])
     for name, st in full.items():
-        print(f"{st.op_type:<20} sampled {got[name].fp16_drift:.4e} full {st.fp16_drift:.4e} oracle {oracle[name].fp16_drift:.4e}")
-        assert got[name].fp16_drift == pytest.approx(st.fp16_drift, rel=SAMPLED_DRIFT_RTOL)
-        assert st.fp16_drift == pytest.approx(oracle[name].fp16_drift, rel=DRIFT_RTOL)
+        print(f"{st.op_type:<20} sampled {got[name].drift:.4e} full {st.drift:.4e} oracle {oracle[name].drift:.4e}")
+        assert got[name].drift == pytest.approx(st.drift, rel=SAMPLED_DRIFT_RTOL)
+        assert st.drift == pytest.approx(oracle[name].drift, rel=DRIFT_RTOL)
         assert got[name].max_abs_out == pytest.approx(st.max_abs_out, rel=STATS_RTOL)  # ranges are never sampled
 
 
@@ -160,6 +161,6 @@ def test_drift_is_taken_on_the_first_images_and_ranges_on_all(tiny_exports, cali
     ranged_past_the_first = 0
     for name, st in every.items():
         assert (first_only[name].max_abs_in, first_only[name].max_abs_out) == (st.max_abs_in, st.max_abs_out), name
-        assert first_only[name].fp16_drift == one_image[name].fp16_drift, name
+        assert first_only[name].drift == one_image[name].drift, name
         ranged_past_the_first += st.max_abs_out > one_image[name].max_abs_out
     assert ranged_past_the_first > 0  # the later images did reach further: their ranges count

@@ -1,4 +1,4 @@
-"""``vitdeploy calibrate``: FP32 ONNX + calibration images -> FP16 (mixed) or INT8 (Q/DQ) ONNX, with parity."""
+"""``vitdeploy calibrate``: FP32 ONNX + calibration images -> FP16 or BF16 (mixed) or INT8 (Q/DQ) ONNX, with parity."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from vitdeploy.cli.options import force_option, handle_errors, report_option, th
 
 @click.command("calibrate")
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--precision", "-p", required=True, type=click.Choice(["fp16", "int8"]), help="Target precision.")
+@click.option("--precision", "-p", required=True, type=click.Choice(["fp16", "bf16", "int8"]),
+              help="Target precision (bf16: for TensorRT on compute capability 8.0+, ONNX Runtime CUDA and OpenVINO).")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=str), help="ONNX file to write.")
 @click.option("--images", "-i", multiple=True, type=click.Path(path_type=str),
               help="Calibration image files or folders (repeatable); default: the bundled procedural set, with a warning.")
@@ -24,7 +25,7 @@ from vitdeploy.cli.options import force_option, handle_errors, report_option, th
               help="Percentile for --method percentile.")
 @click.option("--target-cosine", type=click.FloatRange(0, 1), default=None,
               help="Accuracy budget: worst cosine vs FP32 on held-out images. INT8: keep the most sensitive layers in "
-                   "FP32 until it holds. FP16: default the 'fp16' tolerance (0.9999).")
+                   "FP32 until it holds. FP16/BF16: default the 'fp16'/'bf16' tolerance (0.9999).")
 @click.option("--holdout", type=click.IntRange(min=0), default=4, show_default=True,
               help="Images held out of calibration to measure parity on.")
 @click.option("--min-images", type=click.IntRange(min=1), default=8, show_default=True,
@@ -49,7 +50,7 @@ def calibrate(model: str, precision: str, output: str, images: tuple[str, ...], 
               keep_fp32: tuple[str, ...], sensitivity: bool, cache_dir: str | None, no_cache: bool,
               checkpoint: str | None, no_eager: bool, threads: int, report: str | None, force: bool,
               verbose: bool) -> None:
-    """Convert an FP32 ONNX export to FP16 (mixed, FP32 islands) or INT8 (symmetric Q/DQ), calibrated on images.
+    """Convert an FP32 ONNX export to FP16 or BF16 (mixed, FP32 islands) or INT8 (symmetric Q/DQ), calibrated on images.
 
     Images go through the model's own preprocessing (read from its metadata); a graph that takes other graphs'
     outputs (SAM 2's memory attention) calibrates on its inputs recorded in a real run (--feeds). Prints which nodes
@@ -60,6 +61,7 @@ def calibrate(model: str, precision: str, output: str, images: tuple[str, ...], 
     \b
     Examples:
       vitdeploy calibrate sam_vit_b.onnx --precision fp16 -o sam_vit_b.fp16.onnx --images photos/
+      vitdeploy calibrate sam_vit_b.onnx -p bf16 -o sam_vit_b.bf16.onnx --images photos/
       vitdeploy calibrate sam_vit_b.onnx -p int8 --method percentile --target-cosine 0.99 -o sam_vit_b.int8.onnx -i photos/
       vitdeploy calibrate sam2_memory_attention.onnx -p fp16 --feeds matt_inputs.npz -o sam2_memory_attention.fp16.onnx
     """

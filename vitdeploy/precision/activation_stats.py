@@ -1,6 +1,6 @@
 """Per-node activation ranges and local FP16 drift over calibration images, measured in segments.
 
-What the FP16 pass decides islands from (:func:`vitdeploy.precision.fp16.measured_fp32_nodes`):
+What the FP16 pass decides islands from (:func:`vitdeploy.precision.half_precision.measured_fp32_nodes`):
 each node's largest input and output values, its weights' largest value, NaN/Inf in its FP32
 output, and its local FP16 drift (its output run in FP16 on its own FP32 inputs rounded to FP16,
 relative L2 against FP32: the error the node adds by itself, not the one it inherits). Measured with
@@ -29,6 +29,7 @@ import onnx
 from onnx import TensorProto
 
 from vitdeploy.errors import PrecisionError
+from vitdeploy.precision.half_formats import FP16, HalfFormat
 from vitdeploy.precision.segments import SegmentRunner
 
 Feeds = dict[str, np.ndarray]
@@ -47,8 +48,9 @@ class NodeStats:
         init_max_abs: largest |value| among its float initializers.
         nonfinite_out: how many of its FP32 outputs held NaN/Inf, summed over feeds (non-zero means the FP32
             graph itself is broken).
-        fp16_drift: worst relative L2 error of its outputs when run in FP16 on its FP32 inputs rounded to
-            FP16; ``inf`` when FP16 overflows; None when not measurable (no float output, typed op).
+        drift: worst relative L2 error of its outputs when run in the pass's 16-bit format (FP16 or BF16) on
+            its FP32 inputs rounded to it; ``inf`` when it overflows; None when not measured (no float output,
+            typed op, ranges only).
     """
 
     name: str
@@ -57,7 +59,7 @@ class NodeStats:
     max_abs_out: float = 0.0
     init_max_abs: float = 0.0
     nonfinite_out: int = 0
-    fp16_drift: float | None = None
+    drift: float | None = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -67,13 +69,13 @@ def collect_node_stats(
     model: onnx.ModelProto,
     feeds_list: Sequence[Feeds],
     *,
-    fp16: bool = True,
+    drift: HalfFormat | None = FP16,
     threads: int | None = None,
     progress: Progress | None = None,
     drift_images: int = DRIFT_IMAGES,
 ) -> dict[str, NodeStats]:
-    """Per-node ranges over every feed and (when ``fp16``) local FP16 drift over the first ``drift_images``,
-    keyed by node name.
+    """Per-node ranges over every feed and (unless ``drift`` is None) local drift in that 16-bit format over the
+    first ``drift_images``, keyed by node name.
 
     Unnamed nodes of ``model`` are named in place (:func:`~vitdeploy.precision.segments.ensure_node_names`).
     ``progress(done, total)`` counts feeds.
@@ -82,7 +84,7 @@ def collect_node_stats(
         raise PrecisionError("no calibration inputs to measure activations with")
     if drift_images < 1:
         raise PrecisionError(f"drift_images must be at least 1, not {drift_images}")
-    runner = SegmentRunner(model, ranges="all", fp16_drift=fp16, threads=threads)
+    runner = SegmentRunner(model, ranges="all", drift=drift, threads=threads)
     if progress:  # the stage starts now (its clock and ETA count from here)
         progress(0, len(feeds_list))
     graph = runner.model.graph
@@ -93,8 +95,8 @@ def collect_node_stats(
     for node in graph.node:
         stats[node.name].init_max_abs = max((init_max[n] for n in node.input if n in init_max), default=0.0)
     for k, feeds in enumerate(feeds_list):
-        if fp16 and k == drift_images:  # the rest: ranges only (the drift sessions and their weights are let go)
-            runner = SegmentRunner(runner.model, ranges="all", fp16_drift=False, threads=threads)
+        if drift and k == drift_images:  # the rest: ranges only (the drift sessions and their weights are let go)
+            runner = SegmentRunner(runner.model, ranges="all", drift=None, threads=threads)
         result = runner.run(feeds)
         for node in graph.node:
             st = stats[node.name]
@@ -105,7 +107,7 @@ def collect_node_stats(
             st.nonfinite_out += sum(1 for r in outs if not r.finite)
             drifts = [result.drift[o] for o in node.output if o in result.drift]
             if drifts:
-                st.fp16_drift = max(drifts) if st.fp16_drift is None else max([st.fp16_drift, *drifts])
+                st.drift = max(drifts) if st.drift is None else max([st.drift, *drifts])
         if progress:
             progress(k + 1, len(feeds_list))
     return stats

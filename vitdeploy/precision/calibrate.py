@@ -1,4 +1,4 @@
-"""The public call behind ``vitdeploy calibrate``: FP32 ONNX file + images -> FP16 or INT8 ONNX file + report."""
+"""The public call behind ``vitdeploy calibrate``: FP32 ONNX file + images -> FP16, BF16 or INT8 ONNX file + report."""
 
 from __future__ import annotations
 
@@ -119,15 +119,15 @@ def _labels(images: CalibrationSet | RecordedInputSet, feeds: list[dict], batch_
 
 def calibrate_onnx(model_path: str | Path, output: str | Path, options: CalibrateOptions, *, echo: Echo = quiet,
                    progress: StageProgress | None = None) -> PrecisionReport:
-    """Convert an FP32 vitdeploy ONNX file to FP16 (mixed) or INT8 (Q/DQ), write it atomically, measure parity.
+    """Convert an FP32 vitdeploy ONNX file to FP16 or BF16 (mixed) or INT8 (Q/DQ), write it atomically, measure parity.
 
     ``progress(stage, done, total)`` is called through every stage that runs the model; the report's
     ``timings_s`` gives the seconds of each step (load, images, measure+convert, write, eager parity).
     """
     from vitdeploy.precision.checks import require_fp32
 
-    if options.precision not in ("fp16", "int8"):
-        raise InputError(f"unknown precision '{options.precision}': use fp16 or int8")
+    if options.precision not in ("fp16", "bf16", "int8"):
+        raise InputError(f"unknown precision '{options.precision}': use fp16, bf16 or int8")
     out = check_output_path(output)
     if out.resolve() == Path(model_path).resolve():
         raise InputError("the output path is the input model: choose another -o path")
@@ -173,14 +173,16 @@ def calibrate_onnx(model_path: str | Path, output: str | Path, options: Calibrat
     evaluation = judged.feeds() if recorded else _calibration_feeds(judged, shape[0])
 
     extra: dict[str, Any] = {}
-    if options.precision == "fp16":
-        from vitdeploy.precision.fp16 import Fp16Config, convert_fp16
+    if options.precision in ("fp16", "bf16"):
+        from vitdeploy.precision.half_formats import HALF_FORMATS
+        from vitdeploy.precision.half_precision import HalfConfig, convert_half
 
-        config = Fp16Config(keep_nodes=tuple(options.keep_fp32), threads=options.threads,
-                            **({"target_cosine": options.target_cosine} if options.target_cosine is not None else {}))
-        result = convert_fp16(model, calibration, evaluation, config, echo=echo, progress=progress)
-        method, sensitivity, budget = "activation range + local FP16 drift", [], None
-        extra_meta = {"fp16_safe_max": config.safe_max, "fp16_drift_max": config.drift_max}
+        fmt = HALF_FORMATS[options.precision]
+        config = HalfConfig(format=fmt, keep_nodes=tuple(options.keep_fp32), threads=options.threads,
+                            target_cosine=options.target_cosine)
+        result = convert_half(model, calibration, evaluation, config, echo=echo, progress=progress)
+        method, sensitivity, budget = f"activation range + local {fmt.label} drift", [], None
+        extra_meta = {f"{fmt.name}_safe_max": config.safe_max, f"{fmt.name}_drift_max": config.drift_max}
         extra = {"drift_measured_on_images": result.drift_images, "ranges_measured_on_images": len(calibration)}
     else:
         from vitdeploy.precision.int8 import Int8Config

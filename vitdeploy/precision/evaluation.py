@@ -69,16 +69,17 @@ def worst_cosine(results: Sequence[ParityResult]) -> float:
 
 
 def run_faithful(model: onnx.ModelProto, feeds_list: Sequence[Feeds], threads: int | None = None,
-                 progress: StageProgress | None = None, stage: str = "running FP16") -> list[dict[str, np.ndarray]]:
-    """Outputs of ``model`` with every tensor stored in the type the graph declares.
+                 progress: StageProgress | None = None, stage: str = "running the 16-bit graph") -> list[dict[str, np.ndarray]]:
+    """Outputs of ``model`` with every tensor stored in the type the graph declares (FP16 and BF16 alike).
 
     Why not a plain session: on a CPU, ONNX Runtime runs FP16 ops without an FP16 kernel in FP32 and
     removes the Cast pairs between them, so a chain of such ops never rounds to FP16 and never
     overflows. Measured on the overflow test model: a naive FP16 graph gives finite outputs in one
     plain session and Inf/NaN when every tensor is rounded (what a GPU that stores each layer in FP16
-    gives). :func:`vitdeploy.precision.segments.with_fp16_storage` stores every FP16 tensor in FP16 in one
-    session (explicit casts around FP32 arithmetic; tested against running the graph node by node).
+    gives); it has no BF16 arithmetic kernels at all. :func:`vitdeploy.precision.segments.with_half_storage`
+    stores every FP16/BF16 tensor in its format in one session (explicit casts around FP32 arithmetic;
+    tested against running the graph node by node).
     """
-    from vitdeploy.precision.segments import plain_session, with_fp16_storage
+    from vitdeploy.precision.segments import plain_session, with_half_storage
 
-    return run_all(plain_session(with_fp16_storage(model), threads), feeds_list, progress, stage)
+    return run_all(plain_session(with_half_storage(model), threads), feeds_list, progress, stage)

@@ -135,12 +135,20 @@ def inference_session(model: onnx.ModelProto, options, providers=("CPUExecutionP
     import onnxruntime as ort
 
     data, names, arrays = graph_and_weights(model)
-    values = [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]
+    values = [_ort_value(ort, a) for a in arrays]
     if names:
         options.add_external_initializers(names, values)
     session = ort.InferenceSession(data, options, providers=list(providers), **kwargs)
     session._vitdeploy_weights = (arrays, values)  # the memory ONNX Runtime reads the weights from
     return session
+
+
+def _ort_value(ort, array: np.ndarray):
+    """An OrtValue over ``array`` (no copy); BF16 (``ml_dtypes.bfloat16``, which ONNX Runtime's NumPy bridge does not
+    know) is handed over as its 16-bit pattern with its ONNX type."""
+    if array.dtype.kind == "V" and array.dtype.itemsize == 2 and array.dtype.name == "bfloat16":
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(np.uint16), onnx.TensorProto.BFLOAT16)
+    return ort.OrtValue.ortvalue_from_numpy(array)
 
 
 def save_onnx(model: onnx.ModelProto, path: Path) -> list[Path]:

@@ -64,6 +64,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from vitdeploy.errors import PrecisionError
+from vitdeploy.precision.half_formats import HalfFormat, half_format
 from vitdeploy.precision.model_io import copy_model, inference_session, value_types
 
 Feeds = dict[str, np.ndarray]
@@ -88,6 +89,8 @@ ROUNDING_COMMUTES_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze
 #: type-generic) instead of widening, computing and rounding again.
 DATA_MOVEMENT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Slice", "Concat",
                                "Split", "Gather", "Expand", "Tile"})
+#: The ones ONNX Runtime's CPU also has BF16 kernels for (1.32: Expand and Tile have none).
+BF16_DATA_MOVEMENT_OPS = DATA_MOVEMENT_OPS - {"Expand", "Tile"}
 #: Ops whose attributes fix an output type: running them "in FP16" would change what they mean.
 TYPED_OPS = frozenset({"Cast", "CastLike", "ConstantOfShape", "EyeLike", "RandomNormal", "RandomUniform",
                        "RandomNormalLike", "RandomUniformLike", "Multinomial", "Constant"})
@@ -168,14 +171,14 @@ class SegmentRunner:
     Args:
         model: the graph, weights in memory; node names are given where missing (in place).
         ranges: which float tensors get their range measured: ``"all"`` (every node output), or names.
-        fp16_drift: also measure each measurable node's local FP16 drift.
+        drift: also measure each measurable node's local drift in this 16-bit format (FP16 or BF16).
         expose: tensors handed to the ``observe`` callback of :meth:`run` (they leave ONNX Runtime).
         threads: ONNX Runtime intra-op threads.
         budget_bytes: the most exposed bytes one segment produces (a single larger node is its own segment).
         batch: the size assumed for symbolic dimensions when sizing segments.
     """
 
-    def __init__(self, model: onnx.ModelProto, *, ranges: str | Collection[str] = (), fp16_drift: bool = False,
+    def __init__(self, model: onnx.ModelProto, *, ranges: str | Collection[str] = (), drift: HalfFormat | None = None,
                  expose: Collection[str] = (), threads: int | None = None,
                  budget_bytes: int = DEFAULT_BUDGET_BYTES, batch: int = 1):
         for node in model.graph.node:
@@ -183,7 +186,7 @@ class SegmentRunner:
                 raise PrecisionError(f"node '{node.name}' ({node.op_type}) holds a subgraph: precision passes need a flat graph")
         self.model = ensure_node_names(model)
         self.threads = threads
-        self.fp16_drift = fp16_drift
+        self.drift = drift
         graph = self.model.graph
         self.types = value_types(self.model)
         self.inits = {t.name: t for t in graph.initializer}
@@ -356,14 +359,13 @@ class SegmentRunner:
                 sliced[(name, axis, stride)] = out
             return sliced[(name, axis, stride)]
 
-        def round_fp16(name: str) -> str:  # the FP32 value rounded to FP16, as FP32 (overflow -> inf)
+        def round_half(name: str) -> str:  # the FP32 value rounded to the 16-bit format, as FP32 (overflow -> inf)
             if name not in rounded:
                 half, back = f"{name}{_SEP}h", f"{name}{_SEP}r"
                 if name in self.inits:
-                    with np.errstate(over="ignore"):
-                        inits.append(numpy_helper.from_array(self.init_array(name).astype(np.float16), half))
+                    inits.append(numpy_helper.from_array(self.drift.round(self.init_array(name)), half))
                 else:
-                    nodes.append(helper.make_node("Cast", [name], [half], to=TensorProto.FLOAT16, name=half))
+                    nodes.append(helper.make_node("Cast", [name], [half], to=self.drift.onnx_type, name=half))
                 nodes.append(helper.make_node("Cast", [half], [back], to=TensorProto.FLOAT, name=back))
                 rounded[name] = back
             return rounded[name]
@@ -375,7 +377,7 @@ class SegmentRunner:
                     for op, tag in (("ReduceMax", "max"), ("ReduceMin", "min")):
                         self._reduce(op, out, f"{out}{_SEP}{tag}", None, nodes, inits)
                         scalars.append(f"{out}{_SEP}{tag}")
-            if self.fp16_drift and self._measurable(node):
+            if self.drift and self._measurable(node):
                 sampling = self._row_sampling(node)
                 axis, stride, to_slice = sampling if sampling else (-2, 1, [])
                 commutes = node.op_type in ROUNDING_COMMUTES_OPS
@@ -386,7 +388,7 @@ class SegmentRunner:
                         name in self.types and self.types[name].tensor_type.elem_type == TensorProto.FLOAT)
                     source = rows(name, axis, stride) if name in to_slice else name
                     if name and is_float:
-                        shadow.input[j] = round_fp16(source)
+                        shadow.input[j] = round_half(source)
                     elif name in to_slice:
                         shadow.input[j] = source
                 for j, name in enumerate(node.output):
@@ -400,7 +402,7 @@ class SegmentRunner:
                     reference = rows(name, axis, stride) if sampling else name
                     computed = reference if commutes else f"{name}{_SEP}shadow"  # round(f(x)) for ops that commute
                     stored = f"{name}{_SEP}stored"
-                    nodes.append(helper.make_node("Cast", [computed], [f"{stored}16"], to=TensorProto.FLOAT16,
+                    nodes.append(helper.make_node("Cast", [computed], [f"{stored}16"], to=self.drift.onnx_type,
                                                   name=f"{stored}16"))
                     nodes.append(helper.make_node("Cast", [f"{stored}16"], [stored], to=TensorProto.FLOAT, name=stored))
                     diff = f"{name}{_SEP}diff"
@@ -499,19 +501,22 @@ def plain_session(model: onnx.ModelProto, threads: int | None = None):
     return inference_session(model, options)
 
 
-def with_fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of an FP16/mixed graph where every node computes in FP32 and every FP16 tensor is stored in FP16.
+def with_half_storage(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of a mixed FP16 or BF16 graph where every node computes in FP32 and every 16-bit tensor is
+    stored in its format (FP16 or BF16).
 
     Why: on a CPU, ONNX Runtime runs FP16 nodes that lack an FP16 kernel in FP32 between casts it
     inserts, and removes those cast pairs between such nodes (and runs isolated FP16 nodes in FP32),
-    so in one plain session a chain of them never rounds to FP16 and never overflows. Here each node
-    that reads or writes FP16 is rewritten to read FP32 copies (``Cast``) and write an FP32 result
-    that is cast back to FP16: explicit casts, which ONNX Runtime keeps when graph optimization is off.
-    This is FP16 storage with FP32 arithmetic inside each node, as TensorRT's FP16 kernels accumulate
-    in FP32. Typed ops (``Cast``, ``Constant``, ...) are left as they are, and so are data-movement ops
-    (:data:`DATA_MOVEMENT_OPS`) on FP16 tensors: they compute nothing, so they run on the FP16 tensors
-    without a widen/round pair (ViT-B at 1024 px, AMD EPYC Zen 1 AVX2, 2 threads: 28.0 s -> 26.2 s per
-    image; the casts that remain take ~5 s of it, the MatMuls ~15 s).
+    so in one plain session a chain of them never rounds to FP16 and never overflows; it has no BF16
+    kernels for arithmetic at all. Here each node that reads or writes a 16-bit tensor is rewritten to
+    read FP32 copies (``Cast``) and write an FP32 result that is cast back to the tensor's format:
+    explicit casts, which ONNX Runtime keeps when graph optimization is off. This is 16-bit storage
+    with FP32 arithmetic inside each node, as TensorRT's FP16 and BF16 kernels accumulate in FP32.
+    Typed ops (``Cast``, ``Constant``, ...) are left as they are, and so are data-movement ops
+    (:data:`DATA_MOVEMENT_OPS`; for BF16 the ones ONNX Runtime's CPU has kernels for) on 16-bit
+    tensors: they compute nothing, so they run on the stored tensors without a widen/round pair (ViT-B
+    at 1024 px, AMD EPYC Zen 1 AVX2, 2 threads, FP16: 28.0 s -> 26.2 s per image; the casts that
+    remain take ~5 s of it, the MatMuls ~15 s).
     """
     copy = copy_model(model)
     graph = copy.graph
@@ -520,14 +525,16 @@ def with_fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
     new_nodes: list[onnx.NodeProto] = []
     widened: dict[str, str] = {}
     for node in graph.node:
-        half_in = [n for n in node.input if n and types.get(n) == TensorProto.FLOAT16]
-        half_out = [n for n in node.output if n and types.get(n) == TensorProto.FLOAT16]
+        half_in = [n for n in node.input if n and half_format(types.get(n, 0))]
+        half_out = [n for n in node.output if n and half_format(types.get(n, 0))]
         if node.op_type in TYPED_OPS or not (half_in or half_out):
             new_nodes.append(node)
             continue
-        float_in = [n for n in node.input if n and types.get(n) in (TensorProto.FLOAT, TensorProto.FLOAT16)]
-        if node.op_type in DATA_MOVEMENT_OPS and float_in == half_in and len(half_out) == len([o for o in node.output if o]):
-            new_nodes.append(node)  # FP16 in, FP16 out, nothing computed: nothing to round
+        float_in = [n for n in node.input if n and (types.get(n) == TensorProto.FLOAT or half_format(types.get(n, 0)))]
+        moves = BF16_DATA_MOVEMENT_OPS if any(types.get(n) == TensorProto.BFLOAT16 for n in half_in + half_out) \
+            else DATA_MOVEMENT_OPS
+        if node.op_type in moves and float_in == half_in and len(half_out) == len([o for o in node.output if o]):
+            new_nodes.append(node)  # 16-bit in, 16-bit out, nothing computed: nothing to round
             continue
         for name in half_in:
             if name not in widened:
@@ -540,9 +547,10 @@ def with_fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
         stored = []
         for j, name in enumerate(node.output):
             if name in half_out:
+                fmt = half_format(types[name])
                 node.output[j] = name + "::computed"
-                stored.append(helper.make_node("Cast", [node.output[j]], [name], to=TensorProto.FLOAT16,
-                                               name=f"{name}::to_fp16"))
+                stored.append(helper.make_node("Cast", [node.output[j]], [name], to=fmt.onnx_type,
+                                               name=f"{name}::to_{fmt.name}"))
         new_nodes.append(node)
         new_nodes.extend(stored)
     del graph.node[:]
@@ -550,5 +558,5 @@ def with_fp16_storage(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
-__all__ = ["DATA_MOVEMENT_OPS", "DEFAULT_BUDGET_BYTES", "SAMPLE_FROM_ROWS", "SAMPLE_ROWS", "RunResult", "Segment",
-           "SegmentRunner", "TYPED_OPS", "TensorRange", "ensure_node_names", "plain_session", "with_fp16_storage"]
+__all__ = ["BF16_DATA_MOVEMENT_OPS", "DATA_MOVEMENT_OPS", "DEFAULT_BUDGET_BYTES", "SAMPLE_FROM_ROWS", "SAMPLE_ROWS", "RunResult", "Segment",
+           "SegmentRunner", "TYPED_OPS", "TensorRange", "ensure_node_names", "plain_session", "with_half_storage"]

@@ -161,12 +161,12 @@ def test_benchmark_and_validate_say_what_the_cpu_does_with_fp16_and_int8(int8_mo
     from click.testing import CliRunner
 
     from vitdeploy.cli import cli
-    from vitdeploy.precision.fp16 import rewrite_to_fp16
+    from vitdeploy.precision.half_precision import rewrite_to_half
     from vitdeploy.precision.report import read_metadata, stamp_metadata
     from vitdeploy.runtime.backends.ort_fusions import fp16_fallback_ops
 
     model = onnx.load(str(fp32_model))
-    fp16 = rewrite_to_fp16(model, [n.name for n in model.graph.node if n.op_type == "LayerNormalization"])
+    fp16 = rewrite_to_half(model, [n.name for n in model.graph.node if n.op_type == "LayerNormalization"])
     stamp_metadata(fp16, {**read_metadata(model), "precision": "fp16"})
     fp16_path = fp32_model.parent / "tiny_fp16.onnx"
     onnx.save(fp16, str(fp16_path))

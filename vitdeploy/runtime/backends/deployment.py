@@ -232,6 +232,12 @@ def cpu_default(family: str | None, file_precision: str, features: CpuFeatures |
                                       source=f"this CPU's default ({row.describe()})")
                 return Deployment(DEFAULT_RUNTIME, source=f"this CPU's default ({row.describe()}) needs "
                                   f"{row.runtime}, which is not installed: {RUNTIMES[row.runtime].install}")
+    if file_precision == "bf16":  # ONNX Runtime's CPU has no BF16 kernels
+        if BF16_RUNTIME in installed:
+            return Deployment(BF16_RUNTIME, source=f"a BF16 file: {BF16_RUNTIME} runs it on the CPU (ONNX Runtime's "
+                              "CPU has no BF16 kernels)")
+        return Deployment(DEFAULT_RUNTIME, source=f"a BF16 file needs {BF16_RUNTIME} on the CPU, which is not "
+                          f"installed: {RUNTIMES[BF16_RUNTIME].install}")
     return Deployment(DEFAULT_RUNTIME, source="this CPU's default (the file as written on onnxruntime)")
 
 

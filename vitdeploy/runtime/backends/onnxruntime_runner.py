@@ -140,6 +140,10 @@ class OnnxRuntimeRunner(Runner):
         _require_providers(device)  # no GPU here says so before anything is said about the file
         if device != "cpu":
             _load_gpu_libraries()
+        if device == "cpu" and Precision.of(file_metadata) is Precision.BF16:
+            raise InputError(f"'{path.name}' is a BF16 graph and ONNX Runtime's CPU has no BF16 kernels: run it with "
+                             "--runtime openvino (or auto), on --device cuda, or as a TensorRT engine ('vitdeploy "
+                             "build-engine'); the FP32 file runs here as it is")
         plan = plan_providers(file_metadata, device, tf32=tf32, allow_unverified=allow_unverified, name=f"'{path.name}'")
         quantized = Precision.of(file_metadata).quantized
         options = self.settings.session_options(quantized)

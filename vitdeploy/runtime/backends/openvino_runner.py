@@ -110,10 +110,15 @@ class OpenVinoRunner(Runner):
     @classmethod
     def from_options(cls, path: str | Path, options: RunnerOptions, **settings: Any) -> OpenVinoRunner:
         """A runner with the common ``options``: the precision policy ``file`` pins ``f32`` (an FP32 file's math as
-        written), ``bf16`` asks the CPU plugin for BF16 inference; TF32 is CUDA math (refused)."""
+        written; a BF16 file's layers in BF16 where the CPU has BF16 units, else in f32 on its BF16 weights),
+        ``bf16`` asks the CPU plugin for BF16 inference; TF32 is CUDA math (refused)."""
         if options.tf32:
             raise InputError("--tf32 is CUDA math: OpenVINO runs on the CPU in FP32 (leave out --tf32)")
         precision = "f32" if options.precision == "file" else options.precision
+        if options.precision == "file" and Precision.of(read_onnx_metadata(require_onnx_file(path))) is Precision.BF16:
+            from vitdeploy.cpu_features import cpu_features
+
+            precision = "bf16" if cpu_features().bf16_units else "f32"
         return cls(path, threads=options.threads, device=options.device, inference_precision=precision, **settings)
 
     def __init__(self, path: str | Path, threads: int | None = None, *, device: str = "cpu",

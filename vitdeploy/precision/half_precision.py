@@ -1,4 +1,15 @@
-"""FP16 mixed precision: an FP16 graph with FP32 islands where FP16 is unsafe, measured on calibration data.
+"""16-bit mixed precision: an FP16 or BF16 graph with FP32 islands where the format is unsafe, measured on
+calibration data.
+
+The two formats (:mod:`vitdeploy.precision.half_formats`) go through the same rules; the text below says
+FP16, and BF16 differs where its facts differ: no range rule (BF16 has FP32's exponent range: its
+``safe_max`` is an eighth of its largest value, as FP16's 8192 is of 65504), a drift limit scaled by its
+unit roundoff (``drift_max`` 0.04 against FP16's 5e-3, both ~10x one rounding), the ``bf16`` parity
+budget as the target, and a final retype (:func:`retype_to_bf16`): the FP16 graph's types become BF16 and
+every weight is rounded to BF16 from its FP32 original, never through FP16. A BF16 graph is what a
+strongly typed TensorRT build turns into a BF16 engine, and what ONNX Runtime CUDA runs in BF16; ONNX
+Runtime's CPU has no BF16 kernels, so on a CPU it is measured with every tensor stored in BF16 around
+FP32 arithmetic (:func:`vitdeploy.precision.evaluation.run_faithful`).
 
 Which nodes stay FP32 (each reason is reported):
 
@@ -31,6 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from vitdeploy.errors import MissingDependencyError, PrecisionError
 from vitdeploy.onnx_graph import cast_to
@@ -38,23 +50,33 @@ from vitdeploy.precision.checks import graph_problems, raise_if_problems, requir
 from vitdeploy.precision.evaluation import StageProgress, compare_outputs, ort_session, run_all, run_faithful, worst_cosine
 from vitdeploy.precision.islands import structural_fp32_nodes
 from vitdeploy.precision.activation_stats import DRIFT_IMAGES, NodeStats, collect_node_stats
+from vitdeploy.precision.half_formats import BF16, FP16, HalfFormat
 from vitdeploy.precision.model_io import copy_model, infer_shapes, is_large
 from vitdeploy.precision.segments import ensure_node_names
 from vitdeploy.validation.parity import TOLERANCES, ParityResult
 
 Feeds = dict[str, np.ndarray]
-FP16_MAX = 65504.0
+FP16_MAX = FP16.max_finite
 #: FP16's smallest subnormal: smaller non-zero weights would flush to zero.
-FP16_MIN_POSITIVE = 2.0**-24
+FP16_MIN_POSITIVE = FP16.min_positive
+#: Local drift limit per format: ~10x one rounding (FP16: 5e-3 at unit roundoff 4.9e-4; BF16 the same multiple
+#: of its 3.9e-3).
+DRIFT_MAX = {"fp16": 5e-3, "bf16": 4e-2}
 
 
 @dataclass(frozen=True)
-class Fp16Config:
-    """Limits of the FP16 pass (see the module docstring for what each rule does)."""
+class HalfConfig:
+    """Limits of the 16-bit pass (see the module docstring for what each rule does).
 
-    safe_max: float = 8192.0
-    drift_max: float = 5e-3
-    target_cosine: float = TOLERANCES["fp16"].cosine_min
+    ``safe_max``, ``drift_max`` and ``target_cosine`` left None take the format's defaults: an eighth of its
+    largest value (FP16: 8192, 8x headroom under 65504, because deployment images can reach further than
+    calibration ones), :data:`DRIFT_MAX`, and its parity budget's cosine.
+    """
+
+    format: HalfFormat = FP16
+    safe_max: float | None = None
+    drift_max: float | None = None
+    target_cosine: float | None = None
     keep_io_types: bool = True
     structural: bool = True
     keep_nodes: tuple[str, ...] = ()
@@ -62,9 +84,17 @@ class Fp16Config:
     drift_images: int = DRIFT_IMAGES
     threads: int | None = None
 
+    def __post_init__(self) -> None:
+        fmt = self.format
+        defaults = {"safe_max": 8192.0 if fmt is FP16 else fmt.max_finite / 8, "drift_max": DRIFT_MAX[fmt.name],
+                    "target_cosine": TOLERANCES[fmt.name].cosine_min}
+        for name, value in defaults.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+
 
 @dataclass
-class Fp16Result:
+class HalfResult:
     """The converted graph, the nodes kept in FP32 with their reasons, and its parity against FP32."""
 
     model: onnx.ModelProto
@@ -73,7 +103,7 @@ class Fp16Result:
     parity: list[ParityResult]
     node_count: int
     tool: str
-    #: How many calibration feeds the local FP16 drift was measured on (ranges: all of them).
+    #: How many calibration feeds the local drift was measured on (ranges: all of them).
     drift_images: int = 0
     #: The converted graph's outputs on the evaluation feeds (every tensor rounded to its type), for
     #: comparisons against other references (calibrate's eager parity) without running it again.
@@ -84,14 +114,17 @@ class Fp16Result:
         return worst_cosine(self.parity)
 
 
-def tool_version() -> str:
+def tool_version(fmt: HalfFormat = FP16) -> str:
     import onnxconverter_common
 
-    return f"onnxconverter-common {onnxconverter_common.__version__}"
+    tool = f"onnxconverter-common {onnxconverter_common.__version__}"
+    return tool if fmt is FP16 else f"{tool} + vitdeploy BF16 retype"
 
 
-def rewrite_to_fp16(model: onnx.ModelProto, keep_fp32: Sequence[str], keep_io_types: bool = True) -> onnx.ModelProto:
-    """The graph rewrite only: every node in FP16 except ``keep_fp32`` (node names); ``model`` is not modified."""
+def rewrite_to_half(model: onnx.ModelProto, keep_fp32: Sequence[str], keep_io_types: bool = True,
+                    fmt: HalfFormat = FP16) -> onnx.ModelProto:
+    """The graph rewrite only: every node in ``fmt`` (FP16 or BF16) except ``keep_fp32`` (node names); ``model`` is
+    not modified."""
     try:
         from onnxconverter_common import float16
     except ImportError as exc:
@@ -113,7 +146,46 @@ def rewrite_to_fp16(model: onnx.ModelProto, keep_fp32: Sequence[str], keep_io_ty
             )
     except ValueError as exc:  # raised for already-FP16 graphs and unsupported structures
         raise PrecisionError(f"onnxconverter-common could not convert the graph: {str(exc).splitlines()[0]}") from exc
-    return remove_fp16_roundtrips(restore_fp32_weights(converted, model))
+    converted = remove_half_roundtrips(restore_fp32_weights(converted, model))
+    return retype_to_bf16(converted, model) if fmt is BF16 else converted
+
+
+def retype_to_bf16(model: onnx.ModelProto, source: onnx.ModelProto) -> onnx.ModelProto:
+    """The FP16 rewrite of ``source`` as a BF16 graph, in place; returns ``model``.
+
+    Every FP16 type becomes BF16: tensor types, ``Cast(to=FLOAT16)``, initializers and tensor attributes
+    (``Constant``). Values are rounded to BF16 from the FP32 original where ``source`` has it (the initializer
+    or the node of the same name), so no weight goes through FP16's range or subnormals first; a value the
+    converter made itself (none in vitdeploy's graphs) is widened from its FP16 value, which BF16 holds within
+    one BF16 rounding.
+    """
+    half, wide = onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16
+    originals = {t.name: t for t in source.graph.initializer if t.data_type == onnx.TensorProto.FLOAT}
+    source_nodes = {n.name: n for n in source.graph.node if n.name}
+
+    def rounded(tensor: onnx.TensorProto, original: onnx.TensorProto | None) -> onnx.TensorProto:
+        values = numpy_helper.to_array(original if original is not None else tensor).astype(np.float32)
+        return numpy_helper.from_array(BF16.round(values), tensor.name)
+
+    graph = model.graph
+    for k, tensor in enumerate(graph.initializer):
+        if tensor.data_type == half:
+            graph.initializer[k].CopyFrom(rounded(tensor, originals.get(tensor.name)))
+    for node in graph.node:
+        if node.op_type in ("Cast", "CastLike"):
+            for attr in node.attribute:
+                if attr.name == "to" and attr.i == half:
+                    attr.i = wide
+        original_node = source_nodes.get(node.name)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == half:
+                original = next((a.t for a in (original_node.attribute if original_node else ())
+                                 if a.name == attr.name and a.t.data_type == onnx.TensorProto.FLOAT), None)
+                attr.t.CopyFrom(rounded(attr.t, original))
+    for info in (*graph.input, *graph.output, *graph.value_info):
+        if info.type.tensor_type.elem_type == half:
+            info.type.tensor_type.elem_type = wide
+    return model
 
 
 def restore_fp32_weights(model: onnx.ModelProto, source: onnx.ModelProto) -> onnx.ModelProto:
@@ -170,7 +242,7 @@ def restore_fp32_weights(model: onnx.ModelProto, source: onnx.ModelProto) -> onn
     return model
 
 
-def remove_fp16_roundtrips(model: onnx.ModelProto) -> onnx.ModelProto:
+def remove_half_roundtrips(model: onnx.ModelProto) -> onnx.ModelProto:
     """Let FP32 islands pass FP32 tensors to each other directly, in place; returns ``model``.
 
     onnxconverter-common stores every tensor in FP16 and wraps each blocked node in casts, so the
@@ -217,31 +289,61 @@ def default_blocked_nodes(model: onnx.ModelProto) -> dict[str, str]:
             if n.op_type in blocked}
 
 
-def measured_fp32_nodes(stats: dict[str, NodeStats], config: Fp16Config) -> dict[str, str]:
-    """Nodes rules 2-3 keep in FP32, with the measured value in the reason."""
+def untyped_fp32_nodes(model: onnx.ModelProto, fmt: HalfFormat) -> dict[str, str]:
+    """Nodes whose op has no ``fmt`` tensor type at the model's opset (ONNX's own schemas), so they stay FP32.
+
+    BF16 joined most ops' types at opset 13, but not ``Conv``, ``ConvTranspose``, ``Resize``'s scales,
+    ``Einsum`` or ``Cos``/``Sin`` before opset 22; vitdeploy exports at 17-18, so SAM's patch embedding and
+    neck convolutions stay FP32 in a BF16 graph (``onnx.checker`` refuses them otherwise). Ops outside the
+    ONNX domain (ONNX Runtime's contrib ops) stay FP32 in BF16: nothing documents their BF16 kernels.
+    """
+    from onnx import defs
+
+    type_name = f"tensor({'float16' if fmt is FP16 else 'bfloat16'})"
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 18)
     kept = {}
-    for name, st in stats.items():
-        if st.init_max_abs > FP16_MAX:
-            kept[name] = f"weights reach {st.init_max_abs:.4g} > FP16 max {FP16_MAX:g}"
-        elif max(st.max_abs_in, st.max_abs_out) > config.safe_max:
-            kept[name] = f"activations reach {max(st.max_abs_in, st.max_abs_out):.4g} > safe FP16 range {config.safe_max:g}"
-        elif st.fp16_drift is not None and not np.isfinite(st.fp16_drift):
-            kept[name] = "overflows when run in FP16"
-        elif st.fp16_drift is not None and st.fp16_drift > config.drift_max:
-            kept[name] = f"FP16 drift {st.fp16_drift:.3g} > {config.drift_max:g}"
+    for node in model.graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            if fmt is BF16:
+                kept[node.name] = f"{node.op_type} ({node.domain}) has no documented BF16 kernel"
+            continue
+        try:
+            schema = defs.get_schema(node.op_type, opset)
+        except defs.SchemaError:
+            continue
+        floats = [c for c in schema.type_constraints if any("float" in t for t in c.allowed_type_strs)]
+        if floats and not all(type_name in c.allowed_type_strs for c in floats):
+            kept[node.name] = f"{node.op_type} has no {fmt.label} type in ONNX opset {opset}"
     return kept
 
 
-def convert_fp16(
+def measured_fp32_nodes(stats: dict[str, NodeStats], config: HalfConfig) -> dict[str, str]:
+    """Nodes rules 2-3 keep in FP32, with the measured value in the reason."""
+    kept = {}
+    label, largest = config.format.label, config.format.max_finite
+    for name, st in stats.items():
+        if st.init_max_abs > largest:
+            kept[name] = f"weights reach {st.init_max_abs:.4g} > {label} max {largest:g}"
+        elif max(st.max_abs_in, st.max_abs_out) > config.safe_max:
+            kept[name] = f"activations reach {max(st.max_abs_in, st.max_abs_out):.4g} > safe {label} range {config.safe_max:g}"
+        elif st.drift is not None and not np.isfinite(st.drift):
+            kept[name] = f"overflows when run in {label}"
+        elif st.drift is not None and st.drift > config.drift_max:
+            kept[name] = f"{label} drift {st.drift:.3g} > {config.drift_max:g}"
+    return kept
+
+
+def convert_half(
     model: onnx.ModelProto,
     calibration: Sequence[Feeds],
     evaluation: Sequence[Feeds] | None = None,
-    config: Fp16Config = Fp16Config(),
+    config: HalfConfig = HalfConfig(),
     *,
     progress: StageProgress | None = None,
     echo: Callable[[str], None] | None = None,
-) -> Fp16Result:
-    """Convert an FP32 graph to FP16 with FP32 islands; measured on ``calibration``, judged on ``evaluation``.
+) -> HalfResult:
+    """Convert an FP32 graph to ``config.format`` (FP16 or BF16) with FP32 islands; measured on ``calibration``,
+    judged on ``evaluation`` against that format's parity budget.
 
     ``model`` is not modified; unnamed nodes get names in the result. Raises PrecisionError when the
     target cosine cannot be met or the result fails ``onnx.checker``/hygiene.
@@ -261,7 +363,10 @@ def convert_fp16(
             kept.setdefault(name, reason)
     for name, reason in default_blocked_nodes(source).items():
         kept.setdefault(name, reason)
-    stats = collect_node_stats(source, calibration, fp16=True, threads=config.threads, drift_images=config.drift_images,
+    for name, reason in untyped_fp32_nodes(source, config.format).items():
+        kept.setdefault(name, reason)
+    fmt = config.format
+    stats = collect_node_stats(source, calibration, drift=fmt, threads=config.threads, drift_images=config.drift_images,
                                progress=(lambda d, t: progress("measuring activations", d, t)) if progress else None)
     broken = [s.name for s in stats.values() if s.nonfinite_out]
     if broken:
@@ -270,27 +375,27 @@ def convert_fp16(
         kept.setdefault(name, reason)
 
     reference = run_all(ort_session(source, config.threads), evaluation, progress, "FP32 reference on the evaluation images")
-    candidates = sorted((s for s in stats.values() if s.name not in kept and s.fp16_drift is not None),
-                        key=lambda s: -(s.fp16_drift or 0.0))
+    candidates = sorted((s for s in stats.values() if s.name not in kept and s.drift is not None),
+                        key=lambda s: -(s.drift or 0.0))
     step = 1
     for attempt in range(config.max_budget_steps + 1):
-        converted = rewrite_to_fp16(source, list(kept), config.keep_io_types)
-        outputs = run_faithful(converted, evaluation, config.threads, progress, f"FP16 parity, attempt {attempt + 1}")
-        parity = compare_outputs(reference, outputs, "fp16")
+        converted = rewrite_to_half(source, list(kept), config.keep_io_types, fmt)
+        outputs = run_faithful(converted, evaluation, config.threads, progress, f"{fmt.label} parity, attempt {attempt + 1}")
+        parity = compare_outputs(reference, outputs, fmt.name)
         cosine = worst_cosine(parity)
         if echo:
-            echo(f"  fp16 attempt {attempt + 1}: {len(kept)} node(s) in FP32, worst cosine vs FP32 {cosine:.8f}")
+            echo(f"  {fmt.name} attempt {attempt + 1}: {len(kept)} node(s) in FP32, worst cosine vs FP32 {cosine:.8f}")
         if cosine >= config.target_cosine or not candidates:
             break
         if attempt == config.max_budget_steps:
             break
         for st in candidates[:step]:
-            kept[st.name] = f"accuracy budget: drift {st.fp16_drift:.3g} among the largest while cosine {cosine:.6f} < {config.target_cosine}"
+            kept[st.name] = f"accuracy budget: drift {st.drift:.3g} among the largest while cosine {cosine:.6f} < {config.target_cosine}"
         candidates = candidates[step:]
         step *= 2
     if cosine < config.target_cosine:
-        raise PrecisionError(f"FP16 graph reaches cosine {cosine:.6f} vs FP32, below the target {config.target_cosine} "
+        raise PrecisionError(f"{fmt.label} graph reaches cosine {cosine:.6f} vs FP32, below the target {config.target_cosine} "
                              f"with {len(kept)} node(s) kept in FP32: lower --target-cosine or keep more nodes (--keep-fp32)")
-    raise_if_problems(graph_problems(converted), "the FP16 graph")
-    return Fp16Result(converted, kept, stats, parity, len(source.graph.node), tool_version(),
+    raise_if_problems(graph_problems(converted), f"the {fmt.label} graph")
+    return HalfResult(converted, kept, stats, parity, len(source.graph.node), tool_version(fmt),
                       min(config.drift_images, len(calibration)), outputs)
