@@ -148,3 +148,15 @@ def test_a_precision_asked_for_narrows_the_choice(encoder: Path) -> None:
     assert resolve(encoder, precision="file").precision == "file"
     assert (resolve(encoder, precision="bf16").runtime, resolve(encoder, precision="bf16").precision) == ("openvino", "bf16")
     assert Deployment("openvino", "bf16").label() == "openvino bf16"
+
+
+def test_a_bf16_file_defaults_to_openvino_on_every_cpu_and_says_where_fp32_is_faster() -> None:
+    """ONNX Runtime's CPU has no BF16 kernels: a BF16 file's default is OpenVINO on every CPU; where the CPU has no
+    BF16 units the note says the FP32 file ran faster (measured on Zen 3); without OpenVINO it says what to install."""
+    both = frozenset({"onnxruntime", "openvino"})
+    for features, slower in ((AVX2, True), (ZEN4, False), (AMX, False)):
+        chosen = cpu_default("sam_image_encoder", "bf16", features, both)
+        assert (chosen.runtime, chosen.precision) == ("openvino", "file")
+        assert ("this CPU has no BF16 units" in chosen.source) is slower, chosen.source
+    missing = cpu_default("sam_image_encoder", "bf16", AVX2, frozenset({"onnxruntime"}))
+    assert missing.runtime == "onnxruntime" and "needs openvino on the CPU, which is not installed" in missing.source

@@ -234,8 +234,11 @@ def cpu_default(family: str | None, file_precision: str, features: CpuFeatures |
                                   f"{row.runtime}, which is not installed: {RUNTIMES[row.runtime].install}")
     if file_precision == "bf16":  # ONNX Runtime's CPU has no BF16 kernels
         if BF16_RUNTIME in installed:
+            slower = "" if features.bf16_units else (
+                "; this CPU has no BF16 units, where the FP32 file it was made from ran faster (AMD EPYC Zen 3, "
+                "SAM ViT-B on OpenVINO: 1.06x the FP32 file's time)")
             return Deployment(BF16_RUNTIME, source=f"a BF16 file: {BF16_RUNTIME} runs it on the CPU (ONNX Runtime's "
-                              "CPU has no BF16 kernels)")
+                              f"CPU has no BF16 kernels){slower}")
         return Deployment(DEFAULT_RUNTIME, source=f"a BF16 file needs {BF16_RUNTIME} on the CPU, which is not "
                           f"installed: {RUNTIMES[BF16_RUNTIME].install}")
     return Deployment(DEFAULT_RUNTIME, source="this CPU's default (the file as written on onnxruntime)")
