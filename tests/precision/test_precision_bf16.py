@@ -140,3 +140,26 @@ def test_onnx_runtime_cpu_refuses_a_bf16_file_in_one_line(bf16_file: Path) -> No
     assert code == 1 and "Traceback" not in output, output
     (line,) = [ln for ln in output.splitlines() if ln.startswith("error:")]
     assert "is a BF16 graph and ONNX Runtime's CPU has no BF16 kernels" in line and "--runtime openvino" in line
+
+
+@pytest.mark.parametrize("units", [(), ("amx_bf16",)])
+def test_openvino_runs_a_bf16_file_in_bf16_only_where_the_cpu_has_bf16_units(bf16_file: Path, monkeypatch,
+                                                                            units: tuple[str, ...]) -> None:
+    """The ``file`` policy on a BF16 file asks OpenVINO for BF16 inference where the CPU has BF16 units (AMX,
+    AVX512-BF16), f32 elsewhere. A CPU mask cannot add units, so the CPU is constructed; on this machine's plugin a
+    BF16 request on a CPU without them runs f32 and the runner says so."""
+    pytest.importorskip("openvino")
+    import vitdeploy.cpu_features as features_module
+    from vitdeploy.cpu_features import CpuFeatures
+    from vitdeploy.runtime.backends.base import RunnerOptions
+    from vitdeploy.runtime.backends.openvino_runner import OpenVinoRunner
+
+    real = features_module.cpu_features()
+    constructed = CpuFeatures(real.model, real.machine, frozenset(real.flags) | frozenset(units))
+    monkeypatch.setattr(features_module, "cpu_features", lambda *a, **k: constructed)
+    runner = OpenVinoRunner.from_options(bf16_file, RunnerOptions(threads=1))
+    fell_back = [w for w in runner.warnings if "not the bf16 asked for" in w]
+    if not units:  # f32 asked: nothing to fall back from
+        assert runner.inference_precision == "f32" and not fell_back, runner.warnings
+    else:
+        assert runner.inference_precision == "bf16" or (not real.bf16_units and fell_back), runner.warnings
