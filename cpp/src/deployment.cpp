@@ -271,8 +271,11 @@ std::string apply_deployment_profile(const std::string& model_path, BackendOptio
                ") needs OpenVINO, which this build lacks (pip install openvino, rebuild)";
     options.runtime = chosen.runtime;
     // A BF16 file's own math: BF16 where the CPU has BF16 units, else f32 on its BF16 weights (the Python runner's rule).
-    const bool bf16_file_here = precision == "bf16" && (has_flag(machine_fingerprint().flags, "amx_bf16") ||
-                                                        has_flag(machine_fingerprint().flags, "avx512_bf16"));
+    bool bf16_file_here = false;
+    if (precision == "bf16") {
+        const std::string flags = machine_fingerprint().flags;
+        bf16_file_here = has_flag(flags, "amx_bf16") || has_flag(flags, "avx512_bf16");
+    }
     options.inference_precision = chosen.precision == "bf16" || bf16_file_here ? "bf16" : "f32";
     return note + name + " runs as " + chosen.runtime + " " + chosen.precision + ": this CPU's default (" + chosen.describe + ")";
 }
