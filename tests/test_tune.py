@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from tests.sam_tiny import SEED, TinySamArtifacts, sample_image, tiny_official_sam
 from vitdeploy.cli import cli
 from vitdeploy.cpu_features import cpu_features
+from vitdeploy.errors import InputError
 from vitdeploy.runtime import SamPredictor
 from vitdeploy.runtime.backends.deployment import cpu_default, model_digest, profile_path
 from vitdeploy.tune import TuneOptions, candidates, tune
@@ -67,6 +68,14 @@ def test_candidates_follow_the_file_the_cpu_and_the_runtimes() -> None:
     assert not any(d.precision == "bf16" for d in int8) and {d.threads for d in int8} == {1, 2} and len(int8) == 8
     with pytest.raises(Exception, match="openvino is not installed here"):
         candidates({"precision": "fp32"}, TuneOptions(runtimes=("openvino",)), ["onnxruntime"], bf16=True)
+    # only the runtimes whose CPU runs the file (the registry's capability): a fused-kernel file has no OpenVINO
+    # candidate, a BF16 file no ONNX Runtime one; none left is one line naming the runtime that runs it
+    fused = {"precision": "fp32", "cpu_form": {"attention": "fused-kernel", "nodes": ["a"], "source": "e.onnx"}}
+    assert [d.label() for d in candidates(fused, options, both, bf16=True)] == ["onnxruntime file"]
+    assert [d.label() for d in candidates({"precision": "bf16"}, options, both, bf16=True)] == ["openvino file"]
+    with pytest.raises(InputError, match="no candidate: the file runs vitdeploy's fused attention kernel, an ONNX "
+                       "Runtime custom op OpenVINO does not have: tune it on --runtime onnxruntime"):
+        candidates(fused, TuneOptions(runtimes=("openvino",)), both, bf16=True)
 
 
 def test_an_int8_file_is_judged_against_the_fp32_file_it_was_made_from(pair: tuple[Path, Path], tmp_path: Path) -> None:

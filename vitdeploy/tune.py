@@ -3,8 +3,9 @@ and write the fastest one that passed as the model's deployment profile.
 
 The candidates (:func:`candidates`) are runtime x precision policy x ONNX Runtime attention form x threads, limited to
 what is installed and what this CPU runs: OpenVINO's BF16 policy only on CPUs with AVX512-BF16 or AMX, ONNX Runtime's
-attention forms only for files whose target folds attention, and no ONNX Runtime candidate for a BF16 file (its CPU
-has no BF16 kernels). The reference is the file as written on ONNX Runtime (FP32 for an FP32 file: what ``vitdeploy
+attention forms only for files whose target folds attention, and only the runtimes whose CPU runs the file (the
+registry's :meth:`~vitdeploy.runtime.backends.registry.RuntimeEntry.cpu_gap`: no ONNX Runtime candidate for a BF16
+file, no OpenVINO one for a file holding vitdeploy's fused kernel). The reference is the file as written on ONNX Runtime (FP32 for an FP32 file: what ``vitdeploy
 validate`` proves against the official model), or the FP32 file given as ``reference`` (required for a BF16 file). Each candidate is judged
 by the budget of the precision it runs at (:data:`~vitdeploy.validation.parity.TOLERANCES`: the file's own, or
 ``bf16`` for BF16 inference of an FP32 file) on every output, and, for a SAM encoder given its decoder, by the mask
@@ -33,7 +34,7 @@ from vitdeploy.metadata import identity_differences, read_onnx_metadata
 from vitdeploy.precisions import Precision
 from vitdeploy.runtime.backends.deployment import (PROFILE_FORMAT, Deployment, machine_fingerprint, model_digest,
                                                    profile_path, runtime_versions)
-from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, RUNTIMES
+from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, RUNTIMES, FileNeeds, cpu_runtimes_for
 from vitdeploy.targets import target_of
 
 @dataclass(frozen=True)
@@ -107,12 +108,14 @@ def candidates(metadata: dict[str, Any], options: TuneOptions, installed: Sequen
     if missing:
         raise InputError(f"runtime {', '.join(missing)} is not installed here: {RUNTIMES[missing[0]].install}"
                          if missing[0] in RUNTIMES else f"unknown runtime {missing[0]}")
-    fp32 = Precision.of(metadata) is Precision.FP32
-    if Precision.of(metadata) is Precision.BF16:  # ONNX Runtime's CPU has no BF16 kernels
-        wanted = tuple(r for r in wanted if r != "onnxruntime")
-        if not wanted:
-            raise InputError("a BF16 file has no candidate on ONNX Runtime's CPU (no BF16 kernels): tune it on "
-                             "--runtime openvino")
+    needs = FileNeeds.of(metadata)
+    gaps = {r: RUNTIMES[r].cpu_gap(needs) for r in wanted}
+    wanted = tuple(r for r in wanted if gaps[r] is None)
+    if not wanted:
+        able = cpu_runtimes_for(needs)
+        raise InputError(f"no candidate: the file {next((g for g in gaps.values() if g), 'has no runtime here')}: tune it on "
+                         + (f"--runtime {' or '.join(able)}" if able else "a GPU ('vitdeploy build-engine')"))
+    fp32 = needs.precision is Precision.FP32
     target = target_of(metadata)
     forms: list[tuple[tuple[str, Any], ...]] = [()]
     if target is not None and target.folded_attention:
@@ -120,12 +123,9 @@ def candidates(metadata: dict[str, Any], options: TuneOptions, installed: Sequen
     threads = sorted(set(options.threads or (1, available_cores())))
     found = []
     for runtime in wanted:
-        if runtime == "onnxruntime":
-            kinds = [("file", form) for form in forms]
-        elif runtime == "openvino":
-            kinds = [("file", ())] + ([("bf16", ())] if fp32 and bf16 else [])
-        else:
-            continue
+        entry = RUNTIMES[runtime]  # the attention forms are runner settings; a BF16 policy needs an FP32 file and
+        kinds = [("file", form) for form in forms if all(key in entry.settings for key, _ in form)]  # BF16 units
+        kinds += [(policy, ()) for policy in entry.policies if policy != "file" and fp32 and bf16]
         found += [Deployment(runtime, precision, n, form, source="tune") for precision, form in kinds for n in threads]
     return found
 
@@ -224,9 +224,10 @@ def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | 
                          "(a TensorRT engine's math was fixed when it was built)")
     output = Path(output) if output else profile_path(model)
     metadata = read_onnx_metadata(model)
-    if Precision.of(metadata) is Precision.BF16 and not options.reference:
-        raise InputError(f"'{model.name}' is BF16, which ONNX Runtime's CPU cannot run as the reference: pass "
-                         "--reference with the FP32 file it was made from")
+    gap = RUNTIMES[DEFAULT_RUNTIME].cpu_gap(FileNeeds.of(metadata, f"'{model.name}'"))
+    if gap and not options.reference:
+        raise InputError(f"'{model.name}' {gap}, where the reference runs: pass --reference with the FP32 file it was "
+                         "made from")
     reference_path = Path(options.reference) if options.reference else model
     reference = open_runner(reference_path, threads=available_cores(), runtime=DEFAULT_RUNTIME)
     if options.reference:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <set>
 
 #include "vitdeploy/error.hpp"
 #include "vitdeploy/onnxruntime_backend.hpp"
@@ -27,7 +28,57 @@ const TensorInfo& find_info(const std::vector<TensorInfo>& infos, const std::str
                         "): its metadata does not match the model; re-export it with vitdeploy");
 }
 
+struct CpuRuntime {
+    const char* name;
+    const char* title;
+    std::set<std::string> precisions;  // the file precisions its CPU has kernels for
+    std::set<std::string> custom_ops;  // the vitdeploy custom ops it runs (by their CPU-form name)
+};
+
+// RUNTIMES in vitdeploy/runtime/backends/registry.py, the runtimes that open ONNX files, in its order.
+const std::vector<CpuRuntime>& cpu_runtimes() {
+    static const std::vector<CpuRuntime> table = {
+        {"onnxruntime", "ONNX Runtime", {"fp32", "fp16", "int8"}, {"fused-kernel"}},
+        {"openvino", "OpenVINO", {"fp32", "fp16", "bf16", "int8"}, {}},
+    };
+    return table;
+}
+
+std::string upper(std::string text) {
+    std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    return text;
+}
+
 }  // namespace
+
+std::string cpu_gap(const std::string& runtime, const Metadata& metadata) {
+    const auto& table = cpu_runtimes();
+    auto row = std::find_if(table.begin(), table.end(), [&](const CpuRuntime& r) { return runtime == r.name; });
+    if (row == table.end()) throw InputError("unknown runtime '" + runtime + "': give onnxruntime or openvino");
+    const std::string precision = metadata.get_string_or("precision", "fp32");
+    if (!row->precisions.count(precision))
+        return "is a " + upper(precision) + " graph and " + row->title + "'s CPU has no " + upper(precision) + " kernels";
+    if (metadata.cpu_form_attention() == "fused-kernel" && !row->custom_ops.count("fused-kernel"))
+        return std::string("runs vitdeploy's fused attention kernel, an ONNX Runtime custom op ") + row->title +
+               " does not have";
+    return "";
+}
+
+std::vector<std::string> cpu_runtimes_for(const Metadata& metadata) {
+    std::vector<std::string> out;
+    for (const CpuRuntime& r : cpu_runtimes())
+        if (cpu_gap(r.name, metadata).empty()) out.emplace_back(r.name);
+    return out;
+}
+
+std::string cpu_refusal(const std::string& runtime, const Metadata& metadata, const std::string& file) {
+    const std::string gap = cpu_gap(runtime, metadata);
+    if (gap.empty()) return "";
+    std::string others;
+    for (const std::string& name : cpu_runtimes_for(metadata))
+        if (name != runtime) others += (others.empty() ? "" : " or ") + name;
+    return "'" + file + "' " + gap + ": " + (others.empty() ? "no CPU runtime runs it" : "run it with --runtime " + others + " (or auto)");
+}
 
 const TensorInfo& Backend::input(const std::string& name) const { return find_info(inputs(), name, "input", path()); }
 

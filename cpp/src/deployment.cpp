@@ -6,6 +6,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
@@ -196,7 +197,7 @@ DeploymentProfile read_deployment_profile(const std::string& model_path, const s
     return out;
 }
 
-CpuDefault cpu_default(const std::string& family, const std::string& file_precision) {
+CpuDefault cpu_default(const Metadata& metadata) {
     struct Row {
         const char* flag;
         const char* without;  // nullptr: none
@@ -210,28 +211,28 @@ CpuDefault cpu_default(const std::string& family, const std::string& file_precis
         {"avx2", "avx512f", "openvino", "file", {"sam_image_encoder"}},
     };
     CpuDefault out;
-    if (file_precision == "bf16") {  // ONNX Runtime's CPU has no BF16 kernels, on any CPU (as the Python default)
-        out.runtime = "openvino";
-        out.precision = "file";
-        out.describe = "a BF16 file: ONNX Runtime's CPU has no BF16 kernels";
-        return out;
-    }
+    const std::vector<std::string> runs = cpu_runtimes_for(metadata);  // the runtimes whose CPU runs the file
+    auto runs_it = [&runs](const std::string& name) { return std::find(runs.begin(), runs.end(), name) != runs.end(); };
 #if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
-    if (file_precision != "fp32") return out;
-    const std::string flags = machine_fingerprint().flags;
-    for (const Row& row : rows) {
-        if (!has_flag(flags, row.flag) || (row.without && has_flag(flags, row.without)) || !row.families.count(family))
-            continue;
-        out.runtime = row.runtime;
-        out.precision = row.precision;
-        out.describe = std::string(row.flag) + (row.without ? std::string(" without ") + row.without : "") + ": " +
-                       row.runtime + " " + row.precision;
-        return out;
+    if (metadata.get_string_or("precision", "fp32") == "fp32") {  // the rows were measured on FP32 files
+        const std::string flags = machine_fingerprint().flags;
+        const std::string family = metadata.get_string_or("family", "");
+        for (const Row& row : rows) {
+            if (!has_flag(flags, row.flag) || (row.without && has_flag(flags, row.without)) || !row.families.count(family))
+                continue;
+            if (!runs_it(row.runtime)) break;  // e.g. a fused-kernel file: it stays as written, as in Python
+            out.runtime = row.runtime;
+            out.precision = row.precision;
+            out.describe = std::string(row.flag) + (row.without ? std::string(" without ") + row.without : "") + ": " +
+                           row.runtime + " " + row.precision;
+            return out;
+        }
     }
-#else
-    (void)family;
-    (void)file_precision;
 #endif
+    if (runs_it("onnxruntime") || runs.empty()) return out;
+    // ONNX Runtime's CPU cannot run it (a BF16 file): the first runtime that can, as Python's cpu_default
+    out.runtime = runs.front();
+    out.describe = "the file " + cpu_gap("onnxruntime", metadata);
     return out;
 }
 
@@ -260,9 +261,7 @@ std::string apply_deployment_profile(const std::string& model_path, BackendOptio
         if (options.threads == 0 && profile.threads > 0) options.threads = profile.threads;
         return profile.note;
     }
-    // a fused-kernel file holds an ONNX Runtime custom op: it stays on ONNX Runtime, as in Python
-    if (metadata.cpu_form_attention() == "fused-kernel") return profile.note;
-    const CpuDefault chosen = cpu_default(metadata.get_string_or("family", ""), precision);
+    const CpuDefault chosen = cpu_default(metadata);
     if (chosen.describe.empty()) return profile.note;
     std::string name = std::filesystem::path(model_path).filename().string();
     std::string note = profile.note.empty() ? "" : profile.note + "; ";

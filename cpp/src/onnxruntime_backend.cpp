@@ -115,10 +115,9 @@ OnnxRuntimeBackend::OnnxRuntimeBackend(const std::string& path, const BackendOpt
         throw BackendError("ONNX Runtime cannot load '" + path + "' (" + e.what() + ")");
     }
     const bool int8 = file_metadata.get_string_or("precision", "") == "int8";
-    // As the Python runner: ONNX Runtime's CPU provider has no BF16 kernels ('vitdeploy calibrate -p bf16' files).
-    if (file_metadata.get_string_or("precision", "") == "bf16")
-        throw InputError("'" + path + "' is a BF16 graph and ONNX Runtime's CPU has no BF16 kernels: run it with "
-                         "--runtime openvino (or auto) or as a TensorRT engine; the FP32 file runs here as it is");
+    // As the Python runner: what ONNX Runtime's CPU cannot run (a BF16 graph) is refused before a session is made.
+    if (const std::string refusal = cpu_refusal("onnxruntime", file_metadata, path); !refusal.empty())
+        throw InputError(refusal + ", or as a TensorRT engine; the FP32 file runs here as it is");
     // A file 'vitdeploy optimize --fused-attention' wrote (vitdeploy.runtime.forms.cpu_form) holds vitdeploy's kernel op.
     if (file_metadata.cpu_form_attention() == "fused-kernel" && options.ort_ops_library.empty())
         throw InputError("'" + path + "' runs vitdeploy's fused attention kernel ('vitdeploy optimize --fused-attention'): "

@@ -81,9 +81,7 @@ OpenVinoBackend::OpenVinoBackend(const std::string& path, const BackendOptions& 
     } catch (const InputError& e) {
         throw BackendError("OpenVINO cannot load '" + path + "' (" + e.what() + ")");
     }
-    if (file_metadata.cpu_form_attention() == "fused-kernel")
-        throw InputError("'" + path + "' runs vitdeploy's fused attention kernel, an ONNX Runtime custom op OpenVINO does "
-                         "not have: run it on ONNX Runtime");
+    if (const std::string refusal = cpu_refusal("openvino", file_metadata, path); !refusal.empty()) throw InputError(refusal);
     if (file_metadata.get_string_or("precision", "") == "int8" && u8s8_saturates())
         throw InputError("'" + path + "' is an INT8 file and this CPU has no VNNI/AMX, where OpenVINO's u8 x s8 kernels "
                          "saturate; the Python runtime re-quantizes its weights to 7 bits at load, the C++ library does "

@@ -7,6 +7,7 @@
 //   postprocess  upscaled logits within tolerance, thresholded masks identical
 //   predictor    SamPredictor on exported tiny models: masks identical, scores/logits within tolerance
 //   bad_inputs   undecodable images and mismatched metadata raise errors with the expected message
+//   cpu_gaps     what each runtime's CPU runs of a file (precision, custom ops): the Python registry's phrase, exactly
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -180,11 +181,26 @@ void bad_input_case(const Json& c) {
     }
 }
 
+// The runtimes' CPU capability (backend.hpp's cpu_gap) against the Python registry's, phrase for phrase.
+void cpu_gap_case(const Json& c) {
+    const std::string name = c.find("name")->as_string();
+    const Metadata metadata = Metadata::from_json(*c.find("metadata"), name);
+    const std::string runtime = c.find("runtime")->as_string();
+    const std::string want = c.find("gap")->as_string();
+    const std::string got = cpu_gap(runtime, metadata);
+    CHECK_MSG(got == want, name + ": C++ says '" + got + "', Python '" + want + "'");
+    std::string runs, want_runs;
+    for (const std::string& r : cpu_runtimes_for(metadata)) runs += (runs.empty() ? "" : ",") + r;
+    for (const Json& r : c.find("runs")->as_array()) want_runs += (want_runs.empty() ? "" : ",") + r.as_string();
+    CHECK_MSG(runs == want_runs, name + ": C++ runs it on '" + runs + "', Python on '" + want_runs + "'");
+    std::printf("     %s: %s\n", name.c_str(), got.empty() ? "runs" : got.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     if (argc != 2) {
-        std::fprintf(stderr, "usage: vitdeploy_golden_tests preprocess|postprocess|predictor|bad_inputs\n");
+        std::fprintf(stderr, "usage: vitdeploy_golden_tests preprocess|postprocess|predictor|bad_inputs|cpu_gaps\n");
         return 2;
     }
     const char* dir = std::getenv("VITDEPLOY_GOLDEN_DIR");
@@ -214,6 +230,7 @@ int main(int argc, char** argv) {
                                          else if (suite == "postprocess") postprocess_case(c);
                                          else if (suite == "predictor") predictor_case(c);
                                          else if (suite == "bad_inputs") bad_input_case(c);
+                                         else if (suite == "cpu_gaps") cpu_gap_case(c);
                                          else throw std::runtime_error("unknown suite");
                                      }});
     }

@@ -71,4 +71,15 @@ std::unique_ptr<Backend> open_model(const std::string& path, const BackendOption
 /// Names of the backends compiled into this build ("onnxruntime", "openvino", "tensorrt").
 std::vector<std::string> available_backends();
 
+/// What a runtime's CPU runs of an ONNX file: the C++ mirror of the Python registry's capability
+/// (RuntimeEntry.cpu_gap in vitdeploy/runtime/backends/registry.py: the file precisions each runtime has CPU kernels
+/// for, the vitdeploy custom ops it carries; tests/cpp/test_cpp.py's golden 'cpu_gaps' cases hold the two together).
+/// Why ``runtime`` ("onnxruntime", "openvino") cannot run a file with ``metadata`` on the CPU, as the phrase after the
+/// file's name ("is a BF16 graph and ONNX Runtime's CPU has no BF16 kernels"); empty where it can.
+std::string cpu_gap(const std::string& runtime, const Metadata& metadata);
+/// The runtimes ("onnxruntime", "openvino", in that order, compiled in or not) whose CPU runs a file with ``metadata``.
+std::vector<std::string> cpu_runtimes_for(const Metadata& metadata);
+/// "'<file>' <gap>: run it with --runtime <others> (or auto)" where ``runtime``'s CPU cannot run it; empty where it can.
+std::string cpu_refusal(const std::string& runtime, const Metadata& metadata, const std::string& file);
+
 }  // namespace vitdeploy

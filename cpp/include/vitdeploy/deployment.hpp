@@ -33,16 +33,19 @@ std::string deployment_profile_path(const std::string& model_path);
 DeploymentProfile read_deployment_profile(const std::string& model_path, const std::string& ort_version,
                                           const std::string& openvino_version = "");
 
-/// This CPU's measured default for a file of ``family`` whose weights are ``file_precision``: the rows of
-/// vitdeploy.runtime.backends.deployment.CPU_DEFAULTS (first match wins; FP32 files only), else the file as written
-/// on ONNX Runtime. ``describe`` is the row as Python's CpuDefault.describe says it ("avx2 without avx512f:
-/// openvino file"); tests/cpp/test_cpp.py checks that both sides choose the same under several CPU masks.
+/// This CPU's measured default for a file with ``metadata`` (its family, precision and custom ops): the rows of
+/// vitdeploy.runtime.backends.deployment.CPU_DEFAULTS (first match wins; FP32 files only, and only where the row's
+/// runtime runs the file: cpu_gap in backend.hpp), else the file as written on ONNX Runtime, or on the first runtime
+/// that runs it where ONNX Runtime's CPU cannot (a BF16 file). ``describe`` is the row as Python's
+/// CpuDefault.describe says it ("avx2 without avx512f: openvino file"), or why ONNX Runtime was passed over;
+/// tests/cpp/test_cpp.py checks that both sides choose the same under several CPU masks.
 struct CpuDefault {
     std::string runtime = "onnxruntime";
     std::string precision = "file";
     std::string describe;  // empty: no row applies
 };
-CpuDefault cpu_default(const std::string& family, const std::string& file_precision);
+class Metadata;
+CpuDefault cpu_default(const Metadata& metadata);
 
 /// ``options`` set as ``--runtime auto`` sets them in Python: the profile beside ``model_path`` where it fits
 /// (runtime, inference precision, and threads where ``options.threads`` is 0), else this CPU's default for the file

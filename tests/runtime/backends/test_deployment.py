@@ -81,7 +81,33 @@ def test_a_fused_kernel_file_stays_on_onnx_runtime_where_the_default_is_openvino
     fused = tmp_path / "encoder.fused.onnx"
     onnx.save(model, str(fused))
     chosen = resolve(fused)
-    assert (chosen.runtime, chosen.precision) == ("onnxruntime", "file") and "fused attention kernel" in chosen.source
+    assert (chosen.runtime, chosen.precision) == ("onnxruntime", "file")
+    assert chosen.source.startswith("the file as written on onnxruntime (this CPU's default is openvino, but the file "
+                                    "runs vitdeploy's fused attention kernel, an ONNX Runtime custom op OpenVINO"), chosen.source
+
+
+def test_the_registry_says_what_each_runtimes_cpu_runs() -> None:
+    """One capability per runtime (file precisions, custom ops, precision policies), read by the runners' refusals,
+    ``auto``, ``tune`` and the C++ library: its phrases, and what follows from them."""
+    from vitdeploy.runtime.backends.registry import RUNTIMES, FileNeeds, cpu_runtimes_for, policy_runtime
+
+    fused = frozenset({"fused-kernel"})
+    assert RUNTIMES["onnxruntime"].cpu_gap(FileNeeds.of({"precision": "bf16"})) == (
+        "is a BF16 graph and ONNX Runtime's CPU has no BF16 kernels")
+    assert RUNTIMES["openvino"].cpu_gap(FileNeeds(custom_ops=fused)) == (
+        "runs vitdeploy's fused attention kernel, an ONNX Runtime custom op OpenVINO does not have")
+    assert cpu_runtimes_for(FileNeeds()) == ("onnxruntime", "openvino")
+    assert cpu_runtimes_for(FileNeeds.of({"precision": "bf16"})) == ("openvino",)
+    assert cpu_runtimes_for(FileNeeds.of({"precision": "int8"}, "x")) == ("onnxruntime", "openvino")
+    refusal = RUNTIMES["openvino"].cpu_refusal(FileNeeds(custom_ops=fused), "e.onnx")
+    assert refusal and refusal.endswith("does not have: run it with --runtime onnxruntime (or auto)")
+    assert policy_runtime("bf16") == "openvino" and policy_runtime("file") == "onnxruntime"
+    # a profile whose runtime does not take its precision policy is damaged, not run
+    with pytest.raises(InputError, match="onnxruntime does not take precision bf16"):
+        Deployment.from_dict({"runtime": "onnxruntime", "precision": "bf16"}, "p.json")
+    # a BF16 file that also holds the fused kernel: no CPU runtime runs it; auto leaves the refusal to the runner
+    neither = cpu_default("sam_image_encoder", "bf16", AVX2, BOTH, custom_ops=fused)
+    assert neither.runtime == "onnxruntime" and neither.source.startswith("no CPU runtime runs the file (it is a BF16 graph")
 
 
 def _profile(model: Path, chosen: dict, **changes) -> Path:

@@ -29,8 +29,8 @@ from vitdeploy.cpu_features import REPORTED, CpuFeatures, available_cores, cpu_f
 from vitdeploy.errors import InputError
 from vitdeploy.fileio import sha256_file
 from vitdeploy.precisions import PRECISION_POLICIES, Precision
-from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, ONNX_RUNTIMES, RUNTIMES
-from vitdeploy.runtime.forms.cpu_form import FUSED_KERNEL, read_cpu_form
+from vitdeploy.runtime.backends.registry import (DEFAULT_RUNTIME, ONNX_RUNTIMES, RUNTIMES, FileNeeds, cpu_runtimes_for,
+                                                 policy_runtime)
 
 #: The ``--runtime`` value that asks for this module's choice.
 AUTO = "auto"
@@ -38,8 +38,6 @@ AUTO = "auto"
 PROFILE_FORMAT = "vitdeploy-deployment-profile/1"
 #: ``encoder.onnx`` -> ``encoder.profile.json``.
 PROFILE_SUFFIX = ".profile.json"
-#: The runtime that runs an FP32 file's layers in BF16 on the CPU (``--inference-precision bf16``).
-BF16_RUNTIME = "openvino"
 #: The PyPI distribution whose version a runtime's results depend on.
 RUNTIME_DISTRIBUTIONS = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu"), "openvino": ("openvino",)}
 
@@ -82,6 +80,8 @@ class Deployment:
                 or not isinstance(data.get("settings", {}), dict) \
                 or not (data.get("threads") is None or (isinstance(data["threads"], int) and data["threads"] >= 1)):
             raise InputError(f"{source}: the chosen deployment is damaged ({json.dumps(data)[:120]}): run 'vitdeploy tune' again")
+        if data.get("precision", "file") not in RUNTIMES[data["runtime"]].policies:
+            raise InputError(f"{source}: {data['runtime']} does not take precision {data['precision']}: run 'vitdeploy tune' again")
         settings = tuple(sorted(data.get("settings", {}).items()))
         unknown = sorted({k for k, _ in settings} - RUNTIMES[data["runtime"]].settings)
         if unknown:
@@ -218,30 +218,42 @@ def profile_problems(profile: dict[str, Any], model: str | Path, features: CpuFe
 
 
 def cpu_default(family: str | None, file_precision: str, features: CpuFeatures | None = None,
-                installed: frozenset[str] | None = None) -> Deployment:
-    """This CPU's measured default for a file of ``family`` whose weights are ``file_precision`` (:data:`CPU_DEFAULTS`;
-    the exact ONNX Runtime default where no row applies or its runtime is not installed)."""
+                installed: frozenset[str] | None = None, custom_ops: frozenset[str] = frozenset()) -> Deployment:
+    """This CPU's measured default for a file of ``family`` whose graph is ``file_precision`` and holds ``custom_ops``
+    (:data:`CPU_DEFAULTS`, whose rows were measured on FP32 files; a row applies only where its runtime runs the
+    file, :meth:`~vitdeploy.runtime.backends.registry.RuntimeEntry.cpu_gap`). Where no row applies: the file as
+    written on ONNX Runtime, or, where ONNX Runtime's CPU cannot run it, on the first installed runtime that can."""
     features = features or cpu_features()
     if installed is None:
         installed = frozenset(name for name in ONNX_RUNTIMES if RUNTIMES[name].installed())
-    if file_precision == "fp32":
+    needs = FileNeeds(Precision.parse(file_precision), frozenset(custom_ops))
+    runs = cpu_runtimes_for(needs)
+    passed_over = ""
+    if needs.precision is Precision.FP32:
         for row in CPU_DEFAULTS:
-            if row.applies(features, family):
-                if row.runtime in installed:
-                    return Deployment(row.runtime, row.precision,
-                                      source=f"this CPU's default ({row.describe()})")
-                return Deployment(DEFAULT_RUNTIME, source=f"this CPU's default ({row.describe()}) needs "
-                                  f"{row.runtime}, which is not installed: {RUNTIMES[row.runtime].install}")
-    if file_precision == "bf16":  # ONNX Runtime's CPU has no BF16 kernels
-        if BF16_RUNTIME in installed:
-            slower = "" if features.bf16_units else (
-                "; this CPU has no BF16 units, where the FP32 file it was made from ran faster (AMD EPYC Zen 3, "
-                "SAM ViT-B on OpenVINO: 1.06x the FP32 file's time)")
-            return Deployment(BF16_RUNTIME, source=f"a BF16 file: {BF16_RUNTIME} runs it on the CPU (ONNX Runtime's "
-                              f"CPU has no BF16 kernels){slower}")
-        return Deployment(DEFAULT_RUNTIME, source=f"a BF16 file needs {BF16_RUNTIME} on the CPU, which is not "
-                          f"installed: {RUNTIMES[BF16_RUNTIME].install}")
-    return Deployment(DEFAULT_RUNTIME, source="this CPU's default (the file as written on onnxruntime)")
+            if not row.applies(features, family):
+                continue
+            if row.runtime not in runs:  # e.g. a fused-kernel file on a CPU whose default is OpenVINO
+                passed_over = f"this CPU's default is {row.runtime}, but the file {RUNTIMES[row.runtime].cpu_gap(needs)}"
+                break
+            if row.runtime in installed:
+                return Deployment(row.runtime, row.precision, source=f"this CPU's default ({row.describe()})")
+            return Deployment(DEFAULT_RUNTIME, source=f"this CPU's default ({row.describe()}) needs "
+                              f"{row.runtime}, which is not installed: {RUNTIMES[row.runtime].install}")
+    if DEFAULT_RUNTIME in runs:
+        return Deployment(DEFAULT_RUNTIME, source=f"the file as written on {DEFAULT_RUNTIME} ({passed_over})" if passed_over
+                          else f"this CPU's default (the file as written on {DEFAULT_RUNTIME})")
+    gap = RUNTIMES[DEFAULT_RUNTIME].cpu_gap(needs)
+    if not runs:  # the default runtime's runner refuses it in its own words
+        return Deployment(DEFAULT_RUNTIME, source=f"no CPU runtime runs the file (it {gap})")
+    able = [name for name in runs if name in installed]
+    if not able:
+        return Deployment(DEFAULT_RUNTIME, source=f"the file {gap}; it needs {runs[0]} on the CPU, which is not "
+                          f"installed: {RUNTIMES[runs[0]].install}")
+    slower = "" if needs.precision is not Precision.BF16 or features.bf16_units else (
+        "; this CPU has no BF16 units, where the FP32 file it was made from ran faster (AMD EPYC Zen 3, "
+        "SAM ViT-B on OpenVINO: 1.06x the FP32 file's time)")
+    return Deployment(able[0], source=f"{able[0]} runs it on the CPU (the file {gap}){slower}")
 
 
 def resolve(model: str | Path, *, precision: str | None = None, threads: int | None = None, device: str = "cpu",
@@ -279,16 +291,12 @@ def resolve(model: str | Path, *, precision: str | None = None, threads: int | N
         raise InputError(f"no deployment profile at '{found}': write one with 'vitdeploy tune {model}'")
     try:
         meta = read_onnx_metadata(model)
-        form = read_cpu_form(meta)
+        needs = FileNeeds.of(meta)
     except InputError:  # a damaged file: the runner that opens it next says so in its own words
-        meta, form = {}, None
-    if form is not None and form.attention == FUSED_KERNEL:  # an ONNX Runtime custom op: no other runtime has it
-        chosen = Deployment(DEFAULT_RUNTIME, source="the file as written on onnxruntime (it runs vitdeploy's fused "
-                            "attention kernel, an ONNX Runtime custom op)")
-    else:
-        chosen = cpu_default(meta.get("family"), Precision.of(meta))
+        meta, needs = {}, FileNeeds()
+    chosen = cpu_default(meta.get("family"), needs.precision, custom_ops=needs.custom_ops)
     if precision is not None and chosen.precision != precision:
-        chosen = Deployment(DEFAULT_RUNTIME if precision == "file" else BF16_RUNTIME, precision,
+        chosen = Deployment(DEFAULT_RUNTIME if precision == "file" else policy_runtime(precision), precision,
                             source=f"asked (--inference-precision {precision})")
     return replace(chosen, threads=threads or available_cores(), source=chosen.source + refused)
 

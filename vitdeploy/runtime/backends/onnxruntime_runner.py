@@ -17,6 +17,7 @@ from vitdeploy.precisions import Precision
 from vitdeploy.runtime.backends.base import Runner, RunnerOptions, TensorMeta
 from vitdeploy.runtime.backends.ort_settings import OrtSettings, default_memory_pattern, int8_kernels
 from vitdeploy.runtime.backends.providers import PROVIDERS, plan_providers
+from vitdeploy.runtime.backends.registry import RUNTIMES, FileNeeds
 from vitdeploy.targets import target_of
 
 _ORT_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
@@ -140,10 +141,11 @@ class OnnxRuntimeRunner(Runner):
         _require_providers(device)  # no GPU here says so before anything is said about the file
         if device != "cpu":
             _load_gpu_libraries()
-        if device == "cpu" and Precision.of(file_metadata) is Precision.BF16:
-            raise InputError(f"'{path.name}' is a BF16 graph and ONNX Runtime's CPU has no BF16 kernels: run it with "
-                             "--runtime openvino (or auto), on --device cuda, or as a TensorRT engine ('vitdeploy "
-                             "build-engine'); the FP32 file runs here as it is")
+        refusal = RUNTIMES[self.backend].cpu_refusal(FileNeeds.of(file_metadata, f"'{path.name}'"), path.name) \
+            if device == "cpu" else None
+        if refusal:
+            raise InputError(f"{refusal}, on --device cuda, or as a TensorRT engine ('vitdeploy build-engine'); the "
+                             "FP32 file runs here as it is")
         plan = plan_providers(file_metadata, device, tf32=tf32, allow_unverified=allow_unverified, name=f"'{path.name}'")
         quantized = Precision.of(file_metadata).quantized
         options = self.settings.session_options(quantized)

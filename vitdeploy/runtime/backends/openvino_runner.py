@@ -38,10 +38,11 @@ import numpy as np
 
 from vitdeploy.errors import InputError, MissingDependencyError, first_line
 from vitdeploy.fileio import raise_if_weights_missing, require_onnx_file
-from vitdeploy.runtime.forms.cpu_form import FUSED_KERNEL, read_cpu_form
+from vitdeploy.runtime.forms.cpu_form import read_cpu_form
 from vitdeploy.metadata import read_onnx_metadata
 from vitdeploy.precisions import Precision
 from vitdeploy.runtime.backends.base import Runner, RunnerOptions, TensorMeta
+from vitdeploy.runtime.backends.registry import RUNTIMES, FileNeeds
 
 OPENVINO_HINT = "pip install 'vitdeploy[openvino]' (or pip install openvino), or run on ONNX Runtime (--runtime onnxruntime)"
 #: Inference precisions a caller may ask OpenVINO's CPU plugin for (``f32``: the file's FP32 math as written).
@@ -130,10 +131,10 @@ class OpenVinoRunner(Runner):
         ov = import_openvino()
         path = require_onnx_file(path)
         file_metadata = read_onnx_metadata(path)  # a corrupt file says so before OpenVINO is asked
-        form = read_cpu_form(file_metadata, f"'{path.name}'")
-        if form is not None and form.attention == FUSED_KERNEL:
-            raise InputError(f"'{path.name}' runs vitdeploy's fused attention kernel, an ONNX Runtime custom op OpenVINO "
-                             f"does not have: run it with --runtime onnxruntime, or give OpenVINO '{form.source}'")
+        refusal = RUNTIMES[self.backend].cpu_refusal(FileNeeds.of(file_metadata, f"'{path.name}'"), path.name)
+        if refusal:
+            form = read_cpu_form(file_metadata)
+            raise InputError(refusal + (f", or give OpenVINO '{form.source}'" if form is not None and form.source else ""))
         core = ov.Core()
         #: How an INT8 file's weights run here (None: not an INT8 graph).
         self.int8_weights: str | None = None
