@@ -32,8 +32,14 @@ def run_build_sh(build: Path, timeout: int = 900) -> subprocess.CompletedProcess
 
 @pytest.fixture(scope="session")
 def cpp_build() -> Path:
-    """cpp/build after ``cpp/build.sh``: the library, sam_cli, the ctest suites and libvitdeploy_ort_ops.so."""
-    done = run_build_sh(BUILD)
+    """cpp/build after ``cpp/build.sh``: the library, sam_cli, the ctest suites and libvitdeploy_ort_ops.so. One
+    build at a time (``pytest -n``'s workers share cpp/build): the first worker builds, the next finds it built."""
+    import fcntl
+
+    BUILD.mkdir(parents=True, exist_ok=True)
+    with open(BUILD / ".tests.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = run_build_sh(BUILD)
     assert done.returncode == 0, f"C++ build failed:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
     assert "TensorRT backend: " in done.stdout, "CMake must report whether the TensorRT backend is built"
     return BUILD
