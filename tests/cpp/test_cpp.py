@@ -521,6 +521,28 @@ def test_model_bench_times_each_cpu_form_with_the_python_numbers(cpp_build: Path
     assert usage.returncode == 2 and "--runs takes an integer of at least 1" in usage.stderr
 
 
+def test_both_languages_refuse_what_a_runtimes_cpu_cannot_run_in_the_registrys_words(cpp_build: Path,  # noqa: F811
+                                                                                       encoder_cpu_forms) -> None:
+    """A fused-kernel file on OpenVINO: the C++ backend and the Python runner refuse it in one line, each with the
+    registry's phrase and the runtime that runs it (the C++ capability mirrors the Python one)."""
+    from vitdeploy.errors import InputError
+    from vitdeploy.runtime.backends.openvino_runner import OpenVinoRunner
+    from vitdeploy.runtime.backends.registry import RUNTIMES, FileNeeds
+
+    _require_openvino_backend(cpp_build)
+    if "fused-kernel" not in encoder_cpu_forms:
+        pytest.skip("this CPU has neither AVX2 nor AVX-512: no attention takes the fused kernel")
+    fused = encoder_cpu_forms["fused-kernel"]
+    gap = RUNTIMES["openvino"].cpu_gap(FileNeeds.of(read_onnx_metadata(str(fused))))
+    words = f"{gap}: run it with --runtime onnxruntime (or auto)"
+    done = subprocess.run([str(cpp_build / "model_bench"), "--model", str(fused), "--runtime", "openvino", "--runs", "1"],
+                          capture_output=True, text=True, timeout=120, env=_env_without_ort_ops())
+    assert done.returncode == 1 and len(done.stderr.splitlines()) == 1 and words in done.stderr, done.stderr
+    with pytest.raises(InputError) as refused:
+        OpenVinoRunner(fused, threads=THREADS)
+    assert words in str(refused.value)
+
+
 @pytest.fixture(scope="module")
 def tiny_int8_encoder(encoder_cpu_forms, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny onnxruntime-cpu encoder calibrated to INT8 (Q/DQ) on the bundled images."""
