@@ -123,8 +123,9 @@ def candidates(metadata: dict[str, Any], options: TuneOptions, installed: Sequen
     threads = sorted(set(options.threads or (1, available_cores())))
     found = []
     for runtime in wanted:
-        entry = RUNTIMES[runtime]  # the attention forms are runner settings; a BF16 policy needs an FP32 file and
-        kinds = [("file", form) for form in forms if all(key in entry.settings for key, _ in form)]  # BF16 units
+        # the attention forms are runner settings; a BF16 policy needs an FP32 file and a CPU with BF16 units
+        entry = RUNTIMES[runtime]
+        kinds = [("file", form) for form in forms if all(key in entry.settings for key, _ in form)]
         kinds += [(policy, ()) for policy in entry.policies if policy != "file" and fp32 and bf16]
         found += [Deployment(runtime, precision, n, form, source="tune") for precision, form in kinds for n in threads]
     return found
