@@ -44,12 +44,14 @@ def export_tiny(path: Path, *, seed: int = 0, layernorm2d: str = "matmul", overf
 
 @pytest.fixture(scope="session")
 def tiny_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("precision_models")
-    return {
+    """The tiny encoder in three forms (once per test run): matmul LayerNorm2d, native LayerNorm2d, FP16-overflowing."""
+    from tests.once_per_run import once_per_run
+
+    return once_per_run(tmp_path_factory, "precision_models", lambda root: {
         "matmul": export_tiny(root / "tiny_matmul.onnx"),
         "native": export_tiny(root / "tiny_native.onnx", seed=1, layernorm2d="native"),
         "overflow": export_tiny(root / "tiny_overflow.onnx", overflow=20000.0),
-    }
+    })
 
 
 @pytest.fixture(scope="session")

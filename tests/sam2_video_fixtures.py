@@ -89,16 +89,19 @@ def official_video_predictor(checkpoint: Path, arch: Any = None):
 
 @pytest.fixture(scope="session")
 def sam2_video(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """{"checkpoint", "clip", and the four exported files by stem (VIDEO_RECIPES)}."""
+    """{"checkpoint", "clip", and the four exported files by stem (VIDEO_RECIPES)}, made once per test run."""
     pytest.importorskip("sam2", reason="the official sam2 package is not installed (scripts/test.sh installs it)")
+    from tests.once_per_run import once_per_run
     from vitdeploy.pipeline import export_from_recipe
 
-    root = tmp_path_factory.mktemp("sam2_video")
-    checkpoint = write_checkpoint(root / "tiny_sam2.pt")
-    files: dict[str, Any] = {"checkpoint": checkpoint, "clip": write_clip(root / "clip")}
-    for stem, recipe in VIDEO_RECIPES.items():
-        files[stem] = export_from_recipe(recipe, root / f"{stem}.onnx", checkpoint=str(checkpoint)).path
-    return files
+    def make(root: Path) -> dict[str, Path]:
+        checkpoint = write_checkpoint(root / "tiny_sam2.pt")
+        files = {"checkpoint": checkpoint, "clip": write_clip(root / "clip")}
+        for stem, recipe in VIDEO_RECIPES.items():
+            files[stem] = export_from_recipe(recipe, root / f"{stem}.onnx", checkpoint=str(checkpoint)).path
+        return files
+
+    return once_per_run(tmp_path_factory, "sam2_video", make)
 
 
 __all__ = ["CLIP_SIZE", "FRAMES", "SEED", "VIDEO_RECIPES", "clip_arch", "official_video_predictor", "sam2_video",

@@ -84,14 +84,19 @@ class TinySamArtifacts:
 
 @pytest.fixture(scope="session")
 def tiny_sam_artifacts(tmp_path_factory: pytest.TempPathFactory) -> TinySamArtifacts:
-    """Tiny encoder and decoder ONNX files exported by the pipeline from recipes, random weights seed SEED."""
+    """Tiny encoder and decoder ONNX files exported by the pipeline from recipes, random weights seed SEED (once per
+    test run)."""
+    from tests.once_per_run import once_per_run
     from vitdeploy.pipeline import export_from_recipe
 
-    torch.set_num_threads(2)
-    root = tmp_path_factory.mktemp("tiny_sam")
-    enc_recipe, dec_recipe = root / "tiny_encoder.toml", root / "tiny_decoder.toml"
-    enc_recipe.write_text(ENCODER_RECIPE)
-    dec_recipe.write_text(DECODER_RECIPE)
-    enc = export_from_recipe(str(enc_recipe), root / "encoder.onnx", random_weights=True, seed=SEED)
-    dec = export_from_recipe(str(dec_recipe), root / "decoder.onnx", random_weights=True, seed=SEED)
-    return TinySamArtifacts(root, enc_recipe, dec_recipe, enc.path, dec.path)
+    def make(root: Path) -> dict[str, Path]:
+        torch.set_num_threads(2)
+        enc_recipe, dec_recipe = root / "tiny_encoder.toml", root / "tiny_decoder.toml"
+        enc_recipe.write_text(ENCODER_RECIPE)
+        dec_recipe.write_text(DECODER_RECIPE)
+        enc = export_from_recipe(str(enc_recipe), root / "encoder.onnx", random_weights=True, seed=SEED)
+        dec = export_from_recipe(str(dec_recipe), root / "decoder.onnx", random_weights=True, seed=SEED)
+        return {"root": root, "encoder_recipe": enc_recipe, "decoder_recipe": dec_recipe, "encoder": enc.path,
+                "decoder": dec.path}
+
+    return TinySamArtifacts(**once_per_run(tmp_path_factory, "tiny_sam", make))

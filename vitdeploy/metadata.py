@@ -33,17 +33,31 @@ REQUIRED_KEYS = (
 )
 
 
+#: The tools whose versions an artifact records: importable module -> the distributions that install it.
+TOOL_DISTRIBUTIONS = {"torch": ("torch",), "onnx": ("onnx",), "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
+                      "onnxscript": ("onnxscript",), "segment_anything": ("segment-anything",), "timm": ("timm",)}
+
+
 def tool_versions() -> dict[str, str]:
-    """Versions of the tools that shaped an artifact (those importable here)."""
+    """Versions of the tools that shaped an artifact (those installed here). A module already imported gives its
+    ``__version__`` (torch's names its build, ``2.14.1+cpu``); any other is read from its distribution's metadata,
+    without importing it (importing segment_anything and timm to read a version cost an export 3 s)."""
+    import sys
+    from importlib import metadata
+
     import vitdeploy
 
     versions = {"vitdeploy": vitdeploy.__version__, "python": platform.python_version()}
-    for module in ("torch", "onnx", "onnxruntime", "onnxscript", "segment_anything", "timm"):
-        try:
-            mod = __import__(module)
-        except ImportError:
-            continue
-        versions[module] = str(getattr(mod, "__version__", "unknown"))
+    for module, distributions in TOOL_DISTRIBUTIONS.items():
+        version = getattr(sys.modules.get(module), "__version__", None)
+        for distribution in () if version else distributions:
+            try:
+                version = metadata.version(distribution)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+        if version:
+            versions[module] = str(version)
     return versions
 
 
