@@ -309,12 +309,13 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         return _cpp_worker(spec)
     if spec["kind"] == "gemm":
         from vitdeploy.cpu_features import cpu_features
-        from vitdeploy.validation.floor import measure_bf16_gemm_peak, measure_gemm_peak
+        from vitdeploy.validation.floor import measure_bf16_gemm_peak, measure_gemm_peak, measure_int8_gemm_peak
 
         peak = measure_gemm_peak(spec["threads"])
         # Without BF16 units PyTorch emulates BF16 GEMMs (about 1 GFLOP/s on AVX2, minutes per probe): no BF16 floor
         bf16 = measure_bf16_gemm_peak(spec["threads"]).to_dict() if cpu_features().bf16_units else None
-        return {"gemm_peak": peak.to_dict(), "bf16_gemm_peak": bf16}
+        return {"gemm_peak": peak.to_dict(), "bf16_gemm_peak": bf16,
+                "int8_gemm_peak": measure_int8_gemm_peak(spec["threads"]).to_dict()}
     x = np.load(Path(spec["workdir"]) / "input.npy")
     start = time.perf_counter()
     run, provider = (_build_deployed if spec["kind"] in ("ort", "openvino", "openvino-ir", "openvino-default", "auto")
@@ -574,7 +575,9 @@ def markdown(table: list[dict[str, Any]], peak: dict[str, Any], flops: int, head
         f"Floor: {flops / 1e9:.1f} GFLOP (torch.utils.flop_counter, official model) / {peak['gflops']:.0f} GFLOP/s "
         f"(best FP32 GEMM here, {peak['library']}, {header['threads']} threads) = {table[0]['floor_ms']:.0f} ms."
         + (f" BF16 floor: / {header['bf16_gflops']:.0f} GFLOP/s (best BF16 GEMM here, torch) = "
-           f"{flops / 1e9 / header['bf16_gflops'] * 1000:.0f} ms." if header.get("bf16_gflops") else ""),
+           f"{flops / 1e9 / header['bf16_gflops'] * 1000:.0f} ms." if header.get("bf16_gflops") else "")
+        + (f" INT8 floor: / {header['int8_gops']:.0f} GOP/s (best INT8 GEMM here, {header['int8_library']} "
+           f"MatMulInteger) = {flops / 1e9 / header['int8_gops'] * 1000:.0f} ms." if header.get("int8_gops") else ""),
         "",
         "| contender | median ms | p90 ms | x eager | first run ms | load s | x floor | peak RSS MB (process) | peak RSS MB (timed runs) | cosine vs eager | rel L2 vs eager | parity |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
@@ -690,6 +693,7 @@ def main() -> None:
     failures: dict[str, str] = {}
     peaks: list[dict[str, Any]] = []
     bf16_peaks: list[dict[str, Any]] = []
+    int8_peaks: list[dict[str, Any]] = []
     probes = [*rows, {"name": "GEMM probe", "kind": "gemm"}]
     loads = []
     steal_start = _steal_and_total()
@@ -706,11 +710,13 @@ def main() -> None:
             res = run_worker(spec, workdir, f"{rnd}_{idx}")
             if probe["kind"] == "gemm":
                 peaks.append(res["gemm_peak"])
-                bf16 = res["bf16_gemm_peak"]
+                bf16, int8 = res["bf16_gemm_peak"], res["int8_gemm_peak"]
                 if bf16 is not None:
                     bf16_peaks.append(bf16)
+                int8_peaks.append(int8)
                 print(f"round {rnd + 1}: GEMM peak {res['gemm_peak']['gflops']:.0f} GFLOP/s ({res['gemm_peak']['library']}), "
-                      + (f"BF16 {bf16['gflops']:.0f} GFLOP/s" if bf16 else "no BF16 units (no BF16 floor)"), flush=True)
+                      + (f"BF16 {bf16['gflops']:.0f} GFLOP/s" if bf16 else "no BF16 units (no BF16 floor)")
+                      + f", INT8 {int8['gflops']:.0f} GOP/s ({int8['library']})", flush=True)
                 continue
             if "failed" in res:
                 failures[probe["name"]] = res["failed"]
@@ -731,6 +737,9 @@ def main() -> None:
               "processor": cpu_features().summary(),
               "load_before": " ".join(f"{v:.2f}" for v in load_before), "load_after": " ".join(f"{v:.2f}" for v in load_after),
               "steal_pct": steal_pct, "bf16_gflops": max((p["gflops"] for p in bf16_peaks), default=None)}
+    best_int8 = max(int8_peaks, key=lambda p: p["gflops"], default=None)
+    if best_int8 is not None:
+        header.update(int8_gops=best_int8["gflops"], int8_library=best_int8["library"])
     text = markdown(table, peak, flops, header, info.get("fusions"))
     if failures:
         text += "\n\nContenders that could not run:\n" + "\n".join(f"- {n}: {why}" for n, why in failures.items())
@@ -738,7 +747,8 @@ def main() -> None:
     from vitdeploy.metadata import tool_versions
     from vitdeploy.runtime.backends.openvino_runner import openvino_version
 
-    report = {"header": header, "table": table, "gemm_peaks": peaks, "gemm_peak": peak, "bf16_gemm_peaks": bf16_peaks, "flops": info["flops"],
+    report = {"header": header, "table": table, "gemm_peaks": peaks, "gemm_peak": peak, "bf16_gemm_peaks": bf16_peaks,
+              "int8_gemm_peaks": int8_peaks, "flops": info["flops"],
               "prepare": info, "load_per_round": loads, "failures": failures, "versions": {**tool_versions(), "openvino": openvino_version()},
               "command": sys.argv}
     out = args.out or workdir / "report.json"

@@ -7,7 +7,8 @@ import torch
 
 from tests.conftest import TINY_ARCHS, load_benchmark, tiny_encoder
 from vitdeploy.models.sam_encoder import SamEncoderArch
-from vitdeploy.validation.floor import count_flops, floor_ms, measure_gemm_peak, onnxruntime_int8_gemm_gops
+from vitdeploy.validation.floor import (count_flops, floor_ms, measure_gemm_peak, measure_int8_gemm_peak,
+                                       onnxruntime_int8_gemm_gops)
 
 
 def expected_flops(arch: SamEncoderArch) -> int:
@@ -56,6 +57,31 @@ def test_int8_gemm_rates_per_kernel_form() -> None:
     rates = onnxruntime_int8_gemm_gops(threads=1, shapes=((256, 256, 256),), repeats=2)
     assert set(rates) == {"onnxruntime u8s8 256x256x256", "onnxruntime u8u8 256x256x256"}
     assert all(rate > 0 for rate in rates.values())
+
+
+def test_int8_floor_is_the_best_measured_integer_gemm() -> None:
+    peak = measure_int8_gemm_peak(threads=1, shapes=((256, 256, 256),), repeats=2)
+    assert set(peak.measured) == {"onnxruntime u8s8 256x256x256", "onnxruntime u8u8 256x256x256"}
+    best = max(peak.measured, key=peak.measured.get)
+    assert peak.gflops == peak.measured[best] > 0 and best.startswith(peak.library + " ")
+
+
+def test_benchmark_header_names_each_floor() -> None:
+    """The encoder benchmark's text says the FP32 floor, and the BF16 and INT8 floors where they were measured."""
+    module = load_benchmark("bench_encoder_speed")
+    row = {"contender": "eager", "median_ms": 100.0, "p90_ms": 110.0, "x_eager": 1.0, "first_run_s": 0.1, "load_s": 1.0,
+           "x_floor": 2.0, "floor_ms": 50.0, "peak_rss_mb": 10.0, "run_peak_rss_mb": 9.0,
+           "parity_vs_eager": {"cosine": 1.0, "rel_l2": 0.0, "passed": True, "tolerance": {"name": "fp32"}},
+           "runs": 2, "precision": "fp32", "provider": "torch", "settings": None, "torch_in_process": True}
+    header = {"recipe": "sam_tiny", "size": 64, "threads": 1, "rounds": 1, "runs": 2, "processor": "cpu",
+              "load_before": "0", "load_after": "0", "steal_pct": 0.0, "bf16_gflops": None}
+    flops = 4_000_000_000
+    text = module.markdown([row], {"gflops": 80.0, "library": "onnxruntime"}, flops, header)
+    assert "= 50 ms." in text and "BF16 floor" not in text and "INT8 floor" not in text
+    header.update(bf16_gflops=400.0, int8_gops=200.0, int8_library="onnxruntime u8u8")
+    text = module.markdown([row], {"gflops": 80.0, "library": "onnxruntime"}, flops, header)
+    assert "BF16 floor: / 400 GFLOP/s (best BF16 GEMM here, torch) = 10 ms." in text
+    assert "INT8 floor: / 200 GOP/s (best INT8 GEMM here, onnxruntime u8u8 MatMulInteger) = 20 ms." in text
 
 
 def test_benchmark_contenders_cover_the_issue_rows(monkeypatch) -> None:

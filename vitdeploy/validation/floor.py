@@ -152,6 +152,15 @@ def measure_bf16_gemm_peak(threads: int, shapes: Sequence[tuple[int, int, int]] 
     return GemmPeak(threads, measured[best], "torch bf16", measured)
 
 
+def measure_int8_gemm_peak(threads: int, shapes: Sequence[tuple[int, int, int]] = GEMM_SHAPES, repeats: int = 5) -> GemmPeak:
+    """The best integer GEMM throughput of ONNX Runtime here (GOP/s in ``gflops``; ``library`` names the kernel form,
+    ``onnxruntime u8s8`` or ``onnxruntime u8u8``): the floor of an INT8 run, its FLOPs over this rate, as if every
+    multiply-add ran in INT8 at this rate (a bound: what an INT8 file keeps in float runs slower)."""
+    measured = onnxruntime_int8_gemm_gops(threads, shapes, repeats)
+    best = max(measured, key=measured.get)
+    return GemmPeak(threads, measured[best], " ".join(best.split()[:2]), measured)
+
+
 def floor_ms(flops: int, peak_gflops: float) -> float:
     """Milliseconds ``flops`` take at ``peak_gflops``."""
     if peak_gflops <= 0:
@@ -159,5 +168,6 @@ def floor_ms(flops: int, peak_gflops: float) -> float:
     return flops / (peak_gflops * 1e9) * 1000.0
 
 
-__all__ = ["GEMM_SHAPES", "INT8_GEMM_FORMS", "FlopCount", "GemmPeak", "count_flops", "floor_ms", "measure_bf16_gemm_peak", "measure_gemm_peak",
+__all__ = ["GEMM_SHAPES", "INT8_GEMM_FORMS", "FlopCount", "GemmPeak", "count_flops", "floor_ms", "measure_bf16_gemm_peak",
+           "measure_gemm_peak", "measure_int8_gemm_peak",
            "onnxruntime_gemm_gflops", "onnxruntime_int8_gemm_gops", "torch_gemm_gflops"]
