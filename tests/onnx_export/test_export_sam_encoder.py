@@ -98,8 +98,8 @@ def test_metadata_is_stamped(exported) -> None:
 
 def test_tool_versions_are_read_without_importing_the_tools() -> None:
     """The versions an export records come from the distributions' metadata where a tool is not imported yet
-    (importing segment_anything and timm only to read their versions cost every export about 3 s), and name the
-    same releases as the imported modules do."""
+    (importing segment_anything and timm only to read their versions slowed every export process by about 1 s), and
+    name the same releases as the imported modules do."""
     import subprocess
     import sys
 
