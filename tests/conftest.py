@@ -87,6 +87,32 @@ LONGEST_FIRST = (
 )
 
 
+#: The memory one test worker may need at its peak: the largest process of a fresh-clone CI run (ad2a3f6, 2026-11-26,
+#: ``/usr/bin/time -v``) peaked at 4.4 GB resident.
+WORKER_PEAK_BYTES = 5 * 2**30
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: pytest-xdist's count (one worker per physical core), but no more workers than the memory
+    available now holds at :data:`WORKER_PEAK_BYTES` each (a machine with many cores and little memory would
+    otherwise run out), and at least one. A count asked for (``PYTEST_XDIST_AUTO_NUM_WORKERS``, or
+    ``VITDEPLOY_TEST_WORKERS`` in scripts/test.sh) is taken as it is."""
+    import os
+
+    from xdist.plugin import pytest_xdist_auto_num_workers as xdist_count
+
+    cores = xdist_count(config)
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return cores
+    try:
+        with open("/proc/meminfo") as meminfo:
+            available = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):  # not Linux: the core count alone
+        return cores
+    return max(1, min(cores, available // WORKER_PEAK_BYTES))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """:data:`LONGEST_FIRST` first; every other file, and the tests within each file, in their order."""
     root = Path(str(config.rootpath))
