@@ -6,8 +6,9 @@
 #   VITDEPLOY_TEST_WORKERS=0 scripts/test.sh tests/test_tune.py   # one process (default: one worker per physical
 #                                                                 # core, as many as the memory holds: tests/conftest.py)
 # The suite runs in parallel workers (pytest-xdist), one test file per worker at a time (--dist loadfile), so a
-# file's module fixtures are made once; the files go out in collection order, longest first (tests/conftest.py). On AMD EPYC Zen 3 (2 cores), .ci/run's pytest took 26 min 35 s in one process
-# (2026-11-25) and 14 min 43 s in two workers (2026-11-26), each in a fresh clone.
+# file's module fixtures are made once; the files go out in collection order, longest first (tests/conftest.py).
+# On AMD EPYC Zen 3 (2 cores), .ci/run's pytest took 26 min 35 s in one process (2026-11-25) and 14 min 43 s in two
+# workers (2026-11-26), each in a fresh clone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/venv.sh

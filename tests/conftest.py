@@ -92,7 +92,7 @@ LONGEST_FIRST = (
 WORKER_PEAK_BYTES = 5 * 2**30
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # optional: a run without pytest-xdist has no such hook
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: pytest-xdist's count (one worker per physical core), but no more workers than the memory
     available now holds at :data:`WORKER_PEAK_BYTES` each (a machine with many cores and little memory would

@@ -34,7 +34,7 @@ class FlopCount:
 
 @dataclass
 class GemmPeak:
-    """Best measured FP32 GEMM throughput (GFLOP/s) at ``threads``, per library and shape."""
+    """Best measured GEMM throughput at ``threads`` (GFLOP/s; GOP/s for integer GEMMs), per library and shape."""
 
     threads: int
     gflops: float
