@@ -102,13 +102,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
     from xdist.plugin import pytest_xdist_auto_num_workers as xdist_count
 
+    from vitdeploy.cpu_features import available_memory
+
     cores = xdist_count(config)
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
-        return cores
-    try:
-        with open("/proc/meminfo") as meminfo:
-            available = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration, ValueError):  # not Linux: the core count alone
+    available = available_memory()
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or available is None:  # asked for, or not Linux: the count
         return cores
     return max(1, min(cores, available // WORKER_PEAK_BYTES))
 

@@ -166,9 +166,21 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo, in bytes (None where it cannot be read)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> CpuFeatures:
     """This CPU's features, ``VITDEPLOY_CPU_MASK`` applied (read once per mask value)."""
     return _read(os.environ.get(MASK_ENV, ""), cpuinfo)
 
 
-__all__ = ["BF16_FLAGS", "MASK_ENV", "CpuFeatures", "apply_mask", "available_cores", "cpu_features", "parse_cpuinfo", "parse_family_model"]
+__all__ = ["BF16_FLAGS", "MASK_ENV", "CpuFeatures", "apply_mask", "available_cores", "available_memory", "cpu_features", "parse_cpuinfo", "parse_family_model"]

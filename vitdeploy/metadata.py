@@ -33,30 +33,28 @@ REQUIRED_KEYS = (
 )
 
 
-#: The tools whose versions an artifact records: importable module -> the distributions that install it.
-TOOL_DISTRIBUTIONS = {"torch": ("torch",), "onnx": ("onnx",), "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
-                      "onnxscript": ("onnxscript",), "segment_anything": ("segment-anything",), "timm": ("timm",)}
+#: The tools whose versions an artifact records: importable module -> its distribution (in
+#: :data:`vitdeploy.tested_versions.TESTED`).
+TOOL_DISTRIBUTIONS = {"torch": "torch", "onnx": "onnx", "onnxruntime": "onnxruntime", "onnxscript": "onnxscript",
+                      "segment_anything": "segment-anything", "timm": "timm"}
 
 
 def tool_versions() -> dict[str, str]:
     """Versions of the tools that shaped an artifact (those installed here). A module already imported gives its
-    ``__version__`` (torch's names its build, ``2.14.1+cpu``); any other is read from its distribution's metadata,
-    without importing it (importing segment_anything, with torchvision, and timm only to read their versions made a
-    tiny SAM 2 export's process about 1 s slower: 9.5 against 8.4 s)."""
+    ``__version__`` (torch's names its build, ``2.14.1+cpu``); any other is read from its distribution's metadata by
+    :func:`~vitdeploy.tested_versions.installed_versions`, without importing it (importing segment_anything, with
+    torchvision, and timm only to read their versions made a tiny SAM 2 export's process about 1 s slower: 9.5
+    against 8.4 s)."""
     import sys
-    from importlib import metadata
 
     import vitdeploy
+    from vitdeploy.tested_versions import installed_versions
 
+    imported = {m: getattr(sys.modules.get(m), "__version__", None) for m in TOOL_DISTRIBUTIONS}
+    found = installed_versions([TOOL_DISTRIBUTIONS[m] for m, v in imported.items() if not v])
     versions = {"vitdeploy": vitdeploy.__version__, "python": platform.python_version()}
-    for module, distributions in TOOL_DISTRIBUTIONS.items():
-        version = getattr(sys.modules.get(module), "__version__", None)
-        for distribution in () if version else distributions:
-            try:
-                version = metadata.version(distribution)
-                break
-            except metadata.PackageNotFoundError:
-                continue
+    for module, distribution in TOOL_DISTRIBUTIONS.items():
+        version = imported[module] or found[distribution]
         if version:
             versions[module] = str(version)
     return versions

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vitdeploy.cpu_features import available_memory
 from vitdeploy.errors import InputError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
@@ -28,18 +29,6 @@ MAX_PIXELS_ENV = "VITDEPLOY_MAX_IMAGE_PIXELS"
 _PIL_LIMIT_LOCK = threading.Lock()
 
 
-def _available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo, in bytes (None where it cannot be read)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def max_image_pixels() -> tuple[int | None, str]:
     """(the largest image this process should decode, why): ``$VITDEPLOY_MAX_IMAGE_PIXELS`` (0: no limit), else what
     this machine's available memory holds at :data:`PEAK_BYTES_PER_PIXEL`."""
@@ -50,7 +39,7 @@ def max_image_pixels() -> tuple[int | None, str]:
         except ValueError:
             raise InputError(f"{MAX_PIXELS_ENV}={raw!r} is not a whole number of pixels (0 for no limit)") from None
         return (value or None), f"{MAX_PIXELS_ENV}={raw}"
-    available = _available_memory()
+    available = available_memory()
     if available is None:
         return None, "no memory figure on this system"
     return available // PEAK_BYTES_PER_PIXEL, f"{available / 2**30:.1f} GiB of memory available here"
