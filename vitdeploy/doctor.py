@@ -331,7 +331,8 @@ class DoctorReport:
     def text(self) -> str:
         lines = [f"vitdeploy {self.vitdeploy_version}", f"cpu: {self.cpu.get('summary', '?')}",
                  f"     kernels: {self.cpu.get('decisions', '?')}",
-                 f"     best path (--runtime auto, no profile): {self.cpu.get('best_path', '?')}"]
+                 f"     best path (--runtime auto, no profile): {self.cpu.get('best_path', '?')}",
+                 f"     at INT8 accuracy: {self.cpu.get('int8_path', '?')}"]
         if self.version_drift:
             lines.append("versions: OUTSIDE the tested set (results may differ from the README's; "
                          "'pip install -c requirements.lock' restores them): " + "; ".join(self.version_drift))
@@ -362,6 +363,16 @@ def best_path(cpu: Any) -> str:
     return f"{chosen}; decoders and FP16/INT8 files as written on onnxruntime; 'vitdeploy tune MODEL' measures this machine's own"
 
 
+def int8_path(cpu: Any) -> str:
+    """What an INT8 file measured against the FP32 default on CPUs like this one (``auto`` keeps the accuracy class
+    of the file it is given, so this is the user's choice to make), or that it was not measured."""
+    from vitdeploy.runtime.backends.deployment import int8_measurement
+
+    row = int8_measurement(cpu)
+    measured = row.describe() if row is not None else "not measured on a CPU like this one"
+    return f"{measured}; 'vitdeploy tune' of each file measures this machine's own"
+
+
 def diagnose(verbs: Iterable[str], deep: bool = False) -> DoctorReport:
     """Probe the machine (``deep``: import every package, see :func:`probe_components`) and judge ``verbs``
     (the CLI passes its registered verbs)."""
@@ -374,7 +385,7 @@ def diagnose(verbs: Iterable[str], deep: bool = False) -> DoctorReport:
     cpu = cpu_features()
     cpu_info = {**cpu.to_dict(), "summary": cpu.summary(),
                 "decisions": f"INT8 on ONNX Runtime: {int8_kernels(cpu).description}",
-                "best_path": best_path(cpu)}
+                "best_path": best_path(cpu), "int8_path": int8_path(cpu)}
     return DoctorReport(vitdeploy.__version__, components, verb_readiness(verbs, components), cpu_info,
                         [str(d) for d in version_drift()])
 

@@ -11,7 +11,7 @@ import torch
 
 from tests.cli_helpers import run
 from vitdeploy.cli import cli
-from vitdeploy.doctor import Component, probe_components, tensorrt_unavailable_reason, verb_readiness
+from vitdeploy.doctor import Component, DoctorReport, probe_components, tensorrt_unavailable_reason, verb_readiness
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["fast", "deep"])
@@ -135,7 +135,6 @@ def test_engine_paths_follow_the_libraries_and_the_gpu(classic: bool, rtx: bool,
 
 def test_the_torch_extra_hint_shows_only_when_the_pytorch_side_is_missing() -> None:
     """A full install without a GPU ('torch-cuda' missing) is not told to install the torch extra."""
-    from vitdeploy.doctor import DoctorReport
 
     def report(torch_ok: bool) -> str:
         states = {"torch": torch_ok, "torch-cuda": False, "onnx": True, "segment_anything": torch_ok, "onnxruntime": True}
@@ -144,6 +143,21 @@ def test_the_torch_extra_hint_shows_only_when_the_pytorch_side_is_missing() -> N
 
     assert "vitdeploy[torch]" not in report(True)
     assert "vitdeploy[torch]" in report(False)
+
+
+def test_the_int8_line_is_this_cpu_kinds_measurement(monkeypatch) -> None:
+    from vitdeploy.cpu_features import cpu_features
+    from vitdeploy.doctor import int8_path
+    from vitdeploy.runtime.backends.deployment import int8_measurement
+
+    monkeypatch.setenv("VITDEPLOY_CPU_MASK", "amx*,avx512*")  # an x86 machine here decides as an AVX2 CPU
+    line = int8_path(cpu_features())
+    if cpu_features().x86:
+        assert line.startswith("INT8 (cosine >= 0.99 vs FP32") and "7136 against 8653 ms" in line, line
+    monkeypatch.setenv("VITDEPLOY_CPU_MASK", "amx*,*vnni,avx2")  # AVX-512 without VNNI, or no AVX2: not measured
+    assert int8_measurement(cpu_features()) is None
+    assert int8_path(cpu_features()).startswith("not measured on a CPU like this one; 'vitdeploy tune' of each file")
+    assert "\n     at INT8 accuracy: not measured" in DoctorReport("0", {}, [], {"int8_path": int8_path(cpu_features())}).text()
 
 
 def test_best_path_is_this_cpus_auto_default(monkeypatch) -> None:

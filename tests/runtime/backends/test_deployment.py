@@ -12,8 +12,8 @@ import pytest
 from tests.sam_tiny import TinySamArtifacts
 from vitdeploy.cpu_features import CpuFeatures
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.backends.deployment import (CPU_DEFAULTS, PROFILE_FORMAT, Deployment, cpu_default,
-                                                   machine_fingerprint, model_digest, profile_path, profile_problems,
+from vitdeploy.runtime.backends.deployment import (CPU_DEFAULTS, INT8_MEASUREMENTS, PROFILE_FORMAT, Deployment,
+                                                   cpu_default, int8_measurement, machine_fingerprint, model_digest, profile_path, profile_problems,
                                                    read_profile, resolve, runtime_versions)
 
 pytest_plugins = ["tests.sam_tiny_fixtures"]
@@ -59,6 +59,29 @@ def test_without_openvino_the_default_says_what_to_install() -> None:
 def test_every_default_row_cites_its_measurement() -> None:
     for row in CPU_DEFAULTS:
         assert row.flags and row.families and "benchmarks/" in row.evidence and " ms " in row.evidence
+
+
+def test_each_int8_measurement_is_against_what_the_default_still_chooses_there() -> None:
+    """An INT8 row's ratio is against the FP32 default of its CPU kind in that run: where ``CPU_DEFAULTS`` later
+    changes what such a CPU runs, the row no longer says what INT8 buys there and this fails."""
+    xeon = CpuFeatures("Intel Xeon", "x86_64", AMX.flags | {"avx512_vnni", "amx_int8"})
+    for cpu, row in ((xeon, INT8_MEASUREMENTS[0]), (ZEN4, INT8_MEASUREMENTS[1]), (AVX2, INT8_MEASUREMENTS[2])):
+        assert int8_measurement(cpu) is row, cpu.flags
+        assert cpu_default("sam_image_encoder", "fp32", cpu, BOTH).label() == row.default, row.default
+    assert [cpu for row in INT8_MEASUREMENTS for cpu, *_ in row.runs] == [
+        "Intel Xeon with AMX, family 6 model 167", "AMD EPYC Zen 4, family 25 model 17",
+        "AMD EPYC Zen 3, family 25 model 1", "AMD EPYC Zen 1, family 23 model 1"]
+
+
+def test_int8_is_described_by_its_measured_ratio_and_unmeasured_cpus_get_none() -> None:
+    zen3 = int8_measurement(AVX2).describe()
+    assert "took 0.82x (AMD EPYC Zen 3, family 25 model 1: 7136 against 8653 ms) and 0.96x" in zen3
+    assert "FP32 default (openvino file on the generic export) on CPUs with avx2 without avx512f" in zen3
+    xeon = CpuFeatures("Intel Xeon", "x86_64", AMX.flags | {"amx_int8"})
+    assert "took 2.02x (Intel Xeon with AMX" in int8_measurement(xeon).describe()  # slower than BF16 there
+    skylake = CpuFeatures("Intel Xeon", "x86_64", frozenset({"avx2", "fma", "avx512f", "avx512bw"}))
+    arm = CpuFeatures("Neoverse", "aarch64", frozenset({"asimd", "asimddp"}))
+    assert int8_measurement(skylake) is None and int8_measurement(arm) is None
 
 
 def test_a_fused_kernel_file_stays_on_onnx_runtime_where_the_default_is_openvino(encoder: Path, tmp_path: Path,

@@ -103,13 +103,21 @@ class CpuDefault:
     without: tuple[str, ...] = ()
 
     def applies(self, features: CpuFeatures, family: str | None) -> bool:
-        return (features.x86 and all(features.has(f) for f in self.flags)
-                and not any(features.has(f) for f in self.without) and family in self.families)
+        return _x86_with(features, self.flags, self.without) and family in self.families
 
     def describe(self) -> str:
         """``avx2 without avx512f: openvino file``: the row's condition and choice, for the verbs' note line."""
-        where = "+".join(self.flags) + (f" without {'/'.join(self.without)}" if self.without else "")
-        return f"{where}: {self.runtime} {self.precision}"
+        return f"{_condition(self.flags, self.without)}: {self.runtime} {self.precision}"
+
+
+def _x86_with(features: CpuFeatures, flags: tuple[str, ...], without: tuple[str, ...]) -> bool:
+    """Whether ``features`` is an x86 CPU with every one of ``flags`` and none of ``without``."""
+    return features.x86 and all(features.has(f) for f in flags) and not any(features.has(f) for f in without)
+
+
+def _condition(flags: tuple[str, ...], without: tuple[str, ...]) -> str:
+    """``avx2 without avx512f``: a row's CPU condition in words."""
+    return "+".join(flags) + (f" without {'/'.join(without)}" if without else "")
 
 
 #: The measured per-CPU-feature defaults, first match wins. Only what was measured is here: BF16 on AVX512-BF16
@@ -131,6 +139,56 @@ CPU_DEFAULTS: tuple[CpuDefault, ...] = (
         "vs eager; on AMD EPYC Zen 1 OpenVINO f32 0.677x eager against 0.699x on ONNX Runtime with the fused kernel "
         "(benchmarks/bench_encoder_speed.py)", without=("avx512f",)),
 )
+
+
+@dataclass(frozen=True)
+class Int8Measurement:
+    """What vitdeploy's INT8 SAM ViT-B encoder measured against this CPU's FP32 default, on x86 CPUs with every one of
+    ``flags`` and none of ``without``. ``auto`` never picks it (an INT8 file is another accuracy class, made by
+    ``calibrate -p int8``); ``doctor`` says what it would buy.
+
+    Attributes:
+        runs: per CPU kind measured, ``(cpu, INT8 ms, FP32 default ms)``: SAM ViT-B@1024, 2 threads, medians from one
+            alternated run of ``benchmarks/bench_encoder_speed.py`` (docs/benchmarks.md). The INT8 file is
+            ``calibrate -p int8`` of the ``onnxruntime-cpu`` export on ONNX Runtime with the fused kernel; the default
+            is the ``generic`` export as ``--runtime auto`` ran it there.
+        default: the FP32 default in those runs, as :meth:`Deployment.label` names it (``openvino bf16``): what
+            :func:`cpu_default` still chooses on such a CPU (a test holds the two together).
+    """
+
+    flags: tuple[str, ...]
+    runs: tuple[tuple[str, float, float], ...]
+    default: str
+    without: tuple[str, ...] = ()
+
+    def applies(self, features: CpuFeatures) -> bool:
+        return _x86_with(features, self.flags, self.without)
+
+    def describe(self) -> str:
+        """``INT8 (...) took 0.82x (AMD EPYC Zen 3 ...: 7136 against 8653 ms) the time of the FP32 default ...``."""
+        each = " and ".join(f"{int8 / fp32:.2f}x ({cpu}: {int8:.0f} against {fp32:.0f} ms)" for cpu, int8, fp32 in self.runs)
+        return (f"INT8 (cosine >= 0.99 vs FP32: 'calibrate -p int8' of an onnxruntime-cpu export, with the fused kernel) "
+                f"took {each} the time of the FP32 default ({self.default} on the generic export) on CPUs with "
+                f"{_condition(self.flags, self.without)}, SAM ViT-B@1024, 2 threads")
+
+
+#: What an INT8 file measured against the FP32 default, per CPU kind, first match wins (each run's command and
+#: table are in docs/benchmarks.md). Not measured: x86 CPUs with AVX-512 and without VNNI, and other architectures.
+INT8_MEASUREMENTS: tuple[Int8Measurement, ...] = (
+    Int8Measurement(("amx_int8",), (("Intel Xeon with AMX, family 6 model 167", 2069, 1026),),
+                    "openvino bf16"),
+    Int8Measurement(("avx512f", "avx512_vnni"), (("AMD EPYC Zen 4, family 25 model 17", 2925, 6549),),
+                    "onnxruntime file"),
+    Int8Measurement(("avx2",), (("AMD EPYC Zen 3, family 25 model 1", 7136, 8653),
+                                ("AMD EPYC Zen 1, family 23 model 1", 14432, 15077)),
+                    "openvino file", without=("avx512f",)),
+)
+
+
+def int8_measurement(features: CpuFeatures | None = None) -> Int8Measurement | None:
+    """The :data:`INT8_MEASUREMENTS` row of this CPU kind (None: INT8 was not measured on one like it)."""
+    features = features or cpu_features()
+    return next((row for row in INT8_MEASUREMENTS if row.applies(features)), None)
 
 
 def profile_path(model: str | Path) -> Path:
@@ -301,6 +359,7 @@ def resolve(model: str | Path, *, precision: str | None = None, threads: int | N
     return replace(chosen, threads=threads or available_cores(), source=chosen.source + refused)
 
 
-__all__ = ["AUTO", "CPU_DEFAULTS", "PROFILE_FORMAT", "PROFILE_SUFFIX", "CpuDefault", "Deployment", "cpu_default",
+__all__ = ["AUTO", "CPU_DEFAULTS", "INT8_MEASUREMENTS", "PROFILE_FORMAT", "PROFILE_SUFFIX", "CpuDefault", "Deployment",
+           "Int8Measurement", "cpu_default", "int8_measurement",
            "machine_fingerprint", "model_digest", "profile_path", "profile_problems", "read_profile", "resolve",
            "runtime_versions"]
