@@ -171,15 +171,18 @@ int run(const Options& o) {
     if (o.json) {
         std::ostringstream js;
         std::string runtime = model->name();
+        int gelus_apart = 0;
 #ifdef VITDEPLOY_WITH_ONNXRUNTIME
         if (model->name() == "onnxruntime-cpu") runtime = "onnxruntime " + OnnxRuntimeBackend::runtime_version();
 #endif
 #ifdef VITDEPLOY_WITH_OPENVINO
-        if (auto* ov = dynamic_cast<const OpenVinoBackend*>(model.get()))
+        if (auto* ov = dynamic_cast<const OpenVinoBackend*>(model.get())) {
             runtime = "openvino " + OpenVinoBackend::runtime_version() + " " + ov->inference_precision();
+            gelus_apart = ov->gelus_apart();
+        }
 #endif
         js << "{\"model\": " << Json::string(o.model).dump() << ", \"backend\": " << Json::string(model->name()).dump()
-           << ", \"runtime\": " << Json::string(runtime).dump()
+           << ", \"runtime\": " << Json::string(runtime).dump() << ", \"gelus_apart\": " << gelus_apart
            << ", \"threads\": " << o.threads << ", \"load_s\": " << load_s << ", \"first_run_s\": " << first_s
            << ", \"samples_ms\": [";
         for (std::size_t i = 0; i < samples.size(); ++i) js << (i ? ", " : "") << samples[i];

@@ -132,6 +132,16 @@ bool u8s8_saturates() {
 #endif
 }
 
+bool keep_gelu_apart(const std::string& file_precision) {
+#if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
+    const std::string flags = machine_fingerprint().flags;
+    return file_precision == "fp32" && has_flag(flags, "avx2") && !has_flag(flags, "avx512f");
+#else
+    (void)file_precision;
+    return false;
+#endif
+}
+
 DeploymentProfile read_deployment_profile(const std::string& model_path, const std::string& ort_version,
                                           const std::string& openvino_version) {
     DeploymentProfile out;

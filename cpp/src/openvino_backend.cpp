@@ -1,6 +1,7 @@
 // OpenVINO backend through its C++ API (openvino/openvino.hpp); see vitdeploy/openvino_backend.hpp.
 #include "vitdeploy/openvino_backend.hpp"
 
+#include <openvino/op/constant.hpp>
 #include <openvino/openvino.hpp>
 
 #include <filesystem>
@@ -45,6 +46,45 @@ std::string port_name(const ov::Output<const ov::Node>& port, const std::set<std
     for (const auto& n : port.get_names())
         if (declared.count(n) && (best.empty() || n < best)) best = n;
     return best.empty() ? port.get_any_name() : best;
+}
+
+// The form of vitdeploy.runtime.forms.openvino_gelu.gelu_apart_from_gemms: the scalar x / sqrt(2) of each GELU fed by a
+// GEMM (MatMul, or MatMul + bias Add) becomes the same value per channel, so OpenVINO's GELU fusion (scalar constants
+// only) leaves the chain apart and the GEMM keeps MLAS, which takes no post-op. Returns how many GELUs it kept apart.
+int gelu_apart_from_gemms(ov::Model& model) {
+    auto fed_by_gemm = [](const std::shared_ptr<ov::Node>& node) {
+        const std::string kind = node->get_type_name();
+        if (kind == "MatMul") return true;
+        if (kind != "Add") return false;
+        bool matmul = false, constant = false;
+        for (const auto& input : node->input_values()) {
+            const std::string k = input.get_node()->get_type_name();
+            matmul = matmul || k == "MatMul";
+            constant = constant || k == "Constant";
+        }
+        return matmul && constant;
+    };
+    int count = 0;
+    for (const auto& erf : model.get_ordered_ops()) {
+        if (std::string(erf->get_type_name()) != "Erf") continue;
+        const std::shared_ptr<ov::Node> scale = erf->input_value(0).get_node_shared_ptr();
+        const std::string kind = scale->get_type_name();
+        if (kind != "Divide" && kind != "Multiply") continue;
+        auto constant = std::dynamic_pointer_cast<ov::op::v0::Constant>(scale->input_value(1).get_node_shared_ptr());
+        const ov::Output<ov::Node> source = scale->input_value(0);
+        if (!constant || !fed_by_gemm(source.get_node_shared_ptr()) || ov::shape_size(constant->get_shape()) != 1) continue;
+        const ov::PartialShape shape = source.get_partial_shape();
+        if (shape.rank().is_dynamic() || shape.rank().get_length() == 0 || shape[shape.rank().get_length() - 1].is_dynamic())
+            continue;
+        const auto channels = static_cast<std::size_t>(shape[shape.rank().get_length() - 1].get_length());
+        const float value = constant->cast_vector<float>().at(0);
+        auto per_channel = ov::op::v0::Constant::create(constant->get_element_type(), ov::Shape{channels},
+                                                        std::vector<float>(channels, value));
+        scale->input(1).replace_source_output(per_channel->output(0));
+        ++count;
+    }
+    if (count) model.validate_nodes_and_infer_types();
+    return count;
 }
 
 TensorInfo describe(const ov::Output<const ov::Node>& port, std::string name) {
@@ -98,6 +138,7 @@ OpenVinoBackend::OpenVinoBackend(const std::string& path, const BackendOptions& 
     }
     try {
         std::shared_ptr<ov::Model> model = impl_->core.read_model(path);
+        if (keep_gelu_apart(file_metadata.get_string_or("precision", "fp32"))) gelus_apart_ = gelu_apart_from_gemms(*model);
         impl_->compiled = impl_->core.compile_model(model, "CPU", config);
         impl_->request = impl_->compiled.create_infer_request();
     } catch (const std::exception& e) {

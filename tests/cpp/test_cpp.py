@@ -476,10 +476,21 @@ def test_model_bench_on_openvino_gives_the_python_openvino_runners_numbers(cpp_b
     report = json.loads(done.stdout)
     assert report["backend"] == "openvino-cpu" and report["runtime"].startswith("openvino ") and report["runtime"].endswith(" f32")
     runner = OpenVinoRunner(model, threads=1)
+    assert report["gelus_apart"] == runner.gelus_apart  # the same load-time form (openvino_gelu.py), decided alike
+    from vitdeploy.cpu_features import cpu_features
+    from vitdeploy.precisions import Precision
+    from vitdeploy.runtime.forms.openvino_gelu import keep_gelu_apart
+
+    depth = runner.metadata["architecture"]["depth"]
+    assert runner.gelus_apart == (depth if keep_gelu_apart(cpu_features(), Precision.FP32) else 0)
     want = runner.run({runner.input_names[0]: feed})[runner.output_names[0]]
     got = np.load(tmp_path / "out.npy")
     assert got.shape == want.shape
     assert float(np.abs(got - want).max()) <= CPP_TOLERANCES["embedding_max_abs"]
+    masked = subprocess.run([str(cpp_build / "model_bench"), "--model", str(model), "--runtime", "openvino", "--runs", "1",
+                             "--json"], capture_output=True, text=True, timeout=120,
+                            env={**_env_without_ort_ops(), "VITDEPLOY_CPU_MASK": "avx2"})  # not a CPU the form was measured on
+    assert masked.returncode == 0 and json.loads(masked.stdout)["gelus_apart"] == 0, masked.stderr
     wrong = subprocess.run([str(cpp_build / "model_bench"), "--model", str(model), "--runtime", "tensorflow"],
                            capture_output=True, text=True, timeout=60)
     assert wrong.returncode == 1 and "unknown runtime 'tensorflow'" in wrong.stderr and len(wrong.stderr.splitlines()) == 1

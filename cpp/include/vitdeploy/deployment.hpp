@@ -66,4 +66,9 @@ MachineFingerprint machine_fingerprint();
 /// INT8 files in C++.
 bool u8s8_saturates();
 
+/// Whether OpenVINO runs a file of ``file_precision`` faster with each GELU kept apart from the GEMM before it:
+/// x86 with AVX2 and without AVX-512 (after VITDEPLOY_CPU_MASK), FP32 files only, as
+/// vitdeploy.runtime.forms.openvino_gelu.keep_gelu_apart (the measurement is in that module's docstring).
+bool keep_gelu_apart(const std::string& file_precision);
+
 }  // namespace vitdeploy

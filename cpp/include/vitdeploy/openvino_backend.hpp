@@ -1,7 +1,8 @@
 // OpenVINO backend (CPU): the same .onnx files through OpenVINO's CPU plugin, as the Python OpenVinoRunner runs them
 // (vitdeploy/runtime/backends/openvino_runner.py): one request at a time (the LATENCY hint), the inference precision
 // pinned ("f32": the file's FP32 math as written; "bf16" where the profile chose it), CPU pinning off when fewer
-// threads than cores are asked for.
+// threads than cores are asked for, and each GELU kept apart from the GEMM before it where that pays (AVX2 without
+// AVX-512, FP32 files: vitdeploy/runtime/forms/openvino_gelu.py).
 //
 // Built when CMake finds OpenVINO (the Python 'openvino' wheel ships its headers and CMake package, so the same
 // Python that provides ONNX Runtime provides it). The OpenVINO types stay in the .cpp (pimpl). Not done here: the
@@ -34,6 +35,9 @@ public:
 
     /// The inference precision the compiled model runs ("f32", "bf16"), read back from the plugin.
     const std::string& inference_precision() const { return inference_precision_; }
+    /// How many GELUs run apart from the GEMM before them (the load-time form of
+    /// vitdeploy/runtime/forms/openvino_gelu.py, applied where keep_gelu_apart says it pays).
+    int gelus_apart() const { return gelus_apart_; }
     /// "2026.4.1-...": the OpenVINO library loaded at run time.
     static std::string runtime_version();
 
@@ -42,6 +46,7 @@ private:
     std::unique_ptr<Impl> impl_;
     std::string path_;
     std::string inference_precision_;
+    int gelus_apart_ = 0;
     std::vector<TensorInfo> inputs_;
     std::vector<TensorInfo> outputs_;
     Metadata metadata_;

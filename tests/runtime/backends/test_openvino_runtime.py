@@ -68,6 +68,48 @@ def test_runner_pins_fp32_and_says_what_ran(encoders: dict[str, Path]) -> None:
     assert runner.metadata["family"] == "sam_image_encoder" and runner.input_shapes()["image"] == [1, 3, 64, 64]
 
 
+@pytest.mark.parametrize("apart", [True, False], ids=["gelu apart", "gelu fused"])
+def test_gelus_kept_apart_from_their_gemms_or_not_both_match_the_official_model(encoders: dict[str, Path],
+                                                                                 apart: bool) -> None:
+    """The load-time form of vitdeploy/runtime/forms/openvino_gelu.py, on and off whatever this CPU's default: each MLP
+    GELU (one per block) is kept apart from its GEMM or not, and both are within 'fp32' of the official model."""
+    from vitdeploy.families import family_of
+    from vitdeploy.validation.torch_runner import TorchRunner
+    from vitdeploy.validation.validate import validate_runner
+
+    runner = OpenVinoRunner(encoders["generic"], threads=2, gelu_apart=apart)
+    depth = runner.metadata["architecture"]["depth"]
+    assert runner.gelus_apart == (depth if apart else 0)
+    assert (f"{depth} GELU(s) kept apart" in runner.provider) is apart, runner.provider
+    fused_into_gemms = [str(op.get_rt_info()["originalLayersNames"].astype(str))
+                        for op in runner.compiled.get_runtime_model().get_ordered_ops()
+                        if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"
+                        and "gelu" in op.get_rt_info()["originalLayersNames"].astype(str)]
+    if apart:
+        assert not fused_into_gemms, fused_into_gemms
+    family = family_of(runner.metadata, "tiny", for_reference=True)
+    official = TorchRunner(family.eager_reference(runner.metadata, None), runner.input_names, runner.output_names,
+                           threads=2, metadata=runner.metadata)
+    sets = family.random_input_sets(runner.metadata, runner.input_names, runner.input_shapes(), 3)
+    report = validate_runner(official, runner, sets, TOLERANCES["fp32"], latency_runs=0)
+    assert report, [p.to_dict() for p in report.parity]
+
+
+def test_the_gelu_form_is_the_default_where_it_was_measured_faster() -> None:
+    """AVX2 without AVX-512 and an FP32 file only (Zen 3: 8327 against 8829 ms, SAM ViT-B); not on AVX-512, on
+    other architectures, or for INT8/FP16/BF16 files, where it was not measured."""
+    from vitdeploy.cpu_features import CpuFeatures
+    from vitdeploy.precisions import Precision
+    from vitdeploy.runtime.forms.openvino_gelu import keep_gelu_apart
+
+    avx2 = CpuFeatures("AMD EPYC", "x86_64", frozenset({"avx2", "fma"}))
+    zen4 = CpuFeatures("AMD EPYC", "x86_64", frozenset({"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16"}))
+    arm = CpuFeatures("Neoverse", "aarch64", frozenset({"asimd"}))
+    assert keep_gelu_apart(avx2, Precision.FP32)
+    assert not any(keep_gelu_apart(avx2, p) for p in (Precision.INT8, Precision.FP16, Precision.BF16))
+    assert not keep_gelu_apart(zen4, Precision.FP32) and not keep_gelu_apart(arm, Precision.FP32)
+
+
 def test_fewer_threads_than_cores_are_not_pinned(encoders: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """Pinned, two 1-thread processes (two Ray workers on 2 cores) share the first core: pinning is off below all cores."""
     import vitdeploy.cpu_features as features

@@ -179,7 +179,7 @@ INT8_MEASUREMENTS: tuple[Int8Measurement, ...] = (
                     "openvino bf16"),
     Int8Measurement(("avx512f", "avx512_vnni"), (("AMD EPYC Zen 4, family 25 model 17", 2925, 6549),),
                     "onnxruntime file"),
-    Int8Measurement(("avx2",), (("AMD EPYC Zen 3, family 25 model 1", 7136, 8653),
+    Int8Measurement(("avx2",), (("AMD EPYC Zen 3, family 25 model 1", 6582, 7656),
                                 ("AMD EPYC Zen 1, family 23 model 1", 14432, 15077)),
                     "openvino file", without=("avx512f",)),
 )

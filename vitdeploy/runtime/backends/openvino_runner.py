@@ -39,6 +39,8 @@ import numpy as np
 from vitdeploy.errors import InputError, MissingDependencyError, first_line
 from vitdeploy.fileio import raise_if_weights_missing, require_onnx_file
 from vitdeploy.runtime.forms.cpu_form import read_cpu_form
+from vitdeploy.runtime.forms.openvino_gelu import DESCRIPTION as GELU_APART
+from vitdeploy.runtime.forms.openvino_gelu import gelu_apart_from_gemms, keep_gelu_apart
 from vitdeploy.metadata import read_onnx_metadata
 from vitdeploy.precisions import Precision
 from vitdeploy.runtime.backends.base import Runner, RunnerOptions, TensorMeta
@@ -102,8 +104,9 @@ class OpenVinoRunner(Runner):
     """Runs an ONNX file with OpenVINO's CPU plugin; reads the file's vitdeploy metadata.
 
     ``threads`` and ``inference_precision`` (default ``f32``): :func:`cpu_config` (one request at a time, as
-    the ONNX Runtime runner runs). Arrays returned by ``run`` are the runner's own
-    copies.
+    the ONNX Runtime runner runs). ``seven_bit_weights`` (INT8 files) and ``gelu_apart`` (FP32 files,
+    :mod:`vitdeploy.runtime.forms.openvino_gelu`) are load-time forms, None: as this CPU measured best. Arrays
+    returned by ``run`` are the runner's own copies.
     """
 
     backend = "openvino"
@@ -123,7 +126,7 @@ class OpenVinoRunner(Runner):
         return cls(path, threads=options.threads, device=options.device, inference_precision=precision, **settings)
 
     def __init__(self, path: str | Path, threads: int | None = None, *, device: str = "cpu",
-                 inference_precision: str = "f32", seven_bit_weights: bool | None = None):
+                 inference_precision: str = "f32", seven_bit_weights: bool | None = None, gelu_apart: bool | None = None):
         if device != "cpu":
             raise InputError(f"vitdeploy runs OpenVINO on the CPU only (asked for '{device}'): use --device cpu, or "
                              "--runtime onnxruntime for CUDA")
@@ -149,8 +152,16 @@ class OpenVinoRunner(Runner):
                 self.int8_weights = f"7-bit weights ({count} re-quantized at load: {why if saturates else 'as asked'})"
             else:
                 self.int8_weights = "8-bit weights as in the file" + (f" ({why})" if saturates else "")
+        if gelu_apart is None:
+            from vitdeploy.cpu_features import cpu_features
+
+            gelu_apart = keep_gelu_apart(cpu_features(), Precision.of(file_metadata))
+        #: How many GELUs run apart from the GEMM before them (:mod:`vitdeploy.runtime.forms.openvino_gelu`).
+        self.gelus_apart = 0
         try:
             model = core.read_model(source)
+            if gelu_apart:
+                self.gelus_apart = gelu_apart_from_gemms(model)
             self.compiled = core.compile_model(model, "CPU", config)
         except Exception as exc:  # OpenVINO raises RuntimeError (and its own types) for every unusable file
             raise_if_weights_missing(path, exc)
@@ -178,6 +189,8 @@ class OpenVinoRunner(Runner):
                          f"{self.inference_precision}, {self.compiled.get_property('INFERENCE_NUM_THREADS')} thread(s)")
         if self.int8_weights:
             self.provider += f", INT8 {self.int8_weights}"
+        if self.gelus_apart:
+            self.provider += f", {self.gelus_apart} {GELU_APART}"
         if self.inference_precision != inference_precision:
             self.warnings.append(f"OpenVINO runs inference precision {self.inference_precision}, not the {inference_precision} "
                                  f"asked for: its CPU plugin has no {inference_precision} kernels for this CPU (BF16 needs "

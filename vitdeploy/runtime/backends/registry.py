@@ -133,7 +133,7 @@ RUNTIMES: dict[str, RuntimeEntry] = {
     "openvino": RuntimeEntry(
         "openvino", "OpenVINO's CPU plugin (optional extra)", (".onnx",),
         "vitdeploy.runtime.backends.openvino_runner:OpenVinoRunner",
-        frozenset({"seven_bit_weights"}),
+        frozenset({"seven_bit_weights", "gelu_apart"}),
         "pip install 'vitdeploy[openvino]'", ("openvino",), "OpenVINO", frozenset(Precision),
         policies=("file", "bf16")),
     "tensorrt": RuntimeEntry(

@@ -1,0 +1,87 @@
+"""An OpenVINO load-time form: each GELU kept apart from the GEMM before it, on CPUs where that GEMM is MLAS.
+
+OpenVINO's CPU plugin fuses an activation into the FullyConnected before it. On an x86 CPU without AVX-512
+its f32 FullyConnected runs MLAS's SGEMM only without such a post-op; with one it runs oneDNN's
+``brgemm_avx2_f32``, which is slower there. Measured on AMD EPYC Zen 3 (AVX2, no AVX-512), OpenVINO 2026.4.1,
+2 threads, f32:
+
+* one ``Linear(768, 3072)`` on ViT-B's 4096 tokens: 154 ms alone (``gemm_mlas_f32``), 209-212 ms with the
+  exported erf GELU after it (fused, ``brgemm_avx2_f32``), 156 ms with the GELU kept apart (MLAS, the GELU in
+  a 9 ms snippet);
+* the same MLP layer, alternated in one process, kept apart / fused: 0.754 (4096 tokens, SAM ViT-B@1024), 0.701
+  (197 tokens, ViT-B/16), 0.912 (DeiT-S, 384 -> 1536), 0.945 (Hiera-T's first stage, 96 -> 384), medians of 20-40 pairs;
+* SAM ViT-B@1024, vitdeploy's ``generic`` file: 8188 against 8531 ms (8 alternated pairs in one process, 7 faster; every
+  FullyConnected then runs MLAS), outputs within relative L2 1.3e-6 of each other; in a benchmark run, vitdeploy's
+  default with it 7656 ms against 8508 ms without and 9271 ms for OpenVINO's default on the plain export.
+
+How it is kept apart, in the ``openvino.Model`` after ``Core.read_model`` (the file is not changed): the scalar
+``sqrt(2)`` that the exported GELU divides by (``x / sqrt(2)`` into ``Erf``) becomes the same value repeated
+per channel. OpenVINO's GELU fusion does not match that (seen with OpenVINO 2026.4.1; a test fails when a version
+fuses it again), so the chain stays Divide/Erf/Add/Multiply, which the plugin runs as one snippet; the GEMM then has
+two consumers and no post-op. The numbers are the
+same division by the same constant; what differs is OpenVINO's own GELU kernel (its erf) against its Erf
+kernel: the test suite holds both forms to the official model within the ``fp32`` budget.
+
+Only GELUs fed by a GEMM (``MatMul``, or ``MatMul`` + bias ``Add``) are touched, only in FP32 files, and only on
+x86 CPUs with AVX2 and without AVX-512 (:func:`keep_gelu_apart`): elsewhere (AVX-512, AMX in BF16, INT8 GEMMs) the
+fused kernel was not measured slower, and there the plugin's own choice stands.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vitdeploy.cpu_features import CpuFeatures
+from vitdeploy.precisions import Precision
+
+#: What the runner's ``provider`` line says when the form applied (after the count).
+DESCRIPTION = "GELU(s) kept apart from their GEMM (OpenVINO runs such GEMMs on MLAS)"
+
+
+def keep_gelu_apart(features: CpuFeatures, file_precision: Precision) -> bool:
+    """Whether the form pays on this CPU for a file of ``file_precision`` (module docstring: where it was measured)."""
+    return (features.x86 and features.has("avx2") and not features.has("avx512f")
+            and file_precision is Precision.FP32)
+
+
+def _fed_by_gemm(node: Any) -> bool:
+    """``node`` is a MatMul, or an Add of a MatMul and a constant (the bias)."""
+    kind = node.get_type_name()
+    if kind == "MatMul":
+        return True
+    if kind != "Add":
+        return False
+    inputs = [node.input_value(i).get_node().get_type_name() for i in range(node.get_input_size())]
+    return "MatMul" in inputs and "Constant" in inputs
+
+
+def gelu_apart_from_gemms(model: Any) -> int:
+    """Rewrite ``model`` (an ``openvino.Model``) in place as the module docstring says; returns how many GELUs were
+    kept apart. A GELU whose scale is not a scalar constant, or whose channel count is not static, is left as it is."""
+    import numpy as np
+    from openvino import opset13
+
+    count = 0
+    for erf in model.get_ordered_ops():
+        if erf.get_type_name() != "Erf":
+            continue
+        scale = erf.input_value(0).get_node()  # x / sqrt(2) (or x * 1/sqrt(2))
+        if scale.get_type_name() not in ("Divide", "Multiply"):
+            continue
+        constant = scale.input_value(1).get_node()
+        source = scale.input_value(0)
+        if constant.get_type_name() != "Constant" or not _fed_by_gemm(source.get_node()):
+            continue
+        value = constant.get_data()
+        channels = source.get_partial_shape()[-1] if source.get_partial_shape().rank.is_static else None
+        if value.size != 1 or channels is None or not channels.is_static:
+            continue
+        per_channel = opset13.constant(np.full(channels.get_length(), value.reshape(()), dtype=value.dtype))
+        scale.input(1).replace_source_output(per_channel.output(0))
+        count += 1
+    if count:
+        model.validate_nodes_and_infer_types()
+    return count
+
+
+__all__ = ["DESCRIPTION", "gelu_apart_from_gemms", "keep_gelu_apart"]
