@@ -13,10 +13,10 @@ from click.testing import CliRunner
 
 from tests.sam_tiny import SEED, TinySamArtifacts, sample_image, tiny_official_sam
 from vitdeploy.cli import cli
-from vitdeploy.cpu_features import cpu_features
+from vitdeploy.cpu_features import CpuFeatures, cpu_features
 from vitdeploy.errors import InputError
 from vitdeploy.runtime import SamPredictor
-from vitdeploy.runtime.backends.deployment import cpu_default, model_digest, profile_path
+from vitdeploy.runtime.backends.deployment import Deployment, cpu_default, model_digest, profile_path
 from vitdeploy.tune import TuneOptions, candidates, tune
 from vitdeploy.validation.masks import MASK_TOLERANCES
 from vitdeploy.validation.parity import TOLERANCES, compare
@@ -38,8 +38,9 @@ def test_tune_judges_every_candidate_and_writes_the_fastest_passing(pair: tuple[
     lines: list[str] = []
     report = tune(encoder, TuneOptions(decoder=str(decoder), max_images=2, clicks=3, runs=2, threads=(1, 2)),
                   echo=lines.append)
-    # ONNX Runtime (the generic file has one attention form) and OpenVINO FP32, BF16 where this CPU has it; 2 thread counts
-    assert len(report.verdicts) == (2 + HAS_BF16) * 2 == len(lines) - 2
+    # ONNX Runtime (the generic file has one attention form) and OpenVINO FP32 with its GELU form each way, BF16 where
+    # this CPU has it; 2 thread counts
+    assert len(report.verdicts) == (3 + HAS_BF16) * 2 == len(lines) - 2
     for v in report.verdicts:
         tolerance, masks = TOLERANCES[v.budget], MASK_TOLERANCES[v.budget]
         assert v.median_ms is not None and v.median_ms > 0 and v.masks == 2 * 3 * 3
@@ -59,11 +60,15 @@ def test_tune_judges_every_candidate_and_writes_the_fastest_passing(pair: tuple[
 
 def test_candidates_follow_the_file_the_cpu_and_the_runtimes() -> None:
     both, options = ["onnxruntime", "openvino"], TuneOptions(threads=(2,))
-    generic = [d.label() for d in candidates({"precision": "fp32", "target": "generic"}, options, both, bf16=True)]
-    assert generic == ["onnxruntime file", "openvino file", "openvino bf16"]
-    folded = [d.label() for d in candidates({"precision": "fp32", "target": "onnxruntime-cpu"}, options, both, bf16=False)]
+    avx2 = CpuFeatures("AMD EPYC", "x86_64", frozenset({"avx2", "fma"}))  # where OpenVINO keeps GELUs apart by default
+    avx512 = CpuFeatures("Intel Xeon", "x86_64", frozenset({"avx2", "fma", "avx512f"}))
+    generic = [d.label() for d in candidates({"precision": "fp32", "target": "generic"}, options, both, bf16=True,
+                                             features=avx512)]
+    assert generic == ["onnxruntime file", "openvino file", "openvino file gelu_apart=True", "openvino bf16"]
+    folded = [d.label() for d in candidates({"precision": "fp32", "target": "onnxruntime-cpu"}, options, both, bf16=False,
+                                            features=avx2)]
     assert folded == ["onnxruntime file", "onnxruntime file fused_attention=False", "onnxruntime file folded_attention=True",
-                      "openvino file"]
+                      "openvino file", "openvino file gelu_apart=False"]
     int8 = candidates({"precision": "int8", "target": "tensorrt"}, TuneOptions(threads=(1, 2)), both, bf16=True)
     assert not any(d.precision == "bf16" for d in int8) and {d.threads for d in int8} == {1, 2} and len(int8) == 8
     with pytest.raises(Exception, match="openvino is not installed here"):
@@ -162,7 +167,8 @@ def test_predict_and_sampredictor_run_what_the_profile_chose(pair: tuple[Path, P
     run = CliRunner().invoke(cli, ["predict", "-e", str(encoder), "-d", str(decoder), "-i", str(image), "-p", "30,20",
                                    "-o", str(tmp_path / "mask.png")])
     assert run.exit_code == 0, run.output
-    assert f"encoder.onnx runs as openvino {chosen['precision']}, 1 thread(s): profile encoder.profile.json" in run.output
+    label = Deployment.from_dict(chosen, "test").label()  # "openvino file", with the GELU form where that one won
+    assert f"encoder.onnx runs as {label}, 1 thread(s): profile encoder.profile.json" in run.output
     again = CliRunner().invoke(cli, ["tune", str(encoder), "--runs", "1"])
     assert again.exit_code == 1 and "already exists: pass --force" in again.output
     # benchmark and validate run the profile's choice when asked for auto, and validate judges it by its budget

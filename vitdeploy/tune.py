@@ -1,9 +1,10 @@
 """``vitdeploy tune``: run every deployment this machine supports on held-out inputs, gate each by its parity budget,
 and write the fastest one that passed as the model's deployment profile.
 
-The candidates (:func:`candidates`) are runtime x precision policy x ONNX Runtime attention form x threads, limited to
+The candidates (:func:`candidates`) are runtime x precision policy x load-time form x threads, limited to
 what is installed and what this CPU runs: OpenVINO's BF16 policy only on CPUs with AVX512-BF16 or AMX, ONNX Runtime's
-attention forms only for files whose target folds attention, and only the runtimes whose CPU runs the file (the
+attention forms only for files whose target folds attention, OpenVINO's GELU form
+(:mod:`vitdeploy.runtime.forms.openvino_gelu`) both ways for FP32 files, and only the runtimes whose CPU runs the file (the
 registry's :meth:`~vitdeploy.runtime.backends.registry.RuntimeEntry.cpu_gap`: no ONNX Runtime candidate for a BF16
 file, no OpenVINO one for a file holding vitdeploy's fused kernel). The reference is the file as written on ONNX Runtime (FP32 for an FP32 file: what ``vitdeploy
 validate`` proves against the official model), or the FP32 file given as ``reference`` (required for a BF16 file). Each candidate is judged
@@ -28,13 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from vitdeploy.cpu_features import available_cores, cpu_features
+from vitdeploy.cpu_features import CpuFeatures, available_cores, cpu_features
 from vitdeploy.errors import InputError, VitdeployError
 from vitdeploy.metadata import identity_differences, read_onnx_metadata
 from vitdeploy.precisions import Precision
 from vitdeploy.runtime.backends.deployment import (PROFILE_FORMAT, Deployment, machine_fingerprint, model_digest,
                                                    profile_path, runtime_versions)
 from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, RUNTIMES, FileNeeds, cpu_runtimes_for
+from vitdeploy.runtime.forms.openvino_gelu import keep_gelu_apart
 from vitdeploy.targets import target_of
 
 @dataclass(frozen=True)
@@ -97,12 +99,14 @@ class TuneReport:
 
 
 def candidates(metadata: dict[str, Any], options: TuneOptions, installed: Sequence[str] | None = None,
-               bf16: bool | None = None) -> list[Deployment]:
-    """The deployments to try for a file with ``metadata`` on this machine (see the module docstring)."""
+               bf16: bool | None = None, features: CpuFeatures | None = None) -> list[Deployment]:
+    """The deployments to try for a file with ``metadata`` on this machine (see the module docstring); ``features``:
+    this CPU's unless given."""
+    features = features or cpu_features()
     if installed is None:
         installed = [name for name, entry in RUNTIMES.items() if entry.reads_onnx and entry.installed()]
     if bf16 is None:
-        bf16 = bool(cpu_features().bf16_units)
+        bf16 = bool(features.bf16_units)
     wanted = options.runtimes or tuple(installed)
     missing = [r for r in wanted if r not in installed]
     if missing:
@@ -120,6 +124,8 @@ def candidates(metadata: dict[str, Any], options: TuneOptions, installed: Sequen
     forms: list[tuple[tuple[str, Any], ...]] = [()]
     if target is not None and target.folded_attention:
         forms += [(("fused_attention", False),), (("folded_attention", True),)]
+    if fp32:  # OpenVINO's GELU form: the runner takes it where it was measured faster; the other reading is tried too
+        forms.append((("gelu_apart", not keep_gelu_apart(features, Precision.FP32)),))
     threads = sorted(set(options.threads or (1, available_cores())))
     found = []
     for runtime in wanted:

@@ -24,6 +24,7 @@
 #ifdef VITDEPLOY_WITH_ONNXRUNTIME
 #include "vitdeploy/onnxruntime_backend.hpp"
 #endif
+#include "vitdeploy/openvino_backend.hpp"
 
 namespace {
 
@@ -204,6 +205,10 @@ int run(const Options& o) {
 
     std::size_t inside = 0;
     for (auto v : mask) inside += v != 0;
+    int gelus_apart = 0;  // OpenVINO's GELU form on the encoder (vitdeploy/runtime/forms/openvino_gelu.py)
+#ifdef VITDEPLOY_WITH_OPENVINO
+    if (auto* ov = dynamic_cast<const OpenVinoBackend*>(&predictor.encoder())) gelus_apart = ov->gelus_apart();
+#endif
     if (o.json) {
         std::ostringstream js;
         js << "{\"mask\": " << json_string(o.out) << ", \"mask_index\": " << chosen << ", \"score\": "
@@ -211,7 +216,8 @@ int run(const Options& o) {
         for (std::size_t i = 0; i < p.scores.size(); ++i) js << (i ? ", " : "") << Json::number(p.scores[i]).dump();
         js << "], \"multimask\": " << (o.single_mask ? "false" : "true") << ", \"image_size\": [" << p.height << ", " << p.width
            << "], \"mask_pixels\": " << inside << ", \"encoder_backend\": " << json_string(predictor.encoder().name())
-           << ", \"decoder_backend\": " << json_string(predictor.decoder().name()) << ", \"load_ms\": " << load_ms
+           << ", \"decoder_backend\": " << json_string(predictor.decoder().name())
+           << ", \"encoder_gelus_apart\": " << gelus_apart << ", \"load_ms\": " << load_ms
            << ", \"encode_ms\": " << encode_ms << ", \"decode_ms\": " << decode_ms << "}";
         std::cout << js.str() << '\n';
     } else {

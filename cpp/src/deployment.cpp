@@ -167,6 +167,8 @@ DeploymentProfile read_deployment_profile(const std::string& model_path, const s
     out.runtime = string_member(*chosen, "runtime");
     out.precision = string_member(*chosen, "precision");
     if (const Json* t = member(*chosen, "threads"); t && t->is_number()) out.threads = static_cast<int>(t->as_integer());
+    if (const Json* settings = member(*chosen, "settings"))
+        if (const Json* g = member(*settings, "gelu_apart"); g && g->is_bool()) out.gelu_apart = g->as_bool() ? 1 : 0;
     std::vector<std::string> problems;  // machine and runtime first: the model is hashed only when they fit
     MachineFingerprint here = machine_fingerprint();
     std::string tuned_flags;
@@ -269,6 +271,7 @@ std::string apply_deployment_profile(const std::string& model_path, BackendOptio
         options.runtime = profile.runtime;
         options.inference_precision = profile.precision == "bf16" ? "bf16" : "f32";
         if (options.threads == 0 && profile.threads > 0) options.threads = profile.threads;
+        if (profile.runtime == "openvino" && profile.gelu_apart >= 0) options.gelu_apart = profile.gelu_apart;
         return profile.note;
     }
     const CpuDefault chosen = cpu_default(metadata);

@@ -138,7 +138,9 @@ OpenVinoBackend::OpenVinoBackend(const std::string& path, const BackendOptions& 
     }
     try {
         std::shared_ptr<ov::Model> model = impl_->core.read_model(path);
-        if (keep_gelu_apart(file_metadata.get_string_or("precision", "fp32"))) gelus_apart_ = gelu_apart_from_gemms(*model);
+        const bool apart = options.gelu_apart < 0 ? keep_gelu_apart(file_metadata.get_string_or("precision", "fp32"))
+                                                  : options.gelu_apart == 1;
+        if (apart) gelus_apart_ = gelu_apart_from_gemms(*model);
         impl_->compiled = impl_->core.compile_model(model, "CPU", config);
         impl_->request = impl_->compiled.create_infer_request();
     } catch (const std::exception& e) {

@@ -353,11 +353,14 @@ def _assert_python_openvino_predictor_agrees(encoder: Path, decoder: Path, pictu
 
 
 def test_sam_cli_follows_a_profile_that_chose_openvino(cpp_build: Path, tiny_sam_artifacts, tmp_path: Path):  # noqa: F811
-    """``tune --runtime openvino`` -> sam_cli runs the encoder on the C++ OpenVINO backend, with the profile's threads,
-    and writes the mask the Python SamPredictor gives following the same profile."""
+    """``tune --runtime openvino`` -> sam_cli runs the encoder on the C++ OpenVINO backend, with the profile's threads
+    and GELU form, and writes the mask the Python SamPredictor gives following the same profile."""
     import shutil
 
+    from vitdeploy.cpu_features import cpu_features
+    from vitdeploy.precisions import Precision
     from vitdeploy.runtime.backends.deployment import profile_path
+    from vitdeploy.runtime.forms.openvino_gelu import keep_gelu_apart
     from vitdeploy.tune import TuneOptions, tune
 
     _require_openvino_backend(cpp_build)
@@ -365,14 +368,21 @@ def test_sam_cli_follows_a_profile_that_chose_openvino(cpp_build: Path, tiny_sam
     picture = sample_image(40, 60, seed=4)
     Image.fromarray(picture).save(tmp_path / "in.png")
     tune(encoder, TuneOptions(runtimes=("openvino",), threads=(1,), runs=1, max_images=1), echo=lambda _line: None)
-    chosen = json.loads(profile_path(encoder).read_text())["chosen"]  # f32 ("file"), or bf16 where the CPU has it
+    profile = json.loads(profile_path(encoder).read_text())
+    chosen = profile["chosen"]  # f32 ("file"), or bf16 where the CPU has it
     assert chosen["runtime"] == "openvino"
+    # the GELU form as a profile setting: both runtimes follow it (here the reading this CPU does not take by default)
+    gelu_apart = not keep_gelu_apart(cpu_features(), Precision.FP32)
+    chosen["settings"] = {"gelu_apart": gelu_apart}
+    profile_path(encoder).write_text(json.dumps(profile))
     done = _run_cli(cpp_build, "--encoder", str(encoder), "--decoder", str(tiny_sam_artifacts.decoder), "--image",
                     str(tmp_path / "in.png"), "--point", "20,10", "--out", str(tmp_path / "mask.png"), "--json")
     assert done.returncode == 0, done.stderr
     assert f"note: encoder.profile.json: openvino {chosen['precision']}, 1 thread(s)" in done.stderr, done.stderr
     summary = json.loads(done.stdout)
     assert summary["encoder_backend"] == "openvino-cpu" and summary["decoder_backend"] == "onnxruntime-cpu"
+    assert (summary["encoder_gelus_apart"] > 0) is gelu_apart, summary
+    assert SamPredictor(encoder, tiny_sam_artifacts.decoder).encoder.gelus_apart == summary["encoder_gelus_apart"]
     _assert_python_openvino_predictor_agrees(encoder, tiny_sam_artifacts.decoder, picture, summary, tmp_path / "mask.png")
 
 

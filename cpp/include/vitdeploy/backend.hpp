@@ -32,6 +32,9 @@ struct BackendOptions {
     /// ONNX Runtime custom-op library to register (libvitdeploy_ort_ops.so, built by cpp/build.sh): needed by
     /// files written by 'vitdeploy optimize --fused-attention'. Empty: none.
     std::string ort_ops_library;
+    /// OpenVINO: keep each GELU apart from the GEMM before it (1), or not (0); -1: where keep_gelu_apart says it pays
+    /// (a deployment profile that chose either sets it).
+    int gelu_apart = -1;
 };
 
 class Backend {

@@ -20,6 +20,7 @@ struct DeploymentProfile {
     std::string runtime;    // "onnxruntime", "openvino"
     std::string precision;  // "file", "bf16"
     int threads = 0;        // 0: the profile gave none
+    int gelu_apart = -1;    // OpenVINO's GELU form the profile chose (settings.gelu_apart): 1, 0, or -1 (none given)
     /// One line for the user: what was used, or why not (empty when no profile was found).
     std::string note;
 };

@@ -110,6 +110,12 @@ def test_the_gelu_form_is_the_default_where_it_was_measured_faster() -> None:
     assert not keep_gelu_apart(zen4, Precision.FP32) and not keep_gelu_apart(arm, Precision.FP32)
 
 
+def test_the_gelu_form_is_asked_of_openvino_only(encoders: dict[str, Path]) -> None:
+    assert open_runner(encoders["generic"], runtime="openvino", gelu_apart=True).gelus_apart == 3
+    with pytest.raises(InputError, match="gelu_apart is an OpenVINO setting: leave it out for 'generic.onnx' on onnxruntime"):
+        open_runner(encoders["generic"], runtime="onnxruntime", gelu_apart=True)
+
+
 def test_fewer_threads_than_cores_are_not_pinned(encoders: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """Pinned, two 1-thread processes (two Ray workers on 2 cores) share the first core: pinning is off below all cores."""
     import vitdeploy.cpu_features as features

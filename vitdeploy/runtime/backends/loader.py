@@ -33,11 +33,12 @@ def checked(runner: Runner, path: Path) -> Runner:
 def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str = "cpu", gpu: int = 0,
                 fused_attention: bool | None = None, folded_attention: bool = False, tf32: bool = False,
                 allow_unverified: bool = False, runtime: str = DEFAULT_RUNTIME, precision: str | None = None,
-                profile: str | Path | None = None) -> Runner:
+                profile: str | Path | None = None, gelu_apart: bool | None = None) -> Runner:
     """The runner for ``path``: an ``.onnx`` file on ``runtime`` (ONNX Runtime on ``ort_device`` by default, with its
     attention forms and ``allow_unverified``; or OpenVINO on the CPU), an engine (``.plan``/``.engine``/``.trt``) on
     TensorRT on CUDA device ``gpu`` (its math was fixed when it was built). ``precision`` is the
-    :class:`~vitdeploy.runtime.backends.base.RunnerOptions` precision policy (None: ``file``).
+    :class:`~vitdeploy.runtime.backends.base.RunnerOptions` precision policy (None: ``file``). ``gelu_apart``: OpenVINO's
+    GELU form (:mod:`vitdeploy.runtime.forms.openvino_gelu`; None: where this CPU measured it faster).
 
     ``runtime="auto"``: the :mod:`~vitdeploy.runtime.backends.deployment` choice (the deployment profile beside the
     file, or an explicit ``profile``; else this CPU's measured default); ``precision`` and ``threads``, where given,
@@ -58,6 +59,7 @@ def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str
             chosen = dict(deployment.settings)
             fused_attention = chosen.get("fused_attention", fused_attention)
             folded_attention = chosen.get("folded_attention", folded_attention)
+            gelu_apart = chosen.get("gelu_apart", gelu_apart)
     elif profile is not None:
         raise InputError("a deployment profile is read by --runtime auto: leave out --runtime or the profile")
     precision = precision or "file"
@@ -81,8 +83,10 @@ def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str
                 f"'{path.name}' is neither an ONNX model ({', '.join(ONNX_SUFFIXES)}) nor a TensorRT engine "
                 f"({', '.join(ENGINE_SUFFIXES)}): give a file written by 'vitdeploy export' or 'vitdeploy build-engine'")
         entry = by_suffix
+    if gelu_apart is not None and "gelu_apart" not in entry.settings:
+        raise InputError(f"gelu_apart is an OpenVINO setting: leave it out for '{path.name}' on {entry.name}")
     wanted = {"fused_attention": fused_attention, "folded_attention": folded_attention,
-              "allow_unverified": allow_unverified}
+              "allow_unverified": allow_unverified, "gelu_apart": gelu_apart}
     settings = {key: value for key, value in wanted.items() if key in entry.settings}
     options = RunnerOptions(threads=threads, device=ort_device if entry.reads_onnx else "cuda", gpu=gpu,
                             precision=precision, tf32=tf32 and entry.reads_onnx)
