@@ -110,6 +110,17 @@ def test_the_gelu_form_is_the_default_where_it_was_measured_faster() -> None:
     assert not keep_gelu_apart(zen4, Precision.FP32) and not keep_gelu_apart(arm, Precision.FP32)
 
 
+def test_the_gelu_benchmark_times_the_exported_gelu_pattern(tmp_path: Path) -> None:
+    """benchmarks/bench_openvino_gelu.py builds the MLP layer as torch.onnx exports nn.GELU (the form finds its GELU)
+    and reports each pair's ratio."""
+    from tests.conftest import load_benchmark
+
+    bench = load_benchmark("bench_openvino_gelu")
+    bench.layer_model(16, 8, 32, tmp_path / "layer.onnx")
+    line = bench.alternate(tmp_path / "layer.onnx", None, pairs=2, threads=1, repeat=1)
+    assert line.startswith("1 GELU(s) apart; apart ") and line.endswith(" of 2 below 1"), line
+
+
 def test_the_gelu_form_is_asked_of_openvino_only(encoders: dict[str, Path]) -> None:
     assert open_runner(encoders["generic"], runtime="openvino", gelu_apart=True).gelus_apart == 3
     with pytest.raises(InputError, match="gelu_apart is an OpenVINO setting: leave it out for 'generic.onnx' on onnxruntime"):
