@@ -18,9 +18,9 @@ How it is kept apart, in the ``openvino.Model`` after ``Core.read_model`` (the f
 ``sqrt(2)`` that the exported GELU divides by (``x / sqrt(2)`` into ``Erf``) becomes the same value repeated
 per channel. OpenVINO's GELU fusion does not match that (seen with OpenVINO 2026.4.1; a test fails when a version
 fuses it again), so the chain stays Divide/Erf/Add/Multiply, which the plugin runs as one snippet; the GEMM then has
-two consumers and no post-op. The numbers are the
-same division by the same constant; what differs is OpenVINO's own GELU kernel (its erf) against its Erf
-kernel: the test suite holds both forms to the official model within the ``fp32`` budget.
+two consumers and no post-op. The numbers are the same division by the same constant; what differs is OpenVINO's own
+GELU kernel (its erf) against its Erf kernel: the test suite holds both forms to the official model within the
+``fp32`` budget.
 
 Only GELUs fed by a GEMM (``MatMul``, or ``MatMul`` + bias ``Add``) are touched, only in FP32 files, and only on
 x86 CPUs with AVX2 and without AVX-512 (:func:`keep_gelu_apart`): elsewhere (AVX-512, AMX in BF16, INT8 GEMMs) the
@@ -72,8 +72,8 @@ def gelu_apart_from_gemms(model: Any) -> int:
         source = scale.input_value(0)
         if constant.get_type_name() != "Constant" or not _fed_by_gemm(source.get_node()):
             continue
-        value = constant.get_data()
-        channels = source.get_partial_shape()[-1] if source.get_partial_shape().rank.is_static else None
+        value, shape = constant.get_data(), source.get_partial_shape()
+        channels = shape[-1] if shape.rank.is_static and shape.rank.get_length() > 0 else None
         if value.size != 1 or channels is None or not channels.is_static:
             continue
         per_channel = opset13.constant(np.full(channels.get_length(), value.reshape(()), dtype=value.dtype))
