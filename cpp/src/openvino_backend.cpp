@@ -49,8 +49,9 @@ std::string port_name(const ov::Output<const ov::Node>& port, const std::set<std
 }
 
 // The form of vitdeploy.runtime.forms.openvino_gelu.gelu_apart_from_gemms: the scalar x / sqrt(2) of each GELU fed by a
-// GEMM (MatMul, or MatMul + bias Add) becomes the same value per channel, so OpenVINO's GELU fusion (scalar constants
-// only) leaves the chain apart and the GEMM keeps MLAS, which takes no post-op. Returns how many GELUs it kept apart.
+// GEMM (MatMul, or MatMul + bias Add) becomes the same value per channel, which OpenVINO's GELU fusion does not match
+// (seen with 2026.4.1; a Python test fails when a version fuses it again), so the chain stays apart and the GEMM keeps
+// MLAS, which takes no post-op. Returns how many GELUs it kept apart.
 int gelu_apart_from_gemms(ov::Model& model) {
     auto fed_by_gemm = [](const std::shared_ptr<ov::Node>& node) {
         const std::string kind = node->get_type_name();
