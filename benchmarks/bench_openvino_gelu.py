@@ -14,6 +14,9 @@ Usage (the figures in docs/runtimes-and-cpus.md, AMD EPYC Zen 3, 2 threads):
         --layer 197,384,1536 --layer 3136,96,384 --pairs 30
     .venv/bin/python benchmarks/bench_openvino_gelu.py --model out/speed_zen3/vitdeploy_generic.onnx \\
         --input out/speed_zen3/input.npy --pairs 8
+    # the file 'vitdeploy optimize --runtime openvino' wrote against the plain export, as a stock OpenVINO reads them
+    .venv/bin/python benchmarks/bench_openvino_gelu.py --stock out/speed_zen3/vitdeploy_generic.openvino.onnx \\
+        out/speed_zen3/naive.onnx --input out/speed_zen3/input.npy --pairs 8
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +52,29 @@ def layer_model(tokens: int, cin: int, cout: int, path: Path) -> None:
     onnx.save(model, str(path))
 
 
+def pairs_of(first: Any, second: Any, x: np.ndarray | None, pairs: int, repeat: int,
+             names: tuple[str, str] = ("apart", "fused")) -> str:
+    """Time two infer requests (``first`` / ``second``) in alternated pairs on ``x`` (default: seeded noise of the input
+    shape); one line: each one's median ms and the per-pair ratio first / second."""
+    if x is None:
+        shape = [d.get_length() for d in second.model_inputs[0].get_partial_shape()]
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    for request in (second, first):
+        request.infer({0: x})  # first-run allocations and JIT
+    times: dict[str, list[float]] = {"first": [], "second": []}
+    for i in range(pairs):
+        order = (("second", second), ("first", first)) if i % 2 == 0 else (("first", first), ("second", second))
+        for name, request in order:
+            start = time.perf_counter()
+            for _ in range(repeat):
+                request.infer({0: x})
+            times[name].append((time.perf_counter() - start) / repeat * 1e3)
+    ratios = np.array(times["first"]) / np.array(times["second"])
+    return (f"{names[0]} {np.median(times['first']):.1f} ms, {names[1]} {np.median(times['second']):.1f} ms (medians); "
+            f"{names[0]} / {names[1]} per pair: median {np.median(ratios):.3f}, min {ratios.min():.3f}, "
+            f"max {ratios.max():.3f}, {int((ratios < 1).sum())} of {pairs} below 1")
+
+
 def alternate(path: Path, x: np.ndarray | None, pairs: int, threads: int, repeat: int) -> str:
     """One line: the GELUs kept apart, each reading's median ms and the per-pair ratio apart / fused."""
     import openvino as ov
@@ -64,35 +91,34 @@ def alternate(path: Path, x: np.ndarray | None, pairs: int, threads: int, repeat
         return request, count
 
     (fused, _), (apart, count) = compiled(False), compiled(True)
-    if x is None:
-        shape = [d.get_length() for d in fused.model_inputs[0].get_partial_shape()]
-        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    for request in (fused, apart):
-        request.infer({0: x})  # first-run allocations and JIT
-    times: dict[str, list[float]] = {"apart": [], "fused": []}
-    for i in range(pairs):
-        order = (("fused", fused), ("apart", apart)) if i % 2 == 0 else (("apart", apart), ("fused", fused))
-        for name, request in order:
-            start = time.perf_counter()
-            for _ in range(repeat):
-                request.infer({0: x})
-            times[name].append((time.perf_counter() - start) / repeat * 1e3)
-    ratios = np.array(times["apart"]) / np.array(times["fused"])
-    return (f"{count} GELU(s) apart; apart {np.median(times['apart']):.1f} ms, fused {np.median(times['fused']):.1f} ms "
-            f"(medians); apart / fused per pair: median {np.median(ratios):.3f}, min {ratios.min():.3f}, "
-            f"max {ratios.max():.3f}, {int((ratios < 1).sum())} of {pairs} below 1")
+    return f"{count} GELU(s) apart; {pairs_of(apart, fused, x, pairs, repeat)}"
+
+
+def stock(first: Path, second: Path, x: np.ndarray | None, pairs: int, threads: int) -> str:
+    """Two files as an application's own OpenVINO runs them (``Core.read_model``, ``compile_model`` at the plugin's
+    defaults but ``--threads``; no vitdeploy form at load), alternated; one line with the ratio first / second."""
+    import openvino as ov
+
+    core = ov.Core()
+    first_request, second_request = (
+        core.compile_model(core.read_model(str(f)), "CPU", {"INFERENCE_NUM_THREADS": threads}).create_infer_request()
+        for f in (first, second))
+    return pairs_of(first_request, second_request, x, pairs, 1, (first.name, second.name))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layer", action="append", default=[], help="TOKENS,IN,OUT of one MLP layer (repeatable)")
     parser.add_argument("--model", action="append", default=[], help="an FP32 ONNX file with one input (repeatable)")
+    parser.add_argument("--stock", nargs=2, metavar=("FIRST", "SECOND"),
+                        help="two ONNX files run as an application's own OpenVINO runs them (e.g. the file 'vitdeploy "
+                             "optimize --runtime openvino' wrote, and the plain export)")
     parser.add_argument("--input", help="the model input (.npy); default: seeded noise")
     parser.add_argument("--pairs", type=int, default=20, help="alternated pairs")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    if not args.layer and not args.model:
-        parser.error("give --layer TOKENS,IN,OUT or --model FILE")
+    if not args.layer and not args.model and not args.stock:
+        parser.error("give --layer TOKENS,IN,OUT, --model FILE or --stock FIRST SECOND")
     from vitdeploy.cpu_features import cpu_features
     from vitdeploy.runtime.backends.openvino_runner import openvino_version
 
@@ -106,6 +132,9 @@ def main() -> None:
     x = np.load(args.input) if args.input else None
     for model in args.model:
         print(f"{model}: {alternate(Path(model), x, args.pairs, args.threads, repeat=1)}")
+    if args.stock:
+        first, second = (Path(f) for f in args.stock)
+        print(f"as an application's own OpenVINO runs them: {stock(first, second, x, args.pairs, args.threads)}")
 
 
 if __name__ == "__main__":

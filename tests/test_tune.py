@@ -69,6 +69,10 @@ def test_candidates_follow_the_file_the_cpu_and_the_runtimes() -> None:
                                             features=avx2)]
     assert folded == ["onnxruntime file", "onnxruntime file fused_attention=False", "onnxruntime file folded_attention=True",
                       "openvino file", "openvino file gelu_apart=False"]
+    # a file written in OpenVINO's GELU form holds one reading: no gelu_apart candidate
+    openvino_form = {"precision": "fp32", "target": "generic", "openvino_form": {"gelus_apart": 2, "source": "e.onnx"}}
+    assert [d.label() for d in candidates(openvino_form, options, both, bf16=False, features=avx2)] == [
+        "onnxruntime file", "openvino file"]
     int8 = candidates({"precision": "int8", "target": "tensorrt"}, TuneOptions(threads=(1, 2)), both, bf16=True)
     assert not any(d.precision == "bf16" for d in int8) and {d.threads for d in int8} == {1, 2} and len(int8) == 8
     with pytest.raises(Exception, match="openvino is not installed here"):

@@ -36,7 +36,7 @@ from vitdeploy.precisions import Precision
 from vitdeploy.runtime.backends.deployment import (PROFILE_FORMAT, Deployment, machine_fingerprint, model_digest,
                                                    profile_path, runtime_versions)
 from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, RUNTIMES, FileNeeds, cpu_runtimes_for
-from vitdeploy.runtime.forms.openvino_gelu import keep_gelu_apart
+from vitdeploy.runtime.forms.openvino_gelu import OPENVINO_FORM_KEY, keep_gelu_apart
 from vitdeploy.targets import target_of
 
 @dataclass(frozen=True)
@@ -124,7 +124,8 @@ def candidates(metadata: dict[str, Any], options: TuneOptions, installed: Sequen
     forms: list[tuple[tuple[str, Any], ...]] = [()]
     if target is not None and target.folded_attention:
         forms += [(("fused_attention", False),), (("folded_attention", True),)]
-    if fp32:  # OpenVINO's GELU form: the runner takes it where it was measured faster; the other reading is tried too
+    if fp32 and OPENVINO_FORM_KEY not in metadata:  # OpenVINO's GELU form: the runner takes it where it was measured
+        # faster; the other reading is tried too (a file written in the form holds one reading only)
         forms.append((("gelu_apart", not keep_gelu_apart(features, Precision.FP32)),))
     threads = sorted(set(options.threads or (1, available_cores())))
     found = []

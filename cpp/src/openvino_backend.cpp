@@ -51,8 +51,9 @@ std::string port_name(const ov::Output<const ov::Node>& port, const std::set<std
 // The form of vitdeploy.runtime.forms.openvino_gelu.gelu_apart_from_gemms: the scalar x / sqrt(2) of each GELU fed by a
 // GEMM (MatMul, or MatMul + bias Add) becomes the same value per channel, which OpenVINO's GELU fusion does not match
 // (seen with 2026.4.1; a Python test fails when a version fuses it again), so the chain stays apart and the GEMM keeps
-// MLAS, which takes no post-op. Returns how many GELUs it kept apart.
-int gelu_apart_from_gemms(ov::Model& model) {
+// MLAS, which takes no post-op. Rewrites only when `rewrite`; returns how many GELUs fed by a GEMM run apart: those
+// rewritten and those the file already holds apart ('vitdeploy optimize --runtime openvino').
+int gelu_apart_from_gemms(ov::Model& model, bool rewrite) {
     auto fed_by_gemm = [](const std::shared_ptr<ov::Node>& node) {
         const std::string kind = node->get_type_name();
         if (kind == "MatMul") return true;
@@ -65,7 +66,7 @@ int gelu_apart_from_gemms(ov::Model& model) {
         }
         return matmul && constant;
     };
-    int count = 0;
+    int count = 0, changed = 0;
     for (const auto& erf : model.get_ordered_ops()) {
         if (std::string(erf->get_type_name()) != "Erf") continue;
         const std::shared_ptr<ov::Node> scale = erf->input_value(0).get_node_shared_ptr();
@@ -73,18 +74,24 @@ int gelu_apart_from_gemms(ov::Model& model) {
         if (kind != "Divide" && kind != "Multiply") continue;
         auto constant = std::dynamic_pointer_cast<ov::op::v0::Constant>(scale->input_value(1).get_node_shared_ptr());
         const ov::Output<ov::Node> source = scale->input_value(0);
-        if (!constant || !fed_by_gemm(source.get_node_shared_ptr()) || ov::shape_size(constant->get_shape()) != 1) continue;
+        if (!constant || !fed_by_gemm(source.get_node_shared_ptr())) continue;
         const ov::PartialShape shape = source.get_partial_shape();
         if (shape.rank().is_dynamic() || shape.rank().get_length() == 0 || shape[shape.rank().get_length() - 1].is_dynamic())
             continue;
         const auto channels = static_cast<std::size_t>(shape[shape.rank().get_length() - 1].get_length());
-        const float value = constant->cast_vector<float>().at(0);
-        auto per_channel = ov::op::v0::Constant::create(constant->get_element_type(), ov::Shape{channels},
-                                                        std::vector<float>(channels, value));
-        scale->input(1).replace_source_output(per_channel->output(0));
-        ++count;
+        const std::size_t size = ov::shape_size(constant->get_shape());
+        if (size > 1 && size == channels) {  // apart as the file holds it
+            ++count;
+        } else if (size == 1 && rewrite) {
+            const float value = constant->cast_vector<float>().at(0);
+            auto per_channel = ov::op::v0::Constant::create(constant->get_element_type(), ov::Shape{channels},
+                                                            std::vector<float>(channels, value));
+            scale->input(1).replace_source_output(per_channel->output(0));
+            ++count;
+            ++changed;
+        }
     }
-    if (count) model.validate_nodes_and_infer_types();
+    if (changed) model.validate_nodes_and_infer_types();
     return count;
 }
 
@@ -141,7 +148,7 @@ OpenVinoBackend::OpenVinoBackend(const std::string& path, const BackendOptions& 
         std::shared_ptr<ov::Model> model = impl_->core.read_model(path);
         const bool apart = options.gelu_apart < 0 ? keep_gelu_apart(file_metadata.get_string_or("precision", "fp32"))
                                                   : options.gelu_apart == 1;
-        if (apart) gelus_apart_ = gelu_apart_from_gemms(*model);
+        gelus_apart_ = gelu_apart_from_gemms(*model, apart);
         impl_->compiled = impl_->core.compile_model(model, "CPU", config);
         impl_->request = impl_->compiled.create_infer_request();
     } catch (const std::exception& e) {

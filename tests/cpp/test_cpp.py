@@ -501,6 +501,14 @@ def test_model_bench_on_openvino_gives_the_python_openvino_runners_numbers(cpp_b
                              "--json"], capture_output=True, text=True, timeout=120,
                             env={**_env_without_ort_ops(), "VITDEPLOY_CPU_MASK": "avx2"})  # not a CPU the form was measured on
     assert masked.returncode == 0 and json.loads(masked.stdout)["gelus_apart"] == 0, masked.stderr
+    # a file that holds the form ('vitdeploy optimize --runtime openvino') runs it whatever the CPU, and says so
+    from vitdeploy.cpu_optimize import write_openvino_form
+
+    held = write_openvino_form(model, tmp_path / "openvino_form.onnx").files[0]
+    masked = subprocess.run([str(cpp_build / "model_bench"), "--model", str(held), "--runtime", "openvino", "--runs", "1",
+                             "--json"], capture_output=True, text=True, timeout=120,
+                            env={**_env_without_ort_ops(), "VITDEPLOY_CPU_MASK": "avx2"})
+    assert masked.returncode == 0 and json.loads(masked.stdout)["gelus_apart"] == depth, masked.stderr
     wrong = subprocess.run([str(cpp_build / "model_bench"), "--model", str(model), "--runtime", "tensorflow"],
                            capture_output=True, text=True, timeout=60)
     assert wrong.returncode == 1 and "unknown runtime 'tensorflow'" in wrong.stderr and len(wrong.stderr.splitlines()) == 1

@@ -36,7 +36,8 @@ public:
     /// The inference precision the compiled model runs ("f32", "bf16"), read back from the plugin.
     const std::string& inference_precision() const { return inference_precision_; }
     /// How many GELUs run apart from the GEMM before them (the load-time form of
-    /// vitdeploy/runtime/forms/openvino_gelu.py, applied where keep_gelu_apart says it pays).
+    /// vitdeploy/runtime/forms/openvino_gelu.py, applied where keep_gelu_apart says it pays), or as the file holds
+    /// them ('vitdeploy optimize --runtime openvino').
     int gelus_apart() const { return gelus_apart_; }
     /// "2026.4.1-...": the OpenVINO library loaded at run time.
     static std::string runtime_version();

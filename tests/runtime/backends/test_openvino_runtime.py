@@ -8,6 +8,7 @@ library call as ``vitdeploy validate --runtime openvino``. Tiny seeded models; O
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from tests.conftest import TINY_RECIPE, TINY_TIMM_RECIPE
 from tests.sam_tiny import sample_image
 from vitdeploy.cli import cli
 from vitdeploy.errors import InputError, MissingDependencyError
+from vitdeploy.metadata import read_onnx_metadata
 from vitdeploy.pipeline import export_from_recipe
 from vitdeploy.precision.calibration_data import bundled_calibration_dir
 from vitdeploy.runtime.backends.base import RunnerOptions
@@ -84,9 +86,23 @@ def test_gelus_kept_apart_from_their_gemms_or_not_both_match_the_official_model(
     depth = runner.metadata["architecture"]["depth"]
     assert runner.gelus_apart == (depth if apart else 0)
     assert (f"{depth} GELU(s) kept apart" in runner.provider) is apart, runner.provider
-    # the ONNX names of each GELU chain (the Div into Erf, the Erf and what follows it), against what OpenVINO fused
-    # into its FullyConnected nodes
-    graph = onnx.load(str(encoders["generic"]), load_external_data=False).graph
+    fused_into_gemms = _gelus_fused_into_gemms(encoders["generic"], runner.compiled)
+    if apart:
+        assert not fused_into_gemms, fused_into_gemms
+    elif keep_gelu_apart(cpu_features(), Precision.FP32):  # where the form was measured, OpenVINO fuses without it
+        assert len(fused_into_gemms) == depth, fused_into_gemms
+    family = family_of(runner.metadata, "tiny", for_reference=True)
+    official = TorchRunner(family.eager_reference(runner.metadata, None), runner.input_names, runner.output_names,
+                           threads=2, metadata=runner.metadata)
+    sets = family.random_input_sets(runner.metadata, runner.input_names, runner.input_shapes(), 3)
+    report = validate_runner(official, runner, sets, TOLERANCES["fp32"], latency_runs=0)
+    assert report, [p.to_dict() for p in report.parity]
+
+
+def _gelus_fused_into_gemms(path: Path, compiled) -> list[set[str]]:
+    """The ONNX names of each GELU chain of ``path`` (the Div into Erf, the Erf and what follows it) that OpenVINO's
+    ``compiled`` model fused into a FullyConnected node."""
+    graph = onnx.load(str(path), load_external_data=False).graph
     consumers: dict[str, list] = {}
     for node in graph.node:
         for name in node.input:
@@ -99,20 +115,87 @@ def test_gelus_kept_apart_from_their_gemms_or_not_both_match_the_official_model(
         for _ in range(4):  # Erf -> Add -> Mul -> Mul
             chain.update(n.name for n in frontier)
             frontier = [c for n in frontier for c in consumers.get(n.output[0], [])]
-    fused_into_gemms = [names for op in runner.compiled.get_runtime_model().get_ordered_ops()
-                        if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"
-                        for names in [set(op.get_rt_info()["originalLayersNames"].astype(str).split(","))]
-                        if names & chain]
-    if apart:
-        assert not fused_into_gemms, fused_into_gemms
-    elif keep_gelu_apart(cpu_features(), Precision.FP32):  # where the form was measured, OpenVINO fuses without it
-        assert len(fused_into_gemms) == depth, fused_into_gemms
-    family = family_of(runner.metadata, "tiny", for_reference=True)
-    official = TorchRunner(family.eager_reference(runner.metadata, None), runner.input_names, runner.output_names,
-                           threads=2, metadata=runner.metadata)
-    sets = family.random_input_sets(runner.metadata, runner.input_names, runner.input_shapes(), 3)
-    report = validate_runner(official, runner, sets, TOLERANCES["fp32"], latency_runs=0)
-    assert report, [p.to_dict() for p in report.parity]
+    assert chain, "no GELU chain found by its ONNX names"
+    return [names for op in compiled.get_runtime_model().get_ordered_ops()
+            if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"
+            for names in [set(op.get_rt_info()["originalLayersNames"].astype(str).split(","))]
+            if names & chain]
+
+
+def test_the_openvino_form_file_keeps_gelus_apart_in_a_stock_openvino(encoders: dict[str, Path], tmp_path: Path) -> None:
+    """``vitdeploy optimize --runtime openvino`` writes the GELU form into the file: an application's own OpenVINO
+    (plain ``Core.read_model``, no vitdeploy) fuses none of its GELUs into a GEMM where it fuses the exported file's
+    (on the CPUs where the form was measured); vitdeploy's runner says the file holds them and refuses the fused
+    reading; on OpenVINO and ONNX Runtime alike it stays within 'fp32' of the official model."""
+    import openvino as ov
+
+    from vitdeploy.cpu_features import cpu_features
+    from vitdeploy.precisions import Precision
+    from vitdeploy.runtime.forms.openvino_gelu import keep_gelu_apart
+
+    source, path = encoders["generic"], tmp_path / "generic.openvino.onnx"
+    result = CliRunner().invoke(cli, ["optimize", str(source), "-o", str(path), "--runtime", "openvino", "--json"])
+    assert result.exit_code == 0, result.output
+    depth = read_onnx_metadata(source)["architecture"]["depth"]
+    assert json.loads(result.output) == {"files": [str(path)], "runtime": "openvino", "gelus_apart": depth,
+                                         "source": source.name}
+    core = ov.Core()
+    stock = {name: core.compile_model(core.read_model(str(file)), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+             for name, file in (("form", path), ("export", source))}
+    assert not _gelus_fused_into_gemms(path, stock["form"])
+    if keep_gelu_apart(cpu_features(), Precision.FP32):  # where OpenVINO fuses the exported file's GELUs
+        assert len(_gelus_fused_into_gemms(source, stock["export"])) == depth
+    runner = OpenVinoRunner(path, threads=2, gelu_apart=None)
+    assert runner.gelus_apart == depth and f"{depth} GELU(s) kept apart" in runner.provider
+    assert "as the file holds them" in runner.provider
+    with pytest.raises(InputError, match="holds its GELUs apart from their GEMMs .* for the fused reading run 'generic.onnx'"):
+        OpenVinoRunner(path, threads=2, gelu_apart=False)
+    fp32 = TOLERANCES["fp32"]
+    for runtime in ("openvino", "onnxruntime"):
+        report = validate_model(path, ValidateOptions(runtime=runtime, random_inputs=3, runs=0, threads=2))
+        assert report and report.tolerance.name == "fp32", [p.to_dict() for p in report.parity]
+        assert min(p.cosine for p in report.parity) >= fp32.cosine_min
+    notes = open_runner(path, runtime="onnxruntime").notes()
+    assert any(f"ONNX Runtime does not fuse its {depth} GELU(s); on ONNX Runtime run 'generic.onnx'" in n
+               for n in notes), notes
+
+
+def test_the_openvino_form_is_refused_where_it_does_not_apply(encoders: dict[str, Path], tmp_path: Path) -> None:
+    """One line, exit 1, nothing written: a file already in a form (either runtime's), a reduced-precision file, a graph
+    without a GELU fed by a GEMM, --fused-attention with --runtime openvino."""
+    from vitdeploy.cpu_optimize import write_cpu_form, write_openvino_form
+
+    form = tmp_path / "form.onnx"
+    write_openvino_form(encoders["generic"], form)
+    cpu_form = tmp_path / "cpu.onnx"
+    write_cpu_form(encoders["onnxruntime-cpu"], cpu_form)
+    int8 = onnx.load(str(encoders["generic"]))
+    for prop in int8.metadata_props:
+        if prop.key == "vitdeploy.precision":
+            prop.value = "int8"
+    onnx.save(int8, str(tmp_path / "int8.onnx"))
+    no_gelu = onnx.helper.make_model(onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["x"], ["y"])], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])]))
+    onnx.save(no_gelu, str(tmp_path / "relu.onnx"))
+    cases = {
+        form: "'form.onnx' is already a form written by 'vitdeploy optimize': optimize the exported file ('generic.onnx')",
+        cpu_form: "'cpu.onnx' is already a form written by 'vitdeploy optimize': optimize the exported file "
+                  "('onnxruntime-cpu.onnx')",
+        tmp_path / "int8.onnx": "'int8.onnx' is not an FP32 graph (INT8): the OpenVINO form keeps GELUs apart from FP32 GEMMs only",
+        tmp_path / "relu.onnx": "'relu.onnx' has no GELU fed by a GEMM",
+    }
+    for source, message in cases.items():
+        out = tmp_path / "out.onnx"
+        result = CliRunner().invoke(cli, ["optimize", str(source), "-o", str(out), "--runtime", "openvino"])
+        assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output, result.output
+        assert not out.exists() and len(result.output.strip().splitlines()) == 1
+    result = CliRunner().invoke(cli, ["optimize", str(form), "-o", str(tmp_path / "out.onnx")])  # ONNX Runtime's form of it
+    assert result.exit_code == 1 and "is the OpenVINO form written by 'vitdeploy optimize --runtime openvino'" in result.output
+    result = CliRunner().invoke(cli, ["optimize", str(encoders["generic"]), "-o", str(tmp_path / "out.onnx"), "--runtime",
+                                      "openvino", "--fused-attention"])
+    assert result.exit_code == 1 and "--fused-attention is ONNX Runtime's CPU form" in result.output
 
 
 def test_the_gelu_form_is_the_default_where_it_was_measured_faster() -> None:
@@ -139,6 +222,8 @@ def test_the_gelu_benchmark_times_the_exported_gelu_pattern(tmp_path: Path) -> N
     bench.layer_model(16, 8, 32, tmp_path / "layer.onnx")
     line = bench.alternate(tmp_path / "layer.onnx", None, pairs=2, threads=1, repeat=1)
     assert line.startswith("1 GELU(s) apart; apart ") and line.endswith(" of 2 below 1"), line
+    line = bench.stock(tmp_path / "layer.onnx", tmp_path / "layer.onnx", None, pairs=2, threads=1)
+    assert line.startswith("layer.onnx ") and "layer.onnx / layer.onnx per pair: median " in line, line
 
 
 def test_the_gelu_form_is_asked_of_openvino_only(encoders: dict[str, Path]) -> None:

@@ -12,6 +12,7 @@ from vitdeploy.errors import InputError, MissingDependencyError, first_line
 from vitdeploy.fileio import raise_if_weights_missing, require_onnx_file
 from vitdeploy.metadata import decode
 from vitdeploy.runtime.forms.cpu_form import FUSED_KERNEL, check_requested_form, read_cpu_form
+from vitdeploy.runtime.forms.openvino_gelu import read_openvino_form
 from vitdeploy.metadata import read_onnx_metadata
 from vitdeploy.precisions import Precision
 from vitdeploy.runtime.backends.base import Runner, RunnerOptions, TensorMeta
@@ -253,6 +254,11 @@ class OnnxRuntimeRunner(Runner):
         if unfold is not None and unfold.unfolded:
             notes.append(f"rel-pos attention: {unfold.summary()} (--folded-attention runs the file's form as written)")
         notes += [f"warning: {warning}" for warning in self.warnings]
+        held = read_openvino_form(self.metadata, f"'{self.path.name}'")
+        if held is not None:
+            notes.append(f"the file holds OpenVINO's GELU form ('vitdeploy optimize --runtime openvino'): ONNX Runtime "
+                         f"does not fuse its {held['gelus_apart']} GELU(s); on ONNX Runtime run "
+                         f"'{held['source'] or 'the exported file'}'")
         note = cpu_precision_note(self.path, self.precision, threads) if self.device == "cpu" else None
         return notes + ([note] if note else [])
 

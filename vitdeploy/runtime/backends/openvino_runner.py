@@ -40,7 +40,7 @@ from vitdeploy.errors import InputError, MissingDependencyError, first_line
 from vitdeploy.fileio import raise_if_weights_missing, require_onnx_file
 from vitdeploy.runtime.forms.cpu_form import read_cpu_form
 from vitdeploy.runtime.forms.openvino_gelu import DESCRIPTION as GELU_APART
-from vitdeploy.runtime.forms.openvino_gelu import gelu_apart_from_gemms, keep_gelu_apart
+from vitdeploy.runtime.forms.openvino_gelu import gelu_apart_from_gemms, keep_gelu_apart, read_openvino_form
 from vitdeploy.metadata import read_onnx_metadata
 from vitdeploy.precisions import Precision
 from vitdeploy.runtime.backends.base import Runner, RunnerOptions, TensorMeta
@@ -152,16 +152,20 @@ class OpenVinoRunner(Runner):
                 self.int8_weights = f"7-bit weights ({count} re-quantized at load: {why if saturates else 'as asked'})"
             else:
                 self.int8_weights = "8-bit weights as in the file" + (f" ({why})" if saturates else "")
+        #: The OpenVINO form the file holds (``vitdeploy optimize --runtime openvino``); None for any other file.
+        self.openvino_form = read_openvino_form(file_metadata, f"'{path.name}'")
+        if self.openvino_form is not None and gelu_apart is False:
+            raise InputError(f"'{path.name}' holds its GELUs apart from their GEMMs (written by 'vitdeploy optimize "
+                             f"--runtime openvino'): for the fused reading run '{self.openvino_form['source'] or 'the exported file'}'")
         if gelu_apart is None:
             from vitdeploy.cpu_features import cpu_features
 
             gelu_apart = keep_gelu_apart(cpu_features(), Precision.of(file_metadata))
-        #: How many GELUs run apart from the GEMM before them (:mod:`vitdeploy.runtime.forms.openvino_gelu`).
-        self.gelus_apart = 0
         try:
             model = core.read_model(source)
-            if gelu_apart:
-                self.gelus_apart = gelu_apart_from_gemms(model)
+            #: How many GELUs run apart from the GEMM before them (:mod:`vitdeploy.runtime.forms.openvino_gelu`):
+            #: kept apart here, or as the file holds them.
+            self.gelus_apart = gelu_apart_from_gemms(model, rewrite=bool(gelu_apart))
             self.compiled = core.compile_model(model, "CPU", config)
         except Exception as exc:  # OpenVINO raises RuntimeError (and its own types) for every unusable file
             raise_if_weights_missing(path, exc)
@@ -190,7 +194,8 @@ class OpenVinoRunner(Runner):
         if self.int8_weights:
             self.provider += f", INT8 {self.int8_weights}"
         if self.gelus_apart:
-            self.provider += f", {self.gelus_apart} {GELU_APART}"
+            self.provider += f", {self.gelus_apart} {GELU_APART}" + (" as the file holds them"
+                                                                      if self.openvino_form is not None else "")
         if self.inference_precision != inference_precision:
             self.warnings.append(f"OpenVINO runs inference precision {self.inference_precision}, not the {inference_precision} "
                                  f"asked for: its CPU plugin has no {inference_precision} kernels for this CPU (BF16 needs "

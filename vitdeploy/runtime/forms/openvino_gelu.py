@@ -29,13 +29,34 @@ fused kernel was not measured slower, and there the plugin's own choice stands.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vitdeploy.cpu_features import CpuFeatures
 from vitdeploy.precisions import Precision
 
+if TYPE_CHECKING:
+    import onnx
+
 #: What the runner's ``provider`` line says when the form applied (after the count).
 DESCRIPTION = "GELU(s) kept apart from their GEMM (OpenVINO runs such GEMMs on MLAS)"
+
+#: vitdeploy metadata key of a file written by ``vitdeploy optimize --runtime openvino`` (a JSON object:
+#: ``{"gelus_apart": N, "source": "<the exported file's name>"}``).
+OPENVINO_FORM_KEY = "openvino_form"
+
+
+def read_openvino_form(metadata: dict[str, Any], name: str = "the file") -> dict[str, Any] | None:
+    """The OpenVINO form a file's decoded vitdeploy metadata records (``gelus_apart``, ``source``); None for any other
+    file, InputError for an unreadable entry."""
+    from vitdeploy.errors import InputError
+
+    raw = metadata.get(OPENVINO_FORM_KEY)
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("gelus_apart"), int):
+        raise InputError(f"{name} has an unreadable '{OPENVINO_FORM_KEY}' metadata entry ({raw!r}): write it again with "
+                         "'vitdeploy optimize --runtime openvino' from the exported file")
+    return {"gelus_apart": raw["gelus_apart"], "source": str(raw.get("source", ""))}
 
 
 def keep_gelu_apart(features: CpuFeatures, file_precision: Precision) -> bool:
@@ -55,13 +76,15 @@ def _fed_by_gemm(node: Any) -> bool:
     return "MatMul" in inputs and "Constant" in inputs
 
 
-def gelu_apart_from_gemms(model: Any) -> int:
-    """Rewrite ``model`` (an ``openvino.Model``) in place as the module docstring says; returns how many GELUs were
-    kept apart. A GELU whose scale is not a scalar constant, or whose channel count is not static, is left as it is."""
+def gelu_apart_from_gemms(model: Any, rewrite: bool = True) -> int:
+    """Rewrite ``model`` (an ``openvino.Model``) in place as the module docstring says (``rewrite``); returns how many
+    GELUs fed by a GEMM run apart from it: those rewritten here and those the file already holds apart (written by
+    :func:`gelu_apart_in_onnx`). A GELU whose scale is not a scalar constant, or whose channel count is not static, is
+    left as it is."""
     import numpy as np
     from openvino import opset13
 
-    count = 0
+    count = changed = 0
     for erf in model.get_ordered_ops():
         if erf.get_type_name() != "Erf":
             continue
@@ -74,14 +97,76 @@ def gelu_apart_from_gemms(model: Any) -> int:
             continue
         value, shape = constant.get_data(), source.get_partial_shape()
         channels = shape[-1] if shape.rank.is_static and shape.rank.get_length() > 0 else None
-        if value.size != 1 or channels is None or not channels.is_static:
+        if channels is None or not channels.is_static:
             continue
-        per_channel = opset13.constant(np.full(channels.get_length(), value.reshape(()), dtype=value.dtype))
-        scale.input(1).replace_source_output(per_channel.output(0))
-        count += 1
-    if count:
+        if value.size > 1 and value.size == channels.get_length():  # apart as the file holds it
+            count += 1
+        elif value.size == 1 and rewrite:
+            per_channel = opset13.constant(np.full(channels.get_length(), value.reshape(()), dtype=value.dtype))
+            scale.input(1).replace_source_output(per_channel.output(0))
+            count += 1
+            changed += 1
+    if changed:
         model.validate_nodes_and_infer_types()
     return count
 
 
-__all__ = ["DESCRIPTION", "gelu_apart_from_gemms", "keep_gelu_apart"]
+def gelu_apart_in_onnx(model: onnx.ModelProto) -> int:
+    """The same form written into an ONNX graph, in place, so that OpenVINO reading the file as it stands (an
+    application's own ``Core.read_model``) keeps each GELU apart (``vitdeploy optimize --runtime openvino``): the scalar
+    divisor of each ``Div``/``Mul`` into ``Erf`` whose input comes from a ``MatMul`` (or ``MatMul`` + bias ``Add``)
+    with a constant weight becomes a per-channel initializer of the same value. Returns how many it rewrote.
+
+    OpenVINO's ONNX reader keeps such a constant per channel (seen with 2026.4.1: the chains stay apart in the
+    compiled model, which a test checks). ONNX Runtime's own GELU fusion needs the scalar, so it runs these chains
+    unfused: the file is for OpenVINO.
+    """
+    import numpy as np
+    from onnx import numpy_helper
+
+    initializers = {t.name: t for t in model.graph.initializer}
+    constants = {n.output[0]: n for n in model.graph.node if n.op_type == "Constant" and n.attribute}
+    producers = {out: n for n in model.graph.node for out in n.output}
+
+    def weight_columns(node: Any) -> int | None:
+        """The output channels of a MatMul with a constant 2-D-or-more weight; None for anything else."""
+        if node is None or node.op_type != "MatMul" or node.input[1] not in initializers:
+            return None
+        dims = initializers[node.input[1]].dims
+        return int(dims[-1]) if len(dims) >= 2 else None
+
+    def channels_of(name: str) -> int | None:
+        node = producers.get(name)
+        if node is not None and node.op_type == "Add":
+            gemms = [weight_columns(producers.get(i)) for i in node.input]
+            biases = [i for i in node.input if i in initializers]
+            columns = next((c for c in gemms if c is not None), None)
+            return columns if biases and columns is not None else None
+        return weight_columns(node)
+
+    def scalar(name: str) -> np.ndarray | None:
+        if name in initializers:
+            value = numpy_helper.to_array(initializers[name])
+        elif name in constants and constants[name].attribute[0].name == "value":
+            value = numpy_helper.to_array(constants[name].attribute[0].t)
+        else:
+            return None
+        return value if value.size == 1 else None
+
+    count = 0
+    for erf in model.graph.node:
+        scale = producers.get(erf.input[0]) if erf.op_type == "Erf" else None
+        if scale is None or scale.op_type not in ("Div", "Mul") or len(scale.input) != 2:
+            continue
+        value, channels = scalar(scale.input[1]), channels_of(scale.input[0])
+        if value is None or channels is None:
+            continue
+        name = f"{scale.name or scale.output[0]}/per_channel_divisor"
+        model.graph.initializer.append(numpy_helper.from_array(np.full(channels, value.reshape(()), value.dtype), name))
+        scale.input[1] = name
+        count += 1
+    return count
+
+
+__all__ = ["DESCRIPTION", "OPENVINO_FORM_KEY", "gelu_apart_from_gemms", "gelu_apart_in_onnx", "keep_gelu_apart",
+           "read_openvino_form"]
