@@ -139,6 +139,9 @@ def test_the_openvino_form_file_keeps_gelus_apart_in_a_stock_openvino(encoders: 
     depth = read_onnx_metadata(source)["architecture"]["depth"]
     assert json.loads(result.output) == {"files": [str(path)], "runtime": "openvino", "gelus_apart": depth,
                                          "source": source.name}
+    graph = onnx.load(str(path)).graph
+    read = {name for node in graph.node for name in node.input}
+    assert [t.name for t in graph.initializer if t.name not in read] == []  # the replaced scalars are not left behind
     core = ov.Core()
     stock = {name: core.compile_model(core.read_model(str(file)), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
              for name, file in (("form", path), ("export", source))}

@@ -153,7 +153,7 @@ def gelu_apart_in_onnx(model: onnx.ModelProto) -> int:
             return None
         return value if value.size == 1 else None
 
-    count = 0
+    count, replaced = 0, set()
     for erf in model.graph.node:
         scale = producers.get(erf.input[0]) if erf.op_type == "Erf" else None
         if scale is None or scale.op_type not in ("Div", "Mul") or len(scale.input) != 2:
@@ -163,8 +163,17 @@ def gelu_apart_in_onnx(model: onnx.ModelProto) -> int:
             continue
         name = f"{scale.name or scale.output[0]}/per_channel_divisor"
         model.graph.initializer.append(numpy_helper.from_array(np.full(channels, value.reshape(()), value.dtype), name))
+        replaced.add(scale.input[1])
         scale.input[1] = name
         count += 1
+    # the scalars no node reads any more (the exporter shares one sqrt(2) between GELUs): not left in the file
+    used = {name for node in model.graph.node for name in node.input} | {o.name for o in model.graph.output}
+    unused = replaced - used
+    kept = [t for t in model.graph.initializer if t.name not in unused]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    for node in [n for n in model.graph.node if n.op_type == "Constant" and n.output[0] in unused]:
+        model.graph.node.remove(node)
     return count
 
 
