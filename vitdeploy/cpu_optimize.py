@@ -17,12 +17,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vitdeploy.errors import InputError
 from vitdeploy.metadata import encode, read_onnx_metadata
 from vitdeploy.runtime.forms.cpu_attention import load_folded_graph
 from vitdeploy.runtime.forms.cpu_form import CPU_FORM_KEY, FUSED_KERNEL, UNFOLDED, CpuForm, cpu_form_graph
 from vitdeploy.targets import target_of
+
+if TYPE_CHECKING:
+    import onnx
+
+
+def _record(model: onnx.ModelProto, entries: dict) -> None:
+    """Add vitdeploy metadata ``entries`` to ``model``'s, in place, keys sorted (byte-stable, as the exporter writes
+    them)."""
+    props = {p.key: p.value for p in model.metadata_props}
+    props.update(encode(entries))
+    del model.metadata_props[:]
+    for key in sorted(props):
+        model.metadata_props.add(key=key, value=props[key])
 
 
 @dataclass(frozen=True)
@@ -74,11 +88,7 @@ def write_cpu_form(source: str | Path, output: str | Path, *, fused_attention: b
     model, form = cpu_form_graph(model, attention, source=source.name, base_dir=source.parent)  # before the weights are read
     if external_data_files(model, source.parent):
         onnx.load_external_data_for_model(model, str(source.parent))  # written with the weights inside (or beside)
-    props = {p.key: p.value for p in model.metadata_props}
-    props.update(encode({CPU_FORM_KEY: form.to_metadata()}))
-    del model.metadata_props[:]
-    for key in sorted(props):  # byte-stable, as the exporter writes them
-        model.metadata_props.add(key=key, value=props[key])
+    _record(model, {CPU_FORM_KEY: form.to_metadata()})
     files = save_onnx_atomic(model, output)
     return OptimizeResult(files, form)
 
@@ -135,11 +145,7 @@ def write_openvino_form(source: str | Path, output: str | Path, *, force: bool =
     if not count:
         raise InputError(f"'{source.name}' has no GELU fed by a GEMM: OpenVINO runs the exported file as it is, there is "
                          "no OpenVINO form to write")
-    props = {p.key: p.value for p in model.metadata_props}
-    props.update(encode({OPENVINO_FORM_KEY: {"gelus_apart": count, "source": source.name}}))
-    del model.metadata_props[:]
-    for key in sorted(props):  # byte-stable, as the exporter writes them
-        model.metadata_props.add(key=key, value=props[key])
+    _record(model, {OPENVINO_FORM_KEY: {"gelus_apart": count, "source": source.name}})
     return OpenVinoFormResult(save_onnx_atomic(model, output), count, source.name)
 
 

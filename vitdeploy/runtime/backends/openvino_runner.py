@@ -155,8 +155,9 @@ class OpenVinoRunner(Runner):
         #: The OpenVINO form the file holds (``vitdeploy optimize --runtime openvino``); None for any other file.
         self.openvino_form = read_openvino_form(file_metadata, f"'{path.name}'")
         if self.openvino_form is not None and gelu_apart is False:
+            exported = self.openvino_form["source"] or "the exported file"
             raise InputError(f"'{path.name}' holds its GELUs apart from their GEMMs (written by 'vitdeploy optimize "
-                             f"--runtime openvino'): for the fused reading run '{self.openvino_form['source'] or 'the exported file'}'")
+                             f"--runtime openvino'): for the fused reading run '{exported}'")
         if gelu_apart is None:
             from vitdeploy.cpu_features import cpu_features
 
