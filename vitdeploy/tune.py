@@ -4,7 +4,7 @@ and write the fastest one that passed as the model's deployment profile.
 The candidates (:func:`candidates`) are runtime x precision policy x load-time form x threads, limited to
 what is installed and what this CPU runs: OpenVINO's BF16 policy only on CPUs with AVX512-BF16 or AMX, ONNX Runtime's
 attention forms only for files whose target folds attention, OpenVINO's GELU form
-(:mod:`vitdeploy.runtime.forms.openvino_gelu`) both ways for FP32 files, and only the runtimes whose CPU runs the file (the
+(:mod:`vitdeploy.runtime.forms.openvino_gelu`) both ways for FP32 files (one way for a file written in that form), and only the runtimes whose CPU runs the file (the
 registry's :meth:`~vitdeploy.runtime.backends.registry.RuntimeEntry.cpu_gap`: no ONNX Runtime candidate for a BF16
 file, no OpenVINO one for a file holding vitdeploy's fused kernel). The reference is the file as written on ONNX Runtime (FP32 for an FP32 file: what ``vitdeploy
 validate`` proves against the official model), or the FP32 file given as ``reference`` (required for a BF16 file). Each candidate is judged

@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from vitdeploy.cpu_features import CpuFeatures
+from vitdeploy.errors import InputError
 from vitdeploy.precisions import Precision
 
 if TYPE_CHECKING:
@@ -48,8 +49,6 @@ OPENVINO_FORM_KEY = "openvino_form"
 def read_openvino_form(metadata: dict[str, Any], name: str = "the file") -> dict[str, Any] | None:
     """The OpenVINO form a file's decoded vitdeploy metadata records (``gelus_apart``, ``source``); None for any other
     file, InputError for an unreadable entry."""
-    from vitdeploy.errors import InputError
-
     raw = metadata.get(OPENVINO_FORM_KEY)
     if raw is None:
         return None
