@@ -14,6 +14,10 @@
 #   PYTHON=/path/to/python SKIP_INSTALL=1 scripts/gpu-check.sh   # an environment already set up
 #   SKIP_PYTEST=1 scripts/gpu-check.sh   # without the gated tests (run them on their own: pytest -m gpu)
 #   PARITY_IMAGES=3 scripts/gpu-check.sh  # bundled images per parity check (default 3; each costs a CPU eager forward)
+#   FILES_ONLY=1 scripts/gpu-check.sh    # only the exports and precision passes (no GPU library needed yet)
+#   REUSE=1 scripts/gpu-check.sh         # keep exports and precision passes already in $OUT_DIR (a second call)
+#   SKIP_DYNAMIC=1 scripts/gpu-check.sh  # without the dynamic-batch export, engine and benchmark
+#   PYTEST_PATHS="tests/engine" scripts/gpu-check.sh   # the gated tests of these paths only (default: tests)
 #
 # Every step runs even if an earlier one failed (as far as its inputs exist); each step's status, time
 # and log land in $OUT_DIR/report.md and report.json. Exit code: 0 all passed, 1 a step failed,
@@ -58,7 +62,7 @@ TRT_REASON=$("$PYTHON" -c "from vitdeploy.doctor import tensorrt_unavailable_rea
 ORT_CUDA=$("$PYTHON" -c "import onnxruntime as o; print('yes' if 'CUDAExecutionProvider' in o.get_available_providers() else '')")
 TRT_LIB=$("$PYTHON" -c "from vitdeploy.engine.library import load_library as l; print(l('auto', 'gpu-check').name)" 2>/dev/null)
 echo "TensorRT library for the engines: ${TRT_LIB:-none}"
-if [ -n "$TRT_REASON" ] && [ -z "$ORT_CUDA" ]; then
+if [ -n "$TRT_REASON" ] && [ -z "$ORT_CUDA" ] && [ "${FILES_ONLY:-0}" != 1 ]; then
     echo "this machine has neither TensorRT ($TRT_REASON) nor ONNX Runtime's CUDA provider (pip install onnxruntime-gpu)"; exit 2
 fi
 [ -n "$TRT_REASON" ] && echo "no TensorRT here ($TRT_REASON): the ONNX Runtime CUDA steps run, the engine steps are skipped"
@@ -71,30 +75,40 @@ done
 # parity_inputs NAME: IMAGES = what validate compares on besides random inputs (the decoder takes embeddings and prompts).
 parity_inputs() { case $1 in *decoder*) IMAGES=() ;; *) IMAGES=("${PARITY[@]}") ;; esac; }
 
+# reused NAME FILE: with REUSE=1, a file an earlier call made is kept (the step is recorded as skipped).
+reused() { [ "${REUSE:-0}" = 1 ] && [ -s "$2" ] && skip "$1" "REUSE=1: $2 is there"; }
+
 # --- export (random weights: the numbers are meaningless, parity and speed are not).
-step export_encoder "${VD[@]}" export --recipe sam_vit_b --random-weights --seed 0 --layernorm2d native \
+reused export_encoder "$OUT/sam_vit_b.onnx" || step export_encoder "${VD[@]}" export --recipe sam_vit_b --random-weights --seed 0 --layernorm2d native \
     -o "$OUT/sam_vit_b.onnx" --report "$OUT/sam_vit_b.export.json"
-if [ -z "$TRT_REASON" ]; then  # only the engine with a batch profile reads it
-    step export_encoder_dynamic "${VD[@]}" export --recipe sam_vit_b --random-weights --seed 0 --layernorm2d native \
+if [ "${SKIP_DYNAMIC:-0}" = 1 ]; then
+    skip export_encoder_dynamic "SKIP_DYNAMIC=1"
+elif [ -z "$TRT_REASON" ] || [ "${FILES_ONLY:-0}" = 1 ]; then  # only the engine with a batch profile reads it
+    reused export_encoder_dynamic "$OUT/sam_vit_b_dyn.onnx" || step export_encoder_dynamic "${VD[@]}" export --recipe sam_vit_b --random-weights --seed 0 --layernorm2d native \
         --dynamic-batch -o "$OUT/sam_vit_b_dyn.onnx"
 else
     skip export_encoder_dynamic "no TensorRT: only the dynamic-batch engine uses it"
 fi
 if [ -f export/sam_vit_b_decoder.toml ]; then
-    step export_decoder "${VD[@]}" export --recipe sam_vit_b_decoder --random-weights --seed 0 -o "$OUT/sam_vit_b_decoder.onnx"
+    reused export_decoder "$OUT/sam_vit_b_decoder.onnx" || step export_decoder "${VD[@]}" export --recipe sam_vit_b_decoder --random-weights --seed 0 -o "$OUT/sam_vit_b_decoder.onnx"
 else
     skip export_decoder "no export/sam_vit_b_decoder.toml recipe in this checkout"
 fi
 
 # --- precision passes (vitdeploy calibrate): FP16 mixed and INT8 Q/DQ ONNX from the FP32 export.
 if "${VD[@]}" calibrate --help > /dev/null 2>&1; then
-    step calibrate_fp16 "${VD[@]}" calibrate "$OUT/sam_vit_b.onnx" --precision fp16 -o "$OUT/sam_vit_b.fp16.onnx" \
+    reused calibrate_fp16 "$OUT/sam_vit_b.fp16.onnx" || step calibrate_fp16 "${VD[@]}" calibrate "$OUT/sam_vit_b.onnx" --precision fp16 -o "$OUT/sam_vit_b.fp16.onnx" \
         --images calibration/images --report "$OUT/sam_vit_b.fp16.calibrate.json"
-    step calibrate_int8 "${VD[@]}" calibrate "$OUT/sam_vit_b.onnx" --precision int8 -o "$OUT/sam_vit_b.int8.onnx" \
+    reused calibrate_int8 "$OUT/sam_vit_b.int8.onnx" || step calibrate_int8 "${VD[@]}" calibrate "$OUT/sam_vit_b.onnx" --precision int8 -o "$OUT/sam_vit_b.int8.onnx" \
         --images calibration/images --report "$OUT/sam_vit_b.int8.calibrate.json"
 else
     skip calibrate_fp16 "'vitdeploy calibrate' is not in this checkout"
     skip calibrate_int8 "'vitdeploy calibrate' is not in this checkout"
+fi
+if [ "${FILES_ONLY:-0}" = 1 ]; then
+    cat "$STEPS"; echo "FILES_ONLY=1: the exports and precision passes are in $OUT"
+    if grep -q "FAILED" "$STEPS"; then exit 1; fi
+    exit 0
 fi
 
 # --- ONNX Runtime's CUDA provider: parity of every ONNX file (FP32 with TF32 off; the eager reference runs on the
@@ -135,7 +149,7 @@ build() {  # build NAME ONNX [extra build-engine options]
 build sam_vit_b "$OUT/sam_vit_b.onnx"
 build sam_vit_b.fp16 "$OUT/sam_vit_b.fp16.onnx"
 build sam_vit_b.int8 "$OUT/sam_vit_b.int8.onnx"
-build sam_vit_b_dyn "$OUT/sam_vit_b_dyn.onnx" --batch-profile 1 4 8
+[ "${SKIP_DYNAMIC:-0}" = 1 ] || build sam_vit_b_dyn "$OUT/sam_vit_b_dyn.onnx" --batch-profile 1 4 8
 build sam_vit_b_decoder "$OUT/sam_vit_b_decoder.onnx"
 
 # --- parity of every engine against the eager official model (CPU, FP32: the reference), named tolerances.
@@ -164,11 +178,20 @@ else
     skip benchmark_batches "no dynamic-batch engine was built"
 fi
 
+# --- masks through the decoder, embeddings and latency against the official model (and torch.compile) on this GPU.
+if [ ${#STATIC[@]} -gt 0 ] && [ "$TORCH_CUDA" = cuda ]; then
+    step gpu_engines "$PYTHON" benchmarks/gpu_engines.py --workdir "$OUT" --runs "$RUNS" --warmup "$WARMUP" \
+        --report "$OUT/gpu_engines.json"
+else
+    skip gpu_engines "needs a static engine and PyTorch with CUDA"
+fi
+
 # --- the gated tests: the TensorRT/GPU tests that skip everywhere else.
 if [ "${SKIP_PYTEST:-0}" = 1 ]; then
     skip pytest_gpu "SKIP_PYTEST=1"
 else
-    step pytest_gpu "$PYTHON" -m pytest -m "tensorrt or gpu or tensorrt_rtx" -rs -q -p no:cacheprovider
+    # shellcheck disable=SC2086  # PYTEST_PATHS is a list of paths
+    step pytest_gpu "$PYTHON" -m pytest -m "tensorrt or gpu or tensorrt_rtx" -rs -q -p no:cacheprovider ${PYTEST_PATHS:-tests}
 fi
 
 # --- one report.
@@ -180,7 +203,7 @@ import sys
 out = pathlib.Path(sys.argv[1])
 steps = [dict(zip(("step", "status", "seconds"), line.split("\t"))) for line in (out / "steps.tsv").read_text().splitlines()]
 data = {"steps": steps}
-for name in ("doctor", "benchmark_cuda_onnxruntime", "benchmark_batch1", "benchmark_batches"):
+for name in ("doctor", "benchmark_cuda_onnxruntime", "benchmark_batch1", "benchmark_batches", "gpu_engines"):
     path = out / f"{name}.json"
     if path.exists():
         data[name] = json.loads(path.read_text())
@@ -197,7 +220,7 @@ lines += ["", "## Parity of each file vs the eager official model", "",
           "| file | tolerance | worst cosine | worst rel L2 | passed |", "|---|---|---|---|---|"]
 lines += [f"| {k} | {v['tolerance']} | {v['worst_cosine']:.6f} | {v['worst_rel_l2']:.3g} | {v['passed']} |"
           for k, v in data["validation"].items()]
-for name in ("benchmark_cuda_onnxruntime", "benchmark_batch1", "benchmark_batches"):
+for name in ("benchmark_cuda_onnxruntime", "benchmark_batch1", "benchmark_batches", "gpu_engines"):
     log = out / "logs" / f"{name}.log"
     if log.exists():
         text = log.read_text()

@@ -200,6 +200,8 @@ def _tensorrt_rtx() -> Component:
 
 def _engine_paths(comps: dict[str, Component]) -> list[Component]:
     """Which library ``build-engine`` takes here (``--builder auto``) and whether engines can run here."""
+    from vitdeploy.engine.library import rtx_runs_on, rtx_unsupported_gpu
+
     classic_build = all(comps[n].ok for n in ("tensorrt", "polygraphy", "cuda-python", "gpu"))
     if classic_build:
         build = Component("engine-build", True, None, f"classic TensorRT {comps['tensorrt'].version} on {comps['gpu'].detail}")
@@ -209,6 +211,9 @@ def _engine_paths(comps: dict[str, Component]) -> list[Component]:
         build = Component("engine-build", False, None,
                           "needs tensorrt-rtx (any machine), or tensorrt + polygraphy + cuda-python + a GPU")
     libraries = [n for n in ("tensorrt", "tensorrt-rtx") if comps[n].ok]
+    if libraries == ["tensorrt-rtx"] and comps["gpu"].ok and not rtx_runs_on(str(comps["gpu"].version)):
+        name = comps["gpu"].detail.split(",")[0]
+        return [build, Component("engine-run", False, None, rtx_unsupported_gpu(name, str(comps["gpu"].version)))]
     if libraries and comps["cuda-python"].ok and comps["gpu"].ok:
         run = Component("engine-run", True, None, f"{' and '.join(libraries)} engines on {comps['gpu'].detail}")
     else:
@@ -395,7 +400,7 @@ def tensorrt_unavailable_reason(device: int = 0) -> str | None:
 
     Either library counts (``--builder auto``'s choice builds, the same library runs); running needs a GPU.
     """
-    from vitdeploy.engine.library import load_library
+    from vitdeploy.engine.library import load_library, rtx_runs_on, rtx_unsupported_gpu
     from vitdeploy.errors import VitdeployError
     from vitdeploy.cuda import query_gpu
 
@@ -406,7 +411,9 @@ def tensorrt_unavailable_reason(device: int = 0) -> str | None:
     if not library.rtx and not _module("polygraphy").ok:
         return "polygraphy is not installed: pip install 'vitdeploy[tensorrt]'"
     try:
-        query_gpu(device)
+        gpu = query_gpu(device)
     except VitdeployError as exc:
         return str(exc)
+    if library.rtx and not rtx_runs_on(gpu.compute_capability):
+        return rtx_unsupported_gpu(gpu.name, gpu.compute_capability)
     return None

@@ -133,6 +133,19 @@ def test_engine_paths_follow_the_libraries_and_the_gpu(classic: bool, rtx: bool,
         assert "needs an NVIDIA GPU" in run_.detail
 
 
+def test_engines_cannot_run_on_a_gpu_tensorrt_rtx_refuses() -> None:
+    """An H100 (9.0) with TensorRT-RTX alone: engines build, none runs (what TensorRT-RTX 1.7.1.116 said there)."""
+    from vitdeploy.doctor import _engine_paths
+
+    comps = {"tensorrt": Component("tensorrt", False), "tensorrt-rtx": Component("tensorrt-rtx", True, "1.7.1.116"),
+             "polygraphy": Component("polygraphy", True), "cuda-python": Component("cuda-python", True),
+             "gpu": Component("gpu", True, "9.0", "NVIDIA H100 80GB HBM3, compute capability 9.0, 81079 MiB")}
+    build, run_ = _engine_paths(comps)
+    assert build.ok and not run_.ok, (build, run_)
+    assert "TensorRT-RTX runs no engine on NVIDIA H100 80GB HBM3 (compute capability 9.0)" in run_.detail
+    assert "--builder tensorrt'" in run_.detail and "onnxruntime-gpu" in run_.detail
+
+
 def test_the_torch_extra_hint_shows_only_when_the_pytorch_side_is_missing() -> None:
     """A full install without a GPU ('torch-cuda' missing) is not told to install the torch extra."""
 

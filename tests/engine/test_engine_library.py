@@ -65,19 +65,24 @@ def _sidecar(targets: list[str] | None = None, version: str = "1.7.1.116") -> di
             "gpu": {"name": None, "compute_capability": None, **({"targets": targets} if targets else {})}}
 
 
-@pytest.mark.parametrize(("cc", "outcome"), [("8.6", "runs"), ("12.0", "runs"), ("9.0", "warns"), ("10.0", "warns"),
-                                             ("7.5", "refused"), ("6.1", "refused")])
+@pytest.mark.parametrize(("cc", "outcome"), [("8.6", "runs"), ("12.0", "runs"), ("12.1", "runs"), ("13.0", "runs"),
+                                             ("9.0", "no rtx"), ("10.0", "no rtx"), ("11.0", "no rtx"), ("8.7", "no rtx"),
+                                             ("7.5", "refused"), ("6.1", "no rtx")])
 def test_rtx_engine_with_default_targets(cc: str, outcome: str) -> None:
+    """Default targets run on 8.0/8.6/8.9 and 12.0 "and later" (past 12.0); on 9.0 to 11.x TensorRT-RTX runs nothing
+    (its own refusal on an H100), which is said before the plan is read, naming classic TensorRT and ONNX Runtime CUDA."""
     env = RunningEnvironment("1.7.1.116", "NVIDIA X", cc)
     if outcome == "refused":
         with pytest.raises(EngineError, match=f"built for compute capability 8.0, 8.6, 8.9, 12.0 and this GPU is NVIDIA X "
                                               rf"\(compute capability {cc}\).*--compute-capability {cc}"):
             check_rtx_engine_compat(_sidecar(), env, "m.plan")
         return
-    warnings = check_rtx_engine_compat(_sidecar(["8.0", "8.6", "8.9", "12.0"]), env, "m.plan")
-    assert (warnings == []) is (outcome == "runs")
-    if outcome == "warns":
-        assert "does not list: it decides at load" in warnings[0]
+    if outcome == "no rtx":
+        with pytest.raises(EngineError, match=rf"'m.plan' is a TensorRT-RTX engine and TensorRT-RTX runs no engine on NVIDIA X "
+                                              rf"\(compute capability {cc}\).*--builder tensorrt'.*onnxruntime-gpu"):
+            check_rtx_engine_compat(_sidecar(["8.0", "8.6", "8.9", "12.0"]), env, "m.plan")
+        return
+    assert check_rtx_engine_compat(_sidecar(["8.0", "8.6", "8.9", "12.0"]), env, "m.plan") == []
 
 
 def test_rtx_engine_built_for_named_targets_runs_only_there() -> None:

@@ -84,10 +84,7 @@ def test_fp32_engine_sidecar_and_parity_with_eager(models: dict[str, Path], fp32
     assert side["metadata"]["family"] == "sam_image_encoder" and side["build_options"]["tf32"] is False
     runner = TensorRTRunner(fp32_plan)
     assert runner.metadata["precision"] == "fp32"
-    if LIB.rtx and gpu.compute_capability not in side["gpu"]["targets"]:  # e.g. an H100 (9.0): NVIDIA does not list it
-        assert len(runner.warnings) == 1 and "does not list: it decides at load" in runner.warnings[0], runner.warnings
-    else:
-        assert runner.warnings == []
+    assert runner.warnings == []  # a GPU TensorRT-RTX runs nothing on (an H100, 9.0) skips this module (TRT_REASON)
     for seed in (0, 1):
         x = _image(seed=seed)
         result = compare(_eager(models["static"], x), runner.run({"image": x})["image_embeddings"], "fp32", label=f"trt fp32 {seed}")

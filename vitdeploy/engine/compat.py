@@ -101,25 +101,26 @@ def check_rtx_engine_compat(sidecar: dict[str, Any], env: RunningEnvironment, pl
     """The same judgement for a TensorRT-RTX engine: same release, and a GPU among the compute capabilities it targets.
 
     TensorRT-RTX engines are built for a set of compute capabilities (``gpu.targets`` in the sidecar;
-    default 8.0, 8.6, 8.9, 12.0 "and later"), not for the GPU they were built on. A GPU below 8.0 that
-    the build did not name is refused; one at or above 8.0 outside the list (e.g. 9.0) is left to
-    TensorRT-RTX to judge, with a warning, since "and later" is not spelled out.
+    default 8.0, 8.6, 8.9, 12.0 "and later"), not for the GPU they were built on. "And later" means past
+    12.0: a GPU TensorRT-RTX runs nothing on (9.0 to 11.x, 8.7; :func:`rtx_runs_on`) is refused before the plan is
+    read, naming what runs there instead; a GPU below 8.0 that the build did not name is refused too.
     """
-    from vitdeploy.engine.library import RTX_DEFAULT_TARGETS
+    from vitdeploy.engine.library import RTX_DEFAULT_TARGETS, rtx_runs_on, rtx_unsupported_gpu
 
     built = str(sidecar.get("tensorrt", {}).get("version", ""))
     rebuild = f"rebuild it with 'vitdeploy build-engine --builder tensorrt-rtx' from '{sidecar.get('onnx', {}).get('file', 'its ONNX file')}'"
     if not version_can_run(built, env.tensorrt_version, False):
         raise EngineError(f"'{plan_name}' was built with TensorRT-RTX {built or 'unknown'} and this is TensorRT-RTX "
                           f"{env.tensorrt_version}: an engine runs only with the release that built it; {rebuild}")
+    if not rtx_runs_on(env.compute_capability):
+        raise EngineError(f"'{plan_name}' is a TensorRT-RTX engine and {rtx_unsupported_gpu(env.gpu_name, env.compute_capability)}")
     targets = [str(t) for t in (sidecar.get("gpu") or {}).get("targets") or RTX_DEFAULT_TARGETS]
     here = _cc(env.compute_capability)
     if any(_cc(t) == here for t in targets):
         return []
     listed = ", ".join(targets)
     default = sorted(targets, key=_cc) == sorted(RTX_DEFAULT_TARGETS, key=_cc)
-    if default and here >= (8, 0):
-        return [f"'{plan_name}' targets compute capability {listed} and later; this GPU ({env.gpu_name}) is "
-                f"{env.compute_capability}, which TensorRT-RTX's documentation does not list: it decides at load"]
+    if default and here > (12, 0):  # "and later"
+        return []
     raise EngineError(f"'{plan_name}' was built for compute capability {listed} and this GPU is {env.gpu_name} "
                       f"(compute capability {env.compute_capability}): {rebuild} --compute-capability {env.compute_capability}")
