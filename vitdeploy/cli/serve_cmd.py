@@ -79,7 +79,8 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
     from vitdeploy.runtime.apps.serve_ray import RayServeOptions, run_app, stop_app
 
     chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device)
-    options = RayServeOptions(encoder, decoder, runtime=chosen.runtime, precision=chosen.precision, threads=threads or 1,
+    options = RayServeOptions(encoder, decoder, runtime=chosen.runtime, precision=chosen.precision,
+                              settings=chosen.settings, threads=threads or 1,
                               device=device, encoder_replicas=encoder_replicas, decoder_replicas=decoder_replicas,
                               cache_size=cache_size, max_pending=max_pending)
     if port == 0:  # Ray Serve's proxy takes a fixed port: find a free one

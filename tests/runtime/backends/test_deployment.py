@@ -209,3 +209,33 @@ def test_a_bf16_file_defaults_to_openvino_on_every_cpu_and_says_where_fp32_is_fa
         assert ("this CPU has no BF16 units" in chosen.source) is slower, chosen.source
     missing = cpu_default("sam_image_encoder", "bf16", AVX2, frozenset({"onnxruntime"}))
     assert missing.runtime == "onnxruntime" and "needs openvino on the CPU, which is not installed" in missing.source
+
+
+@pytest.mark.parametrize("apart", [True, False])
+def test_a_profile_setting_reaches_every_route(tiny_sam_artifacts: TinySamArtifacts, encoder: Path, apart: bool) -> None:
+    """A tuned profile's runner setting (OpenVINO's GELU form, both ways, so neither is this CPU's default by luck) is
+    in the runner each route opens: predictors, the one-process service, dataset workers and Ray Serve replicas,
+    which open the file elsewhere from a deployment decided once (loader.open_deployed)."""
+    pytest.importorskip("openvino")
+    from vitdeploy.cli.dataset_jobs import resolve_deployment
+    from vitdeploy.runtime.apps.dataset_job import JobConfig, ShardWorker
+    from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+    from vitdeploy.runtime.apps.sam_service import SamService
+    from vitdeploy.runtime.apps.serve_ray import EncoderReplica, RayServeOptions
+
+    _profile(encoder, {"runtime": "openvino", "precision": "file", "threads": 1, "settings": {"gelu_apart": apart}})
+    decoder = str(tiny_sam_artifacts.decoder)
+    chosen = resolve_deployment(str(encoder), "auto", None, None, "cpu")
+    assert chosen.settings == (("gelu_apart", apart),), chosen
+    runners = {
+        "SamPredictor": SamPredictor(encoder, decoder).encoder,
+        "serve": SamService(encoder, decoder).runners[0],
+        "embed / segment-all --images worker": ShardWorker(JobConfig(
+            kind="embed", encoder=str(encoder), runtime=chosen.runtime, precision=chosen.precision,
+            settings=chosen.settings, threads=1)).embedder.runner,
+        "serve --ray encoder replica": EncoderReplica(RayServeOptions(
+            str(encoder), decoder, runtime=chosen.runtime, precision=chosen.precision,
+            settings=chosen.settings)).side.embedder.runner,
+    }
+    for route, runner in runners.items():
+        assert runner.backend == "openvino" and (runner.gelus_apart > 0) is apart, (route, runner.provider)

@@ -192,19 +192,18 @@ class ShardWorker:
     """One loaded model that turns shards into :class:`ShardResult` (what Ray actors hold, one each)."""
 
     def __init__(self, config: JobConfig):
-        from vitdeploy.runtime.backends.loader import open_runner
+        from vitdeploy.runtime.backends.deployment import Deployment
+        from vitdeploy.runtime.backends.loader import open_deployed
 
         self.config = config
-        settings = dict(config.settings)
-        open_kw = dict(threads=config.threads, ort_device=config.device, runtime=config.runtime,
-                       precision=config.precision, fused_attention=settings.get("fused_attention"),
-                       folded_attention=settings.get("folded_attention", False))
-        encoder = open_runner(config.encoder, **open_kw)
+        deployment = Deployment(config.runtime, config.precision, config.threads, config.settings, source="the job's")
+        encoder = open_deployed(config.encoder, deployment, device=config.device)
         if config.kind == "masks":
             from vitdeploy.runtime.apps.mask_generator import SamAutomaticMaskGenerator
             from vitdeploy.runtime.apps.sam_predictor import SamPredictor
 
-            decoder = open_runner(config.decoder, threads=config.threads, ort_device=config.device, runtime=config.runtime)
+            # the decoder as written, on the job's runtime (the encoder's settings are the encoder file's)
+            decoder = open_deployed(config.decoder, Deployment(config.runtime, threads=config.threads), device=config.device)
             self.predictor = SamPredictor(encoder, decoder)
             self.generator = SamAutomaticMaskGenerator(self.predictor, **config.mask_options)
         else:

@@ -42,6 +42,8 @@ class RayServeOptions:
     decoder: str
     runtime: str = "onnxruntime"
     precision: str = "file"
+    #: the encoder's runner settings of the resolved deployment (a tuned profile's), as ``(key, value)`` pairs
+    settings: tuple[tuple[str, Any], ...] = ()
     threads: int = 1
     device: str = "cpu"
     encoder_replicas: tuple[int, int] = (1, 1)
@@ -50,11 +52,13 @@ class RayServeOptions:
     max_pending: int = 4
 
 
-def _open(path: str, options: RayServeOptions, precision: str = "file", threads: int | None = None) -> Any:
-    from vitdeploy.runtime.backends.loader import open_runner
+def _open(path: str, options: RayServeOptions, precision: str = "file", threads: int | None = None,
+          settings: tuple[tuple[str, Any], ...] = ()) -> Any:
+    from vitdeploy.runtime.backends.deployment import Deployment
+    from vitdeploy.runtime.backends.loader import open_deployed
 
-    return open_runner(path, threads=threads or options.threads, ort_device=options.device, runtime=options.runtime,
-                       precision=precision)
+    return open_deployed(path, Deployment(options.runtime, precision, threads or options.threads, settings),
+                         device=options.device)
 
 
 class CacheReplica:
@@ -75,7 +79,7 @@ class CacheReplica:
 
 class EncoderReplica:
     def __init__(self, options: RayServeOptions):
-        self.side = EncoderSide(_open(options.encoder, options, options.precision))
+        self.side = EncoderSide(_open(options.encoder, options, options.precision, settings=options.settings))
 
     def encode(self, data: bytes) -> Cached:
         return self.side.encode(data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from vitdeploy.errors import InputError
@@ -42,27 +43,43 @@ def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str
 
     ``runtime="auto"``: the :mod:`~vitdeploy.runtime.backends.deployment` choice (the deployment profile beside the
     file, or an explicit ``profile``; else this CPU's measured default); ``precision`` and ``threads``, where given,
-    narrow it, an attention flag asks for ONNX Runtime. The runner's ``deployment`` says what was chosen and why.
-    The file's metadata is checked."""
+    narrow it, an attention flag asks for ONNX Runtime, and a setting asked here wins over the profile's. The
+    runner's ``deployment`` says what was chosen and why. The file is opened by :func:`open_deployed`."""
     path = Path(path)
     flag = attention_flag(fused_attention, folded_attention)
-    deployment = None
+    asked = tuple((key, value) for key, value in (("fused_attention", fused_attention),
+                                                  ("folded_attention", folded_attention or None),
+                                                  ("gelu_apart", gelu_apart)) if value is not None)
     if runtime == AUTO and path.suffix.lower() not in ONNX_SUFFIXES:
         runtime = DEFAULT_RUNTIME  # an engine (or an unknown file, refused below): its suffix decides
     if runtime == AUTO:
         if flag:
-            deployment = Deployment(DEFAULT_RUNTIME, precision or "file", threads, source=f"asked ({flag})")
+            deployment = Deployment(DEFAULT_RUNTIME, precision or "file", threads, asked, source=f"asked ({flag})")
         else:
             deployment = resolve(path, precision=precision, threads=threads, device=ort_device, profile=profile)
-        runtime, precision, threads = deployment.runtime, deployment.precision, deployment.threads
-        if deployment.settings:
-            chosen = dict(deployment.settings)
-            fused_attention = chosen.get("fused_attention", fused_attention)
-            folded_attention = chosen.get("folded_attention", folded_attention)
-            gelu_apart = chosen.get("gelu_apart", gelu_apart)
-    elif profile is not None:
+            deployment = replace(deployment, settings=tuple(sorted({**dict(deployment.settings), **dict(asked)}.items())))
+        runner = open_deployed(path, deployment, device=ort_device, gpu=gpu, tf32=tf32, allow_unverified=allow_unverified)
+        runner.deployment = deployment
+        return runner
+    if profile is not None:
         raise InputError("a deployment profile is read by --runtime auto: leave out --runtime or the profile")
-    precision = precision or "file"
+    return open_deployed(path, Deployment(runtime, precision or "file", threads, asked), device=ort_device, gpu=gpu,
+                         tf32=tf32, allow_unverified=allow_unverified)
+
+
+def open_deployed(path: str | Path, deployment: Deployment, *, device: str = "cpu", gpu: int = 0, tf32: bool = False,
+                  allow_unverified: bool = False) -> Runner:
+    """Open ``path`` as a resolved ``deployment`` says: its runtime, precision policy, threads and **every** runner
+    setting it holds (a tuned profile's ``io_binding``, ``session_config``, ``gelu_apart``, ...).
+
+    The one translation from a :class:`~vitdeploy.runtime.backends.deployment.Deployment` to a runner:
+    :func:`open_runner` ends here, and so do the routes that decide once and open the file elsewhere (dataset
+    workers, Ray Serve replicas), so a profile's setting reaches each of them alike. The file's metadata is checked.
+    """
+    path = Path(path)
+    settings = dict(deployment.settings)
+    flag = attention_flag(settings.get("fused_attention"), bool(settings.get("folded_attention")))
+    runtime = deployment.runtime
     if runtime not in ONNX_RUNTIMES:
         raise InputError(f"runtime '{runtime}' is not one of {', '.join((AUTO, *ONNX_RUNTIMES))}")
     by_suffix = runtime_for_file(path)
@@ -83,16 +100,16 @@ def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str
                 f"'{path.name}' is neither an ONNX model ({', '.join(ONNX_SUFFIXES)}) nor a TensorRT engine "
                 f"({', '.join(ENGINE_SUFFIXES)}): give a file written by 'vitdeploy export' or 'vitdeploy build-engine'")
         entry = by_suffix
-    if gelu_apart is not None and "gelu_apart" not in entry.settings:
+    if "gelu_apart" in settings and "gelu_apart" not in entry.settings:
         raise InputError(f"gelu_apart is an OpenVINO setting: leave it out for '{path.name}' on {entry.name}")
-    wanted = {"fused_attention": fused_attention, "folded_attention": folded_attention,
-              "allow_unverified": allow_unverified, "gelu_apart": gelu_apart}
-    settings = {key: value for key, value in wanted.items() if key in entry.settings}
-    options = RunnerOptions(threads=threads, device=ort_device if entry.reads_onnx else "cuda", gpu=gpu,
-                            precision=precision, tf32=tf32 and entry.reads_onnx)
+    if "allow_unverified" in entry.settings:
+        settings = {"allow_unverified": allow_unverified, **settings}
+    settings = {key: value for key, value in settings.items() if key in entry.settings}
+    options = RunnerOptions(threads=deployment.threads, device=device if entry.reads_onnx else "cuda", gpu=gpu,
+                            precision=deployment.precision, tf32=tf32 and entry.reads_onnx)
     runner = checked(entry.open(path, options, **settings), path)
-    runner.deployment = deployment
+    runner.deployment = None
     return runner
 
 
-__all__ = ["ENGINE_SUFFIXES", "ONNX_RUNTIMES", "ONNX_SUFFIXES", "attention_flag", "checked", "open_runner"]
+__all__ = ["ENGINE_SUFFIXES", "ONNX_RUNTIMES", "ONNX_SUFFIXES", "attention_flag", "checked", "open_deployed", "open_runner"]
