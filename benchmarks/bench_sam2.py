@@ -55,7 +55,7 @@ def contender(kind: str, recipe: str, out: Path, warmup: int, runs: int, threads
     else:
         import contextlib
 
-        from vitdeploy.runtime.apps.sam2_predictor import Sam2ImagePredictor
+        from vitdeploy.runtime.apps.sam2.image_predictor import Sam2ImagePredictor
 
         predictor = Sam2ImagePredictor(out / f"{recipe}.onnx", out / f"{recipe}_decoder.onnx", threads=threads, runtime=runtime,
                                        inference_precision=precision)

@@ -80,7 +80,7 @@ def contender(kind: str, recipe: str, out: Path, frames: int, skip: int, threads
     else:
         import contextlib
 
-        from vitdeploy.runtime.apps.sam2_video import Sam2VideoPredictor
+        from vitdeploy.runtime.apps.sam2.video_predictor import Sam2VideoPredictor
 
         predictor = Sam2VideoPredictor(*(out / f"{recipe}{s}.onnx" for s in ROLES), threads=threads, runtime=runtime,
                                        fill_hole_area=0)

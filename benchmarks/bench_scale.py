@@ -37,8 +37,8 @@ import numpy as np
 
 from vitdeploy.cpu_features import available_cores, cpu_features
 from vitdeploy.precision.calibration_data import bundled_calibration_dir
-from vitdeploy.runtime.apps.dataset_job import JobConfig, plan_job, run_in_process, run_job
-from vitdeploy.runtime.apps.dataset_store import read_embedding_shard
+from vitdeploy.runtime.apps.datasets.job import JobConfig, plan_job, run_in_process, run_job
+from vitdeploy.runtime.apps.datasets.store import read_embedding_shard
 from vitdeploy.runtime.backends.deployment import AUTO, Deployment, resolve
 
 
@@ -53,7 +53,7 @@ def embeddings(folder: Path) -> dict[str, np.ndarray]:
 
 
 def dataset_rows(args: argparse.Namespace, chosen: Deployment, out: Path) -> list[dict]:
-    from vitdeploy.runtime.apps.dataset_ray import LOCAL, run_on_ray, start_ray, stop_ray
+    from vitdeploy.runtime.apps.datasets.on_ray import LOCAL, run_on_ray, start_ray, stop_ray
 
     source = out / "images.txt"
     images = sorted(str(p) for p in bundled_calibration_dir().glob("*") if p.suffix in (".jpg", ".png"))[: args.images]
@@ -120,10 +120,10 @@ def encode(port: int, image: Path) -> tuple[str, tuple[int, int], float]:
 
 
 def server_rows(args: argparse.Namespace, chosen: Deployment) -> list[dict]:
-    from vitdeploy.runtime.apps.dataset_ray import LOCAL, start_ray, stop_ray
-    from vitdeploy.runtime.apps.sam_service import SamService
-    from vitdeploy.runtime.apps.serve_http import make_server
-    from vitdeploy.runtime.apps.serve_ray import RayServeOptions, run_app, stop_app
+    from vitdeploy.runtime.apps.datasets.on_ray import LOCAL, start_ray, stop_ray
+    from vitdeploy.runtime.apps.serving.service import SamService
+    from vitdeploy.runtime.apps.serving.http_server import make_server
+    from vitdeploy.runtime.apps.serving.ray_serve import RayServeOptions, run_app, stop_app
 
     image = sorted(bundled_calibration_dir().glob("*.jpg"))[0]
     rows = []

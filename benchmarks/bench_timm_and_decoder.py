@@ -83,7 +83,7 @@ def bench_decoder(tmp: Path, threads: int, rounds: int, warmup: int) -> dict:
     from vitdeploy.onnx_export.sam_encoder import sam_encoder_metadata
     from vitdeploy.pipeline import export_from_recipe, load_eager_from_recipe
     from vitdeploy.runtime.processing.preprocess import preprocess_shape
-    from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+    from vitdeploy.runtime.apps.sam.predictor import SamPredictor
 
     _, _, decoder = load_eager_from_recipe("sam_vit_b_decoder", None, True, 0)
     t0 = time.perf_counter()

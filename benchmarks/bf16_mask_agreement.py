@@ -26,7 +26,7 @@ import numpy as np
 
 from vitdeploy.cpu_features import cpu_features
 from vitdeploy.precision.calibration_data import bundled_calibration_dir
-from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+from vitdeploy.runtime.apps.sam.predictor import SamPredictor
 from vitdeploy.runtime.processing.images import read_image_rgb
 from vitdeploy.validation.masks import STABLE_MIN, compare_masks, seeded_clicks, stability_score as stability
 from vitdeploy.validation.parity import compare

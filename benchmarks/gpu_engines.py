@@ -81,7 +81,7 @@ def main() -> None:
 
     from vitdeploy.families import eager_reference
     from vitdeploy.precision.calibration_data import bundled_calibration_dir
-    from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+    from vitdeploy.runtime.apps.sam.predictor import SamPredictor
     from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
     from vitdeploy.runtime.backends.tensorrt_runner import TensorRTRunner
     from vitdeploy.validation.masks import compare_masks

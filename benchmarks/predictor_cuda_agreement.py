@@ -32,7 +32,7 @@ def main() -> None:
 
     from vitdeploy.pipeline import export_from_recipe
     from vitdeploy.precision.calibration_data import bundled_calibration_dir
-    from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+    from vitdeploy.runtime.apps.sam.predictor import SamPredictor
     from vitdeploy.validation.masks import compare_masks
 
     work = Path(args.workdir)

@@ -88,9 +88,11 @@ def test_the_graph_has_an_edge_the_check_would_catch() -> None:
 #: Modules outside ``vitdeploy/families`` allowed to compare a family name, and why.
 FAMILY_NAME_GUARDS = {
     # SamPredictor composes exactly a SAM image encoder and a SAM mask decoder; the guard names what it takes.
-    "vitdeploy.runtime.apps.sam_predictor",
+    "vitdeploy.runtime.apps.sam.predictor",
     # Sam2ImagePredictor likewise composes a SAM 2 image encoder and mask decoder, and says so when given SAM 1 files.
-    "vitdeploy.runtime.apps.sam2_predictor",
+    "vitdeploy.runtime.apps.sam2.image_predictor",
+    # The picker of a predictor for a pair of files: SAM 2 files to Sam2ImagePredictor, others to SamPredictor.
+    "vitdeploy.runtime.apps.predictors",
 }
 
 
@@ -166,3 +168,10 @@ def test_the_size_name_check_would_catch_a_second_name() -> None:
     tree = ast.parse("def export(model, image_size=None):\n    img_size = image_size\n    return run(model, img_size=img_size)")
     assert [what for _, what in _size_name_uses(tree)] == ["parameter image_size", "variable img_size",
                                                             "keyword img_size= to run"]
+
+
+def test_every_verb_module_is_in_the_registered_list() -> None:
+    """Verbs are registered in one explicit list (vitdeploy.cli.VERB_MODULES); a verb module left out of it is caught."""
+    from vitdeploy.cli import VERB_MODULES
+
+    assert sorted(VERB_MODULES) == sorted(p.stem for p in (PACKAGE / "cli").glob("*_cmd.py"))

@@ -253,7 +253,7 @@ def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | 
     if options.decoder:
         if not images:  # (a file that is no SAM encoder is refused by SamPredictor, below)
             raise InputError("--decoder needs images")
-        from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+        from vitdeploy.runtime.apps.sam.predictor import SamPredictor
 
         predictor = SamPredictor(reference, open_runner(options.decoder, threads=available_cores(), runtime=DEFAULT_RUNTIME))
 

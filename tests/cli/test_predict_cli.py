@@ -132,7 +132,7 @@ def test_a_saved_embedding_gives_the_same_mask_without_the_encoder(tiny_sam_arti
     first = _invoke("predict", "-e", enc, "-d", dec, "-i", str(image_file), "-p", "30,25", "-o", str(tmp_path / "a.png"),
                     "--save-embedding", str(emb))
     assert first.exit_code == 0 and emb.is_file(), first.output
-    from vitdeploy.runtime.apps.sam_predictor import SamPredictor as Predictor
+    from vitdeploy.runtime.apps.sam.predictor import SamPredictor as Predictor
 
     def no_encoder(*_a, **_k):
         raise AssertionError("the encoder ran although an embedding was given")
@@ -148,7 +148,7 @@ def test_a_saved_embedding_gives_the_same_mask_without_the_encoder(tiny_sam_arti
     wrong_image = CliRunner().invoke(cli, ["predict", "-e", enc, "-d", dec, "-i", str(other), "-p", "3,3", "-o",
                                            str(tmp_path / "c.png"), "--embedding", str(emb)])
     assert wrong_image.exit_code == 1 and "was computed for another image ('photo.png')" in wrong_image.output
-    from vitdeploy.runtime.apps.embeddings import load_embedding
+    from vitdeploy.runtime.apps.sam.embeddings import load_embedding
 
     with pytest.raises(Exception, match="computed by another encoder"):
         load_embedding(emb, image_path=image_file, encoder_metadata={**Predictor(enc, dec).encoder.metadata, "random_seed": 99})

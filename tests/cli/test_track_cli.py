@@ -28,8 +28,8 @@ def test_track_writes_the_predictors_masks(sam2_video: dict[str, Any], tmp_path:
     from pycocotools import mask as coco_mask
     from PIL import Image
 
-    from vitdeploy.runtime.apps.sam2_video import Sam2VideoPredictor
-    from vitdeploy.runtime.apps.track_video import FramePrompt, track
+    from vitdeploy.runtime.apps.sam2.video_predictor import Sam2VideoPredictor
+    from vitdeploy.runtime.apps.verbs.tracking import FramePrompt, track
 
     out = tmp_path / "tracks"
     code, output = run("track", *files_args(sam2_video), "-i", str(sam2_video["clip"]), "--point", "0:1:25,45",

@@ -32,7 +32,7 @@ from vitdeploy.runtime.processing.images import read_image_rgb
 from vitdeploy.runtime.processing.postprocess import MaskUpscaler
 from vitdeploy.runtime.processing.preprocess import resize_coords
 from vitdeploy.runtime.processing.preprocess import SamPreprocessor
-from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+from vitdeploy.runtime.apps.sam.predictor import SamPredictor
 
 #: C++ vs Python limits, named per metric. Preprocessing: the issue's 1e-3 on normalized inputs (what
 #: is measured is 0: the resize reproduces Pillow's fixed-point arithmetic). Post-processing and the

@@ -21,7 +21,7 @@ from PIL import Image
 from cpp_build import run_build_sh
 from sam_tiny import sample_image, tiny_sam_artifacts  # noqa: F401 (session fixture)
 from vitdeploy.doctor import tensorrt_unavailable_reason
-from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+from vitdeploy.runtime.apps.sam.predictor import SamPredictor
 from vitdeploy.validation.masks import compare_masks
 
 TRT_REASON = tensorrt_unavailable_reason()

@@ -50,7 +50,7 @@ def test_bank_and_graph_equal_the_official_memory_conditioning(case: str) -> Non
     from sam2.modeling.sam2_base import SAM2Base
 
     from vitdeploy.rewrites.sam2_memory import ExportableMemoryAttention, tracker_settings
-    from vitdeploy.runtime.apps.sam2_memory_bank import TrackerSettings, select_memory
+    from vitdeploy.runtime.apps.sam2.memory_bank import TrackerSettings, select_memory
 
     frame, prompted, tracked, length, reverse, stride, max_cond = BANKS[case]
     sam2 = model()

@@ -23,8 +23,8 @@ PROMPTS = dict(points=["0:1:25,45"], boxes=["10:2:100,25,130,50"])
 
 def tracked_masks(files: dict[str, Any], **replace: Path) -> dict[int, np.ndarray]:
     """frame -> (objects, H, W) masks of the two objects tracked forward and backward, as ``vitdeploy track`` does."""
-    from vitdeploy.runtime.apps.sam2_video import Sam2VideoPredictor
-    from vitdeploy.runtime.apps.track_video import FramePrompt, track
+    from vitdeploy.runtime.apps.sam2.video_predictor import Sam2VideoPredictor
+    from vitdeploy.runtime.apps.verbs.tracking import FramePrompt, track
 
     chosen = [replace.get(k, files[k]) for k in ("encoder", "decoder", "memory_encoder", "memory_attention")]
     predictor = Sam2VideoPredictor(*chosen, threads=2, runtime="onnxruntime")

@@ -23,20 +23,32 @@ def cli(ctx: click.Context, verbose: bool) -> None:
     ctx.obj["verbose"] = verbose
 
 
+#: Every verb, in ``--help`` order (Polygraphy's ``tools/registry.py``): each module holds one click command named
+#: ``COMMAND``. A new verb is a line here; importing them is cheap (heavy imports happen inside the commands).
+VERB_MODULES: tuple[str, ...] = (
+    "benchmark_cmd",
+    "build_engine_cmd",
+    "calibrate_cmd",
+    "doctor_cmd",
+    "embed_cmd",
+    "export_cmd",
+    "inspect_cmd",
+    "optimize_cmd",
+    "predict_cmd",
+    "segment_all_cmd",
+    "serve_cmd",
+    "track_cmd",
+    "tune_cmd",
+    "validate_cmd",
+)
+
+
 def _register() -> None:
-    """Add every verb: each lives in ``vitdeploy/cli/<verb>_cmd.py`` as a click command named ``COMMAND``.
-
-    Importing them is cheap: heavy imports (torch, onnxruntime, tensorrt) happen inside the commands.
-    """
+    """Add every verb of :data:`VERB_MODULES`."""
     import importlib
-    import pkgutil
 
-    import vitdeploy.cli as package
-
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        if info.name.endswith("_cmd"):
-            module = importlib.import_module(f"vitdeploy.cli.{info.name}")
-            cli.add_command(module.COMMAND)
+    for name in VERB_MODULES:
+        cli.add_command(importlib.import_module(f"vitdeploy.cli.{name}").COMMAND)
 
 
 _register()

@@ -53,11 +53,11 @@ def run_dataset_job(config, images: str, out_dir: str, shard_size: int | None, r
 
     from vitdeploy.cli.progress import StageProgress, format_seconds
     from vitdeploy.cpu_features import available_cores
-    from vitdeploy.runtime.apps.dataset_job import JobReport, plan_job, run_in_process, run_job
+    from vitdeploy.runtime.apps.datasets.job import JobReport, plan_job, run_in_process, run_job
 
     started_ray = False
     if ray_address is not None:
-        from vitdeploy.runtime.apps.dataset_ray import cluster_cpus, run_on_ray, start_ray
+        from vitdeploy.runtime.apps.datasets.on_ray import cluster_cpus, run_on_ray, start_ray
 
         config = replace(config, threads=config.threads or 1)
         plan = plan_job(config, images, out_dir, shard_size=shard_size, deployment_source=chosen.source)
@@ -84,7 +84,7 @@ def run_dataset_job(config, images: str, out_dir: str, shard_size: int | None, r
         raise
     finally:
         if started_ray:
-            from vitdeploy.runtime.apps.dataset_ray import stop_ray
+            from vitdeploy.runtime.apps.datasets.on_ray import stop_ray
 
             stop_ray()
     rate = f" ({report.images_per_second:.2f} images/s)" if report.done + report.failed else ""

@@ -38,7 +38,7 @@ def embed(encoder: str, images: str, out_dir: str, shard_size: int | None, ray_a
       vitdeploy embed -e sam_vit_b.onnx --images list.txt --out-dir emb/ --ray               # a local Ray cluster
       vitdeploy embed -e sam_vit_b.onnx --images list.parquet --out-dir /shared/emb --ray auto --workers 16
     """
-    from vitdeploy.runtime.apps.dataset_job import JobConfig
+    from vitdeploy.runtime.apps.datasets.job import JobConfig
 
     chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device)
     config = JobConfig(kind="embed", encoder=encoder, runtime=chosen.runtime, precision=chosen.precision,

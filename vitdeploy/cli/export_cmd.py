@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.targets import DEFAULT_TARGET, TARGET_NAMES
+from vitdeploy.targets import DEFAULT_TARGET, TARGET_NAMES, TARGETS
 from vitdeploy.cli.options import force_option, handle_errors, model_source_options, report_option, verbose_option
 
 
@@ -25,10 +25,8 @@ from vitdeploy.cli.options import force_option, handle_errors, model_source_opti
               help="SAM recipes: LayerNorm2d form (encoder neck, decoder upscaler): channel statistics by MatMul "
                    "(default), or the LayerNormalization op (TensorRT FP16).")
 @click.option("--target", type=click.Choice(TARGET_NAMES), default=DEFAULT_TARGET, show_default=True,
-              help="Runtime the SAM encoder graph is written for: generic = standard ONNX with attention as the "
-                   "official model computes it (any runtime); tensorrt = standard ONNX with bias-free attention "
-                   "that TensorRT fuses; onnxruntime-cpu = ONNX Runtime's contrib MultiHeadAttention (CPU flash "
-                   "attention, ONNX Runtime only). Same weights and numbers for all.")
+              help="Runtime the SAM encoder graph is written for (same weights and numbers for all). "
+                   + " ".join(f"{t.name}: {t.summary}." for t in TARGETS.values()))
 @report_option
 @force_option
 @verbose_option

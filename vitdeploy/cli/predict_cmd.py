@@ -80,7 +80,7 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
     """
     from vitdeploy.errors import InputError
     from vitdeploy.fileio import atomic_write_bytes
-    from vitdeploy.runtime.apps.predict_images import (Prompt, check_jobs, claim_job_outputs, plan_folder, plan_single,
+    from vitdeploy.runtime.apps.verbs.predict_images import (Prompt, check_jobs, claim_job_outputs, plan_folder, plan_single,
                                                        read_prompts_file)
 
     prompt = Prompt(tuple(points), tuple(box) if box else None)
@@ -137,8 +137,8 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
 def _run(jobs, encoder: str, decoder: str, multimask: str, folder: bool, **predictor_options):
     """(results, runner names): the jobs run with one predictor, each result printed as it comes."""
     from vitdeploy.cli.progress import StageProgress
-    from vitdeploy.runtime.apps.predict_images import predict_images
-    from vitdeploy.runtime.apps.sam2_predictor import open_sam_predictor
+    from vitdeploy.runtime.apps.verbs.predict_images import predict_images
+    from vitdeploy.runtime.apps.predictors import open_sam_predictor
 
     predictor = open_sam_predictor(encoder, decoder, **predictor_options)
     echo_deployments(predictor.encoder, predictor.decoder)

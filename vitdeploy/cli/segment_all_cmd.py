@@ -64,7 +64,7 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
 
     SAM 2 files get SAM 2's generator (SAM2AutomaticMaskGenerator: its defaults, --use-m2m).
     The official automatic mask generator's algorithm, parameters and defaults, on the exported models,
-    without PyTorch (vitdeploy.runtime.apps.mask_generator): crop layers, the small-region clean-up (SciPy in
+    without PyTorch (vitdeploy.runtime.apps.sam.mask_generator): crop layers, the small-region clean-up (SciPy in
     place of OpenCV) and COCO RLE output included. Each grid point is one decoder call.
 
     \b
@@ -94,7 +94,7 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
             raise click.UsageError("a dataset job needs both --images and --out-dir")
         if tf32 or allow_unverified or use_m2m:
             raise click.UsageError("--tf32, --allow-unverified and --use-m2m are for one image (--image)")
-        from vitdeploy.runtime.apps.dataset_job import JobConfig
+        from vitdeploy.runtime.apps.datasets.job import JobConfig
 
         chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device)
         config = JobConfig(kind="masks", encoder=encoder, decoder=decoder, runtime=chosen.runtime,
@@ -116,11 +116,12 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
     require_model_file(decoder)
     from vitdeploy.cli.progress import StageProgress, format_seconds
     from vitdeploy.runtime.processing.images import read_image_rgb
-    from vitdeploy.runtime.apps.amg import coco_encode_rle
-    from vitdeploy.runtime.apps.mask_generator import rle_to_mask
-    from vitdeploy.runtime.apps.overlay import overlay_masks, save_png
-    from vitdeploy.runtime.apps.sam2_mask_generator import mask_generator_for
-    from vitdeploy.runtime.apps.sam2_predictor import Sam2ImagePredictor, open_sam_predictor
+    from vitdeploy.runtime.apps.sam.amg import coco_encode_rle
+    from vitdeploy.runtime.apps.sam.mask_generator import rle_to_mask
+    from vitdeploy.runtime.apps.verbs.overlay import overlay_masks, save_png
+    from vitdeploy.runtime.apps.sam2.mask_generator import mask_generator_for
+    from vitdeploy.runtime.apps.predictors import open_sam_predictor
+    from vitdeploy.runtime.apps.sam2.image_predictor import Sam2ImagePredictor
 
     notes: list[str] = []
     picture = read_image_rgb(image, notes)

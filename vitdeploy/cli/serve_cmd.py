@@ -75,8 +75,8 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
         return
     from vitdeploy.cli.dataset_jobs import resolve_deployment
     from vitdeploy.cpu_features import available_cores
-    from vitdeploy.runtime.apps.dataset_ray import start_ray, stop_ray
-    from vitdeploy.runtime.apps.serve_ray import RayServeOptions, run_app, stop_app
+    from vitdeploy.runtime.apps.datasets.on_ray import start_ray, stop_ray
+    from vitdeploy.runtime.apps.serving.ray_serve import RayServeOptions, run_app, stop_app
 
     chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device)
     options = RayServeOptions(encoder, decoder, runtime=chosen.runtime, precision=chosen.precision,
@@ -109,8 +109,8 @@ def _serve_in_process(encoder: str, decoder: str, host: str, port: int, cache_si
     from pathlib import Path
 
     from vitdeploy.cli.options import echo_deployments, threads_for
-    from vitdeploy.runtime.apps.sam_service import SamService
-    from vitdeploy.runtime.apps.serve_http import log_to_stderr, make_server
+    from vitdeploy.runtime.apps.serving.service import SamService
+    from vitdeploy.runtime.apps.serving.http_server import log_to_stderr, make_server
 
     service = SamService(encoder, decoder, runtime=runtime, inference_precision=inference_precision,
                          threads=threads_for(runtime, threads), device=device, cache_size=cache_size, max_pending=max_pending)

@@ -42,7 +42,7 @@ def _parse_masks(_ctx, _param, values: tuple[str, ...]) -> list[tuple[int, int, 
 
 
 def _parse_records(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
-    from vitdeploy.runtime.apps.sam2_video import GRAPHS
+    from vitdeploy.runtime.apps.sam2.video_predictor import GRAPHS
 
     records = {}
     for text in values:
@@ -115,8 +115,8 @@ def track(encoder: str, decoder: str, memory_encoder: str, memory_attention: str
     """
     from vitdeploy.cli.progress import StageProgress, format_seconds
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs
-    from vitdeploy.runtime.apps.sam2_video import Sam2VideoPredictor
-    from vitdeploy.runtime.apps.track_video import (TrackWriter, check_out_dir, object_scores, prompts_from_lists,
+    from vitdeploy.runtime.apps.sam2.video_predictor import Sam2VideoPredictor
+    from vitdeploy.runtime.apps.verbs.tracking import (TrackWriter, check_out_dir, object_scores, prompts_from_lists,
                                                     track as track_frames)
 
     prompts = prompts_from_lists(points, boxes, masks)

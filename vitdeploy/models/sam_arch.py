@@ -58,6 +58,10 @@ def checked_architecture(cls: Any, recipe: Recipe) -> Any:
     return cls(**arch)
 
 
+#: The official SAM variants by their encoder's (embed_dim, depth): the one table of their names.
+SAM_VARIANTS = {(768, 12): "vit_b", (1024, 24): "vit_l", (1280, 32): "vit_h"}
+
+
 @dataclass(frozen=True)
 class SamEncoderArch:
     """Constructor arguments of ``segment_anything.modeling.ImageEncoderViT`` (its own names)."""

@@ -11,7 +11,7 @@ from torch import nn
 
 from vitdeploy.models.checkpoints import check_fits, load_state_dict_file, select_prefix
 from vitdeploy.models.random_weights import randomize_parameters
-from vitdeploy.models.sam_arch import SamEncoderArch
+from vitdeploy.models.sam_arch import SAM_VARIANTS, SamEncoderArch
 
 
 def build_sam_image_encoder(arch: SamEncoderArch) -> nn.Module:
@@ -53,8 +53,7 @@ def describe_checkpoint(state: dict[str, torch.Tensor], arch: SamEncoderArch | N
     pos = state.get("pos_embed")
     if pos is not None and pos.ndim == 4:
         found["img_size"] = int(pos.shape[1]) * found["patch_size"]
-    known = {(768, 12): "vit_b", (1024, 24): "vit_l", (1280, 32): "vit_h"}
-    guess = known.get((found["embed_dim"], found["depth"]))
+    guess = SAM_VARIANTS.get((found["embed_dim"], found["depth"]))
     label = f", which looks like SAM {guess}" if guess else ""
     if arch is None:
         return f" (the checkpoint has embed_dim {found['embed_dim']}, depth {found['depth']}{label})"

@@ -17,7 +17,8 @@ from torch import nn
 
 from vitdeploy.metadata import artifact_metadata
 from vitdeploy.onnx_export.exporter import ExportResult, export_onnx
-from vitdeploy.rewrites.sam_decoder import LayerNorm2dMode, MaskOutput, rewrite_sam_decoder
+from vitdeploy.rewrites.layernorm2d import LayerNorm2dMode
+from vitdeploy.rewrites.sam_decoder import MaskOutput, rewrite_sam_decoder
 
 INPUT_NAMES = ["image_embeddings", "point_coords", "point_labels", "mask_input", "has_mask_input"]
 OUTPUT_NAMES = ["low_res_masks", "iou_predictions"]

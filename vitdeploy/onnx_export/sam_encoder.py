@@ -12,7 +12,8 @@ from torch import nn
 from vitdeploy.metadata import artifact_metadata
 from vitdeploy.onnx_export.exporter import ExportResult, export_onnx
 from vitdeploy.targets import DEFAULT_TARGET, get_target
-from vitdeploy.rewrites.sam_encoder import LayerNorm2dMode, rewrite_sam_image_encoder
+from vitdeploy.rewrites.layernorm2d import LayerNorm2dMode
+from vitdeploy.rewrites.sam_encoder import rewrite_sam_image_encoder
 
 
 def sam_encoder_metadata(
@@ -90,12 +91,12 @@ def export_sam_image_encoder(
     size = exportable.input_size
     if metadata is None:
         from vitdeploy.models.recipes import SAM_PIXEL_MEAN, SAM_PIXEL_STD
+        from vitdeploy.models.sam_arch import SAM_VARIANTS
         from vitdeploy.models.sam_encoder import SamEncoderArch
 
         arch = SamEncoderArch.from_module(encoder)
-        known = {(768, 12): "vit_b", (1024, 24): "vit_l", (1280, 32): "vit_h"}
         metadata = sam_encoder_metadata(
-            variant=known.get((arch.embed_dim, arch.depth), "custom"), input_size=size, pixel_mean=SAM_PIXEL_MEAN,
+            variant=SAM_VARIANTS.get((arch.embed_dim, arch.depth), "custom"), input_size=size, pixel_mean=SAM_PIXEL_MEAN,
             pixel_std=SAM_PIXEL_STD, architecture=arch.to_dict(), random_seed=None, dynamic_batch=dynamic_batch,
             input_name=input_name, output_name=output_name, layernorm2d=layernorm2d, target=spec.name,
         )

@@ -12,6 +12,7 @@ import onnx
 from vitdeploy.echo import Echo, quiet
 from vitdeploy.errors import InputError, VitdeployError
 from vitdeploy.fileio import check_output_path, load_onnx_graph
+from vitdeploy.precisions import Precision
 from vitdeploy.precision.model_io import save_onnx_atomic
 from vitdeploy.precision.calibration_data import DEFAULT_MIN_IMAGES, CalibrationSet, RecordedInputSet, load_calibration_set
 from vitdeploy.precision.report import PrecisionReport, precision_metadata, read_metadata, stamp_metadata
@@ -19,11 +20,16 @@ from vitdeploy.precision.evaluation import StageProgress
 from vitdeploy.validation.parity import ParityResult, compare
 
 
+#: The precisions a calibrate run writes from an FP32 export.
+CALIBRATED = (Precision.FP16, Precision.BF16, Precision.INT8)
+
+
 @dataclass(frozen=True)
 class CalibrateOptions:
-    """Options of one ``calibrate`` run (the CLI's flags, typed)."""
+    """Options of one ``calibrate`` run (the CLI's flags, typed). ``precision`` is given by name or as a
+    :class:`~vitdeploy.precisions.Precision` and held as one: FP16, BF16 or INT8 (what calibrate writes)."""
 
-    precision: str
+    precision: Precision
     images: tuple[str, ...] = ()
     feeds: str | None = None  # recorded input sets (.npz) instead of images
     method: str = "minmax"
@@ -40,6 +46,12 @@ class CalibrateOptions:
     eager: bool = True
     threads: int | None = 2
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        written = next((p for p in CALIBRATED if p.value == str(self.precision).lower()), None)
+        if written is None:
+            raise InputError(f"unknown precision '{self.precision}': use {', '.join(p.value for p in CALIBRATED)}")
+        object.__setattr__(self, "precision", written)
 
 
 def load_fp32_onnx(path: str | Path) -> onnx.ModelProto:
@@ -126,8 +138,6 @@ def calibrate_onnx(model_path: str | Path, output: str | Path, options: Calibrat
     """
     from vitdeploy.precision.checks import require_fp32
 
-    if options.precision not in ("fp16", "bf16", "int8"):
-        raise InputError(f"unknown precision '{options.precision}': use fp16, bf16 or int8")
     out = check_output_path(output)
     if out.resolve() == Path(model_path).resolve():
         raise InputError("the output path is the input model: choose another -o path")
@@ -173,7 +183,7 @@ def calibrate_onnx(model_path: str | Path, output: str | Path, options: Calibrat
     evaluation = judged.feeds() if recorded else _calibration_feeds(judged, shape[0])
 
     extra: dict[str, Any] = {}
-    if options.precision in ("fp16", "bf16"):
+    if options.precision in (Precision.FP16, Precision.BF16):
         from vitdeploy.precision.half_formats import HALF_FORMATS
         from vitdeploy.precision.half_precision import HalfConfig, convert_half
 

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import nn
+
+from vitdeploy.errors import ExportError, InputError
+
+#: The two forms: ``matmul`` (channel statistics by MatMul: no reduction over the channel axis) or ``native``
+#: (ONNX ``LayerNormalization`` over channels-last, opset >= 17, which TensorRT recognises).
+LayerNorm2dMode = Literal["matmul", "native"]
 
 
 class MatMulLayerNorm2d(nn.Module):
@@ -54,3 +62,18 @@ class NativeLayerNorm2d(nn.Module):
         nhwc = x.permute(0, 2, 3, 1)  # B, H, W, C
         out = nn.functional.layer_norm(nhwc, (self.num_channels,), self.weight, self.bias, self.eps)
         return out.permute(0, 3, 1, 2)  # B, C, H, W
+
+
+def rewrite_layernorm2d(official: nn.Module, channels: int, grid_hw: tuple[int, int], mode: LayerNorm2dMode) -> nn.Module:
+    """The export-friendly form ``mode`` of an official ``LayerNorm2d`` (SAM's and SAM 2's), with its weights loaded
+    strictly; anything else, or an unknown mode, is refused."""
+    if type(official).__name__ != "LayerNorm2d":
+        raise ExportError(f"expected segment_anything LayerNorm2d, found {type(official).__name__}")
+    if mode == "matmul":
+        new: nn.Module = MatMulLayerNorm2d(channels, grid_hw[0], grid_hw[1], eps=official.eps)
+    elif mode == "native":
+        new = NativeLayerNorm2d(channels, eps=official.eps)
+    else:
+        raise InputError(f"unknown LayerNorm2d mode '{mode}': use 'matmul' or 'native'")
+    new.load_state_dict(official.state_dict(), strict=True)
+    return new

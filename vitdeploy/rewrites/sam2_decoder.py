@@ -28,8 +28,8 @@ import torch
 from torch import nn
 
 from vitdeploy.errors import ExportError
-from vitdeploy.rewrites.sam_decoder import (ExportablePromptEncoder, ExportableTwoWayTransformer, LayerNorm2dMode,
-                                             _layernorm2d)
+from vitdeploy.rewrites.layernorm2d import LayerNorm2dMode, rewrite_layernorm2d
+from vitdeploy.rewrites.sam_decoder import ExportablePromptEncoder, ExportableTwoWayTransformer
 
 INPUT_NAMES = ("image_embed", "high_res_feats_0", "high_res_feats_1", "point_coords", "point_labels", "mask_input",
                "has_mask_input")
@@ -55,8 +55,9 @@ class ExportableSam2MaskDecoder(nn.Module):
         self.mask_tokens = copy.deepcopy(official.mask_tokens)
         dc1, ln1, act1, dc2, act2 = official.output_upscaling
         h, w = grid_hw
-        self.output_upscaling = nn.Sequential(copy.deepcopy(dc1), _layernorm2d(ln1, dc1.out_channels, (2 * h, 2 * w), layernorm2d),
-                                              copy.deepcopy(act1), copy.deepcopy(dc2), copy.deepcopy(act2))
+        self.output_upscaling = nn.Sequential(
+            copy.deepcopy(dc1), rewrite_layernorm2d(ln1, dc1.out_channels, (2 * h, 2 * w), layernorm2d),
+            copy.deepcopy(act1), copy.deepcopy(dc2), copy.deepcopy(act2))
         self.upscaled_channels = int(dc2.out_channels)
         self.output_hypernetworks_mlps = copy.deepcopy(official.output_hypernetworks_mlps)
         self.iou_prediction_head = copy.deepcopy(official.iou_prediction_head)

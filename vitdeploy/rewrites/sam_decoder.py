@@ -40,9 +40,8 @@ import torch
 from torch import nn
 
 from vitdeploy.errors import ExportError, InputError
-from vitdeploy.rewrites.layernorm2d import MatMulLayerNorm2d, NativeLayerNorm2d
+from vitdeploy.rewrites.layernorm2d import LayerNorm2dMode, rewrite_layernorm2d
 
-LayerNorm2dMode = Literal["matmul", "native"]
 MaskOutput = Literal["all", "multimask", "single"]
 MASK_OUTPUTS = ("all", "multimask", "single")
 
@@ -71,10 +70,10 @@ class ExportablePromptEncoder(nn.Module):
         mid_h, mid_w = 2 * eh, 2 * ew  # 4h x 4w mask -> stride-2 conv -> 2h x 2w -> stride-2 conv -> h x w
         self.mask_downscaling = nn.Sequential(
             copy.deepcopy(conv1),
-            _layernorm2d(ln1, conv1.out_channels, (mid_h, mid_w), layernorm2d),
+            rewrite_layernorm2d(ln1, conv1.out_channels, (mid_h, mid_w), layernorm2d),
             copy.deepcopy(act1),
             copy.deepcopy(conv2),
-            _layernorm2d(ln2, conv2.out_channels, (eh, ew), layernorm2d),
+            rewrite_layernorm2d(ln2, conv2.out_channels, (eh, ew), layernorm2d),
             copy.deepcopy(act2),
             copy.deepcopy(conv3),
         )
@@ -199,7 +198,7 @@ class ExportableMaskDecoder(nn.Module):
         h, w = grid_hw
         self.output_upscaling = nn.Sequential(
             copy.deepcopy(up1),
-            _layernorm2d(ln, up1.out_channels, (2 * h, 2 * w), layernorm2d),
+            rewrite_layernorm2d(ln, up1.out_channels, (2 * h, 2 * w), layernorm2d),
             copy.deepcopy(act1),
             copy.deepcopy(up2),
             copy.deepcopy(act2),
@@ -261,18 +260,6 @@ class ExportableSamDecoder(nn.Module):
         masks, iou = self.mask_decoder(image_embeddings, self.prompt_encoder.dense_pe(), sparse, dense)
         start, stop = self.mask_slice
         return masks[:, start:stop], iou[:, start:stop]
-
-
-def _layernorm2d(official: nn.Module, channels: int, grid_hw: tuple[int, int], mode: LayerNorm2dMode) -> nn.Module:
-    if type(official).__name__ != "LayerNorm2d":
-        raise ExportError(f"expected segment_anything LayerNorm2d, found {type(official).__name__}")
-    new: nn.Module
-    if mode == "matmul":
-        new = MatMulLayerNorm2d(channels, grid_hw[0], grid_hw[1], eps=official.eps)
-    else:
-        new = NativeLayerNorm2d(channels, eps=official.eps)
-    new.load_state_dict(official.state_dict(), strict=True)
-    return new
 
 
 def _check_official(prompt_encoder: nn.Module, mask_decoder: nn.Module) -> None:

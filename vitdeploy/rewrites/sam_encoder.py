@@ -22,18 +22,16 @@ What differs from the official module, and why:
 from __future__ import annotations
 
 import copy
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitdeploy.errors import ExportError, InputError
-from vitdeploy.rewrites.layernorm2d import MatMulLayerNorm2d, NativeLayerNorm2d
+from vitdeploy.errors import ExportError
+from vitdeploy.rewrites.layernorm2d import LayerNorm2dMode, rewrite_layernorm2d
 from vitdeploy.rewrites.static_shapes import WindowPartition, bicubic_resample_matrix, rel_pos_gather_matrix
 from vitdeploy.sizes import require_patch_multiple
 
-LayerNorm2dMode = Literal["matmul", "native"]
 
 
 class ExportableAttention(nn.Module):
@@ -160,9 +158,9 @@ class ExportableImageEncoder(nn.Module):
         out_chans = conv1.out_channels
         self.neck = nn.Sequential(
             copy.deepcopy(conv1),
-            _layernorm2d(ln1, out_chans, self.grid_hw, layernorm2d),
+            rewrite_layernorm2d(ln1, out_chans, self.grid_hw, layernorm2d),
             copy.deepcopy(conv2),
-            _layernorm2d(ln2, out_chans, self.grid_hw, layernorm2d),
+            rewrite_layernorm2d(ln2, out_chans, self.grid_hw, layernorm2d),
         )
         self.out_chans = out_chans
         # Proof that the weights are the official ones, under the official names.
@@ -185,19 +183,6 @@ class ExportableImageEncoder(nn.Module):
         for blk in self.blocks:
             x = blk(x)
         return self.neck(x.permute(0, 3, 1, 2))
-
-
-def _layernorm2d(official: nn.Module, channels: int, grid_hw: tuple[int, int], mode: LayerNorm2dMode) -> nn.Module:
-    if type(official).__name__ != "LayerNorm2d":
-        raise ExportError(f"expected segment_anything LayerNorm2d in the neck, found {type(official).__name__}")
-    if mode == "matmul":
-        new: nn.Module = MatMulLayerNorm2d(channels, grid_hw[0], grid_hw[1], eps=official.eps)
-    elif mode == "native":
-        new = NativeLayerNorm2d(channels, eps=official.eps)
-    else:
-        raise InputError(f"unknown LayerNorm2d mode '{mode}': use 'matmul' or 'native'")
-    new.load_state_dict(official.state_dict(), strict=True)
-    return new
 
 
 def _check_official_encoder(module: nn.Module) -> None:

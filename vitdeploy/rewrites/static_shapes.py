@@ -74,12 +74,3 @@ def bicubic_resample_matrix(src: int, dst: int) -> torch.Tensor:
         eye = torch.eye(src, dtype=torch.float32).reshape(1, src, src, 1)  # channel i = one-hot at row i
         out = F.interpolate(eye, size=(dst, 1), mode="bicubic", align_corners=False)  # 1, src, dst, 1
         return out[0, :, :, 0].t().contiguous()
-
-
-def resample_abs_pos_reference(pos_embed: torch.Tensor, grid: int) -> torch.Tensor:
-    """The plain ViTDet way: bicubic ``F.interpolate`` of a (1, H, W, C) embedding to (1, grid, grid, C)."""
-    if pos_embed.shape[1] == grid and pos_embed.shape[2] == grid:
-        return pos_embed
-    nchw = pos_embed.permute(0, 3, 1, 2)
-    out = F.interpolate(nchw, size=(grid, grid), mode="bicubic", align_corners=False)
-    return out.permute(0, 2, 3, 1)

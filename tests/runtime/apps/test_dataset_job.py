@@ -20,8 +20,8 @@ from PIL import Image
 from tests.cli_helpers import assert_user_error, run
 from tests.sam_tiny import SEED, TinySamArtifacts, sample_image, tiny_official_sam
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.apps.dataset_job import FAULT_SIGINT_AFTER, JobConfig, list_images, plan_job, run_in_process, run_job
-from vitdeploy.runtime.apps.dataset_store import read_embedding_shard
+from vitdeploy.runtime.apps.datasets.job import FAULT_SIGINT_AFTER, JobConfig, list_images, plan_job, run_in_process, run_job
+from vitdeploy.runtime.apps.datasets.store import read_embedding_shard
 from vitdeploy.validation.parity import TOLERANCES, compare
 
 pytest_plugins = ["tests.sam_tiny_fixtures"]

@@ -13,7 +13,7 @@ import pytest
 
 from tests.runtime.apps.test_dataset_job import SHAPES, embed_args, make_images, manifest
 from tests.sam_tiny import TinySamArtifacts
-from vitdeploy.runtime.apps.dataset_job import FAULT_EXIT_WORKER_ONCE, JobConfig, plan_job, run_in_process, run_job
+from vitdeploy.runtime.apps.datasets.job import FAULT_EXIT_WORKER_ONCE, JobConfig, plan_job, run_in_process, run_job
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'vitdeploy[ray]'; the dev extra has it)")
 
@@ -46,7 +46,7 @@ def test_a_killed_actor_loses_and_repeats_nothing(tiny_sam_artifacts: TinySamArt
 
 @pytest.fixture(scope="module")
 def local_ray():
-    from vitdeploy.runtime.apps.dataset_ray import LOCAL, start_ray, stop_ray
+    from vitdeploy.runtime.apps.datasets.on_ray import LOCAL, start_ray, stop_ray
 
     started = start_ray(LOCAL, 2)
     yield
@@ -56,7 +56,7 @@ def local_ray():
 
 @pytest.mark.parametrize("kind", ["embed", "masks"])
 def test_ray_writes_what_one_process_writes(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path, local_ray, kind: str) -> None:
-    from vitdeploy.runtime.apps.dataset_ray import run_on_ray
+    from vitdeploy.runtime.apps.datasets.on_ray import run_on_ray
 
     make_images(tmp_path / "imgs")
     config = JobConfig(kind, str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder), runtime="onnxruntime",

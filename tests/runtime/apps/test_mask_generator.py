@@ -8,7 +8,7 @@ import torch
 
 from tests.sam_tiny import TinySamArtifacts, sample_image, tiny_official_sam
 from vitdeploy.runtime import SamPredictor
-from vitdeploy.runtime.apps.mask_generator import SamAutomaticMaskGenerator, box_nms, mask_to_rle, rle_to_mask
+from vitdeploy.runtime.apps.sam.mask_generator import SamAutomaticMaskGenerator, box_nms, mask_to_rle, rle_to_mask
 
 pytest_plugins = ["tests.sam_tiny_fixtures"]
 
@@ -105,7 +105,7 @@ CROP_OPTIONS = dict(points_per_side=4, pred_iou_thresh=0.1, stability_score_thre
 def test_crop_edge_filter_and_crop_boxes_match_the_official_helpers() -> None:
     from segment_anything.utils import amg as official
 
-    from vitdeploy.runtime.apps import amg
+    from vitdeploy.runtime.apps.sam import amg
 
     for size, layers, overlap in (((150, 230), 1, 512 / 1500), ((480, 640), 2, 0.25), ((37, 1001), 3, 0.5)):
         assert amg.generate_crop_boxes(size, layers, overlap) == official.generate_crop_boxes(size, layers, overlap)
@@ -128,7 +128,7 @@ def keep_masks_at_crop_edges(monkeypatch: pytest.MonkeyPatch):
     one above) drops every crop's masks; with it off on both sides, the rest of the crop path is compared."""
     import segment_anything.automatic_mask_generator as official
 
-    import vitdeploy.runtime.apps.mask_generator as ours
+    import vitdeploy.runtime.apps.sam.mask_generator as ours
 
     def nothing_near(boxes, crop_box, orig_box, atol=20.0):
         return torch.zeros(len(boxes), dtype=torch.bool) if isinstance(boxes, torch.Tensor) else np.zeros(len(boxes), bool)
@@ -169,7 +169,7 @@ def test_crops_small_regions_and_point_grids_match_the_official_generator(tiny_s
 def test_coco_rle_strings_are_pycocotools(tiny_sam_artifacts: TinySamArtifacts) -> None:
     from pycocotools import mask as mask_utils
 
-    from vitdeploy.runtime.apps.amg import coco_encode_rle
+    from vitdeploy.runtime.apps.sam.amg import coco_encode_rle
 
     image = sample_image(48, 80, seed=5)
     ours = SamAutomaticMaskGenerator(SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=1,

@@ -11,7 +11,7 @@ import torch
 from tests.sam_tiny import sample_image
 from tests.sam2_video_fixtures import clip_arch
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.apps.mask_generator import rle_to_mask
+from vitdeploy.runtime.apps.sam.mask_generator import rle_to_mask
 
 pytest.importorskip("sam2", reason="the official sam2 package is not installed (scripts/test.sh installs it)")
 pytest_plugins = ["tests.sam2_video_fixtures", "tests.sam_tiny_fixtures"]
@@ -42,8 +42,8 @@ def official_generator(checkpoint, **options: Any):
 @pytest.mark.parametrize("extra", [dict(box_nms_thresh=1.0), dict(box_nms_thresh=0.9), dict(box_nms_thresh=1.0, use_m2m=True),
                                    dict(box_nms_thresh=1.0, multimask_output=False)])
 def test_same_masks_as_the_official_sam2_generator(sam2_video: dict[str, Any], extra: dict[str, Any]) -> None:
-    from vitdeploy.runtime.apps.sam2_mask_generator import Sam2AutomaticMaskGenerator
-    from vitdeploy.runtime.apps.sam2_predictor import Sam2ImagePredictor
+    from vitdeploy.runtime.apps.sam2.mask_generator import Sam2AutomaticMaskGenerator
+    from vitdeploy.runtime.apps.sam2.image_predictor import Sam2ImagePredictor
 
     image = sample_image(60, 84, seed=5)
     predictor = Sam2ImagePredictor(sam2_video["encoder"], sam2_video["decoder"], threads=2, runtime="onnxruntime")
@@ -64,10 +64,10 @@ def test_same_masks_as_the_official_sam2_generator(sam2_video: dict[str, Any], e
 
 
 def test_each_generator_takes_its_own_predictor(sam2_video: dict[str, Any], tiny_sam_artifacts) -> None:
-    from vitdeploy.runtime.apps.mask_generator import SamAutomaticMaskGenerator
-    from vitdeploy.runtime.apps.sam2_mask_generator import Sam2AutomaticMaskGenerator, mask_generator_for
-    from vitdeploy.runtime.apps.sam2_predictor import Sam2ImagePredictor
-    from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+    from vitdeploy.runtime.apps.sam.mask_generator import SamAutomaticMaskGenerator
+    from vitdeploy.runtime.apps.sam2.mask_generator import Sam2AutomaticMaskGenerator, mask_generator_for
+    from vitdeploy.runtime.apps.sam2.image_predictor import Sam2ImagePredictor
+    from vitdeploy.runtime.apps.sam.predictor import SamPredictor
 
     sam2 = Sam2ImagePredictor(sam2_video["encoder"], sam2_video["decoder"], threads=1, runtime="onnxruntime")
     sam1 = SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=1, runtime="onnxruntime")

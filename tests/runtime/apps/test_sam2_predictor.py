@@ -58,7 +58,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def predictors(files: tuple[Path, Path]):
     from sam2.sam2_image_predictor import SAM2ImagePredictor
 
-    from vitdeploy.runtime.apps.sam2_predictor import Sam2ImagePredictor
+    from vitdeploy.runtime.apps.sam2.image_predictor import Sam2ImagePredictor
 
     return SAM2ImagePredictor(official_model()), Sam2ImagePredictor(*files, threads=2, runtime="onnxruntime")
 
@@ -115,7 +115,7 @@ def test_predict_batch_matches(predictors) -> None:
 def test_wrong_files_and_calls_are_refused(files: tuple[Path, Path], tiny_sam_artifacts: TinySamArtifacts,
                                            tmp_path: Path) -> None:
     from vitdeploy.pipeline import export_from_recipe
-    from vitdeploy.runtime.apps.sam2_predictor import Sam2ImagePredictor
+    from vitdeploy.runtime.apps.sam2.image_predictor import Sam2ImagePredictor
 
     enc, dec = files
     with pytest.raises(InputError, match="SAM 1 file: use vitdeploy.runtime.SamPredictor"):
@@ -140,7 +140,7 @@ def test_predict_verb_takes_sam2_files(files: tuple[Path, Path], tmp_path: Path)
     from PIL import Image
 
     from tests.cli_helpers import assert_user_error, run
-    from vitdeploy.runtime.apps.sam2_predictor import Sam2ImagePredictor
+    from vitdeploy.runtime.apps.sam2.image_predictor import Sam2ImagePredictor
 
     enc, dec = files
     picture = sample_image(90, 120, seed=21)

@@ -30,7 +30,7 @@ SQUARE_BOX = [100, 25, 130, 50]  # the blue square on frame 10
 
 
 def ours_for(files: dict[str, Any], **options: Any):
-    from vitdeploy.runtime.apps.sam2_video import Sam2VideoPredictor
+    from vitdeploy.runtime.apps.sam2.video_predictor import Sam2VideoPredictor
 
     # hole filling off on both sides: the official predictor skips it without its CUDA extension (as here)
     return Sam2VideoPredictor(files["encoder"], files["decoder"], files["memory_encoder"], files["memory_attention"],

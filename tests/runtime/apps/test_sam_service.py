@@ -20,8 +20,8 @@ import torch
 from PIL import Image
 
 from tests.sam_tiny import SEED, TinySamArtifacts, sample_image, tiny_official_sam
-from vitdeploy.runtime.apps import serve_http
-from vitdeploy.runtime.apps.sam_service import MAX_PROMPTS, SamService
+from vitdeploy.runtime.apps.serving import http_server
+from vitdeploy.runtime.apps.serving.service import MAX_PROMPTS, SamService
 from vitdeploy.validation.masks import compare_masks
 from vitdeploy.validation.parity import TOLERANCES, compare
 
@@ -63,7 +63,7 @@ class Client:
 def served(tiny_sam_artifacts: TinySamArtifacts):
     service = SamService(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, runtime="onnxruntime", threads=1,
                          cache_size=3, max_pending=1)
-    server = serve_http.make_server(service, "127.0.0.1", 0)
+    server = http_server.make_server(service, "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield service, Client(server.server_address[1])
@@ -142,7 +142,7 @@ def test_bad_requests_get_4xx_and_no_traceback(served, monkeypatch: pytest.Monke
         got, _, answer = client(method, path, body)
         assert (got, needle in answer.get("error", "")) == (status, True), (path, body if not isinstance(body, bytes) else body[:20], answer)
         assert "Traceback" not in json.dumps(answer)
-    monkeypatch.setattr(serve_http, "MAX_BODY_BYTES", 1000)
+    monkeypatch.setattr(http_server, "MAX_BODY_BYTES", 1000)
     got, _, answer = client("POST", "/v1/embeddings", b"x" * 2000)
     assert got == 413 and "at most 1000" in answer["error"]
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.runtime.apps.test_sam_service import PROMPTS, Client, png_bytes
 from tests.sam_tiny import TinySamArtifacts, sample_image
-from vitdeploy.runtime.apps.sam_service import SamService, handle_request, parse_prompts
+from vitdeploy.runtime.apps.serving.service import SamService, handle_request, parse_prompts
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'vitdeploy[ray]'; the dev extra has it)")
 
@@ -23,8 +23,8 @@ RECOVERY_S = 90
 
 @pytest.fixture(scope="module")
 def ray_served(tiny_sam_artifacts: TinySamArtifacts):
-    from vitdeploy.runtime.apps.dataset_ray import LOCAL, start_ray, stop_ray
-    from vitdeploy.runtime.apps.serve_ray import RayServeOptions, run_app, stop_app
+    from vitdeploy.runtime.apps.datasets.on_ray import LOCAL, start_ray, stop_ray
+    from vitdeploy.runtime.apps.serving.ray_serve import RayServeOptions, run_app, stop_app
 
     started = start_ray(LOCAL, 2)
     with socket.socket() as probe:
@@ -101,8 +101,8 @@ def test_ray_failures_become_clear_answers() -> None:
     from ray.exceptions import RayActorError
     from ray.serve.exceptions import BackPressureError
 
-    from vitdeploy.runtime.apps.sam_service import ApiError
-    from vitdeploy.runtime.apps.serve_ray import RayFront, RayServeOptions
+    from vitdeploy.runtime.apps.serving.service import ApiError
+    from vitdeploy.runtime.apps.serving.ray_serve import RayFront, RayServeOptions
 
     front = RayFront(RayServeOptions("e.onnx", "d.onnx", max_pending=2), None, None, None, "x")
     for error, needle in ((RayActorError(error_msg="the actor died"), "replica stopped"),

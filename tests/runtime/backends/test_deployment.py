@@ -218,10 +218,10 @@ def test_a_profile_setting_reaches_every_route(tiny_sam_artifacts: TinySamArtifa
     which open the file elsewhere from a deployment decided once (loader.open_deployed)."""
     pytest.importorskip("openvino")
     from vitdeploy.cli.dataset_jobs import resolve_deployment
-    from vitdeploy.runtime.apps.dataset_job import JobConfig, ShardWorker
-    from vitdeploy.runtime.apps.sam_predictor import SamPredictor
-    from vitdeploy.runtime.apps.sam_service import SamService
-    from vitdeploy.runtime.apps.serve_ray import EncoderReplica, RayServeOptions
+    from vitdeploy.runtime.apps.datasets.job import JobConfig, ShardWorker
+    from vitdeploy.runtime.apps.sam.predictor import SamPredictor
+    from vitdeploy.runtime.apps.serving.service import SamService
+    from vitdeploy.runtime.apps.serving.ray_serve import EncoderReplica, RayServeOptions
 
     _profile(encoder, {"runtime": "openvino", "precision": "file", "threads": 1, "settings": {"gelu_apart": apart}})
     decoder = str(tiny_sam_artifacts.decoder)

@@ -287,7 +287,7 @@ def test_calibrated_files_hold_their_tolerance_on_openvino(encoders: dict[str, P
 
 
 def test_sam_predictor_on_openvino_gives_the_onnxruntime_masks(tiny_sam_artifacts) -> None:
-    from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+    from vitdeploy.runtime.apps.sam.predictor import SamPredictor
 
     image = sample_image(48, 80, seed=3)
     masks = {}
@@ -428,7 +428,7 @@ def test_bf16_inference_holds_the_bf16_budget_against_the_official_model(encoder
 
 
 def test_sam_predictor_bf16_runs_the_encoder_in_bf16_and_the_decoder_as_written(tiny_sam_artifacts) -> None:
-    from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+    from vitdeploy.runtime.apps.sam.predictor import SamPredictor
 
     image = sample_image(48, 80, seed=3)
     out = {}

@@ -98,6 +98,16 @@ class Runner(abc.ABC):
     _last_time: float | None = None
     _closed: bool = False
 
+    # -- opening -----------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_options(cls, path: str | Path, options: RunnerOptions, **settings: Any) -> Runner:
+        """The runner for the file ``path`` with the common ``options`` and this backend's own ``settings`` (the ones
+        its registry entry lists): how :mod:`~vitdeploy.runtime.backends.registry` opens every runtime. A backend that
+        opens files overrides it, refusing an option it cannot honour; one that runs an in-memory model (the eager
+        reference) has no file to open."""
+        raise NotImplementedError(f"{cls.__name__} runs an in-memory model: it is not opened from a file")
+
     # -- what the model takes and gives ------------------------------------------------------------------
 
     @abc.abstractmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -112,4 +113,17 @@ def open_deployed(path: str | Path, deployment: Deployment, *, device: str = "cp
     return runner
 
 
-__all__ = ["ENGINE_SUFFIXES", "ONNX_RUNTIMES", "ONNX_SUFFIXES", "attention_flag", "checked", "open_deployed", "open_runner"]
+def as_runner(model: Runner | str | os.PathLike, device: str = "cpu", threads: int | None = None, *, tf32: bool = False,
+              allow_unverified: bool = False, runtime: str = "auto", inference_precision: str | None = None) -> Runner:
+    """``model`` if it already is a Runner; otherwise the runner for its file suffix (``.onnx``: the deployment
+    ``runtime="auto"`` chooses, or ONNX Runtime on ``device``, or OpenVINO; ``.plan``/``.engine``/``.trt``: TensorRT)
+    via :func:`open_runner`."""
+    if isinstance(model, (str, os.PathLike)):
+        return open_runner(Path(model), threads=threads, ort_device=device, tf32=tf32, allow_unverified=allow_unverified,
+                           runtime=runtime, precision=inference_precision)
+    if isinstance(model, Runner):
+        return model
+    raise InputError(f"expected a model path or a Runner (a vitdeploy.runtime.Runner subclass), got {type(model).__name__}")
+
+
+__all__ = ["ENGINE_SUFFIXES", "ONNX_RUNTIMES", "ONNX_SUFFIXES", "as_runner", "attention_flag", "checked", "open_deployed", "open_runner"]

@@ -118,7 +118,7 @@ class RuntimeEntry:
         unknown = sorted(set(settings) - self.settings)
         if unknown:
             raise InputError(f"{', '.join(unknown)} is not a setting of {self.name} (it takes {', '.join(sorted(self.settings)) or 'none'})")
-        return self.runner_class().from_options(path, options, **settings)  # type: ignore[attr-defined]
+        return self.runner_class().from_options(path, options, **settings)
 
 
 RUNTIMES: dict[str, RuntimeEntry] = {

@@ -2,11 +2,11 @@
 
 A job is planned once (:func:`plan_job`): the images (a folder, a glob, or a ``.txt``/``.parquet`` list,
 :func:`list_images`), the deployment every worker runs (resolved here, so every worker computes the same
-numbers), and what the output folder already holds (:class:`~vitdeploy.runtime.apps.dataset_store.DatasetStore`:
+numbers), and what the output folder already holds (:class:`~vitdeploy.runtime.apps.datasets.store.DatasetStore`:
 the images it names as done are skipped). The images left are cut into shards; a *worker*
 (:class:`ShardWorker`: one loaded model) turns a shard into its file's bytes and a manifest line, and the
 driver commits them one at a time. The same worker runs in this process (:func:`run_in_process`, the embedded
-default) or inside Ray Data actors (:mod:`vitdeploy.runtime.apps.dataset_ray`), so the outputs are the
+default) or inside Ray Data actors (:mod:`vitdeploy.runtime.apps.datasets.on_ray`), so the outputs are the
 same arrays and the same RLEs either way.
 
 A bad image (unreadable, not an image, too large) is recorded with its reason and the job goes on; any
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.apps.dataset_store import DatasetStore, ShardResult, npz_bytes, pyarrow_parquet, shards
+from vitdeploy.runtime.apps.datasets.store import DatasetStore, ShardResult, npz_bytes, pyarrow_parquet, shards
 from vitdeploy.runtime.processing.images import IMAGE_SUFFIXES
 
 #: Job kinds -> (shard file name pattern, images per shard by default). An embedding (ViT-B: 256x64x64 float32)
@@ -170,7 +170,7 @@ def plan_job(config: JobConfig, source: str | os.PathLike, out_dir: str | os.Pat
         identity[role] = {"file": Path(path).name, "sha256": model_digest(path), "family": meta.get("family"),
                           "variant": meta.get("variant"), "input_size": meta.get("input_size")}
     if Path(config.encoder).suffix.lower() == ".onnx":
-        from vitdeploy.runtime.apps.sam_predictor import check_sam_encoder
+        from vitdeploy.runtime.apps.sam.predictor import check_sam_encoder
 
         check_sam_encoder(read_onnx_metadata(config.encoder), f"'{config.encoder}'")
     deployment = f"{config.runtime} {config.precision}" + "".join(f" {k}={v}" for k, v in config.settings)
@@ -199,15 +199,15 @@ class ShardWorker:
         deployment = Deployment(config.runtime, config.precision, config.threads, config.settings, source="the job's")
         encoder = open_deployed(config.encoder, deployment, device=config.device)
         if config.kind == "masks":
-            from vitdeploy.runtime.apps.mask_generator import SamAutomaticMaskGenerator
-            from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+            from vitdeploy.runtime.apps.sam.mask_generator import SamAutomaticMaskGenerator
+            from vitdeploy.runtime.apps.sam.predictor import SamPredictor
 
             # the decoder as written, on the job's runtime (the encoder's settings are the encoder file's)
             decoder = open_deployed(config.decoder, Deployment(config.runtime, threads=config.threads), device=config.device)
             self.predictor = SamPredictor(encoder, decoder)
             self.generator = SamAutomaticMaskGenerator(self.predictor, **config.mask_options)
         else:
-            from vitdeploy.runtime.apps.embeddings import SamEmbedder
+            from vitdeploy.runtime.apps.sam.embeddings import SamEmbedder
 
             self.embedder = SamEmbedder(encoder, f"'{config.encoder}'")
 

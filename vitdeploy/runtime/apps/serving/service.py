@@ -2,8 +2,8 @@
 
 This is how annotation front ends (CVAT, Label Studio) host SAM: the encoder runs once per image on the
 server (seconds on a CPU), every click after that is a decoder call on the cached embedding (milliseconds).
-The service is transport-free; :mod:`vitdeploy.runtime.apps.serve_http` puts it behind HTTP in one process,
-:mod:`vitdeploy.runtime.apps.serve_ray` behind Ray Serve. Both route requests with :func:`handle_request`, so
+The service is transport-free; :mod:`vitdeploy.runtime.apps.serving.http_server` puts it behind HTTP in one process,
+:mod:`vitdeploy.runtime.apps.serving.ray_serve` behind Ray Serve. Both route requests with :func:`handle_request`, so
 the API and its errors are the same:
 
     POST /v1/embeddings                 body: the image file's bytes (or JSON {"image": base64})
@@ -224,7 +224,7 @@ class EncoderSide:
     """The image encoder of a service: an image file's bytes -> :class:`Cached`, one call at a time."""
 
     def __init__(self, encoder: Any):
-        from vitdeploy.runtime.apps.embeddings import SamEmbedder
+        from vitdeploy.runtime.apps.sam.embeddings import SamEmbedder
         from vitdeploy.runtime.backends.deployment import model_digest
 
         self.embedder = SamEmbedder(encoder)
@@ -249,7 +249,7 @@ class DecoderSide:
     """The prompt encoder + mask decoder of a service: a cached embedding and prompts -> masks, one call at a time."""
 
     def __init__(self, decoder: Any, encoder_metadata: dict[str, Any]):
-        from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+        from vitdeploy.runtime.apps.sam.predictor import SamPredictor
 
         self.predictor = SamPredictor.decoder_only(decoder, encoder_metadata)
         self.name = _file_name(decoder)
@@ -257,7 +257,7 @@ class DecoderSide:
 
     def masks(self, item: Cached, prompts: list[PromptRequest]) -> list[dict[str, Any]]:
         """Masks (COCO RLE), scores and areas for each prompt (checked to lie inside the image)."""
-        from vitdeploy.runtime.apps.amg import coco_encode_rle, mask_to_rle
+        from vitdeploy.runtime.apps.sam.amg import coco_encode_rle, mask_to_rle
 
         for k, prompt in enumerate(prompts):
             _check_inside(prompt, item.size, k, len(prompts) > 1)
@@ -306,7 +306,7 @@ class SamService:
 
     def __init__(self, encoder: Any, decoder: Any, *, runtime: str = "auto", inference_precision: str | None = None,
                  threads: int | None = None, device: str = "cpu", cache_size: int = 64, max_pending: int = 4):
-        from vitdeploy.runtime.apps.sam_predictor import as_runner
+        from vitdeploy.runtime.backends.loader import as_runner
 
         enc = as_runner(encoder, device, threads, runtime=runtime, inference_precision=inference_precision)
         dec = as_runner(decoder, device, threads, runtime=runtime)

@@ -24,7 +24,7 @@ import numpy as np
 
 from vitdeploy.errors import InputError
 from vitdeploy.metadata import identity_differences
-from vitdeploy.runtime.apps.sam_predictor import as_runner
+from vitdeploy.runtime.backends.loader import as_runner
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.processing.preprocess import check_rgb_uint8
 from vitdeploy.runtime.processing.sam2_transforms import Sam2Transforms
@@ -245,24 +245,6 @@ class Sam2ImagePredictor:
         return "cpu"
 
 
-def open_sam_predictor(encoder: str | os.PathLike, decoder: str | os.PathLike, **options: Any):
-    """The predictor for a pair of exported files: :class:`Sam2ImagePredictor` for SAM 2 files, else
-    :class:`vitdeploy.runtime.SamPredictor` (``options`` are SamPredictor's; the SAM 2 one takes device, threads,
-    runtime and inference_precision, and refuses the SAM 1-only ones when set)."""
-    from pathlib import Path
-
-    from vitdeploy.metadata import read_onnx_metadata
-    from vitdeploy.runtime.apps.sam_predictor import SamPredictor
-
-    family = read_onnx_metadata(encoder).get("family") if Path(encoder).suffix.lower() == ".onnx" else None
-    if family != "sam2_image_encoder":
-        return SamPredictor(encoder, decoder, **options)
-    if options.get("tf32") or options.get("allow_unverified") or options.get("check_weights") is False:
-        raise InputError("--tf32, --allow-unverified and --no-weight-check are for SAM 1 files: leave them out for SAM 2")
-    kept = {k: options[k] for k in ("device", "threads", "runtime", "inference_precision") if k in options}
-    return Sam2ImagePredictor(encoder, decoder, **kept)
-
-
 def _as_rgb(image: Any) -> np.ndarray:
     if not isinstance(image, np.ndarray) and hasattr(image, "convert"):  # a PIL image, as the official one takes
         image = np.asarray(image.convert("RGB"))
@@ -270,4 +252,4 @@ def _as_rgb(image: Any) -> np.ndarray:
     return image
 
 
-__all__ = ["MaskChoice", "Sam2ImagePredictor", "check_sam2_pair", "open_sam_predictor"]
+__all__ = ["MaskChoice", "Sam2ImagePredictor", "check_sam2_pair"]

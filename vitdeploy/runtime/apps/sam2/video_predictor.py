@@ -11,7 +11,7 @@ memories are kept as the official predictor keeps them: in bfloat16, per object,
 cached.
 
 Each official model call is one graph: the image encoder per frame, memory attention (the bank chosen by
-:mod:`vitdeploy.runtime.apps.sam2_memory_bank`), the prompt encoder + mask decoder, the memory encoder; the choices
+:mod:`vitdeploy.runtime.apps.sam2.memory_bank`), the prompt encoder + mask decoder, the memory encoder; the choices
 between calls (multimask or not, the best mask, the object pointer's token, no-object scores, hole filling) are the
 official ones in NumPy (:mod:`vitdeploy.runtime.processing.sam2_masks`).
 
@@ -40,9 +40,9 @@ import numpy as np
 
 from vitdeploy.errors import InputError
 from vitdeploy.metadata import identity_differences
-from vitdeploy.runtime.apps.sam2_memory_bank import TrackerSettings, select_memory
-from vitdeploy.runtime.apps.sam2_predictor import MaskChoice
-from vitdeploy.runtime.apps.sam_predictor import as_runner
+from vitdeploy.runtime.apps.sam2.memory_bank import TrackerSettings, select_memory
+from vitdeploy.runtime.apps.sam2.image_predictor import MaskChoice
+from vitdeploy.runtime.backends.loader import as_runner
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.processing.sam2_masks import (MASK_OUT_BIAS, MASK_OUT_SCALE, NO_OBJ_SCORE, downsample_mask_prompt,
                                                      fill_holes, mask_as_output, non_overlapping, resize_mask_input,

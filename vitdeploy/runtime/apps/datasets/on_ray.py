@@ -3,7 +3,7 @@
 ``--ray`` starts a local Ray cluster for the command (every core of this machine); ``--ray ADDRESS``
 (``auto``, ``ray://host:10001``, ``host:6379``) joins an existing one. The shards become a Ray dataset (one
 block each); ``map_batches`` runs them on a pool of ``workers`` actors, each holding one loaded model
-(:class:`~vitdeploy.runtime.apps.dataset_job.ShardWorker`) with ``threads`` intra-op threads and as many
+(:class:`~vitdeploy.runtime.apps.datasets.job.ShardWorker`) with ``threads`` intra-op threads and as many
 CPUs reserved (one GPU each on ``--device cuda``). Each actor reads its shard's images itself (streamed:
 nothing passes through the driver but the shard files' bytes), and the driver commits results as they
 stream back, in whatever order they finish: the manifest is sorted when the job ends.
@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.apps.dataset_job import JobConfig, JobPlan, ShardWorker
-from vitdeploy.runtime.apps.dataset_store import ShardResult
+from vitdeploy.runtime.apps.datasets.job import JobConfig, JobPlan, ShardWorker
+from vitdeploy.runtime.apps.datasets.store import ShardResult
 
 #: ``--ray`` without an address: start a local cluster for this command.
 LOCAL = "local"

@@ -29,7 +29,7 @@ class SamEmbedder:
     computes it (the same preprocessing), without a decoder (dataset jobs, a server's encoder replicas)."""
 
     def __init__(self, encoder: Any, name: str = "the encoder"):
-        from vitdeploy.runtime.apps.sam_predictor import check_sam_encoder
+        from vitdeploy.runtime.apps.sam.predictor import check_sam_encoder
         from vitdeploy.runtime.processing.preprocess import SamPreprocessor
 
         meta = encoder.metadata

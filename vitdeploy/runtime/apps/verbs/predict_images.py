@@ -183,7 +183,7 @@ def check_jobs(jobs: Sequence[ImageJob], notes: list[str] | None = None) -> None
 
     ``notes`` gets the conversions a user should know of, each with its image's name (bit depth).
     """
-    from vitdeploy.runtime.apps.sam_predictor import check_prompts_inside
+    from vitdeploy.runtime.apps.sam.predictor import check_prompts_inside
 
     for job in jobs:
         if job.mask is not None and not job.prompt:
@@ -210,8 +210,8 @@ def run_job(predictor, job: ImageJob, multimask: str = "auto",
     ``multimask``: "on" (three candidates, the best-scoring one written), "off", or "auto" (three for
     a single click without a box, as SAM advises for ambiguous clicks).
     """
-    from vitdeploy.runtime.apps.embeddings import load_embedding, save_embedding
-    from vitdeploy.runtime.apps.overlay import overlay_mask, save_png
+    from vitdeploy.runtime.apps.sam.embeddings import load_embedding, save_embedding
+    from vitdeploy.runtime.apps.verbs.overlay import overlay_mask, save_png
 
     # Decoded a second time (check_jobs decoded it to prove it readable): holding a folder's pixels between the
     # check and the run would cost gigabytes; a second decode costs a fraction of the encoder's seconds.

@@ -25,13 +25,13 @@ Differences from ``segment_anything.SamPredictor`` and why:
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.backends.base import Runner
+from vitdeploy.runtime.backends.loader import as_runner
 from vitdeploy.runtime.processing.postprocess import MaskUpscaler
 from vitdeploy.runtime.processing.preprocess import (ResizeLongestSide, SamPreprocessor, as_numpy, box_corners, check_rgb_uint8,
                                                      preprocess_shape, resize_coords)
@@ -40,21 +40,6 @@ from vitdeploy.runtime.processing.preprocess import (ResizeLongestSide, SamPrepr
 DECODER_INPUTS = ("image_embeddings", "point_coords", "point_labels", "mask_input", "has_mask_input")
 DECODER_OUTPUTS = ("low_res_masks", "iou_predictions")
 MASK_THRESHOLD = 0.0  # Sam.mask_threshold
-
-
-def as_runner(model: Runner | str | os.PathLike, device: str = "cpu", threads: int | None = None, *, tf32: bool = False,
-              allow_unverified: bool = False, runtime: str = "auto", inference_precision: str | None = None) -> Runner:
-    """``model`` if it already is a Runner; otherwise the runner for its file suffix (``.onnx``: the deployment
-    ``runtime="auto"`` chooses, or ONNX Runtime on ``device``, or OpenVINO; ``.plan``/``.engine``/``.trt``: TensorRT)
-    via :func:`vitdeploy.runtime.backends.loader.open_runner`."""
-    if isinstance(model, (str, os.PathLike)):
-        from vitdeploy.runtime.backends.loader import open_runner
-
-        return open_runner(Path(model), threads=threads, ort_device=device, tf32=tf32, allow_unverified=allow_unverified,
-                           runtime=runtime, precision=inference_precision)
-    if isinstance(model, Runner):
-        return model
-    raise InputError(f"expected a model path or a Runner (a vitdeploy.runtime.Runner subclass), got {type(model).__name__}")
 
 
 #: Said where a SAM 2 file reaches what takes SAM 1 files.

@@ -1,8 +1,8 @@
 """Segment everything with SAM 2: ``sam2.automatic_mask_generator.SAM2AutomaticMaskGenerator`` on exported files,
 torch-free.
 
-SAM 1's generator (:mod:`vitdeploy.runtime.apps.mask_generator`: the same grid, crops, filters, suppression and
-records) over :class:`~vitdeploy.runtime.apps.sam2_predictor.Sam2ImagePredictor`, with what SAM 2's adds: the default
+SAM 1's generator (:mod:`vitdeploy.runtime.apps.sam.mask_generator`: the same grid, crops, filters, suppression and
+records) over :class:`~vitdeploy.runtime.apps.sam2.image_predictor.Sam2ImagePredictor`, with what SAM 2's adds: the default
 ``pred_iou_thresh`` 0.8, ``mask_threshold`` (stability and binarization around it), ``multimask_output`` (three masks
 per click, or the one the decoder chooses), and ``use_m2m`` (each candidate decoded again with its own low-resolution
 logits as the mask prompt, one mask out, before the filters). The official predictor inside the generator also fills
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from vitdeploy.runtime.apps.mask_generator import MaskGeneratorOptions, SamAutomaticMaskGenerator
+from vitdeploy.runtime.apps.sam.mask_generator import MaskGeneratorOptions, SamAutomaticMaskGenerator
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Sam2MaskGeneratorOptions(MaskGeneratorOptions):
 
 
 class Sam2AutomaticMaskGenerator(SamAutomaticMaskGenerator):
-    """``SAM2AutomaticMaskGenerator`` over a :class:`~vitdeploy.runtime.apps.sam2_predictor.Sam2ImagePredictor`.
+    """``SAM2AutomaticMaskGenerator`` over a :class:`~vitdeploy.runtime.apps.sam2.image_predictor.Sam2ImagePredictor`.
 
     Args:
         predictor: the predictor of the exported SAM 2 encoder and decoder (where the official takes a ``SAM2Base``).
@@ -43,7 +43,7 @@ class Sam2AutomaticMaskGenerator(SamAutomaticMaskGenerator):
 
     @staticmethod
     def _takes(predictor: Any) -> bool:
-        from vitdeploy.runtime.apps.sam2_predictor import Sam2ImagePredictor
+        from vitdeploy.runtime.apps.sam2.image_predictor import Sam2ImagePredictor
 
         return isinstance(predictor, Sam2ImagePredictor)
 
@@ -69,7 +69,7 @@ class Sam2AutomaticMaskGenerator(SamAutomaticMaskGenerator):
 
 def mask_generator_for(predictor: Any, **options: Any) -> SamAutomaticMaskGenerator:
     """The official generator of the predictor's model: SAM 2's for a Sam2ImagePredictor, else SAM's."""
-    from vitdeploy.runtime.apps.sam2_predictor import Sam2ImagePredictor
+    from vitdeploy.runtime.apps.sam2.image_predictor import Sam2ImagePredictor
 
     kind = Sam2AutomaticMaskGenerator if isinstance(predictor, Sam2ImagePredictor) else SamAutomaticMaskGenerator
     return kind(predictor, **options)

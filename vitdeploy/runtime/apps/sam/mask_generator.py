@@ -1,7 +1,7 @@
 """Segment everything: ``segment_anything.SamAutomaticMaskGenerator`` on exported models, torch-free.
 
 The official algorithm, step by step (``segment_anything/automatic_mask_generator.py``; its utilities in
-:mod:`vitdeploy.runtime.apps.amg`): the image and, with ``crop_n_layers`` > 0, overlapping crops of it
+:mod:`vitdeploy.runtime.apps.sam.amg`): the image and, with ``crop_n_layers`` > 0, overlapping crops of it
 (``generate_crop_boxes``) are each encoded; a grid of single-click prompts per crop layer
 (``points_per_side`` a side, scaled down by ``crop_n_points_downscale_factor`` per layer, or the given
 ``point_grids``) is decoded into three candidate masks each as logits; masks whose predicted IoU is at
@@ -13,7 +13,7 @@ predicted IoU first) and at ``crop_nms_thresh`` across crops (smaller crops firs
 uncompressed RLE or its compressed string, ``area``, ``bbox`` XYWH, ``predicted_iou``, ``point_coords``,
 ``stability_score``, ``crop_box`` XYWH).
 
-What differs: the first argument is a :class:`~vitdeploy.runtime.apps.sam_predictor.SamPredictor` (exported
+What differs: the first argument is a :class:`~vitdeploy.runtime.apps.sam.predictor.SamPredictor` (exported
 files), not a ``Sam`` model; the decoder graph takes one prompt per call, so ``points_per_batch`` is
 accepted for the official signature and has no effect; the small-region clean-up uses SciPy where the
 official uses OpenCV, and ``coco_rle`` is encoded without pycocotools. Tested against the official
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.apps.amg import (area_from_rle, box_nms, build_all_layer_point_grids, build_point_grid,
+from vitdeploy.runtime.apps.sam.amg import (area_from_rle, box_nms, build_all_layer_point_grids, build_point_grid,
                                         coco_encode_rle, generate_crop_boxes, is_box_near_crop_edge, mask_to_box,
                                         mask_to_rle, remove_small_regions, require_scipy, rle_to_mask, stability_score,
                                         uncrop_boxes_xyxy, uncrop_mask, uncrop_points)
@@ -109,7 +109,7 @@ class _Masks:
 
 
 class SamAutomaticMaskGenerator:
-    """``segment_anything.SamAutomaticMaskGenerator`` over a :class:`~vitdeploy.runtime.apps.sam_predictor.SamPredictor`.
+    """``segment_anything.SamAutomaticMaskGenerator`` over a :class:`~vitdeploy.runtime.apps.sam.predictor.SamPredictor`.
 
     Args:
         predictor: the predictor of the exported encoder and decoder (where the official takes a ``Sam``).
@@ -123,7 +123,7 @@ class SamAutomaticMaskGenerator:
 
     @staticmethod
     def _takes(predictor: Any) -> bool:
-        from vitdeploy.runtime.apps.sam_predictor import SamPredictor
+        from vitdeploy.runtime.apps.sam.predictor import SamPredictor
 
         return isinstance(predictor, SamPredictor)
 

@@ -2,12 +2,12 @@
 
 Four deployments in one application:
 
-    front     the HTTP ingress: routes with :func:`~vitdeploy.runtime.apps.sam_service.handle_request`, so the
+    front     the HTTP ingress: routes with :func:`~vitdeploy.runtime.apps.serving.service.handle_request`, so the
               API, its errors and /metrics are the one-process server's; 0 CPUs
-    encoder   replicas of :class:`~vitdeploy.runtime.apps.sam_service.EncoderSide`, one image at a time each,
+    encoder   replicas of :class:`~vitdeploy.runtime.apps.serving.service.EncoderSide`, one image at a time each,
               ``threads`` CPUs each; autoscaled between ``encoder_replicas`` bounds on requests in flight;
               at most ``max_pending`` requests wait (more are answered 503, Ray Serve's back-pressure)
-    decoder   replicas of :class:`~vitdeploy.runtime.apps.sam_service.DecoderSide` (no encoder loaded); each keeps
+    decoder   replicas of :class:`~vitdeploy.runtime.apps.serving.service.DecoderSide` (no encoder loaded); each keeps
               the last few embeddings it fetched, so the clicks on one image fetch it once
     cache     the embedding cache shared by id: one replica holding an LRU of embeddings; the front asks it
               whether an image is cached, the encoder's result is put there, decoders fetch from it
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.apps.sam_service import (ApiError, Cached, DecoderSide, EmbeddingCache, EncoderSide, Metrics,
+from vitdeploy.runtime.apps.serving.service import (ApiError, Cached, DecoderSide, EmbeddingCache, EncoderSide, Metrics,
                                                 PromptRequest, handle_request, unknown_id)
 
 APP_NAME = "vitdeploy"
@@ -104,7 +104,7 @@ class DecoderReplica:
 
 
 class RayFront:
-    """The :class:`~vitdeploy.runtime.apps.sam_service.Service` the ingress routes to: calls on the other deployments."""
+    """The :class:`~vitdeploy.runtime.apps.serving.service.Service` the ingress routes to: calls on the other deployments."""
 
     def __init__(self, options: RayServeOptions, encoder: Any, decoder: Any, cache: Any, identity: str):
         self.options, self.encoder, self.decoder, self.cache = options, encoder, decoder, cache

@@ -1,8 +1,8 @@
 """``vitdeploy serve`` in one process: the SAM service behind Python's own threading HTTP server.
 
 No web framework: ``http.server.ThreadingHTTPServer`` (one thread per connection) hands each request to
-:func:`~vitdeploy.runtime.apps.sam_service.handle_request`, which never raises. Bodies over
-:data:`~vitdeploy.runtime.apps.sam_service.MAX_BODY_BYTES` are refused (413) before they are read.
+:func:`~vitdeploy.runtime.apps.serving.service.handle_request`, which never raises. Bodies over
+:data:`~vitdeploy.runtime.apps.serving.service.MAX_BODY_BYTES` are refused (413) before they are read.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from vitdeploy.runtime.apps.sam_service import MAX_BODY_BYTES, Response, Service, handle_request, json_response
+from vitdeploy.runtime.apps.serving.service import MAX_BODY_BYTES, Response, Service, handle_request, json_response
 
 LOG = logging.getLogger("vitdeploy.serve")
 
