@@ -20,9 +20,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("onnx_export",),  # rewritten module -> checked ONNX graph
     ("engine",),  # ONNX -> TensorRT engine + sidecar
     ("runtime.processing", "runtime.forms"),  # images and pre/post-processing; load-time CPU graph forms (torch-free)
+    ("families",),  # which model is which: every per-model fact, and the one place that dispatches on the family
     ("runtime.backends",),  # one runner per runtime behind one contract, the runtime registry, the loader
     ("runtime.apps", "runtime"),  # applications on the runners (SAM predictor, mask generator, predict); the public names
-    ("families",),  # which model is which: the one place that dispatches on the model family
     ("validation",),  # parity and latency against the eager official model
     ("precision", "benchmark", "artifact_info", "doctor"),  # FP16/INT8 passes; timing; inspect; doctor
     ("pipeline", "cpu_optimize", "tune"),  # one call per artifact-building verb; tune writes the deployment profile

@@ -360,11 +360,16 @@ class DoctorReport:
 
 def best_path(cpu: Any) -> str:
     """What ``--runtime auto`` runs an FP32 SAM or ViT encoder with on this CPU when no profile is beside it, and why."""
+    from vitdeploy.families import FAMILIES
     from vitdeploy.runtime.backends.deployment import cpu_default
 
-    sam, vit = cpu_default("sam_image_encoder", "fp32", cpu), cpu_default("timm_vit", "fp32", cpu)
-    chosen = (f"FP32 SAM/ViT encoders on {sam.label()}, from {sam.source}" if sam == vit else
-              f"FP32 SAM encoders on {sam.label()}, from {sam.source}; FP32 ViTs on {vit.label()}, from {vit.source}")
+    measured = [family for family in FAMILIES.values() if family.cpu_default_rows]  # SAM encoders, ViTs
+    chosen_for = {family.title: cpu_default(family.name, "fp32", cpu) for family in measured}
+    if len(set(chosen_for.values())) == 1:
+        one = next(iter(chosen_for.values()))
+        chosen = f"FP32 {' and '.join(chosen_for)} on {one.label()}, from {one.source}"
+    else:
+        chosen = "; ".join(f"FP32 {title} on {d.label()}, from {d.source}" for title, d in chosen_for.items())
     return f"{chosen}; decoders and FP16/INT8 files as written on onnxruntime; 'vitdeploy tune MODEL' measures this machine's own"
 
 

@@ -179,7 +179,7 @@ def test_best_path_is_this_cpus_auto_default(monkeypatch) -> None:
     from vitdeploy.runtime.backends.deployment import cpu_default
 
     monkeypatch.setenv("VITDEPLOY_CPU_MASK", "amx*,avx512*,avx2")
-    assert best_path(cpu_features()).startswith("FP32 SAM/ViT encoders on onnxruntime file")
+    assert best_path(cpu_features()).startswith("FP32 SAM encoders and ViTs on onnxruntime file")
     monkeypatch.setenv("VITDEPLOY_CPU_MASK", "amx*,avx512*")  # AVX2 without AVX-512: SAM encoders on OpenVINO f32
     assert best_path(cpu_features()).startswith("FP32 SAM encoders on openvino file, from this CPU's default (avx2 "
                                                 "without avx512f: openvino file); FP32 ViTs on onnxruntime file")

@@ -127,3 +127,17 @@ def test_every_onnx_runtime_computes_the_same(exported: tuple[str, Path], runtim
         for key in reference.output_names:
             result = compare(np.asarray(want[key]), np.asarray(got[key]), "fp32", label=f"{name} {runtime} {key}")
             assert result, result.summary()
+
+
+def test_every_family_says_which_model_and_part_it_is() -> None:
+    """Applications compose parts by (model, part): each family names both, no two families the same pair, and a
+    file's metadata finds its family's pair (nothing for a file without a known family)."""
+    from vitdeploy.families import FAMILIES, family_of_part, model_part
+
+    pairs = [(family.model, family.part) for family in FAMILIES.values()]
+    assert all(model and part for model, part in pairs) and len(set(pairs)) == len(pairs), pairs
+    assert all(family.title for family in FAMILIES.values())
+    for family in FAMILIES.values():
+        assert model_part({"family": family.name}) == (family.model, family.part)
+        assert family_of_part(family.model, family.part) is family
+    assert model_part({}) == ("", "") and model_part({"family": "unknown"}) == ("", "") and model_part({"family": 3}) == ("", "")

@@ -52,6 +52,19 @@ def family_of(metadata: dict[str, Any], what: str = "this model", for_reference:
     return family
 
 
+def model_part(metadata: dict[str, Any]) -> tuple[str, str]:
+    """(model, part) of the family a file's metadata records (``("sam2", "mask_decoder")``); ``("", "")`` for a file
+    without a family this vitdeploy knows (the caller's refusal says what it found)."""
+    name = metadata.get("family")
+    family = FAMILIES.get(name) if isinstance(name, str) else None
+    return (family.model, family.part) if family is not None else ("", "")
+
+
+def family_of_part(model: str, part: str) -> ModelFamily:
+    """The family of ``part`` of ``model`` (``("sam2", "memory_encoder")``)."""
+    return next(f for f in FAMILIES.values() if (f.model, f.part) == (model, part))
+
+
 def recorded_family(metadata: dict[str, Any]) -> ModelFamily | None:
     """The family an exported file's metadata records, or None for a file without vitdeploy metadata."""
     return family_of(metadata) if metadata.get("family") else None
@@ -80,4 +93,4 @@ def check_export_options(family: ModelFamily, recipe: Recipe, options: ExportOpt
 
 
 __all__ = ["FAMILIES", "ExportOptions", "ModelFamily", "check_export_options", "eager_reference", "family_of",
-           "family_of_recipe", "recorded_family"]
+           "family_of_part", "family_of_recipe", "model_part", "recorded_family"]

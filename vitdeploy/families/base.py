@@ -66,6 +66,20 @@ class ModelFamily:
     name: str = ""
     #: What a file of this family is for, in one line (``vitdeploy inspect`` prints it).
     role: str = ""
+    #: The model a file of this family belongs to and which part of it the file is: applications compose parts by
+    #: these (``SamPredictor`` takes ``("sam", "image_encoder")`` and ``("sam", "mask_decoder")``), never by family name.
+    model: str = ""
+    part: str = ""
+    #: The end of the name of the recipes that export this part (``sam2.1_hiera_tiny_decoder``): what a refusal says to run.
+    recipe_suffix: str = ""
+    #: Files of this family in a sentence, plural (``SAM encoders``).
+    title: str = ""
+    #: The rows of :data:`vitdeploy.runtime.backends.deployment.CPU_DEFAULTS` (by their CPU flags) measured on this
+    #: family: where ``--runtime auto`` may take a row's runtime and policy for its FP32 files without a profile.
+    cpu_default_rows: tuple[str, ...] = ()
+    #: ``((export target, precision), what was measured)`` on ONNX Runtime's CUDA provider against the official model:
+    #: where ``--device cuda`` runs without ``--allow-unverified``.
+    verified_on_cuda: tuple[tuple[tuple[str, str], str], ...] = ()
     #: Attention forms ``--target`` may pick (:mod:`vitdeploy.targets`; every family has the default).
     export_targets: tuple[str, ...] = (DEFAULT_TARGET,)
     #: LayerNorm2d forms ``--layernorm2d`` may pick (the first is the default); empty: the family has none.

@@ -25,6 +25,10 @@ EXAMPLE_POINTS = 3
 
 class Sam2MaskDecoder(Sam2Family):
     name = "sam2_mask_decoder"
+    model = 'sam2'
+    part = 'mask_decoder'
+    recipe_suffix = '_decoder'
+    title = 'SAM 2 decoders'
     role = ("SAM 2 prompt encoder + mask decoder: features and clicks/box/mask -> masks, IoU and object scores, output "
             "tokens (image and video)")
     layernorm2d_forms = ("matmul", "native")  # the mask upscaler's

@@ -18,6 +18,20 @@ if TYPE_CHECKING:
 
 class SamImageEncoder(ModelFamily):
     name = "sam_image_encoder"
+    model = 'sam'
+    part = 'image_encoder'
+    title = 'SAM encoders'
+    cpu_default_rows = ('amx_bf16', 'avx2')
+    verified_on_cuda = (
+        (("generic", "fp32"), "H100, onnxruntime-gpu 1.31.1: relative L2 vs the official model 1.5e-6 with TF32 off "
+                              "(2026-11-24), 7.2e-4 with TF32 on (2026-11-23)"),
+        (("tensorrt", "fp32"), "H100, onnxruntime-gpu 1.31.1, 2026-11-23: relative L2 7.2e-4 vs the official model with "
+                               "TF32 on"),
+        (("generic", "fp16"), "H100, onnxruntime-gpu 1.31.1, 2026-11-24: cosine 0.999999, relative L2 1.4e-3 vs the "
+                              "official model"),
+        (("generic", "int8"), "H100, onnxruntime-gpu 1.31.1, 2026-11-24: cosine 0.99724, relative L2 0.074 vs the "
+                              "official model"),
+    )
     role = "SAM image encoder: an image -> its embedding (SamPredictor.set_image)"
     export_targets = tuple(TARGETS)
     layernorm2d_forms = ("matmul", "native")

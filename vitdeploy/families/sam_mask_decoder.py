@@ -20,6 +20,14 @@ if TYPE_CHECKING:
 
 class SamMaskDecoder(ModelFamily):
     name = "sam_mask_decoder"
+    model = 'sam'
+    part = 'mask_decoder'
+    recipe_suffix = '_decoder'
+    title = 'SAM decoders'
+    verified_on_cuda = (
+        (("generic", "fp32"), "H100, onnxruntime-gpu 1.31.1, 2026-11-24: relative L2 9.2e-7 vs the official model with "
+                              "TF32 off"),
+    )
     role = "SAM prompt encoder + mask decoder: an embedding and clicks/box/mask -> masks and scores"
     layernorm2d_forms = ("matmul", "native")  # the mask upscaler's
     required_metadata = ("architecture", "input_size", "image_embedding_size", "mask_input_size", "embed_dim")

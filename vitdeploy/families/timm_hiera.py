@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 class TimmHiera(TimmFamily):
     name = "timm_hiera"
+    model = 'timm'
+    part = 'hiera'
+    title = 'Hiera models'
     role = "timm Hiera: an image -> class logits or multi-scale features"
 
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:

@@ -57,8 +57,14 @@ def test_without_openvino_the_default_says_what_to_install() -> None:
 
 
 def test_every_default_row_cites_its_measurement() -> None:
+    """Every row was measured on some family (its ``cpu_default_rows`` names the row), and every row a family names
+    exists."""
+    from vitdeploy.families import FAMILIES
+
+    named = {key for family in FAMILIES.values() for key in family.cpu_default_rows}
     for row in CPU_DEFAULTS:
-        assert row.flags and row.families and "benchmarks/" in row.evidence and " ms " in row.evidence
+        assert row.flags and row.key in named and "benchmarks/" in row.evidence and " ms " in row.evidence
+    assert named == {row.key for row in CPU_DEFAULTS}
 
 
 def test_each_int8_measurement_is_against_what_the_default_still_chooses_there() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from vitdeploy.errors import InputError
+from vitdeploy.families import model_part
 
 
 def open_sam_predictor(encoder: str | os.PathLike, decoder: str | os.PathLike, **options: Any):
@@ -17,8 +18,8 @@ def open_sam_predictor(encoder: str | os.PathLike, decoder: str | os.PathLike, *
     from vitdeploy.runtime.apps.sam.predictor import SamPredictor
     from vitdeploy.runtime.apps.sam2.image_predictor import Sam2ImagePredictor
 
-    family = read_onnx_metadata(encoder).get("family") if Path(encoder).suffix.lower() == ".onnx" else None
-    if family != "sam2_image_encoder":
+    model = model_part(read_onnx_metadata(encoder))[0] if Path(encoder).suffix.lower() == ".onnx" else None
+    if model != "sam2":
         return SamPredictor(encoder, decoder, **options)
     if options.get("tf32") or options.get("allow_unverified") or options.get("check_weights") is False:
         raise InputError("--tf32, --allow-unverified and --no-weight-check are for SAM 1 files: leave them out for SAM 2")

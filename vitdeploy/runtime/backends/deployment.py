@@ -27,6 +27,7 @@ from typing import Any
 
 from vitdeploy.cpu_features import REPORTED, CpuFeatures, available_cores, cpu_features
 from vitdeploy.errors import InputError
+from vitdeploy.families import FAMILIES
 from vitdeploy.fileio import sha256_file
 from vitdeploy.precisions import PRECISION_POLICIES, Precision
 from vitdeploy.runtime.backends.registry import (DEFAULT_RUNTIME, ONNX_RUNTIMES, RUNTIMES, FileNeeds, cpu_runtimes_for,
@@ -92,18 +93,24 @@ class Deployment:
 @dataclass(frozen=True)
 class CpuDefault:
     """One row of this CPU's measured defaults: where ``flags`` are all present and none of ``without``, FP32 files
-    of ``families`` run on ``runtime`` at ``precision``. ``evidence`` is the measurement that put the row here (and
+    of the families measured with it (their ``cpu_default_rows``) run on ``runtime`` at ``precision``. ``evidence`` is the measurement that put the row here (and
     the command that repeats it)."""
 
     flags: tuple[str, ...]
     runtime: str
     precision: str
-    families: tuple[str, ...]
     evidence: str
     without: tuple[str, ...] = ()
 
+    @property
+    def key(self) -> str:
+        """``amx_bf16``: what a family's ``cpu_default_rows`` names this row by (its CPU flags)."""
+        return "+".join(self.flags)
+
     def applies(self, features: CpuFeatures, family: str | None) -> bool:
-        return _x86_with(features, self.flags, self.without) and family in self.families
+        """On a CPU like ``features``, for a file of ``family`` (the family says which rows were measured on it)."""
+        measured_on = FAMILIES[family].cpu_default_rows if family in FAMILIES else ()
+        return _x86_with(features, self.flags, self.without) and self.key in measured_on
 
     def describe(self) -> str:
         """``avx2 without avx512f: openvino file``: the row's condition and choice, for the verbs' note line."""
@@ -126,13 +133,13 @@ def _condition(flags: tuple[str, ...], without: tuple[str, ...]) -> str:
 #: otherwise. ``precision`` ``file`` on OpenVINO is the FP32 file's math as written (f32 pinned).
 CPU_DEFAULTS: tuple[CpuDefault, ...] = (
     CpuDefault(
-        ("amx_bf16",), "openvino", "bf16", ("sam_image_encoder", "timm_vit"),
+        ("amx_bf16",), "openvino", "bf16",
         "Intel Xeon with AMX (family 6 model 167), 2 threads: SAM ViT-B@1024 1058 ms on OpenVINO bf16 against 3631 ms "
         "on ONNX Runtime FP32 with the fused kernel, embedding cosine 0.999938 vs eager, mask IoU p5 0.988 through the "
         "FP32 decoder (benchmarks/bench_encoder_speed.py, benchmarks/bf16_mask_agreement.py); the 'bf16' budget holds "
         "on the tiny SAM encoder and DeiT-S (vitdeploy validate --runtime openvino --inference-precision bf16)"),
     CpuDefault(
-        ("avx2",), "openvino", "file", ("sam_image_encoder",),
+        ("avx2",), "openvino", "file",
         "AVX2 CPUs without AVX-512, 2 threads, SAM ViT-B@1024: on AMD EPYC Zen 3 (family 25 model 1) OpenVINO f32 ran "
         "the generic file in 8653 ms against 8728 and 9132 ms on ONNX Runtime (the same file in two rows of one run: "
         "level within noise), its first run in 9800 against 11647 ms, at peak RSS 1770 against 3725 MB, rel. L2 1.6e-6 "

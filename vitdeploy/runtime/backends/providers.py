@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vitdeploy.errors import InputError
+from vitdeploy.families import FAMILIES
 from vitdeploy.precisions import Precision
 from vitdeploy.runtime.backends.base import DEVICES
 from vitdeploy.runtime.forms.cpu_form import read_cpu_form
@@ -40,20 +41,11 @@ PROVIDERS = {
     "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
     "tensorrt": ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
 }
-#: (family, export target, precision) -> what was measured on CUDA (the ``generic`` target is the default
-#: when a file records none).
+#: (family, export target, precision) -> what was measured on CUDA (the ``generic`` target is the default when a
+#: file records none): each family's own ``verified_on_cuda``.
 VERIFIED_ON_CUDA: dict[tuple[str, str, str], str] = {
-    ("sam_image_encoder", "generic", "fp32"):
-        "H100, onnxruntime-gpu 1.31.1: relative L2 vs the official model 1.5e-6 with TF32 off (2026-11-24), "
-        "7.2e-4 with TF32 on (2026-11-23)",
-    ("sam_image_encoder", "tensorrt", "fp32"):
-        "H100, onnxruntime-gpu 1.31.1, 2026-11-23: relative L2 7.2e-4 vs the official model with TF32 on",
-    ("sam_image_encoder", "generic", "fp16"):
-        "H100, onnxruntime-gpu 1.31.1, 2026-11-24: cosine 0.999999, relative L2 1.4e-3 vs the official model",
-    ("sam_image_encoder", "generic", "int8"):
-        "H100, onnxruntime-gpu 1.31.1, 2026-11-24: cosine 0.99724, relative L2 0.074 vs the official model",
-    ("sam_mask_decoder", "generic", "fp32"):
-        "H100, onnxruntime-gpu 1.31.1, 2026-11-24: relative L2 9.2e-7 vs the official model with TF32 off",
+    (family.name, target, precision): evidence
+    for family in FAMILIES.values() for (target, precision), evidence in family.verified_on_cuda
 }
 
 

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
+from vitdeploy.families import model_part
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.backends.loader import as_runner
 from vitdeploy.runtime.processing.postprocess import MaskUpscaler
@@ -49,8 +50,9 @@ SAM2_HERE = ("a SAM 2 file: SAM 2 runs in Sam2ImagePredictor, Sam2VideoPredictor
 
 def check_sam_encoder(encoder: dict[str, Any], name: str = "the encoder artifact") -> None:
     """Raise InputError unless ``encoder`` (metadata) is a SAM image encoder's."""
-    if encoder.get("family") != "sam_image_encoder":
-        hint = f" ({SAM2_HERE})" if str(encoder.get("family", "")).startswith("sam2_") else ""
+    model, part = model_part(encoder)
+    if (model, part) != ("sam", "image_encoder"):
+        hint = f" ({SAM2_HERE})" if model == "sam2" else ""
         raise InputError(f"{name} is a '{encoder.get('family')}' model, not a SAM image encoder{hint}: "
                          "pass the file written by 'vitdeploy export --recipe sam_vit_b' (or _l/_h)")
 
@@ -62,9 +64,9 @@ def check_artifact_pair(encoder: dict[str, Any], decoder: dict[str, Any], *, che
     the weights come from the same checkpoint (SHA-256) or the same random seed.
     """
     check_sam_encoder(encoder)
-    if decoder.get("family") != "sam_mask_decoder":
+    if model_part(decoder) != ("sam", "mask_decoder"):
         hint = (" (a SAM 2 decoder beside a SAM 1 encoder: give the SAM 1 decoder, or both SAM 2 files)"
-                if decoder.get("family") == "sam2_mask_decoder" else "")
+                if model_part(decoder) == ("sam2", "mask_decoder") else "")
         raise InputError(f"the decoder artifact is a '{decoder.get('family')}' model, not a SAM mask decoder{hint}: "
                          "pass the file written by 'vitdeploy export --recipe sam_vit_b_decoder' (or _l/_h)")
     problems = []

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
+from vitdeploy.families import model_part
 from vitdeploy.metadata import identity_differences
 from vitdeploy.runtime.backends.loader import as_runner
 from vitdeploy.runtime.backends.base import Runner
@@ -35,12 +36,12 @@ LOW_RES_CLAMP = 32.0
 
 def check_sam2_pair(encoder: dict[str, Any], decoder: dict[str, Any]) -> None:
     """Raise InputError unless the two files are a SAM 2 image encoder and decoder of one model."""
-    if encoder.get("family") != "sam2_image_encoder":
-        hint = " (a SAM 1 file: use vitdeploy.runtime.SamPredictor)" if encoder.get("family") == "sam_image_encoder" else ""
+    if model_part(encoder) != ("sam2", "image_encoder"):
+        hint = " (a SAM 1 file: use vitdeploy.runtime.SamPredictor)" if model_part(encoder)[0] == "sam" else ""
         raise InputError(f"the encoder is a '{encoder.get('family')}' model, not a SAM 2 image encoder{hint}: export one "
                          "with 'vitdeploy export -r sam2.1_hiera_tiny'")
-    if decoder.get("family") != "sam2_mask_decoder":
-        hint = " (a SAM 1 file: use vitdeploy.runtime.SamPredictor)" if decoder.get("family") == "sam_mask_decoder" else ""
+    if model_part(decoder) != ("sam2", "mask_decoder"):
+        hint = " (a SAM 1 file: use vitdeploy.runtime.SamPredictor)" if model_part(decoder)[0] == "sam" else ""
         raise InputError(f"the decoder is a '{decoder.get('family')}' model, not a SAM 2 mask decoder{hint}: export one "
                          "with 'vitdeploy export -r sam2.1_hiera_tiny_decoder'")
     different = identity_differences(encoder, decoder, ("variant", "input_size", "random_seed", "checkpoint_sha256"))

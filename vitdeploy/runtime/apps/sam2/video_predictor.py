@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
+from vitdeploy.families import family_of_part, model_part
 from vitdeploy.metadata import identity_differences
 from vitdeploy.runtime.apps.sam2.memory_bank import TrackerSettings, select_memory
 from vitdeploy.runtime.apps.sam2.image_predictor import MaskChoice
@@ -51,13 +52,11 @@ from vitdeploy.runtime.processing.recorded_inputs import InputRecorder
 from vitdeploy.runtime.processing.sam2_transforms import resize_bilinear
 from vitdeploy.runtime.processing.video_frames import VideoFrames
 
-#: The families of the four files, in the constructor's order, and the recipe suffix that exports each.
-VIDEO_FILES = (("image_encoder", "sam2_image_encoder", ""), ("decoder", "sam2_mask_decoder", "_decoder"),
-               ("memory_encoder", "sam2_memory_encoder", "_memory_encoder"),
-               ("memory_attention", "sam2_memory_attention", "_memory_attention"))
-SAM1_FAMILIES = ("sam_image_encoder", "sam_mask_decoder")
+#: The four files, in the constructor's order: (the predictor's attribute, the SAM 2 part it holds).
+VIDEO_FILES = (("image_encoder", "image_encoder"), ("decoder", "mask_decoder"), ("memory_encoder", "memory_encoder"),
+               ("memory_attention", "memory_attention"))
 #: The predictor's graphs, by attribute name.
-GRAPHS = tuple(role for role, _, _ in VIDEO_FILES)
+GRAPHS = tuple(role for role, _ in VIDEO_FILES)
 
 
 class Logits(np.ndarray):
@@ -76,21 +75,22 @@ class Logits(np.ndarray):
 def check_video_files(metadata: dict[str, dict[str, Any]]) -> None:
     """Raise InputError unless the four files are SAM 2's image encoder, decoder, memory encoder and memory attention
     of one model (same variant, weights and image size)."""
-    for role, family, suffix in VIDEO_FILES:
+    for role, part in VIDEO_FILES:
         found = metadata[role].get("family")
-        if found != family:
-            sam1 = " (a SAM 1 file: SAM 1 has no video predictor; use SAM 2 files)" if found in SAM1_FAMILIES else ""
-            raise InputError(f"the {role.replace('_', ' ')} is a '{found}' model, not a {family} one{sam1}: export it "
-                             f"with 'vitdeploy export -r sam2.1_hiera_tiny{suffix}' (or the size you use)")
+        if model_part(metadata[role]) != ("sam2", part):
+            family = family_of_part("sam2", part)
+            sam1 = " (a SAM 1 file: SAM 1 has no video predictor; use SAM 2 files)" if model_part(metadata[role])[0] == "sam" else ""
+            raise InputError(f"the {role.replace('_', ' ')} is a '{found}' model, not a {family.name} one{sam1}: export "
+                             f"it with 'vitdeploy export -r sam2.1_hiera_tiny{family.recipe_suffix}' (or the size you use)")
     encoder = metadata["image_encoder"]
-    for role, _, _ in VIDEO_FILES[1:]:
+    for role, _ in VIDEO_FILES[1:]:
         other = metadata[role]
         different = identity_differences(encoder, other, ("variant", "random_seed", "checkpoint_sha256"))
         if different:
             shown = ", ".join(different)
             raise InputError(f"the image encoder and the {role.replace('_', ' ')} come from two different SAM 2 models "
                              f"({shown}): export all four files from the same checkpoint (or seed) and model size")
-    sizes = {role: metadata[role].get("input_size") for role, _, _ in VIDEO_FILES}
+    sizes = {role: metadata[role].get("input_size") for role, _ in VIDEO_FILES}
     if len({str(v) for v in sizes.values()}) != 1:
         raise InputError(f"the four files are for different image sizes ({sizes}): the video path runs at the model's "
                          "own size; export the image encoder without --input-size")
