@@ -61,6 +61,13 @@ def claim_outputs(paths, force: bool, inputs=()) -> None:
             lock_output(path)
 
 
+def claim_folder(path: str | os.PathLike) -> None:
+    """Inside a verb (:func:`output_locks`), lock the output folder ``path`` for the verb's lifetime, as a ``-o`` file
+    is locked (:func:`lock_output`): a second vitdeploy process writing into it is refused before any work."""
+    if _LOCKING.get():
+        lock_output(path)
+
+
 #: Outputs this process is writing -> their lock files (released by :func:`release_output_locks`).
 _LOCKS: dict[Path, Path] = {}
 #: Whether :func:`claim_outputs` locks: inside :func:`output_locks` (a CLI verb) only. A program calling the Python
@@ -199,11 +206,32 @@ def apply_default_mode(path: Path) -> None:
     os.chmod(path, 0o666 & ~umask)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically and return the final path."""
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, durable: bool = False) -> Path:
+    """Write ``data`` to ``path`` atomically and return the final path. ``durable``: the data is fsync'ed before the
+    rename and the folder after it, so the file is on the disk before whatever the caller records next."""
     with atomic_output(path) as tmp:
-        tmp.write_bytes(data)
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+    if durable:
+        fsync_folder(Path(path).parent)
     return Path(path)
+
+
+def fsync_folder(folder: str | os.PathLike) -> None:
+    """fsync a folder, so the names just created or renamed in it survive a power cut (where the OS allows it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # a filesystem or OS that cannot sync a directory
+        pass
+    finally:
+        os.close(fd)
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

@@ -72,6 +72,8 @@ def run_dataset_job(config, images: str, out_dir: str, shard_size: int | None, r
         plan = plan_job(config, images, out_dir, shard_size=shard_size, deployment_source=chosen.source)
         where = f"in this process ({config.threads} thread(s))"
         results = run_in_process(plan)
+    for line in plan.store.redone:
+        click.echo(f"warning: {line}", err=True)
     skipped = f", {plan.skipped} done before (skipped)" if plan.skipped else ""
     click.echo(f"{verb} {plan.pending} of {len(plan.images)} image(s){skipped} into {out_dir}: {len(plan.shards)} shard(s), "
                f"{Path(config.encoder).name} as {plan.deployment}, {where}")

@@ -209,3 +209,60 @@ def test_bad_job_requests_are_refused_before_any_work(tiny_sam_artifacts: TinySa
     assert_user_error(code, output, "not found")
     code, output = run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs", tmp_path / "o3", "--workers", "2"))
     assert code == 2 and "--workers is for --ray" in output
+
+
+def test_a_second_writer_and_another_shard_size_are_refused(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
+    """A job owns its folder: while another live vitdeploy process holds it, a second job stops before any work; the
+    shard size is part of the job (two sizes in one folder named shard files that held other images)."""
+    make_images(tmp_path / "imgs", broken=False)
+    out = tmp_path / "out"
+    lock = tmp_path / ".out.vitdeploy-lock"
+    lock.write_text(str(os.getppid()))  # a live process that is not this one
+    code, output = run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs", out))
+    assert_user_error(code, output, "being written by another vitdeploy process", f"pid {os.getppid()}")
+    assert not out.exists()
+    lock.unlink()
+    assert run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs", out))[0] == 0
+    assert not lock.exists()  # released when the verb ended
+    before = (out / "manifest.jsonl").read_bytes()
+    code, output = run(*[a if a != "2" else "3" for a in embed_args(tiny_sam_artifacts, tmp_path / "imgs", out)])
+    assert_user_error(code, output, "holds another job", "shard_size: 2 there, 3 now")
+    assert (out / "manifest.jsonl").read_bytes() == before
+
+
+def test_resume_redoes_missing_and_damaged_shards_and_knows_an_image_by_its_path(
+        tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
+    """A deleted shard and one overwritten with garbage are done again (said in one line each), and resuming with
+    another spelling of the same folder does no image twice."""
+    paths = make_images(tmp_path / "imgs", broken=False)
+    out = tmp_path / "out"
+    assert run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs", out))[0] == 0
+    whole = all_embeddings(out)
+    first, second = [e["shard"] for e in manifest(out)][:2]
+    (out / first).unlink()
+    (out / second).write_bytes(b"garbage")
+    other_spelling = tmp_path / "imgs" / ".." / "imgs"
+    code, output = run(*embed_args(tiny_sam_artifacts, other_spelling, out))
+    assert code == 0, output
+    assert f"shard '{first}' is missing: its 2 image(s) are done again" in output
+    assert f"shard '{second}' does not hold what the manifest recorded (SHA-256 differs)" in output
+    assert "embedding 4 of 5 image(s), 1 done before (skipped)" in output, output
+    done = Counter(i["image"] for e in manifest(out) for i in e["images"])
+    assert set(done.values()) == {1} and len(done) == len(paths), done
+    again = all_embeddings(out)
+    for image, embedding in whole.items():
+        key = next(k for k in again if os.path.realpath(k) == os.path.realpath(image))
+        assert np.array_equal(again[key], embedding), image
+    code, output = run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs", out))
+    assert code == 0 and "embedding 0 of 5 image(s), 5 done before (skipped)" in output, output
+
+
+def test_a_job_that_did_no_work_does_not_block_the_next(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
+    """A run that stopped before its first shard (a model that failed to open, say) leaves a folder the corrected
+    run takes over, whatever its options; a folder with work done stays refused to another job."""
+    make_images(tmp_path / "imgs", broken=False)
+    out = tmp_path / "out"
+    plan_job(JobConfig("embed", str(tiny_sam_artifacts.encoder), embedding_format="parquet"), tmp_path / "imgs", out)
+    assert sorted(p.name for p in out.iterdir()) == ["job.json"]
+    code, output = run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs", out))
+    assert code == 0 and "embedding 5 of 5 image(s)" in output, output

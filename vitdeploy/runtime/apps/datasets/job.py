@@ -175,13 +175,14 @@ def plan_job(config: JobConfig, source: str | os.PathLike, out_dir: str | os.Pat
         check_sam_encoder(read_onnx_metadata(config.encoder), f"'{config.encoder}'")
     deployment = f"{config.runtime} {config.precision}" + "".join(f" {k}={v}" for k, v in config.settings)
     options = {"embedding_format": config.embedding_format} if config.kind == "embed" else dict(config.mask_options)
-    header = {"job": config.kind, "models": identity, "deployment": deployment, "device": config.device, "options": options}
-    store = DatasetStore.open(out_dir, header)
-    done = store.done()
-    left = [image for image in images if image not in done]
     size = shard_size or KINDS[config.kind][1]
     if size < 1:
         raise InputError(f"--shard-size must be at least 1, got {size}")
+    header = {"job": config.kind, "models": identity, "deployment": deployment, "device": config.device, "options": options,
+              "shard_size": size}
+    store = DatasetStore.open(out_dir, header)
+    done = {os.path.realpath(image) for image in store.done()}  # however --images was spelled, an image is done once
+    left = [image for image in images if os.path.realpath(image) not in done]
     return JobPlan(config, store, images, len(images) - len(left), shards(left, store.next_index(), size),
                    f"{deployment} ({deployment_source})")
 

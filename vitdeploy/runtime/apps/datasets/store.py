@@ -8,10 +8,14 @@ A job over many images writes, into one folder::
     errors.jsonl       the images not done because they failed, with the reason (rewritten at the end of a run)
     embeddings-00000.npz / .parquet, masks-00000.jsonl, ...   the shards
 
-The manifest is the job's record: an image is done when a manifest line names it, and only then. A shard
-file is written atomically before its line is appended (flushed and fsync'ed), so a run stopped at any
-moment (Ctrl-C, a killed process, a lost machine) leaves a manifest whose every line names a complete
-shard; a line torn by the stop is dropped when the folder is opened again. The next run skips the
+The manifest is the job's record: an image is done when a manifest line names it and the shard file the line
+names is there with the SHA-256 the line records (checked when the folder is opened again: a deleted or damaged
+shard is done again, and said so). A shard file is written atomically (its data and its folder fsync'ed) before
+its line is appended (flushed and fsync'ed), so a run stopped at any moment (Ctrl-C, a killed process, a lost
+machine, a power cut) leaves a manifest whose every line names a complete shard; a line torn by the stop is dropped
+when the folder is opened again. A verb holds the folder's lock while it runs: a second job on the same folder is
+refused before any work. A folder whose job did no work yet (no manifest line) is taken by the next job whatever
+it is, so a run that failed before its first shard never blocks the corrected one. The next run skips the
 images the manifest names and retries the rest, failed ones included. When a run finishes, the manifest
 is rewritten sorted by shard, so the same job gives the same manifest however its shards were scheduled
 (in one process or on Ray workers).
@@ -83,6 +87,8 @@ class DatasetStore:
     folder: Path
     header: dict[str, Any]
     entries: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: What resuming found wrong with shards the manifest names (their images are done again), one line each.
+    redone: list[str] = field(default_factory=list)
 
     @classmethod
     def open(cls, folder: str | os.PathLike, header: dict[str, Any]) -> DatasetStore:
@@ -91,12 +97,20 @@ class DatasetStore:
         ``header`` says what the job is (kind, model, deployment, options); a folder holding a job whose header
         differs is refused with what differs, so two jobs never mix in one manifest.
         """
+        from vitdeploy.fileio import claim_folder
+
         folder = Path(folder)
         if folder.exists() and not folder.is_dir():
             raise InputError(f"--out-dir '{folder}' is a file: give a folder (it is created)")
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        claim_folder(folder)  # before the folder is made: a refused second job leaves nothing behind
+        folder.mkdir(exist_ok=True)
         header = {"format": FORMAT, **header}
         job_file = folder / JOB_FILE
+        idle = not (folder / MANIFEST_FILE).is_file() or (folder / MANIFEST_FILE).stat().st_size == 0
+        if job_file.is_file() and idle and set(p.name for p in folder.iterdir()) <= {JOB_FILE, MANIFEST_FILE, ERRORS_FILE}:
+            for name in (JOB_FILE, MANIFEST_FILE, ERRORS_FILE):  # a job that did no work: nothing of it to keep
+                (folder / name).unlink(missing_ok=True)
         if job_file.is_file():
             try:
                 saved = json.loads(job_file.read_text())
@@ -117,6 +131,7 @@ class DatasetStore:
             atomic_write_bytes(job_file, (json.dumps(header, indent=1, sort_keys=True) + "\n").encode())
         store = cls(folder, header)
         store._read_manifest()
+        store._verify_shards()
         return store
 
     # --- the manifest ------------------------------------------------------------------------------
@@ -143,6 +158,25 @@ class DatasetStore:
                                  "the folder was edited; give a new --out-dir") from exc
             self.entries[index] = entry
 
+    def _verify_shards(self) -> None:
+        """Forget the manifest lines whose shard file is missing or holds other bytes than the line's SHA-256 (their
+        images are done again); :attr:`redone` says which and why. Costs one read of every shard file."""
+        from vitdeploy.fileio import sha256_file
+
+        for index in sorted(self.entries):
+            entry = self.entries[index]
+            if not entry.get("shard"):
+                continue
+            path = self.folder / entry["shard"]
+            if not path.is_file():
+                problem = "is missing"
+            elif sha256_file(path) != entry.get("sha256"):
+                problem = "does not hold what the manifest recorded (SHA-256 differs)"
+            else:
+                continue
+            del self.entries[index]
+            self.redone.append(f"shard '{entry['shard']}' {problem}: its {len(entry['images'])} image(s) are done again")
+
     def done(self) -> set[str]:
         """The images a manifest line names as done."""
         return {image["image"] for entry in self.entries.values() for image in entry["images"]}
@@ -160,12 +194,13 @@ class DatasetStore:
         return max(self.entries, default=-1) + 1
 
     def commit(self, result: ShardResult, shard_name: str) -> None:
-        """Write the shard file (atomically), then append its manifest line (flushed and fsync'ed)."""
+        """Write the shard file (atomically; its data and the folder fsync'ed), then append its manifest line (flushed
+        and fsync'ed): a line never names a shard whose bytes a power cut could lose."""
         from vitdeploy.fileio import atomic_write_bytes
 
         entry = dict(result.entry)
         if result.payload is not None:
-            atomic_write_bytes(self.folder / shard_name, result.payload)
+            atomic_write_bytes(self.folder / shard_name, result.payload, durable=True)
             entry["shard"], entry["sha256"] = shard_name, _sha256(result.payload)
         else:
             entry["shard"], entry["sha256"] = None, None
