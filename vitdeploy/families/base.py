@@ -86,6 +86,9 @@ class ModelFamily:
     layernorm2d_forms: tuple[str, ...] = ()
     #: Metadata keys a file of this family carries: its reference, preprocessing and inputs are built from them.
     required_metadata: tuple[str, ...] = ("architecture", "input_size")
+    #: The metadata keys the torch-free runtime reads from a file of this family (its preprocessing): the seam that
+    #: opens every deployed file refuses one without them, naming the key, before any verb uses it.
+    runtime_metadata: tuple[str, ...] = ("input_size",)
 
     def architecture_class(self) -> type | None:
         """The dataclass this family builds its model from ``architecture`` with (None: its keys are not checked)."""

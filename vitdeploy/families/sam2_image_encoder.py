@@ -25,6 +25,7 @@ class Sam2ImageEncoderFamily(Sam2Family):
     model = 'sam2'
     part = 'image_encoder'
     title = 'SAM 2 image encoders'
+    runtime_metadata = ("input_size", "pixel_mean", "pixel_std")
     role = ("SAM 2 image encoder: an image or video frame -> its embedding and two high-resolution feature maps (image "
             "and video)")
     required_metadata = ("architecture", "input_size", "pixel_mean", "pixel_std")

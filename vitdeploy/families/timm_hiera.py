@@ -23,6 +23,7 @@ class TimmHiera(TimmFamily):
     model = 'timm'
     part = 'hiera'
     title = 'Hiera models'
+    runtime_metadata = ("input_size", "pixel_mean", "pixel_std")
     role = "timm Hiera: an image -> class logits or multi-scale features"
 
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:

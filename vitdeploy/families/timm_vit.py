@@ -43,6 +43,7 @@ class TimmVit(TimmFamily):
     model = 'timm'
     part = 'vit'
     title = 'ViTs'
+    runtime_metadata = ("input_size", "pixel_mean", "pixel_std")
     cpu_default_rows = ('amx_bf16',)
     role = "timm Vision Transformer: an image -> class logits or features"
 

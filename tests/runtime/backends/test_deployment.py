@@ -245,3 +245,42 @@ def test_a_profile_setting_reaches_every_route(tiny_sam_artifacts: TinySamArtifa
     }
     for route, runner in runners.items():
         assert runner.backend == "openvino" and (runner.gelus_apart > 0) is apart, (route, runner.provider)
+
+
+@pytest.mark.parametrize("key", ["pixel_std", "pixel_mean", "input_size"])
+def test_a_file_without_what_its_runtime_reads_is_refused_at_the_seam(tiny_sam_artifacts: TinySamArtifacts,
+                                                                       tmp_path: Path, key: str) -> None:
+    """An encoder stripped of a key its preprocessing reads is refused by every verb in one line naming the key
+    (it was ``unexpected KeyError: 'pixel_std'``), and by the Python API the same way."""
+    import onnx
+
+    from tests.cli_helpers import assert_user_error, run
+    from vitdeploy.runtime import SamPredictor
+
+    model = onnx.load(str(tiny_sam_artifacts.encoder))
+    kept = [(p.key, p.value) for p in model.metadata_props if p.key != f"vitdeploy.{key}"]
+    del model.metadata_props[:]
+    for k, v in kept:
+        entry = model.metadata_props.add()
+        entry.key, entry.value = k, v
+    stripped = tmp_path / "stripped.onnx"
+    onnx.save(model, str(stripped))
+    image = tmp_path / "img.png"
+    from PIL import Image
+
+    from tests.sam_tiny import sample_image
+    Image.fromarray(sample_image(40, 60, seed=1)).save(image)
+    decoder = str(tiny_sam_artifacts.decoder)
+    verbs = {
+        "predict": ["predict", "-e", str(stripped), "-d", decoder, "-i", str(image), "--point", "10,10",
+                    "-o", str(tmp_path / "m.png")],
+        "segment-all": ["segment-all", "-e", str(stripped), "-d", decoder, "--image", str(image),
+                        "--output", str(tmp_path / "all.json")],
+        "embed": ["embed", "-e", str(stripped), "--images", str(tmp_path), "--out-dir", str(tmp_path / "emb")],
+    }
+    for verb, args in verbs.items():
+        code, output = run(*args)
+        assert_user_error(code, output, "'stripped.onnx' has damaged vitdeploy metadata", f"it lacks '{key}'")
+        assert "KeyError" not in output, verb
+    with pytest.raises(InputError, match=f"it lacks '{key}', which a sam_image_encoder file carries"):
+        SamPredictor(stripped, decoder)

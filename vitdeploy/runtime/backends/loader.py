@@ -21,11 +21,18 @@ def attention_flag(fused_attention: bool | None, folded_attention: bool) -> str 
 
 def checked(runner: Runner, path: Path) -> Runner:
     """``runner`` after its file's vitdeploy metadata passed :func:`vitdeploy.metadata.metadata_problems` (each
-    known field's type, and names and ``input_size`` against the graph): an edited or damaged file is refused
-    here in one line naming the field, not deep inside a verb."""
+    known field's type, and names and ``input_size`` against the graph) and carries every key its family's runtime
+    reads (``runtime_metadata``): an edited or damaged file is refused here in one line naming the field, not deep
+    inside a verb (``KeyError: 'pixel_std'``)."""
+    from vitdeploy.families import FAMILIES
     from vitdeploy.metadata import metadata_problems
 
     problems = metadata_problems(runner.metadata, runner.input_shapes(), runner.output_names)
+    name = runner.metadata.get("family")
+    family = FAMILIES.get(name) if isinstance(name, str) else None
+    if family is not None:  # what the runtime reads from a file of this family
+        problems += [f"it lacks '{key}', which a {name} file carries" for key in family.runtime_metadata
+                     if runner.metadata.get(key) is None]
     if problems:
         raise InputError(f"'{path.name}' has damaged vitdeploy metadata ({'; '.join(problems)}): export it again with "
                          "'vitdeploy export' (files edited by hand are not trusted)")
