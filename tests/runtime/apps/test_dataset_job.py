@@ -266,3 +266,30 @@ def test_a_job_that_did_no_work_does_not_block_the_next(tiny_sam_artifacts: Tiny
     assert sorted(p.name for p in out.iterdir()) == ["job.json"]
     code, output = run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs", out))
     assert code == 0 and "embedding 5 of 5 image(s)" in output, output
+
+
+def test_every_image_source_problem_is_recorded_with_its_reason(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
+    """Links to nothing, link loops, FIFOs and directories named like images, and a device or a directory in a list:
+    one errors.jsonl line each with what it is (they were skipped, or called "not found"), nothing opened (a FIFO
+    would hang the job), the good images done."""
+    imgs = tmp_path / "imgs"
+    make_images(imgs, broken=False)
+    os.mkfifo(imgs / "pipe.jpg")
+    (imgs / "dangling.png").symlink_to(tmp_path / "nowhere.png")
+    (imgs / "loop.jpg").symlink_to(imgs / "loop.jpg")
+    (imgs / "folder.jpg").mkdir()
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{imgs / 'img_0.jpg'}\n/dev/zero\n{imgs / 'folder.jpg'}\n")
+    for source, out in ((imgs, tmp_path / "a"), (listing, tmp_path / "b")):
+        done = subprocess.run([sys.executable, "-m", "vitdeploy", *embed_args(tiny_sam_artifacts, source, out)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        reasons = {Path(e["image"]).name: e["error"] for e in map(json.loads, (out / "errors.jsonl").read_text().splitlines())}
+        expected = ({"pipe.jpg": "is a FIFO (named pipe), not an image file",
+                     "dangling.png": "is a broken symbolic link", "loop.jpg": "is a symbolic link loop",
+                     "folder.jpg": "is a directory, not an image"} if source == imgs else
+                    {"zero": "is a character device, not an image file", "folder.jpg": "is a directory, not an image"})
+        assert set(reasons) == set(expected), reasons
+        for name, words in expected.items():
+            assert words in reasons[name], (name, reasons[name])
+        assert len(all_embeddings(out)) == (len(SHAPES) if source == imgs else 1)

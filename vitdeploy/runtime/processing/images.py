@@ -102,9 +102,34 @@ def read_image_rgb(path: str | Path, notes: list[str] | None = None) -> np.ndarr
     ``notes`` (when given) gets a line for every conversion a user should know of (bit depth).
     """
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"image '{path}' not found: check the path")
+    problem = not_an_image_file(path)
+    if problem is not None:  # never opened: a FIFO would block, a device would read forever
+        raise InputError(f"image '{path}' {problem}: check the path")
     return _decode(path, path, notes)
+
+
+def not_an_image_file(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be an image file, in words (``not found``, ``is a directory, not an image``, ``is a
+    symbolic link loop``...), or None for a regular file (read through links). Nothing is opened."""
+    import errno
+    import stat
+
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "is a broken symbolic link (what it points to is missing)" if path.is_symlink() else "not found"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symbolic link loop"
+        return f"cannot be read ({exc.strerror or type(exc).__name__})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory, not an image"
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    return f"is {kind}, not an image file"
 
 
 def decode_image_bytes(data: bytes, name: str = "upload", notes: list[str] | None = None) -> np.ndarray:

@@ -55,10 +55,10 @@ def list_images(source: str | os.PathLike) -> list[str]:
     text = str(source)
     path = Path(text)
     if path.is_dir():
-        found = sorted(str(p) for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        found = sorted(str(p) for p in path.rglob("*") if _wanted(p, by_suffix=True))
         hint = f"folder '{path}' holds no images ({', '.join(IMAGE_SUFFIXES)}, searched recursively)"
     elif any(ch in text for ch in "*?["):
-        found = sorted(p for p in glob.glob(text, recursive=True) if Path(p).is_file())
+        found = sorted(p for p in glob.glob(text, recursive=True) if _wanted(Path(p), by_suffix=False))
         hint = f"the pattern '{text}' matches no files"
     elif path.is_file() and path.suffix.lower() == ".parquet":
         found = [_relative_to(path, p) for p in _parquet_paths(path)]
@@ -75,6 +75,18 @@ def list_images(source: str | os.PathLike) -> list[str]:
     if not unique:
         raise InputError(f"{hint}: point --images at images")
     return unique
+
+
+def _wanted(path: Path, by_suffix: bool) -> bool:
+    """Whether a found entry joins the job: a regular file (with an image suffix, in a folder), and anything else
+    named like an image (a broken link, a link loop, a FIFO, a directory ``x.jpg``), which the job records as
+    failed with its reason (:func:`~vitdeploy.runtime.processing.images.not_an_image_file`) instead of skipping."""
+    named = path.suffix.lower() in IMAGE_SUFFIXES
+    try:
+        regular = path.is_file()
+    except OSError:  # a link loop on some Pythons
+        regular = False
+    return named if by_suffix else (regular or named)
 
 
 def _relative_to(listing: Path, entry: str) -> str:
