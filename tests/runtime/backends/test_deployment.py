@@ -4,6 +4,7 @@ machine (vitdeploy/runtime/backends/deployment.py). Tune itself: tests/test_tune
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -284,3 +285,45 @@ def test_a_file_without_what_its_runtime_reads_is_refused_at_the_seam(tiny_sam_a
         assert "KeyError" not in output, verb
     with pytest.raises(InputError, match=f"it lacks '{key}', which a sam_image_encoder file carries"):
         SamPredictor(stripped, decoder)
+
+
+def _tuned(model: Path, chosen: dict, passed: bool = True, **changes) -> Path:
+    """A profile shaped as 'vitdeploy tune' writes it: the chosen deployment among the candidates, with its verdict."""
+    other = {"runtime": "onnxruntime", "precision": "file", "threads": 1, "settings": {"fused_attention": False}}
+    candidates = [{"label": "x", "deployment": chosen, "passed": passed}, {"label": "y", "deployment": other, "passed": True}]
+    return _profile(model, chosen, candidates=candidates, **changes)
+
+
+ORT = {"runtime": "onnxruntime", "precision": "file", "threads": 1, "settings": {}}
+
+
+@pytest.mark.parametrize("chosen,passed,changes,refusal", [
+    (ORT, False, {}, "chooses a deployment that is not one of its passing candidates"),
+    ({**ORT, "threads": 256}, True, {}, "threads is 256, expected a whole number from 1 to this machine's"),
+    ({**ORT, "threads": True}, True, {}, "threads is true, expected a whole number"),
+    ({"runtime": "openvino", "precision": "file", "threads": 1, "settings": {"gelu_apart": "yes"}}, True, {},
+     'gelu_apart is "yes", expected true or false'),
+    ({**ORT, "settings": {"session_config": {"session.use_env_allocators": "1"}}}, True, {},
+     "session_config is not a setting 'vitdeploy tune' writes"),
+    ({**ORT, "settings": {"profile_prefix": "/tmp/x"}}, True, {}, "profile_prefix is not a setting 'vitdeploy tune' writes"),
+    (ORT, True, {"machine": ["x"]}, "has a 'machine' that is not an object"),
+    (ORT, True, {"runtime_versions": "1.0"}, "has a 'runtime_versions' that is not an object"),
+    (ORT, True, {"candidates": {"a": 1}}, "has a 'candidates' that is not a list"),
+])
+def test_a_hand_edited_profile_is_held_to_what_tune_writes(encoder: Path, chosen: dict, passed: bool, changes: dict,
+                                                           refusal: str) -> None:
+    """A profile is trusted as far as 'vitdeploy tune' writes it: anything else is refused in one line (each of these
+    was followed before)."""
+    if "candidates" in changes:
+        _profile(encoder, chosen, **changes)
+    else:
+        _tuned(encoder, chosen, passed, **changes)
+    with pytest.raises(InputError, match=re.escape(refusal)):
+        resolve(encoder)
+
+
+def test_a_bf16_profile_is_refused_on_a_cpu_without_bf16_units(encoder: Path, monkeypatch) -> None:
+    monkeypatch.setenv("VITDEPLOY_CPU_MASK", "amx*,avx512*")  # the profile's machine and this one: AVX2 only
+    _tuned(encoder, {"runtime": "openvino", "precision": "bf16", "threads": 1, "settings": {}})
+    with pytest.raises(InputError, match="it runs BF16, and this CPU has no BF16 units"):
+        resolve(encoder)

@@ -43,6 +43,10 @@ PROFILE_SUFFIX = ".profile.json"
 RUNTIME_DISTRIBUTIONS = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu"), "openvino": ("openvino",)}
 
 
+#: The runner settings ``vitdeploy tune`` tries, and so the only ones a profile may hold (true or false each).
+PROFILE_SETTINGS = ("fused_attention", "folded_attention", "gelu_apart")
+
+
 @dataclass(frozen=True)
 class Deployment:
     """How one file runs: the runtime, its precision policy, the runner's own settings and the threads.
@@ -75,19 +79,36 @@ class Deployment:
                 "settings": dict(self.settings)}
 
     @classmethod
-    def from_dict(cls, data: Any, source: str) -> Deployment:
+    def from_dict(cls, data: Any, source: str, features: CpuFeatures | None = None) -> Deployment:
+        """A deployment a profile names, held to what ``vitdeploy tune`` writes (a hand-edited profile is not
+        trusted further): a known runtime and a policy it takes, whole threads from 1 to this machine's cores, only
+        the runner settings tune tries (:data:`PROFILE_SETTINGS`, true or false), and BF16 only on a CPU with BF16
+        units. Anything else is refused in one line."""
+        def refuse(why: str) -> InputError:
+            return InputError(f"{source}: {why}: run 'vitdeploy tune' again")
+
         if not isinstance(data, dict) or data.get("runtime") not in ONNX_RUNTIMES \
                 or data.get("precision", "file") not in PRECISION_POLICIES \
-                or not isinstance(data.get("settings", {}), dict) \
-                or not (data.get("threads") is None or (isinstance(data["threads"], int) and data["threads"] >= 1)):
-            raise InputError(f"{source}: the chosen deployment is damaged ({json.dumps(data)[:120]}): run 'vitdeploy tune' again")
+                or not isinstance(data.get("settings", {}), dict):
+            raise refuse(f"the chosen deployment is damaged ({json.dumps(data)[:120]})")
         if data.get("precision", "file") not in RUNTIMES[data["runtime"]].policies:
-            raise InputError(f"{source}: {data['runtime']} does not take precision {data['precision']}: run 'vitdeploy tune' again")
+            raise refuse(f"{data['runtime']} does not take precision {data['precision']}")
+        threads, cores = data.get("threads"), available_cores()
+        if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= cores):
+            raise refuse(f"threads is {json.dumps(threads)}, expected a whole number from 1 to this machine's {cores} cores")
         settings = tuple(sorted(data.get("settings", {}).items()))
         unknown = sorted({k for k, _ in settings} - RUNTIMES[data["runtime"]].settings)
         if unknown:
-            raise InputError(f"{source}: {', '.join(unknown)} is not a setting of {data['runtime']}: run 'vitdeploy tune' again")
-        return cls(data["runtime"], data.get("precision", "file"), data.get("threads"), settings, source)
+            raise refuse(f"{', '.join(unknown)} is not a setting of {data['runtime']}")
+        untuned = sorted(k for k, _ in settings if k not in PROFILE_SETTINGS)
+        if untuned:
+            raise refuse(f"{', '.join(untuned)} is not a setting 'vitdeploy tune' writes (it writes {', '.join(PROFILE_SETTINGS)})")
+        not_bool = [f"{k} is {json.dumps(v)}" for k, v in settings if not isinstance(v, bool)]
+        if not_bool:
+            raise refuse(f"{', '.join(not_bool)}, expected true or false")
+        if data.get("precision") == "bf16" and not (features or cpu_features()).bf16_units:
+            raise refuse("it runs BF16, and this CPU has no BF16 units")
+        return cls(data["runtime"], data.get("precision", "file"), threads, settings, source)
 
 
 @dataclass(frozen=True)
@@ -257,7 +278,24 @@ def read_profile(path: str | Path) -> dict[str, Any]:
     for key in ("model_sha256", "machine", "runtime_versions", "chosen"):
         if key not in profile:
             raise InputError(f"the deployment profile '{path}' lacks '{key}': run 'vitdeploy tune' again")
+    for key, kind, name in (("machine", dict, "an object"), ("runtime_versions", dict, "an object"),
+                            ("chosen", dict, "an object"), ("candidates", list, "a list"), ("model_sha256", str, "a string")):
+        if key in profile and not isinstance(profile[key], kind):
+            raise InputError(f"the deployment profile '{path}' has a '{key}' that is not {name}: run 'vitdeploy tune' again")
+    candidates = profile.get("candidates", [])
+    if not all(isinstance(c, dict) and isinstance(c.get("deployment"), dict) for c in candidates):
+        raise InputError(f"the deployment profile '{path}' has a candidate without its deployment: run 'vitdeploy tune' again")
+    passed = [c["deployment"] for c in candidates if c.get("passed") is True]
+    if candidates and not any(_same_choice(profile["chosen"], d) for d in passed):
+        raise InputError(f"the deployment profile '{path}' chooses a deployment that is not one of its passing candidates "
+                         "(the profile's own verdicts): run 'vitdeploy tune' again")
     return profile
+
+
+def _same_choice(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two deployments a profile writes are the same choice (runtime, policy, settings, threads)."""
+    keys = ("runtime", "precision", "settings", "threads")
+    return all(a.get(k) == b.get(k) for k in keys)
 
 
 def profile_problems(profile: dict[str, Any], model: str | Path, features: CpuFeatures | None = None) -> list[str]:
