@@ -176,7 +176,12 @@ def reference_seed(metadata: dict[str, Any], checkpoint: str | None) -> int | No
         if not metadata.get("random_weights"):
             raise InputError(f"this model was exported from checkpoint '{metadata.get('checkpoint')}': pass it with "
                              "--checkpoint")
-        return int(metadata["random_seed"])
+        seed = metadata.get("random_seed")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise InputError(f"this model says it has random weights but records no seed to rebuild its reference from "
+                             f"('random_seed' is {'missing' if 'random_seed' not in metadata else repr(seed)}): export it "
+                             "again with 'vitdeploy export' (files edited by hand are not trusted)")
+        return seed
     if metadata.get("random_weights"):
         raise InputError(f"this model was exported with random weights (seed {metadata.get('random_seed')}), so "
                          f"checkpoint '{checkpoint}' is not its reference: leave out --checkpoint (the reference is "

@@ -327,3 +327,20 @@ def test_a_bf16_profile_is_refused_on_a_cpu_without_bf16_units(encoder: Path, mo
     _tuned(encoder, {"runtime": "openvino", "precision": "bf16", "threads": 1, "settings": {}})
     with pytest.raises(InputError, match="it runs BF16, and this CPU has no BF16 units"):
         resolve(encoder)
+
+
+def test_validate_names_a_missing_random_seed(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
+    """A random-weights file without its seed: 'validate' says which key is missing (it was a KeyError)."""
+    import onnx
+
+    from tests.cli_helpers import assert_user_error, run
+
+    model = onnx.load(str(tiny_sam_artifacts.encoder))
+    kept = [(p.key, p.value) for p in model.metadata_props if p.key != "vitdeploy.random_seed"]
+    del model.metadata_props[:]
+    for k, v in kept:
+        entry = model.metadata_props.add()
+        entry.key, entry.value = k, v
+    onnx.save(model, str(tmp_path / "noseed.onnx"))
+    code, output = run("validate", str(tmp_path / "noseed.onnx"), "--random-inputs", "1", "--runs", "0")
+    assert_user_error(code, output, "records no seed", "'random_seed' is missing")
