@@ -369,11 +369,14 @@ def test_sam_cli_follows_a_profile_that_chose_openvino(cpp_build: Path, tiny_sam
     Image.fromarray(picture).save(tmp_path / "in.png")
     tune(encoder, TuneOptions(runtimes=("openvino",), threads=(1,), runs=1, max_images=1), echo=lambda _line: None)
     profile = json.loads(profile_path(encoder).read_text())
-    chosen = profile["chosen"]  # f32 ("file"), or bf16 where the CPU has it
-    assert chosen["runtime"] == "openvino"
-    # the GELU form as a profile setting: both runtimes follow it (here the reading this CPU does not take by default)
+    assert profile["chosen"]["runtime"] == "openvino"
+    # the GELU form as a profile setting: both runtimes follow it (here the reading this CPU does not take by default).
+    # tune tried it as a candidate of its own; choosing that passing candidate keeps the profile one tune could write
+    # (a hand-edited choice is refused), whichever candidate was fastest in this run.
     gelu_apart = not keep_gelu_apart(cpu_features(), Precision.FP32)
-    chosen["settings"] = {"gelu_apart": gelu_apart}
+    chosen = next(c["deployment"] for c in profile["candidates"]
+                  if c["passed"] and c["deployment"]["settings"] == {"gelu_apart": gelu_apart})
+    profile["chosen"] = chosen
     profile_path(encoder).write_text(json.dumps(profile))
     done = _run_cli(cpp_build, "--encoder", str(encoder), "--decoder", str(tiny_sam_artifacts.decoder), "--image",
                     str(tmp_path / "in.png"), "--point", "20,10", "--out", str(tmp_path / "mask.png"), "--json")
