@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import vitdeploy
 from vitdeploy.families import FAMILIES
 
 PACKAGE = Path(vitdeploy.__file__).parent
+ROOT = PACKAGE.parent
 
 
 def _modules() -> dict[str, ast.Module]:
@@ -116,15 +118,37 @@ def family_name_uses(tree: ast.Module, names: set[str]) -> list[tuple[int, str]]
     return found
 
 
-#: The modules outside ``vitdeploy/families`` that still write a family's name, and why. Only the three metadata
-#: wrappers of ``onnx_export`` (each stamps its family's name into the metadata it builds; the export functions'
-#: no-metadata path calls them, and ``onnx_export`` sits below ``families``): moving them into their families is the
-#: second export shape to retire.
-FAMILY_NAME_WRITERS = {
-    "vitdeploy.onnx_export.sam_encoder": ["sam_image_encoder"],
-    "vitdeploy.onnx_export.sam_decoder": ["sam_mask_decoder"],
-    "vitdeploy.onnx_export.timm_vit": ["timm_vit"],
-}
+#: The modules outside ``vitdeploy/families`` that write a family's name, and why: none. The export functions below
+#: ``families`` stamp the name ``runtime_facts.json`` gives their model part (``family_name("sam", "image_encoder")``).
+FAMILY_NAME_WRITERS: dict[str, list[str]] = {}
+
+#: The C++ sources: they ask the data file which model and part a family is (``require_part``), never a name.
+CPP_SOURCES = ("cpp/src", "cpp/include", "cpp/apps")
+
+
+def cpp_family_name_uses(text: str, names: set[str]) -> list[str]:
+    """Every C++ string literal (comments aside) that is a family name or the start of one (``"sam2_"``)."""
+    tokens = re.findall(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*.*?\*/', text, flags=re.S)
+    literals = [t[1:-1] for t in tokens if t.startswith('"')]
+    return [lit for lit in literals if lit in names or (lit.endswith("_") and any(n.startswith(lit) for n in names))]
+
+
+def test_no_family_name_in_the_cpp_library() -> None:
+    names = set(FAMILIES)
+    found = {}
+    for folder in CPP_SOURCES:
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix in (".cpp", ".hpp", ".h", ".in"):
+                uses = cpp_family_name_uses(path.read_text(), names)
+                if uses:
+                    found[str(path.relative_to(ROOT))] = uses
+    assert found == {}
+
+
+def test_the_cpp_family_name_check_would_catch_one() -> None:
+    code = ('encoder.require_family("sam_image_encoder", "--encoder");  // not "timm_vit" in a comment\n'
+            'if (f.rfind("sam2_", 0) == 0) {}\nputs("sam_cli \\"q\\" sam"); /* "timm_hiera" */')
+    assert cpp_family_name_uses(code, set(FAMILIES)) == ["sam_image_encoder", "sam2_"]
 
 
 def test_no_family_name_outside_families() -> None:

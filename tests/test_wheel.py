@@ -36,8 +36,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-def test_wheel_carries_recipes_and_calibration_images(wheel: Path) -> None:
-    names = set(zipfile.ZipFile(wheel).namelist())
+def test_wheel_carries_recipes_calibration_images_and_runtime_facts(wheel: Path) -> None:
+    archive = zipfile.ZipFile(wheel)
+    names = set(archive.namelist())
+    # the facts the C++ library compiles in too, byte for byte the checkout's
+    assert archive.read("vitdeploy/data/runtime_facts.json") == (ROOT / "vitdeploy" / "data" / "runtime_facts.json").read_bytes()
     recipes = {Path(n).stem for n in names if n.startswith("vitdeploy/_recipes/") and n.endswith(".toml")}
     assert {p.stem for p in (ROOT / "export").glob("*.toml")} == recipes
     images = [n for n in names if n.startswith("vitdeploy/_calibration_images/") and n.endswith((".jpg", ".png"))]

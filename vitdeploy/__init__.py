@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 
 #: Layers, ground first; names are modules or packages directly under ``vitdeploy``.
 LAYERS: tuple[tuple[str, ...], ...] = (
+    ("runtime_facts",),  # the data file the Python package and the C++ library both read
     ("errors", "_lazy", "echo", "onnx_graph", "relpos_layout", "cpu_features", "tested_versions"),  # shared facts; talking to people
     ("precisions", "targets", "fileio", "optional_packages", "cuda", "sizes"),  # precisions and export targets as types;
     # files, optional packages, the CUDA runtime, input-size checks

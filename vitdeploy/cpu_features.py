@@ -28,14 +28,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from vitdeploy.runtime_facts import BF16_FLAGS, INT8_DOT_FLAGS, REPORTED_FLAGS
+
 MASK_ENV = "VITDEPLOY_CPU_MASK"
-#: Flags reported (others are read but not listed in reports).
-REPORTED = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni",
-            "amx_tile", "amx_int8", "amx_bf16", "asimd", "asimddp", "i8mm", "sve")
-#: Flags whose presence means INT8 dot products accumulate in int32 (no int16 saturation).
-INT8_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
-#: Flags of BF16 matrix or vector instructions (AMX-BF16, AVX512-BF16): where OpenVINO infers in BF16 by default.
-BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+#: Flags reported (others are read but not listed in reports), the INT8-dot and BF16-unit flags: the data file both
+#: Python and C++ read (vitdeploy/data/runtime_facts.json).
+REPORTED = REPORTED_FLAGS
 X86_MACHINES = ("x86_64", "amd64", "i386", "i686")
 
 

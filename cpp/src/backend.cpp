@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <set>
 
 #include "vitdeploy/error.hpp"
 #include "vitdeploy/onnxruntime_backend.hpp"
 #include "vitdeploy/openvino_backend.hpp"
+#include "vitdeploy/runtime_facts.hpp"
 #include "vitdeploy/tensorrt_backend.hpp"
 
 namespace vitdeploy {
@@ -28,22 +28,6 @@ const TensorInfo& find_info(const std::vector<TensorInfo>& infos, const std::str
                         "): its metadata does not match the model; re-export it with vitdeploy");
 }
 
-struct CpuRuntime {
-    const char* name;
-    const char* title;
-    std::set<std::string> precisions;  // the file precisions its CPU has kernels for
-    std::set<std::string> custom_ops;  // the vitdeploy custom ops it runs (by their CPU-form name)
-};
-
-// RUNTIMES in vitdeploy/runtime/backends/registry.py, the runtimes that open ONNX files, in its order.
-const std::vector<CpuRuntime>& cpu_runtimes() {
-    static const std::vector<CpuRuntime> table = {
-        {"onnxruntime", "ONNX Runtime", {"fp32", "fp16", "int8"}, {"fused-kernel"}},
-        {"openvino", "OpenVINO", {"fp32", "fp16", "bf16", "int8"}, {}},
-    };
-    return table;
-}
-
 std::string upper(std::string text) {
     std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
     return text;
@@ -52,13 +36,15 @@ std::string upper(std::string text) {
 }  // namespace
 
 std::string cpu_gap(const std::string& runtime, const Metadata& metadata) {
-    const auto& table = cpu_runtimes();
-    auto row = std::find_if(table.begin(), table.end(), [&](const CpuRuntime& r) { return runtime == r.name; });
+    // the CPU runtimes of vitdeploy/data/runtime_facts.json (RUNTIMES in vitdeploy/runtime/backends/registry.py reads it too)
+    const auto& table = runtime_facts().cpu_runtimes;
+    auto row = std::find_if(table.begin(), table.end(), [&](const CpuRuntimeFacts& r) { return runtime == r.name; });
     if (row == table.end()) throw InputError("unknown runtime '" + runtime + "': give onnxruntime or openvino");
+    auto has = [](const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); };
     const std::string precision = metadata.get_string_or("precision", "fp32");
-    if (!row->precisions.count(precision))
+    if (!has(row->precisions, precision))
         return "is a " + upper(precision) + " graph and " + row->title + "'s CPU has no " + upper(precision) + " kernels";
-    if (metadata.cpu_form_attention() == "fused-kernel" && !row->custom_ops.count("fused-kernel"))
+    if (metadata.cpu_form_attention() == "fused-kernel" && !has(row->custom_ops, "fused-kernel"))
         return std::string("runs vitdeploy's fused attention kernel, an ONNX Runtime custom op ") + row->title +
                " does not have";
     return "";
@@ -66,7 +52,7 @@ std::string cpu_gap(const std::string& runtime, const Metadata& metadata) {
 
 std::vector<std::string> cpu_runtimes_for(const Metadata& metadata) {
     std::vector<std::string> out;
-    for (const CpuRuntime& r : cpu_runtimes())
+    for (const CpuRuntimeFacts& r : runtime_facts().cpu_runtimes)
         if (cpu_gap(r.name, metadata).empty()) out.emplace_back(r.name);
     return out;
 }

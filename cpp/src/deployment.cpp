@@ -22,15 +22,12 @@
 #include "vitdeploy/metadata.hpp"
 #include "vitdeploy/onnxruntime_backend.hpp"
 #include "vitdeploy/openvino_backend.hpp"
+#include "vitdeploy/runtime_facts.hpp"
 #include "vitdeploy/sha256.hpp"
 
 namespace vitdeploy {
 namespace {
 
-// vitdeploy/cpu_features.py REPORTED: the flags a fingerprint lists, in this order.
-const char* const kReported[] = {"avx2",     "fma",         "f16c",        "avx512f",  "avx512bw", "avx512_vnni",
-                                  "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16",
-                                  "asimd",    "asimddp",     "i8mm",        "sve"};
 constexpr const char* kProfileFormat = "vitdeploy-deployment-profile/1";
 
 std::string trim(const std::string& s) {
@@ -63,8 +60,22 @@ std::string model_digest(const std::string& model_path) {
 }
 
 // Whether ``flag`` is among a fingerprint's comma-separated ``flags``.
-bool has_flag(const std::string& flags, const char* flag) {
-    return ("," + flags + ",").find(std::string(",") + flag + ",") != std::string::npos;
+bool has_flag(const std::string& flags, const std::string& flag) {
+    return ("," + flags + ",").find("," + flag + ",") != std::string::npos;
+}
+
+bool has_any(const std::string& flags, const std::vector<std::string>& wanted) {
+    return std::any_of(wanted.begin(), wanted.end(), [&](const std::string& f) { return has_flag(flags, f); });
+}
+
+bool has_all(const std::string& flags, const std::vector<std::string>& wanted) {
+    return std::all_of(wanted.begin(), wanted.end(), [&](const std::string& f) { return has_flag(flags, f); });
+}
+
+std::string joined(const std::vector<std::string>& items, const char* sep) {
+    std::string out;
+    for (const auto& item : items) out += (out.empty() ? "" : sep) + item;
+    return out;
 }
 
 const Json* member(const Json& object, const char* key) { return object.is_object() ? object.find(key) : nullptr; }
@@ -104,11 +115,11 @@ MachineFingerprint machine_fingerprint() {
         for (std::string p; std::getline(ss, p, ',');)
             if (!trim(p).empty()) mask.push_back(lower(trim(p)));
     }
-    for (const char* flag : kReported) {
+    for (const std::string& flag : runtime_facts().reported_flags) {  // vitdeploy/data/runtime_facts.json, in its order
         if (!present.count(flag)) continue;
         bool hidden = false;
-        for (const auto& p : mask) hidden = hidden || fnmatch(p.c_str(), flag, 0) == 0;
-        if (!hidden) fp.flags += (fp.flags.empty() ? "" : ",") + std::string(flag);
+        for (const auto& p : mask) hidden = hidden || fnmatch(p.c_str(), flag.c_str(), 0) == 0;
+        if (!hidden) fp.flags += (fp.flags.empty() ? "" : ",") + flag;
     }
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -124,9 +135,7 @@ std::string deployment_profile_path(const std::string& model_path) {
 bool u8s8_saturates() {
 #if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
     const std::string flags = machine_fingerprint().flags;
-    for (const char* dot : {"avx512_vnni", "avx_vnni", "amx_int8"})
-        if (has_flag(flags, dot)) return false;
-    return true;  // x86 without VNNI/AMX, or flags unknown: the safe side, as the Python runtime
+    return !has_any(flags, runtime_facts().int8_dot_flags);  // x86 without VNNI/AMX, or flags unknown: the safe side, as the Python runtime
 #else
     return false;
 #endif
@@ -135,7 +144,10 @@ bool u8s8_saturates() {
 bool keep_gelu_apart(const std::string& file_precision) {
 #if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
     const std::string flags = machine_fingerprint().flags;
-    return file_precision == "fp32" && has_flag(flags, "avx2") && !has_flag(flags, "avx512f");
+    const auto& facts = runtime_facts();
+    return has_all(flags, facts.gelu_apart.flags) && !has_any(flags, facts.gelu_apart.without) &&
+           std::find(facts.gelu_apart.file_precisions.begin(), facts.gelu_apart.file_precisions.end(), file_precision) !=
+               facts.gelu_apart.file_precisions.end();
 #else
     (void)file_precision;
     return false;
@@ -210,18 +222,6 @@ DeploymentProfile read_deployment_profile(const std::string& model_path, const s
 }
 
 CpuDefault cpu_default(const Metadata& metadata) {
-    struct Row {
-        const char* flag;
-        const char* without;  // nullptr: none
-        const char* runtime;
-        const char* precision;
-        std::set<std::string> families;
-    };
-    // The rows of vitdeploy.runtime.backends.deployment.CPU_DEFAULTS (each Python row cites the measurement behind it).
-    static const Row rows[] = {
-        {"amx_bf16", nullptr, "openvino", "bf16", {"sam_image_encoder", "timm_vit"}},
-        {"avx2", "avx512f", "openvino", "file", {"sam_image_encoder"}},
-    };
     CpuDefault out;
     const std::vector<std::string> runs = cpu_runtimes_for(metadata);  // the runtimes whose CPU runs the file
     auto runs_it = [&runs](const std::string& name) { return std::find(runs.begin(), runs.end(), name) != runs.end(); };
@@ -229,14 +229,15 @@ CpuDefault cpu_default(const Metadata& metadata) {
     if (metadata.get_string_or("precision", "fp32") == "fp32") {  // the rows were measured on FP32 files
         const std::string flags = machine_fingerprint().flags;
         const std::string family = metadata.get_string_or("family", "");
-        for (const Row& row : rows) {
-            if (!has_flag(flags, row.flag) || (row.without && has_flag(flags, row.without)) || !row.families.count(family))
+        for (const CpuDefaultRow& row : runtime_facts().cpu_defaults) {  // vitdeploy/data/runtime_facts.json
+            if (!has_all(flags, row.flags) || has_any(flags, row.without) ||
+                std::find(row.measured_on.begin(), row.measured_on.end(), family) == row.measured_on.end())
                 continue;
             if (!runs_it(row.runtime)) break;  // e.g. a fused-kernel file: it stays as written, as in Python
             out.runtime = row.runtime;
             out.precision = row.precision;
-            out.describe = std::string(row.flag) + (row.without ? std::string(" without ") + row.without : "") + ": " +
-                           row.runtime + " " + row.precision;
+            out.describe = joined(row.flags, "+") + (row.without.empty() ? "" : " without " + joined(row.without, "/")) +
+                           ": " + row.runtime + " " + row.precision;
             return out;
         }
     }
@@ -286,7 +287,7 @@ std::string apply_deployment_profile(const std::string& model_path, BackendOptio
     bool bf16_file_here = false;
     if (precision == "bf16") {
         const std::string flags = machine_fingerprint().flags;
-        bf16_file_here = has_flag(flags, "amx_bf16") || has_flag(flags, "avx512_bf16");
+        bf16_file_here = has_any(flags, runtime_facts().bf16_unit_flags);
     }
     options.inference_precision = chosen.precision == "bf16" || bf16_file_here ? "bf16" : "f32";
     return note + name + " runs as " + chosen.runtime + " " + chosen.precision + ": this CPU's default (" + chosen.describe + ")";

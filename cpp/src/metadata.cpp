@@ -6,6 +6,7 @@
 #include <string>
 
 #include "vitdeploy/error.hpp"
+#include "vitdeploy/runtime_facts.hpp"
 
 namespace vitdeploy {
 
@@ -227,14 +228,15 @@ void Metadata::set(const std::string& key, Json value) {
     values_.push_back(std::move(value));
 }
 
-void Metadata::require_family(const std::string& expected, const std::string& role) const {
+void Metadata::require_part(const std::string& model, const std::string& part, const std::string& role) const {
     if (empty())
         throw MetadataError(source_ + " carries no vitdeploy metadata: export it with 'vitdeploy export' "
                             "(or give a metadata JSON file) so the application knows how to feed it");
-    std::string family = get_string(std::string_view("family"));
-    if (family != expected)
-        throw MetadataError(source_ + " is a '" + family + "' model, but " + role + " needs a '" + expected +
-                            "' model: check which file you passed where");
+    const std::string family = get_string(std::string_view("family"));
+    // which model and part a family is: vitdeploy/data/runtime_facts.json (the Python families read it too)
+    if (runtime_facts().model_part(family) != std::make_pair(model, part))
+        throw MetadataError(source_ + " is a '" + family + "' model, but " + role + " needs the " + part + " of a " +
+                            model + " model: check which file you passed where");
 }
 
 }  // namespace vitdeploy

@@ -44,8 +44,8 @@ std::vector<std::int64_t> pair_of(const Metadata& m, const char* key) {
 }  // namespace
 
 void check_artifact_pair(const Metadata& encoder, const Metadata& decoder, bool check_weights) {
-    encoder.require_family("sam_image_encoder", "--encoder");
-    decoder.require_family("sam_mask_decoder", "--decoder");
+    encoder.require_part("sam", "image_encoder", "--encoder");
+    decoder.require_part("sam", "mask_decoder", "--decoder");
     std::vector<std::string> problems;
     if (dump_or(encoder, "variant") != dump_or(decoder, "variant"))
         problems.push_back("variant " + dump_or(encoder, "variant") + " vs " + dump_or(decoder, "variant"));

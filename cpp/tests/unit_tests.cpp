@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "vitdeploy/metadata.hpp"
 #include "vitdeploy/postprocess.hpp"
 #include "vitdeploy/preprocess.hpp"
+#include "vitdeploy/runtime_facts.hpp"
 #include "vitdeploy/sha256.hpp"
 #include "vitdeploy/tensor.hpp"
 
@@ -96,8 +98,9 @@ TEST_CASE(metadata_from_properties_decodes_like_python) {
     CHECK(!m.has("pkg.torch.other") && !m.has("other"));
     CHECK_THROWS(MetadataError, m.get("pixel_mean"), "'enc.onnx' has no 'pixel_mean' metadata");
     CHECK_THROWS(MetadataError, m.get_numbers("family"), "expected a list of numbers");
-    CHECK_THROWS(MetadataError, m.require_family("sam_mask_decoder", "--decoder"), "is a 'sam_image_encoder' model, but --decoder");
-    CHECK_THROWS(MetadataError, Metadata::from_properties({}, "'x.onnx'").require_family("sam_image_encoder", "--encoder"),
+    CHECK_THROWS(MetadataError, m.require_part("sam", "mask_decoder", "--decoder"),
+                 "is a 'sam_image_encoder' model, but --decoder needs the mask_decoder of a sam model");
+    CHECK_THROWS(MetadataError, Metadata::from_properties({}, "'x.onnx'").require_part("sam", "image_encoder", "--encoder"),
                  "carries no vitdeploy metadata");
 }
 
@@ -112,6 +115,17 @@ TEST_CASE(metadata_from_json_accepts_plain_prefixed_and_wrapped_forms) {
     CHECK_THROWS(MetadataError, Metadata::from_json(Json::parse("[1]"), "d"), "must be a JSON object");
     CHECK_THROWS(MetadataError, Metadata::from_sidecar_file((temp_dir() / "nope.json").string()), "not found");
     CHECK_THROWS(MetadataError, Metadata::from_sidecar_file(write_file("bad.json", "{oops")), "is not valid JSON");
+}
+
+TEST_CASE(runtime_facts_are_the_data_file_python_reads) {
+    std::ifstream in(VITDEPLOY_RUNTIME_FACTS_PATH, std::ios::binary);
+    const std::string on_disk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(!on_disk.empty() && on_disk == runtime_facts_json());  // compiled in byte for byte
+    const RuntimeFacts& facts = runtime_facts();
+    CHECK(facts.model_part("sam_mask_decoder") == std::make_pair(std::string("sam"), std::string("mask_decoder")));
+    CHECK(facts.model_part("no_such_family").first.empty());
+    CHECK(!facts.reported_flags.empty() && facts.reported_flags.front() == "avx2");
+    CHECK(facts.cpu_runtimes.size() == 2 && facts.cpu_runtimes.front().name == "onnxruntime");
 }
 
 TEST_CASE(sha256_matches_the_standard_vectors) {

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from vitdeploy.echo import Echo
 from vitdeploy.errors import CheckpointError, InputError, RecipeError
+from vitdeploy.runtime_facts import CPU_DEFAULT_ROWS, MODEL_PARTS
 from vitdeploy.targets import DEFAULT_TARGET
 
 if TYPE_CHECKING:  # annotations only
@@ -67,16 +68,14 @@ class ModelFamily:
     #: What a file of this family is for, in one line (``vitdeploy inspect`` prints it).
     role: str = ""
     #: The model a file of this family belongs to and which part of it the file is: applications compose parts by
-    #: these (``SamPredictor`` takes ``("sam", "image_encoder")`` and ``("sam", "mask_decoder")``), never by family name.
+    #: these (``SamPredictor`` takes ``("sam", "image_encoder")`` and ``("sam", "mask_decoder")``), never by family
+    #: name. Set from the data file the C++ library reads too (``model_parts`` of ``vitdeploy/data/runtime_facts.json``).
     model: str = ""
     part: str = ""
     #: The end of the name of the recipes that export this part (``sam2.1_hiera_tiny_decoder``): what a refusal says to run.
     recipe_suffix: str = ""
     #: Files of this family in a sentence, plural (``SAM encoders``).
     title: str = ""
-    #: The rows of :data:`vitdeploy.runtime.backends.deployment.CPU_DEFAULTS` (by their CPU flags) measured on this
-    #: family: where ``--runtime auto`` may take a row's runtime and policy for its FP32 files without a profile.
-    cpu_default_rows: tuple[str, ...] = ()
     #: ``((export target, precision), what was measured)`` on ONNX Runtime's CUDA provider against the official model:
     #: where ``--device cuda`` runs without ``--allow-unverified``.
     verified_on_cuda: tuple[tuple[tuple[str, str], str], ...] = ()
@@ -89,6 +88,18 @@ class ModelFamily:
     #: The metadata keys the torch-free runtime reads from a file of this family (its preprocessing): the seam that
     #: opens every deployed file refuses one without them, naming the key, before any verb uses it.
     runtime_metadata: tuple[str, ...] = ("input_size",)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.name in MODEL_PARTS:
+            cls.model, cls.part = MODEL_PARTS[cls.name]
+
+    @property
+    def cpu_default_rows(self) -> tuple[str, ...]:
+        """The rows of this CPU's measured defaults (by their CPU flags, ``amx_bf16``) measured on this family: where
+        ``--runtime auto`` may take a row's runtime and policy for its FP32 files without a profile. The rows and
+        the families each was measured on are in ``vitdeploy/data/runtime_facts.json``."""
+        return tuple("+".join(row.flags) for row in CPU_DEFAULT_ROWS if self.name in row.measured_on)
 
     def architecture_class(self) -> type | None:
         """The dataclass this family builds its model from ``architecture`` with (None: its keys are not checked)."""

@@ -22,8 +22,6 @@ TOTAL_STRIDE = 32
 
 class Sam2ImageEncoderFamily(Sam2Family):
     name = "sam2_image_encoder"
-    model = 'sam2'
-    part = 'image_encoder'
     title = 'SAM 2 image encoders'
     runtime_metadata = ("input_size", "pixel_mean", "pixel_std")
     role = ("SAM 2 image encoder: an image or video frame -> its embedding and two high-resolution feature maps (image "

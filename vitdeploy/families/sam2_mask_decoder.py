@@ -25,8 +25,6 @@ EXAMPLE_POINTS = 3
 
 class Sam2MaskDecoder(Sam2Family):
     name = "sam2_mask_decoder"
-    model = 'sam2'
-    part = 'mask_decoder'
     recipe_suffix = '_decoder'
     title = 'SAM 2 decoders'
     role = ("SAM 2 prompt encoder + mask decoder: features and clicks/box/mask -> masks, IoU and object scores, output "

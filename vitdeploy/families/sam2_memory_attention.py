@@ -32,8 +32,6 @@ DEFAULT_COND_FRAMES = 4
 
 class Sam2MemoryAttention(Sam2Family):
     name = "sam2_memory_attention"
-    model = 'sam2'
-    part = 'memory_attention'
     recipe_suffix = '_memory_attention'
     title = 'SAM 2 memory attentions'
     role = ("SAM 2 memory attention (video): a frame's features conditioned on the memory bank -> the decoder's input; "

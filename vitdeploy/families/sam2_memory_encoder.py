@@ -24,8 +24,6 @@ OUTPUT_NAMES = ("maskmem_features", "maskmem_pos_enc")
 
 class Sam2MemoryEncoder(Sam2Family):
     name = "sam2_memory_encoder"
-    model = 'sam2'
-    part = 'memory_encoder'
     recipe_suffix = '_memory_encoder'
     title = 'SAM 2 memory encoders'
     role = "SAM 2 memory encoder (video): a frame's features and mask -> the memory later frames attend to"

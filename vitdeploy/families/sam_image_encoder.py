@@ -18,11 +18,8 @@ if TYPE_CHECKING:
 
 class SamImageEncoder(ModelFamily):
     name = "sam_image_encoder"
-    model = 'sam'
-    part = 'image_encoder'
     title = 'SAM encoders'
     runtime_metadata = ("input_size", "pixel_mean", "pixel_std")
-    cpu_default_rows = ('amx_bf16', 'avx2')
     verified_on_cuda = (
         (("generic", "fp32"), "H100, onnxruntime-gpu 1.31.1: relative L2 vs the official model 1.5e-6 with TF32 off "
                               "(2026-11-24), 7.2e-4 with TF32 on (2026-11-23)"),

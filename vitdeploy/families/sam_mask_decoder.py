@@ -20,8 +20,6 @@ if TYPE_CHECKING:
 
 class SamMaskDecoder(ModelFamily):
     name = "sam_mask_decoder"
-    model = 'sam'
-    part = 'mask_decoder'
     recipe_suffix = '_decoder'
     title = 'SAM decoders'
     verified_on_cuda = (

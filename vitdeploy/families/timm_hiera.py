@@ -20,8 +20,6 @@ if TYPE_CHECKING:
 
 class TimmHiera(TimmFamily):
     name = "timm_hiera"
-    model = 'timm'
-    part = 'hiera'
     title = 'Hiera models'
     runtime_metadata = ("input_size", "pixel_mean", "pixel_std")
     role = "timm Hiera: an image -> class logits or multi-scale features"

@@ -40,11 +40,8 @@ class TimmFamily(ModelFamily):
 
 class TimmVit(TimmFamily):
     name = "timm_vit"
-    model = 'timm'
-    part = 'vit'
     title = 'ViTs'
     runtime_metadata = ("input_size", "pixel_mean", "pixel_std")
-    cpu_default_rows = ('amx_bf16',)
     role = "timm Vision Transformer: an image -> class logits or features"
 
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:

@@ -19,6 +19,7 @@ from vitdeploy.metadata import artifact_metadata
 from vitdeploy.onnx_export.exporter import ExportResult, export_onnx
 from vitdeploy.rewrites.layernorm2d import LayerNorm2dMode
 from vitdeploy.rewrites.sam_decoder import MaskOutput, rewrite_sam_decoder
+from vitdeploy.runtime_facts import family_name
 
 INPUT_NAMES = ["image_embeddings", "point_coords", "point_labels", "mask_input", "has_mask_input"]
 OUTPUT_NAMES = ["low_res_masks", "iou_predictions"]
@@ -56,7 +57,7 @@ def sam_decoder_metadata(
         return {"min": [1, 1, *tail], "opt": [1, opt_points, *tail], "max": [1, max_points, *tail]}
 
     return artifact_metadata(
-        family="sam_mask_decoder",
+        family=family_name("sam", "mask_decoder"),  # the name runtime_facts.json gives the part
         variant=variant,
         input_size=size,
         pixel_mean=pixel_mean,

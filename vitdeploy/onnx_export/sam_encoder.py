@@ -14,6 +14,7 @@ from vitdeploy.onnx_export.exporter import ExportResult, export_onnx
 from vitdeploy.targets import DEFAULT_TARGET, get_target
 from vitdeploy.rewrites.layernorm2d import LayerNorm2dMode
 from vitdeploy.rewrites.sam_encoder import rewrite_sam_image_encoder
+from vitdeploy.runtime_facts import family_name
 
 
 def sam_encoder_metadata(
@@ -34,7 +35,7 @@ def sam_encoder_metadata(
 ) -> dict[str, Any]:
     """Metadata for an exported encoder (see :mod:`vitdeploy.metadata` for the contract)."""
     return artifact_metadata(
-        family="sam_image_encoder",
+        family=family_name("sam", "image_encoder"),  # the name runtime_facts.json gives the part
         variant=variant,
         input_size=input_size,
         pixel_mean=pixel_mean,

@@ -12,6 +12,7 @@ from torch import nn
 from vitdeploy.metadata import artifact_metadata
 from vitdeploy.onnx_export.exporter import ExportResult, export_onnx
 from vitdeploy.rewrites.timm_vit import TimmOutput, rewrite_timm_vit
+from vitdeploy.runtime_facts import family_name
 
 
 def timm_vit_metadata(
@@ -36,7 +37,7 @@ def timm_vit_metadata(
     interpolation are kept in ``data_config``).
     """
     return artifact_metadata(
-        family="timm_vit",
+        family=family_name("timm", "vit"),  # the name runtime_facts.json gives the part
         variant=variant,
         input_size=input_size,
         pixel_mean=pixel_mean,

@@ -58,8 +58,9 @@ public:
 
     void set(const std::string& key, Json value);
 
-    /// Throws MetadataError unless family == ``expected``; ``role`` names the slot ("--encoder").
-    void require_family(const std::string& expected, const std::string& role) const;
+    /// Throws MetadataError unless the file's family is the ``part`` of a ``model`` ("sam", "image_encoder"; the
+    /// families' model parts are in vitdeploy/data/runtime_facts.json); ``role`` names the slot ("--encoder").
+    void require_part(const std::string& model, const std::string& part, const std::string& role) const;
 
 private:
     [[noreturn]] void bad_value(std::string_view key, const std::string& why) const;

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from vitdeploy.cpu_features import REPORTED, CpuFeatures, available_cores, cpu_features
+from vitdeploy.runtime_facts import CPU_DEFAULT_ROWS
 from vitdeploy.errors import InputError
-from vitdeploy.families import FAMILIES
 from vitdeploy.fileio import sha256_file
 from vitdeploy.precisions import PRECISION_POLICIES, Precision
 from vitdeploy.runtime.backends.registry import (DEFAULT_RUNTIME, ONNX_RUNTIMES, RUNTIMES, FileNeeds, cpu_runtimes_for,
@@ -114,14 +114,15 @@ class Deployment:
 @dataclass(frozen=True)
 class CpuDefault:
     """One row of this CPU's measured defaults: where ``flags`` are all present and none of ``without``, FP32 files
-    of the families measured with it (their ``cpu_default_rows``) run on ``runtime`` at ``precision``. ``evidence`` is the measurement that put the row here (and
-    the command that repeats it)."""
+    of the families in ``measured_on`` run on ``runtime`` at ``precision``. ``evidence`` is the measurement that put
+    the row here (and the command that repeats it)."""
 
     flags: tuple[str, ...]
     runtime: str
     precision: str
     evidence: str
     without: tuple[str, ...] = ()
+    measured_on: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -129,9 +130,8 @@ class CpuDefault:
         return "+".join(self.flags)
 
     def applies(self, features: CpuFeatures, family: str | None) -> bool:
-        """On a CPU like ``features``, for a file of ``family`` (the family says which rows were measured on it)."""
-        measured_on = FAMILIES[family].cpu_default_rows if family in FAMILIES else ()
-        return _x86_with(features, self.flags, self.without) and self.key in measured_on
+        """On a CPU like ``features``, for a file of ``family`` (the row says which families it was measured on)."""
+        return _x86_with(features, self.flags, self.without) and family in self.measured_on
 
     def describe(self) -> str:
         """``avx2 without avx512f: openvino file``: the row's condition and choice, for the verbs' note line."""
@@ -148,25 +148,14 @@ def _condition(flags: tuple[str, ...], without: tuple[str, ...]) -> str:
     return "+".join(flags) + (f" without {'/'.join(without)}" if without else "")
 
 
-#: The measured per-CPU-feature defaults, first match wins. Only what was measured is here: BF16 on AVX512-BF16
-#: without AMX (AMD Zen 4, Intel Cooper Lake) has not been, nor FP32 on AVX-512 CPUs without AMX against OpenVINO's
-#: f32 on the ``generic`` file, so those CPUs keep the exact default until a profile (``vitdeploy tune``) proves
-#: otherwise. ``precision`` ``file`` on OpenVINO is the FP32 file's math as written (f32 pinned).
-CPU_DEFAULTS: tuple[CpuDefault, ...] = (
-    CpuDefault(
-        ("amx_bf16",), "openvino", "bf16",
-        "Intel Xeon with AMX (family 6 model 167), 2 threads: SAM ViT-B@1024 1058 ms on OpenVINO bf16 against 3631 ms "
-        "on ONNX Runtime FP32 with the fused kernel, embedding cosine 0.999938 vs eager, mask IoU p5 0.988 through the "
-        "FP32 decoder (benchmarks/bench_encoder_speed.py, benchmarks/bf16_mask_agreement.py); the 'bf16' budget holds "
-        "on the tiny SAM encoder and DeiT-S (vitdeploy validate --runtime openvino --inference-precision bf16)"),
-    CpuDefault(
-        ("avx2",), "openvino", "file",
-        "AVX2 CPUs without AVX-512, 2 threads, SAM ViT-B@1024: on AMD EPYC Zen 3 (family 25 model 1) OpenVINO f32 ran "
-        "the generic file in 8653 ms against 8728 and 9132 ms on ONNX Runtime (the same file in two rows of one run: "
-        "level within noise), its first run in 9800 against 11647 ms, at peak RSS 1770 against 3725 MB, rel. L2 1.6e-6 "
-        "vs eager; on AMD EPYC Zen 1 OpenVINO f32 0.677x eager against 0.699x on ONNX Runtime with the fused kernel "
-        "(benchmarks/bench_encoder_speed.py)", without=("avx512f",)),
-)
+#: The measured per-CPU-feature defaults, first match wins, from the data file the C++ library reads too
+#: (``vitdeploy/data/runtime_facts.json``, each row with its evidence). Only what was measured is there: BF16 on
+#: AVX512-BF16 without AMX (AMD Zen 4, Intel Cooper Lake) has not been, nor FP32 on AVX-512 CPUs without AMX against
+#: OpenVINO's f32 on the ``generic`` file, so those CPUs keep the exact default until a profile (``vitdeploy tune``)
+#: proves otherwise. ``precision`` ``file`` on OpenVINO is the FP32 file's math as written (f32 pinned).
+CPU_DEFAULTS: tuple[CpuDefault, ...] = tuple(
+    CpuDefault(row.flags, row.runtime, row.precision, row.evidence, row.without, row.measured_on)
+    for row in CPU_DEFAULT_ROWS)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ An entry names the files a runtime opens (by suffix), what it can run of an ONNX
 precisions it has kernels for, the custom ops it carries: :meth:`RuntimeEntry.cpu_gap`), the runner class
 (imported only when a file is opened, so listing runtimes imports none of them) and how to install it. The
 runners' refusals, ``--runtime auto``, ``vitdeploy tune`` and the C++ library's default all read the one
-capability here (``cpp/src/backend.cpp`` mirrors it, and a test holds the two together). The CLI's ``--runtime``
+capability here, whose CPU half (precisions with kernels, custom ops) is the data file the C++ library reads too
+(``vitdeploy/data/runtime_facts.json``). The CLI's ``--runtime``
 choices are the entries that open ONNX files; an engine file picks its runtime by its suffix. Adding a
 backend is its runner module (a :class:`~vitdeploy.runtime.backends.base.Runner` with ``from_options``),
 one entry here, and its tests.
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from vitdeploy.errors import InputError
 from vitdeploy.precisions import Precision
 from vitdeploy.runtime.forms.cpu_form import FUSED_KERNEL, read_cpu_form
+from vitdeploy.runtime_facts import CPU_RUNTIMES
 
 if TYPE_CHECKING:
     from vitdeploy.runtime.backends.base import Runner, RunnerOptions
@@ -121,21 +123,28 @@ class RuntimeEntry:
         return self.runner_class().from_options(path, options, **settings)
 
 
+def _cpu_facts(name: str) -> dict[str, Any]:
+    """A CPU runtime's title, precisions with kernels and custom ops, as the data file states them."""
+    facts = CPU_RUNTIMES[name]
+    unknown = set(facts.custom_ops) - set(CUSTOM_OPS)
+    if unknown:
+        raise RuntimeError(f"runtime_facts.json gives {name} custom op(s) {sorted(unknown)} vitdeploy does not know")
+    return {"title": facts.title, "cpu_precisions": frozenset(Precision.parse(p) for p in facts.precisions),
+            "custom_ops": frozenset(facts.custom_ops)}
+
+
 RUNTIMES: dict[str, RuntimeEntry] = {
     "onnxruntime": RuntimeEntry(
         "onnxruntime", "ONNX Runtime (each file as written; the default where --runtime auto has no better proven path): CPU, CUDA and TensorRT providers", (".onnx",),
         "vitdeploy.runtime.backends.onnxruntime_runner:OnnxRuntimeRunner",
         frozenset({"fused_attention", "folded_attention", "allow_unverified", "io_binding", "optimization",
                    "memory_pattern", "session_config", "profile_prefix"}),
-        "pip install onnxruntime (a core dependency)", ("onnxruntime",), "ONNX Runtime",
-        # its CPU provider has no BF16 kernels: a 'calibrate -p bf16' file runs on OpenVINO or a GPU
-        frozenset({Precision.FP32, Precision.FP16, Precision.INT8}), frozenset({FUSED_KERNEL})),
+        "pip install onnxruntime (a core dependency)", ("onnxruntime",), **_cpu_facts("onnxruntime")),
     "openvino": RuntimeEntry(
         "openvino", "OpenVINO's CPU plugin (optional extra)", (".onnx",),
         "vitdeploy.runtime.backends.openvino_runner:OpenVinoRunner",
         frozenset({"seven_bit_weights", "gelu_apart"}),
-        "pip install 'vitdeploy[openvino]'", ("openvino",), "OpenVINO", frozenset(Precision),
-        policies=("file", "bf16")),
+        "pip install 'vitdeploy[openvino]'", ("openvino",), **_cpu_facts("openvino"), policies=("file", "bf16")),
     "tensorrt": RuntimeEntry(
         "tensorrt", "TensorRT engines from 'vitdeploy build-engine' (classic or TensorRT for RTX; NVIDIA GPU)",
         (".plan", ".engine", ".trt"),

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from vitdeploy.cpu_features import CpuFeatures
 from vitdeploy.errors import InputError
 from vitdeploy.precisions import Precision
+from vitdeploy.runtime_facts import OPENVINO_GELU_APART
 
 if TYPE_CHECKING:
     import onnx
@@ -60,8 +61,9 @@ def read_openvino_form(metadata: dict[str, Any], name: str = "the file") -> dict
 
 def keep_gelu_apart(features: CpuFeatures, file_precision: Precision) -> bool:
     """Whether the form pays on this CPU for a file of ``file_precision`` (module docstring: where it was measured)."""
-    return (features.x86 and features.has("avx2") and not features.has("avx512f")
-            and file_precision is Precision.FP32)
+    where = OPENVINO_GELU_APART  # the data file the C++ library reads too (vitdeploy/data/runtime_facts.json)
+    return (features.x86 and all(features.has(f) for f in where["flags"])
+            and not any(features.has(f) for f in where["without"]) and file_precision.value in where["file_precisions"])
 
 
 def _fed_by_gemm(node: Any) -> bool:

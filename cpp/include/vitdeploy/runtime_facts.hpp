@@ -1,0 +1,46 @@
+// The facts the C++ library and the Python package both decide by (vitdeploy/data/runtime_facts.json, compiled
+// in when the library is built and installed beside it as share/vitdeploy/runtime_facts.json): the CPU flags that
+// matter, which CPU runtime runs which file, this CPU's measured defaults, and which model and part each file
+// family is. A measured row changes in that one file.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace vitdeploy {
+
+struct CpuRuntimeFacts {
+    std::string name, title;
+    std::vector<std::string> precisions;  // the file precisions its CPU has kernels for
+    std::vector<std::string> custom_ops;  // the vitdeploy custom ops it runs (by their CPU-form name)
+};
+
+struct CpuDefaultRow {
+    std::vector<std::string> flags, without;  // x86 CPUs with every one of flags and none of without
+    std::string runtime, precision;
+    std::vector<std::string> measured_on;  // the families whose FP32 files it was measured on
+};
+
+struct GeluApartFacts {  // where OpenVINO runs each GEMM-fed GELU apart (vitdeploy/runtime/forms/openvino_gelu.py)
+    std::vector<std::string> flags, without, file_precisions;
+};
+
+struct RuntimeFacts {
+    std::vector<std::string> reported_flags, int8_dot_flags, bf16_unit_flags;
+    std::vector<CpuRuntimeFacts> cpu_runtimes;
+    std::vector<CpuDefaultRow> cpu_defaults;
+    GeluApartFacts gelu_apart;
+    std::vector<std::pair<std::string, std::pair<std::string, std::string>>> model_parts;  // family -> (model, part)
+
+    /// (model, part) of a file family ("sam_image_encoder" -> ("sam", "image_encoder")); ("", "") when unknown.
+    std::pair<std::string, std::string> model_part(const std::string& family) const;
+};
+
+/// The facts compiled into this library (parsed once).
+const RuntimeFacts& runtime_facts();
+
+/// The JSON text they were parsed from (byte for byte the file this library was built with).
+const char* runtime_facts_json();
+
+}  // namespace vitdeploy

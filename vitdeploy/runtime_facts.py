@@ -1,0 +1,94 @@
+"""The facts the Python package and the C++ library both decide by, read from one data file.
+
+``vitdeploy/data/runtime_facts.json`` holds the CPU flags that matter (reported, INT8 dot products, BF16 units),
+which CPU runtime runs which file (precisions with kernels, custom ops), this CPU's measured defaults (each row
+with the measurement behind it) and which model and part each file family is. The C++ library compiles the
+same file in (``cpp/CMakeLists.txt``) and installs it beside itself, so a measured row changes in one place.
+
+This module only reads and types the file; the decisions live where they are made
+(:mod:`vitdeploy.cpu_features`, :mod:`vitdeploy.runtime.backends.registry`,
+:mod:`vitdeploy.runtime.backends.deployment`, :mod:`vitdeploy.families`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+FORMAT = "vitdeploy-runtime-facts/1"
+#: Where the file lives inside the package (and, for C++, under ``share/vitdeploy`` once installed).
+RESOURCE = ("data", "runtime_facts.json")
+
+
+def _load() -> dict[str, Any]:
+    data = json.loads(resources.files("vitdeploy").joinpath(*RESOURCE).read_text(encoding="utf-8"))
+    if data.get("format") != FORMAT:  # a packaging mistake, not a user's input
+        raise RuntimeError(f"vitdeploy/{'/'.join(RESOURCE)} has format {data.get('format')!r}, expected {FORMAT!r}")
+    return data
+
+
+FACTS: dict[str, Any] = _load()
+
+
+@dataclass(frozen=True)
+class CpuRuntimeFacts:
+    """What one runtime runs of an ONNX file on the CPU: the file precisions it has kernels for (``fp32`` ...) and
+    the vitdeploy custom ops it carries (``fused-kernel``)."""
+
+    name: str
+    title: str
+    precisions: tuple[str, ...]
+    custom_ops: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CpuDefaultRow:
+    """One measured default: on x86 CPUs with every one of ``flags`` and none of ``without``, FP32 files of the
+    families in ``measured_on`` run on ``runtime`` at ``precision``; ``evidence`` is the measurement and its command."""
+
+    flags: tuple[str, ...]
+    without: tuple[str, ...]
+    runtime: str
+    precision: str
+    measured_on: tuple[str, ...]
+    evidence: str
+
+
+_FLAGS = FACTS["cpu_flags"]
+#: Flags a report or a fingerprint lists, in this order (others are read but not listed).
+REPORTED_FLAGS: tuple[str, ...] = tuple(_FLAGS["reported"])
+#: Flags whose presence means INT8 dot products accumulate in int32 (no int16 saturation).
+INT8_DOT_FLAGS: tuple[str, ...] = tuple(_FLAGS["int8_dot"])
+#: Flags of BF16 matrix or vector instructions (AMX-BF16, AVX512-BF16): where OpenVINO infers in BF16 by default.
+BF16_FLAGS: tuple[str, ...] = tuple(_FLAGS["bf16_units"])
+
+CPU_RUNTIMES: dict[str, CpuRuntimeFacts] = {
+    row["name"]: CpuRuntimeFacts(row["name"], row["title"], tuple(row["precisions"]), tuple(row["custom_ops"]))
+    for row in FACTS["cpu_runtimes"]}
+
+CPU_DEFAULT_ROWS: tuple[CpuDefaultRow, ...] = tuple(
+    CpuDefaultRow(tuple(row["flags"]), tuple(row.get("without", ())), row["runtime"], row["precision"],
+                  tuple(row["measured_on"]), row["evidence"])
+    for row in FACTS["cpu_defaults"])
+
+#: Where OpenVINO's CPU plugin runs each GEMM-fed GELU apart from its GEMM (vitdeploy/runtime/forms/openvino_gelu.py):
+#: x86 CPUs with every one of ``flags`` and none of ``without``, files of ``file_precisions``.
+OPENVINO_GELU_APART: dict[str, Any] = FACTS["openvino_gelu_apart"]
+
+#: family name -> (model, part): what applications compose files by (``("sam", "image_encoder")``).
+MODEL_PARTS: dict[str, tuple[str, str]] = {name: (pair[0], pair[1]) for name, pair in FACTS["model_parts"].items()}
+
+
+def family_name(model: str, part: str) -> str:
+    """The family name of a model's part (``("sam", "image_encoder")`` -> ``sam_image_encoder``): what the export
+    functions below :mod:`vitdeploy.families` stamp into a file's metadata, read here rather than written there."""
+    for name, pair in MODEL_PARTS.items():
+        if pair == (model, part):
+            return name
+    raise KeyError(f"runtime_facts.json names no family for the {part} of {model}")
+
+
+__all__ = ["BF16_FLAGS", "CPU_DEFAULT_ROWS", "CPU_RUNTIMES", "FACTS", "INT8_DOT_FLAGS", "MODEL_PARTS", "OPENVINO_GELU_APART", "REPORTED_FLAGS",
+           "CpuDefaultRow", "CpuRuntimeFacts", "family_name"]
