@@ -211,11 +211,15 @@ def _engine_paths(comps: dict[str, Component]) -> list[Component]:
         build = Component("engine-build", False, None,
                           "needs tensorrt-rtx (any machine), or tensorrt + polygraphy + cuda-python + a GPU")
     libraries = [n for n in ("tensorrt", "tensorrt-rtx") if comps[n].ok]
-    if libraries == ["tensorrt-rtx"] and comps["gpu"].ok and not rtx_runs_on(str(comps["gpu"].version)):
-        name = comps["gpu"].detail.split(",")[0]
-        return [build, Component("engine-run", False, None, rtx_unsupported_gpu(name, str(comps["gpu"].version)))]
+    refused = ""  # TensorRT-RTX installed on a GPU it runs nothing on (an H100): its engines do not count
+    if "tensorrt-rtx" in libraries and comps["gpu"].ok and not rtx_runs_on(str(comps["gpu"].version)):
+        refused = rtx_unsupported_gpu(comps["gpu"].detail.split(",")[0], str(comps["gpu"].version))
+        libraries.remove("tensorrt-rtx")
+        if not libraries:
+            return [build, Component("engine-run", False, None, refused)]
     if libraries and comps["cuda-python"].ok and comps["gpu"].ok:
-        run = Component("engine-run", True, None, f"{' and '.join(libraries)} engines on {comps['gpu'].detail}")
+        run = Component("engine-run", True, None, f"{' and '.join(libraries)} engines on {comps['gpu'].detail}"
+                        + ("; not tensorrt-rtx engines: " + refused.split(": ")[0] if refused else ""))
     else:
         lacking = [n for n, ok in (("tensorrt or tensorrt-rtx", bool(libraries)), ("cuda-python", comps["cuda-python"].ok),
                                    ("an NVIDIA GPU", comps["gpu"].ok)) if not ok]
@@ -405,7 +409,7 @@ def tensorrt_unavailable_reason(device: int = 0) -> str | None:
 
     Either library counts (``--builder auto``'s choice builds, the same library runs); running needs a GPU.
     """
-    from vitdeploy.engine.library import load_library, rtx_runs_on, rtx_unsupported_gpu
+    from vitdeploy.engine.library import load_library
     from vitdeploy.errors import VitdeployError
     from vitdeploy.cuda import query_gpu
 
@@ -413,12 +417,12 @@ def tensorrt_unavailable_reason(device: int = 0) -> str | None:
         library = load_library("auto", "TensorRT")
     except VitdeployError as exc:
         return str(exc)
-    if not library.rtx and not _module("polygraphy").ok:
+    if not library.builds_without_gpu and not _module("polygraphy").ok:  # classic TensorRT builds through Polygraphy
         return "polygraphy is not installed: pip install 'vitdeploy[tensorrt]'"
     try:
         gpu = query_gpu(device)
     except VitdeployError as exc:
         return str(exc)
-    if library.rtx and not rtx_runs_on(gpu.compute_capability):
-        return rtx_unsupported_gpu(gpu.name, gpu.compute_capability)
+    if not library.runs_on(gpu.compute_capability):
+        return library.unsupported_gpu(gpu.name, gpu.compute_capability)
     return None

@@ -144,6 +144,11 @@ def test_engines_cannot_run_on_a_gpu_tensorrt_rtx_refuses() -> None:
     assert build.ok and not run_.ok, (build, run_)
     assert "TensorRT-RTX runs no engine on NVIDIA H100 80GB HBM3 (compute capability 9.0)" in run_.detail
     assert "--builder tensorrt'" in run_.detail and "onnxruntime-gpu" in run_.detail
+    # with classic TensorRT installed too, classic engines run there and RTX ones are not claimed
+    comps["tensorrt"] = Component("tensorrt", True, "10.13.0")
+    build, run_ = _engine_paths(comps)
+    assert run_.ok and run_.detail.startswith("tensorrt engines on NVIDIA H100"), run_
+    assert "not tensorrt-rtx engines: TensorRT-RTX runs no engine on NVIDIA H100 80GB HBM3 (compute capability 9.0)" in run_.detail
 
 
 def test_the_torch_extra_hint_shows_only_when_the_pytorch_side_is_missing() -> None:

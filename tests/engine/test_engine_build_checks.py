@@ -21,7 +21,7 @@ from tests.cli_helpers import assert_user_error, run
 from tests.conftest import IR_VERSION
 from vitdeploy.engine.build_log import BuildLog
 from vitdeploy.engine.builder import BuildOptions, check_options, engine_precision
-from vitdeploy.engine.library import CLASSIC, TensorRTLibrary
+from vitdeploy.engine.library import TensorRTLibrary
 from vitdeploy.engine.diagnostics import (ParserProblem, format_build_failure, format_parse_failure, nodes_named_in,
                                           parser_problems)
 from vitdeploy.engine.onnx_facts import read_onnx_facts
@@ -168,9 +168,9 @@ def test_legacy_fp16_only_on_tensorrt_10() -> None:
 def test_strongly_typed_flag_is_set_on_10_and_left_to_the_default_on_11() -> None:
     # A stand-in exposing only the enum value vitdeploy reads: this checks vitdeploy's choice of flags.
     fake = SimpleNamespace(NetworkDefinitionCreationFlag=SimpleNamespace(STRONGLY_TYPED=0))
-    assert TensorRTLibrary(CLASSIC, fake, "10.13.0.35").network_flags(legacy_fp16=False) == 1
-    assert TensorRTLibrary(CLASSIC, fake, "10.13.0.35").network_flags(legacy_fp16=True) == 0
-    assert TensorRTLibrary(CLASSIC, fake, "11.1.0.1").network_flags(legacy_fp16=False) == 0
+    assert TensorRTLibrary(fake, "10.13.0.35").network_flags(legacy_fp16=False) == 1
+    assert TensorRTLibrary(fake, "10.13.0.35").network_flags(legacy_fp16=True) == 0
+    assert TensorRTLibrary(fake, "11.1.0.1").network_flags(legacy_fp16=False) == 0
 
 
 def test_options_land_in_the_sidecar_as_plain_json() -> None:

@@ -74,7 +74,7 @@ def test_fp32_engine_sidecar_and_parity_with_eager(models: dict[str, Path], fp32
     side = json.loads(sidecar_path(fp32_plan).read_text())
     gpu = query_gpu(0)
     assert side["tensorrt"] == {"version": LIB.version, "library": LIB.name}
-    if LIB.rtx:  # built ahead of time for compute capabilities, not on this GPU
+    if LIB.targets_compute_capabilities:  # built ahead of time for compute capabilities, not on this GPU
         assert side["gpu"]["name"] is None and side["gpu"]["targets"]
     else:
         assert side["gpu"]["name"] == gpu.name and side["gpu"]["compute_capability"] == gpu.compute_capability
@@ -153,7 +153,7 @@ def test_dynamic_batch_profile(models: dict[str, Path]) -> None:
 
 
 def test_timing_cache_is_written_then_reused_and_log_file_is_full(models: dict[str, Path]) -> None:
-    if LIB.rtx:
+    if not LIB.has_timing_cache:
         pytest.skip("TensorRT-RTX has no timing cache (its refusal is tested in test_engine_tensorrt_rtx.py)")
     root = models["root"]
     cache, log = root / "trt.cache", root / "build.log"
@@ -176,9 +176,9 @@ def test_engine_from_another_tensorrt_or_gpu_is_refused(models: dict[str, Path],
     with pytest.raises(EngineError, match="was built with TensorRT(-RTX)? 9.0.1 and this is TensorRT"):
         TensorRTRunner(plan)
     side = json.loads(sidecar_path(fp32_plan).read_text())
-    side["gpu"] = {"name": "NVIDIA Imaginary", "compute_capability": "1.0", "targets": ["7.5"] if LIB.rtx else None}
+    side["gpu"] = {"name": "NVIDIA Imaginary", "compute_capability": "1.0", "targets": ["7.5"] if LIB.targets_compute_capabilities else None}
     sidecar_path(plan).write_text(json.dumps(side))
-    wrong_gpu = "built for compute capability 7.5 and this GPU" if LIB.rtx else "built on NVIDIA Imaginary .* do not move between GPU architectures"
+    wrong_gpu = "built for compute capability 7.5 and this GPU" if LIB.targets_compute_capabilities else "built on NVIDIA Imaginary .* do not move between GPU architectures"
     with pytest.raises(EngineError, match=wrong_gpu):
         TensorRTRunner(plan)
     assert TensorRTRunner(plan, check_compatibility=False).run({"image": _image()})["image_embeddings"].shape == (1, 16, 8, 8)

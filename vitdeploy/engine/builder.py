@@ -320,10 +320,10 @@ def build_engine(
         parser = trt.OnnxParser(network, logger)
         parsed = parser.parse_from_file(str(facts.path))
         if not parsed or parser.num_errors:
-            label = library.label if library.rtx else "TensorRT"
-            raise EngineError(format_parse_failure(facts.path.name, parser_problems(parser), facts.initializer_types, label))
+            raise EngineError(format_parse_failure(facts.path.name, parser_problems(parser), facts.initializer_types,
+                                                   library.label))
         targets: tuple[str, ...] = ()
-        if library.rtx:
+        if library.builds_without_gpu:  # ahead of time (TensorRT-RTX): its own config API, no Polygraphy, no autotuning
             config, targets = _create_rtx_config(library, builder, options)
             _add_rtx_profile(builder, network, config, profiles)
             gpu_record["targets"] = list(targets)
@@ -375,8 +375,8 @@ def build_engine(
     if layers:
         counts = ", ".join(f"{n} {p}" for p, n in layers["by_precision"].items())
         echo(f"engine layers: {layers['count']} ({counts})")
-    if library.rtx:
-        echo(f"TensorRT-RTX engine for compute capability {', '.join(targets)}"
+    if library.targets_compute_capabilities:
+        echo(f"{library.title} engine for compute capability {', '.join(targets)}"
              f"{' and later' if targets == RTX_DEFAULT_TARGETS else ''}: it runs (JIT-compiled at load) on such an NVIDIA GPU")
     echo(f"built in {seconds:.1f} s: wrote {plan} ({data.nbytes / 1e6:.1f} MB) and {sidecar_file.name}")
     return BuildResult(plan=plan, sidecar_file=sidecar_file, sidecar=sidecar, warnings=warnings, notes=notes)

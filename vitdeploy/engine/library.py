@@ -36,7 +36,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from vitdeploy.engine.versions import TENSORRT_INSTALL_HINT, import_tensorrt, weak_typing_available
 from vitdeploy.errors import InputError, MissingDependencyError
@@ -86,36 +87,39 @@ def rtx_unsupported_gpu(gpu_name: str, compute_capability: str) -> str:
 
 @dataclass(frozen=True)
 class TensorRTLibrary:
-    """One importable TensorRT library and the facts of it that the builder and runner act on.
+    """One importable TensorRT library and what the builder and runner act on, as a type: classic TensorRT 10/11
+    (this class) or :class:`TensorRTForRTX`, each answering for itself (the table above), so no caller tests which.
 
     Attributes:
-        name: ``tensorrt`` (classic) or ``tensorrt-rtx``.
         module: the imported Python module (``tensorrt`` or ``tensorrt_rtx_bindings``).
         version: its ``__version__``.
     """
 
-    name: str
     module: ModuleType
     version: str
 
-    @property
-    def rtx(self) -> bool:
-        return self.name == RTX
+    #: ``tensorrt`` or ``tensorrt-rtx``: the ``--builder`` value and what a sidecar records as ``tensorrt.library``.
+    name: ClassVar[str] = CLASSIC
+    #: How messages name it.
+    title: ClassVar[str] = "TensorRT"
+    #: Whether a build runs without a GPU (TensorRT-RTX's ahead-of-time build); classic TensorRT autotunes on one.
+    builds_without_gpu: ClassVar[bool] = False
+    #: Whether it keeps autotuning results in a timing cache (``--timing-cache``).
+    has_timing_cache: ClassVar[bool] = True
+    #: Whether it keeps JIT-compiled kernels in a runtime cache at load (``runtime_cache``).
+    has_runtime_cache: ClassVar[bool] = False
+    #: Whether the engine's build options can ask for compute capabilities (``--compute-capability``).
+    targets_compute_capabilities: ClassVar[bool] = False
 
     @property
     def label(self) -> str:
         """``TensorRT 10.13.0.35`` or ``TensorRT-RTX 1.7.1.116``: how messages name it."""
-        return f"{'TensorRT-RTX' if self.rtx else 'TensorRT'} {self.version}"
-
-    @property
-    def builds_without_gpu(self) -> bool:
-        """TensorRT-RTX's ahead-of-time build runs on the CPU; classic TensorRT autotunes on a GPU."""
-        return self.rtx
+        return f"{self.title} {self.version}"
 
     @property
     def weak_typing(self) -> bool:
         """Whether the weakly typed FP16 build (``BuilderFlag.FP16``) exists: classic TensorRT 10 only."""
-        return not self.rtx and weak_typing_available(self.version)
+        return weak_typing_available(self.version)
 
     def network_flags(self, legacy_fp16: bool) -> int:
         """``1 << STRONGLY_TYPED`` where the flag means something (classic 10); 0 on 11, on RTX and for legacy FP16.
@@ -127,10 +131,68 @@ class TensorRTLibrary:
             return 0
         return 1 << int(self.module.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
 
+    def runs_on(self, compute_capability: str) -> bool:
+        """Whether it runs engines on a GPU of this compute capability (classic TensorRT: any it supports at all)."""
+        return True
+
+    def unsupported_gpu(self, gpu_name: str, compute_capability: str) -> str:
+        """One line: it runs nothing on this GPU, and what to use instead (only asked where :meth:`runs_on` is False)."""
+        return f"{self.label} runs no engine on {gpu_name} (compute capability {compute_capability})"
+
+    def check_engine(self, sidecar: dict[str, Any], env: Any, plan_name: str) -> list[str]:
+        """Warnings for running the engine a sidecar describes here; EngineError where it cannot run (:mod:`.compat`)."""
+        from vitdeploy.engine.compat import check_engine_compat
+
+        return check_engine_compat(sidecar, env, plan_name)
+
+    def execution_context(self, engine: Any, fill_cache: Callable[[Any], None] | None = None) -> tuple[Any, Any]:
+        """(the engine's execution context, its runtime cache or None). ``fill_cache(cache)`` loads a new runtime cache
+        before the context is made, where the library has one (:attr:`has_runtime_cache`); classic TensorRT ignores it."""
+        return engine.create_execution_context(), None
+
+
+@dataclass(frozen=True)
+class TensorRTForRTX(TensorRTLibrary):
+    """TensorRT for RTX (``tensorrt_rtx_bindings``): builds ahead of time on the CPU for compute capabilities, always
+    strongly typed, no timing cache, JIT kernels in a runtime cache at load, and runs on the GPUs of
+    :func:`rtx_runs_on` only."""
+
+    name: ClassVar[str] = RTX
+    title: ClassVar[str] = "TensorRT-RTX"
+    builds_without_gpu: ClassVar[bool] = True
+    has_timing_cache: ClassVar[bool] = False
+    has_runtime_cache: ClassVar[bool] = True
+    targets_compute_capabilities: ClassVar[bool] = True
+
+    @property
+    def weak_typing(self) -> bool:
+        return False
+
+    def runs_on(self, compute_capability: str) -> bool:
+        return rtx_runs_on(compute_capability)
+
+    def unsupported_gpu(self, gpu_name: str, compute_capability: str) -> str:
+        return rtx_unsupported_gpu(gpu_name, compute_capability)
+
+    def check_engine(self, sidecar: dict[str, Any], env: Any, plan_name: str) -> list[str]:
+        from vitdeploy.engine.compat import check_rtx_engine_compat
+
+        return check_rtx_engine_compat(sidecar, env, plan_name)
+
+    def execution_context(self, engine: Any, fill_cache: Callable[[Any], None] | None = None) -> tuple[Any, Any]:
+        """A context from a runtime config, holding a runtime cache ``fill_cache`` loaded, where one is given."""
+        config = engine.create_runtime_config()
+        cache = None
+        if fill_cache is not None:
+            cache = config.create_runtime_cache()
+            fill_cache(cache)
+            config.set_runtime_cache(cache)
+        return engine.create_execution_context(config), cache
+
 
 def _import_classic(purpose: str) -> TensorRTLibrary:
     tensorrt = import_tensorrt(purpose)
-    return TensorRTLibrary(CLASSIC, tensorrt, str(tensorrt.__version__))
+    return TensorRTLibrary(tensorrt, str(tensorrt.__version__))
 
 
 def _import_rtx(purpose: str) -> TensorRTLibrary:
@@ -140,7 +202,7 @@ def _import_rtx(purpose: str) -> TensorRTLibrary:
         raise MissingDependencyError("tensorrt-rtx", purpose, RTX_INSTALL_HINT) from exc
     except OSError as exc:  # libtensorrt_rtx.so.1 missing or for another CUDA
         raise MissingDependencyError("tensorrt-rtx", purpose, f"its libraries do not load ({exc}); {RTX_INSTALL_HINT}") from exc
-    return TensorRTLibrary(RTX, tensorrt_rtx_bindings, str(tensorrt_rtx_bindings.__version__))
+    return TensorRTForRTX(tensorrt_rtx_bindings, str(tensorrt_rtx_bindings.__version__))
 
 
 def load_library(builder: str, purpose: str) -> TensorRTLibrary:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.engine.build_log import BuildLog, make_trt_logger
-from vitdeploy.engine.compat import RunningEnvironment, check_engine_compat, check_rtx_engine_compat
+from vitdeploy.engine.compat import RunningEnvironment
 from vitdeploy.engine.library import library_of_sidecar, load_library
 from vitdeploy.engine.sidecar import read_plan_checked, read_sidecar
 from vitdeploy.errors import EngineError, InputError
@@ -93,8 +93,7 @@ class TensorRTRunner(Runner):
                               "run the ONNX file instead (ONNX Runtime or OpenVINO on the CPU)") from exc
         cuda.set_device(device)
         env = RunningEnvironment(self.library.version, gpu.name, gpu.compute_capability)
-        check = check_rtx_engine_compat if self.library.rtx else check_engine_compat
-        self.warnings = check(self.sidecar, env, path.name) if check_compatibility else []
+        self.warnings = self.library.check_engine(self.sidecar, env, path.name) if check_compatibility else []
         self._buffers: list[Any] = []
         self._stream: cuda.Stream | None = None
         self._log = BuildLog()
@@ -108,7 +107,7 @@ class TensorRTRunner(Runner):
         if self._engine is None:
             why = " | ".join(self._log.errors[-3:]) or "no error was logged"
             raise EngineError(f"TensorRT {trt.__version__} could not deserialize '{path.name}': {why}; rebuild it with 'vitdeploy build-engine'")
-        self._runtime_cache_path = Path(runtime_cache) if runtime_cache and self.library.rtx else None
+        self._runtime_cache_path = Path(runtime_cache) if runtime_cache and self.library.has_runtime_cache else None
         self._runtime_cache: Any = None
         self._context = self._create_context()
         if self._context is None:
@@ -125,21 +124,19 @@ class TensorRTRunner(Runner):
         self.metadata: dict[str, Any] = {**self.sidecar.get("metadata", {}), "precision": precision.value}
 
     def _create_context(self) -> Any:
-        """The execution context; for TensorRT-RTX with a runtime config holding the runtime cache (when given)."""
-        if not self.library.rtx:
-            return self._engine.create_execution_context()
-        config = self._engine.create_runtime_config()
-        if self._runtime_cache_path is not None:
-            self._runtime_cache = config.create_runtime_cache()
-            if self._runtime_cache_path.is_file():
-                blob = self._runtime_cache_path.read_bytes()
-                if not self._runtime_cache.deserialize(blob):
-                    self.warnings.append(f"runtime cache '{self._runtime_cache_path}' could not be read; it is rebuilt")
-            config.set_runtime_cache(self._runtime_cache)
-        return self._engine.create_execution_context(config)
+        """The execution context; where the library keeps a runtime cache (TensorRT-RTX) and a file was given, with
+        the cache read from it."""
+        context, self._runtime_cache = self.library.execution_context(
+            self._engine, self._load_runtime_cache if self._runtime_cache_path is not None else None)
+        return context
+
+    def _load_runtime_cache(self, cache: Any) -> None:
+        if self._runtime_cache_path is not None and self._runtime_cache_path.is_file():
+            if not cache.deserialize(self._runtime_cache_path.read_bytes()):
+                self.warnings.append(f"runtime cache '{self._runtime_cache_path}' could not be read; it is rebuilt")
 
     def _save_runtime_cache(self) -> None:
-        if self._runtime_cache is None:  # made only for an RTX engine given a cache file
+        if self._runtime_cache is None:  # made only where the library keeps one and a cache file was given
             return
         serialized = self._runtime_cache.serialize()
         if serialized is not None:
