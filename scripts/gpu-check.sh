@@ -17,6 +17,7 @@
 #   FILES_ONLY=1 scripts/gpu-check.sh    # only the exports and precision passes (no GPU library needed yet)
 #   REUSE=1 scripts/gpu-check.sh         # keep exports and precision passes already in $OUT_DIR (a second call)
 #   SKIP_DYNAMIC=1 scripts/gpu-check.sh  # without the dynamic-batch export, engine and benchmark
+#   SKIP_INT8=1 scripts/gpu-check.sh     # without the INT8 calibration (minutes on the CPU) and its checks
 #   PYTEST_PATHS="tests/engine" scripts/gpu-check.sh   # the gated tests of these paths only (default: tests)
 #
 # Every step runs even if an earlier one failed (as far as its inputs exist); each step's status, time
@@ -99,8 +100,10 @@ fi
 if "${VD[@]}" calibrate --help > /dev/null 2>&1; then
     reused calibrate_fp16 "$OUT/sam_vit_b.fp16.onnx" || step calibrate_fp16 "${VD[@]}" calibrate "$OUT/sam_vit_b.onnx" --precision fp16 -o "$OUT/sam_vit_b.fp16.onnx" \
         --images calibration/images --report "$OUT/sam_vit_b.fp16.calibrate.json"
+    if [ "${SKIP_INT8:-0}" = 1 ]; then skip calibrate_int8 "SKIP_INT8=1"; else
     reused calibrate_int8 "$OUT/sam_vit_b.int8.onnx" || step calibrate_int8 "${VD[@]}" calibrate "$OUT/sam_vit_b.onnx" --precision int8 -o "$OUT/sam_vit_b.int8.onnx" \
         --images calibration/images --report "$OUT/sam_vit_b.int8.calibrate.json"
+    fi
 else
     skip calibrate_fp16 "'vitdeploy calibrate' is not in this checkout"
     skip calibrate_int8 "'vitdeploy calibrate' is not in this checkout"

@@ -7,6 +7,15 @@
 # There, two calls back to back on the same warm machine:
 #   scripts/gpu-lease.sh files            # carry .whl/a: installs, exports SAM ViT-B + decoder, FP16/INT8 passes
 #   scripts/gpu-lease.sh engines          # carry .whl/b: joins the wheel, builds, runs and checks the engines
+#
+# ONNX Runtime's CUDA provider instead (onnxruntime-gpu, 256 MB: five pieces over five calls; the exports run in the
+# background on that machine while the pieces travel):
+#   scripts/gpu-lease.sh ort-prepare      # .whl/ort/p0..p4: the pieces (p0 with the small wheels); .whl/c: what travels
+#   scripts/gpu-lease.sh ort-next N       # here, before call N (0..4): puts piece N in .whl/c
+#   scripts/gpu-lease.sh ort-first        # there, call 0 (carry .whl/c): installs, starts the exports, returns
+#   scripts/gpu-lease.sh ort-piece        # there, calls 1..3: keeps the piece
+#   scripts/gpu-lease.sh ort-run          # there, call 4: joins and installs the wheel, waits for the exports, runs
+#                                         # the ONNX Runtime CUDA parity and benchmark steps of gpu-check.sh
 # Everything lands in $GC (default /tmp/gc on that machine) and the report and logs are copied to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,8 +53,58 @@ collect() {
     tar czf "$OUT/logs.tgz" -C "$GC" logs steps.tsv $(cd "$GC" && ls ./*.json 2>/dev/null) 2>/dev/null
 }
 
+ORT_GPU=1.31.1
+ort_prepare() {
+    local py=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
+              --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+    mkdir -p .whl/ort .whl/dl .whl/c
+    grep -qx '/.whl/' .git/info/exclude || echo /.whl/ >> .git/info/exclude
+    python3 -m pip download -q --no-deps "${py[@]}" -d .whl/dl "onnxruntime-gpu==$ORT_GPU" segment-anything==1.0 \
+        polygraphy==0.53.6 onnxconverter-common==1.16.0
+    split -n 5 -d -a 1 .whl/dl/onnxruntime_gpu-*.whl .whl/ort/onnxruntime_gpu.whl.part
+    du -sh .whl/ort
+}
+ort_next() {  # here: .whl/c holds piece $1 (and with piece 0 the small wheels)
+    rm -rf .whl/c && mkdir -p .whl/c
+    cp .whl/ort/*.part"$1" .whl/c/
+    [ "$1" != 0 ] || cp .whl/dl/segment_anything-*.whl .whl/dl/polygraphy-*.whl .whl/dl/onnxconverter_common-*.whl .whl/c/
+    du -sh .whl/c
+}
+# The CUDA 13 libraries PyTorch brought (cuBLAS, cuDNN, cuFFT, cuRAND, the runtime), for ONNX Runtime's CUDA provider.
+cuda_library_path() {
+    find "$(python3 -c 'import site; print(site.getsitepackages()[0])')/nvidia" -name 'lib*.so*' -printf '%h\n' 2>/dev/null \
+        | sort -u | paste -sd:
+}
+
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 case "${1:-}" in
+    ort-prepare) ort_prepare ;;
+    ort-next) ort_next "${2:?piece number}" ;;
+    ort-first)
+        nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
+        mkdir -p "$STAGE" "$GC" && cp .whl/c/*.part* "$STAGE"/
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/c/*.whl || exit 1
+        # a copy of this checkout, installed from there: the exports read it after the call returns, while the next
+        # calls copy the working tree again
+        mkdir -p /tmp/vitdeploy-tree && tar --exclude=./.whl -cf - . | tar -C /tmp/vitdeploy-tree -xf - || exit 1
+        python3 -m pip install -q --no-index --no-deps --no-build-isolation -e /tmp/vitdeploy-tree > /dev/null || exit 1
+        cd /tmp/vitdeploy-tree && setsid bash -c "FILES_ONLY=1 SKIP_INT8=1 SKIP_DYNAMIC=1 OUT_DIR=$GC PYTHON=python3 SKIP_INSTALL=1 \
+            bash scripts/gpu-check.sh > $GC/files.log 2>&1; echo \$? > $GC/files.rc" < /dev/null > /dev/null 2>&1 &
+        sleep 5; echo "exports started in the background: $GC/files.log" ;;
+    ort-piece) cp .whl/c/*.part* "$STAGE"/ && ls -la "$STAGE"; tail -n 3 "$GC/files.log" ;;
+    ort-run)
+        cp .whl/c/*.part* "$STAGE"/
+        cat "$STAGE"/onnxruntime_gpu.whl.part? > "$STAGE/onnxruntime_gpu-$ORT_GPU-cp312-cp312-manylinux_2_28_x86_64.whl" || exit 1
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site --upgrade \
+            "$STAGE/onnxruntime_gpu-$ORT_GPU-cp312-cp312-manylinux_2_28_x86_64.whl" || exit 1
+        export LD_LIBRARY_PATH="$(cuda_library_path):${LD_LIBRARY_PATH:-}"
+        python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"
+        while [ ! -f "$GC/files.rc" ]; do sleep 5; done
+        echo "exports: exit $(cat "$GC/files.rc")"; tail -n 12 "$GC/files.log"
+        cp "$GC/steps.tsv" "$GC/files.steps.tsv"
+        cd /tmp/vitdeploy-tree && REUSE=1 SKIP_INT8=1 SKIP_DYNAMIC=1 SKIP_PYTEST=1 OUT_DIR="$GC" PYTHON=python3 SKIP_INSTALL=1 \
+            RUNS="${RUNS:-30}" WARMUP="${WARMUP:-5}" bash scripts/gpu-check.sh
+        rc=$?; cat "$GC/files.steps.tsv"; collect; cp "$GC/files.log" "$OUT/" 2>/dev/null; exit $rc ;;
     prepare) prepare ;;
     files)
         nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
@@ -61,5 +120,5 @@ case "${1:-}" in
         REUSE=1 OUT_DIR="$GC" PYTHON=python3 SKIP_INSTALL=1 RUNS="${RUNS:-50}" \
             PYTEST_PATHS="tests/engine tests/runtime/backends/test_engine_runner_interface.py" bash scripts/gpu-check.sh
         rc=$?; collect; exit $rc ;;
-    *) echo "usage: scripts/gpu-lease.sh prepare|files|engines" >&2; exit 2 ;;
+    *) echo "usage: scripts/gpu-lease.sh prepare|files|engines|ort-prepare|ort-next N|ort-first|ort-piece|ort-run" >&2; exit 2 ;;
 esac

@@ -22,6 +22,7 @@ _WHERE = {
     "RunnerOptions": "backends.base",
     "RUNTIMES": "backends.registry",
     "open_runner": "backends.loader",
+    "OpenOptions": "backends.loader",
     "SamPredictor": "apps.sam.predictor",
     "SamAutomaticMaskGenerator": "apps.sam.mask_generator",
     "Sam2ImagePredictor": "apps.sam2.image_predictor",

@@ -248,6 +248,30 @@ def test_a_profile_setting_reaches_every_route(tiny_sam_artifacts: TinySamArtifa
         assert runner.backend == "openvino" and (runner.gelus_apart > 0) is apart, (route, runner.provider)
 
 
+def test_one_options_object_opens_every_part_and_the_old_keywords_stay(tiny_sam_artifacts: TinySamArtifacts) -> None:
+    """The applications take one OpenOptions: its runtime and threads reach every file, its precision policy the
+    encoder only (a decoder runs its file's math); the keywords of earlier releases make the same options, and
+    both at once are refused in one line rather than one silently winning."""
+    from vitdeploy.errors import InputError
+    from vitdeploy.runtime import OpenOptions, SamPredictor
+    from vitdeploy.runtime.apps.serving.service import SamService
+
+    enc, dec = tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder
+    options = OpenOptions(runtime="onnxruntime", threads=1, policy="file")
+    predictor = SamPredictor(enc, dec, options=options)
+    for encoder, decoder in ((predictor.encoder, predictor.decoder), SamService(enc, dec, options=options).runners):
+        assert encoder.backend == decoder.backend == "onnxruntime"
+        assert encoder.deployment is None and decoder.deployment is None  # asked for, not chosen by auto
+    keywords = SamPredictor(enc, dec, runtime="onnxruntime", threads=1, inference_precision="file")
+    assert OpenOptions.of(None, runtime="onnxruntime", threads=1, inference_precision="file") == options
+    assert keywords.encoder.backend == "onnxruntime"
+    assert options.for_part().policy is None and options.for_part().threads == 1
+    with pytest.raises(InputError, match=r"either as OpenOptions or as keywords, not both \(threads beside options=\)"):
+        SamPredictor(enc, dec, options=options, threads=2)
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
+        OpenOptions.of(None, thread=2)
+
+
 @pytest.mark.parametrize("key", ["pixel_std", "pixel_mean", "input_size"])
 def test_a_file_without_what_its_runtime_reads_is_refused_at_the_seam(tiny_sam_artifacts: TinySamArtifacts,
                                                                        tmp_path: Path, key: str) -> None:

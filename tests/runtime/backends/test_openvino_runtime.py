@@ -417,7 +417,7 @@ def test_bf16_inference_holds_the_bf16_budget_against_the_official_model(encoder
                                                                  random_inputs=2, images=images, threads=2))
     assert report.tolerance.name == "bf16"
     assert report, report.to_dict()
-    runner = OpenVinoRunner.from_options(encoders["generic"], RunnerOptions(threads=1, precision="bf16"))
+    runner = OpenVinoRunner.from_options(encoders["generic"], RunnerOptions(threads=1, policy="bf16"))
     if _bf16_matrix_engine():
         assert runner.inference_precision == "bf16" and "inference precision bf16" in runner.provider
         assert runner.warnings == []

@@ -81,9 +81,9 @@ def test_options_are_checked_and_refused_where_a_runtime_cannot_honour_them(enco
     with pytest.raises(InputError, match="threads must be at least 1"):
         RunnerOptions(threads=0)
     with pytest.raises(InputError, match="precision policy 'fp8'"):
-        RunnerOptions(precision="fp8")
+        RunnerOptions(policy="fp8")
     with pytest.raises(InputError, match="OpenVINO setting"):
-        RUNTIMES["onnxruntime"].open(encoder, RunnerOptions(precision="bf16"))
+        RUNTIMES["onnxruntime"].open(encoder, RunnerOptions(policy="bf16"))
     with pytest.raises(InputError, match="not a setting of onnxruntime"):
         RUNTIMES["onnxruntime"].open(encoder, RunnerOptions(), seven_bit_weights=True)
 

@@ -36,7 +36,7 @@ class RunnerOptions:
         threads: intra-op CPU threads (None: the runtime's default, usually every core).
         device: ``cpu``, ``cuda`` or ``tensorrt`` (ONNX Runtime's providers); engines run on CUDA.
         gpu: CUDA device index for engines.
-        precision: precision policy (:data:`PRECISION_POLICIES`).
+        policy: the precision policy applied to the file (:data:`PRECISION_POLICIES`), not the file's own precision.
         tf32: TF32 math for FP32 layers on CUDA (off: exact FP32 GEMMs).
         spinning: idle pool threads spin (None: the runtime's default).
     """
@@ -44,15 +44,15 @@ class RunnerOptions:
     threads: int | None = None
     device: str = "cpu"
     gpu: int = 0
-    precision: str = "file"
+    policy: str = "file"
     tf32: bool = False
     spinning: bool | None = None
 
     def __post_init__(self) -> None:
         if self.threads is not None and self.threads < 1:
             raise InputError(f"threads must be at least 1, got {self.threads}")
-        if self.precision not in PRECISION_POLICIES:
-            raise InputError(f"precision policy '{self.precision}' is not one of {', '.join(PRECISION_POLICIES)}")
+        if self.policy not in PRECISION_POLICIES:
+            raise InputError(f"precision policy '{self.policy}' is not one of {', '.join(PRECISION_POLICIES)}")
         if self.gpu < 0:
             raise InputError(f"the GPU index must be 0 or more, got {self.gpu}")
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Any, ClassVar
 
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.backends.base import Runner, RunnerOptions
@@ -39,40 +40,100 @@ def checked(runner: Runner, path: Path) -> Runner:
     return runner
 
 
-def open_runner(path: str | Path, *, threads: int | None = None, ort_device: str = "cpu", gpu: int = 0,
-                fused_attention: bool | None = None, folded_attention: bool = False, tf32: bool = False,
-                allow_unverified: bool = False, runtime: str = DEFAULT_RUNTIME, precision: str | None = None,
-                profile: str | Path | None = None, gelu_apart: bool | None = None) -> Runner:
-    """The runner for ``path``: an ``.onnx`` file on ``runtime`` (ONNX Runtime on ``ort_device`` by default, with its
-    attention forms and ``allow_unverified``; or OpenVINO on the CPU), an engine (``.plan``/``.engine``/``.trt``) on
-    TensorRT on CUDA device ``gpu`` (its math was fixed when it was built). ``precision`` is the
-    :class:`~vitdeploy.runtime.backends.base.RunnerOptions` precision policy (None: ``file``). ``gelu_apart``: OpenVINO's
-    GELU form (:mod:`vitdeploy.runtime.forms.openvino_gelu`; None: where this CPU measured it faster).
+@dataclass(frozen=True)
+class OpenOptions:
+    """How to open a deployed file, one name per value: what :func:`open_runner` and the applications
+    (``SamPredictor``, ``Sam2ImagePredictor``, ``Sam2VideoPredictor``, ``SamService``) take.
+
+    Attributes:
+        runtime: ``auto`` (the deployment profile beside the file, else this CPU's measured default), ``onnxruntime``
+            or ``openvino`` for ``.onnx`` files; an engine's suffix picks TensorRT.
+        threads: intra-op CPU threads (None: the profile's, else the runtime's default).
+        device: ONNX Runtime's device: ``cpu``, ``cuda`` or ``tensorrt``.
+        gpu: CUDA device index for engines.
+        policy: the precision policy the runner applies to the file (:data:`~vitdeploy.precisions.PRECISION_POLICIES`:
+            ``file`` runs the file's own math, ``bf16`` runs an FP32 file's layers in BF16 on OpenVINO); None: the
+            deployment's. Not the file's precision, which the file states (``Precision.of(metadata)``).
+        tf32: TF32 math for FP32 layers on CUDA.
+        allow_unverified: run on a GPU provider the file was not verified on.
+        profile: a deployment profile to read instead of the one beside the file (``runtime="auto"`` only).
+        fused_attention, folded_attention: ONNX Runtime's attention forms (asking for one asks for ONNX Runtime).
+        gelu_apart: OpenVINO's GELU form (None: where this CPU measured it faster).
+    """
+
+    runtime: str = AUTO
+    threads: int | None = None
+    device: str = "cpu"
+    gpu: int = 0
+    policy: str | None = None
+    tf32: bool = False
+    allow_unverified: bool = False
+    profile: str | Path | None = None
+    fused_attention: bool | None = None
+    folded_attention: bool = False
+    gelu_apart: bool | None = None
+
+    #: The keyword names the applications' constructors kept (public API) -> the field each one sets.
+    ALIASES: ClassVar[dict[str, str]] = {"inference_precision": "policy", "precision": "policy", "ort_device": "device"}
+
+    @classmethod
+    def of(cls, options: OpenOptions | None = None, **keywords: Any) -> OpenOptions:
+        """``options``, or one made from the keywords the applications and :func:`open_runner` kept (``device``,
+        ``threads``, ``runtime``, ``inference_precision``, ...); both at once only where the keywords are defaults."""
+        named = {cls.ALIASES.get(key, key): value for key, value in keywords.items()}
+        unknown = sorted(set(named) - {f.name for f in fields(cls)})
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s) {', '.join(unknown)}")
+        if options is None:
+            return cls(**named)
+        defaults = cls()
+        given = sorted(key for key, value in named.items() if value != getattr(defaults, key))
+        if given:
+            raise InputError(f"give the options either as OpenOptions or as keywords, not both ({', '.join(given)} "
+                             "beside options=)")
+        return options
+
+    def for_part(self) -> OpenOptions:
+        """The options for a file beside the one the precision policy is for (a decoder next to its encoder): the
+        policy is the deployment's own there."""
+        return replace(self, policy=None)
+
+
+def open_runner(path: str | Path, options: OpenOptions | None = None, **keywords: Any) -> Runner:
+    """The runner for ``path`` as ``options`` say (:class:`OpenOptions`; the keywords of earlier releases are taken
+    too: ``threads``, ``ort_device``, ``gpu``, ``fused_attention``, ``folded_attention``, ``tf32``,
+    ``allow_unverified``, ``runtime``, ``precision``, ``profile``, ``gelu_apart``): an ``.onnx`` file on its runtime
+    (ONNX Runtime on ``device`` by default, with its attention forms and ``allow_unverified``; or OpenVINO on the
+    CPU), an engine (``.plan``/``.engine``/``.trt``) on TensorRT on CUDA device ``gpu`` (its math was fixed when it
+    was built).
 
     ``runtime="auto"``: the :mod:`~vitdeploy.runtime.backends.deployment` choice (the deployment profile beside the
-    file, or an explicit ``profile``; else this CPU's measured default); ``precision`` and ``threads``, where given,
+    file, or an explicit ``profile``; else this CPU's measured default); ``policy`` and ``threads``, where given,
     narrow it, an attention flag asks for ONNX Runtime, and a setting asked here wins over the profile's. The
     runner's ``deployment`` says what was chosen and why. The file is opened by :func:`open_deployed`."""
+    o = OpenOptions.of(options, **keywords)
     path = Path(path)
-    flag = attention_flag(fused_attention, folded_attention)
-    asked = tuple((key, value) for key, value in (("fused_attention", fused_attention),
-                                                  ("folded_attention", folded_attention or None),
-                                                  ("gelu_apart", gelu_apart)) if value is not None)
+    flag = attention_flag(o.fused_attention, o.folded_attention)
+    asked = tuple((key, value) for key, value in (("fused_attention", o.fused_attention),
+                                                  ("folded_attention", o.folded_attention or None),
+                                                  ("gelu_apart", o.gelu_apart)) if value is not None)
+    runtime = o.runtime
     if runtime == AUTO and path.suffix.lower() not in ONNX_SUFFIXES:
         runtime = DEFAULT_RUNTIME  # an engine (or an unknown file, refused below): its suffix decides
     if runtime == AUTO:
         if flag:
-            deployment = Deployment(DEFAULT_RUNTIME, precision or "file", threads, asked, source=f"asked ({flag})")
+            deployment = Deployment(DEFAULT_RUNTIME, o.policy or "file", o.threads, asked, source=f"asked ({flag})")
         else:
-            deployment = resolve(path, precision=precision, threads=threads, device=ort_device, profile=profile)
+            deployment = resolve(path, precision=o.policy, threads=o.threads, device=o.device, profile=o.profile)
             deployment = replace(deployment, settings=tuple(sorted({**dict(deployment.settings), **dict(asked)}.items())))
-        runner = open_deployed(path, deployment, device=ort_device, gpu=gpu, tf32=tf32, allow_unverified=allow_unverified)
+        runner = open_deployed(path, deployment, device=o.device, gpu=o.gpu, tf32=o.tf32,
+                               allow_unverified=o.allow_unverified)
         runner.deployment = deployment
         return runner
-    if profile is not None:
+    if o.profile is not None:
         raise InputError("a deployment profile is read by --runtime auto: leave out --runtime or the profile")
-    return open_deployed(path, Deployment(runtime, precision or "file", threads, asked), device=ort_device, gpu=gpu,
-                         tf32=tf32, allow_unverified=allow_unverified)
+    return open_deployed(path, Deployment(runtime, o.policy or "file", o.threads, asked), device=o.device, gpu=o.gpu,
+                         tf32=o.tf32, allow_unverified=o.allow_unverified)
 
 
 def open_deployed(path: str | Path, deployment: Deployment, *, device: str = "cpu", gpu: int = 0, tf32: bool = False,
@@ -114,23 +175,20 @@ def open_deployed(path: str | Path, deployment: Deployment, *, device: str = "cp
         settings = {"allow_unverified": allow_unverified, **settings}
     settings = {key: value for key, value in settings.items() if key in entry.settings}
     options = RunnerOptions(threads=deployment.threads, device=device if entry.reads_onnx else "cuda", gpu=gpu,
-                            precision=deployment.precision, tf32=tf32 and entry.reads_onnx)
+                            policy=deployment.precision, tf32=tf32 and entry.reads_onnx)
     runner = checked(entry.open(path, options, **settings), path)
     runner.deployment = None
     return runner
 
 
-def as_runner(model: Runner | str | os.PathLike, device: str = "cpu", threads: int | None = None, *, tf32: bool = False,
-              allow_unverified: bool = False, runtime: str = "auto", inference_precision: str | None = None) -> Runner:
-    """``model`` if it already is a Runner; otherwise the runner for its file suffix (``.onnx``: the deployment
-    ``runtime="auto"`` chooses, or ONNX Runtime on ``device``, or OpenVINO; ``.plan``/``.engine``/``.trt``: TensorRT)
-    via :func:`open_runner`."""
+def as_runner(model: Runner | str | os.PathLike, options: OpenOptions | None = None, **keywords: Any) -> Runner:
+    """``model`` if it already is a Runner; otherwise the runner :func:`open_runner` opens for the file as ``options``
+    (or the keywords :meth:`OpenOptions.of` takes) say."""
     if isinstance(model, (str, os.PathLike)):
-        return open_runner(Path(model), threads=threads, ort_device=device, tf32=tf32, allow_unverified=allow_unverified,
-                           runtime=runtime, precision=inference_precision)
+        return open_runner(Path(model), OpenOptions.of(options, **keywords))
     if isinstance(model, Runner):
         return model
     raise InputError(f"expected a model path or a Runner (a vitdeploy.runtime.Runner subclass), got {type(model).__name__}")
 
 
-__all__ = ["ENGINE_SUFFIXES", "ONNX_RUNTIMES", "ONNX_SUFFIXES", "as_runner", "attention_flag", "checked", "open_deployed", "open_runner"]
+__all__ = ["ENGINE_SUFFIXES", "ONNX_RUNTIMES", "ONNX_SUFFIXES", "OpenOptions", "as_runner", "attention_flag", "checked", "open_deployed", "open_runner"]

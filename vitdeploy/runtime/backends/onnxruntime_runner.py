@@ -98,8 +98,8 @@ class OnnxRuntimeRunner(Runner):
         """A runner with the common ``options`` (threads, device, TF32, spinning; ONNX Runtime runs a file in its own
         precision: a reduced precision policy is refused) and ONNX Runtime's own ``settings`` (keyword arguments of
         ``__init__``: ``fused_attention``, ``folded_attention``, ``allow_unverified``, ...)."""
-        if options.precision != "file":
-            raise InputError(f"ONNX Runtime runs a file in its own precision; precision policy '{options.precision}' is "
+        if options.policy != "file":
+            raise InputError(f"ONNX Runtime runs a file in its own precision; precision policy '{options.policy}' is "
                              "an OpenVINO setting (--runtime openvino), or calibrate the file with 'vitdeploy calibrate'")
         return cls(path, threads=options.threads, device=options.device, tf32=options.tf32, spinning=options.spinning,
                    **settings)

@@ -118,8 +118,8 @@ class OpenVinoRunner(Runner):
         ``bf16`` asks the CPU plugin for BF16 inference; TF32 is CUDA math (refused)."""
         if options.tf32:
             raise InputError("--tf32 is CUDA math: OpenVINO runs on the CPU in FP32 (leave out --tf32)")
-        precision = "f32" if options.precision == "file" else options.precision
-        if options.precision == "file" and Precision.of(read_onnx_metadata(require_onnx_file(path))) is Precision.BF16:
+        precision = "f32" if options.policy == "file" else options.policy
+        if options.policy == "file" and Precision.of(read_onnx_metadata(require_onnx_file(path))) is Precision.BF16:
             from vitdeploy.cpu_features import cpu_features
 
             precision = "bf16" if cpu_features().bf16_units else "f32"

@@ -69,8 +69,8 @@ class TensorRTRunner(Runner):
         """A runner on CUDA device ``options.gpu``. An engine's math (precision, TF32) was fixed when it was built, and
         TensorRT picks its own threads: those options are not asked of it. ``settings``: ``runtime_cache``,
         ``check_compatibility``."""
-        if options.precision != "file":
-            raise InputError(f"a TensorRT engine runs the precision it was built in: build a {options.precision} engine "
+        if options.policy != "file":
+            raise InputError(f"a TensorRT engine runs the precision it was built in: build a {options.policy} engine "
                              "with 'vitdeploy build-engine' instead of asking for it at run time")
         return cls(path, device=options.gpu, **settings)
 

@@ -32,7 +32,7 @@ import numpy as np
 from vitdeploy.errors import InputError
 from vitdeploy.families import model_part
 from vitdeploy.runtime.backends.base import Runner
-from vitdeploy.runtime.backends.loader import as_runner
+from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
 from vitdeploy.runtime.processing.postprocess import MaskUpscaler
 from vitdeploy.runtime.processing.preprocess import (ResizeLongestSide, SamPreprocessor, as_numpy, box_corners, check_rgb_uint8,
                                                      preprocess_shape, resize_coords)
@@ -140,25 +140,31 @@ class SamPredictor:
             part of the time.
         check_weights: refuse an encoder and decoder whose weights come from different checkpoints or
             seeds (turn off for a decoder fine-tuned apart from its encoder).
+        options: every opening option in one :class:`~vitdeploy.runtime.backends.loader.OpenOptions` (its ``policy``
+            is ``inference_precision``), instead of the keywords above.
     """
 
     def __init__(self, encoder: Runner | str | os.PathLike, decoder: Runner | str | os.PathLike, *,
-                 device: str = "cpu", threads: int | None = None, check_weights: bool = True, tf32: bool = False,
-                 allow_unverified: bool = False, runtime: str = "auto", inference_precision: str | None = None):
-        self.encoder = as_runner(encoder, device, threads, tf32=tf32, allow_unverified=allow_unverified, runtime=runtime,
-                                 inference_precision=inference_precision)
-        self.decoder = as_runner(decoder, device, threads, tf32=tf32, allow_unverified=allow_unverified, runtime=runtime)
+                 options: OpenOptions | None = None, check_weights: bool = True, device: str = "cpu",
+                 threads: int | None = None, tf32: bool = False, allow_unverified: bool = False, runtime: str = "auto",
+                 inference_precision: str | None = None):
+        o = OpenOptions.of(options, device=device, threads=threads, tf32=tf32, allow_unverified=allow_unverified,
+                           runtime=runtime, inference_precision=inference_precision)
+        self.encoder = as_runner(encoder, o)
+        self.decoder = as_runner(decoder, o.for_part())
         self._setup(self.encoder.metadata, check_weights)
 
     @classmethod
-    def decoder_only(cls, decoder: Runner | str | os.PathLike, encoder_metadata: dict[str, Any], *, device: str = "cpu",
-                     threads: int | None = None, check_weights: bool = True, runtime: str = "auto") -> SamPredictor:
+    def decoder_only(cls, decoder: Runner | str | os.PathLike, encoder_metadata: dict[str, Any], *,
+                     options: OpenOptions | None = None, device: str = "cpu", threads: int | None = None,
+                     check_weights: bool = True, runtime: str = "auto") -> SamPredictor:
         """A predictor without an encoder: it answers prompts on embeddings given to :meth:`set_image_embedding`
         (a server's decoder replicas, which never encode). ``encoder_metadata``: the encoder file's metadata
         (:func:`vitdeploy.metadata.read_onnx_metadata`), checked against the decoder's as in the constructor."""
         predictor = cls.__new__(cls)
         predictor.encoder = None
-        predictor.decoder = as_runner(decoder, device, threads, runtime=runtime)
+        predictor.decoder = as_runner(decoder, OpenOptions.of(options, device=device, threads=threads,
+                                                              runtime=runtime).for_part())
         predictor._setup(encoder_metadata, check_weights)
         return predictor
 

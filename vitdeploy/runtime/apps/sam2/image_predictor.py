@@ -25,7 +25,7 @@ import numpy as np
 from vitdeploy.errors import InputError
 from vitdeploy.families import model_part
 from vitdeploy.metadata import identity_differences
-from vitdeploy.runtime.backends.loader import as_runner
+from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.processing.preprocess import check_rgb_uint8
 from vitdeploy.runtime.processing.sam2_transforms import Sam2Transforms
@@ -92,11 +92,12 @@ class Sam2ImagePredictor:
         mask_threshold: logits above it are the mask (official default 0.0).
     """
 
-    def __init__(self, encoder: Runner | str | os.PathLike, decoder: Runner | str | os.PathLike, *, device: str = "cpu",
-                 threads: int | None = None, runtime: str = "auto", inference_precision: str | None = None,
-                 mask_threshold: float = 0.0):
-        self.encoder = as_runner(encoder, device, threads, runtime=runtime, inference_precision=inference_precision)
-        self.decoder = as_runner(decoder, device, threads, runtime=runtime)
+    def __init__(self, encoder: Runner | str | os.PathLike, decoder: Runner | str | os.PathLike, *,
+                 options: OpenOptions | None = None, device: str = "cpu", threads: int | None = None,
+                 runtime: str = "auto", inference_precision: str | None = None, mask_threshold: float = 0.0):
+        o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
+        self.encoder = as_runner(encoder, o)
+        self.decoder = as_runner(decoder, o.for_part())
         enc, dec = self.encoder.metadata, self.decoder.metadata
         check_sam2_pair(enc, dec)
         self.resolution = int(enc["input_size"][0])

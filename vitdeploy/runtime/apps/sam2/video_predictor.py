@@ -43,7 +43,7 @@ from vitdeploy.families import family_of_part, model_part
 from vitdeploy.metadata import identity_differences
 from vitdeploy.runtime.apps.sam2.memory_bank import TrackerSettings, select_memory
 from vitdeploy.runtime.apps.sam2.image_predictor import MaskChoice
-from vitdeploy.runtime.backends.loader import as_runner
+from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.processing.sam2_masks import (MASK_OUT_BIAS, MASK_OUT_SCALE, NO_OBJ_SCORE, downsample_mask_prompt,
                                                      fill_holes, mask_as_output, non_overlapping, resize_mask_input,
@@ -109,14 +109,15 @@ class Sam2VideoPredictor:
 
     def __init__(self, image_encoder: Runner | str | os.PathLike, decoder: Runner | str | os.PathLike,
                  memory_encoder: Runner | str | os.PathLike, memory_attention: Runner | str | os.PathLike, *,
-                 device: str = "cpu", threads: int | None = None, runtime: str = "auto",
-                 inference_precision: str | None = None, fill_hole_area: int = 8, non_overlap_masks: bool = False,
-                 clear_non_cond_mem_around_input: bool = False, add_all_frames_to_correct_as_cond: bool = False):
-        self.image_encoder = as_runner(image_encoder, device, threads, runtime=runtime,
-                                       inference_precision=inference_precision)
-        self.decoder = as_runner(decoder, device, threads, runtime=runtime)
-        self.memory_encoder = as_runner(memory_encoder, device, threads, runtime=runtime)
-        self.memory_attention = as_runner(memory_attention, device, threads, runtime=runtime)
+                 options: OpenOptions | None = None, device: str = "cpu", threads: int | None = None,
+                 runtime: str = "auto", inference_precision: str | None = None, fill_hole_area: int = 8,
+                 non_overlap_masks: bool = False, clear_non_cond_mem_around_input: bool = False,
+                 add_all_frames_to_correct_as_cond: bool = False):
+        o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
+        self.image_encoder = as_runner(image_encoder, o)
+        self.decoder = as_runner(decoder, o.for_part())
+        self.memory_encoder = as_runner(memory_encoder, o.for_part())
+        self.memory_attention = as_runner(memory_attention, o.for_part())
         check_video_files({"image_encoder": self.image_encoder.metadata, "decoder": self.decoder.metadata,
                            "memory_encoder": self.memory_encoder.metadata,
                            "memory_attention": self.memory_attention.metadata})

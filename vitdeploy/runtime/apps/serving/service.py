@@ -304,12 +304,14 @@ class SamService:
     waiting for the encoder; one more is answered 503.
     """
 
-    def __init__(self, encoder: Any, decoder: Any, *, runtime: str = "auto", inference_precision: str | None = None,
-                 threads: int | None = None, device: str = "cpu", cache_size: int = 64, max_pending: int = 4):
-        from vitdeploy.runtime.backends.loader import as_runner
+    def __init__(self, encoder: Any, decoder: Any, *, options: Any = None, runtime: str = "auto",
+                 inference_precision: str | None = None, threads: int | None = None, device: str = "cpu",
+                 cache_size: int = 64, max_pending: int = 4):
+        from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
 
-        enc = as_runner(encoder, device, threads, runtime=runtime, inference_precision=inference_precision)
-        dec = as_runner(decoder, device, threads, runtime=runtime)
+        o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
+        enc = as_runner(encoder, o)
+        dec = as_runner(decoder, o.for_part())
         self.metrics = Metrics()
         self.admission = Admission(max_pending, self.metrics)
         self.encoder, self.decoder = EncoderSide(enc), DecoderSide(dec, enc.metadata)
