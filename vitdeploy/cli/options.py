@@ -112,7 +112,14 @@ def handle_errors(fn: Callable) -> Callable:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
             raise SystemExit(1) from None
         except Exception as exc:
-            raise _unexpected(exc, verbose) from exc
+            from vitdeploy.errors import resource_problem
+
+            problem = resource_problem(exc)  # disk full, out of memory, too many open files: said as such
+            if problem is None:
+                raise _unexpected(exc, verbose) from exc
+            if verbose:
+                traceback.print_exc(file=sys.stderr)
+            raise UserError(problem) from exc
 
     return wrapper
 

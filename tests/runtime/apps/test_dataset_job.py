@@ -293,3 +293,54 @@ def test_every_image_source_problem_is_recorded_with_its_reason(tiny_sam_artifac
         for name, words in expected.items():
             assert words in reasons[name], (name, reasons[name])
         assert len(all_embeddings(out)) == (len(SHAPES) if source == imgs else 1)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 64 KiB tmpfs (root only: skipped where this machine does not allow mounting one), unmounted after."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({made.stderr.strip() or 'mount failed'})")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_full_disk_is_said_in_one_line_and_the_rerun_resumes(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path,
+                                                               small_disk: Path) -> None:
+    """A disk that fills during 'embed' (it was 'No space left on device (a vitdeploy bug ...)'): one line naming the
+    resource and the fix, exit 1; what was committed stays whole, and with room again the same command finishes
+    the job with every image once."""
+    images = tmp_path / "imgs"
+    images.mkdir()
+    for k in range(24):
+        Image.fromarray(sample_image(40 + k, 60, seed=k)).save(images / f"i{k:02d}.png")
+    out = small_disk / "out"
+    code, output = run(*embed_args(tiny_sam_artifacts, images, out))
+    assert_user_error(code, output, "no space left on the device", "free space there or write elsewhere")
+    assert "vitdeploy bug" not in output
+    before = manifest(out) if (out / "manifest.jsonl").is_file() else []
+    subprocess.run(["mount", "-o", "remount,size=16m", str(small_disk)], check=True)
+    code, output = run(*embed_args(tiny_sam_artifacts, images, out))
+    assert code == 0, output
+    names = Counter(Path(i["image"]).name for entry in manifest(out) for i in entry["images"])
+    assert names == Counter(f"i{k:02d}.png" for k in range(24)), names  # each image once
+    assert len(all_embeddings(out)) == 24 and len(manifest(out)) >= len(before)
+
+
+def test_resource_errors_are_named_with_their_fix() -> None:
+    """Disk full, too many open files and out of memory (Python's and a runtime's own words) each get their line;
+    anything else is not one of them."""
+    import errno
+
+    from vitdeploy.errors import resource_problem
+
+    assert "no space left on the device writing 'x.npz'" in resource_problem(OSError(errno.ENOSPC, "No space", "x.npz"))
+    assert "ulimit -n" in resource_problem(OSError(errno.EMFILE, "Too many open files"))
+    assert resource_problem(MemoryError()).startswith("out of memory")
+    assert resource_problem(RuntimeError("onnxruntime: Failed to allocate memory for requested buffer")).startswith("out of memory")
+    assert resource_problem(OSError(errno.ENOENT, "No such file")) is None
+    assert resource_problem(ValueError("bad")) is None
