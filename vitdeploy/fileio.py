@@ -94,7 +94,8 @@ def _lock_holder(lock: Path) -> int | None:
         return None
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` is running (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -102,6 +103,21 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # another user's live process
         return True
     return True
+
+
+def remove_stale_folders(parent: Path, prefix: str) -> list[Path]:
+    """Remove the folders in ``parent`` named ``<prefix><pid>-...`` whose process is gone (a run killed with SIGKILL
+    skips every ``finally``: its staging folder stays until the next run there sweeps it); returns them. Folders of
+    running processes, this one's included, are kept."""
+    import shutil
+
+    removed = []
+    for path in Path(parent).glob(prefix + "*"):
+        pid = path.name[len(prefix):].split("-", 1)[0]
+        if path.is_dir() and pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def lock_output(path: str | os.PathLike) -> None:
@@ -130,7 +146,7 @@ def lock_output(path: str | os.PathLike) -> None:
             if young:
                 raise InputError(f"'{out}' is being written by another vitdeploy process (its lock '{lock.name}' is new): "
                                  "wait for it to finish, or choose another output path")
-        elif holder != os.getpid() and _alive(holder):
+        elif holder != os.getpid() and process_alive(holder):
             raise InputError(f"'{out}' is being written by another vitdeploy process (pid {holder}): wait for it to "
                              "finish, or choose another output path")
         with contextlib.suppress(FileNotFoundError):

@@ -214,8 +214,9 @@ def metadata_problems(meta: Any, inputs: Mapping[str, Sequence[Any]] | None = No
     The metadata is written by vitdeploy; a file edited by hand or damaged in transit can carry values of
     the wrong type or that contradict the graph, which would otherwise fail far from the cause. Checked:
     each known key's type and range; with the graph's ``inputs`` (name -> dims) and ``outputs`` (names),
-    ``input_name`` / ``output_name`` against them and ``input_size`` against the image input's spatial
-    dimensions.
+    ``input_name`` / ``output_name`` against them, ``input_size`` against the image input's spatial
+    dimensions, and a decoder's ``mask_input_size``, ``image_embedding_size`` and ``embed_dim`` against the inputs
+    they describe.
     """
     if not isinstance(meta, dict):
         return [f"the metadata is {type(meta).__name__}, not an object"]
@@ -252,6 +253,11 @@ def metadata_problems(meta: Any, inputs: Mapping[str, Sequence[Any]] | None = No
     if "embed_dim" in meta and not (isinstance(meta["embed_dim"], int) and not isinstance(meta["embed_dim"], bool)
                                     and meta["embed_dim"] > 0):
         bad("embed_dim", "a positive whole number")
+    if "dynamic_multimask_via_stability" in meta and not isinstance(meta["dynamic_multimask_via_stability"], bool):
+        bad("dynamic_multimask_via_stability", "true or false")
+    for key in ("dynamic_multimask_stability_delta", "dynamic_multimask_stability_thresh"):  # SAM 2 decoders
+        if key in meta and not _numbers([meta[key]], 1):
+            bad(key, "a number")
     if "mask_output_indices" in meta and not (isinstance(meta["mask_output_indices"], list) and meta["mask_output_indices"]
                                               and all(isinstance(i, int) and 0 <= i < 4 for i in meta["mask_output_indices"])):
         bad("mask_output_indices", "a list of mask token numbers 0..3")
@@ -264,4 +270,14 @@ def metadata_problems(meta: Any, inputs: Mapping[str, Sequence[Any]] | None = No
         expected = size * 2 if len(size) == 1 else size
         if list(dims[2:]) != list(expected):
             problems.append(f"input_size is {size} but the graph's image input is {dims[2]}x{dims[3]}")
+    # a decoder's declared sizes, against the inputs they describe (else a raw runtime error at the first prompt)
+    for key, name in (("mask_input_size", "mask_input"), ("image_embedding_size", "image_embeddings")):
+        dims = list((inputs or {}).get(name, ()))
+        if _positive_ints(meta.get(key), (2,)) and len(dims) == 4 and all(isinstance(d, int) and d > 0 for d in dims[2:]) \
+                and list(dims[2:]) != list(meta[key]):
+            problems.append(f"{key} is {meta[key]} but the graph's {name} input is {dims[2]}x{dims[3]}")
+    dims = list((inputs or {}).get("image_embeddings", ()))
+    if isinstance(meta.get("embed_dim"), int) and len(dims) == 4 and isinstance(dims[1], int) and dims[1] > 0 \
+            and dims[1] != meta["embed_dim"]:
+        problems.append(f"embed_dim is {meta['embed_dim']} but the graph's image_embeddings input has {dims[1]} channels")
     return problems

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from vitdeploy.errors import InputError
 from vitdeploy.cli.options import (auto_runtime_option, echo_deployments, force_option, handle_errors, parse_box,
                                    parse_click, report_option, runtime_threads_option, sam_pair_options, threads_for,
                                    verbose_option)
@@ -16,8 +17,8 @@ from vitdeploy.cli.options import (auto_runtime_option, echo_deployments, force_
 def _frame_obj(text: str, rest_form: str) -> tuple[int, int, str]:
     parts = text.split(":", 2)
     if len(parts) != 3 or not parts[0].strip().isdigit() or not parts[1].strip().isdigit():
-        raise click.BadParameter(f"'{text}' is not FRAME:OBJ:{rest_form} (FRAME a frame index from 0, OBJ an object id "
-                                 "1..255)")
+        raise click.BadParameter(f"'{text}' is not FRAME:OBJ:{rest_form} (FRAME the number in a frame's name, a video's "
+                                 "frames counted from 0; OBJ an object id 1..255)")
     return int(parts[0]), int(parts[1]), parts[2]
 
 
@@ -39,6 +40,26 @@ def _parse_boxes(_ctx, _param, values: tuple[str, ...]) -> list[tuple[int, int, 
 
 def _parse_masks(_ctx, _param, values: tuple[str, ...]) -> list[tuple[int, int, str]]:
     return [_frame_obj(text, "FILE") for text in values]
+
+
+def _by_position(frames, prompts: list, start_frame: int | None, strict: bool, video: str) -> tuple[list, int | None]:
+    """The prompts and ``--start-frame`` with each FRAME (the number in a frame's name, as the user sees it) turned
+    into the frame's position, which the predictor indexes by; a gap in a folder's numbering said in one line, or
+    refused with ``--strict``."""
+    from dataclasses import replace
+
+    missing = frames.missing_numbers()
+    if missing:
+        from vitdeploy.runtime.processing.video_frames import describe_numbers
+
+        gap = (f"'{Path(video).name}' skips frame(s) {describe_numbers(missing)} of {frames.numbers[0]}-{frames.numbers[-1]}")
+        if strict:
+            raise InputError(f"{gap}: add the missing frames, or leave out --strict to track the {len(frames)} there are")
+        click.echo(f"note: {gap}: tracking the {len(frames)} there are; masks are named after their frames and FRAME "
+                   "in the prompts is the number in a frame's name")
+    moved = [replace(p, frame=frames.index_of(p.frame, f"object {p.obj_id} on frame {p.frame}")) for p in prompts]
+    start = None if start_frame is None else frames.index_of(start_frame, f"--start-frame {start_frame}")
+    return moved, start
 
 
 def _parse_records(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
@@ -73,7 +94,7 @@ def _parse_records(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--direction", type=click.Choice(["both", "forward", "reverse"]), default="both", show_default=True,
               help="From the first prompted frame (or --start-frame): to the end, to frame 0, or both.")
 @click.option("--start-frame", type=click.IntRange(min=0), default=None,
-              help="Frame to track from [default: the first prompted].")
+              help="Frame (the number in its name) to track from [default: the first prompted].")
 @click.option("--max-frames", type=click.IntRange(min=0), default=None,
               help="Frames to track after the start frame, per direction [default: to the video's end].")
 @click.option("--overlay", default="overlay.gif", show_default=True, type=click.Path(dir_okay=False, path_type=str),
@@ -85,6 +106,9 @@ def _parse_records(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
               help="Also save up to 16 of a graph's input sets, spread over the run (.npz), to calibrate it on real "
                    "inputs: 'vitdeploy calibrate GRAPH.onnx -p fp16 --feeds FILE'. GRAPH: memory_attention, "
                    "memory_encoder, decoder or image_encoder. Repeatable.")
+@click.option("--strict", is_flag=True,
+              help="Refuse a folder of frames whose numbering has a gap (00004.jpg missing) instead of tracking the "
+                   "frames there are.")
 @click.option("--fill-hole-area", type=click.IntRange(min=0), default=8, show_default=True,
               help="Fill background holes of up to this many pixels in each low-resolution mask (the official "
                    "video predictor's default; 0: off; needs SciPy).")
@@ -96,7 +120,7 @@ def _parse_records(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
 @handle_errors
 def track(encoder: str, decoder: str, memory_encoder: str, memory_attention: str, video: str, points, boxes, masks,
           out_dir: str, direction: str, start_frame: int | None, max_frames: int | None, overlay: str, no_overlay: bool,
-          fps: float | None, records: dict[str, str], fill_hole_area: int, runtime: str, inference_precision: str | None, threads: int | None,
+          fps: float | None, records: dict[str, str], strict: bool, fill_hole_area: int, runtime: str, inference_precision: str | None, threads: int | None,
           report: str | None, force: bool, verbose: bool) -> None:
     """Follow objects through a video with SAM 2: clicks, boxes or masks on chosen frames, masks on every frame.
 
@@ -132,6 +156,8 @@ def track(encoder: str, decoder: str, memory_encoder: str, memory_attention: str
     progress = StageProgress()
     state = predictor.init_state(video, progress=lambda done, total: progress("reading frames", done, total))
     frames = state["images"]
+    asked = prompts  # as the user numbered the frames, for the report
+    prompts, start_frame = _by_position(frames, prompts, start_frame, strict, str(video))
     click.echo(f"{Path(video).name}: {len(frames)} frames of {frames.width}x{frames.height}; {len(prompts)} prompt(s) "
                f"on {len({p.obj_id for p in prompts})} object(s) with {predictor.variant} ({predictor.image_encoder.name})")
     with TrackWriter(out_dir, frames, overlay=None if no_overlay else overlay, fps=fps or frames.fps or 10.0, force=force,
@@ -154,7 +180,7 @@ def track(encoder: str, decoder: str, memory_encoder: str, memory_attention: str
                + (f", overlay {summary['overlay']}" if summary["overlay"] else ""))
     if report:
         data = {"video": video, "frames": len(frames), "tracked": tracked, "objects": summary["objects"],
-                "prompts": [p.describe() for p in prompts], "seconds": seconds, "ms_per_frame": per_frame * 1000,
+                "prompts": [p.describe() for p in asked], "seconds": seconds, "ms_per_frame": per_frame * 1000,
                 "runners": [predictor.image_encoder.name, predictor.decoder.name, predictor.memory_encoder.name,
                             predictor.memory_attention.name], "out_dir": summary["out_dir"], "overlay": summary["overlay"]}
         atomic_write_bytes(report, json.dumps(data, indent=2).encode())

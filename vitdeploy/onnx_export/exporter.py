@@ -66,31 +66,15 @@ def _shapes(values) -> dict[str, list[int | str]]:
 STAGING_PREFIX = ".vitdeploy-export-"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
 def remove_stale_staging(folder: Path) -> list[Path]:
     """Remove staging folders that a killed export left in ``folder`` (their process is gone); returns them.
 
     A SIGKILL skips every ``finally``, so a killed export's raw ONNX (hundreds of MB for ViT-B) stays in a
     hidden folder; the next export in the same folder removes it. Folders of running exports are kept.
     """
-    import shutil
+    from vitdeploy.fileio import remove_stale_folders
 
-    removed = []
-    for path in folder.glob(STAGING_PREFIX + "*"):
-        pid_text = path.name[len(STAGING_PREFIX):].split("-", 1)[0]
-        if path.is_dir() and pid_text.isdigit() and not _alive(int(pid_text)):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
+    return remove_stale_folders(folder, STAGING_PREFIX)
 
 
 #: Node metadata torch.onnx writes with the absolute paths of the exporting machine's source files.

@@ -272,6 +272,49 @@ def test_one_options_object_opens_every_part_and_the_old_keywords_stay(tiny_sam_
         OpenOptions.of(None, thread=2)
 
 
+def _with_metadata(source: Path, target: Path, **changed: object) -> Path:
+    """``source`` saved as ``target`` with vitdeploy metadata entries replaced (JSON-encoded, as the exporter writes)."""
+    import json
+
+    import onnx
+
+    model = onnx.load(str(source))
+    for prop in model.metadata_props:
+        key = prop.key.removeprefix("vitdeploy.")
+        if key in changed:
+            prop.value = json.dumps(changed[key])
+    onnx.save(model, str(target))
+    return target
+
+
+def test_a_decoder_whose_sizes_contradict_its_graph_is_refused_in_one_line(tiny_sam_artifacts: TinySamArtifacts,
+                                                                          tmp_path: Path) -> None:
+    """A decoder declaring a mask_input_size (or embedding grid, or channels) its graph does not take was a raw ONNX
+    Runtime INVALID_ARGUMENT at the first prompt: refused when opened, naming the field and the graph's size."""
+    from tests.cli_helpers import assert_user_error, run
+
+    for key, value, said in (("mask_input_size", [16, 16], "mask_input_size is [16, 16] but the graph's mask_input input is 32x32"),
+                             ("image_embedding_size", [4, 4], "image_embedding_size is [4, 4] but the graph's image_embeddings input is 8x8"),
+                             ("embed_dim", 32, "embed_dim is 32 but the graph's image_embeddings input has 16 channels")):
+        decoder = _with_metadata(tiny_sam_artifacts.decoder, tmp_path / f"{key}.onnx", **{key: value})
+        code, output = run("predict", "-e", str(tiny_sam_artifacts.encoder), "-d", str(decoder), "-i",
+                           "calibration/images/calib_00_landscape.jpg", "--point", "10,10", "-o", str(tmp_path / f"{key}.png"))
+        assert_user_error(code, output, f"'{decoder.name}' has damaged vitdeploy metadata", said)
+
+
+def test_a_sam2_decoder_with_a_null_stability_setting_is_refused_in_one_line() -> None:
+    """'track' on a SAM 2 decoder whose dynamic_multimask_stability_delta is null ended in 'unexpected TypeError': the
+    metadata check names the field (every verb opens files through it)."""
+    from vitdeploy.metadata import metadata_problems
+
+    assert metadata_problems({"dynamic_multimask_stability_delta": None}) == [
+        "dynamic_multimask_stability_delta is null, expected a number"]
+    assert metadata_problems({"dynamic_multimask_via_stability": "yes"}) == [
+        'dynamic_multimask_via_stability is "yes", expected true or false']
+    assert metadata_problems({"dynamic_multimask_stability_delta": 0.05, "dynamic_multimask_stability_thresh": 0.98,
+                              "dynamic_multimask_via_stability": True}) == []
+
+
 @pytest.mark.parametrize("key", ["pixel_std", "pixel_mean", "input_size"])
 def test_a_file_without_what_its_runtime_reads_is_refused_at_the_seam(tiny_sam_artifacts: TinySamArtifacts,
                                                                        tmp_path: Path, key: str) -> None:

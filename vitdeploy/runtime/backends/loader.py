@@ -100,8 +100,8 @@ class OpenOptions:
 
 
 def open_runner(path: str | Path, options: OpenOptions | None = None, **keywords: Any) -> Runner:
-    """The runner for ``path`` as ``options`` say (:class:`OpenOptions`; the keywords of earlier releases are taken
-    too: ``threads``, ``ort_device``, ``gpu``, ``fused_attention``, ``folded_attention``, ``tf32``,
+    """The runner for ``path`` as ``options`` say (:class:`OpenOptions`; without them, ``runtime`` defaults to
+    ``onnxruntime``, the file as written, as it always did here; the keywords of earlier releases are taken too: ``threads``, ``ort_device``, ``gpu``, ``fused_attention``, ``folded_attention``, ``tf32``,
     ``allow_unverified``, ``runtime``, ``precision``, ``profile``, ``gelu_apart``): an ``.onnx`` file on its runtime
     (ONNX Runtime on ``device`` by default, with its attention forms and ``allow_unverified``; or OpenVINO on the
     CPU), an engine (``.plan``/``.engine``/``.trt``) on TensorRT on CUDA device ``gpu`` (its math was fixed when it
@@ -111,6 +111,8 @@ def open_runner(path: str | Path, options: OpenOptions | None = None, **keywords
     file, or an explicit ``profile``; else this CPU's measured default); ``policy`` and ``threads``, where given,
     narrow it, an attention flag asks for ONNX Runtime, and a setting asked here wins over the profile's. The
     runner's ``deployment`` says what was chosen and why. The file is opened by :func:`open_deployed`."""
+    if options is None:
+        keywords.setdefault("runtime", DEFAULT_RUNTIME)  # open_runner's own default: the file as written
     o = OpenOptions.of(options, **keywords)
     path = Path(path)
     flag = attention_flag(o.fused_attention, o.folded_attention)

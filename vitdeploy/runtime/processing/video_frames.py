@@ -97,6 +97,24 @@ class VideoFrames:
                 progress(index + 1, count)
         if not self._resized:
             raise InputError(f"'{path}' holds no frames")
+        #: Each frame's number as the user sees it: the number in a frame file's name, a video frame's position.
+        self.numbers: list[int] = [int(f.stem) for f in self.files] if self.files is not None else list(range(len(self)))
+        #: Each frame's name for its outputs (``00005`` for ``00005.jpg``; ``00005`` for a video's sixth frame).
+        self.names: list[str] = [f.stem for f in self.files] if self.files is not None else [f"{i:05d}" for i in self.numbers]
+
+    def missing_numbers(self) -> list[int]:
+        """Frame numbers absent between the first and the last frame of a folder (a gap: ``00004.jpg`` missing)."""
+        present = set(self.numbers)
+        return [n for n in range(self.numbers[0], self.numbers[-1] + 1) if n not in present]
+
+    def index_of(self, number: int, what: str) -> int:
+        """The position of the frame numbered ``number`` (what the predictor indexes by); InputError naming the
+        frames there are where there is no such frame."""
+        try:
+            return self.numbers.index(number)
+        except ValueError:
+            raise InputError(f"{what}: there is no frame {number} in '{self.source.name}' (it has frames "
+                             f"{describe_numbers(self.numbers)}; FRAME is the number in a frame's name)") from None
 
     def resize(self, frame: np.ndarray) -> np.ndarray:
         """HxWx3 uint8 -> S x S x 3 uint8, PIL's default resize (the official ``img_pil.resize((S, S))``)."""
@@ -119,12 +137,27 @@ class VideoFrames:
         return _read_frame(self.files[index], index)
 
 
+def describe_numbers(numbers: list[int]) -> str:
+    """``0-3, 5-11``: sorted frame numbers as ranges."""
+    runs: list[list[int]] = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
+
+
 def _read_frame(path: Path, index: int) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(path) as image:
             return np.asarray(image.convert("RGB"))
+    except Image.DecompressionBombError as exc:  # as read_image_rgb refuses it for the other verbs
+        raise InputError(f"frame {index} ('{path.name}') is larger than Pillow's decompression-bomb limit "
+                         f"({str(exc)[:100]}): a frame that large is not a video frame; extract the frames again "
+                         f"({EXTRACT_HINT})") from exc
     except (OSError, UnidentifiedImageError, ValueError) as exc:  # truncated, not an image, unreadable
         raise InputError(f"frame {index} ('{path.name}') cannot be read ({type(exc).__name__}: {str(exc)[:120]}): replace "
                          f"it or extract the frames again ({EXTRACT_HINT})") from exc

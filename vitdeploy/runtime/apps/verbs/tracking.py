@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError, MissingDependencyError
+from vitdeploy.fileio import remove_stale_folders
 from vitdeploy.runtime.apps.sam.amg import coco_encode_rle, mask_to_box, mask_to_rle
 
 DIRECTIONS = ("both", "forward", "reverse")
@@ -176,6 +177,10 @@ def object_scores(state: dict[str, Any], frame_idx: int) -> list[float]:
     return scores
 
 
+#: The staging folders' prefix; the process id that made one follows (``.vitdeploy-track-4242-abc123``).
+STAGING_PREFIX = ".vitdeploy-track-"
+
+
 class TrackWriter:
     """Writes what ``track`` yields (see the module docstring) into a staging folder beside ``out_dir``; :meth:`commit`
     renames it onto ``out_dir`` (replacing an old one only with ``force``); leaving the ``with`` block without a commit
@@ -194,7 +199,8 @@ class TrackWriter:
             raise InputError(f"--overlay '{self.overlay}' must end in .gif or .mp4")
         if self.overlay is not None and self.overlay.suffix.lower() == ".mp4":
             _require_cv2("writing an MP4 overlay")
-        self._staging = Path(tempfile.mkdtemp(prefix=f".vitdeploy-track-{os.getpid()}-", dir=parent))
+        remove_stale_folders(parent, STAGING_PREFIX)  # what a killed track left here
+        self._staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=parent))
         (self._staging / "masks").mkdir()
         self._annotations: list[dict[str, Any]] = []
         self._overlays: dict[int, np.ndarray] = {}
@@ -210,6 +216,15 @@ class TrackWriter:
         files = getattr(self.frames, "files", None)
         return files[frame_idx].name if files else f"{frame_idx:05d}"
 
+    def _number(self, frame_idx: int) -> int:
+        """The frame's number as the user sees it (the number in its file name); its position where frames have none."""
+        numbers = getattr(self.frames, "numbers", None)
+        return int(numbers[frame_idx]) if numbers else int(frame_idx)
+
+    def _stem(self, frame_idx: int) -> str:
+        names = getattr(self.frames, "names", None)
+        return str(names[frame_idx]) if names else f"{frame_idx:05d}"
+
     def add(self, frame_idx: int, obj_ids: Sequence[int], logits: np.ndarray, scores: Sequence[float]) -> None:
         """One frame's masks: its palette PNG now, its annotations and overlay frame kept for :meth:`commit`."""
         from PIL import Image
@@ -220,15 +235,16 @@ class TrackWriter:
         label = np.where(masks.any(axis=0), np.asarray(obj_ids, np.uint8)[winner], 0).astype(np.uint8)
         png = Image.fromarray(label, mode="P")
         png.putpalette(_palette())
-        png.save(self._staging / "masks" / f"{frame_idx:05d}.png")
+        png.save(self._staging / "masks" / f"{self._stem(frame_idx)}.png")  # named after its frame, gaps and all
         for k, obj in enumerate(obj_ids):
             rle = mask_to_rle(masks[k])
             x0, y0, x1, y1 = (int(v) for v in mask_to_box(masks[k][None])[0]) if masks[k].any() else (0, 0, -1, -1)
-            self._annotations.append({"frame": frame_idx, "file_name": self.frame_name(frame_idx), "object_id": int(obj),
+            self._annotations.append({"frame": self._number(frame_idx), "file_name": self.frame_name(frame_idx),
+                                      "object_id": int(obj),
                                       "segmentation": coco_encode_rle(rle), "area": int(masks[k].sum()),
                                       "bbox": [x0, y0, x1 - x0 + 1, y1 - y0 + 1], "object_score": float(scores[k])})
         if self.overlay is not None:
-            self._overlays[frame_idx] = _overlay(self.frames.original(frame_idx), masks, obj_ids)
+            self._overlays[self._number(frame_idx)] = _overlay(self.frames.original(frame_idx), masks, obj_ids)
 
     def commit(self) -> dict[str, Any]:
         """Write masks.json and the overlay, then rename the staging folder onto ``out_dir``; returns a summary."""
