@@ -117,7 +117,115 @@ def main() -> None:
         args = list(verbs["predict"](enc))
         args[args.index("-i") + 1] = str(path)
         case(f"image flip {i} ({path.suffix}) -> predict", *args)
+    fuzz_profiles(work, rng, counts.get("profile", 0), case, list(verbs["predict"](enc)))
+    sam2 = json.loads((work / "sam2.json").read_text()) if (work / "sam2.json").is_file() else None
+    if sam2:
+        fuzz_sam2(work, rng, counts.get("sam2", 0), counts.get("frames", 0), case, sam2)
+    fuzz_image_lists(work, rng, counts.get("list", 0), case, enc)
     progress.write("DONE\n")
+
+
+def fuzz_profiles(work: Path, rng: random.Random, count: int, case, predict: list[str]) -> None:
+    """Deployment profiles beside a copy of the encoder, one field removed or of another type, through predict."""
+    import shutil
+
+    from vitdeploy.runtime.backends.deployment import (PROFILE_FORMAT, machine_fingerprint, model_digest, profile_path,
+                                                       runtime_versions)
+
+    chosen = {"runtime": "onnxruntime", "precision": "file", "threads": 1, "settings": {}}
+    for i in range(count):
+        folder = work / f"profile_{i}"
+        folder.mkdir(exist_ok=True)
+        model = Path(shutil.copy(work / "enc.onnx", folder / "enc.onnx"))
+        data = {"format": PROFILE_FORMAT, "model_sha256": model_digest(model), "machine": machine_fingerprint(),
+                "runtime_versions": runtime_versions(), "chosen": dict(chosen),
+                "candidates": [{"deployment": dict(chosen), "passed": True, "ms": 10.0}]}
+        where = rng.choice(["format", "model_sha256", "machine", "runtime_versions", "chosen", "candidates",
+                            "chosen.runtime", "chosen.precision", "chosen.threads", "chosen.settings", "machine.flags",
+                            "machine.cores", "candidates.passed"])
+        value = rng.choice(JUNK_VALUES + [256, "openvino", "bf16", {"gelu_apart": "yes"}, {"session_config": {}}])
+        head, _, tail = where.partition(".")
+        if tail == "passed":
+            data["candidates"][0]["passed"] = value
+        elif tail:
+            data[head][tail] = value
+        elif rng.random() < 0.3:
+            data.pop(head)
+        else:
+            data[head] = value
+        text = json.dumps(data)
+        profile_path(model).write_text(text if rng.random() < 0.9 else text[: rng.randrange(len(text))])
+        args = list(predict)
+        args[args.index("-e") + 1] = str(model)
+        case(f"profile {where}={json.dumps(value)[:40]} -> predict", *args)
+
+
+def fuzz_sam2(work: Path, rng: random.Random, count: int, frame_count: int, case, files: dict[str, str]) -> None:
+    """SAM 2 decoders with metadata values of the wrong type, and damaged frame folders, through track."""
+    import shutil
+
+    import numpy as np
+    from PIL import Image
+
+    clip = work / "clip"
+    clip.mkdir(exist_ok=True)
+    pixels = np.random.default_rng(rng.randrange(2**32))
+    for t in range(3):
+        Image.fromarray(pixels.integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(clip / f"{t:05d}.jpg")
+
+    def track(name: str, decoder: str, frames: Path) -> None:
+        case(name, "track", "-e", files["encoder"], "-d", decoder, "-m", files["memory_encoder"], "-a",
+             files["memory_attention"], "-i", str(frames), "--point", "0:1:20,20", "-o", str(work / "tracks"), "--force",
+             "--no-overlay", "--max-frames", "1", "--direction", "forward", "--threads", "1")
+
+    for i in range(count):
+        path = work / f"sam2_dec_{i}.onnx"
+        key = rng.choice(["dynamic_multimask_via_stability", "dynamic_multimask_stability_delta",
+                          "dynamic_multimask_stability_thresh", "mask_input_size", "image_embedding_size", "embed_dim",
+                          "input_size", "pixel_mean", "family", "architecture"])
+        value = rng.choice(JUNK_VALUES + [[8, 8], [1024, 1024], "sam_mask_decoder"])
+        set_metadata(Path(files["decoder"]), path, key, value)
+        track(f"sam2 decoder {key}={json.dumps(value)[:40]} -> track", str(path), clip)
+    for i in range(frame_count):
+        frames = work / f"frames_{i}"
+        shutil.rmtree(frames, ignore_errors=True)
+        shutil.copytree(clip, frames)
+        kind = rng.choice(["gap", "name", "dir", "empty", "size", "flip", "none", "link"])
+        victim = frames / "00001.jpg"
+        if kind == "gap":
+            victim.unlink()
+        elif kind == "name":
+            victim.rename(frames / "frame_a.jpg")
+        elif kind == "dir":
+            victim.unlink()
+            victim.mkdir()
+        elif kind == "empty":
+            victim.write_bytes(b"")
+        elif kind == "size":
+            Image.new("RGB", (20, 30)).save(victim)
+        elif kind == "flip":
+            victim.write_bytes(flip_bytes(victim.read_bytes(), rng))
+        elif kind == "none":
+            for f in frames.iterdir():
+                f.unlink()
+        else:
+            victim.unlink()
+            victim.symlink_to(frames / "no_such.jpg")
+        track(f"frames {kind} {i} -> track", files["decoder"], frames)
+
+
+def fuzz_image_lists(work: Path, rng: random.Random, count: int, case, enc: Path) -> None:
+    """Image lists (.txt) holding missing files, folders, devices, blank and binary lines, through embed."""
+    good = str(IMAGE)
+    junk = ["", "   ", "/dev/zero", "/dev/null", str(work), str(work / "missing.jpg"), "\x00\xff", "a" * 5000, good + "x",
+            "#" + good, str(work / "enc.onnx"), "~/nothing.png", "*.jpg"]
+    for i in range(count):
+        lines = [good] + [rng.choice(junk) for _ in range(rng.randint(1, 4))]
+        rng.shuffle(lines)
+        listing = work / f"list_{i}.txt"
+        listing.write_text("\n".join(lines) + "\n", errors="surrogateescape")
+        case(f"list {i} -> embed", "embed", "-e", str(enc), "--images", str(listing), "--out-dir", str(work / f"emb_{i}"),
+             "--threads", "1", "--runtime", "onnxruntime")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@ bug", never a death by signal or a hang. Bounded: a fixed number of cases, one w
 
 Mutations (tests/fuzz_worker.py): byte-flipped and truncated ONNX files through inspect, validate and predict;
 metadata values of the wrong type, or contradicting the graph, through the same three; engine sidecars with
-fields removed or retyped and plans flipped, through inspect; byte-flipped JPEG and PNG images through predict.
+fields removed or retyped and plans flipped, through inspect; byte-flipped JPEG and PNG images through predict;
+deployment profiles with a field removed or retyped through predict; SAM 2 decoders with metadata of the wrong type
+and damaged frame folders (gaps, bad names, directories, empty, other-size and flipped frames, dangling links)
+through track; image lists with missing files, folders, devices and junk lines through embed.
 """
 
 from __future__ import annotations
@@ -22,13 +25,16 @@ from tests.conftest import TINY_RECIPE
 from tests.sam_tiny import DECODER_RECIPE
 from vitdeploy.cli import cli
 
-COUNTS = {"onnx": 60, "metadata": 36, "sidecar": 40, "image": 30}
+COUNTS = {"onnx": 60, "metadata": 36, "sidecar": 40, "image": 30, "profile": 30, "sam2": 12, "frames": 12, "list": 12}
 SEED = 20261124
 TIME_LIMIT_S = 600
 
 
+pytest_plugins = ["tests.sam2_video_fixtures"]
+
+
 @pytest.fixture(scope="module")
-def fuzz_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def fuzz_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
     from vitdeploy.engine.sidecar import make_sidecar, write_sidecar
 
     work = tmp_path_factory.mktemp("fuzz")
@@ -50,6 +56,12 @@ def fuzz_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         io={"inputs": [{"name": "image", "dtype": "float32", "shape": [1, 3, 64, 64]}], "outputs": []},
         build_options={}, build_seconds=0.1,
         layers={"count": 1, "by_precision": {"fp32": 1}, "by_type_and_precision": {"gemm:fp32": 1}, "list": []}))
+    try:  # the SAM 2 graphs the run exports once (needs the official sam2 package), for track's cases
+        sam2_video = request.getfixturevalue("sam2_video")
+    except pytest.skip.Exception:
+        return work
+    files = {k: str(sam2_video[k]) for k in ("encoder", "decoder", "memory_encoder", "memory_attention")}
+    (work / "sam2.json").write_text(json.dumps(files))
     return work
 
 
@@ -65,7 +77,8 @@ def test_damaged_files_and_images_never_crash_a_verb(fuzz_dir: Path) -> None:
     assert done.returncode == 0, f"worker died (exit {done.returncode}) at case {progress[-1:]}: {done.stderr[-2000:]}"
     assert progress[-1] == "DONE"
     rows = [json.loads(line) for line in (fuzz_dir / "results.jsonl").read_text().splitlines()]
-    assert len(rows) == sum(COUNTS.values())
+    expected = {k: n for k, n in COUNTS.items() if (fuzz_dir / "sam2.json").is_file() or k not in ("sam2", "frames")}
+    assert len(rows) == sum(expected.values())
     bad = [r for r in rows if r["traceback"] or r["bug"] or r["exit"] not in (0, 1)]
     outcomes = Counter((r["case"].split()[0], r["exit"]) for r in rows)
     print(f"fuzz: {len(rows)} cases, outcomes {dict(sorted(outcomes.items()))}")

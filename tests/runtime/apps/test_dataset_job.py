@@ -344,3 +344,12 @@ def test_resource_errors_are_named_with_their_fix() -> None:
     assert resource_problem(RuntimeError("onnxruntime: Failed to allocate memory for requested buffer")).startswith("out of memory")
     assert resource_problem(OSError(errno.ENOENT, "No such file")) is None
     assert resource_problem(ValueError("bad")) is None
+
+
+def test_a_list_with_a_nul_byte_is_called_not_a_text_list(tmp_path: Path) -> None:
+    """A NUL byte in a .txt list (the fuzz test found it: 'unexpected ValueError: embedded null byte') is refused in
+    one line naming the line: no path holds one."""
+    listing = tmp_path / "list.txt"
+    listing.write_bytes(b"a.jpg\nb\x00c.jpg\n")
+    with pytest.raises(InputError, match=r"--images '.*list.txt' line 2 holds a NUL byte, which no path can"):
+        list_images(str(listing))

@@ -64,7 +64,11 @@ def list_images(source: str | os.PathLike) -> list[str]:
         found = [_relative_to(path, p) for p in _parquet_paths(path)]
         hint = f"'{path}' lists no images"
     elif path.is_file() and path.suffix.lower() in (".txt", ".lst", ".list"):
-        lines = (line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines())
+        lines = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+        binary = next((number for number, line in enumerate(lines, 1) if "\x00" in line), None)
+        if binary is not None:  # no path holds one: this is not a text list (a binary file named .txt)
+            raise InputError(f"--images '{path}' line {binary} holds a NUL byte, which no path can: give a text file of "
+                             "image paths, one per line")
         found = [_relative_to(path, line) for line in lines if line and not line.startswith("#")]
         hint = f"'{path}' lists no images"
     elif path.is_file():
