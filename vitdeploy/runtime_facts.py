@@ -77,6 +77,10 @@ CPU_DEFAULT_ROWS: tuple[CpuDefaultRow, ...] = tuple(
 #: x86 CPUs with every one of ``flags`` and none of ``without``, files of ``file_precisions``.
 OPENVINO_GELU_APART: dict[str, Any] = FACTS["openvino_gelu_apart"]
 
+#: The runner settings 'vitdeploy tune' writes into a deployment profile (each true or false); a profile holding
+#: another is refused (Python) or ignored (C++).
+PROFILE_SETTINGS: tuple[str, ...] = tuple(FACTS["profile_settings"])
+
 #: family name -> (model, part): what applications compose files by (``("sam", "image_encoder")``).
 MODEL_PARTS: dict[str, tuple[str, str]] = {name: (pair[0], pair[1]) for name, pair in FACTS["model_parts"].items()}
 
@@ -90,5 +94,5 @@ def family_name(model: str, part: str) -> str:
     raise KeyError(f"runtime_facts.json names no family for the {part} of {model}")
 
 
-__all__ = ["BF16_FLAGS", "CPU_DEFAULT_ROWS", "CPU_RUNTIMES", "FACTS", "INT8_DOT_FLAGS", "MODEL_PARTS", "OPENVINO_GELU_APART", "REPORTED_FLAGS",
+__all__ = ["BF16_FLAGS", "CPU_DEFAULT_ROWS", "CPU_RUNTIMES", "FACTS", "INT8_DOT_FLAGS", "MODEL_PARTS", "OPENVINO_GELU_APART", "PROFILE_SETTINGS", "REPORTED_FLAGS",
            "CpuDefaultRow", "CpuRuntimeFacts", "family_name"]

@@ -85,6 +85,53 @@ std::string string_member(const Json& object, const char* key) {
     return v && v->is_string() ? v->as_string() : std::string();
 }
 
+// What 'vitdeploy tune' would not have written, as Python's read_profile and Deployment.from_dict refuse it
+// (vitdeploy/runtime/backends/deployment.py): the types of the profile's parts, the chosen deployment's threads,
+// settings and precision, and the chosen deployment among the profile's own passing candidates. Empty: none.
+std::string schema_problem(const Json& doc, const Json& chosen, const MachineFingerprint& here) {
+    for (const char* key : {"machine", "runtime_versions"})
+        if (!member(doc, key)->is_object()) return std::string("its '") + key + "' is not an object";
+    const Json* sha = member(doc, "model_sha256");
+    if (!sha || !sha->is_string()) return "its 'model_sha256' is not a string";
+    if (const Json* t = member(chosen, "threads"); t && !t->is_null()) {
+        if (!t->is_number() || t->as_number() != static_cast<double>(static_cast<long long>(t->as_number())) ||
+            t->as_number() < 1 || t->as_number() > here.cores)
+            return "it chooses threads " + t->dump() + ", not a whole number from 1 to this machine's " +
+                   std::to_string(here.cores) + " cores";
+    }
+    if (const Json* settings = member(chosen, "settings"); settings && !settings->is_null()) {
+        if (!settings->is_object()) return "its chosen settings are not an object";
+        const auto& allowed = runtime_facts().profile_settings;
+        for (std::size_t i = 0; i < settings->keys().size(); ++i) {
+            const std::string& key = settings->keys()[i];
+            if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
+                return key + " is not a setting 'vitdeploy tune' writes";
+            if (!settings->values()[i].is_bool()) return key + " is " + settings->values()[i].dump() + ", expected true or false";
+        }
+    }
+    if (string_member(chosen, "precision") == "bf16" && !has_any(here.flags, runtime_facts().bf16_unit_flags))
+        return "it runs BF16, and this CPU has no BF16 units";
+    const Json* candidates = member(doc, "candidates");
+    if (!candidates || candidates->is_null()) return "";
+    if (!candidates->is_array()) return "its 'candidates' is not a list";
+    bool chosen_passed = false;
+    for (const Json& candidate : candidates->as_array()) {
+        const Json* deployment = member(candidate, "deployment");
+        if (!deployment || !deployment->is_object()) return "it has a candidate without its deployment";
+        const Json* passed = member(candidate, "passed");
+        bool same = true;  // runtime, policy, settings and threads, as Python's _same_choice
+        for (const char* key : {"runtime", "precision", "settings", "threads"}) {
+            const Json* a = member(chosen, key);
+            const Json* b = member(*deployment, key);
+            same = same && ((a ? a->dump() : "null") == (b ? b->dump() : "null"));
+        }
+        chosen_passed = chosen_passed || (same && passed && passed->is_bool() && passed->as_bool());
+    }
+    if (!candidates->as_array().empty() && !chosen_passed)
+        return "it chooses a deployment that is not one of its passing candidates";
+    return "";
+}
+
 }  // namespace
 
 MachineFingerprint machine_fingerprint() {
@@ -176,13 +223,17 @@ DeploymentProfile read_deployment_profile(const std::string& model_path, const s
         out.note = name + " ignored: it is not a vitdeploy deployment profile (" + kProfileFormat + ")";
         return out;
     }
+    MachineFingerprint here = machine_fingerprint();
+    if (std::string problem = schema_problem(doc, *chosen, here); !problem.empty()) {
+        out.note = name + " ignored: " + problem + " (run 'vitdeploy tune' again)";
+        return out;
+    }
     out.runtime = string_member(*chosen, "runtime");
     out.precision = string_member(*chosen, "precision");
     if (const Json* t = member(*chosen, "threads"); t && t->is_number()) out.threads = static_cast<int>(t->as_integer());
     if (const Json* settings = member(*chosen, "settings"))
         if (const Json* g = member(*settings, "gelu_apart"); g && g->is_bool()) out.gelu_apart = g->as_bool() ? 1 : 0;
     std::vector<std::string> problems;  // machine and runtime first: the model is hashed only when they fit
-    MachineFingerprint here = machine_fingerprint();
     std::string tuned_flags;
     if (const Json* f = member(*machine, "flags"); f && f->is_array())
         for (const auto& v : f->as_array()) tuned_flags += (tuned_flags.empty() ? "" : ",") + (v.is_string() ? v.as_string() : "?");

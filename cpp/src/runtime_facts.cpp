@@ -43,6 +43,7 @@ RuntimeFacts parse() {
     }
     const Json& gelu = at(doc, "openvino_gelu_apart");
     facts.gelu_apart = {strings(at(gelu, "flags")), strings(at(gelu, "without")), strings(at(gelu, "file_precisions"))};
+    facts.profile_settings = strings(at(doc, "profile_settings"));
     const Json& parts = at(doc, "model_parts");
     for (std::size_t i = 0; i < parts.keys().size(); ++i) {
         const std::vector<Json>& pair = parts.values()[i].as_array();

@@ -331,11 +331,46 @@ def test_sam_cli_reads_the_deployment_profile_as_python_does(cpp_build: Path, ti
         assert masked.returncode == 0 and expect in masked.stderr, masked.stderr
         assert expect in python_view.stdout, python_view.stdout + python_view.stderr
     profile = json.loads(profile_path(encoder).read_text())
-    profile["chosen"] = {"runtime": "onnxruntime", "precision": "fp16", "threads": 2, "settings": {}}
+    profile["chosen"] = {"runtime": "onnxruntime", "precision": "fp16", "threads": 1, "settings": {}}
+    profile["candidates"] = [{"deployment": profile["chosen"], "passed": True}]  # as tune would have written it
     profile_path(encoder).write_text(json.dumps(profile))
     other = _run_cli(cpp_build, *args)
     assert other.returncode == 0 and "chose onnxruntime fp16, which this build of the C++ library does not run" in other.stderr, \
         other.stderr
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    (lambda p: p["chosen"].update(threads=256), "it chooses threads 256, not a whole number from 1 to"),
+    (lambda p: p["chosen"].update(threads=True), "it chooses threads true"),
+    (lambda p: p["chosen"].update(settings={"gelu_apart": "yes"}), 'gelu_apart is "yes", expected true or false'),
+    (lambda p: p["chosen"].update(settings={"session_config": {}}), "session_config is not a setting 'vitdeploy tune' writes"),
+    (lambda p: p["candidates"][0].update(passed=False), "it chooses a deployment that is not one of its passing candidates"),
+    (lambda p: p.update(machine=[1]), "its 'machine' is not an object"),
+])
+def test_sam_cli_ignores_a_hand_edited_profile_python_refuses(cpp_build: Path, tiny_sam_artifacts, tmp_path: Path,  # noqa: F811
+                                                             edit, said: str):
+    """What 'vitdeploy tune' would not write is not followed by either side: Python refuses it in one line, sam_cli
+    (whose contract is never to fail on a profile's content) says it ignores it, for the same reason, and runs the
+    file as written."""
+    import shutil
+
+    from vitdeploy.errors import InputError
+    from vitdeploy.runtime.backends.deployment import (PROFILE_FORMAT, machine_fingerprint, model_digest, profile_path,
+                                                       resolve, runtime_versions)
+
+    encoder = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
+    Image.fromarray(sample_image(40, 60, seed=4)).save(tmp_path / "in.png")
+    chosen = {"runtime": "onnxruntime", "precision": "file", "threads": 1, "settings": {}}
+    profile = {"format": PROFILE_FORMAT, "model_sha256": model_digest(encoder), "machine": machine_fingerprint(),
+               "runtime_versions": runtime_versions(), "chosen": chosen,
+               "candidates": [{"deployment": dict(chosen), "passed": True}]}
+    edit(profile)
+    profile_path(encoder).write_text(json.dumps(profile))
+    with pytest.raises(InputError):
+        resolve(encoder)
+    done = _run_cli(cpp_build, "--encoder", str(encoder), "--decoder", str(tiny_sam_artifacts.decoder), "--image",
+                    str(tmp_path / "in.png"), "--point", "20,10", "--out", str(tmp_path / "mask.png"))
+    assert done.returncode == 0 and f"encoder.profile.json ignored: {said}" in done.stderr, done.stderr
 
 
 def _assert_python_openvino_predictor_agrees(encoder: Path, decoder: Path, picture: np.ndarray, summary: dict,

@@ -31,6 +31,7 @@ struct RuntimeFacts {
     std::vector<CpuRuntimeFacts> cpu_runtimes;
     std::vector<CpuDefaultRow> cpu_defaults;
     GeluApartFacts gelu_apart;
+    std::vector<std::string> profile_settings;  // the runner settings 'vitdeploy tune' writes into a profile
     std::vector<std::pair<std::string, std::pair<std::string, std::string>>> model_parts;  // family -> (model, part)
 
     /// (model, part) of a file family ("sam_image_encoder" -> ("sam", "image_encoder")); ("", "") when unknown.

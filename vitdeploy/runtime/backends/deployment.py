@@ -27,6 +27,7 @@ from typing import Any
 
 from vitdeploy.cpu_features import REPORTED, CpuFeatures, available_cores, cpu_features
 from vitdeploy.runtime_facts import CPU_DEFAULT_ROWS
+from vitdeploy.runtime_facts import PROFILE_SETTINGS as PROFILE_SETTING_NAMES
 from vitdeploy.errors import InputError
 from vitdeploy.fileio import sha256_file
 from vitdeploy.precisions import PRECISION_POLICIES, Precision
@@ -44,7 +45,7 @@ RUNTIME_DISTRIBUTIONS = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu"), "ope
 
 
 #: The runner settings ``vitdeploy tune`` tries, and so the only ones a profile may hold (true or false each).
-PROFILE_SETTINGS = ("fused_attention", "folded_attention", "gelu_apart")
+PROFILE_SETTINGS = PROFILE_SETTING_NAMES  # from the data file the C++ library reads too
 
 
 @dataclass(frozen=True)
