@@ -7,8 +7,11 @@ the runtime (Python and C++): add keys, never rename them.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import math
+import os
 import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -88,7 +91,16 @@ def metadata_of(model: Any) -> dict[str, Any]:
 
 
 def read_onnx_metadata(path: str | Path) -> dict[str, Any]:
-    """The vitdeploy metadata of an ONNX file, read without parsing the graph (:func:`read_metadata_props`)."""
+    """The vitdeploy metadata of an ONNX file, read without parsing the graph (:func:`read_metadata_props`), once per
+    version of the file: opening one predictor asks for it from the deployment decision, the runner, the seam's
+    checks and the application; a file replaced since (another size, time or inode) is read again."""
+    require_nonempty_onnx(Path(path))
+    stat = os.stat(path)
+    return copy.deepcopy(_metadata_of_version(os.path.realpath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=64)
+def _metadata_of_version(path: str, inode: int, size: int, mtime_ns: int) -> dict[str, Any]:
     return decode(read_metadata_props(path))
 
 

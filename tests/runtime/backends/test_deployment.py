@@ -411,3 +411,23 @@ def test_validate_names_a_missing_random_seed(tiny_sam_artifacts: TinySamArtifac
     onnx.save(model, str(tmp_path / "noseed.onnx"))
     code, output = run("validate", str(tmp_path / "noseed.onnx"), "--random-inputs", "1", "--runs", "0")
     assert_user_error(code, output, "records no seed", "'random_seed' is missing")
+
+
+def test_a_files_metadata_is_read_once_per_version(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening a predictor asks for the encoder's metadata from the decision, the runner, the seam and the
+    application: the file is read once; a file replaced since is read again, and callers cannot change the cache."""
+    import vitdeploy.metadata as metadata_module
+    from vitdeploy.runtime import SamPredictor
+
+    encoder = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
+    reads = []
+    real = metadata_module.read_metadata_props
+    monkeypatch.setattr(metadata_module, "read_metadata_props", lambda p: reads.append(p) or real(p))
+    SamPredictor(encoder, tiny_sam_artifacts.decoder, runtime="onnxruntime")
+    assert [Path(p).name for p in reads].count("encoder.onnx") == 1, reads
+    first = metadata_module.read_onnx_metadata(encoder)
+    first["variant"] = "changed by a caller"
+    assert metadata_module.read_onnx_metadata(encoder)["variant"] != "changed by a caller"
+    shutil.copy(tiny_sam_artifacts.decoder, encoder)  # replaced: another file under the same name
+    assert metadata_module.read_onnx_metadata(encoder)["family"] == "sam_mask_decoder"
