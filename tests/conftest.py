@@ -121,6 +121,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _cache_folder_of_this_run(tmp_path_factory: pytest.TempPathFactory):
+    """OpenVINO's compiled models (VITDEPLOY_CACHE_DIR) go to this run's temporary folder, not the user's cache:
+    no test depends on what an earlier run left, and the machine keeps nothing."""
+    import os
+
+    os.environ["VITDEPLOY_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "vitdeploy-cache")
+    yield
+
+
 @pytest.fixture(autouse=True)
 def _torch_threads():
     torch.set_num_threads(2)

@@ -14,6 +14,26 @@ from pathlib import Path
 from vitdeploy.errors import CheckpointError, InputError, MissingWeightsError
 
 
+#: Where vitdeploy keeps what it may make again (OpenVINO's compiled models): a path, or ``none`` for no cache.
+CACHE_ENV = "VITDEPLOY_CACHE_DIR"
+
+
+def user_cache_dir(kind: str) -> Path | None:
+    """``$VITDEPLOY_CACHE_DIR/kind``, else ``$XDG_CACHE_HOME/vitdeploy/kind``, else ``~/.cache/vitdeploy/kind``, made if
+    missing; None where the cache is turned off (``VITDEPLOY_CACHE_DIR=none`` or empty) or cannot be made (a
+    read-only home): the caller then works without it."""
+    asked = os.environ.get(CACHE_ENV)
+    if asked is not None and asked.strip().lower() in ("", "none", "off", "0"):
+        return None
+    base = Path(asked) if asked else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vitdeploy"
+    folder = base / kind
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return folder if os.access(folder, os.W_OK) else None
+
+
 def check_output_path(path: str | os.PathLike) -> Path:
     """Return ``path`` as a Path after checking that its directory exists and a file can be created there.
 

@@ -456,3 +456,25 @@ def test_bf16_is_refused_where_a_runtime_cannot_run_it(encoders: dict[str, Path]
     result = runner.invoke(cli, ["validate", str(encoders["generic"]), "--runtime", "openvino", "--inference-precision",
                                  "bf16", "--random-inputs", "1", "--runs", "0", "--threads", "2"])
     assert result.exit_code == 0 and "tolerance 'bf16'" in result.output, result.output
+
+
+def test_a_compiled_model_is_kept_in_the_cache_folder_and_loaded_from_it(encoders: dict[str, Path], tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenVINO's model cache (its documented CACHE_DIR) under VITDEPLOY_CACHE_DIR: the first load writes a blob,
+    the second reads it and computes the same numbers; 'none' turns the cache off; an unwritable folder is no error."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(cache))
+    x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    first = OpenVinoRunner(encoders["generic"], threads=1)
+    blobs = sorted(p.name for p in first.compile_cache.iterdir())
+    assert first.compile_cache.is_relative_to(cache / "openvino") and blobs, blobs
+    second = OpenVinoRunner(encoders["generic"], threads=1)
+    assert sorted(p.name for p in second.compile_cache.iterdir()) == blobs  # read, not written again
+    want, got = first.run({"image": x}), second.run({"image": x})
+    assert all(np.array_equal(want[k], got[k]) for k in want)
+    monkeypatch.setenv("VITDEPLOY_CACHE_DIR", "none")
+    assert OpenVinoRunner(encoders["generic"], threads=1).compile_cache is None
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the cache folder would go")
+    monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(blocked))
+    assert OpenVinoRunner(encoders["generic"], threads=1).compile_cache is None

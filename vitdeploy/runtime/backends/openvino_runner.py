@@ -31,6 +31,7 @@ the fp32 tolerance; the SAM encoder's FP16 and INT8 files within theirs on held-
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,20 @@ def _port_name(port: Any, declared: set[str]) -> str:
     return next(iter(sorted(names & declared)), port.get_any_name())
 
 
+def _compile_cache(core: Any, ov: Any) -> Path | None:
+    """Turn on OpenVINO's model cache (``core.set_property({"CACHE_DIR": ...})``, its documented model caching) under
+    vitdeploy's cache folder, one folder per OpenVINO version; None where the cache is off (``VITDEPLOY_CACHE_DIR=none``)
+    or cannot be written. OpenVINO keys each blob by the model, the device and the compile config, so a changed file,
+    thread count or precision compiles anew."""
+    from vitdeploy.fileio import user_cache_dir
+
+    folder = user_cache_dir(f"openvino/{openvino_version() or ov.__version__}")
+    if folder is None:
+        return None
+    core.set_property({"CACHE_DIR": str(folder)})
+    return folder
+
+
 class OpenVinoRunner(Runner):
     """Runs an ONNX file with OpenVINO's CPU plugin; reads the file's vitdeploy metadata.
 
@@ -139,6 +154,11 @@ class OpenVinoRunner(Runner):
             form = read_cpu_form(file_metadata)
             raise InputError(refusal + (f", or give OpenVINO '{form.source}'" if form is not None and form.source else ""))
         core = ov.Core()
+        #: Where OpenVINO keeps this model compiled for this CPU and config (its documented ``CACHE_DIR``): a new
+        #: process loads it from there instead of compiling again; None where the cache is off or cannot be written.
+        self.compile_cache = _compile_cache(core, ov)
+        #: Seconds to read and compile (or load from the cache) the model.
+        self.load_seconds = 0.0
         #: How an INT8 file's weights run here (None: not an INT8 graph).
         self.int8_weights: str | None = None
         source: Any = str(path)
@@ -162,6 +182,7 @@ class OpenVinoRunner(Runner):
             from vitdeploy.cpu_features import cpu_features
 
             gelu_apart = keep_gelu_apart(cpu_features(), Precision.of(file_metadata))
+        started = time.perf_counter()
         try:
             model = core.read_model(source)
             #: How many GELUs run apart from the GEMM before them (:mod:`vitdeploy.runtime.forms.openvino_gelu`):
@@ -175,6 +196,7 @@ class OpenVinoRunner(Runner):
             raise InputError(f"OpenVINO cannot load '{path}' ({_openvino_reason(exc)[:300]}): run it on ONNX Runtime "
                              "(--runtime onnxruntime), or give OpenVINO a file from 'vitdeploy export' (every --target "
                              "loads there)") from exc
+        self.load_seconds = time.perf_counter() - started
         self.request = self.compiled.create_infer_request()
         self.path = path
         self.threads = threads
