@@ -120,6 +120,15 @@ class SamModelInfo:
         return "cpu"
 
 
+def _max_points(decoder_metadata: dict[str, Any]) -> int | None:
+    """``point_coords``'s largest point count in a decoder's recorded shape profile (None where there is none)."""
+    profile = decoder_metadata.get("shape_profile")
+    top = profile.get("point_coords", {}).get("max") if isinstance(profile, dict) and isinstance(profile.get("point_coords"), dict) else None
+    if isinstance(top, list) and len(top) == 3 and isinstance(top[1], int) and not isinstance(top[1], bool) and top[1] > 0:
+        return int(top[1])
+    return None
+
+
 class SamPredictor:
     """Masks from an image and prompts, with ``segment_anything.SamPredictor``'s interface.
 
@@ -181,6 +190,8 @@ class SamPredictor:
         self.encoder_input = enc.get("input_name") or (self.encoder.input_names[0] if self.encoder else None)
         self.encoder_output = enc.get("output_name") or (self.encoder.output_names[0] if self.encoder else None)
         self.mask_input_size = tuple(int(d) for d in dec["mask_input_size"])
+        #: The most points one decoder call takes (the decoder file's shape profile; None where it records none).
+        self.max_prompt_points = _max_points(dec)
         self.mask_output_indices = [int(i) for i in dec.get("mask_output_indices", [0, 1, 2, 3])]
         self.variant = str(enc.get("variant"))
         self._embedding_channels = int(dec["embed_dim"])
@@ -362,6 +373,11 @@ class SamPredictor:
             kind = "multimask" if multimask_output else "single-mask"
             raise InputError(f"the decoder was exported without the {kind} outputs (it holds mask tokens "
                              f"{self.mask_output_indices}): pass multimask_output={not multimask_output} or re-export it")
+        if self.max_prompt_points is not None and coords.shape[1] > self.max_prompt_points:
+            # the decoder's token attention grows with the square of the points: 12,000 clicks took a server to 2 GB
+            raise InputError(f"the prompt makes {coords.shape[1]} decoder points (clicks, plus a box's 2 corners or 1 "
+                             f"padding point) and this decoder takes at most {self.max_prompt_points} (its shape "
+                             "profile): give fewer clicks")
         feeds = {"image_embeddings": self.features, "point_coords": coords, "point_labels": labels,
                  "mask_input": mask, "has_mask_input": has_mask}
         out = self.decoder.run(feeds)
