@@ -210,3 +210,59 @@ def test_serve_refuses_a_missing_model(tiny_sam_artifacts: TinySamArtifacts, tmp
     code, output = run("serve", "-e", str(tiny_sam_artifacts.encoder), "-d", str(tiny_sam_artifacts.decoder),
                        "--encoder-replicas", "3:1", "--ray")
     assert code == 2 and "MIN:MAX" in output
+
+
+def _raw(port: int, data: bytes, timeout: float = 10) -> bytes:
+    """Everything the server sends back on one connection for ``data`` (read until it closes or goes quiet)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
+        conn.sendall(data)
+        received = b""
+        try:
+            while chunk := conn.recv(65536):
+                received += chunk
+        except TimeoutError:
+            pass
+    return received
+
+
+def test_the_http_layer_refuses_what_could_smuggle_a_request_and_answers_every_method(served, monkeypatch) -> None:
+    """A chunked body (its chunks were taken for the next request), two Content-Lengths and '1_0' (read as 10) are
+    refused and the connection closed; PATCH/OPTIONS/TRACE/HEAD get 405 in JSON (they got http.server's 501 HTML);
+    a burst of 50 simultaneous requests is answered (a backlog of 5 reset clients); an idle connection is closed."""
+    service, client = served
+    port = int(client.base.rsplit(":", 1)[1])
+    smuggled = b"GET /v1/metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+    chunked = (b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+               + f"{len(smuggled):x}\r\n".encode() + smuggled + b"\r\n0\r\n\r\n")
+    answer = _raw(port, chunked)
+    assert answer.startswith(b"HTTP/1.1 411") and answer.count(b"HTTP/1.1 ") == 1, answer[:200]
+    for lengths in ((b"5", b"6"), (b"1_0",), (b"+5",)):
+        head = b"".join(b"Content-Length: " + n + b"\r\n" for n in lengths)
+        answer = _raw(port, b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\n" + head + b"\r\nhello" + smuggled)
+        assert answer.startswith(b"HTTP/1.1 400") and b"Content-Length must be one whole number" in answer, answer[:200]
+        assert answer.count(b"HTTP/1.1 ") == 1, answer
+    for method in ("PATCH", "OPTIONS", "TRACE"):
+        status, headers, body = client(method, "/healthz", {})
+        assert status == 405 and headers["Allow"] == "GET" and "takes GET" in body["error"], (method, body)
+    answer = _raw(port, b"HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 405") and answer.endswith(b"\r\n\r\n"), answer  # headers, no body
+    with ThreadPoolExecutor(50) as pool:
+        statuses = list(pool.map(lambda _: client("GET", "/healthz")[0], range(50)))
+    assert statuses == [200] * 50
+    monkeypatch.setattr(http_server, "CONNECTION_TIMEOUT_S", 1)
+    quiet = http_server.make_server(service, "127.0.0.1", 0)
+    thread = threading.Thread(target=quiet.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        import socket
+        import time
+
+        with socket.create_connection(quiet.server_address, timeout=10) as conn:
+            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # half a request, then nothing
+            start = time.monotonic()
+            assert conn.recv(100) == b"" and time.monotonic() - start < 5  # closed by the server, not by our timeout
+    finally:
+        quiet.shutdown()
+        quiet.server_close()

@@ -2,12 +2,16 @@
 
 No web framework: ``http.server.ThreadingHTTPServer`` (one thread per connection) hands each request to
 :func:`~vitdeploy.runtime.apps.serving.service.handle_request`, which never raises. Bodies over
-:data:`~vitdeploy.runtime.apps.serving.service.MAX_BODY_BYTES` are refused (413) before they are read.
+:data:`~vitdeploy.runtime.apps.serving.service.MAX_BODY_BYTES` are refused (413) before they are read; a body
+sent with ``Transfer-Encoding`` (411) or an unclear ``Content-Length`` (two values, not a whole number: 400) is
+refused and the connection closed, so no request hides in another's body; an idle or stalled connection is closed
+after :data:`CONNECTION_TIMEOUT_S`; the listen backlog holds 128 connections.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,10 +22,17 @@ from vitdeploy.runtime.apps.serving.service import MAX_BODY_BYTES, Response, Ser
 LOG = logging.getLogger("vitdeploy.serve")
 
 
+_DIGITS = re.compile(r"[0-9]+")
+#: Seconds a connection may sit idle or half-sent before it is closed (an idle keep-alive, a slow or stalled
+#: client): each connection holds a thread while it is open.
+CONNECTION_TIMEOUT_S = 30
+
+
 class _Handler(BaseHTTPRequestHandler):
     service: Service  # set on the subclass make_server builds
     protocol_version = "HTTP/1.1"
     server_version = "vitdeploy"
+    timeout = CONNECTION_TIMEOUT_S  # StreamRequestHandler sets it on the socket
 
     def do_GET(self) -> None:  # noqa: N802 (the names http.server calls)
         self._answer("GET")
@@ -35,19 +46,37 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:  # noqa: N802
         self._answer("DELETE")
 
+    def do_HEAD(self) -> None:  # noqa: N802 (headers only: _send leaves the body out)
+        self._answer("HEAD")
+
+    def do_PATCH(self) -> None:  # noqa: N802 (answered 405 in JSON by the routes, not http.server's 501 HTML page)
+        self._answer("PATCH")
+
+    def do_OPTIONS(self) -> None:  # noqa: N802
+        self._answer("OPTIONS")
+
+    def do_TRACE(self) -> None:  # noqa: N802
+        self._answer("TRACE")
+
     def _answer(self, method: str) -> None:
         start = time.perf_counter()
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if length < 0:
-            response = json_response(400, {"error": "Content-Length is not a number"})
+        lengths = self.headers.get_all("Content-Length") or []
+        length = int(lengths[0]) if len(set(lengths)) == 1 and _DIGITS.fullmatch(lengths[0].strip()) else -1
+        if self.headers.get("Transfer-Encoding") is not None:
+            # A chunked body would be read as empty and the chunks taken for the next request (request smuggling)
+            response = json_response(411, {"error": "a body sent with Transfer-Encoding is not taken: send it with "
+                                                    "Content-Length"})
+            self.close_connection = True
+        elif lengths and length < 0:
+            response = json_response(400, {"error": "Content-Length must be one whole number of bytes (it was "
+                                                    f"{', '.join(lengths)[:60]})"})
+            self.close_connection = True
         elif length > MAX_BODY_BYTES:
             response = json_response(413, {"error": f"the body is {length} bytes; at most {MAX_BODY_BYTES} are taken: "
                                                     "send a smaller image (SAM works at 1024 pixels on the long side)"})
             self.close_connection = True  # the unread body would be taken for the next request
         else:
+            length = max(length, 0)
             body = self.rfile.read(length) if length else b""
             response = handle_request(self.service, method, self.path, body, self.headers.get("Content-Type", ""))
         # Logged before the answer is sent: a client that has its answer knows the line is written (a Ctrl-C right
@@ -62,7 +91,8 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in response.headers.items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(response.body)
+        if self.command != "HEAD":
+            self.wfile.write(response.body)
 
     def log_message(self, format: str, *args: Any) -> None:  # http.server's own lines: errors only, to the log
         LOG.debug(format, *args)
@@ -71,11 +101,12 @@ class _Handler(BaseHTTPRequestHandler):
 class Server(ThreadingHTTPServer):
     daemon_threads = True  # a stuck client never keeps the process from stopping
     allow_reuse_address = True
+    request_queue_size = 128  # the listen backlog (socketserver's 5 reset clients in bursts of 50 requests)
 
 
 def make_server(service: Service, host: str = "127.0.0.1", port: int = 8000) -> Server:
     """A server bound to ``host:port`` (port 0: a free one, see ``server.server_address``); run ``serve_forever()``."""
-    handler = type("Handler", (_Handler,), {"service": service})
+    handler = type("Handler", (_Handler,), {"service": service, "timeout": CONNECTION_TIMEOUT_S})
     return Server((host, port), handler)
 
 
