@@ -101,8 +101,9 @@ class OpenOptions:
 
 def open_runner(path: str | Path, options: OpenOptions | None = None, **keywords: Any) -> Runner:
     """The runner for ``path`` as ``options`` say (:class:`OpenOptions`; without them, ``runtime`` defaults to
-    ``onnxruntime``, the file as written, as it always did here; the keywords of earlier releases are taken too: ``threads``, ``ort_device``, ``gpu``, ``fused_attention``, ``folded_attention``, ``tf32``,
-    ``allow_unverified``, ``runtime``, ``precision``, ``profile``, ``gelu_apart``): an ``.onnx`` file on its runtime
+    ``onnxruntime``, the file as written, as it always did here; the keywords of earlier releases are taken too:
+    ``threads``, ``ort_device``, ``gpu``, ``fused_attention``, ``folded_attention``, ``tf32``, ``allow_unverified``,
+    ``runtime``, ``precision``, ``profile``, ``gelu_apart``): an ``.onnx`` file on its runtime
     (ONNX Runtime on ``device`` by default, with its attention forms and ``allow_unverified``; or OpenVINO on the
     CPU), an engine (``.plan``/``.engine``/``.trt``) on TensorRT on CUDA device ``gpu`` (its math was fixed when it
     was built).

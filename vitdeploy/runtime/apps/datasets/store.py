@@ -94,8 +94,10 @@ class DatasetStore:
     def open(cls, folder: str | os.PathLike, header: dict[str, Any]) -> DatasetStore:
         """Start a job in ``folder`` (created), or resume the one there: refused when that one is another job.
 
-        ``header`` says what the job is (kind, model, deployment, options); a folder holding a job whose header
-        differs is refused with what differs, so two jobs never mix in one manifest.
+        ``header`` says what the job is (kind, model, deployment, options, shard size); a folder holding a job whose
+        header differs is refused with what differs, so two jobs never mix in one manifest. The folder is claimed
+        first (:func:`vitdeploy.fileio.claim_folder`: a lock held while the verb runs; a second writer is refused
+        in one line, a dead one's lock taken over), so two runs of even the same job never write it at once.
         """
         from vitdeploy.fileio import claim_folder
 
