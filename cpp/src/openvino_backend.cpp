@@ -1,6 +1,11 @@
 // OpenVINO backend through its C++ API (openvino/openvino.hpp); see vitdeploy/openvino_backend.hpp.
 #include "vitdeploy/openvino_backend.hpp"
 
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdlib>
+
 #include <openvino/op/constant.hpp>
 #include <openvino/openvino.hpp>
 
@@ -103,7 +108,37 @@ TensorInfo describe(const ov::Output<const ov::Node>& port, std::string name) {
     return info;
 }
 
+std::string lowered(std::string text) {
+    for (auto& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return text;
+}
+
 }  // namespace
+
+std::string OpenVinoBackend::compile_cache_folder() {
+    // The folder the Python runner gives OpenVINO (vitdeploy.fileio.user_cache_dir("openvino/<release>")), so a model
+    // compiled by either is loaded by the other: $VITDEPLOY_CACHE_DIR (none/off/0/empty: no cache), else
+    // $XDG_CACHE_HOME/vitdeploy, else ~/.cache/vitdeploy; empty where it cannot be made or written.
+    namespace fs = std::filesystem;
+    fs::path base;
+    if (const char* asked = std::getenv("VITDEPLOY_CACHE_DIR")) {
+        const std::string word = lowered(asked);
+        if (word.find_first_not_of(" \t") == std::string::npos || word == "none" || word == "off" || word == "0") return "";
+        base = asked;
+    } else if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+        base = fs::path(xdg) / "vitdeploy";
+    } else if (const char* home = std::getenv("HOME"); home && *home) {
+        base = fs::path(home) / ".cache" / "vitdeploy";
+    } else {
+        return "";
+    }
+    const std::string build = runtime_version();
+    const fs::path folder = base / "openvino" / build.substr(0, build.find('-'));  // the release, as Python names it
+    std::error_code ec;
+    fs::create_directories(folder, ec);
+    if (ec || ::access(folder.c_str(), W_OK) != 0) return "";
+    return folder.string();
+}
 
 struct OpenVinoBackend::Impl {
     ov::Core core;
@@ -144,7 +179,9 @@ OpenVinoBackend::OpenVinoBackend(const std::string& path, const BackendOptions& 
         // Pinning puts the plugin's threads on the first cores: two processes of fewer threads would share them.
         if (options.threads < machine_fingerprint().cores) config.emplace(ov::hint::enable_cpu_pinning(false));
     }
+    compile_cache_ = compile_cache_folder();
     try {
+        if (!compile_cache_.empty()) impl_->core.set_property(ov::cache_dir(compile_cache_));  // OpenVINO's model cache
         std::shared_ptr<ov::Model> model = impl_->core.read_model(path);
         const bool apart = options.gelu_apart < 0 ? keep_gelu_apart(file_metadata.get_string_or("precision", "fp32"))
                                                   : options.gelu_apart == 1;

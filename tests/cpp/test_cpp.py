@@ -772,3 +772,30 @@ def test_sam_cli_help_has_an_example(cpp_build: Path):
     assert done.returncode == 0 and "Example:" in done.stdout and "sam_cli --encoder" in done.stdout
     version = _run_cli(cpp_build, "--version")
     assert version.returncode == 0 and "onnxruntime" in version.stdout
+
+
+def test_sam_cli_and_python_share_openvinos_compiled_models(cpp_build: Path, tiny_sam_artifacts, tmp_path: Path,  # noqa: F811
+                                                            monkeypatch: pytest.MonkeyPatch):
+    """sam_cli turns on OpenVINO's model cache in the folder the Python runner uses (VITDEPLOY_CACHE_DIR/openvino/
+    RELEASE): the model sam_cli compiled is the one Python's runner loads (no second blob); VITDEPLOY_CACHE_DIR=none
+    writes no cache, not even to the default folder."""
+    _require_openvino_backend(cpp_build)
+    from vitdeploy.runtime.backends.openvino_runner import OpenVinoRunner, openvino_version
+
+    Image.fromarray(sample_image(40, 60, seed=4)).save(tmp_path / "in.png")
+    cache = tmp_path / "cache"
+    args = ["--encoder", str(tiny_sam_artifacts.encoder), "--decoder", str(tiny_sam_artifacts.decoder), "--image",
+            str(tmp_path / "in.png"), "--point", "20,10", "--out", str(tmp_path / "mask.png"), "--runtime", "openvino"]
+    env = {**_env_without_ort_ops(), "VITDEPLOY_CACHE_DIR": str(cache)}
+    done = subprocess.run([str(cpp_build / "sam_cli"), *args], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    folder = cache / "openvino" / openvino_version()
+    blobs = sorted(p.name for p in folder.iterdir())
+    assert blobs, "sam_cli left no compiled model in the cache"
+    monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(cache))
+    runner = OpenVinoRunner(tiny_sam_artifacts.encoder)  # the config sam_cli compiled with: default threads, f32
+    assert runner.compile_cache == folder and sorted(p.name for p in folder.iterdir()) == blobs
+    home = tmp_path / "home"
+    env.update(VITDEPLOY_CACHE_DIR="none", HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
+    done = subprocess.run([str(cpp_build / "sam_cli"), *args], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and not (home / ".cache" / "vitdeploy").exists(), done.stderr  # ONNX Runtime writes its own
