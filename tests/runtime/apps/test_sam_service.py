@@ -266,3 +266,34 @@ def test_the_http_layer_refuses_what_could_smuggle_a_request_and_answers_every_m
     finally:
         quiet.shutdown()
         quiet.server_close()
+
+
+def test_one_image_is_decoded_at_a_time_however_many_wait(tiny_sam_artifacts: TinySamArtifacts, monkeypatch) -> None:
+    """The decoded-pixel budget is per server, not per request: concurrent uploads are decoded one after another
+    (three 8000x8000 PNGs at once took a server to 3.4 GB), each still answered."""
+    import time
+
+    from vitdeploy.runtime.processing import images
+
+    service = SamService(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, runtime="onnxruntime", threads=1,
+                         max_pending=4)
+    state = {"now": 0, "most": 0}
+    lock = threading.Lock()
+    real = images.decode_image_bytes
+
+    def counting(data: bytes, *args, **kwargs):
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        try:
+            time.sleep(0.05)  # long enough for the others to arrive
+            return real(data, *args, **kwargs)
+        finally:
+            with lock:
+                state["now"] -= 1
+
+    monkeypatch.setattr(images, "decode_image_bytes", counting)
+    uploads = [png_bytes(sample_image(40 + k, 50, seed=k)) for k in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(service.encode, uploads))
+    assert [a["cached"] for a in answers] == [False] * 4 and state["most"] == 1, state
