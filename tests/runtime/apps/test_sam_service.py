@@ -297,3 +297,16 @@ def test_one_image_is_decoded_at_a_time_however_many_wait(tiny_sam_artifacts: Ti
     with ThreadPoolExecutor(4) as pool:
         answers = list(pool.map(service.encode, uploads))
     assert [a["cached"] for a in answers] == [False] * 4 and state["most"] == 1, state
+
+
+def test_every_answer_carries_a_request_id(served) -> None:
+    """Each response (and its log line) carries X-Request-Id: the client's own where it is plain, else a new one;
+    a hostile one (a header injection, a long one) is replaced, not echoed."""
+    _, client = served
+    port = int(client.base.rsplit(":", 1)[1])
+    first, second = client("GET", "/healthz")[1]["X-Request-Id"], client("GET", "/healthz")[1]["X-Request-Id"]
+    assert len(first) == 32 and first != second
+    answer = _raw(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: trace-42\r\nConnection: close\r\n\r\n")
+    assert b"X-Request-Id: trace-42\r\n" in answer
+    answer = _raw(port, b"GET /nope HTTP/1.1\r\nHost: x\r\nX-Request-Id: a b<script>\r\nConnection: close\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 404") and b"<script>" not in answer and b"X-Request-Id: " in answer

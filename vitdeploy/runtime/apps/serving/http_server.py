@@ -23,6 +23,15 @@ LOG = logging.getLogger("vitdeploy.serve")
 
 
 _DIGITS = re.compile(r"[0-9]+")
+#: A client's own request id is kept where it is this plain (else one is made): it goes into a header and the log.
+_CLIENT_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+
+def _request_id(asked: str | None) -> str:
+    """The id a response and its log line carry: the client's ``X-Request-Id`` where it is plain, else a new one."""
+    import uuid
+
+    return asked.strip() if asked and _CLIENT_ID.fullmatch(asked.strip()) else uuid.uuid4().hex
 #: Seconds a connection may sit idle or half-sent before it is closed (an idle keep-alive, a slow or stalled
 #: client): each connection holds a thread while it is open.
 CONNECTION_TIMEOUT_S = 30
@@ -81,7 +90,10 @@ class _Handler(BaseHTTPRequestHandler):
             response = handle_request(self.service, method, self.path, body, self.headers.get("Content-Type", ""))
         # Logged before the answer is sent: a client that has its answer knows the line is written (a Ctrl-C right
         # after it cannot lose the line with the handler's daemon thread); the time is the handling, not the write.
-        LOG.info("%s %s %d %.1f ms", method, self.path, response.status, (time.perf_counter() - start) * 1e3)
+        request_id = _request_id(self.headers.get("X-Request-Id"))
+        response.headers["X-Request-Id"] = request_id
+        LOG.info("%s %s %d %.1f ms id=%s", method, self.path, response.status, (time.perf_counter() - start) * 1e3,
+                 request_id)
         self._send(response)
 
     def _send(self, response: Response) -> None:
