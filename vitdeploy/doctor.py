@@ -341,7 +341,8 @@ class DoctorReport:
         lines = [f"vitdeploy {self.vitdeploy_version}", f"cpu: {self.cpu.get('summary', '?')}",
                  f"     kernels: {self.cpu.get('decisions', '?')}",
                  f"     best path (--runtime auto, no profile): {self.cpu.get('best_path', '?')}",
-                 f"     at INT8 accuracy: {self.cpu.get('int8_path', '?')}"]
+                 f"     at INT8 accuracy: {self.cpu.get('int8_path', '?')}",
+                 f"     OpenVINO model cache: {self.cpu.get('model_cache', '?')}"]
         if self.version_drift:
             lines.append("versions: OUTSIDE the tested set (results may differ from the README's; "
                          "'pip install -c requirements.lock' restores them): " + "; ".join(self.version_drift))
@@ -399,9 +400,25 @@ def diagnose(verbs: Iterable[str], deep: bool = False) -> DoctorReport:
     cpu = cpu_features()
     cpu_info = {**cpu.to_dict(), "summary": cpu.summary(),
                 "decisions": f"INT8 on ONNX Runtime: {int8_kernels(cpu).description}",
-                "best_path": best_path(cpu), "int8_path": int8_path(cpu)}
+                "best_path": best_path(cpu), "int8_path": int8_path(cpu), "model_cache": model_cache()}
     return DoctorReport(vitdeploy.__version__, components, verb_readiness(verbs, components), cpu_info,
                         [str(d) for d in version_drift()])
+
+
+def model_cache() -> str:
+    """Where OpenVINO's compiled models are kept (its model cache, turned on by the runner) and what is there."""
+    from vitdeploy.fileio import CACHE_ENV, user_cache_dir
+    from vitdeploy.runtime.backends.openvino_runner import openvino_version
+
+    version = openvino_version()
+    if version is None:
+        return "none (OpenVINO is not installed)"
+    folder = user_cache_dir(f"openvino/{version}", make=False)
+    if folder is None:
+        return f"off ({CACHE_ENV}=none): every process compiles each model again"
+    files = [p for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
+    held = f"{len(files)} file(s), {sum(p.stat().st_size for p in files) / 1e6:.0f} MB" if files else "empty"
+    return f"{folder} ({held}; {CACHE_ENV} moves it, '{CACHE_ENV}=none' turns it off)"
 
 
 def tensorrt_unavailable_reason(device: int = 0) -> str | None:

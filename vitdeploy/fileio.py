@@ -18,15 +18,17 @@ from vitdeploy.errors import CheckpointError, InputError, MissingWeightsError
 CACHE_ENV = "VITDEPLOY_CACHE_DIR"
 
 
-def user_cache_dir(kind: str) -> Path | None:
+def user_cache_dir(kind: str, make: bool = True) -> Path | None:
     """``$VITDEPLOY_CACHE_DIR/kind``, else ``$XDG_CACHE_HOME/vitdeploy/kind``, else ``~/.cache/vitdeploy/kind``, made if
-    missing; None where the cache is turned off (``VITDEPLOY_CACHE_DIR=none`` or empty) or cannot be made (a
-    read-only home): the caller then works without it."""
+    missing (``make``; without it, the path whether or not it exists); None where the cache is turned off
+    (``VITDEPLOY_CACHE_DIR=none`` or empty) or cannot be made (a read-only home): the caller then works without it."""
     asked = os.environ.get(CACHE_ENV)
     if asked is not None and asked.strip().lower() in ("", "none", "off", "0"):
         return None
     base = Path(asked) if asked else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vitdeploy"
     folder = base / kind
+    if not make:
+        return folder
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:

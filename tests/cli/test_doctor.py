@@ -191,3 +191,21 @@ def test_best_path_is_this_cpus_auto_default(monkeypatch) -> None:
     monkeypatch.delenv("VITDEPLOY_CPU_MASK")
     expected = cpu_default("sam_image_encoder", "fp32")
     assert f"on {expected.label()}, from {expected.source}" in best_path(cpu_features())
+
+
+def test_doctor_says_where_openvinos_compiled_models_are_kept(tmp_path, monkeypatch) -> None:
+    """The model cache folder (VITDEPLOY_CACHE_DIR), what it holds, and that 'none' turns it off; doctor makes none."""
+    from vitdeploy.doctor import model_cache
+    from vitdeploy.runtime.backends.openvino_runner import openvino_version
+
+    if openvino_version() is None:
+        assert model_cache() == "none (OpenVINO is not installed)"
+        return
+    monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(tmp_path / "cache"))
+    said = model_cache()
+    assert said.startswith(f"{tmp_path / 'cache' / 'openvino' / openvino_version()} (empty;") and not (tmp_path / "cache").exists()
+    (tmp_path / "cache" / "openvino" / openvino_version()).mkdir(parents=True)
+    (tmp_path / "cache" / "openvino" / openvino_version() / "blob").write_bytes(b"x" * 3_000_000)
+    assert "(1 file(s), 3 MB;" in model_cache()
+    monkeypatch.setenv("VITDEPLOY_CACHE_DIR", "none")
+    assert model_cache().startswith("off (VITDEPLOY_CACHE_DIR=none)")
