@@ -30,6 +30,9 @@ def _bounds(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[i
               help="Images being encoded or waiting for the encoder; one more is answered 503 (retry).")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "tensorrt"]), default="cpu", show_default=True,
               help="ONNX Runtime execution provider for .onnx files.")
+@click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
+              help="Let a page from ORIGIN (https://app.example:8080, or * for any) call the service from a browser: "
+                   "CORS headers and preflight answers. Repeatable. [default: same origin only]")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Serve on Ray Serve: --ray alone starts a local cluster; --ray ADDRESS joins one. Encoder and decoder "
                    "replicas scale apart, the embedding cache is shared. Needs 'vitdeploy[ray]'. [default: one process]")
@@ -42,7 +45,7 @@ def _bounds(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[i
 @verbose_option
 @handle_errors
 def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max_pending: int, device: str,
-          ray_address: str | None, encoder_replicas: tuple[int, int], decoder_replicas: tuple[int, int], runtime: str,
+          cors_origins: tuple[str, ...], ray_address: str | None, encoder_replicas: tuple[int, int], decoder_replicas: tuple[int, int], runtime: str,
           inference_precision: str | None, threads: int | None, verbose: bool) -> None:
     """Serve SAM over HTTP: POST an image, get an embedding id; POST prompts for that id, get masks.
 
@@ -71,8 +74,10 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
         if (encoder_replicas, decoder_replicas) != ((1, 1), (1, 1)):
             raise click.UsageError("--encoder-replicas and --decoder-replicas are for --ray")
         _serve_in_process(encoder, decoder, host, port, cache_size, max_pending, device, runtime, inference_precision,
-                          threads, verbose)
+                          threads, verbose, cors_origins)
         return
+    if cors_origins:
+        raise click.UsageError("--cors-origin is for the one-process server (leave out --ray)")
     from vitdeploy.cli.dataset_jobs import resolve_deployment
     from vitdeploy.cpu_features import available_cores
     from vitdeploy.runtime.apps.datasets.on_ray import start_ray, stop_ray
@@ -105,7 +110,8 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
 
 
 def _serve_in_process(encoder: str, decoder: str, host: str, port: int, cache_size: int, max_pending: int, device: str,
-                      runtime: str, inference_precision: str | None, threads: int | None, verbose: bool) -> None:
+                      runtime: str, inference_precision: str | None, threads: int | None, verbose: bool,
+                      cors_origins: tuple[str, ...] = ()) -> None:
     from pathlib import Path
 
     from vitdeploy.cli.options import echo_deployments, threads_for
@@ -116,7 +122,7 @@ def _serve_in_process(encoder: str, decoder: str, host: str, port: int, cache_si
                          threads=threads_for(runtime, threads), device=device, cache_size=cache_size, max_pending=max_pending)
     echo_deployments(*service.runners)
     try:
-        server = make_server(service, host, port)
+        server = make_server(service, host, port, cors_origins=cors_origins)
     except OSError as exc:
         from vitdeploy.errors import InputError
 

@@ -310,3 +310,29 @@ def test_every_answer_carries_a_request_id(served) -> None:
     assert b"X-Request-Id: trace-42\r\n" in answer
     answer = _raw(port, b"GET /nope HTTP/1.1\r\nHost: x\r\nX-Request-Id: a b<script>\r\nConnection: close\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 404") and b"<script>" not in answer and b"X-Request-Id: " in answer
+
+
+def test_a_page_of_an_allowed_origin_may_call_the_service(tiny_sam_artifacts: TinySamArtifacts) -> None:
+    """--cors-origin: a browser's preflight from that origin gets 204 and what it may send, its answers carry
+    Access-Control-Allow-Origin; another origin gets no CORS headers and a 403 preflight; without the option,
+    OPTIONS stays 405."""
+    service = SamService(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, runtime="onnxruntime", threads=1)
+    server = http_server.make_server(service, "127.0.0.1", 0, cors_origins=("http://page.example:8080",))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    port = server.server_address[1]
+    preflight = (b"OPTIONS /v1/embeddings HTTP/1.1\r\nHost: x\r\nOrigin: %s\r\nAccess-Control-Request-Method: POST\r\n"
+                 b"Connection: close\r\n\r\n")
+    try:
+        answer = _raw(port, preflight % b"http://page.example:8080")
+        assert answer.startswith(b"HTTP/1.1 204") and b"Access-Control-Allow-Origin: http://page.example:8080" in answer
+        assert b"Access-Control-Allow-Methods: GET, POST" in answer, answer
+        answer = _raw(port, preflight % b"http://evil.example")
+        assert answer.startswith(b"HTTP/1.1 403") and b"Access-Control-Allow-Origin" not in answer, answer
+        answer = _raw(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nOrigin: http://page.example:8080\r\nConnection: close\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200") and b"Access-Control-Allow-Origin: http://page.example:8080" in answer
+        answer = _raw(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nOrigin: http://evil.example\r\nConnection: close\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200") and b"Access-Control-Allow-Origin" not in answer
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -42,6 +42,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "vitdeploy"
     timeout = CONNECTION_TIMEOUT_S  # StreamRequestHandler sets it on the socket
+    cors_origins: tuple[str, ...] = ()  # --cors-origin: the page origins that may call the service
 
     def do_GET(self) -> None:  # noqa: N802 (the names http.server calls)
         self._answer("GET")
@@ -67,8 +68,19 @@ class _Handler(BaseHTTPRequestHandler):
     def do_TRACE(self) -> None:  # noqa: N802
         self._answer("TRACE")
 
+    def _cors_headers(self) -> dict[str, str]:
+        """What lets a page of an allowed origin read the answer (none for another origin, or without --cors-origin)."""
+        origin = self.headers.get("Origin")
+        if not origin or not (origin in self.cors_origins or "*" in self.cors_origins):
+            return {}
+        return {"Access-Control-Allow-Origin": "*" if "*" in self.cors_origins else origin, "Vary": "Origin",
+                "Access-Control-Expose-Headers": "X-Request-Id, Retry-After"}
+
     def _answer(self, method: str) -> None:
         start = time.perf_counter()
+        if method == "OPTIONS" and self.cors_origins and self.headers.get("Access-Control-Request-Method"):
+            self._preflight(start)
+            return
         lengths = self.headers.get_all("Content-Length") or []
         length = int(lengths[0]) if len(set(lengths)) == 1 and _DIGITS.fullmatch(lengths[0].strip()) else -1
         if self.headers.get("Transfer-Encoding") is not None:
@@ -92,8 +104,24 @@ class _Handler(BaseHTTPRequestHandler):
         # after it cannot lose the line with the handler's daemon thread); the time is the handling, not the write.
         request_id = _request_id(self.headers.get("X-Request-Id"))
         response.headers["X-Request-Id"] = request_id
+        response.headers.update(self._cors_headers())
         LOG.info("%s %s %d %.1f ms id=%s", method, self.path, response.status, (time.perf_counter() - start) * 1e3,
                  request_id)
+        self._send(response)
+
+    def _preflight(self, start: float) -> None:
+        """A browser's CORS preflight: 204 with what an allowed origin may send, 403 for another origin."""
+        allowed = self._cors_headers()
+        if not allowed:
+            response = json_response(403, {"error": f"origin {self.headers.get('Origin', '(none)')[:80]} is not allowed: "
+                                                    "start serve with --cors-origin for it"})
+        else:
+            response = Response(204, b"", headers={**allowed, "Access-Control-Allow-Methods": "GET, POST",
+                                                   "Access-Control-Allow-Headers": "Content-Type, X-Request-Id",
+                                                   "Access-Control-Max-Age": "600"})
+        response.headers["X-Request-Id"] = _request_id(self.headers.get("X-Request-Id"))
+        LOG.info("OPTIONS %s %d %.1f ms id=%s", self.path, response.status, (time.perf_counter() - start) * 1e3,
+                 response.headers["X-Request-Id"])
         self._send(response)
 
     def _send(self, response: Response) -> None:
@@ -116,9 +144,12 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 128  # the listen backlog (socketserver's 5 reset clients in bursts of 50 requests)
 
 
-def make_server(service: Service, host: str = "127.0.0.1", port: int = 8000) -> Server:
-    """A server bound to ``host:port`` (port 0: a free one, see ``server.server_address``); run ``serve_forever()``."""
-    handler = type("Handler", (_Handler,), {"service": service, "timeout": CONNECTION_TIMEOUT_S})
+def make_server(service: Service, host: str = "127.0.0.1", port: int = 8000,
+                cors_origins: tuple[str, ...] | list[str] = ()) -> Server:
+    """A server bound to ``host:port`` (port 0: a free one, see ``server.server_address``); run ``serve_forever()``.
+    ``cors_origins``: page origins (``https://app.example``, or ``*``) a browser may call the service from."""
+    handler = type("Handler", (_Handler,), {"service": service, "timeout": CONNECTION_TIMEOUT_S,
+                                            "cors_origins": tuple(cors_origins)})
     return Server((host, port), handler)
 
 
