@@ -23,28 +23,40 @@ GC="${GC:-/tmp/gc}"
 STAGE=/tmp/vitdeploy-stage
 RTX=1.7.1.116
 
-prepare() {
-    local py=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
+# Wheels for the GPU machine's Python 3.12, and the small ones every lease carries.
+WHEEL_TARGET=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
               --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
-    mkdir -p .whl/a .whl/b .whl/dl
+SMALL_WHEELS=(segment-anything==1.0 polygraphy==0.53.6 onnxconverter-common==1.16.0)
+
+# download WHEEL...: WHEEL... and the small wheels into the git-ignored .whl/dl.
+download() {
+    mkdir -p .whl/dl
     grep -qx '/.whl/' .git/info/exclude || echo /.whl/ >> .git/info/exclude
-    python3 -m pip download -q --no-deps "${py[@]}" -d .whl/dl "tensorrt-rtx-cu13-libs==$RTX" \
-        "tensorrt-rtx-cu13-bindings==$RTX" segment-anything==1.0 polygraphy==0.53.6 onnxconverter-common==1.16.0
+    python3 -m pip download -q --no-deps "${WHEEL_TARGET[@]}" -d .whl/dl "$@" "${SMALL_WHEELS[@]}"
+}
+copy_small_wheels() { cp .whl/dl/segment_anything-*.whl .whl/dl/polygraphy-*.whl .whl/dl/onnxconverter_common-*.whl "$1"/; }
+# site_install WHEEL...: into /tmp/site, the PYTHONPATH of every step there.
+site_install() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$@"; }
+
+prepare() {
+    mkdir -p .whl/a .whl/b
+    download "tensorrt-rtx-cu13-libs==$RTX" "tensorrt-rtx-cu13-bindings==$RTX"
     local libs=(.whl/dl/tensorrt_rtx_cu13_libs-*.whl)
     split -n 2 -d "${libs[0]}" ".whl/dl/$(basename "${libs[0]}").part"
     mv .whl/dl/*.part00 .whl/a/ && mv .whl/dl/*.part01 .whl/b/
-    cp .whl/dl/segment_anything-*.whl .whl/dl/polygraphy-*.whl .whl/dl/onnxconverter_common-*.whl .whl/a/
+    copy_small_wheels .whl/a
     cp .whl/dl/tensorrt_rtx_cu13_bindings-*.whl .whl/b/
     du -sh .whl/a .whl/b
 }
 
-# install: the wheels of this call into /tmp/site, vitdeploy itself editable (its recipes and images are data packages).
+# install DIR [TREE]: what DIR carried into $STAGE, its wheels into /tmp/site, and vitdeploy from TREE (default: this
+# checkout) editable (its recipes and images are data packages).
 install() {
     mkdir -p "$STAGE" "$GC"
     cp "$1"/* "$STAGE"/
     local wheels=("$STAGE"/*.whl)
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${wheels[@]}" || exit 1
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . > /dev/null || exit 1
+    site_install "${wheels[@]}" || exit 1
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e "${2:-.}" > /dev/null || exit 1
 }
 
 collect() {
@@ -55,19 +67,15 @@ collect() {
 
 ORT_GPU=1.31.1
 ort_prepare() {
-    local py=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
-              --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
-    mkdir -p .whl/ort .whl/dl .whl/c
-    grep -qx '/.whl/' .git/info/exclude || echo /.whl/ >> .git/info/exclude
-    python3 -m pip download -q --no-deps "${py[@]}" -d .whl/dl "onnxruntime-gpu==$ORT_GPU" segment-anything==1.0 \
-        polygraphy==0.53.6 onnxconverter-common==1.16.0
+    mkdir -p .whl/ort .whl/c
+    download "onnxruntime-gpu==$ORT_GPU"
     split -n 5 -d -a 1 .whl/dl/onnxruntime_gpu-*.whl .whl/ort/onnxruntime_gpu.whl.part
     du -sh .whl/ort
 }
 ort_next() {  # here: .whl/c holds piece $1 (and with piece 0 the small wheels)
     rm -rf .whl/c && mkdir -p .whl/c
     cp .whl/ort/*.part"$1" .whl/c/
-    [ "$1" != 0 ] || cp .whl/dl/segment_anything-*.whl .whl/dl/polygraphy-*.whl .whl/dl/onnxconverter_common-*.whl .whl/c/
+    [ "$1" != 0 ] || copy_small_wheels .whl/c
     du -sh .whl/c
 }
 # The CUDA 13 libraries PyTorch brought (cuBLAS, cuDNN, cuFFT, cuRAND, the runtime), for ONNX Runtime's CUDA provider.
@@ -82,12 +90,10 @@ case "${1:-}" in
     ort-next) ort_next "${2:?piece number}" ;;
     ort-first)
         nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
-        mkdir -p "$STAGE" "$GC" && cp .whl/c/*.part* "$STAGE"/
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/c/*.whl || exit 1
         # a copy of this checkout, installed from there: the exports read it after the call returns, while the next
         # calls copy the working tree again
         mkdir -p /tmp/vitdeploy-tree && tar --exclude=./.whl -cf - . | tar -C /tmp/vitdeploy-tree -xf - || exit 1
-        python3 -m pip install -q --no-index --no-deps --no-build-isolation -e /tmp/vitdeploy-tree > /dev/null || exit 1
+        install .whl/c /tmp/vitdeploy-tree
         cd /tmp/vitdeploy-tree && setsid bash -c "FILES_ONLY=1 SKIP_INT8=1 SKIP_DYNAMIC=1 OUT_DIR=$GC PYTHON=python3 SKIP_INSTALL=1 \
             bash scripts/gpu-check.sh > $GC/files.log 2>&1; echo \$? > $GC/files.rc" < /dev/null > /dev/null 2>&1 &
         sleep 5; echo "exports started in the background: $GC/files.log" ;;
@@ -95,8 +101,7 @@ case "${1:-}" in
     ort-run)
         cp .whl/c/*.part* "$STAGE"/
         cat "$STAGE"/onnxruntime_gpu.whl.part? > "$STAGE/onnxruntime_gpu-$ORT_GPU-cp312-cp312-manylinux_2_28_x86_64.whl" || exit 1
-        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site --upgrade \
-            "$STAGE/onnxruntime_gpu-$ORT_GPU-cp312-cp312-manylinux_2_28_x86_64.whl" || exit 1
+        site_install "$STAGE/onnxruntime_gpu-$ORT_GPU-cp312-cp312-manylinux_2_28_x86_64.whl" || exit 1
         export LD_LIBRARY_PATH="$(cuda_library_path):${LD_LIBRARY_PATH:-}"
         python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"
         while [ ! -f "$GC/files.rc" ]; do sleep 5; done
@@ -116,7 +121,7 @@ case "${1:-}" in
         install .whl/b
         parts=("$STAGE"/*.part00)
         cat "${parts[0]}" "${parts[0]%00}01" > "${parts[0]%.part00}" && rm "$STAGE"/*.part0?
-        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site --upgrade "$STAGE"/tensorrt_rtx_cu13_libs-*.whl || exit 1
+        site_install "$STAGE"/tensorrt_rtx_cu13_libs-*.whl || exit 1
         REUSE=1 OUT_DIR="$GC" PYTHON=python3 SKIP_INSTALL=1 RUNS="${RUNS:-50}" \
             PYTEST_PATHS="tests/engine tests/runtime/backends/test_engine_runner_interface.py" bash scripts/gpu-check.sh
         rc=$?; collect; exit $rc ;;

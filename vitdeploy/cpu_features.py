@@ -31,8 +31,8 @@ from typing import Any
 from vitdeploy.runtime_facts import BF16_FLAGS, INT8_DOT_FLAGS, REPORTED_FLAGS
 
 MASK_ENV = "VITDEPLOY_CPU_MASK"
-#: Flags reported (others are read but not listed in reports), the INT8-dot and BF16-unit flags: the data file both
-#: Python and C++ read (vitdeploy/data/runtime_facts.json).
+#: Flags reported (others are read but not listed in reports); these, the INT8-dot and the BF16-unit flags come from
+#: the data file Python and C++ both read (vitdeploy/data/runtime_facts.json).
 REPORTED = REPORTED_FLAGS
 X86_MACHINES = ("x86_64", "amd64", "i386", "i686")
 

@@ -440,6 +440,4 @@ def tensorrt_unavailable_reason(device: int = 0) -> str | None:
         gpu = query_gpu(device)
     except VitdeployError as exc:
         return str(exc)
-    if not library.runs_on(gpu.compute_capability):
-        return library.unsupported_gpu(gpu.name, gpu.compute_capability)
-    return None
+    return library.gpu_refusal(gpu.name, gpu.compute_capability)

@@ -5,7 +5,7 @@ which CPU runtime runs which file (precisions with kernels, custom ops), this CP
 with the measurement behind it) and which model and part each file family is. The C++ library compiles the
 same file in (``cpp/CMakeLists.txt``) and installs it beside itself, so a measured row changes in one place.
 
-This module only reads and types the file; the decisions live where they are made
+This module reads and types the file (a default row knows when it applies); the decisions live where they are made
 (:mod:`vitdeploy.cpu_features`, :mod:`vitdeploy.runtime.backends.registry`,
 :mod:`vitdeploy.runtime.backends.deployment`, :mod:`vitdeploy.families`).
 """
@@ -15,7 +15,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vitdeploy.cpu_features import CpuFeatures
 
 FORMAT = "vitdeploy-runtime-facts/1"
 #: Where the file lives inside the package (and, for C++, under ``share/vitdeploy`` once installed).
@@ -44,16 +47,40 @@ class CpuRuntimeFacts:
 
 
 @dataclass(frozen=True)
-class CpuDefaultRow:
-    """One measured default: on x86 CPUs with every one of ``flags`` and none of ``without``, FP32 files of the
-    families in ``measured_on`` run on ``runtime`` at ``precision``; ``evidence`` is the measurement and its command."""
+class CpuDefault:
+    """One row of this CPU's measured defaults: on x86 CPUs with every one of ``flags`` and none of ``without``, FP32
+    files of the families in ``measured_on`` run on ``runtime`` at ``precision``. ``evidence`` is the measurement
+    that put the row here (and the command that repeats it)."""
 
     flags: tuple[str, ...]
-    without: tuple[str, ...]
     runtime: str
     precision: str
-    measured_on: tuple[str, ...]
     evidence: str
+    without: tuple[str, ...] = ()
+    measured_on: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """``amx_bf16``: what a family's ``cpu_default_rows`` names this row by (its CPU flags)."""
+        return "+".join(self.flags)
+
+    def applies(self, features: CpuFeatures, family: str | None) -> bool:
+        """On a CPU like ``features``, for a file of ``family`` (the row says which families it was measured on)."""
+        return x86_with(features, self.flags, self.without) and family in self.measured_on
+
+    def describe(self) -> str:
+        """``avx2 without avx512f: openvino file``: the row's condition and choice, for the verbs' note line."""
+        return f"{flag_condition(self.flags, self.without)}: {self.runtime} {self.precision}"
+
+
+def x86_with(features: CpuFeatures, flags: tuple[str, ...], without: tuple[str, ...]) -> bool:
+    """Whether ``features`` is an x86 CPU with every one of ``flags`` and none of ``without``."""
+    return features.x86 and all(features.has(f) for f in flags) and not any(features.has(f) for f in without)
+
+
+def flag_condition(flags: tuple[str, ...], without: tuple[str, ...]) -> str:
+    """``avx2 without avx512f``: a row's CPU condition in words."""
+    return "+".join(flags) + (f" without {'/'.join(without)}" if without else "")
 
 
 _FLAGS = FACTS["cpu_flags"]
@@ -68,9 +95,10 @@ CPU_RUNTIMES: dict[str, CpuRuntimeFacts] = {
     row["name"]: CpuRuntimeFacts(row["name"], row["title"], tuple(row["precisions"]), tuple(row["custom_ops"]))
     for row in FACTS["cpu_runtimes"]}
 
-CPU_DEFAULT_ROWS: tuple[CpuDefaultRow, ...] = tuple(
-    CpuDefaultRow(tuple(row["flags"]), tuple(row.get("without", ())), row["runtime"], row["precision"],
-                  tuple(row["measured_on"]), row["evidence"])
+#: The measured per-CPU-feature defaults, first match wins.
+CPU_DEFAULT_ROWS: tuple[CpuDefault, ...] = tuple(
+    CpuDefault(tuple(row["flags"]), row["runtime"], row["precision"], row["evidence"], tuple(row.get("without", ())),
+               tuple(row["measured_on"]))
     for row in FACTS["cpu_defaults"])
 
 #: Where OpenVINO's CPU plugin runs each GEMM-fed GELU apart from its GEMM (vitdeploy/runtime/forms/openvino_gelu.py):
@@ -94,5 +122,6 @@ def family_name(model: str, part: str) -> str:
     raise KeyError(f"runtime_facts.json names no family for the {part} of {model}")
 
 
-__all__ = ["BF16_FLAGS", "CPU_DEFAULT_ROWS", "CPU_RUNTIMES", "FACTS", "INT8_DOT_FLAGS", "MODEL_PARTS", "OPENVINO_GELU_APART", "PROFILE_SETTINGS", "REPORTED_FLAGS",
-           "CpuDefaultRow", "CpuRuntimeFacts", "family_name"]
+__all__ = ["BF16_FLAGS", "CPU_DEFAULT_ROWS", "CPU_RUNTIMES", "FACTS", "INT8_DOT_FLAGS", "MODEL_PARTS",
+           "OPENVINO_GELU_APART", "PROFILE_SETTINGS", "REPORTED_FLAGS", "CpuDefault", "CpuRuntimeFacts", "family_name",
+           "flag_condition", "x86_with"]

@@ -40,11 +40,10 @@ std::string cpu_gap(const std::string& runtime, const Metadata& metadata) {
     const auto& table = runtime_facts().cpu_runtimes;
     auto row = std::find_if(table.begin(), table.end(), [&](const CpuRuntimeFacts& r) { return runtime == r.name; });
     if (row == table.end()) throw InputError("unknown runtime '" + runtime + "': give onnxruntime or openvino");
-    auto has = [](const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); };
     const std::string precision = metadata.get_string_or("precision", "fp32");
-    if (!has(row->precisions, precision))
+    if (!listed(row->precisions, precision))
         return "is a " + upper(precision) + " graph and " + row->title + "'s CPU has no " + upper(precision) + " kernels";
-    if (metadata.cpu_form_attention() == "fused-kernel" && !has(row->custom_ops, "fused-kernel"))
+    if (metadata.cpu_form_attention() == "fused-kernel" && !listed(row->custom_ops, "fused-kernel"))
         return std::string("runs vitdeploy's fused attention kernel, an ONNX Runtime custom op ") + row->title +
                " does not have";
     return "";

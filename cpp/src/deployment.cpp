@@ -90,7 +90,7 @@ std::string string_member(const Json& object, const char* key) {
 // settings and precision, and the chosen deployment among the profile's own passing candidates. Empty: none.
 std::string schema_problem(const Json& doc, const Json& chosen, const MachineFingerprint& here) {
     for (const char* key : {"machine", "runtime_versions"})
-        if (!member(doc, key)->is_object()) return std::string("its '") + key + "' is not an object";
+        if (const Json* part = member(doc, key); !part || !part->is_object()) return std::string("its '") + key + "' is not an object";
     const Json* sha = member(doc, "model_sha256");
     if (!sha || !sha->is_string()) return "its 'model_sha256' is not a string";
     if (const Json* t = member(chosen, "threads"); t && !t->is_null()) {
@@ -101,11 +101,9 @@ std::string schema_problem(const Json& doc, const Json& chosen, const MachineFin
     }
     if (const Json* settings = member(chosen, "settings"); settings && !settings->is_null()) {
         if (!settings->is_object()) return "its chosen settings are not an object";
-        const auto& allowed = runtime_facts().profile_settings;
         for (std::size_t i = 0; i < settings->keys().size(); ++i) {
             const std::string& key = settings->keys()[i];
-            if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
-                return key + " is not a setting 'vitdeploy tune' writes";
+            if (!listed(runtime_facts().profile_settings, key)) return key + " is not a setting 'vitdeploy tune' writes";
             if (!settings->values()[i].is_bool()) return key + " is " + settings->values()[i].dump() + ", expected true or false";
         }
     }
@@ -179,6 +177,27 @@ std::string deployment_profile_path(const std::string& model_path) {
     return (p.parent_path() / (p.stem().string() + ".profile.json")).string();
 }
 
+std::string user_cache_dir(const std::string& kind) {
+    namespace fs = std::filesystem;
+    fs::path base;
+    if (const char* asked = std::getenv("VITDEPLOY_CACHE_DIR")) {
+        const std::string word = lower(trim(asked));
+        if (word.empty() || word == "none" || word == "off" || word == "0") return "";
+        base = asked;
+    } else if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+        base = fs::path(xdg) / "vitdeploy";
+    } else if (const char* home = std::getenv("HOME"); home && *home) {
+        base = fs::path(home) / ".cache" / "vitdeploy";
+    } else {
+        return "";
+    }
+    const fs::path folder = base / kind;
+    std::error_code ec;
+    fs::create_directories(folder, ec);
+    if (ec || ::access(folder.c_str(), W_OK) != 0) return "";
+    return folder.string();
+}
+
 bool u8s8_saturates() {
 #if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
     const std::string flags = machine_fingerprint().flags;
@@ -193,8 +212,7 @@ bool keep_gelu_apart(const std::string& file_precision) {
     const std::string flags = machine_fingerprint().flags;
     const auto& facts = runtime_facts();
     return has_all(flags, facts.gelu_apart.flags) && !has_any(flags, facts.gelu_apart.without) &&
-           std::find(facts.gelu_apart.file_precisions.begin(), facts.gelu_apart.file_precisions.end(), file_precision) !=
-               facts.gelu_apart.file_precisions.end();
+           listed(facts.gelu_apart.file_precisions, file_precision);
 #else
     (void)file_precision;
     return false;
@@ -281,9 +299,7 @@ CpuDefault cpu_default(const Metadata& metadata) {
         const std::string flags = machine_fingerprint().flags;
         const std::string family = metadata.get_string_or("family", "");
         for (const CpuDefaultRow& row : runtime_facts().cpu_defaults) {  // vitdeploy/data/runtime_facts.json
-            if (!has_all(flags, row.flags) || has_any(flags, row.without) ||
-                std::find(row.measured_on.begin(), row.measured_on.end(), family) == row.measured_on.end())
-                continue;
+            if (!has_all(flags, row.flags) || has_any(flags, row.without) || !listed(row.measured_on, family)) continue;
             if (!runs_it(row.runtime)) break;  // e.g. a fused-kernel file: it stays as written, as in Python
             out.runtime = row.runtime;
             out.precision = row.precision;

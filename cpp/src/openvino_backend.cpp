@@ -1,11 +1,6 @@
 // OpenVINO backend through its C++ API (openvino/openvino.hpp); see vitdeploy/openvino_backend.hpp.
 #include "vitdeploy/openvino_backend.hpp"
 
-#include <unistd.h>
-
-#include <cctype>
-#include <cstdlib>
-
 #include <openvino/op/constant.hpp>
 #include <openvino/openvino.hpp>
 
@@ -108,36 +103,13 @@ TensorInfo describe(const ov::Output<const ov::Node>& port, std::string name) {
     return info;
 }
 
-std::string lowered(std::string text) {
-    for (auto& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return text;
-}
-
 }  // namespace
 
 std::string OpenVinoBackend::compile_cache_folder() {
-    // The folder the Python runner gives OpenVINO (vitdeploy.fileio.user_cache_dir("openvino/<release>")), so a model
-    // compiled by either is loaded by the other: $VITDEPLOY_CACHE_DIR (none/off/0/empty: no cache), else
-    // $XDG_CACHE_HOME/vitdeploy, else ~/.cache/vitdeploy; empty where it cannot be made or written.
-    namespace fs = std::filesystem;
-    fs::path base;
-    if (const char* asked = std::getenv("VITDEPLOY_CACHE_DIR")) {
-        const std::string word = lowered(asked);
-        if (word.find_first_not_of(" \t") == std::string::npos || word == "none" || word == "off" || word == "0") return "";
-        base = asked;
-    } else if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
-        base = fs::path(xdg) / "vitdeploy";
-    } else if (const char* home = std::getenv("HOME"); home && *home) {
-        base = fs::path(home) / ".cache" / "vitdeploy";
-    } else {
-        return "";
-    }
+    // The folder the Python runner gives OpenVINO, named by the release ("2026.4.1") as Python names it, so a model
+    // compiled by either is loaded by the other.
     const std::string build = runtime_version();
-    const fs::path folder = base / "openvino" / build.substr(0, build.find('-'));  // the release, as Python names it
-    std::error_code ec;
-    fs::create_directories(folder, ec);
-    if (ec || ::access(folder.c_str(), W_OK) != 0) return "";
-    return folder.string();
+    return user_cache_dir("openvino/" + build.substr(0, build.find('-')));
 }
 
 struct OpenVinoBackend::Impl {

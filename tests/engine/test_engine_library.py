@@ -120,3 +120,17 @@ def test_auto_takes_classic_first_then_rtx(monkeypatch: pytest.MonkeyPatch) -> N
         load_library("tensorrt", "building")
     with pytest.raises(InputError, match="unknown TensorRT builder 'trt'"):
         load_library("trt", "building")
+
+
+def test_each_library_says_on_which_gpu_it_runs_no_engine() -> None:
+    """The type answers (no caller tests which library it holds): TensorRT-RTX refuses Hopper (9.0) in one line
+    naming what to use instead and runs on Ada (8.9); classic TensorRT refuses no GPU it supports."""
+    from types import SimpleNamespace
+
+    from vitdeploy.engine.library import TensorRTForRTX, TensorRTLibrary
+
+    rtx, classic = TensorRTForRTX(SimpleNamespace(), "1.7.1.116"), TensorRTLibrary(SimpleNamespace(), "10.13.0.35")
+    refusal = rtx.gpu_refusal("NVIDIA H200", "9.0")
+    assert refusal is not None and "TensorRT-RTX runs no engine on NVIDIA H200 (compute capability 9.0)" in refusal
+    assert "--builder tensorrt" in refusal
+    assert rtx.gpu_refusal("NVIDIA L4", "8.9") is None and classic.gpu_refusal("NVIDIA H200", "9.0") is None

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.errors import InputError
 from vitdeploy.cli.options import (auto_runtime_option, echo_deployments, force_option, handle_errors, parse_box,
                                    parse_click, report_option, runtime_threads_option, sam_pair_options, threads_for,
                                    verbose_option)
+from vitdeploy.errors import InputError
 
 
 def _frame_obj(text: str, rest_form: str) -> tuple[int, int, str]:
@@ -52,7 +52,7 @@ def _by_position(frames, prompts: list, start_frame: int | None, strict: bool, v
     if missing:
         from vitdeploy.runtime.processing.video_frames import describe_numbers
 
-        gap = (f"'{Path(video).name}' skips frame(s) {describe_numbers(missing)} of {frames.numbers[0]}-{frames.numbers[-1]}")
+        gap = f"'{Path(video).name}' skips frame(s) {describe_numbers(missing)} of {frames.numbers[0]}-{frames.numbers[-1]}"
         if strict:
             raise InputError(f"{gap}: add the missing frames, or leave out --strict to track the {len(frames)} there are")
         click.echo(f"note: {gap}: tracking the {len(frames)} there are; masks are named after their frames and FRAME "

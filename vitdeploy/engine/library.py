@@ -131,13 +131,10 @@ class TensorRTLibrary:
             return 0
         return 1 << int(self.module.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
 
-    def runs_on(self, compute_capability: str) -> bool:
-        """Whether it runs engines on a GPU of this compute capability (classic TensorRT: any it supports at all)."""
-        return True
-
-    def unsupported_gpu(self, gpu_name: str, compute_capability: str) -> str:
-        """One line: it runs nothing on this GPU, and what to use instead (only asked where :meth:`runs_on` is False)."""
-        return f"{self.label} runs no engine on {gpu_name} (compute capability {compute_capability})"
+    def gpu_refusal(self, gpu_name: str, compute_capability: str) -> str | None:
+        """Why it runs no engine on this GPU, in one line with what to use instead; None where it runs them (classic
+        TensorRT: on any GPU it supports at all)."""
+        return None
 
     def check_engine(self, sidecar: dict[str, Any], env: Any, plan_name: str) -> list[str]:
         """Warnings for running the engine a sidecar describes here; EngineError where it cannot run (:mod:`.compat`)."""
@@ -155,7 +152,7 @@ class TensorRTLibrary:
 class TensorRTForRTX(TensorRTLibrary):
     """TensorRT for RTX (``tensorrt_rtx_bindings``): builds ahead of time on the CPU for compute capabilities, always
     strongly typed, no timing cache, JIT kernels in a runtime cache at load, and runs on the GPUs of
-    :func:`rtx_runs_on` only."""
+    :func:`rtx_runs_on` only (:meth:`gpu_refusal`)."""
 
     name: ClassVar[str] = RTX
     title: ClassVar[str] = "TensorRT-RTX"
@@ -168,11 +165,8 @@ class TensorRTForRTX(TensorRTLibrary):
     def weak_typing(self) -> bool:
         return False
 
-    def runs_on(self, compute_capability: str) -> bool:
-        return rtx_runs_on(compute_capability)
-
-    def unsupported_gpu(self, gpu_name: str, compute_capability: str) -> str:
-        return rtx_unsupported_gpu(gpu_name, compute_capability)
+    def gpu_refusal(self, gpu_name: str, compute_capability: str) -> str | None:
+        return None if rtx_runs_on(compute_capability) else rtx_unsupported_gpu(gpu_name, compute_capability)
 
     def check_engine(self, sidecar: dict[str, Any], env: Any, plan_name: str) -> list[str]:
         from vitdeploy.engine.compat import check_rtx_engine_compat

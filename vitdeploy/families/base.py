@@ -99,7 +99,7 @@ class ModelFamily:
         """The rows of this CPU's measured defaults (by their CPU flags, ``amx_bf16``) measured on this family: where
         ``--runtime auto`` may take a row's runtime and policy for its FP32 files without a profile. The rows and
         the families each was measured on are in ``vitdeploy/data/runtime_facts.json``."""
-        return tuple("+".join(row.flags) for row in CPU_DEFAULT_ROWS if self.name in row.measured_on)
+        return tuple(row.key for row in CPU_DEFAULT_ROWS if self.name in row.measured_on)
 
     def architecture_class(self) -> type | None:
         """The dataclass this family builds its model from ``architecture`` with (None: its keys are not checked)."""

@@ -28,6 +28,11 @@ struct DeploymentProfile {
 /// ``<dir>/<stem>.profile.json`` for ``model_path``.
 std::string deployment_profile_path(const std::string& model_path);
 
+/// Where vitdeploy keeps what it may make again, as vitdeploy.fileio.user_cache_dir: $VITDEPLOY_CACHE_DIR/kind
+/// (none, off, 0 or empty: no cache), else $XDG_CACHE_HOME/vitdeploy/kind, else ~/.cache/vitdeploy/kind, made if
+/// missing; empty where the cache is off or cannot be made or written.
+std::string user_cache_dir(const std::string& kind);
+
 /// Read and match the profile beside ``model_path`` against this machine, ``ort_version`` (the ONNX Runtime library
 /// loaded here) and ``openvino_version`` (OpenVINO's, empty when this build has no OpenVINO backend). Never throws
 /// for the profile's content: a damaged or foreign profile is reported in ``note`` and not used.

@@ -4,6 +4,7 @@
 // family is. A measured row changes in that one file.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +38,11 @@ struct RuntimeFacts {
     /// (model, part) of a file family ("sam_image_encoder" -> ("sam", "image_encoder")); ("", "") when unknown.
     std::pair<std::string, std::string> model_part(const std::string& family) const;
 };
+
+/// Whether ``item`` is one of ``items`` (a facts list: flags, precisions, families, settings).
+inline bool listed(const std::vector<std::string>& items, const std::string& item) {
+    return std::find(items.begin(), items.end(), item) != items.end();
+}
 
 /// The facts compiled into this library (parsed once).
 const RuntimeFacts& runtime_facts();

@@ -26,13 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from vitdeploy.cpu_features import REPORTED, CpuFeatures, available_cores, cpu_features
-from vitdeploy.runtime_facts import CPU_DEFAULT_ROWS
-from vitdeploy.runtime_facts import PROFILE_SETTINGS as PROFILE_SETTING_NAMES
 from vitdeploy.errors import InputError
 from vitdeploy.fileio import sha256_file
 from vitdeploy.precisions import PRECISION_POLICIES, Precision
 from vitdeploy.runtime.backends.registry import (DEFAULT_RUNTIME, ONNX_RUNTIMES, RUNTIMES, FileNeeds, cpu_runtimes_for,
                                                  policy_runtime)
+from vitdeploy.runtime_facts import CPU_DEFAULT_ROWS, PROFILE_SETTINGS, CpuDefault, flag_condition, x86_with
 
 #: The ``--runtime`` value that asks for this module's choice.
 AUTO = "auto"
@@ -42,10 +41,6 @@ PROFILE_FORMAT = "vitdeploy-deployment-profile/1"
 PROFILE_SUFFIX = ".profile.json"
 #: The PyPI distribution whose version a runtime's results depend on.
 RUNTIME_DISTRIBUTIONS = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu"), "openvino": ("openvino",)}
-
-
-#: The runner settings ``vitdeploy tune`` tries, and so the only ones a profile may hold (true or false each).
-PROFILE_SETTINGS = PROFILE_SETTING_NAMES  # from the data file the C++ library reads too
 
 
 @dataclass(frozen=True)
@@ -83,7 +78,7 @@ class Deployment:
     def from_dict(cls, data: Any, source: str, features: CpuFeatures | None = None) -> Deployment:
         """A deployment a profile names, held to what ``vitdeploy tune`` writes (a hand-edited profile is not
         trusted further): a known runtime and a policy it takes, whole threads from 1 to this machine's cores, only
-        the runner settings tune tries (:data:`PROFILE_SETTINGS`, true or false), and BF16 only on a CPU with BF16
+        the runner settings tune tries (:data:`~vitdeploy.runtime_facts.PROFILE_SETTINGS`, true or false), and BF16 only on a CPU with BF16
         units. Anything else is refused in one line."""
         def refuse(why: str) -> InputError:
             return InputError(f"{source}: {why}: run 'vitdeploy tune' again")
@@ -112,51 +107,12 @@ class Deployment:
         return cls(data["runtime"], data.get("precision", "file"), threads, settings, source)
 
 
-@dataclass(frozen=True)
-class CpuDefault:
-    """One row of this CPU's measured defaults: where ``flags`` are all present and none of ``without``, FP32 files
-    of the families in ``measured_on`` run on ``runtime`` at ``precision``. ``evidence`` is the measurement that put
-    the row here (and the command that repeats it)."""
-
-    flags: tuple[str, ...]
-    runtime: str
-    precision: str
-    evidence: str
-    without: tuple[str, ...] = ()
-    measured_on: tuple[str, ...] = ()
-
-    @property
-    def key(self) -> str:
-        """``amx_bf16``: what a family's ``cpu_default_rows`` names this row by (its CPU flags)."""
-        return "+".join(self.flags)
-
-    def applies(self, features: CpuFeatures, family: str | None) -> bool:
-        """On a CPU like ``features``, for a file of ``family`` (the row says which families it was measured on)."""
-        return _x86_with(features, self.flags, self.without) and family in self.measured_on
-
-    def describe(self) -> str:
-        """``avx2 without avx512f: openvino file``: the row's condition and choice, for the verbs' note line."""
-        return f"{_condition(self.flags, self.without)}: {self.runtime} {self.precision}"
-
-
-def _x86_with(features: CpuFeatures, flags: tuple[str, ...], without: tuple[str, ...]) -> bool:
-    """Whether ``features`` is an x86 CPU with every one of ``flags`` and none of ``without``."""
-    return features.x86 and all(features.has(f) for f in flags) and not any(features.has(f) for f in without)
-
-
-def _condition(flags: tuple[str, ...], without: tuple[str, ...]) -> str:
-    """``avx2 without avx512f``: a row's CPU condition in words."""
-    return "+".join(flags) + (f" without {'/'.join(without)}" if without else "")
-
-
 #: The measured per-CPU-feature defaults, first match wins, from the data file the C++ library reads too
 #: (``vitdeploy/data/runtime_facts.json``, each row with its evidence). Only what was measured is there: BF16 on
 #: AVX512-BF16 without AMX (AMD Zen 4, Intel Cooper Lake) has not been, nor FP32 on AVX-512 CPUs without AMX against
 #: OpenVINO's f32 on the ``generic`` file, so those CPUs keep the exact default until a profile (``vitdeploy tune``)
 #: proves otherwise. ``precision`` ``file`` on OpenVINO is the FP32 file's math as written (f32 pinned).
-CPU_DEFAULTS: tuple[CpuDefault, ...] = tuple(
-    CpuDefault(row.flags, row.runtime, row.precision, row.evidence, row.without, row.measured_on)
-    for row in CPU_DEFAULT_ROWS)
+CPU_DEFAULTS: tuple[CpuDefault, ...] = CPU_DEFAULT_ROWS
 
 
 @dataclass(frozen=True)
@@ -180,14 +136,14 @@ class Int8Measurement:
     without: tuple[str, ...] = ()
 
     def applies(self, features: CpuFeatures) -> bool:
-        return _x86_with(features, self.flags, self.without)
+        return x86_with(features, self.flags, self.without)
 
     def describe(self) -> str:
         """``INT8 (...) took 0.86x (AMD EPYC Zen 3 ...: 6582 against 7656 ms) ... the time of the FP32 default ...``."""
         each = " and ".join(f"{int8 / fp32:.2f}x ({cpu}: {int8:.0f} against {fp32:.0f} ms)" for cpu, int8, fp32 in self.runs)
         return (f"INT8 (cosine >= 0.99 vs FP32: 'calibrate -p int8' of an onnxruntime-cpu export, with the fused kernel) "
                 f"took {each} the time of the FP32 default ({self.default} on the generic export) on CPUs with "
-                f"{_condition(self.flags, self.without)}, SAM ViT-B@1024, 2 threads")
+                f"{flag_condition(self.flags, self.without)}, SAM ViT-B@1024, 2 threads")
 
 
 #: What an INT8 file measured against the FP32 default, per CPU kind, first match wins (each run's command and

@@ -131,7 +131,7 @@ class TensorRTRunner(Runner):
         return context
 
     def _load_runtime_cache(self, cache: Any) -> None:
-        if self._runtime_cache_path is not None and self._runtime_cache_path.is_file():
+        if self._runtime_cache_path.is_file():  # asked for only where a cache file was given
             if not cache.deserialize(self._runtime_cache_path.read_bytes()):
                 self.warnings.append(f"runtime cache '{self._runtime_cache_path}' could not be read; it is rebuilt")
 

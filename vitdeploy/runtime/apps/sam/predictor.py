@@ -123,7 +123,8 @@ class SamModelInfo:
 def _max_points(decoder_metadata: dict[str, Any]) -> int | None:
     """``point_coords``'s largest point count in a decoder's recorded shape profile (None where there is none)."""
     profile = decoder_metadata.get("shape_profile")
-    top = profile.get("point_coords", {}).get("max") if isinstance(profile, dict) and isinstance(profile.get("point_coords"), dict) else None
+    coords = profile.get("point_coords") if isinstance(profile, dict) else None
+    top = coords.get("max") if isinstance(coords, dict) else None
     if isinstance(top, list) and len(top) == 3 and isinstance(top[1], int) and not isinstance(top[1], bool) and top[1] > 0:
         return int(top[1])
     return None

@@ -25,6 +25,9 @@ LOG = logging.getLogger("vitdeploy.serve")
 _DIGITS = re.compile(r"[0-9]+")
 #: A client's own request id is kept where it is this plain (else one is made): it goes into a header and the log.
 _CLIENT_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+#: Seconds a connection may sit idle or half-sent before it is closed (an idle keep-alive, a slow or stalled
+#: client): each connection holds a thread while it is open.
+CONNECTION_TIMEOUT_S = 30
 
 
 def _request_id(asked: str | None) -> str:
@@ -32,16 +35,12 @@ def _request_id(asked: str | None) -> str:
     import uuid
 
     return asked.strip() if asked and _CLIENT_ID.fullmatch(asked.strip()) else uuid.uuid4().hex
-#: Seconds a connection may sit idle or half-sent before it is closed (an idle keep-alive, a slow or stalled
-#: client): each connection holds a thread while it is open.
-CONNECTION_TIMEOUT_S = 30
 
 
 class _Handler(BaseHTTPRequestHandler):
     service: Service  # set on the subclass make_server builds
     protocol_version = "HTTP/1.1"
     server_version = "vitdeploy"
-    timeout = CONNECTION_TIMEOUT_S  # StreamRequestHandler sets it on the socket
     cors_origins: tuple[str, ...] = ()  # --cors-origin: the page origins that may call the service
 
     def do_GET(self) -> None:  # noqa: N802 (the names http.server calls)
@@ -79,27 +78,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, method: str) -> None:
         start = time.perf_counter()
         if method == "OPTIONS" and self.cors_origins and self.headers.get("Access-Control-Request-Method"):
-            self._preflight(start)
-            return
-        lengths = self.headers.get_all("Content-Length") or []
-        length = int(lengths[0]) if len(set(lengths)) == 1 and _DIGITS.fullmatch(lengths[0].strip()) else -1
-        if self.headers.get("Transfer-Encoding") is not None:
-            # A chunked body would be read as empty and the chunks taken for the next request (request smuggling)
-            response = json_response(411, {"error": "a body sent with Transfer-Encoding is not taken: send it with "
-                                                    "Content-Length"})
-            self.close_connection = True
-        elif lengths and length < 0:
-            response = json_response(400, {"error": "Content-Length must be one whole number of bytes (it was "
-                                                    f"{', '.join(lengths)[:60]})"})
-            self.close_connection = True
-        elif length > MAX_BODY_BYTES:
-            response = json_response(413, {"error": f"the body is {length} bytes; at most {MAX_BODY_BYTES} are taken: "
-                                                    "send a smaller image (SAM works at 1024 pixels on the long side)"})
-            self.close_connection = True  # the unread body would be taken for the next request
+            response = self._preflight()
         else:
-            length = max(length, 0)
-            body = self.rfile.read(length) if length else b""
-            response = handle_request(self.service, method, self.path, body, self.headers.get("Content-Type", ""))
+            response = self._response(method)
         # Logged before the answer is sent: a client that has its answer knows the line is written (a Ctrl-C right
         # after it cannot lose the line with the handler's daemon thread); the time is the handling, not the write.
         request_id = _request_id(self.headers.get("X-Request-Id"))
@@ -109,20 +90,34 @@ class _Handler(BaseHTTPRequestHandler):
                  request_id)
         self._send(response)
 
-    def _preflight(self, start: float) -> None:
+    def _response(self, method: str) -> Response:
+        """The request's body read (when its length is clear and allowed) and handed to the routes."""
+        lengths = self.headers.get_all("Content-Length") or ["0"]
+        length = int(lengths[0]) if len(set(lengths)) == 1 and _DIGITS.fullmatch(lengths[0].strip()) else -1
+        if self.headers.get("Transfer-Encoding") is not None:
+            # A chunked body would be read as empty and the chunks taken for the next request (request smuggling)
+            self.close_connection = True
+            return json_response(411, {"error": "a body sent with Transfer-Encoding is not taken: send it with "
+                                                "Content-Length"})
+        if length < 0:
+            self.close_connection = True  # where the body ends is unclear: nothing after it can be trusted
+            return json_response(400, {"error": "Content-Length must be one whole number of bytes (it was "
+                                                f"{', '.join(lengths)[:60]})"})
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True  # the unread body would be taken for the next request
+            return json_response(413, {"error": f"the body is {length} bytes; at most {MAX_BODY_BYTES} are taken: "
+                                                "send a smaller image (SAM works at 1024 pixels on the long side)"})
+        body = self.rfile.read(length) if length else b""
+        return handle_request(self.service, method, self.path, body, self.headers.get("Content-Type", ""))
+
+    def _preflight(self) -> Response:
         """A browser's CORS preflight: 204 with what an allowed origin may send, 403 for another origin."""
-        allowed = self._cors_headers()
-        if not allowed:
-            response = json_response(403, {"error": f"origin {self.headers.get('Origin', '(none)')[:80]} is not allowed: "
-                                                    "start serve with --cors-origin for it"})
-        else:
-            response = Response(204, b"", headers={**allowed, "Access-Control-Allow-Methods": "GET, POST",
-                                                   "Access-Control-Allow-Headers": "Content-Type, X-Request-Id",
-                                                   "Access-Control-Max-Age": "600"})
-        response.headers["X-Request-Id"] = _request_id(self.headers.get("X-Request-Id"))
-        LOG.info("OPTIONS %s %d %.1f ms id=%s", self.path, response.status, (time.perf_counter() - start) * 1e3,
-                 response.headers["X-Request-Id"])
-        self._send(response)
+        if not self._cors_headers():
+            return json_response(403, {"error": f"origin {self.headers.get('Origin', '(none)')[:80]} is not allowed: "
+                                                "start serve with --cors-origin for it"})
+        return Response(204, b"", headers={"Access-Control-Allow-Methods": "GET, POST",
+                                           "Access-Control-Allow-Headers": "Content-Type, X-Request-Id",
+                                           "Access-Control-Max-Age": "600"})
 
     def _send(self, response: Response) -> None:
         self.send_response(response.status)
@@ -148,6 +143,7 @@ def make_server(service: Service, host: str = "127.0.0.1", port: int = 8000,
                 cors_origins: tuple[str, ...] | list[str] = ()) -> Server:
     """A server bound to ``host:port`` (port 0: a free one, see ``server.server_address``); run ``serve_forever()``.
     ``cors_origins``: page origins (``https://app.example``, or ``*``) a browser may call the service from."""
+    # timeout: StreamRequestHandler sets it on each connection's socket (read here, so a test can shorten it)
     handler = type("Handler", (_Handler,), {"service": service, "timeout": CONNECTION_TIMEOUT_S,
                                             "cors_origins": tuple(cors_origins)})
     return Server((host, port), handler)

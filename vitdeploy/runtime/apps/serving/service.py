@@ -37,11 +37,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from vitdeploy.errors import InputError
+
+if TYPE_CHECKING:  # the loader is imported when a service opens its files
+    from vitdeploy.runtime.backends.loader import OpenOptions
 
 LOG = logging.getLogger("vitdeploy.serve")
 #: The most prompts one masks request may carry (each is a decoder run).
@@ -307,7 +310,7 @@ class SamService:
     waiting for the encoder; one more is answered 503.
     """
 
-    def __init__(self, encoder: Any, decoder: Any, *, options: Any = None, runtime: str = "auto",
+    def __init__(self, encoder: Any, decoder: Any, *, options: OpenOptions | None = None, runtime: str = "auto",
                  inference_precision: str | None = None, threads: int | None = None, device: str = "cpu",
                  cache_size: int = 64, max_pending: int = 4):
         from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
