@@ -1,7 +1,8 @@
 """Packages that live outside vitdeploy/: the recipes (export/) and the bundled calibration images
 (calibration/images/) stay at the top of the checkout, where the project's layout keeps them, and are
 installed as data-only subpackages, so a wheel carries them (read with importlib.resources), as it carries
-vitdeploy/data/runtime_facts.json (the facts Python and the C++ library both read).
+vitdeploy/data/runtime_facts.json (the facts Python and the C++ library both read) and the server's page
+(vitdeploy/runtime/apps/serving/page/).
 Everything else about the build is in pyproject.toml."""
 
 from setuptools import find_packages, setup
@@ -11,5 +12,5 @@ DATA_PACKAGES = {"vitdeploy._recipes": "export", "vitdeploy._calibration_images"
 setup(
     packages=find_packages(include=["vitdeploy", "vitdeploy.*"]) + list(DATA_PACKAGES),
     package_dir=DATA_PACKAGES,
-    package_data={"vitdeploy": ["data/*.json"], "vitdeploy._recipes": ["*.toml"], "vitdeploy._calibration_images": ["*.jpg", "*.png"]},
+    package_data={"vitdeploy": ["data/*.json", "runtime/apps/serving/page/*"], "vitdeploy._recipes": ["*.toml"], "vitdeploy._calibration_images": ["*.jpg", "*.png"]},
 )

@@ -25,7 +25,6 @@ import json
 import shutil
 import socket
 import statistics
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -122,21 +121,19 @@ def encode(port: int, image: Path) -> tuple[str, tuple[int, int], float]:
 def server_rows(args: argparse.Namespace, chosen: Deployment) -> list[dict]:
     from vitdeploy.runtime.apps.datasets.on_ray import LOCAL, start_ray, stop_ray
     from vitdeploy.runtime.apps.serving.service import SamService
-    from vitdeploy.runtime.apps.serving.http_server import make_server
+    from vitdeploy.runtime.apps.serving.server import Server
     from vitdeploy.runtime.apps.serving.ray_serve import RayServeOptions, run_app, stop_app
 
     image = sorted(bundled_calibration_dir().glob("*.jpg"))[0]
     rows = []
     service = SamService(args.encoder, args.decoder, runtime=chosen.runtime, inference_precision=chosen.precision,
                          threads=available_cores())
-    server = make_server(service, "127.0.0.1", 0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    key, size, seconds = encode(server.server_address[1], image)
+    server = Server(service, "127.0.0.1", 0).start()
+    key, size, seconds = encode(server.port, image)
     rows.append({"server": "one process", "encode_s": round(seconds, 2),
-                 **load(server.server_address[1], key, size, args.requests, args.concurrency)})
+                 **load(server.port, key, size, args.requests, args.concurrency)})
     print(json.dumps(rows[-1]), flush=True)
-    server.shutdown()
-    server.server_close()
+    server.stop()
     del service
 
     start_ray(LOCAL, available_cores())

@@ -13,4 +13,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/venv.sh
 venv="$(vitdeploy_venv dev)"
+# The server's page is tested in a real browser (tests/runtime/apps/test_serve_page.py): Debian's Chromium and its
+# driver (24 s to install on 2 cores), installed here when this runs as root with apt, as in CI; elsewhere that test
+# skips and says why.
+if ! command -v chromedriver >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    { apt-get install -y -qq chromium chromium-driver || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }; } \
+        >/dev/null 2>&1 || echo "note: could not install chromium + chromium-driver: the page's browser test will skip" >&2
+fi
 exec "$venv/bin/python" -m pytest -n "${VITDEPLOY_TEST_WORKERS:-auto}" --dist loadfile --no-loadscope-reorder "$@"

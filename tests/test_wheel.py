@@ -46,6 +46,8 @@ def test_wheel_carries_recipes_calibration_images_and_runtime_facts(wheel: Path)
     images = [n for n in names if n.startswith("vitdeploy/_calibration_images/") and n.endswith((".jpg", ".png"))]
     assert len(images) == len(list((ROOT / "calibration" / "images").glob("calib_*")))
     assert not any(n.startswith(("tests/", "benchmarks/", "cpp/")) for n in names)
+    page = ROOT / "vitdeploy" / "runtime" / "apps" / "serving" / "page"  # the server's page: every asset in the wheel
+    assert {p.name for p in page.iterdir()} == {Path(n).name for n in names if n.startswith("vitdeploy/runtime/apps/serving/page/")}
 
 
 def test_installed_wheel_exports_predicts_and_calibrates_elsewhere(wheel: Path, tmp_path: Path) -> None:
@@ -133,6 +135,10 @@ def test_runtime_only_install_runs_the_runtime_verbs_without_torch(wheel: Path, 
     assert (work / "mask.png").is_file() and "wrote mask" in done.stdout
     _run([vd, "segment-all", "-e", str(encoder), "-d", str(decoder), "-i", str(image), "-o", "all.json", "--points-per-side", "4"], work)
     assert (work / "all.json").is_file()
+    refused = subprocess.run([vd, "serve", "-e", str(encoder), "-d", str(decoder), "--port", "0"], cwd=work,
+                             capture_output=True, text=True, timeout=120)  # the server is the 'serve' extra
+    assert refused.returncode == 1 and "pip install 'vitdeploy[serve]'" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
     assert "inputs" in _run([vd, "inspect", str(encoder)], work).stdout
     _run([vd, "calibrate", str(encoder), "-p", "fp16", "-o", "enc.fp16.onnx", "--no-eager", "--cache-dir", "cache"], work)
     _run([vd, "benchmark", str(encoder), "--no-eager", "--runs", "2", "--warmup", "0"], work)

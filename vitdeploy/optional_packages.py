@@ -40,6 +40,17 @@ def require_torch_side(purpose: str, alternative: str | None = None) -> None:
         raise MissingDependencyError(missing[0], purpose, hint)
 
 
+#: Top-level modules of the ``serve`` extra: the server's web framework, HTTP server and metrics.
+SERVE_MODULES = ("fastapi", "uvicorn", "prometheus_client")
+
+
+def require_serve_side() -> None:
+    """Raise a one-line error naming the extra when ``vitdeploy serve`` cannot run here (checked before models load)."""
+    missing = [name for name in SERVE_MODULES if not _findable(name)]
+    if missing:
+        raise MissingDependencyError(missing[0], "vitdeploy serve", "pip install 'vitdeploy[serve]'")
+
+
 def torch_side_module(exc: ImportError) -> str | None:
     """The torch-extra module an ImportError is about, or None (for the CLI's last-resort handler)."""
     name = (getattr(exc, "name", None) or "").split(".")[0]

@@ -67,9 +67,11 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
     from pathlib import Path
 
     from vitdeploy.fileio import require_model_file
+    from vitdeploy.optional_packages import require_serve_side
 
     require_model_file(encoder)
     require_model_file(decoder)
+    require_serve_side()
     if ray_address is None:
         if (encoder_replicas, decoder_replicas) != ((1, 1), (1, 1)):
             raise click.UsageError("--encoder-replicas and --decoder-replicas are for --ray")
@@ -115,28 +117,29 @@ def _serve_in_process(encoder: str, decoder: str, host: str, port: int, cache_si
     from pathlib import Path
 
     from vitdeploy.cli.options import echo_deployments, threads_for
+    from vitdeploy.runtime.apps.serving.server import Server, log_to_stderr
     from vitdeploy.runtime.apps.serving.service import SamService
-    from vitdeploy.runtime.apps.serving.http_server import log_to_stderr, make_server
 
     service = SamService(encoder, decoder, runtime=runtime, inference_precision=inference_precision,
                          threads=threads_for(runtime, threads), device=device, cache_size=cache_size, max_pending=max_pending)
     echo_deployments(*service.runners)
     try:
-        server = make_server(service, host, port, cors_origins=cors_origins)
+        server = Server(service, host, port, cors_origins=cors_origins)
     except OSError as exc:
         from vitdeploy.errors import InputError
 
         raise InputError(f"cannot listen on {host}:{port} ({exc.strerror}): choose another --port (0: any free one)") from exc
     log_to_stderr(verbose)
-    bound = server.server_address[1]
-    click.echo(f"serving {Path(encoder).name} + {Path(decoder).name} at http://{host}:{bound} (one process; cache "
-               f"{cache_size} embeddings, at most {max_pending} encodes in flight); Ctrl-C stops")
+    click.echo(f"serving {Path(encoder).name} + {Path(decoder).name} at http://{host}:{server.port} (one process; cache "
+               f"{cache_size} embeddings, at most {max_pending} encodes in flight; the page at /, the API at /docs); "
+               "Ctrl-C stops")
     try:
-        server.serve_forever(poll_interval=0.2)
-    except Interrupted:
-        pass
-    finally:
-        server.server_close()
+        server.run()
+    except Interrupted as stop:  # raised again by the server once the requests in flight were answered
+        import signal
+
+        click.echo(f"stopped by {signal.Signals(stop.signum).name} (the requests in flight were answered)")
+        raise SystemExit(128 + stop.signum) from None
     click.echo("stopped")
 
 

@@ -3,7 +3,6 @@ encoder replica."""
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 
@@ -11,7 +10,8 @@ import pytest
 
 from tests.runtime.apps.test_sam_service import PROMPTS, Client, png_bytes
 from tests.sam_tiny import TinySamArtifacts, sample_image
-from vitdeploy.runtime.apps.serving.service import SamService, handle_request, parse_prompts
+from vitdeploy.runtime.apps.serving.server import Server
+from vitdeploy.runtime.apps.serving.service import SamService, parse_prompts
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'vitdeploy[ray]'; the dev extra has it)")
 
@@ -48,17 +48,27 @@ def test_ray_serve_answers_as_one_process(tiny_sam_artifacts: TinySamArtifacts, 
     status, _, answer = ray_served("POST", f"/v1/embeddings/{posted['id']}/masks", {"prompts": PROMPTS})
     assert status == 200
     assert answer == local.masks(expected["id"], parse_prompts({"prompts": PROMPTS}))  # the same RLEs and scores
-    for method, path, body, code in (("POST", "/v1/embeddings", b"not an image", 400),
-                                     ("POST", "/v1/embeddings/feedface/masks", {"box": [1, 1, 4, 4]}, 404),
-                                     ("POST", f"/v1/embeddings/{posted['id']}/masks", {"points": [[500, 1]]}, 400),
-                                     ("GET", "/v1/embeddings", None, 405)):
-        got, _, body_out = ray_served(method, path, body)
-        raw = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else b""
-        local_answer = handle_request(local, method, path, raw, "application/json" if isinstance(body, dict) else "")
-        assert got == code == local_answer.status, body_out
-        assert body_out["error"] == json.loads(local_answer.body)["error"].replace("cache of 64", "cache of 8")
+    one_process = Server(local, "127.0.0.1", 0).start()
+    try:  # the same requests to the one-process server: the same statuses and errors (one FastAPI app in both)
+        local_client = Client(one_process.port)
+        local_client("POST", "/v1/embeddings", image)
+        for method, path, body, code in (("POST", "/v1/embeddings", b"not an image", 400),
+                                         ("POST", "/v1/embeddings/feedface/masks", {"box": [1, 1, 4, 4]}, 404),
+                                         ("POST", f"/v1/embeddings/{posted['id']}/masks", {"points": [[500, 1]]}, 400),
+                                         ("POST", f"/v1/embeddings/{posted['id']}/masks", {"point": [[5, 1]]}, 400),
+                                         ("GET", "/v1/embeddings", None, 405), ("GET", "/nope", None, 404)):
+            got, head, body_out = ray_served(method, path, body)
+            local_status, _, local_body = local_client(method, path, body)
+            assert got == code == local_status, body_out
+            assert body_out["error"] == local_body["error"].replace("cache of 64", "cache of 8")
+            assert len(head["X-Request-Id"]) >= 32  # Ray Serve's proxy gives each request a UUID first: kept
+        assert ray_served("GET", "/")[2] == local_client("GET", "/")[2]  # the page
+        ray_schema, local_schema = ray_served("GET", "/openapi.json")[2], local_client("GET", "/openapi.json")[2]
+        assert ray_schema == local_schema
+    finally:
+        one_process.stop()
     status, _, text = ray_served("GET", "/metrics")
-    assert status == 200 and 'vitdeploy_requests_total{route="masks",status="200"} 1' in text
+    assert status == 200 and 'vitdeploy_requests_total{route="masks",status="200"} 1.0' in text
 
 
 def test_a_killed_encoder_replica_is_replaced(ray_served) -> None:

@@ -2,8 +2,8 @@
 
 Four deployments in one application:
 
-    front     the HTTP ingress: routes with :func:`~vitdeploy.runtime.apps.serving.service.handle_request`, so the
-              API, its errors and /metrics are the one-process server's; 0 CPUs
+    front     the HTTP ingress: the one-process server's FastAPI application (serving/api.py) through Ray Serve's
+              FastAPI ingress, so the API, its errors, /metrics and the page are the same; 0 CPUs
     encoder   replicas of :class:`~vitdeploy.runtime.apps.serving.service.EncoderSide`, one image at a time each,
               ``threads`` CPUs each; autoscaled between ``encoder_replicas`` bounds on requests in flight;
               at most ``max_pending`` requests wait (more are answered 503, Ray Serve's back-pressure)
@@ -19,15 +19,15 @@ files must be at the same path on every node of a cluster.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.apps.serving.service import (ApiError, Cached, DecoderSide, EmbeddingCache, EncoderSide, Metrics,
-                                                PromptRequest, handle_request, unknown_id)
+from vitdeploy.runtime.apps.serving.metrics import Metrics
+from vitdeploy.runtime.apps.serving.service import (ApiError, Cached, DecoderSide, EmbeddingCache, EncoderSide,
+                                                    PromptRequest, unknown_id)
 
 APP_NAME = "vitdeploy"
 #: Embeddings a decoder replica keeps after fetching them from the cache (ViT-B: 4 MiB each).
@@ -172,20 +172,16 @@ class RayFront:
 
 
 class FrontReplica:
-    """The HTTP ingress (a Starlette request in, a Starlette response out)."""
+    """The HTTP ingress: the one-process server's FastAPI application (:func:`~vitdeploy.runtime.apps.serving.api.build_api`)
+    answering for a :class:`RayFront`, so the routes, models, errors and page are the same."""
 
     def __init__(self, options: RayServeOptions, encoder: Any, decoder: Any, cache: Any, identity: str):
         self.front = RayFront(options, encoder, decoder, cache, identity)
 
-    async def __call__(self, request: Any) -> Any:
-        from starlette.responses import Response as StarletteResponse
+    def __serve_build_asgi_app__(self) -> Any:  # Ray Serve calls it after __init__, in the replica
+        from vitdeploy.runtime.apps.serving.api import build_api
 
-        body = await request.body()
-        loop = asyncio.get_running_loop()
-        answer = await loop.run_in_executor(None, handle_request, self.front, request.method, request.url.path, body,
-                                            request.headers.get("content-type", ""))
-        return StarletteResponse(answer.body, status_code=answer.status, headers=answer.headers,
-                                 media_type=answer.content_type)
+        return build_api(self.front)
 
 
 def build_app(options: RayServeOptions) -> Any:
@@ -209,8 +205,8 @@ def build_app(options: RayServeOptions) -> Any:
     decoder = serve.deployment(DecoderReplica, name="decoder", max_ongoing_requests=1, max_queued_requests=64,
                                ray_actor_options={"num_cpus": 0.5, **_gpu(options)},
                                **scaling(options.decoder_replicas)).bind(options, cache)
-    front = serve.deployment(FrontReplica, name="front", num_replicas=1, ray_actor_options={"num_cpus": 0},
-                             max_ongoing_requests=256)
+    front = serve.deployment(serve.ingress()(FrontReplica), name="front", num_replicas=1,
+                             ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
     return front.bind(options, encoder, decoder, cache, model_digest(options.encoder))
 
 

@@ -2,33 +2,19 @@
 
 This is how annotation front ends (CVAT, Label Studio) host SAM: the encoder runs once per image on the
 server (seconds on a CPU), every click after that is a decoder call on the cached embedding (milliseconds).
-The service is transport-free; :mod:`vitdeploy.runtime.apps.serving.http_server` puts it behind HTTP in one process,
-:mod:`vitdeploy.runtime.apps.serving.ray_serve` behind Ray Serve. Both route requests with :func:`handle_request`, so
-the API and its errors are the same:
-
-    POST /v1/embeddings                 body: the image file's bytes (or JSON {"image": base64})
-                                        -> {"id", "height", "width", "cached"}
-    GET  /v1/embeddings/{id}            -> {"id", "height", "width"} (404: not cached, or evicted)
-    POST /v1/embeddings/{id}/masks      body: one prompt {"points": [[x, y], ...], "labels": [1, 0, ...],
-                                        "box": [x0, y0, x1, y1], "multimask_output": true} or a batch
-                                        {"prompts": [prompt, ...]} (pixels of the original image)
-                                        -> {"id", "results": [{"masks": [COCO RLE], "scores": [...], "areas": [...]}]}
-    GET  /healthz                       -> {"status": "ok", ...}
-    GET  /metrics                       Prometheus text: requests by route and status, latency histograms,
-                                        encoder runs, cache hits and size, encodes in flight
+The service is transport-free: :mod:`~vitdeploy.runtime.apps.serving.api` is its HTTP API (one FastAPI
+application), which :mod:`~vitdeploy.runtime.apps.serving.server` serves with Uvicorn in one process and
+:mod:`~vitdeploy.runtime.apps.serving.ray_serve` on Ray Serve, so the routes and errors are the same in both.
 
 An embedding id is the SHA-256 of the image's bytes and of the encoder file: the same upload gets the same id
-(and a cache hit, no encoder run), and an id never names another model's embedding. Errors are JSON
-``{"error": message}`` with a 4xx status naming what to fix (not an image, unknown id, a prompt outside the
-image, a malformed prompt, a body too large); 503 with ``Retry-After`` when ``max_pending`` images are being
-encoded already (the caller retries; nothing queues without bound); an unexpected failure is a 500 whose
-body says only that (the traceback goes to the server's log, never to the client).
+(and a cache hit, no encoder run), and an id never names another model's embedding. A problem
+with a request is an :class:`ApiError` naming what to fix (not an image, unknown id, a prompt outside the
+image, a malformed prompt); 503 with ``Retry-After`` when ``max_pending`` images are being
+encoded already (the caller retries; nothing queues without bound).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
 import logging
@@ -36,12 +22,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from vitdeploy.errors import InputError
+from vitdeploy.runtime.apps.serving.metrics import Metrics
 
 if TYPE_CHECKING:  # the loader is imported when a service opens its files
     from vitdeploy.runtime.backends.loader import OpenOptions
@@ -49,12 +36,8 @@ if TYPE_CHECKING:  # the loader is imported when a service opens its files
 LOG = logging.getLogger("vitdeploy.serve")
 #: The most prompts one masks request may carry (each is a decoder run).
 MAX_PROMPTS = 64
-#: The largest request body taken (an image upload); larger ones are answered 413.
-MAX_BODY_BYTES = 64 << 20
 #: Seconds a 503 asks the caller to wait before retrying.
 RETRY_AFTER_S = 1
-#: Latency histogram buckets (seconds) of /metrics.
-BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class ApiError(Exception):
@@ -103,44 +86,6 @@ class EmbeddingCache:
     def __len__(self) -> int:
         with self._lock:
             return len(self._items)
-
-
-@dataclass
-class Metrics:
-    """Counters and latency histograms, rendered as Prometheus text (thread-safe)."""
-
-    counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
-    histograms: dict[str, list[float]] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def count(self, name: str, value: float = 1.0, **labels: str) -> None:
-        key = (name, tuple(sorted(labels.items())))
-        with self._lock:
-            self.counters[key] = self.counters.get(key, 0.0) + value
-
-    def observe(self, route: str, seconds: float) -> None:
-        with self._lock:
-            counts = self.histograms.setdefault(route, [0.0] * (len(BUCKETS) + 2))  # buckets, +Inf, sum
-            for k, bound in enumerate(BUCKETS):
-                if seconds <= bound:
-                    counts[k] += 1
-            counts[len(BUCKETS)] += 1
-            counts[len(BUCKETS) + 1] += seconds
-
-    def render(self, gauges: dict[str, float]) -> str:
-        lines = []
-        with self._lock:
-            for (name, labels), value in sorted(self.counters.items()):
-                shown = ",".join(f'{k}="{v}"' for k, v in labels)
-                lines.append(f"vitdeploy_{name}{{{shown}}} {value:g}" if shown else f"vitdeploy_{name} {value:g}")
-            for route, counts in sorted(self.histograms.items()):
-                for k, bound in enumerate(BUCKETS):
-                    lines.append(f'vitdeploy_request_seconds_bucket{{route="{route}",le="{bound:g}"}} {counts[k]:g}')
-                lines.append(f'vitdeploy_request_seconds_bucket{{route="{route}",le="+Inf"}} {counts[len(BUCKETS)]:g}')
-                lines.append(f'vitdeploy_request_seconds_count{{route="{route}"}} {counts[len(BUCKETS)]:g}')
-                lines.append(f'vitdeploy_request_seconds_sum{{route="{route}"}} {counts[len(BUCKETS) + 1]:.6f}')
-        lines += [f"vitdeploy_{name} {value:g}" for name, value in sorted(gauges.items())]
-        return "\n".join(lines) + "\n"
 
 
 # --- prompts ----------------------------------------------------------------------------------------
@@ -354,8 +299,13 @@ class SamService:
         return item
 
     def health(self) -> dict[str, Any]:
+        enc, dec = self.runners
+        chosen = getattr(enc, "deployment", None)
         return {"status": "ok", "encoder": self.encoder.name, "decoder": self.decoder.name,
-                "variant": self.decoder.predictor.variant, "uptime_s": round(time.time() - self.started, 1)}
+                "variant": self.decoder.predictor.variant, "encoder_runtime": enc.name, "decoder_runtime": dec.name,
+                "deployment": chosen.describe() if chosen is not None else None,
+                "max_points": self.decoder.predictor.max_prompt_points,
+                "uptime_s": round(time.time() - self.started, 1)}
 
     def metrics_text(self) -> str:
         return self.metrics.render({"cache_embeddings": len(self.cache), "cache_capacity": self.cache.capacity,
@@ -380,10 +330,9 @@ def _as_bad_request(fn: Callable, *args: Any) -> Any:
         raise ApiError(400, str(exc)) from exc
 
 
-# --- routing (shared by every transport) -------------------------------------------------------------
-
 class Service(Protocol):
-    """What :func:`handle_request` calls: a :class:`SamService`, or the Ray Serve front's proxy of one."""
+    """What the API (:mod:`~vitdeploy.runtime.apps.serving.api`) calls: a :class:`SamService`, or the Ray Serve
+    front's proxy of one."""
 
     metrics: Metrics
 
@@ -394,92 +343,5 @@ class Service(Protocol):
     def metrics_text(self) -> str: ...
 
 
-@dataclass
-class Response:
-    status: int
-    body: bytes
-    content_type: str = "application/json"
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-def json_response(status: int, data: Any, headers: dict[str, str] | None = None) -> Response:
-    return Response(status, (json.dumps(data) + "\n").encode(), headers=headers or {})
-
-
-def handle_request(service: Service, method: str, path: str, body: bytes, content_type: str = "") -> Response:
-    """One request to its answer: routes, parses, maps errors to statuses (module docstring); never raises."""
-    start = time.perf_counter()
-    path = path.split("?", 1)[0].rstrip("/") or "/"
-    route = route_name(path)
-    try:
-        response = _route(service, method, path, body, content_type)
-    except ApiError as exc:
-        response = json_response(exc.status, {"error": exc.message}, exc.headers)
-    except InputError as exc:  # a problem with what was sent, found below the routing
-        response = json_response(400, {"error": str(exc)})
-    except Exception:  # a bug or a failed runtime: logged here, the client learns only that it happened
-        LOG.exception("%s %s failed", method, path)
-        response = json_response(500, {"error": "internal error while answering this request (logged on the server)"})
-    service.metrics.count("requests_total", route=route, status=str(response.status))
-    service.metrics.observe(route, time.perf_counter() - start)
-    return response
-
-
-def route_name(path: str) -> str:
-    """The route a path belongs to (the ``route`` label of /metrics): healthz, metrics, embeddings, embedding, masks."""
-    parts = path.strip("/").split("/")
-    if path in ("/healthz", "/metrics"):
-        return path[1:]
-    if parts[:2] == ["v1", "embeddings"] and len(parts) in (2, 3):
-        return "embeddings" if len(parts) == 2 else "embedding"
-    if parts[:2] == ["v1", "embeddings"] and len(parts) == 4 and parts[3] == "masks":
-        return "masks"
-    return "unknown"
-
-
-def _route(service: Service, method: str, path: str, body: bytes, content_type: str) -> Response:
-    route, parts = route_name(path), path.strip("/").split("/")
-    if route == "healthz":
-        _allow(method, "GET")
-        return json_response(200, service.health())
-    if route == "metrics":
-        _allow(method, "GET")
-        return Response(200, service.metrics_text().encode(), "text/plain; version=0.0.4")
-    if route == "embeddings":
-        _allow(method, "POST")
-        return json_response(200, service.encode(_image_bytes(body, content_type)))
-    if route == "embedding":
-        _allow(method, "GET")
-        return json_response(200, service.info(parts[2]))
-    if route == "masks":
-        _allow(method, "POST")
-        return json_response(200, service.masks(parts[2], parse_prompts(_json(body))))
-    raise ApiError(404, f"no such endpoint {method} {path}: see /v1/embeddings, /v1/embeddings/ID/masks, /healthz, /metrics")
-
-
-def _allow(method: str, allowed: str) -> None:
-    if method != allowed:
-        raise ApiError(405, f"this endpoint takes {allowed}, not {method}", {"Allow": allowed})
-
-
-def _json(body: bytes) -> Any:
-    try:
-        return json.loads(body or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"the body is not JSON ({exc.__class__.__name__}): send a JSON prompt") from exc
-
-
-def _image_bytes(body: bytes, content_type: str) -> bytes:
-    if content_type.split(";")[0].strip().lower() != "application/json":
-        return body
-    data = _json(body)
-    if not isinstance(data, dict) or not isinstance(data.get("image"), str):
-        raise ApiError(400, "a JSON upload must be {\"image\": \"<base64 of the image file>\"}")
-    try:
-        return base64.b64decode(data["image"], validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise ApiError(400, "'image' is not valid base64: encode the image file's bytes") from exc
-
-
-__all__ = ["Admission", "ApiError", "BUCKETS", "Cached", "DecoderSide", "EncoderSide", "EmbeddingCache", "MAX_BODY_BYTES", "MAX_PROMPTS", "Metrics", "PromptRequest",
-           "Response", "SamService", "Service", "handle_request", "json_response", "parse_prompts", "route_name", "unknown_id"]
+__all__ = ["Admission", "ApiError", "Cached", "DecoderSide", "EncoderSide", "EmbeddingCache", "MAX_PROMPTS", "PromptRequest",
+           "SamService", "Service", "parse_prompts", "unknown_id"]

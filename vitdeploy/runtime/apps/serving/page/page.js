@@ -1,0 +1,355 @@
+// vitdeploy's page: open an image, click points or drag a box, see SAM's mask. Plain JavaScript, no build step and
+// nothing from a CDN. The server encodes the image once (POST /v1/embeddings) and decodes every prompt on its cached
+// embedding (POST /v1/embeddings/ID/masks); masks come back as COCO RLE, decoded here by cocoRleDecode.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const canvas = $("canvas");
+const context = canvas.getContext("2d");
+const DRAG_PIXELS = 5;  // a press that moves further than this (screen pixels) draws a box instead of a point
+
+const state = {
+  image: null,          // the HTMLImageElement shown
+  name: "",             // the image file's name (for downloads)
+  id: null,             // the server's embedding id
+  width: 0, height: 0,  // the original image's size (prompts are in its pixels)
+  points: [],           // [{x, y, label}]
+  box: null,            // [x0, y0, x1, y1] or null
+  history: [],          // undo stack: snapshots of {points, box}
+  answer: null,         // the last masks answer's first result: {masks, scores, areas}
+  chosen: 0,            // which candidate mask is shown
+  mask: null,           // Uint8Array, row-major height x width, of the chosen mask
+  drag: null,           // {x, y, sx, sy} while the mouse is down
+  request: 0,           // the number of the latest masks request (older answers are dropped)
+  answered: 0,          // masks answers shown so far
+};
+
+// --- COCO RLE (pycocotools' compressed counts string, column-major) -------------------------------------------
+
+function cocoRleCounts(text) {
+  // pycocotools maskApi.c rleFrString: 5 bits per character (+48), 0x20 = more, 0x10 = sign; counts after the
+  // second are deltas from the count two before. Arithmetic, not shifts: a count can pass 32 bits of shifting.
+  const counts = [];
+  let p = 0;
+  while (p < text.length) {
+    let x = 0, k = 0, more = true;
+    while (more) {
+      const c = text.charCodeAt(p) - 48;
+      x += (c & 0x1f) * 2 ** (5 * k);
+      more = (c & 0x20) !== 0;
+      p += 1; k += 1;
+      if (!more && (c & 0x10)) x -= 2 ** (5 * k);
+    }
+    if (counts.length > 2) x += counts[counts.length - 2];
+    counts.push(x);
+  }
+  return counts;
+}
+
+function cocoRleDecode(rle) {
+  // -> Uint8Array, row-major (height x width), 1 inside the mask
+  const [height, width] = rle.size;
+  const mask = new Uint8Array(height * width);
+  let at = 0, value = 0;
+  for (const run of cocoRleCounts(rle.counts)) {
+    if (value) {
+      for (let k = at; k < at + run; k++) {
+        const column = Math.floor(k / height), row = k - column * height;
+        mask[row * width + column] = 1;
+      }
+    }
+    at += run;
+    value = 1 - value;
+  }
+  return mask;
+}
+
+// --- the server ---------------------------------------------------------------------------------------------
+
+async function call(method, path, body, type) {
+  const started = performance.now();
+  const response = await fetch(path, {method, body, headers: type ? {"Content-Type": type} : {}});
+  const elapsed = performance.now() - started;
+  const timing = /dur=([0-9.]+)/.exec(response.headers.get("Server-Timing") || "");
+  const data = await response.json();
+  if (!response.ok) throw new Error(`${response.status}: ${data.error || "error"}`);
+  return {data, elapsed, server: timing ? Number(timing[1]) : null};
+}
+
+function showTiming(step, result) {
+  const body = $("timings").tBodies[0];
+  let row = body.querySelector(`tr[data-step="${step}"]`);
+  if (!row) {
+    row = body.insertRow();
+    row.dataset.step = step;
+    row.insertCell().textContent = step;
+    row.insertCell();
+  }
+  const server = result.server === null ? "" : ` (server ${result.server.toFixed(1)})`;
+  row.cells[1].textContent = `${result.elapsed.toFixed(1)} ms${server}`;
+}
+
+function say(text, error = false) {
+  $("status").textContent = text;
+  $("status").classList.toggle("error", error);
+}
+
+async function describeServer() {
+  try {
+    const {data} = await call("GET", "healthz");
+    const runtime = data.deployment || data.encoder_runtime || "";
+    $("model").textContent = `${data.encoder} + ${data.decoder}` + (data.variant ? ` (SAM ${data.variant})` : "") +
+      (runtime ? ` · encoder on ${runtime}` : "") + (data.decoder_runtime ? ` · decoder on ${data.decoder_runtime}` : "");
+  } catch (error) {
+    $("model").textContent = `the server did not answer /healthz (${error.message})`;
+  }
+}
+
+// --- opening an image ---------------------------------------------------------------------------------------
+
+async function openImage(file) {
+  if (!file) return;
+  if (!file.type.startsWith("image/")) { say(`${file.name} is not an image`, true); return; }
+  say(`encoding ${file.name}…`);
+  document.body.dataset.state = "encoding";
+  const bytes = await file.arrayBuffer();
+  const image = new Image();
+  image.src = URL.createObjectURL(file);
+  try {
+    await image.decode();
+    const result = await call("POST", "v1/embeddings", bytes, "application/octet-stream");
+    Object.assign(state, {image, name: file.name.replace(/\.[^.]+$/, ""), id: result.data.id,
+                          width: result.data.width, height: result.data.height});
+    reset();
+    canvas.width = state.width;
+    canvas.height = state.height;
+    fit();
+    $("drop").classList.add("loaded");
+    showTiming(result.data.cached ? "encode (cached)" : "encode", result);
+    say(`${file.name}: ${state.width}x${state.height}. Click the object.`);
+    draw();
+    document.body.dataset.state = "ready";
+  } catch (error) {
+    say(`could not open ${file.name}: ${error.message}`, true);
+    document.body.dataset.state = "error";
+  }
+}
+
+function fit() {
+  // the image shown as large as the stage allows (small images scaled up, at most 4x); prompts stay in its pixels
+  const room = $("drop").clientWidth - 20, tall = window.innerHeight * 0.78;
+  const scale = Math.min(room / state.width, tall / state.height, 4);
+  canvas.style.width = `${Math.floor(state.width * scale)}px`;
+  canvas.style.height = `${Math.floor(state.height * scale)}px`;
+}
+window.addEventListener("resize", () => { if (state.image) fit(); });
+
+function reset() {
+  Object.assign(state, {points: [], box: null, history: [], answer: null, chosen: 0, mask: null});
+  showCandidates();
+  updateButtons();
+}
+
+// --- prompts ------------------------------------------------------------------------------------------------
+
+function remember() {
+  state.history.push({points: state.points.slice(), box: state.box && state.box.slice()});
+}
+
+function prompt() {
+  // the masks request for the current points and box (null when there is none)
+  const body = {};
+  if (state.points.length) {
+    body.points = state.points.map((p) => [p.x, p.y]);
+    body.labels = state.points.map((p) => p.label);
+  }
+  if (state.box) body.box = state.box;
+  if (!body.points && !body.box) return null;
+  body.multimask_output = state.points.length === 1 && !state.box;
+  return body;
+}
+
+async function decode() {
+  const body = prompt();
+  const number = ++state.request;
+  if (!body) { state.answer = null; state.mask = null; showCandidates(); draw(); updateButtons(); return; }
+  document.body.dataset.state = "decoding";
+  try {
+    const result = await call("POST", `v1/embeddings/${state.id}/masks`, JSON.stringify(body), "application/json");
+    if (number !== state.request) return;  // a newer click's answer is on its way
+    state.answer = result.data.results[0];
+    const scores = state.answer.scores;
+    choose(scores.indexOf(Math.max(...scores)));
+    showTiming("decode", result);
+    state.answered += 1;
+    say(`${state.points.length} point(s)${state.box ? " and a box" : ""}: ${scores.length} mask(s)`);
+    document.body.dataset.state = "ready";
+  } catch (error) {
+    if (number !== state.request) return;
+    say(error.message, true);
+    document.body.dataset.state = "error";
+  }
+}
+
+function choose(index) {
+  state.chosen = index;
+  state.mask = cocoRleDecode(state.answer.masks[index]);
+  showCandidates();
+  draw();
+  updateButtons();
+}
+
+function showCandidates() {
+  const box = $("candidates");
+  box.replaceChildren();
+  if (!state.answer) { box.innerHTML = '<p class="note">none yet</p>'; return; }
+  state.answer.scores.forEach((score, k) => {
+    const button = document.createElement("button");
+    button.textContent = `mask ${k + 1}: score ${score.toFixed(3)}, ${state.answer.areas[k]} px`;
+    button.classList.toggle("chosen", k === state.chosen);
+    button.onclick = () => choose(k);
+    box.append(button);
+  });
+}
+
+function updateButtons() {
+  $("undo").disabled = state.history.length === 0;
+  $("clear").disabled = !state.points.length && !state.box;
+  $("download-png").disabled = $("download-rle").disabled = !state.mask;
+}
+
+// --- drawing ------------------------------------------------------------------------------------------------
+
+const overlay = document.createElement("canvas");
+
+function draw() {
+  if (!state.image) return;
+  context.drawImage(state.image, 0, 0, state.width, state.height);
+  if (state.mask) {
+    overlay.width = state.width;
+    overlay.height = state.height;
+    const pixels = new ImageData(state.width, state.height);
+    for (let k = 0; k < state.mask.length; k++) {
+      if (state.mask[k]) pixels.data.set([30, 144, 255, 130], 4 * k);
+    }
+    overlay.getContext("2d").putImageData(pixels, 0, 0);
+    context.drawImage(overlay, 0, 0);
+  }
+  const scale = Math.max(state.width, state.height) / 400;
+  if (state.box) {
+    context.strokeStyle = "#ffd60a";
+    context.lineWidth = 2 * scale;
+    const [x0, y0, x1, y1] = state.box;
+    context.strokeRect(x0, y0, x1 - x0, y1 - y0);
+  }
+  for (const p of state.points) {
+    context.beginPath();
+    context.arc(p.x, p.y, 5 * scale, 0, 2 * Math.PI);
+    context.fillStyle = p.label ? "#2da44e" : "#cf222e";
+    context.fill();
+    context.lineWidth = 1.5 * scale;
+    context.strokeStyle = "#fff";
+    context.stroke();
+  }
+}
+
+function imagePoint(event) {
+  // the event's position in pixels of the original image (the canvas may be shown smaller)
+  const rect = canvas.getBoundingClientRect();
+  const x = ((event.clientX - rect.left) / rect.width) * state.width;
+  const y = ((event.clientY - rect.top) / rect.height) * state.height;
+  return {x: Math.min(Math.max(x, 0), state.width), y: Math.min(Math.max(y, 0), state.height),
+          sx: event.clientX, sy: event.clientY};
+}
+
+canvas.addEventListener("contextmenu", (event) => event.preventDefault());
+canvas.addEventListener("mousedown", (event) => {
+  if (!state.id) return;
+  state.drag = imagePoint(event);
+  state.drag.background = event.button === 2 || event.shiftKey;
+});
+canvas.addEventListener("mousemove", (event) => {
+  if (!state.drag) return;
+  const here = imagePoint(event);
+  if (Math.hypot(here.sx - state.drag.sx, here.sy - state.drag.sy) > DRAG_PIXELS) {
+    draw();
+    context.setLineDash([6, 4]);
+    context.strokeStyle = "#ffd60a";
+    context.strokeRect(state.drag.x, state.drag.y, here.x - state.drag.x, here.y - state.drag.y);
+    context.setLineDash([]);
+  }
+});
+window.addEventListener("mouseup", (event) => {
+  if (!state.drag) return;
+  const start = state.drag, end = imagePoint(event);
+  state.drag = null;
+  remember();
+  if (Math.hypot(end.sx - start.sx, end.sy - start.sy) > DRAG_PIXELS) {
+    const [x0, x1] = [start.x, end.x].sort((a, b) => a - b), [y0, y1] = [start.y, end.y].sort((a, b) => a - b);
+    if (x1 - x0 < 1 || y1 - y0 < 1) { state.history.pop(); draw(); return; }
+    state.box = [x0, y0, x1, y1];
+  } else {
+    const foreground = document.querySelector('input[name="label"]:checked').value === "1";
+    state.points.push({x: start.x, y: start.y, label: start.background || !foreground ? 0 : 1});
+  }
+  updateButtons();
+  draw();
+  decode();
+});
+
+// --- buttons, keys, files -----------------------------------------------------------------------------------
+
+$("undo").onclick = () => {
+  const last = state.history.pop();
+  if (!last) return;
+  Object.assign(state, last);
+  decode();
+};
+$("clear").onclick = () => { remember(); Object.assign(state, {points: [], box: null}); decode(); };
+document.addEventListener("keydown", (event) => {
+  if ((event.ctrlKey || event.metaKey) && event.key === "z") { event.preventDefault(); $("undo").onclick(); }
+});
+$("file").addEventListener("change", (event) => openImage(event.target.files[0]));
+const drop = $("drop");
+drop.addEventListener("dragover", (event) => { event.preventDefault(); drop.classList.add("over"); });
+drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+drop.addEventListener("drop", (event) => {
+  event.preventDefault();
+  drop.classList.remove("over");
+  openImage(event.dataTransfer.files[0]);
+});
+
+function save(blob, name) {
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(blob);
+  link.download = name;
+  link.click();
+  setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+}
+
+$("download-png").onclick = () => {
+  const out = document.createElement("canvas");
+  out.width = state.width;
+  out.height = state.height;
+  const pixels = new ImageData(state.width, state.height);
+  state.mask.forEach((v, k) => pixels.data.set(v ? [255, 255, 255, 255] : [0, 0, 0, 255], 4 * k));
+  out.getContext("2d").putImageData(pixels, 0, 0);
+  out.toBlob((blob) => save(blob, `${state.name}.mask.png`), "image/png");
+};
+$("download-rle").onclick = () => {
+  const record = {image: state.name, prompt: prompt(), segmentation: state.answer.masks[state.chosen],
+                  score: state.answer.scores[state.chosen], area: state.answer.areas[state.chosen]};
+  save(new Blob([JSON.stringify(record, null, 1)], {type: "application/json"}), `${state.name}.mask.json`);
+};
+
+// What a test (or a console) can read: the prompt sent, and the chosen mask as "0"/"1" characters, row-major.
+window.vitdeployPage = {
+  prompt,
+  mask: () => (state.mask ? Array.from(state.mask).join("") : null),
+  size: () => [state.height, state.width],
+  answered: () => state.answered,
+  decodeRle: (rle) => Array.from(cocoRleDecode(rle)).join(""),
+};
+
+describeServer();
+document.body.dataset.state = "empty";

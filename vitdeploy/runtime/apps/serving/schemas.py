@@ -1,0 +1,100 @@
+"""The service's requests and answers as Pydantic models: what FastAPI validates and what /openapi.json publishes.
+
+The models check form (types, fields, counts); the service checks meaning against the model files and the image
+(labels 0 or 1, one label per point, a box's corners in order, points inside the image, no more points than the
+decoder's shape profile takes: :func:`~vitdeploy.runtime.apps.serving.service.parse_prompts`).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from vitdeploy.runtime.apps.serving.service import MAX_PROMPTS
+
+
+class Prompt(BaseModel):
+    """One prompt in pixels of the original image: points (with labels) and/or a box."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"points": [[500, 375]], "labels": [1]}, {"box": [100, 80, 620, 400], "multimask_output": False}]})
+
+    points: list[tuple[float, float]] | None = Field(None, description="[[x, y], ...] clicks")
+    labels: list[int] | None = Field(None, description="1 (foreground) or 0 (background), one per point; "
+                                                       "default: all 1")
+    box: tuple[float, float, float, float] | None = Field(None, description="[x0, y0, x1, y1]")
+    multimask_output: bool | None = Field(None, description="three candidate masks (default: true for one click "
+                                                            "without a box)")
+
+
+class MasksRequest(Prompt):
+    """The body of ``POST /v1/embeddings/{id}/masks``: one prompt, or ``{"prompts": [prompt, ...]}``."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"points": [[500, 375]], "labels": [1]}, {"prompts": [{"box": [10, 10, 200, 150]}, {"points": [[40, 60]]}]}]})
+
+    prompts: list[Prompt] | None = Field(None, min_length=1, max_length=MAX_PROMPTS,
+                                         description=f"a batch of at most {MAX_PROMPTS} prompts")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> MasksRequest:
+        if self.prompts is not None and self.model_fields_set - {"prompts"}:
+            raise ValueError("give one prompt or 'prompts', not both")
+        return self
+
+    def as_dicts(self) -> dict:
+        """The request as plain JSON values (what the service parses), fields not sent left out."""
+        return self.model_dump(exclude_unset=True)
+
+
+class ImageUpload(BaseModel):
+    """A JSON upload of an image file (the other form is the file's bytes as the body)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    image: str = Field(description="base64 of the image file's bytes (PNG, JPEG, ...)")
+
+
+class EmbeddingCreated(BaseModel):
+    id: str = Field(description="the embedding's id: SHA-256 of the image's bytes and of the encoder file")
+    height: int
+    width: int
+    cached: bool = Field(description="true: this image was cached already and was not encoded again")
+
+
+class EmbeddingInfo(BaseModel):
+    id: str
+    height: int
+    width: int
+
+
+class CocoRle(BaseModel):
+    size: tuple[int, int] = Field(description="[height, width]")
+    counts: str = Field(description="COCO's compressed run-length string (column-major)")
+
+
+class MaskResult(BaseModel):
+    masks: list[CocoRle]
+    scores: list[float] = Field(description="the decoder's predicted IoU of each mask")
+    areas: list[int] = Field(description="pixels in each mask")
+
+
+class MasksAnswer(BaseModel):
+    id: str
+    results: list[MaskResult] = Field(description="one per prompt, in order")
+
+
+class Health(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    status: str
+    encoder: str
+    decoder: str
+    uptime_s: float
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="one line: what is wrong and what to do")
+
+
+__all__ = ["CocoRle", "EmbeddingCreated", "EmbeddingInfo", "ErrorBody", "Health", "ImageUpload", "MaskResult",
+           "MasksAnswer", "MasksRequest", "Prompt"]

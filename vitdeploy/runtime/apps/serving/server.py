@@ -1,0 +1,132 @@
+"""``vitdeploy serve`` in one process: the API (:mod:`~vitdeploy.runtime.apps.serving.api`) served by Uvicorn.
+
+Uvicorn parses HTTP with h11: a chunked body is read as chunks (and bounded by the API's body limit while it
+streams), two different ``Content-Length`` values or one that is not a whole number are refused with 400 and the
+connection closed, so no request hides in another's body. Connections are asyncio, not threads: a slow client
+holds a socket, not a thread. Around that:
+
+- the listen backlog holds :data:`BACKLOG` connections; past :data:`MAX_CONNECTIONS` open connections a request
+  is answered 503;
+- a connection must deliver a whole request head within :data:`HEAD_TIMEOUT_S` of opening (or of its previous
+  answer), else it is closed (a stalled or half-sent request, a TLS hello); an idle keep-alive is closed after
+  :data:`KEEP_ALIVE_S`; the body's own limit is the API's;
+- SIGTERM or Ctrl-C stops taking connections, lets the requests in flight finish (at most :data:`GRACE_S`), then
+  re-raises the signal, so ``vitdeploy serve`` exits 143 or 130 like every verb.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any
+
+from vitdeploy.runtime.apps.serving.service import Service
+
+#: Connections the kernel queues before the server accepts them.
+BACKLOG = 1024
+#: Open connections served at once; a request on one more is answered 503.
+MAX_CONNECTIONS = 512
+#: Seconds a connection may take to deliver a whole request head (from opening, or from its previous answer).
+HEAD_TIMEOUT_S = 30.0
+#: Seconds an idle keep-alive connection stays open.
+KEEP_ALIVE_S = 5
+#: Seconds a stop waits for the requests in flight.
+GRACE_S = 30
+
+
+def _protocol_class() -> type:
+    """Uvicorn's h11 protocol with a deadline for the request head (Uvicorn has a keep-alive timeout only)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeadDeadline(H11Protocol):
+        _head_timer: Any = None
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            self._arm()  # before the next pipelined request is parsed (which disarms it)
+            super().on_response_complete()
+
+        def handle_events(self) -> None:
+            before = self.cycle
+            super().handle_events()
+            if self.cycle is not before:  # a whole request head arrived
+                self._disarm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._late)
+
+        def _disarm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _late(self) -> None:
+            if (self.cycle is None or self.cycle.response_complete) and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeadDeadline
+
+
+class Server:
+    """The service's API on ``host:port`` (port 0: a free one, see :attr:`port`), bound at construction."""
+
+    def __init__(self, service: Service, host: str = "127.0.0.1", port: int = 8000,
+                 cors_origins: tuple[str, ...] | list[str] = ()):
+        import uvicorn
+
+        from vitdeploy.runtime.apps.serving.api import build_api
+
+        self.socket = socket.create_server((host, port), backlog=BACKLOG)  # SO_REUSEADDR on POSIX
+        self.host, self.port = host, self.socket.getsockname()[1]
+        config = uvicorn.Config(build_api(service, cors_origins=cors_origins), http=_protocol_class(), ws="none",
+                                lifespan="off", access_log=False, log_config=None, backlog=BACKLOG,
+                                limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=KEEP_ALIVE_S,
+                                timeout_graceful_shutdown=GRACE_S, server_header=False)
+        self.uvicorn = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+
+    def run(self) -> None:
+        """Serve until SIGTERM or SIGINT (then the signal is raised again once the requests in flight are answered)."""
+        try:
+            self.uvicorn.run(sockets=[self.socket])
+        finally:
+            self.socket.close()
+
+    def start(self) -> Server:
+        """Serve from a background thread (signals stay with the caller); :meth:`stop` ends it."""
+        self._thread = threading.Thread(target=self.run, name="vitdeploy-serve", daemon=True)
+        self._thread.start()
+        while not self.uvicorn.started and self._thread.is_alive():
+            threading.Event().wait(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.uvicorn.should_exit = True
+        if self._thread is not None:
+            self._thread.join(GRACE_S + 5)
+
+
+def log_to_stderr(verbose: bool) -> None:
+    """One line per request on stderr (``--verbose``: the HTTP layer's own lines too)."""
+    import logging
+    import sys
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    for name in ("vitdeploy.serve", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.propagate = False
+    logging.getLogger("vitdeploy.serve").setLevel(logging.DEBUG if verbose else logging.INFO)
+    logging.getLogger("uvicorn.error").setLevel(logging.INFO if verbose else logging.WARNING)
+
+
+__all__ = ["BACKLOG", "GRACE_S", "HEAD_TIMEOUT_S", "KEEP_ALIVE_S", "MAX_CONNECTIONS", "Server", "log_to_stderr"]
