@@ -383,3 +383,39 @@ def test_a_page_of_an_allowed_origin_may_call_the_service(tiny_sam_artifacts: Ti
         assert answer.startswith(b"http/1.1 200") and b"access-control-allow-origin" not in answer
     finally:
         server.stop()
+
+
+def test_the_openapi_schema_is_valid_and_describes_what_is_answered(served) -> None:
+    """/openapi.json passes the OpenAPI validator; it names every route, its request model and its answers; the
+    answers the server gives and the prompts it takes validate against it (and a malformed prompt does not)."""
+    import jsonschema
+    from openapi_spec_validator import validate
+
+    _, client = served
+    status, _, schema = client("GET", "/openapi.json")
+    assert status == 200
+    validate(schema)
+    assert set(schema["paths"]) == {"/healthz", "/metrics", "/v1/embeddings", "/v1/embeddings/{key}",
+                                    "/v1/embeddings/{key}/masks"}
+    masks = schema["paths"]["/v1/embeddings/{key}/masks"]["post"]
+    ref = masks["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    answers = {code: r["content"]["application/json"]["schema"]["$ref"] for code, r in masks["responses"].items()
+               if "application/json" in r.get("content", {})}
+    assert ref.endswith("/MasksRequest") and answers["200"].endswith("/MasksAnswer") and answers["400"].endswith("/ErrorBody")
+    upload = schema["paths"]["/v1/embeddings"]["post"]["requestBody"]["content"]
+    assert {"application/octet-stream", "image/*", "application/json"} <= set(upload)
+
+    def conforms(value, name: str) -> bool:
+        document = {"$ref": f"#/components/schemas/{name}", "components": schema["components"]}
+        return jsonschema.Draft202012Validator(document).is_valid(value)
+
+    key = client("POST", "/v1/embeddings", png_bytes(sample_image(48, 80, seed=3)))[2]["id"]
+    assert conforms(client("GET", f"/v1/embeddings/{key}")[2], "EmbeddingInfo")
+    assert conforms(client("POST", f"/v1/embeddings/{key}/masks", {"prompts": PROMPTS})[2], "MasksAnswer")
+    assert conforms(client("GET", "/v1/embeddings/nope")[2], "ErrorBody")
+    assert conforms(client("GET", "/healthz")[2], "Health")
+    assert all(conforms(p, "MasksRequest") for p in [*PROMPTS, {"prompts": PROMPTS}])
+    assert not any(conforms(p, "MasksRequest") for p in ({"point": [[1, 1]]}, {"points": [[1, 2, 3]]}, {"box": [1, 2]},
+                                                         {"prompts": []}, {"prompts": [{"box": [1, 1, 2, 2]}] * 65}))
+    status, headers, page = client("GET", "/docs")
+    assert status == 200 and headers["Content-Type"].startswith("text/html") and "openapi.json" in page
