@@ -97,6 +97,7 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
             probe.bind((host, 0))
             port = probe.getsockname()[1]
     started = start_ray(ray_address, available_cores())
+    stop: Interrupted | None = None
     try:
         run_app(options, host, port)
         click.echo(f"serving {Path(encoder).name} + {Path(decoder).name} on Ray Serve at http://{host}:{port} "
@@ -104,10 +105,17 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
                    f"{chosen.runtime} {chosen.precision}, decoder replicas {decoder_replicas[0]}..{decoder_replicas[1]}); "
                    "Ctrl-C stops")
         _wait_for_stop()
+    except Interrupted as caught:  # Ray Serve and the local cluster are stopped below, then the verb exits 143/130
+        stop = caught
     finally:
         stop_app()
         if started:
             stop_ray()
+    if stop is not None:
+        import signal
+
+        click.echo(f"stopped by {signal.Signals(stop.signum).name} (Ray Serve and the cluster it started are down)")
+        raise SystemExit(128 + stop.signum)
     click.echo("stopped")
 
 
@@ -144,13 +152,11 @@ def _serve_in_process(encoder: str, decoder: str, host: str, port: int, cache_si
 
 
 def _wait_for_stop() -> None:
+    """Until SIGTERM or SIGINT (raised as :class:`Interrupted`)."""
     import time
 
-    try:
-        while True:
-            time.sleep(1)
-    except Interrupted:
-        pass
+    while True:
+        time.sleep(1)
 
 
 COMMAND = serve

@@ -92,6 +92,26 @@ def test_a_killed_encoder_replica_is_replaced(ray_served) -> None:
     assert ray_served("POST", f"/v1/embeddings/{key}/masks", {"points": [[10, 10]], "labels": [1]})[0] == 200
 
 
+def test_a_killed_cache_replica_says_what_was_lost(ray_served) -> None:
+    """The cache's embeddings live in its replica: killed, the replacement starts empty, and a prompt on an image sent
+    before is answered 404 saying the cache was replaced (it said only 'never sent, or evicted'); the image sent
+    again works."""
+    image = png_bytes(sample_image(40, 60, seed=41))
+    key = ray_served("POST", "/v1/embeddings", image)[2]["id"]
+    (cache,) = [a for a in ray.util.list_named_actors(all_namespaces=True) if "#cache#" in a["name"]]
+    ray.kill(ray.get_actor(cache["name"], namespace=cache["namespace"]), no_restart=True)
+    seen, deadline = [], time.monotonic() + RECOVERY_S
+    while time.monotonic() < deadline:
+        status, _, answer = ray_served("GET", f"/v1/embeddings/{key}")
+        seen.append(status)
+        if status != 503:
+            break
+        time.sleep(1)
+    assert seen[-1] == 404 and "cache replica was replaced" in answer["error"], (seen, answer)
+    assert ray_served("POST", "/v1/embeddings", image)[2]["cached"] is False
+    assert ray_served("POST", f"/v1/embeddings/{key}/masks", {"points": [[10, 10]], "labels": [1]})[0] == 200
+
+
 class _Failing:
     """A deployment method whose call fails with ``error`` (Ray's own exception types; no cluster needed)."""
 
@@ -123,3 +143,52 @@ def test_ray_failures_become_clear_answers() -> None:
     with pytest.raises(ApiError) as caught:
         front._call(_Failing(ApiError(404, "no embedding")))
     assert caught.value.status == 404
+
+
+def _descendants(pid: int) -> set[int]:
+    """The processes below ``pid`` now (from /proc)."""
+    from pathlib import Path
+
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def test_serve_ray_stops_on_sigterm_and_leaves_no_process(tiny_sam_artifacts: TinySamArtifacts) -> None:
+    """SIGTERM (docker stop, systemd, Kubernetes) stops Ray Serve and the local cluster it started: exit 143, one line,
+    no native stack dump (it aborted with 134) and none of its processes left (two Ray agents stayed, with PPID 1)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    process = subprocess.Popen([sys.executable, "-m", "vitdeploy", "serve", "-e", str(tiny_sam_artifacts.encoder), "-d",
+                                str(tiny_sam_artifacts.decoder), "--ray", "--port", "0", "--runtime", "onnxruntime"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    try:
+        line = process.stdout.readline()
+        assert "on Ray Serve at http://127.0.0.1:" in line, process.stderr.read()[-3000:]
+        port = int(line.split("127.0.0.1:")[1].split()[0])
+        assert Client(port)("GET", "/healthz")[0] == 200
+        spawned = _descendants(process.pid)
+        assert spawned  # the cluster's processes (GCS, raylet, agents, replicas)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 143, (process.returncode, err[-3000:])
+    assert "stopped by SIGTERM" in out and "SIGTERM received" not in err and "Traceback" not in err
+    deadline = time.monotonic() + 30
+    while (left := {p for p in spawned if Path(f"/proc/{p}").exists()}) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, [Path(f"/proc/{p}/cmdline").read_bytes()[:80] for p in left if Path(f"/proc/{p}").exists()]

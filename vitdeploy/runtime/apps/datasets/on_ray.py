@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,7 +52,9 @@ class RayShardWorker:
 
 def start_ray(address: str, cores: int | None = None) -> bool:
     """Connect to ``address`` (or start a local cluster with ``cores`` CPUs for :data:`LOCAL`); True if we started Ray
-    here (and so shut it down at the end)."""
+    here (and so shut it down at the end). Ray's core worker replaces the process's SIGTERM/SIGINT handlers with its
+    own (SIGTERM then aborted with exit 134, a native stack dump and agents left running): the Python handlers in
+    place before are put back."""
     try:
         import ray
     except ImportError as exc:
@@ -61,6 +65,7 @@ def start_ray(address: str, cores: int | None = None) -> bool:
     # Ray's start-up and Ray Data's execution lines are for Ray's own users; the verb prints its own progress.
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": not quiet,
                               "logging_level": logging.ERROR if quiet else logging.INFO}
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
 
     try:
         if address == LOCAL:
@@ -68,9 +73,20 @@ def start_ray(address: str, cores: int | None = None) -> bool:
         else:
             ray.init(address=address, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
+        _restore(handlers)
         raise InputError(f"cannot reach the Ray cluster at '{address}' ({type(exc).__name__}: {str(exc).splitlines()[0][:160]}): "
                          "check the address ('ray status' on the head node), or use --ray alone for a local cluster") from exc
+    _restore(handlers)
     return True
+
+
+def _restore(handlers: dict[int, Any]) -> None:
+    """Put the Python signal handlers back (each again at the C level, where Ray's replaced them); main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum, handler in handlers.items():
+        if handler is not None:
+            signal.signal(signum, handler)
 
 
 def cluster_cpus() -> int:

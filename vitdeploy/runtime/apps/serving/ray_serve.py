@@ -13,7 +13,8 @@ Four deployments in one application:
               whether an image is cached, the encoder's result is put there, decoders fetch from it
 
 A replica that dies is replaced by Ray Serve; a request it was answering gets a 503 saying to retry, and
-the cache (its own replica) keeps the embeddings, so prompts on images sent before still work. The model
+the cache (its own replica) keeps the embeddings, so prompts on images sent before still work. A lost cache
+replica loses the embeddings it held: a prompt on one of them is answered 404 saying so (POST the image again). The model
 files must be at the same path on every node of a cluster.
 """
 
@@ -62,10 +63,15 @@ def _open(path: str, options: RayServeOptions, precision: str = "file", threads:
 
 
 class CacheReplica:
-    """The shared embedding cache (one replica)."""
+    """The shared embedding cache (one replica). Its embeddings live in its memory: a replacement starts empty, and
+    :meth:`started_at` lets the front say so."""
 
     def __init__(self, capacity: int):
         self.cache = EmbeddingCache(capacity)
+        self.started = time.time()
+
+    def started_at(self) -> float:
+        return self.started
 
     def get(self, key: str) -> Cached | None:
         return self.cache.get(key)
@@ -93,12 +99,13 @@ class DecoderReplica:
         self.cache, self.capacity = cache, options.cache_size
         self.recent = EmbeddingCache(DECODER_LOCAL_CACHE)
 
-    def masks(self, key: str, prompts: list[PromptRequest]) -> list[dict[str, Any]]:
+    def masks(self, key: str, prompts: list[PromptRequest]) -> list[dict[str, Any]] | None:
+        """The masks, or None when ``key`` is not cached (the front says why)."""
         item = self.recent.get(key)
         if item is None:
             item = self.cache.get.remote(key).result()
             if item is None:
-                raise unknown_id(key, self.capacity)
+                return None
             self.recent.put(key, item)
         return self.side.masks(item, prompts)
 
@@ -111,8 +118,11 @@ class RayFront:
         self.identity = identity
         self.metrics = Metrics()
         self.started = time.time()
+        self.cache_epoch: float | None = None
 
     def encode(self, data: bytes) -> dict[str, Any]:
+        if self.cache_epoch is None:  # the cache replica this front put embeddings into: a replacement starts later
+            self.cache_epoch = self._call(self.cache.started_at)
         key = hashlib.sha256(self.identity.encode() + b"\0" + data).hexdigest()[:32]
         item = self._call(self.cache.get, key)
         if item is not None:
@@ -126,13 +136,24 @@ class RayFront:
     def info(self, key: str) -> dict[str, Any]:
         item = self._call(self.cache.get, key)
         if item is None:
-            raise unknown_id(key, self.options.cache_size)
+            raise self._unknown(key)
         return {"id": key, "height": item.size[0], "width": item.size[1]}
 
     def masks(self, key: str, prompts: list[PromptRequest]) -> dict[str, Any]:
         results = self._call(self.decoder.masks, key, prompts)
+        if results is None:
+            raise self._unknown(key)
         self.metrics.count("decoder_runs_total", len(prompts))
         return {"id": key, "results": results}
+
+    def _unknown(self, key: str) -> ApiError:
+        """404 for an id the cache does not hold, saying when a replaced cache replica lost it."""
+        restarted = self._call(self.cache.started_at)
+        if self.cache_epoch is not None and restarted != self.cache_epoch:
+            return ApiError(404, f"no embedding with id '{key[:40]}': the cache replica was replaced "
+                                 f"{time.time() - restarted:.0f} s ago (it had stopped) and the embeddings sent before "
+                                 "were lost with it: POST the image to /v1/embeddings again")
+        return unknown_id(key, self.options.cache_size)
 
     def health(self) -> dict[str, Any]:
         from pathlib import Path
