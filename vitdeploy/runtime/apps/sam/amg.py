@@ -116,19 +116,25 @@ def coco_encode_rle(rle: dict[str, Any]) -> dict[str, Any]:
     written in 5-bit groups, least significant first, as characters ``48 + group`` with bit 5 set while
     more groups follow (pycocotools ``maskApi.c``, ``rleToString``).
     """
-    counts = [int(c) for c in rle["counts"]]
-    out = []
-    for i, count in enumerate(counts):
-        x = count - counts[i - 2] if i > 2 else count
-        more = True
-        while more:
-            c = x & 0x1F
-            x >>= 5  # arithmetic shift, as C's on a signed long
-            more = (x != -1) if (c & 0x10) else (x != 0)
-            if more:
-                c |= 0x20
-            out.append(chr(c + 48))
-    return {"size": list(rle["size"]), "counts": "".join(out)}
+    counts = np.asarray(rle["counts"], dtype=np.int64).reshape(-1)
+    x = counts.copy()
+    x[3:] -= counts[1:-2]
+    # Vectorized over the counts, one 5-bit group at a time (a noisy 256x256 mask has ~10^4 runs: a Python loop
+    # over them took 7 ms of a 20 ms prompt answer). Each value's characters are written until its last group.
+    groups = np.zeros((x.size, 13), dtype=np.uint8)  # 13 groups of 5 bits hold any int64
+    written = np.zeros(x.size, dtype=np.int64)
+    active = np.ones(x.size, dtype=bool)
+    for g in range(13):
+        if not active.any():
+            break
+        c = x & 0x1F
+        x >>= 5  # arithmetic shift, as C's on a signed long
+        more = np.where(c & 0x10, x != -1, x != 0)
+        groups[active, g] = (c + 48 + 0x20 * more)[active]
+        written += active
+        active &= more
+    text = groups[np.arange(13) < written[:, None]].tobytes().decode("ascii")
+    return {"size": list(rle["size"]), "counts": text}
 
 
 def box_nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float) -> np.ndarray:
