@@ -47,7 +47,8 @@ def test_wheel_carries_recipes_calibration_images_and_runtime_facts(wheel: Path)
     assert len(images) == len(list((ROOT / "calibration" / "images").glob("calib_*")))
     assert not any(n.startswith(("tests/", "benchmarks/", "cpp/")) for n in names)
     page = ROOT / "vitdeploy" / "runtime" / "apps" / "serving" / "page"  # the server's page: every asset in the wheel
-    assert {p.name for p in page.iterdir()} == {Path(n).name for n in names if n.startswith("vitdeploy/runtime/apps/serving/page/")}
+    assert {p.relative_to(ROOT).as_posix() for p in page.rglob("*") if p.is_file()} == \
+        {n for n in names if n.startswith("vitdeploy/runtime/apps/serving/page/")}
 
 
 def test_installed_wheel_exports_predicts_and_calibrates_elsewhere(wheel: Path, tmp_path: Path) -> None:

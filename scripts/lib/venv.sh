@@ -20,5 +20,7 @@ vitdeploy_venv() {
         SAM2_BUILD_CUDA=0 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-build-isolation \
             "${lock[@]}" "sam2>=1.1" "antlr4-python3-runtime==4.9.3" >&2
     fi
+    # onnxruntime-web for the server's page (the decoder in the browser): pinned, checked, not committed (14 MB)
+    "$venv/bin/python" scripts/fetch_page_assets.py >&2
     echo "$venv"
 }

@@ -181,3 +181,61 @@ def test_the_pages_rle_decoder_is_pycocotools(page) -> None:
         decoded = browser.execute_script("return window.vitdeployPage.decodeRle(arguments[0])",
                                          {"size": rle["size"], "counts": rle["counts"].decode()})
         assert decoded == "".join("1" if v else "0" for v in mask.ravel())
+
+
+#: IoU of a mask decoded in the browser (onnxruntime-web, WebAssembly) against ONNX Runtime's on the CPU: both run
+#: the same file in float32, in different kernels, so logits near 0 may fall either side.
+BROWSER_IOU = 0.99
+
+
+def test_the_decoder_in_the_browser_gives_the_predictors_masks(page, tiny_sam_artifacts: TinySamArtifacts,
+                                                                tmp_path: Path) -> None:
+    """For a SAM decoder that is one .onnx file, the page can decode clicks itself with onnxruntime-web (bundled in
+    the package, as Meta's demo does): its masks against SamPredictor's on ONNX Runtime, its scores to 1e-4."""
+    from vitdeploy.runtime.apps.serving.api import PAGE_DIR
+
+    browser, _ = page
+    if not (PAGE_DIR / "ort" / "ort.wasm.min.js").is_file():
+        pytest.skip("onnxruntime-web is not in the page (python scripts/fetch_page_assets.py puts it there)")
+    picture = sample_image(90, 130, seed=9)
+    Image.fromarray(picture).save(tmp_path / "field.png")
+    predictor = SamPredictor(str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder), runtime="onnxruntime")
+    predictor.set_image(picture)
+    browser.refresh()
+    _wait(browser, lambda b: b.find_element("id", "where").is_displayed(), "offer the browser decoder")
+    browser.find_element("id", "file").send_keys(str(tmp_path / "field.png"))
+    _wait(browser, lambda b: _state(b) == "ready", "encode the image")
+    browser.find_element("css selector", 'input[name="where"][value="browser"]').click()
+    _wait(browser, lambda b: b.execute_script("return window.vitdeployPage.where()") == "browser", "load onnxruntime-web")
+    assert "runs in this browser" in browser.find_element("id", "status").text
+    canvas = browser.find_element("id", "canvas")
+    answers = browser.execute_script("return window.vitdeployPage.answered()")
+    for k, act in enumerate((lambda: _at(browser, canvas, 40, 30).click(),  # one click: three candidates
+                             lambda: _at(browser, canvas, 100, 70).context_click(),  # and a background point
+                             lambda: _at(browser, canvas, 10, 8).click_and_hold().move_by_offset(150, 110).release())):
+        act().perform()
+        _settled(browser, answers + k + 1)
+        prompt = browser.execute_script("return window.vitdeployPage.prompt()")
+        masks, scores = _predicted(predictor, prompt)
+        candidates = browser.find_elements("css selector", "#candidates button")
+        assert len(candidates) == len(masks), prompt
+        shown = browser.execute_script("return window.vitdeployPage.answerScores()")
+        np.testing.assert_allclose(shown, scores, atol=1e-4, err_msg=json.dumps(prompt))
+        best = int(np.argmax(shown))
+        iou = _iou(_page_mask(browser), masks[best])
+        print(f"browser decoder: prompt {k}: IoU {iou:.6f}, scores {np.abs(np.array(shown) - scores).max():.2e}")
+        assert iou >= BROWSER_IOU, (prompt, iou)
+    assert "decode (browser)" in browser.find_element("id", "timings").text
+    browser.find_element("css selector", 'input[name="where"][value="server"]').click()  # back, for other tests
+
+
+def test_the_pages_rle_encoder_is_pycocotools(page) -> None:
+    """A mask decoded in the browser is downloaded as COCO RLE the page encodes itself: pycocotools' string."""
+    from pycocotools import mask as coco_mask
+
+    browser, _ = page
+    rng = np.random.default_rng(4)
+    for mask in (rng.random((37, 53)) > 0.6, np.ones((300, 410), bool), np.zeros((5, 4), bool)):
+        ours = browser.execute_script("return window.vitdeployPage.encodeRle(arguments[0], arguments[1], arguments[2])",
+                                      "".join("1" if v else "0" for v in mask.ravel()), *mask.shape)
+        assert ours["counts"] == coco_mask.encode(np.asfortranarray(mask.astype(np.uint8)))["counts"].decode()

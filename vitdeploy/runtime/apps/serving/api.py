@@ -29,9 +29,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
 
 from vitdeploy.errors import InputError
@@ -46,6 +47,10 @@ MAX_BODY_BYTES = 64 << 20
 BODY_TIMEOUT_S = 30.0
 #: The page's files (index.html, page.js, page.css), served at / and /page/.
 PAGE_DIR = Path(__file__).with_name("page")
+#: Content types of the page's files (.mjs and .wasm by name: a browser compiles WebAssembly as it streams only
+#: when it is served as application/wasm).
+_MEDIA_TYPES = {".html": "text/html", ".css": "text/css", ".js": "text/javascript", ".mjs": "text/javascript",
+                ".wasm": "application/wasm", ".json": "application/json"}
 #: A client's own request id is kept where it is this plain (else one is made): it goes into a header and the log.
 _CLIENT_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 #: The error answers every API route documents (their body: ErrorBody).
@@ -249,17 +254,17 @@ def build_api(service: Service, *, cors_origins: tuple[str, ...] | list[str] = (
     def page() -> Any:
         return FileResponse(PAGE_DIR / "index.html", media_type="text/html")
 
-    @app.get("/page/{name}", include_in_schema=False, name="page")
+    @app.get("/page/{name:path}", include_in_schema=False, name="page")
     def page_file(name: str) -> Any:
-        path = PAGE_DIR / name
-        if name not in {p.name for p in PAGE_DIR.iterdir()} or not path.is_file():
+        path = (PAGE_DIR / name).resolve()
+        if not path.is_relative_to(PAGE_DIR.resolve()) or not path.is_file():
             raise ApiError(404, f"the page has no file '{printable(name, 60)}'")
-        return FileResponse(path)
+        return FileResponse(path, media_type=_MEDIA_TYPES.get(path.suffix, "application/octet-stream"))
 
     @app.get("/healthz", response_model=schemas.Health, name="healthz", summary="the service is up; its models")
     @_guarded
     def healthz() -> Any:
-        return _answer(service.health())
+        return _answer({**service.health(), "browser_decoder": _browser_decoder(service)})
 
     @app.get("/metrics", response_class=PlainTextResponse, name="metrics", summary="Prometheus metrics")
     @_guarded
@@ -276,6 +281,27 @@ def build_api(service: Service, *, cors_origins: tuple[str, ...] | list[str] = (
     async def embeddings(request: Request) -> Any:
         data = _image_bytes(await request.body(), request.headers.get("content-type", ""))
         return _answer(await _in_thread(service.encode, data))
+
+    @app.get("/v1/models/decoder.onnx", name="decoder_file", summary="the decoder file (for a page that decodes "
+             "in the browser)", responses={200: {"content": {"application/octet-stream": {}}}, 404: errors[404]})
+    @_guarded
+    def decoder_file() -> Any:
+        facts = service.browser_decoder()
+        if facts is None:
+            raise ApiError(404, "this server's decoder is not one .onnx file: decode on the server")
+        return FileResponse(facts["path"], media_type="application/octet-stream", filename="decoder.onnx")
+
+    @app.get("/v1/embeddings/{key}/embedding", name="embedding_tensor", responses={
+        200: {"content": {"application/octet-stream": {}},
+              "description": "float32 little-endian; its shape in X-Embedding-Shape, the image's in X-Image-Size"},
+        404: errors[404]}, summary="the cached embedding itself (for a page that decodes in the browser)")
+    @_guarded
+    def embedding_tensor(key: str) -> Any:
+        item = service.embedding(key)
+        data = np.ascontiguousarray(item.embedding, dtype="<f4")
+        return Response(data.tobytes(), media_type="application/octet-stream", headers={
+            "X-Embedding-Shape": ",".join(str(d) for d in data.shape),
+            "X-Image-Size": f"{item.size[0]},{item.size[1]}"})
 
     @app.get("/v1/embeddings/{key}", response_model=schemas.EmbeddingInfo, responses=errors, name="embedding",
              summary="whether an embedding is cached")
@@ -295,6 +321,15 @@ def build_api(service: Service, *, cors_origins: tuple[str, ...] | list[str] = (
     app.openapi()  # built once here: a schema the models cannot describe fails at start, not at the first /docs
     _add_schemas(app.openapi_schema, schemas.MasksRequest, schemas.ImageUpload)
     return FrontDoor(app, service, tuple(cors_origins))
+
+
+def _browser_decoder(service: Service) -> dict[str, Any] | None:
+    """The facts a page needs to decode in the browser (healthz), or None: the decoder is not one .onnx file, or
+    onnxruntime-web is not in the package (scripts/fetch_page_assets.py puts it there)."""
+    facts = service.browser_decoder()
+    if facts is None or not (PAGE_DIR / "ort" / "ort.wasm.min.js").is_file():
+        return None
+    return {**{k: v for k, v in facts.items() if k != "path"}, "url": "v1/models/decoder.onnx", "runtime": "ort/"}
 
 
 def _answer(data: dict[str, Any]) -> Any:

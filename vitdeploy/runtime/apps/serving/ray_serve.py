@@ -99,6 +99,9 @@ class DecoderReplica:
         self.cache, self.capacity = cache, options.cache_size
         self.recent = EmbeddingCache(DECODER_LOCAL_CACHE)
 
+    def browser_decoder(self) -> dict[str, Any] | None:
+        return self.side.browser_decoder()
+
     def masks(self, key: str, prompts: list[PromptRequest]) -> list[dict[str, Any]] | None:
         """The masks, or None when ``key`` is not cached (the front says why)."""
         item = self.recent.get(key)
@@ -119,6 +122,7 @@ class RayFront:
         self.metrics = Metrics()
         self.started = time.time()
         self.cache_epoch: float | None = None
+        self._browser_decoder: tuple[dict[str, Any] | None] | None = None
 
     def encode(self, data: bytes) -> dict[str, Any]:
         if self.cache_epoch is None:  # the cache replica this front put embeddings into: a replacement starts later
@@ -138,6 +142,17 @@ class RayFront:
         if item is None:
             raise self._unknown(key)
         return {"id": key, "height": item.size[0], "width": item.size[1]}
+
+    def embedding(self, key: str) -> Cached:
+        item = self._call(self.cache.get, key)
+        if item is None:
+            raise self._unknown(key)
+        return item
+
+    def browser_decoder(self) -> dict[str, Any] | None:
+        if self._browser_decoder is None:  # asked of a decoder replica once (the same file in every replica)
+            self._browser_decoder = (self._call(self.decoder.browser_decoder),)
+        return self._browser_decoder[0]
 
     def masks(self, key: str, prompts: list[PromptRequest]) -> dict[str, Any]:
         results = self._call(self.decoder.masks, key, prompts)

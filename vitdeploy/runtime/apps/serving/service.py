@@ -206,6 +206,18 @@ class DecoderSide:
         self.name = _file_name(decoder)
         self._lock = threading.Lock()
 
+    def browser_decoder(self) -> dict[str, Any] | None:
+        """What a page needs to run this decoder itself (the file, and how to lay out its inputs and read its outputs),
+        or None where it cannot: the decoder is not one self-contained .onnx file."""
+        from pathlib import Path
+
+        path = getattr(self.predictor.decoder, "path", None)
+        if not path or Path(path).suffix.lower() != ".onnx" or Path(f"{path}.data").exists():
+            return None
+        p = self.predictor
+        return {"path": str(path), "input_size": p.encoder_size, "mask_input_size": list(p.mask_input_size),
+                "mask_output_indices": list(p.mask_output_indices), "max_points": p.max_prompt_points}
+
     def masks(self, item: Cached, prompts: list[PromptRequest]) -> list[dict[str, Any]]:
         """Masks (COCO RLE), scores and areas for each prompt (checked to lie inside the image)."""
         from vitdeploy.runtime.apps.sam.amg import coco_encode_rle, mask_to_rle
@@ -287,6 +299,13 @@ class SamService:
         item = self._cached(key)
         return {"id": key, "height": item.size[0], "width": item.size[1]}
 
+    def embedding(self, key: str) -> Cached:
+        """The cached embedding itself (a page that decodes in the browser fetches it once per image)."""
+        return self._cached(key)
+
+    def browser_decoder(self) -> dict[str, Any] | None:
+        return self.decoder.browser_decoder()
+
     def masks(self, key: str, prompts: list[PromptRequest]) -> dict[str, Any]:
         results = self.decoder.masks(self._cached(key), prompts)
         self.metrics.count("decoder_runs_total", len(prompts))
@@ -338,6 +357,8 @@ class Service(Protocol):
 
     def encode(self, data: bytes) -> dict[str, Any]: ...
     def info(self, key: str) -> dict[str, Any]: ...
+    def embedding(self, key: str) -> Cached: ...
+    def browser_decoder(self) -> dict[str, Any] | None: ...
     def masks(self, key: str, prompts: list[PromptRequest]) -> dict[str, Any]: ...
     def health(self) -> dict[str, Any]: ...
     def metrics_text(self) -> str: ...

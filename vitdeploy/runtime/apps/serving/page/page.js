@@ -1,6 +1,7 @@
 // vitdeploy's page: open an image, click points or drag a box, see SAM's mask. Plain JavaScript, no build step and
 // nothing from a CDN. The server encodes the image once (POST /v1/embeddings) and decodes every prompt on its cached
-// embedding (POST /v1/embeddings/ID/masks); masks come back as COCO RLE, decoded here by cocoRleDecode.
+// embedding (POST /v1/embeddings/ID/masks); masks come back as COCO RLE, decoded by rle.js. For a SAM decoder that
+// is one .onnx file, the page can decode in the browser instead (browser_decoder.js, onnxruntime-web).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -22,47 +23,9 @@ const state = {
   drag: null,           // {x, y, sx, sy} while the mouse is down
   request: 0,           // the number of the latest masks request (older answers are dropped)
   answered: 0,          // masks answers shown so far
+  where: "server",      // where prompts are decoded: "server" or "browser"
+  browserFacts: null,   // /healthz's browser_decoder: what the page needs to decode itself (null: it cannot)
 };
-
-// --- COCO RLE (pycocotools' compressed counts string, column-major) -------------------------------------------
-
-function cocoRleCounts(text) {
-  // pycocotools maskApi.c rleFrString: 5 bits per character (+48), 0x20 = more, 0x10 = sign; counts after the
-  // second are deltas from the count two before. Arithmetic, not shifts: a count can pass 32 bits of shifting.
-  const counts = [];
-  let p = 0;
-  while (p < text.length) {
-    let x = 0, k = 0, more = true;
-    while (more) {
-      const c = text.charCodeAt(p) - 48;
-      x += (c & 0x1f) * 2 ** (5 * k);
-      more = (c & 0x20) !== 0;
-      p += 1; k += 1;
-      if (!more && (c & 0x10)) x -= 2 ** (5 * k);
-    }
-    if (counts.length > 2) x += counts[counts.length - 2];
-    counts.push(x);
-  }
-  return counts;
-}
-
-function cocoRleDecode(rle) {
-  // -> Uint8Array, row-major (height x width), 1 inside the mask
-  const [height, width] = rle.size;
-  const mask = new Uint8Array(height * width);
-  let at = 0, value = 0;
-  for (const run of cocoRleCounts(rle.counts)) {
-    if (value) {
-      for (let k = at; k < at + run; k++) {
-        const column = Math.floor(k / height), row = k - column * height;
-        mask[row * width + column] = 1;
-      }
-    }
-    at += run;
-    value = 1 - value;
-  }
-  return mask;
-}
 
 // --- the server ---------------------------------------------------------------------------------------------
 
@@ -100,6 +63,8 @@ async function describeServer() {
     const runtime = data.deployment || data.encoder_runtime || "";
     $("model").textContent = `${data.encoder} + ${data.decoder}` + (data.variant ? ` (SAM ${data.variant})` : "") +
       (runtime ? ` · encoder on ${runtime}` : "") + (data.decoder_runtime ? ` · decoder on ${data.decoder_runtime}` : "");
+    state.browserFacts = data.browser_decoder || null;
+    $("where").hidden = !state.browserFacts;
   } catch (error) {
     $("model").textContent = `the server did not answer /healthz (${error.message})`;
   }
@@ -126,6 +91,7 @@ async function openImage(file) {
     fit();
     $("drop").classList.add("loaded");
     showTiming(result.data.cached ? "encode (cached)" : "encode", result);
+    if (state.where === "browser") await fetchEmbedding();
     say(`${file.name}: ${state.width}x${state.height}. Click the object.`);
     draw();
     document.body.dataset.state = "ready";
@@ -169,18 +135,31 @@ function prompt() {
   return body;
 }
 
+async function decodeOnServer(body) {
+  const result = await call("POST", `v1/embeddings/${state.id}/masks`, JSON.stringify(body), "application/json");
+  const answer = result.data.results[0];
+  return {step: "decode (server)", result,
+          answer: {...answer, rles: answer.masks, masks: answer.masks.map(cocoRleDecode)}};
+}
+
+async function decodeInBrowser(body) {
+  const started = performance.now();
+  const answer = await browserDecoder.decode(body);
+  return {step: "decode (browser)", result: {elapsed: performance.now() - started, server: null}, answer};
+}
+
 async function decode() {
   const body = prompt();
   const number = ++state.request;
   if (!body) { state.answer = null; state.mask = null; showCandidates(); draw(); updateButtons(); return; }
   document.body.dataset.state = "decoding";
   try {
-    const result = await call("POST", `v1/embeddings/${state.id}/masks`, JSON.stringify(body), "application/json");
+    const {step, result, answer} = await (state.where === "browser" ? decodeInBrowser(body) : decodeOnServer(body));
     if (number !== state.request) return;  // a newer click's answer is on its way
-    state.answer = result.data.results[0];
+    state.answer = answer;
     const scores = state.answer.scores;
     choose(scores.indexOf(Math.max(...scores)));
-    showTiming("decode", result);
+    showTiming(step, result);
     state.answered += 1;
     say(`${state.points.length} point(s)${state.box ? " and a box" : ""}: ${scores.length} mask(s)`);
     document.body.dataset.state = "ready";
@@ -193,7 +172,7 @@ async function decode() {
 
 function choose(index) {
   state.chosen = index;
-  state.mask = cocoRleDecode(state.answer.masks[index]);
+  state.mask = state.answer.masks[index];
   showCandidates();
   draw();
   updateButtons();
@@ -337,10 +316,47 @@ $("download-png").onclick = () => {
   out.toBlob((blob) => save(blob, `${state.name}.mask.png`), "image/png");
 };
 $("download-rle").onclick = () => {
-  const record = {image: state.name, prompt: prompt(), segmentation: state.answer.masks[state.chosen],
+  const rle = state.answer.rles ? state.answer.rles[state.chosen] : cocoRleEncode(state.mask, state.height, state.width);
+  const record = {image: state.name, prompt: prompt(), segmentation: rle, decoded_in: state.where,
                   score: state.answer.scores[state.chosen], area: state.answer.areas[state.chosen]};
   save(new Blob([JSON.stringify(record, null, 1)], {type: "application/json"}), `${state.name}.mask.json`);
 };
+
+// --- where prompts are decoded ------------------------------------------------------------------------------
+
+async function fetchEmbedding() {
+  const started = performance.now();
+  const shape = await browserDecoder.setImage(state.id, [state.height, state.width]);
+  showTiming("embedding to the browser", {elapsed: performance.now() - started, server: null});
+  return shape;
+}
+
+async function decodeWhere(where) {
+  if (where === state.where) return;
+  if (where === "browser") {
+    document.body.dataset.state = "loading";
+    say("loading onnxruntime-web and the decoder…");
+    try {
+      const started = performance.now();
+      const bytes = await browserDecoder.load(state.browserFacts);
+      showTiming("load decoder (browser)", {elapsed: performance.now() - started, server: null});
+      if (state.id) await fetchEmbedding();
+      say(`the decoder (${(bytes / 1e6).toFixed(1)} MB) runs in this browser (onnxruntime-web, WebAssembly)`);
+    } catch (error) {
+      say(`the browser cannot decode: ${error.message}`, true);
+      document.querySelector('input[name="where"][value="server"]').checked = true;
+      document.body.dataset.state = state.id ? "ready" : "empty";
+      return;
+    }
+  }
+  state.where = where;
+  document.body.dataset.state = state.id ? "ready" : "empty";
+  if (prompt()) decode();
+}
+
+document.querySelectorAll('input[name="where"]').forEach((input) => {
+  input.addEventListener("change", () => decodeWhere(input.value));
+});
 
 // What a test (or a console) can read: the prompt sent, and the chosen mask as "0"/"1" characters, row-major.
 window.vitdeployPage = {
@@ -349,6 +365,9 @@ window.vitdeployPage = {
   size: () => [state.height, state.width],
   answered: () => state.answered,
   decodeRle: (rle) => Array.from(cocoRleDecode(rle)).join(""),
+  encodeRle: (bits, height, width) => cocoRleEncode(Uint8Array.from(bits, (c) => c === "1" ? 1 : 0), height, width),
+  where: () => state.where,
+  answerScores: () => (state.answer ? Array.from(state.answer.scores) : null),
 };
 
 describeServer();
