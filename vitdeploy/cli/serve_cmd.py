@@ -33,6 +33,8 @@ def _bounds(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[i
 @click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
               help="Let a page from ORIGIN (https://app.example:8080, or * for any) call the service from a browser: "
                    "CORS headers and preflight answers. Repeatable. [default: same origin only]")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="The request log on stderr: one line per request, as text or as a JSON object (one-process server).")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Serve on Ray Serve: --ray alone starts a local cluster; --ray ADDRESS joins one. Encoder and decoder "
                    "replicas scale apart, the embedding cache is shared. Needs 'vitdeploy[ray]'. [default: one process]")
@@ -45,7 +47,7 @@ def _bounds(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[i
 @verbose_option
 @handle_errors
 def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max_pending: int, device: str,
-          cors_origins: tuple[str, ...], ray_address: str | None, encoder_replicas: tuple[int, int], decoder_replicas: tuple[int, int], runtime: str,
+          cors_origins: tuple[str, ...], log_format: str, ray_address: str | None, encoder_replicas: tuple[int, int], decoder_replicas: tuple[int, int], runtime: str,
           inference_precision: str | None, threads: int | None, verbose: bool) -> None:
     """Serve SAM over HTTP: POST an image, get an embedding id; POST prompts for that id, get masks.
 
@@ -76,10 +78,8 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
         if (encoder_replicas, decoder_replicas) != ((1, 1), (1, 1)):
             raise click.UsageError("--encoder-replicas and --decoder-replicas are for --ray")
         _serve_in_process(encoder, decoder, host, port, cache_size, max_pending, device, runtime, inference_precision,
-                          threads, verbose, cors_origins)
+                          threads, verbose, cors_origins, log_format == "json")
         return
-    if cors_origins:
-        raise click.UsageError("--cors-origin is for the one-process server (leave out --ray)")
     from vitdeploy.cli.dataset_jobs import resolve_deployment
     from vitdeploy.cpu_features import available_cores
     from vitdeploy.runtime.apps.datasets.on_ray import start_ray, stop_ray
@@ -89,7 +89,7 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
     options = RayServeOptions(encoder, decoder, runtime=chosen.runtime, precision=chosen.precision,
                               settings=chosen.settings, threads=threads or 1,
                               device=device, encoder_replicas=encoder_replicas, decoder_replicas=decoder_replicas,
-                              cache_size=cache_size, max_pending=max_pending)
+                              cache_size=cache_size, max_pending=max_pending, cors_origins=cors_origins)
     if port == 0:  # Ray Serve's proxy takes a fixed port: find a free one
         import socket
 
@@ -121,7 +121,7 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
 
 def _serve_in_process(encoder: str, decoder: str, host: str, port: int, cache_size: int, max_pending: int, device: str,
                       runtime: str, inference_precision: str | None, threads: int | None, verbose: bool,
-                      cors_origins: tuple[str, ...] = ()) -> None:
+                      cors_origins: tuple[str, ...] = (), json_lines: bool = False) -> None:
     from pathlib import Path
 
     from vitdeploy.cli.options import echo_deployments, threads_for
@@ -137,7 +137,7 @@ def _serve_in_process(encoder: str, decoder: str, host: str, port: int, cache_si
         from vitdeploy.errors import InputError
 
         raise InputError(f"cannot listen on {host}:{port} ({exc.strerror}): choose another --port (0: any free one)") from exc
-    log_to_stderr(verbose)
+    log_to_stderr(verbose, json_lines)
     click.echo(f"serving {Path(encoder).name} + {Path(decoder).name} at http://{host}:{server.port} (one process; cache "
                f"{cache_size} embeddings, at most {max_pending} encodes in flight; the page at /, the API at /docs); "
                "Ctrl-C stops")

@@ -189,12 +189,14 @@ def test_concurrent_prompts_and_metrics(served) -> None:
     assert status == 200 and health["status"] == "ok" and health["variant"] == "tiny"
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_the_serve_verb_listens_and_stops_on_a_signal(tiny_sam_artifacts: TinySamArtifacts, signum: int) -> None:
+@pytest.mark.parametrize("signum,log_format", [(signal.SIGINT, "text"), (signal.SIGTERM, "json")])
+def test_the_serve_verb_listens_and_stops_on_a_signal(tiny_sam_artifacts: TinySamArtifacts, signum: int,
+                                                      log_format: str) -> None:
     """Ctrl-C and SIGTERM (docker stop, systemd, Kubernetes) stop the server like every verb: exit 130 and 143
-    (it exited 0), one line, no traceback, the request log kept."""
+    (it exited 0), one line, no traceback, the request log kept (text, or one JSON object a line)."""
     process = subprocess.Popen([sys.executable, "-m", "vitdeploy", "serve", "-e", str(tiny_sam_artifacts.encoder), "-d",
-                                str(tiny_sam_artifacts.decoder), "--port", "0", "--runtime", "onnxruntime", "--threads", "1"],
+                                str(tiny_sam_artifacts.decoder), "--port", "0", "--runtime", "onnxruntime", "--threads", "1",
+                                "--log-format", log_format],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
     try:
         line = process.stdout.readline()
@@ -207,7 +209,12 @@ def test_the_serve_verb_listens_and_stops_on_a_signal(tiny_sam_artifacts: TinySa
         process.kill()
     assert process.returncode == 128 + signum, (process.returncode, err)
     assert f"stopped by {signal.Signals(signum).name}" in out and "Traceback" not in err
-    assert "GET /healthz 200" in err
+    if log_format == "text":
+        assert "GET /healthz 200" in err
+    else:
+        lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+        health = [line for line in lines if line.get("path") == "/healthz"]
+        assert health and health[0]["status"] == 200 and health[0]["route"] == "healthz" and len(health[0]["request_id"]) == 32
 
 
 def test_a_stop_answers_the_requests_in_flight_and_takes_no_new_ones(tiny_sam_artifacts: TinySamArtifacts,
@@ -267,6 +274,25 @@ def _raw(port: int, data: bytes, timeout: float = 10) -> bytes:
         except TimeoutError:
             pass
     return received
+
+
+def test_back_pressure_is_503_with_retry_after_before_the_body_is_read(served, monkeypatch) -> None:
+    """Past MAX_IN_FLIGHT requests at once, one more is answered 503 with Retry-After in JSON (Uvicorn's own limit
+    answers in plain text without it); the ones in flight are answered."""
+    import time
+
+    service, client = served
+    monkeypatch.setattr(api, "MAX_IN_FLIGHT", 2)
+    real = service.encoder.encode
+    monkeypatch.setattr(service.encoder, "encode", lambda data: (time.sleep(0.8), real(data))[1])
+    monkeypatch.setattr(service.admission, "limit", 8)
+    with ThreadPoolExecutor(3) as pool:
+        slow = [pool.submit(client, "POST", "/v1/embeddings", png_bytes(sample_image(20, 20, seed=60 + k))) for k in range(2)]
+        time.sleep(0.3)
+        status, headers, answer = client("GET", "/healthz")
+        assert [f.result()[0] for f in slow] == [200, 200]
+    assert status == 503 and headers["Retry-After"] == "1" and "busy" in answer["error"]
+    assert service.metrics.value("rejected_total", reason="in_flight") >= 1
 
 
 def test_http_framing_is_parsed_not_guessed_and_every_method_answered(served, monkeypatch) -> None:

@@ -239,3 +239,21 @@ def test_the_pages_rle_encoder_is_pycocotools(page) -> None:
         ours = browser.execute_script("return window.vitdeployPage.encodeRle(arguments[0], arguments[1], arguments[2])",
                                       "".join("1" if v else "0" for v in mask.ravel()), *mask.shape)
         assert ours["counts"] == coco_mask.encode(np.asfortranarray(mask.astype(np.uint8)))["counts"].decode()
+
+
+def test_the_api_docs_render_from_the_package(page) -> None:
+    """/docs renders every route of /openapi.json with Swagger UI from the package: nothing from another origin
+    (FastAPI's default loads it from a CDN)."""
+    from vitdeploy.runtime.apps.serving.api import PAGE_DIR
+
+    browser, _ = page
+    if not (PAGE_DIR / "swagger" / "swagger-ui-bundle.js").is_file():
+        pytest.skip("swagger-ui-dist is not in the page (python scripts/fetch_page_assets.py puts it there)")
+    base = browser.current_url.split("/", 3)[:3]
+    browser.get("/".join(base) + "/docs")
+    _wait(browser, lambda b: len(b.find_elements("css selector", ".opblock")) >= 7, "render the API's routes")
+    paths = {e.text for e in browser.find_elements("css selector", ".opblock-summary-path")}
+    assert {"/v1/embeddings", "/v1/embeddings/{key}/masks", "/healthz"} <= paths, paths
+    loaded = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert loaded and all(url.startswith("/".join(base)) for url in loaded), loaded
+    browser.get("/".join(base) + "/")

@@ -30,7 +30,8 @@ def ray_served(tiny_sam_artifacts: TinySamArtifacts):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    options = RayServeOptions(str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder), threads=1, cache_size=8)
+    options = RayServeOptions(str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder), threads=1, cache_size=8,
+                              cors_origins=("http://page.example",))
     run_app(options, "127.0.0.1", port)
     yield Client(port)
     stop_app()
@@ -65,10 +66,17 @@ def test_ray_serve_answers_as_one_process(tiny_sam_artifacts: TinySamArtifacts, 
         assert ray_served("GET", "/")[2] == local_client("GET", "/")[2]  # the page
         ray_schema, local_schema = ray_served("GET", "/openapi.json")[2], local_client("GET", "/openapi.json")[2]
         assert ray_schema == local_schema
+        assert ray_served("GET", "/healthz")[2]["browser_decoder"] == local_client("GET", "/healthz")[2]["browser_decoder"]
     finally:
         one_process.stop()
     status, _, text = ray_served("GET", "/metrics")
     assert status == 200 and 'vitdeploy_requests_total{route="masks",status="200"} 1.0' in text
+    from tests.runtime.apps.test_sam_service import _raw  # --cors-origin reaches the Ray front too
+
+    port = int(ray_served.base.rsplit(":", 1)[1])
+    answer = _raw(port, b"OPTIONS /v1/embeddings HTTP/1.1\r\nHost: x\r\nOrigin: http://page.example\r\n"
+                        b"Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n").lower()
+    assert answer.startswith(b"http/1.1 204") and b"access-control-allow-origin: http://page.example" in answer, answer
 
 
 def test_a_killed_encoder_replica_is_replaced(ray_served) -> None:

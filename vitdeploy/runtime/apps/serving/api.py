@@ -6,7 +6,7 @@
     POST /v1/embeddings/{id}/masks      MasksRequest (one prompt, or {"prompts": [...]}) -> MasksAnswer
     GET  /healthz                       -> Health
     GET  /metrics                       Prometheus text (serving/metrics.py)
-    GET  /openapi.json, /docs           the schema of all of the above, and its page
+    GET  /openapi.json, /docs           the schema of all of the above, and its page (Swagger UI)
 
 Every request passes :class:`FrontDoor` first: it gives the request its id (``X-Request-Id``: the client's where it
 is plain, else a new one), answers CORS preflights, reads the body whole under :data:`MAX_BODY_BYTES` (413, before
@@ -45,12 +45,14 @@ LOG = logging.getLogger("vitdeploy.serve")
 MAX_BODY_BYTES = 64 << 20
 #: Seconds the next piece of a body may take to arrive (a stalled upload is answered 408 and closed).
 BODY_TIMEOUT_S = 30.0
+#: Requests answered at once; one more is answered 503 with Retry-After before its body is read.
+MAX_IN_FLIGHT = 256
 #: The page's files (index.html, page.js, page.css), served at / and /page/.
 PAGE_DIR = Path(__file__).with_name("page")
 #: Content types of the page's files (.mjs and .wasm by name: a browser compiles WebAssembly as it streams only
 #: when it is served as application/wasm).
 _MEDIA_TYPES = {".html": "text/html", ".css": "text/css", ".js": "text/javascript", ".mjs": "text/javascript",
-                ".wasm": "application/wasm", ".json": "application/json"}
+                ".wasm": "application/wasm", ".json": "application/json", ".png": "image/png"}
 #: A client's own request id is kept where it is this plain (else one is made): it goes into a header and the log.
 _CLIENT_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 #: The error answers every API route documents (their body: ErrorBody).
@@ -82,6 +84,7 @@ class FrontDoor:
 
     def __init__(self, app: Any, service: Service, cors_origins: tuple[str, ...] = ()):
         self.app, self.service, self.cors_origins = app, service, tuple(cors_origins)
+        self.in_flight = 0  # the event loop's own count: no lock needed
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -95,6 +98,7 @@ class FrontDoor:
         status = {"code": 500}
         metrics = self.service.metrics
         metrics.in_flight(+1)
+        self.in_flight += 1
 
         async def send_with_headers(message: dict) -> None:
             if message["type"] == "http.response.start":
@@ -105,7 +109,7 @@ class FrontDoor:
             await send(message)
 
         try:
-            answer = self._preflight(scope["method"], headers)
+            answer = self._preflight(scope["method"], headers) or self._busy()
             body = b""
             if answer is None:
                 body, answer = await self._read_body(headers, receive)
@@ -119,11 +123,22 @@ class FrontDoor:
                 await self.app(scope, _replay(body, receive), send_with_headers)
         finally:
             metrics.in_flight(-1)
+            self.in_flight -= 1
             route = getattr(scope.get("route"), "name", None) or getattr(scope.get("endpoint"), "__name__", "unknown")
             metrics.count("requests_total", route=route, status=str(status["code"]))
             metrics.observe(route, time.perf_counter() - start)
-            LOG.info("%s %s %d %.1f ms id=%s", scope["method"], printable(scope.get("path", "")), status["code"],
-                     (time.perf_counter() - start) * 1e3, rid)
+            request = {"method": scope["method"], "path": printable(scope.get("path", "")), "status": status["code"],
+                       "ms": round((time.perf_counter() - start) * 1e3, 1), "route": route, "request_id": rid,
+                       "client": (scope.get("client") or ("", 0))[0]}
+            LOG.info("%(method)s %(path)s %(status)d %(ms).1f ms id=%(request_id)s", request, extra={"request": request})
+
+    def _busy(self) -> tuple[int, list, bytes] | None:
+        """503 with Retry-After past MAX_IN_FLIGHT requests at once (back-pressure, before any body is read)."""
+        if self.in_flight <= MAX_IN_FLIGHT:
+            return None
+        self.service.metrics.count("rejected_total", reason="in_flight")
+        return _json_answer(503, {"error": f"busy: {self.in_flight - 1} requests are being answered; retry in 1 s"},
+                            {"retry-after": "1"})
 
     def _cors(self, origin: str | None) -> dict[str, str]:
         """What lets a page of an allowed origin read the answer (none for another origin, or without --cors-origin)."""
@@ -225,7 +240,9 @@ def build_api(service: Service, *, cors_origins: tuple[str, ...] | list[str] = (
     or the Ray Serve front's proxy of one), wrapped in :class:`FrontDoor`."""
     from vitdeploy import __version__
 
-    app = FastAPI(title=title, version=__version__, docs_url="/docs", redoc_url=None,
+    swagger = PAGE_DIR / "swagger"
+    offline_docs = (swagger / "swagger-ui-bundle.js").is_file() and (swagger / "swagger-ui.css").is_file()
+    app = FastAPI(title=title, version=__version__, docs_url=None if offline_docs else "/docs", redoc_url=None,
                   description="Encode an image once, answer prompts from its cached embedding. Errors are JSON "
                               "{\"error\": one line}; every answer carries X-Request-Id.")
     errors = {status: {"model": schemas.ErrorBody, "description": text} for status, text in _ERRORS}
@@ -249,6 +266,16 @@ def build_api(service: Service, *, cors_origins: tuple[str, ...] | list[str] = (
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"error": validation_message(exc.errors())}, 400)
+
+    if offline_docs:  # Swagger UI from the package (scripts/fetch_page_assets.py), not from FastAPI's CDN
+        @app.get("/docs", include_in_schema=False, name="docs")
+        def docs() -> Any:
+            from fastapi.openapi.docs import get_swagger_ui_html
+
+            return get_swagger_ui_html(openapi_url="openapi.json", title=f"{title} API",
+                                       swagger_js_url="page/swagger/swagger-ui-bundle.js",
+                                       swagger_css_url="page/swagger/swagger-ui.css",
+                                       swagger_favicon_url="page/swagger/favicon-32x32.png")
 
     @app.get("/", include_in_schema=False, name="page")
     def page() -> Any:

@@ -51,6 +51,8 @@ class RayServeOptions:
     decoder_replicas: tuple[int, int] = (1, 1)
     cache_size: int = 64
     max_pending: int = 4
+    #: page origins a browser may call the service from (``--cors-origin``)
+    cors_origins: tuple[str, ...] = ()
 
 
 def _open(path: str, options: RayServeOptions, precision: str = "file", threads: int | None = None,
@@ -217,7 +219,7 @@ class FrontReplica:
     def __serve_build_asgi_app__(self) -> Any:  # Ray Serve calls it after __init__, in the replica
         from vitdeploy.runtime.apps.serving.api import build_api
 
-        return build_api(self.front)
+        return build_api(self.front, cors_origins=self.front.options.cors_origins)
 
 
 def build_app(options: RayServeOptions) -> Any:

@@ -16,6 +16,7 @@ holds a socket, not a thread. Around that:
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 from typing import Any
@@ -114,13 +115,13 @@ class Server:
             self._thread.join(GRACE_S + 5)
 
 
-def log_to_stderr(verbose: bool) -> None:
-    """One line per request on stderr (``--verbose``: the HTTP layer's own lines too)."""
-    import logging
+def log_to_stderr(verbose: bool, json_lines: bool = False) -> None:
+    """One line per request on stderr (``--verbose``: the HTTP layer's own lines too); ``json_lines``: each line a
+    JSON object (time, method, path, status, ms, route, request_id, client), for a log collector."""
     import sys
 
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    handler.setFormatter(JsonLines() if json_lines else logging.Formatter("%(asctime)s %(message)s"))
     for name in ("vitdeploy.serve", "uvicorn.error"):
         logger = logging.getLogger(name)
         logger.addHandler(handler)
@@ -129,4 +130,17 @@ def log_to_stderr(verbose: bool) -> None:
     logging.getLogger("uvicorn.error").setLevel(logging.INFO if verbose else logging.WARNING)
 
 
-__all__ = ["BACKLOG", "GRACE_S", "HEAD_TIMEOUT_S", "KEEP_ALIVE_S", "MAX_CONNECTIONS", "Server", "log_to_stderr"]
+class JsonLines(logging.Formatter):
+    """A log record as one JSON object: a request's fields (the API's ``extra={"request": ...}``), else the message."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import json
+
+        fields = getattr(record, "request", None) or {"level": record.levelname.lower(), "message": record.getMessage()}
+        line = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}", **fields}
+        if record.exc_info:
+            line["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+__all__ = ["BACKLOG", "JsonLines", "GRACE_S", "HEAD_TIMEOUT_S", "KEEP_ALIVE_S", "MAX_CONNECTIONS", "Server", "log_to_stderr"]
