@@ -1,6 +1,7 @@
 """The server's page in a real browser (Debian's Chromium, headless, driven by Selenium through chromedriver): open an
 image, click, drag a box, undo, pick a mask, download it; every mask the page shows equals ``SamPredictor``'s for
-the prompt the page sent (IoU 1.0: the server decodes). A screenshot is kept in build/test-artifacts/."""
+the prompt the page sent (IoU 1.0: the server decodes; the same in the browser with onnxruntime-web). Screenshots
+are kept in build/test-artifacts/."""
 
 from __future__ import annotations
 
@@ -226,6 +227,8 @@ def test_the_decoder_in_the_browser_gives_the_predictors_masks(page, tiny_sam_ar
         print(f"browser decoder: prompt {k}: IoU {iou:.6f}, scores {np.abs(np.array(shown) - scores).max():.2e}")
         assert iou >= BROWSER_IOU, (prompt, iou)
     assert "decode (browser)" in browser.find_element("id", "timings").text
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(ARTIFACTS / "serve-page-browser-decoder.png"))
     browser.find_element("css selector", 'input[name="where"][value="server"]').click()  # back, for other tests
 
 
