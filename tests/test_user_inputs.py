@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from click.testing import CliRunner
 from PIL import Image
@@ -279,3 +281,20 @@ def test_the_checkpoint_sniff_accepts_every_format_torch_and_safetensors_write(t
     for name in ("zip.pth", "legacy.pt", "s.safetensors"):
         require_checkpoint_file(tmp_path / name)
         torch.testing.assert_close(load_state_dict_file(tmp_path / name)["w"], state["w"])
+
+
+def test_a_missing_model_file_is_named_by_every_verb_that_opens_one(tmp_path):
+    """A model path with a typo is one line naming it (predict said 'unexpected FileNotFoundError ... a vitdeploy bug':
+    found by scripts/runtime_check.py, run on aarch64 and x86-64 alike)."""
+    image = str(Path(__file__).parents[1] / "calibration" / "images" / "calib_00_landscape.jpg")
+    missing = str(tmp_path / "none.onnx")
+    for args in (["predict", "-e", missing, "-d", missing, "-i", image, "--point", "1,1", "-o", str(tmp_path / "m.png")],
+                 ["segment-all", "-e", missing, "-d", missing, "-i", image, "-o", str(tmp_path / "a.json")],
+                 ["embed", "-e", missing, "--images", str(Path(image).parent), "--out-dir", str(tmp_path / "job")],
+                 ["track", "-e", missing, "-d", missing, "-m", missing, "-a", missing, "-i", str(tmp_path),
+                  "--point", "0:1:5,5", "-o", str(tmp_path / "t")],
+                 ["inspect", missing], ["validate", missing], ["benchmark", missing]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 1 and "none.onnx" in result.output and "not found" in result.output, (args, result.output)
+        assert "unexpected" not in result.output and "Traceback" not in result.output, (args, result.output)
+    assert not any(p.name != "none.onnx" for p in tmp_path.iterdir() if p.is_file())

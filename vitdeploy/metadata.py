@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from vitdeploy.errors import InputError
-from vitdeploy.fileio import require_nonempty_onnx
+from vitdeploy.fileio import require_nonempty_onnx, require_onnx_file
 from vitdeploy.precisions import PRECISIONS, Precision
 
 PREFIX = "vitdeploy."
@@ -94,7 +94,7 @@ def read_onnx_metadata(path: str | Path) -> dict[str, Any]:
     """The vitdeploy metadata of an ONNX file, read without parsing the graph (:func:`read_metadata_props`), once per
     version of the file: opening one predictor asks for it from the deployment decision, the runner, the seam's
     checks and the application; a file replaced since (another size, time or inode) is read again."""
-    require_nonempty_onnx(Path(path))
+    require_onnx_file(path)  # a missing file is an InputError naming it (os.stat's FileNotFoundError was a 'bug')
     stat = os.stat(path)
     return copy.deepcopy(_metadata_of_version(os.path.realpath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns))
 
