@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# vitdeploy's torch-free runtime on 64-bit Arm (aarch64), under emulation, against the same files on x86-64.
+#
+#   sudo scripts/arm-check.sh [OUT]        # default OUT: build/arm-check
+#
+# 1. an arm64 Debian 12 root (Python 3.11, as here), made once with debootstrap and kept in
+#    $VITDEPLOY_ARM_ROOT (default /var/cache/vitdeploy/arm64-root), with the runtime install of
+#    requirements-aarch64.lock in /opt/vitdeploy-venv (reinstalled when the lock changes);
+# 2. the tiny models exported here, on x86-64 (seeded random weights), into OUT/files;
+# 3. scripts/runtime_check.py on both machines over the same files: the SAM predictor, the automatic mask generator,
+#    a dataset job in one process, bad inputs, and with VITDEPLOY_ARM_VIDEO=1 SAM 2 video tracking
+#    -> OUT/x86_64.npz and OUT/aarch64.npz
+#    (aarch64 programs run through qemu-user-static's binfmt handler: the same binaries a Jetson or a Graviton runs,
+#    10-50x slower, so this proves behaviour, not speed);
+# 4. tests/test_arm.py compares the two (it runs this script when the root exists, else skips with the reason).
+#
+# Needs root (debootstrap, chroot, binfmt_misc) and Debian's qemu-user-static, binfmt-support and debootstrap
+# (installed here when apt-get is there). Exit 77: this machine cannot run it (not root, no binfmt_misc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="$(realpath -m "${1:-build/arm-check}")"
+root="${VITDEPLOY_ARM_ROOT:-/var/cache/vitdeploy/arm64-root}"
+venv=/opt/vitdeploy-venv
+
+say() { echo "arm-check: $*" >&2; }
+cannot() { say "cannot run here: $*"; exit 77; }
+
+[ "$(id -u)" = 0 ] || cannot "needs root (debootstrap, chroot, binfmt_misc)"
+if ! command -v debootstrap >/dev/null || ! [ -x /usr/bin/qemu-aarch64-static ]; then
+    command -v apt-get >/dev/null || cannot "needs qemu-user-static and debootstrap (Debian packages)"
+    apt-get install -y -qq qemu-user-static binfmt-support debootstrap >/dev/null 2>&1 \
+        || { apt-get update -qq && apt-get install -y -qq qemu-user-static binfmt-support debootstrap >/dev/null; }
+fi
+if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
+    mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || cannot "no binfmt_misc in this kernel"
+fi
+[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 \
+    || cannot "qemu-aarch64 is not registered with binfmt_misc"
+
+if [ ! -x "$root/usr/bin/python3" ]; then
+    say "making the arm64 root in $root (debootstrap, about 4 min)"
+    rm -rf "$root.partial"
+    debootstrap --arch=arm64 --variant=minbase --include=python3,python3-venv,ca-certificates,libgomp1 bookworm \
+        "$root.partial" http://deb.debian.org/debian >/dev/null
+    mv "$root.partial" "$root"
+fi
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+# This machine's certificate authorities (a proxy's own included), so pip in the root trusts what pip here trusts
+cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
+lock_hash="$(sha256sum requirements-aarch64.lock | cut -c1-16)"
+if [ "$(cat "$root$venv/.lock" 2>/dev/null)" != "$lock_hash" ]; then
+    say "installing the runtime (requirements-aarch64.lock) in $root$venv"
+    rm -rf "$root$venv"
+    chroot "$root" /usr/bin/python3 -m venv "$venv"
+    cp requirements-aarch64.lock "$root/tmp/requirements.lock"
+    chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/bin:/bin "$venv/bin/pip" install -q --disable-pip-version-check \
+        --cert /etc/ssl/certs/ca-certificates.crt -r /tmp/requirements.lock
+    echo "$lock_hash" > "$root$venv/.lock"
+fi
+
+python="${PYTHON_X86:-$(source scripts/lib/venv.sh && vitdeploy_venv dev)/bin/python}"
+rm -rf "$out" && mkdir -p "$out/files"
+for pair in "sam_tiny sam_enc" "sam_tiny_decoder sam_dec" "sam2_tiny v_enc" "sam2_tiny_decoder v_dec" \
+            "sam2_tiny_memory_encoder v_menc" "sam2_tiny_memory_attention v_matt"; do
+    set -- $pair
+    "$python" -m vitdeploy export -r "$1" --random-weights -o "$out/files/$2.onnx" >/dev/null
+done
+say "x86_64: $("$python" -c 'import platform; print(platform.machine())')"
+start=$SECONDS
+# SAM 2 video is left out unless VITDEPLOY_ARM_VIDEO=1: under qemu its four graphs took more than 13 minutes for
+# three tiny frames (ONNX Runtime's vector kernels run ~1,500x slower emulated than natively here)
+parts="sam_predictor,mask_generator,dataset_job,bad_inputs${VITDEPLOY_ARM_VIDEO:+,video}"
+"$python" scripts/runtime_check.py "$out/files" "$out/x86_64.npz" "$parts"
+say "x86_64 took $((SECONDS - start)) s"
+
+mkdir -p "$root/src" "$root/out" "$root/proc"
+mount --bind "$PWD" "$root/src"
+mount --bind "$out" "$root/out"
+# /proc for the programs that read it (not /sys: with the host's /sys, ONNX Runtime's cpuinfo crashed under qemu)
+mount -t proc proc "$root/proc"
+trap 'umount "$root/src" "$root/out" "$root/proc" 2>/dev/null || true' EXIT
+say "aarch64 (qemu): $(chroot "$root" /usr/bin/python3 -c 'import platform; print(platform.machine())')"
+start=$SECONDS
+chroot "$root" /usr/bin/env -i HOME=/root PATH="$venv/bin:/usr/bin:/bin" PYTHONPATH=/src PYTHONDONTWRITEBYTECODE=1 \
+    "$venv/bin/python" /src/scripts/runtime_check.py /out/files /out/aarch64.npz "$parts"
+say "aarch64 took $((SECONDS - start)) s"
