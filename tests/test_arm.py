@@ -63,6 +63,7 @@ def both(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
 def test_both_machines_ran_every_part(both) -> None:
     x86, arm = both
     assert (x86["record"]["machine"], arm["record"]["machine"]) == ("x86_64", "aarch64")
+    assert "asimd" in arm["record"]["cpu"] and "avx" not in arm["record"]["cpu"], arm["record"]["cpu"]  # its own CPU
     assert x86["record"]["errors"] == {} and arm["record"]["errors"] == {}, (x86["record"]["errors"], arm["record"]["errors"])
     print("seconds x86_64:", x86["record"]["seconds"], "aarch64 under qemu:", arm["record"]["seconds"])
 

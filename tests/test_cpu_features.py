@@ -90,3 +90,28 @@ def test_this_machine_is_read(monkeypatch) -> None:
 def test_apply_mask_wildcards() -> None:
     kept, hidden = apply_mask(frozenset({"avx2", "avx512f", "avx512_vnni", "fma"}), "avx512*")
     assert kept == {"avx2", "fma"} and hidden == {"avx512f", "avx512_vnni"}
+
+
+def test_arm64_features_come_from_the_auxiliary_vector_even_under_emulation(tmp_path, monkeypatch):
+    """On arm64 the features are the kernel's HWCAP words (named as cpuinfo's Features line). Under qemu-user,
+    /proc/cpuinfo is the x86 host's: its flags were taken for the Arm CPU's (avx512 on an 'aarch64')."""
+    import vitdeploy.cpu_features as cf
+
+    hwcap = 1 << cf.ARM64_HWCAP.index("asimd") | 1 << cf.ARM64_HWCAP.index("asimddp") | 1 << cf.ARM64_HWCAP.index("fp")
+    hwcap2 = 1 << cf.ARM64_HWCAP2.index("i8mm") | 1 << cf.ARM64_HWCAP2.index("bf16")
+    assert cf.arm64_flags(hwcap, hwcap2) == {"fp", "asimd", "asimddp", "i8mm", "bf16"}
+    host = tmp_path / "cpuinfo"
+    host.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 207\n"
+                    "model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu sse avx2 avx512f amx_tile\n")
+    monkeypatch.setattr(cf.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(cf, "_auxv_arm64_flags", lambda: cf.arm64_flags(hwcap, hwcap2))
+    cf._read.cache_clear()
+    try:
+        features = cf.cpu_features(str(host))
+        assert features.flags == {"fp", "asimd", "asimddp", "i8mm", "bf16"} and features.source == "getauxval"
+        assert features.model.startswith("emulated aarch64 on Intel") and features.int8_dot
+        monkeypatch.setattr(cf, "_auxv_arm64_flags", lambda: None)
+        cf._read.cache_clear()
+        assert not {"avx2", "avx512f", "amx_tile"} & cf.cpu_features(str(host)).flags
+    finally:
+        cf._read.cache_clear()

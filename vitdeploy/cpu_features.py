@@ -10,7 +10,8 @@ AVX2 only), and several decisions depend on the CPU, not on the model:
   AMX accumulate in int32 and do not saturate.
 * vitdeploy's fused rel-pos attention kernel has AVX-512 and AVX2/FMA paths and a portable one.
 
-Linux: flags from ``/proc/cpuinfo``. Elsewhere the flags are unknown and every decision takes its
+Linux: flags from ``/proc/cpuinfo`` (on arm64 from the auxiliary vector, which qemu-user fills for the emulated
+CPU too, named as ``/proc/cpuinfo``'s ``Features``). Elsewhere the flags are unknown and every decision takes its
 safe side (e.g. INT8 treated as saturating). ``VITDEPLOY_CPU_MASK`` hides features, to exercise the
 other CPU kind's decisions on any machine: a comma-separated list of flag names, ``*`` as a suffix
 wildcard (``VITDEPLOY_CPU_MASK='avx512*,amx*,avx_vnni'`` makes an AVX-512 machine decide like an
@@ -140,6 +141,37 @@ def apply_mask(flags: frozenset[str], mask: str) -> tuple[frozenset[str], frozen
     return flags - hidden, hidden
 
 
+#: The Linux arm64 hardware capability bits (arch/arm64/include/uapi/asm/hwcap.h), named as /proc/cpuinfo's
+#: ``Features`` line names them: AT_HWCAP, then AT_HWCAP2.
+ARM64_HWCAP = ("fp", "asimd", "evtstrm", "aes", "pmull", "sha1", "sha2", "crc32", "atomics", "fphp", "asimdhp", "cpuid",
+               "asimdrdm", "jscvt", "fcma", "lrcpc", "dcpop", "sha3", "sm3", "sm4", "asimddp", "sha512", "sve",
+               "asimdfhm", "dit", "uscat", "ilrcpc", "flagm", "ssbs", "sb", "paca", "pacg")
+ARM64_HWCAP2 = ("dcpodp", "sve2", "sveaes", "svepmull", "svebitperm", "svesha3", "svesm4", "flagm2", "frint", "svei8mm",
+                "svef32mm", "svef64mm", "svebf16", "i8mm", "bf16", "dgh", "rng", "bti", "mte")
+ARM_MACHINES = ("aarch64", "arm64")
+
+
+def arm64_flags(hwcap: int, hwcap2: int) -> frozenset[str]:
+    """The feature names of arm64's AT_HWCAP and AT_HWCAP2 words."""
+    return frozenset([name for bit, name in enumerate(ARM64_HWCAP) if hwcap >> bit & 1] +
+                     [name for bit, name in enumerate(ARM64_HWCAP2) if hwcap2 >> bit & 1])
+
+
+def _auxv_arm64_flags() -> frozenset[str] | None:
+    """This process's arm64 features from its auxiliary vector (``getauxval``), None where it cannot be read. The
+    kernel, or qemu-user emulating an arm64 CPU, fills it for the CPU the program runs on; /proc/cpuinfo under
+    qemu-user is the host's (an x86 ``flags`` line on an emulated Arm CPU)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        libc.getauxval.restype = ctypes.c_ulong
+        libc.getauxval.argtypes = [ctypes.c_ulong]
+        return arm64_flags(int(libc.getauxval(16)), int(libc.getauxval(26)))  # AT_HWCAP, AT_HWCAP2
+    except (OSError, AttributeError):
+        return None
+
+
 @lru_cache(maxsize=8)
 def _read(mask: str, cpuinfo: str) -> CpuFeatures:
     machine = platform.machine() or "unknown"
@@ -149,7 +181,16 @@ def _read(mask: str, cpuinfo: str) -> CpuFeatures:
         model, flags = parse_cpuinfo(text)
         family_model, source = parse_family_model(text), str(path)
     except OSError:
-        model, flags, family_model, source = "", frozenset(), "", "unknown"
+        text, model, flags, family_model, source = "", "", frozenset(), "", "unknown"
+    if machine.lower() in ARM_MACHINES:
+        emulated = "flags" in _first_values(text)  # an x86 host's cpuinfo: this arm64 program runs under qemu-user
+        if emulated:
+            model, family_model = f"emulated {machine} on {model or 'an x86 host'}", ""
+        from_auxv = _auxv_arm64_flags()
+        if from_auxv:
+            flags, source = from_auxv, "getauxval"
+        elif emulated:
+            flags = frozenset()  # the host's x86 flags are not this CPU's
     if not flags:
         source = "unknown"
     kept, hidden = apply_mask(flags, mask)
@@ -181,4 +222,4 @@ def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> CpuFeatures:
     return _read(os.environ.get(MASK_ENV, ""), cpuinfo)
 
 
-__all__ = ["BF16_FLAGS", "MASK_ENV", "CpuFeatures", "apply_mask", "available_cores", "available_memory", "cpu_features", "parse_cpuinfo", "parse_family_model"]
+__all__ = ["ARM64_HWCAP", "ARM64_HWCAP2", "BF16_FLAGS", "arm64_flags", "MASK_ENV", "CpuFeatures", "apply_mask", "available_cores", "available_memory", "cpu_features", "parse_cpuinfo", "parse_family_model"]
