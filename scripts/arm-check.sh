@@ -73,14 +73,47 @@ parts="sam_predictor,mask_generator,dataset_job,bad_inputs${VITDEPLOY_ARM_VIDEO:
 "$python" scripts/runtime_check.py "$out/files" "$out/x86_64.npz" "$parts"
 say "x86_64 took $((SECONDS - start)) s"
 
-mkdir -p "$root/src" "$root/out" "$root/proc"
+mkdir -p "$root/src" "$root/out" "$root/proc" "$root$PWD"
 mount --bind "$PWD" "$root/src"
+mount --bind "$PWD" "$root$PWD"  # also at its own path: the C++ tests hold the absolute path of runtime_facts.json
 mount --bind "$out" "$root/out"
 # /proc for the programs that read it (not /sys: with the host's /sys, ONNX Runtime's cpuinfo crashed under qemu)
 mount -t proc proc "$root/proc"
-trap 'umount "$root/src" "$root/out" "$root/proc" 2>/dev/null || true' EXIT
+trap 'umount "$root/src" "$root$PWD" "$root/out" "$root/proc" 2>/dev/null || true' EXIT
 say "aarch64 (qemu): $(chroot "$root" /usr/bin/python3 -c 'import platform; print(platform.machine())')"
 start=$SECONDS
 chroot "$root" /usr/bin/env -i HOME=/root PATH="$venv/bin:/usr/bin:/bin" PYTHONPATH=/src PYTHONDONTWRITEBYTECODE=1 \
     "$venv/bin/python" /src/scripts/runtime_check.py /out/files /out/aarch64.npz "$parts"
 say "aarch64 took $((SECONDS - start)) s"
+
+# The C++ library, its unit tests and sam_cli, cross-built here for aarch64 against the root as the sysroot
+# (cpp/cmake/aarch64-linux-gnu.cmake), and run in the root (not through 'qemu -L' from here: ONNX Runtime's cpuinfo
+# then reads this machine's /sys and the emulated program crashes).
+if [ "${VITDEPLOY_ARM_CPP:-1}" = 1 ]; then
+    command -v aarch64-linux-gnu-g++ >/dev/null || apt-get install -y -qq g++-aarch64-linux-gnu >/dev/null
+    if [ ! -e "$root/usr/include/png.h" ] || [ ! -e "$root/usr/include/openssl/sha.h" ]; then
+        say "installing the C++ library's build dependencies in the root"
+        chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/bin:/bin:/usr/sbin:/sbin DEBIAN_FRONTEND=noninteractive \
+            sh -c "apt-get update -qq && apt-get install -y -qq --no-install-recommends libssl-dev libpng-dev zlib1g-dev \
+                   libjpeg62-turbo-dev libstdc++-12-dev" >/dev/null
+    fi
+    ort="$(cd "$root$venv" && ls lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.* | head -1)"
+    mkdir -p "$root/opt/ort-lib" "$out/cpp/onnxruntime-lib"
+    ln -sf "../vitdeploy-venv/$ort" "$root/opt/ort-lib/libonnxruntime.so.1"
+    ln -sf "$root$venv/$ort" "$out/cpp/onnxruntime-lib/libonnxruntime.so"
+    ln -sf "$root$venv/$ort" "$out/cpp/onnxruntime-lib/libonnxruntime.so.1"
+    bash cpp/scripts/fetch_debian_headers.sh "$out/cpp/_deps" >/dev/null
+    start=$SECONDS
+    cmake -S cpp -B "$out/cpp" -DCMAKE_TOOLCHAIN_FILE="$PWD/cpp/cmake/aarch64-linux-gnu.cmake" -DVITDEPLOY_ARM_ROOT="$root" \
+        -DONNXRUNTIME_LIBRARY="$out/cpp/onnxruntime-lib/libonnxruntime.so" -DVITDEPLOY_WITH_OPENVINO=OFF >/dev/null
+    cmake --build "$out/cpp" -j "$(nproc)" >/dev/null
+    say "C++ cross-built for $(file -b "$out/cpp/sam_cli" | cut -d, -f2 | xargs) in $((SECONDS - start)) s"
+    inroot() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/bin:/bin LD_LIBRARY_PATH=/opt/ort-lib "$@"; }
+    inroot /out/cpp/tests/vitdeploy_unit_tests > "$out/cpp-unit.txt" 2>&1 || { cat "$out/cpp-unit.txt" >&2; exit 1; }
+    tail -1 "$out/cpp-unit.txt" >&2
+    start=$SECONDS
+    inroot /out/cpp/sam_cli --encoder /out/files/sam_enc.onnx --decoder /out/files/sam_dec.onnx \
+        --image /src/calibration/images/calib_00_landscape.jpg --point 100,80 --out /out/cpp-mask.png --threads 1 \
+        --runtime onnxruntime --json 2>/dev/null > "$out/cpp-aarch64.json"
+    say "sam_cli on aarch64 took $((SECONDS - start)) s"
+fi

@@ -57,6 +57,7 @@ def both(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
     for machine in ("x86_64", "aarch64"):
         data = np.load(out / f"{machine}.npz")
         loaded.append({"record": json.loads(str(data["record"])), **{k: data[k] for k in data.files if k != "record"}})
+    loaded[1]["folder"] = out  # the C++ part's outputs are files there
     return loaded[0], loaded[1]
 
 
@@ -107,3 +108,24 @@ def test_bad_inputs_get_the_same_answers(both) -> None:
     assert x86["record"]["bad_inputs"] == arm["record"]["bad_inputs"]
     assert all(a["exit"] == 1 and a["wrote"] == [] and a["error"] and not a["traceback"]
                for a in arm["record"]["bad_inputs"].values())
+
+
+def test_the_cpp_library_cross_built_for_aarch64_gives_the_python_mask(both) -> None:
+    """cpp/ cross-built with Debian's g++-aarch64-linux-gnu against the arm64 root (cpp/cmake/aarch64-linux-gnu.cmake):
+    its unit tests pass on aarch64, and sam_cli's mask for the click equals the x86-64 Python predictor's."""
+    from PIL import Image
+
+    x86, arm = both
+    folder = arm["folder"]
+    if not (folder / "cpp-aarch64.json").is_file():
+        pytest.skip("the C++ part was not run (VITDEPLOY_ARM_CPP=0)")
+    assert " 0 failed" in (folder / "cpp-unit.txt").read_text().splitlines()[-1]
+    summary = json.loads((folder / "cpp-aarch64.json").read_text())
+    best = int(np.argmax(x86["sam_scores_0"]))
+    mask = np.asarray(Image.open(folder / "cpp-mask.png")) > 0
+    assert summary["mask_index"] == best
+    np.testing.assert_allclose(summary["scores"], x86["sam_scores_0"], atol=SCORE_ATOL)
+    iou = _iou(mask, x86["sam_masks_0"][best])
+    print(f"sam_cli on aarch64 vs the x86-64 Python predictor: IoU {iou:.6f}, "
+          f"{int((mask != x86['sam_masks_0'][best]).sum())} pixels differ")
+    assert iou >= MASK_IOU
