@@ -18,20 +18,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vitdeploy.validation.masks import compare_masks
+
 pytestmark = pytest.mark.arm
 
 ROOT = Path(__file__).resolve().parents[1]
 ARM_ROOT = Path(os.environ.get("VITDEPLOY_ARM_ROOT", "/var/cache/vitdeploy/arm64-root"))
 #: The same float32 graphs in ONNX Runtime's x86-64 (AVX-512/AVX2) and aarch64 (NEON) kernels: sums in another order,
-#: so a logit within rounding of 0 may fall either side of the mask threshold.
-MASK_IOU = 0.99
+#: so a logit within rounding of 0 may fall either side of the mask threshold: the masks are held to the fp32 mask
+#: budget (vitdeploy.validation.masks), the scores to SCORE_ATOL.
 SCORE_ATOL = 1e-4
 EMBEDDING_COSINE = 0.99999
 
 
-def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    union = np.logical_or(a, b).sum()
-    return float(np.logical_and(a, b).sum() / union) if union else 1.0
+def _same_masks(reference: np.ndarray, candidate: np.ndarray, label: str) -> None:
+    agreement = compare_masks(reference, candidate, "fp32", label=label)
+    assert agreement, agreement.summary()
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -74,16 +76,14 @@ def test_sam_predictor_masks_scores_and_embedding_match(both) -> None:
     assert _cosine(x86["sam_embedding"], arm["sam_embedding"]) >= EMBEDDING_COSINE
     for k in range(3):
         assert x86[f"sam_masks_{k}"].shape == arm[f"sam_masks_{k}"].shape
-        ious = [_iou(a, b) for a, b in zip(x86[f"sam_masks_{k}"], arm[f"sam_masks_{k}"])]
-        assert min(ious) >= MASK_IOU, (k, ious)
+        _same_masks(x86[f"sam_masks_{k}"], arm[f"sam_masks_{k}"], f"prompt {k}")
         np.testing.assert_allclose(arm[f"sam_scores_{k}"], x86[f"sam_scores_{k}"], atol=SCORE_ATOL)
 
 
 def test_mask_generator_finds_the_same_masks(both) -> None:
     x86, arm = both
     assert len(x86["amg_masks"]) == len(arm["amg_masks"]) > 0
-    ious = [_iou(a, b) for a, b in zip(x86["amg_masks"], arm["amg_masks"])]
-    assert min(ious) >= MASK_IOU, ious
+    _same_masks(x86["amg_masks"], arm["amg_masks"], "mask generator")
     np.testing.assert_allclose(arm["amg_iou"], x86["amg_iou"], atol=SCORE_ATOL)
 
 
@@ -93,8 +93,7 @@ def test_video_tracking_gives_the_same_masks_on_every_frame(both) -> None:
         pytest.skip("SAM 2 video is left out under qemu unless VITDEPLOY_ARM_VIDEO=1 (its graphs took more than 13 min "
                     "for three tiny frames emulated)")
     assert x86["video_masks"].shape == arm["video_masks"].shape
-    ious = [_iou(a, b) for a, b in zip(x86["video_masks"], arm["video_masks"])]
-    assert min(ious) >= MASK_IOU, ious
+    _same_masks(x86["video_masks"], arm["video_masks"], "video")
 
 
 def test_a_dataset_job_writes_the_same_embeddings(both) -> None:
@@ -125,7 +124,6 @@ def test_the_cpp_library_cross_built_for_aarch64_gives_the_python_mask(both) -> 
     mask = np.asarray(Image.open(folder / "cpp-mask.png")) > 0
     assert summary["mask_index"] == best
     np.testing.assert_allclose(summary["scores"], x86["sam_scores_0"], atol=SCORE_ATOL)
-    iou = _iou(mask, x86["sam_masks_0"][best])
-    print(f"sam_cli on aarch64 vs the x86-64 Python predictor: IoU {iou:.6f}, "
-          f"{int((mask != x86['sam_masks_0'][best]).sum())} pixels differ")
-    assert iou >= MASK_IOU
+    print(f"sam_cli on aarch64 vs the x86-64 Python predictor: {int((mask != x86['sam_masks_0'][best]).sum())} "
+          "pixels differ")
+    _same_masks(x86["sam_masks_0"][best], mask, "sam_cli")

@@ -112,10 +112,7 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
         if started:
             stop_ray()
     if stop is not None:
-        import signal
-
-        click.echo(f"stopped by {signal.Signals(stop.signum).name} (Ray Serve and the cluster it started are down)")
-        raise SystemExit(128 + stop.signum)
+        _stopped_by(stop, "Ray Serve and the cluster it started are down")
     click.echo("stopped")
 
 
@@ -144,11 +141,16 @@ def _serve_in_process(encoder: str, decoder: str, host: str, port: int, cache_si
     try:
         server.run()
     except Interrupted as stop:  # raised again by the server once the requests in flight were answered
-        import signal
-
-        click.echo(f"stopped by {signal.Signals(stop.signum).name} (the requests in flight were answered)")
-        raise SystemExit(128 + stop.signum) from None
+        _stopped_by(stop, "the requests in flight were answered")
     click.echo("stopped")
+
+
+def _stopped_by(stop: Interrupted, done: str) -> None:
+    """The server's last line, and the exit status of a verb a signal stopped (128 + the signal: 143, 130)."""
+    import signal
+
+    click.echo(f"stopped by {signal.Signals(stop.signum).name} ({done})")
+    raise SystemExit(128 + stop.signum) from None
 
 
 def _wait_for_stop() -> None:

@@ -19,6 +19,7 @@ from tests.sam_tiny import TinySamArtifacts, sample_image
 from vitdeploy.runtime import SamPredictor
 from vitdeploy.runtime.apps.serving.server import Server
 from vitdeploy.runtime.apps.serving.service import SamService
+from vitdeploy.validation.masks import compare_masks
 
 pytest_plugins = ["tests.sam_tiny_fixtures"]
 #: Where the page's screenshot is kept (CI keeps build/ as an artifact folder; VITDEPLOY_TEST_ARTIFACTS overrides).
@@ -90,11 +91,6 @@ def _predicted(predictor: SamPredictor, prompt: dict) -> tuple[np.ndarray, np.nd
     return masks, scores
 
 
-def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    union = np.logical_or(a, b).sum()
-    return float(np.logical_and(a, b).sum() / union) if union else 1.0
-
-
 def _at(browser, canvas, x: float, y: float):
     """An action chain placed on image pixel (x, y) of the canvas (Selenium's offsets are from its centre)."""
     from selenium.webdriver.common.action_chains import ActionChains
@@ -125,18 +121,18 @@ def test_clicks_in_the_page_give_the_predictors_masks(page, tiny_sam_artifacts: 
     assert prompt["labels"] == [1] and prompt["multimask_output"] is True
     assert abs(prompt["points"][0][0] - 50) < 1.5 and abs(prompt["points"][0][1] - 40) < 1.5, prompt
     masks, scores = _predicted(predictor, prompt)
-    assert _iou(_page_mask(browser), masks[int(np.argmax(scores))]) == 1.0
+    assert np.array_equal(_page_mask(browser), masks[int(np.argmax(scores))])
     candidates = browser.find_elements("css selector", "#candidates button")
     assert len(candidates) == 3
     candidates[0].click()  # pick another candidate
-    assert _iou(_page_mask(browser), masks[0]) == 1.0
+    assert np.array_equal(_page_mask(browser), masks[0])
 
     _at(browser, canvas, 120, 90).context_click().perform()  # right click: a background point
     _settled(browser, 2)
     prompt = browser.execute_script("return window.vitdeployPage.prompt()")
     assert prompt["labels"] == [1, 0] and prompt["multimask_output"] is False
     masks, _ = _predicted(predictor, prompt)
-    assert _iou(_page_mask(browser), masks[0]) == 1.0
+    assert np.array_equal(_page_mask(browser), masks[0])
 
     browser.find_element("id", "undo").click()  # back to the one click
     _settled(browser, 3)
@@ -149,7 +145,7 @@ def test_clicks_in_the_page_give_the_predictors_masks(page, tiny_sam_artifacts: 
     assert x0 < x1 and y0 < y1 and prompt["multimask_output"] is False
     masks, _ = _predicted(predictor, prompt)
     shown = _page_mask(browser)
-    assert _iou(shown, masks[0]) == 1.0
+    assert np.array_equal(shown, masks[0])
 
     browser.find_element("id", "download-png").click()
     browser.find_element("id", "download-rle").click()
@@ -182,11 +178,6 @@ def test_the_pages_rle_decoder_is_pycocotools(page) -> None:
         decoded = browser.execute_script("return window.vitdeployPage.decodeRle(arguments[0])",
                                          {"size": rle["size"], "counts": rle["counts"].decode()})
         assert decoded == "".join("1" if v else "0" for v in mask.ravel())
-
-
-#: IoU of a mask decoded in the browser (onnxruntime-web, WebAssembly) against ONNX Runtime's on the CPU: both run
-#: the same file in float32, in different kernels, so logits near 0 may fall either side.
-BROWSER_IOU = 0.99
 
 
 def test_the_decoder_in_the_browser_gives_the_predictors_masks(page, tiny_sam_artifacts: TinySamArtifacts,
@@ -223,9 +214,11 @@ def test_the_decoder_in_the_browser_gives_the_predictors_masks(page, tiny_sam_ar
         shown = browser.execute_script("return window.vitdeployPage.answerScores()")
         np.testing.assert_allclose(shown, scores, atol=1e-4, err_msg=json.dumps(prompt))
         best = int(np.argmax(shown))
-        iou = _iou(_page_mask(browser), masks[best])
-        print(f"browser decoder: prompt {k}: IoU {iou:.6f}, scores {np.abs(np.array(shown) - scores).max():.2e}")
-        assert iou >= BROWSER_IOU, (prompt, iou)
+        # the same file in float32 in other kernels (WebAssembly): logits near 0 may fall either side, so the fp32
+        # mask budget (vitdeploy.validation.masks), not equality
+        agreement = compare_masks(masks[best], _page_mask(browser), "fp32", label=json.dumps(prompt))
+        print(f"browser decoder: {agreement.summary()}; scores {np.abs(np.array(shown) - scores).max():.2e}")
+        assert agreement, agreement.summary()
     assert "decode (browser)" in browser.find_element("id", "timings").text
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(ARTIFACTS / "serve-page-browser-decoder.png"))

@@ -33,6 +33,7 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from vitdeploy.errors import InputError
@@ -84,7 +85,6 @@ class FrontDoor:
 
     def __init__(self, app: Any, service: Service, cors_origins: tuple[str, ...] = ()):
         self.app, self.service, self.cors_origins = app, service, tuple(cors_origins)
-        self.in_flight = 0  # the event loop's own count: no lock needed
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -97,8 +97,7 @@ class FrontDoor:
         extra = {"x-request-id": rid, **self._cors(headers.get("origin"))}
         status = {"code": 500}
         metrics = self.service.metrics
-        metrics.in_flight(+1)
-        self.in_flight += 1
+        in_flight = metrics.in_flight(+1)
 
         async def send_with_headers(message: dict) -> None:
             if message["type"] == "http.response.start":
@@ -109,7 +108,7 @@ class FrontDoor:
             await send(message)
 
         try:
-            answer = self._preflight(scope["method"], headers) or self._busy()
+            answer = self._preflight(scope["method"], headers) or self._busy(in_flight)
             body = b""
             if answer is None:
                 body, answer = await self._read_body(headers, receive)
@@ -123,7 +122,6 @@ class FrontDoor:
                 await self.app(scope, _replay(body, receive), send_with_headers)
         finally:
             metrics.in_flight(-1)
-            self.in_flight -= 1
             route = getattr(scope.get("route"), "name", None) or getattr(scope.get("endpoint"), "__name__", "unknown")
             metrics.count("requests_total", route=route, status=str(status["code"]))
             metrics.observe(route, time.perf_counter() - start)
@@ -132,12 +130,12 @@ class FrontDoor:
                        "client": (scope.get("client") or ("", 0))[0]}
             LOG.info("%(method)s %(path)s %(status)d %(ms).1f ms id=%(request_id)s", request, extra={"request": request})
 
-    def _busy(self) -> tuple[int, list, bytes] | None:
+    def _busy(self, in_flight: int) -> tuple[int, list, bytes] | None:
         """503 with Retry-After past MAX_IN_FLIGHT requests at once (back-pressure, before any body is read)."""
-        if self.in_flight <= MAX_IN_FLIGHT:
+        if in_flight <= MAX_IN_FLIGHT:
             return None
         self.service.metrics.count("rejected_total", reason="in_flight")
-        return _json_answer(503, {"error": f"busy: {self.in_flight - 1} requests are being answered; retry in 1 s"},
+        return _json_answer(503, {"error": f"busy: {in_flight - 1} requests are being answered; retry in 1 s"},
                             {"retry-after": "1"})
 
     def _cors(self, origin: str | None) -> dict[str, str]:
@@ -246,6 +244,10 @@ def build_api(service: Service, *, cors_origins: tuple[str, ...] | list[str] = (
                   description="Encode an image once, answer prompts from its cached embedding. Errors are JSON "
                               "{\"error\": one line}; every answer carries X-Request-Id.")
     errors = {status: {"model": schemas.ErrorBody, "description": text} for status, text in _ERRORS}
+    # What the page needs to decode in the browser: asked once (on Ray, of a decoder replica), and offered only where
+    # onnxruntime-web is in the package (scripts/fetch_page_assets.py puts it there)
+    decoder_facts = functools.cache(service.browser_decoder)
+    offline_ort = (PAGE_DIR / "ort" / "ort.wasm.min.js").is_file()
 
     @app.exception_handler(ApiError)
     async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
@@ -291,7 +293,10 @@ def build_api(service: Service, *, cors_origins: tuple[str, ...] | list[str] = (
     @app.get("/healthz", response_model=schemas.Health, name="healthz", summary="the service is up; its models")
     @_guarded
     def healthz() -> Any:
-        return _answer({**service.health(), "browser_decoder": _browser_decoder(service)})
+        facts = decoder_facts() if offline_ort else None
+        browser = None if facts is None else {**{k: v for k, v in facts.items() if k != "path"},
+                                              "url": "v1/models/decoder.onnx", "runtime": "ort/"}
+        return _answer({**service.health(), "browser_decoder": browser})
 
     @app.get("/metrics", response_class=PlainTextResponse, name="metrics", summary="Prometheus metrics")
     @_guarded
@@ -307,13 +312,13 @@ def build_api(service: Service, *, cors_origins: tuple[str, ...] | list[str] = (
     @_guarded
     async def embeddings(request: Request) -> Any:
         data = _image_bytes(await request.body(), request.headers.get("content-type", ""))
-        return _answer(await _in_thread(service.encode, data))
+        return _answer(await run_in_threadpool(service.encode, data))
 
     @app.get("/v1/models/decoder.onnx", name="decoder_file", summary="the decoder file (for a page that decodes "
              "in the browser)", responses={200: {"content": {"application/octet-stream": {}}}, 404: errors[404]})
     @_guarded
     def decoder_file() -> Any:
-        facts = service.browser_decoder()
+        facts = decoder_facts()
         if facts is None:
             raise ApiError(404, "this server's decoder is not one .onnx file: decode on the server")
         return FileResponse(facts["path"], media_type="application/octet-stream", filename="decoder.onnx")
@@ -343,20 +348,11 @@ def build_api(service: Service, *, cors_origins: tuple[str, ...] | list[str] = (
     async def masks(key: str, request: Request) -> Any:
         # The body is JSON whatever its Content-Type says (curl -d sends a form's): read here, not by FastAPI
         prompts = parse_prompts(_validated(schemas.MasksRequest, await request.body()).as_dicts())
-        return _answer(await _in_thread(service.masks, key, prompts))
+        return _answer(await run_in_threadpool(service.masks, key, prompts))
 
     app.openapi()  # built once here: a schema the models cannot describe fails at start, not at the first /docs
     _add_schemas(app.openapi_schema, schemas.MasksRequest, schemas.ImageUpload)
     return FrontDoor(app, service, tuple(cors_origins))
-
-
-def _browser_decoder(service: Service) -> dict[str, Any] | None:
-    """The facts a page needs to decode in the browser (healthz), or None: the decoder is not one .onnx file, or
-    onnxruntime-web is not in the package (scripts/fetch_page_assets.py puts it there)."""
-    facts = service.browser_decoder()
-    if facts is None or not (PAGE_DIR / "ort" / "ort.wasm.min.js").is_file():
-        return None
-    return {**{k: v for k, v in facts.items() if k != "path"}, "url": "v1/models/decoder.onnx", "runtime": "ort/"}
 
 
 def _answer(data: dict[str, Any]) -> Any:
@@ -404,12 +400,6 @@ def _image_bytes(body: bytes, content_type: str) -> bytes:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise ApiError(400, "'image' is not valid base64: encode the image file's bytes") from exc
-
-
-async def _in_thread(fn: Callable, *args: Any) -> Any:
-    from starlette.concurrency import run_in_threadpool
-
-    return await run_in_threadpool(fn, *args)
 
 
 def validation_message(errors: list[dict[str, Any]]) -> str:

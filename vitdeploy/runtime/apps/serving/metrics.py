@@ -34,7 +34,8 @@ class Metrics:
                                        buckets=BUCKETS, registry=self.registry)
         self._gauges = {name: prom.Gauge(f"vitdeploy_{name}", name.replace("_", " "), registry=self.registry)
                         for name in GAUGES}
-        self._gauges["requests_in_flight"].set(0)
+        self._in_flight = 0  # changed by the API's front door, on the event loop only
+        self._gauges["requests_in_flight"].set_function(lambda: self._in_flight)
 
     def count(self, name: str, value: float = 1.0, **labels: str) -> None:
         """Add ``value`` to counter ``name`` (``requests_total`` and ``requests`` are the same counter)."""
@@ -48,9 +49,10 @@ class Metrics:
     def observe(self, route: str, seconds: float) -> None:
         self._seconds.labels(route=route).observe(seconds)
 
-    def in_flight(self, change: int) -> None:
-        """One more (+1) or one fewer (-1) request being answered."""
-        self._gauges["requests_in_flight"].inc(change)
+    def in_flight(self, change: int) -> int:
+        """One more (+1) or one fewer (-1) request being answered: how many are now."""
+        self._in_flight += change
+        return self._in_flight
 
     def render(self, gauges: dict[str, float]) -> str:
         """The Prometheus text exposition, with ``gauges`` (names of :data:`GAUGES`) set first."""

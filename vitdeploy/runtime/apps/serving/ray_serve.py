@@ -124,7 +124,6 @@ class RayFront:
         self.metrics = Metrics()
         self.started = time.time()
         self.cache_epoch: float | None = None
-        self._browser_decoder: tuple[dict[str, Any] | None] | None = None
 
     def encode(self, data: bytes) -> dict[str, Any]:
         if self.cache_epoch is None:  # the cache replica this front put embeddings into: a replacement starts later
@@ -152,9 +151,7 @@ class RayFront:
         return item
 
     def browser_decoder(self) -> dict[str, Any] | None:
-        if self._browser_decoder is None:  # asked of a decoder replica once (the same file in every replica)
-            self._browser_decoder = (self._call(self.decoder.browser_decoder),)
-        return self._browser_decoder[0]
+        return self._call(self.decoder.browser_decoder)  # the same file in every replica (the API asks once)
 
     def masks(self, key: str, prompts: list[PromptRequest]) -> dict[str, Any]:
         results = self._call(self.decoder.masks, key, prompts)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from typing import Any
 
 from vitdeploy.runtime.apps.serving.service import Service
@@ -106,7 +107,7 @@ class Server:
         self._thread = threading.Thread(target=self.run, name="vitdeploy-serve", daemon=True)
         self._thread.start()
         while not self.uvicorn.started and self._thread.is_alive():
-            threading.Event().wait(0.01)
+            time.sleep(0.01)
         return self
 
     def stop(self) -> None:

@@ -23,6 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -209,8 +210,6 @@ class DecoderSide:
     def browser_decoder(self) -> dict[str, Any] | None:
         """What a page needs to run this decoder itself (the file, and how to lay out its inputs and read its outputs),
         or None where it cannot: the decoder is not one self-contained .onnx file."""
-        from pathlib import Path
-
         path = getattr(self.predictor.decoder, "path", None)
         if not path or Path(path).suffix.lower() != ".onnx" or Path(f"{path}.data").exists():
             return None
@@ -337,8 +336,6 @@ def unknown_id(key: str, capacity: int) -> ApiError:
 
 
 def _file_name(runner: Any) -> str:
-    from pathlib import Path
-
     return Path(runner.path).name if getattr(runner, "path", None) else runner.name
 
 
