@@ -36,8 +36,8 @@ def pair(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> tuple[Path, Pa
 def test_tune_judges_every_candidate_and_writes_the_fastest_passing(pair: tuple[Path, Path]) -> None:
     encoder, decoder = pair
     lines: list[str] = []
-    report = tune(encoder, TuneOptions(decoder=str(decoder), max_images=2, clicks=3, runs=2, threads=(1, 2)),
-                  echo=lines.append)
+    report = tune(encoder, TuneOptions(decoder=str(decoder), max_images=2, clicks=3, runs=2, threads=(1, 2),
+                                       finalists=0), echo=lines.append)
     # ONNX Runtime (the generic file has one attention form) and OpenVINO FP32 with its GELU form each way, BF16 where
     # this CPU has it; 2 thread counts
     assert len(report.verdicts) == (3 + HAS_BF16) * 2 == len(lines) - 2
@@ -56,6 +56,23 @@ def test_tune_judges_every_candidate_and_writes_the_fastest_passing(pair: tuple[
     assert [c["passed"] for c in profile["candidates"]] == sorted((c["passed"] for c in profile["candidates"]), reverse=True)
     assert profile["machine"]["cores"] >= 1 and profile["runtime_versions"]["onnxruntime"]
     assert profile["inputs"] == [Path(p).name for p in profile["inputs"]]  # names, not this machine's paths
+
+
+def test_tune_judges_in_full_only_the_fastest_the_probe_ranked(pair: tuple[Path, Path]) -> None:
+    """Every candidate is ranked by the probe on a part of the graph; the ``finalists`` fastest that held their budget
+    there are judged in full, in that order, and the profile keeps the probe's ranking."""
+    encoder, decoder = pair
+    lines: list[str] = []
+    report = tune(encoder, TuneOptions(decoder=str(decoder), max_images=2, clicks=3, runs=2, threads=(1, 2),
+                                       finalists=2), echo=lines.append)
+    assert lines[2].startswith("probe: probed on this CPU in"), lines
+    profile = json.loads(profile_path(encoder).read_text())
+    ranked = profile["probe"]["timings"]
+    assert len(ranked) == (3 + HAS_BF16) * 2  # every candidate tune has, ranked
+    held = [t["deployment"] for t in ranked if not t["reason"]]
+    assert [v.deployment.to_dict() for v in report.verdicts] == held[:2]
+    assert profile["chosen"] == report.chosen.deployment.to_dict() and report.chosen.passed
+    assert profile["chosen"] in held[:2]
 
 
 def test_candidates_follow_the_file_the_cpu_and_the_runtimes() -> None:

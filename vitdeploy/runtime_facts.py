@@ -105,6 +105,12 @@ CPU_DEFAULT_ROWS: tuple[CpuDefault, ...] = tuple(
 #: x86 CPUs with every one of ``flags`` and none of ``without``, files of ``file_precisions``.
 OPENVINO_GELU_APART: dict[str, Any] = FACTS["openvino_gelu_apart"]
 
+#: policy -> {"units": CPU flags (any one), "families": where its parity budget is proven, "evidence"}: which reduced
+#: precision policies the first-use probe may time for a file (:mod:`vitdeploy.runtime.backends.probe`).
+PROVEN_POLICIES: dict[str, dict[str, Any]] = {
+    name: {"units": tuple(row["units"]), "families": tuple(row["families"]), "evidence": row["evidence"]}
+    for name, row in FACTS["proven_policies"].items()}
+
 #: The runner settings 'vitdeploy tune' writes into a deployment profile (each true or false); a profile holding
 #: another is refused (Python) or ignored (C++).
 PROFILE_SETTINGS: tuple[str, ...] = tuple(FACTS["profile_settings"])
@@ -123,5 +129,5 @@ def family_name(model: str, part: str) -> str:
 
 
 __all__ = ["BF16_FLAGS", "CPU_DEFAULT_ROWS", "CPU_RUNTIMES", "FACTS", "INT8_DOT_FLAGS", "MODEL_PARTS",
-           "OPENVINO_GELU_APART", "PROFILE_SETTINGS", "REPORTED_FLAGS", "CpuDefault", "CpuRuntimeFacts", "family_name",
+           "OPENVINO_GELU_APART", "PROFILE_SETTINGS", "PROVEN_POLICIES", "REPORTED_FLAGS", "CpuDefault", "CpuRuntimeFacts", "family_name",
            "flag_condition", "x86_with"]

@@ -14,6 +14,11 @@ budget (:data:`~vitdeploy.validation.masks.MASK_TOLERANCES`) on the masks of see
 run as written. Every mask is gated; the masks the official stability score calls stable are reported beside
 (random weights make almost no mask stable, so the gate cannot rest on them alone).
 
+Judging a candidate in full costs whole-graph runs (a SAM ViT-B encoder: seconds each), so the candidates are first
+ranked by the first-use probe (:mod:`vitdeploy.runtime.backends.probe`: each one timed on a part of the real graph,
+its outputs there held to its budget) and only the fastest ``finalists`` (3 by default) are judged in full; the
+probe's ranking is kept in the profile.
+
 The profile (:mod:`vitdeploy.runtime.backends.deployment` reads it) records the machine, the runtime versions and
 the model's SHA-256, so that it is used only where it was measured.
 """
@@ -45,7 +50,8 @@ class TuneOptions:
     images, ``random_inputs`` seeded sets; ``clicks`` per image through ``decoder``; ``runs`` timed runs after
     ``warmup``; ``threads`` the thread counts to try (default: 1 and every core this process may use);
     ``reference`` the FP32 file of the same model that an INT8 or FP16 file is judged against (default: the file
-    itself as written)."""
+    itself as written); ``finalists`` how many candidates, ranked by the first-use probe on a part of the graph
+    (:mod:`vitdeploy.runtime.backends.probe`), are judged in full (0: every candidate, no probe)."""
 
     images: tuple[str, ...] = ()
     max_images: int = 4
@@ -58,6 +64,7 @@ class TuneOptions:
     runtimes: tuple[str, ...] = ()
     seed: int = 0
     reference: str | None = None
+    finalists: int = 3
 
 
 @dataclass
@@ -268,6 +275,17 @@ def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | 
     report = TuneReport(model, output, described,
                         [Path(s.source).name if s.source else s.label for s in sets])
     found = candidates(metadata, options)
+    ranking = None
+    if options.finalists and len(found) > options.finalists:
+        from vitdeploy.runtime.backends.probe import Eligible, probe
+
+        ranking = probe(model, metadata, candidates=Eligible(tuple(found)), require_choice=False)
+        echo(f"probe: {ranking.summary()}")
+        found = [t.deployment for t in ranking.ranking() if not t.reason][:options.finalists]
+        if not found:
+            raise InputError(f"no candidate passed its parity budget on '{model.name}', not even on the probe's part "
+                             "(see the line above); no profile written")
+        echo(f"judging the {len(found)} fastest in full: {', '.join(f'{d.label()} {d.threads} thr' for d in found)}")
     for index, deployment in enumerate(found, 1):
         budget = "bf16" if deployment.precision == "bf16" else budget_of_file
         verdict = Verdict(deployment, budget)
@@ -294,6 +312,8 @@ def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | 
         "clicks_per_image": options.clicks if options.decoder else 0, "runs": options.runs, "warmup": options.warmup,
         "chosen": chosen.deployment.to_dict(), "chosen_label": chosen.deployment.label(),
         "candidates": [v.to_dict() for v in sorted(report.verdicts, key=_order)],
+        "probe": None if ranking is None else {"part": ranking.part, "seconds": round(ranking.seconds, 2),
+                                               "timings": [t.to_dict() for t in ranking.ranking()]},
     }
     atomic_write_bytes(output, (json.dumps(profile, indent=2) + "\n").encode())
     return report

@@ -29,6 +29,9 @@ from vitdeploy.runtime.backends.registry import ONNX_RUNTIMES
               help="Thread counts to try (repeatable). [default: 1 and all cores this process may use]")
 @click.option("--runtime", "runtimes", multiple=True, type=click.Choice(ONNX_RUNTIMES),
               help="Runtimes to try (repeatable). [default: every one installed]")
+@click.option("--finalists", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Candidates judged in full after the probe ranked all of them on a part of the graph (0: judge "
+                   "every candidate in full, no probe).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Where to write the profile. [default: beside MODEL, <stem>.profile.json, where --runtime auto reads it]")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile's candidates as JSON.")
@@ -36,12 +39,13 @@ from vitdeploy.runtime.backends.registry import ONNX_RUNTIMES
 @verbose_option
 @handle_errors
 def tune(model: str, decoder: str | None, reference: str | None, images: tuple[str, ...], max_images: int, random_inputs: int, clicks: int,
-         runs: int, warmup: int, threads: tuple[int, ...], runtimes: tuple[str, ...], output: str | None, as_json: bool,
-         force: bool, verbose: bool) -> None:
+         runs: int, warmup: int, threads: tuple[int, ...], runtimes: tuple[str, ...], finalists: int,
+         output: str | None, as_json: bool, force: bool, verbose: bool) -> None:
     """Time every deployment of MODEL this machine supports and write the fastest that passes as its profile.
 
     The candidates are runtime x inference precision x ONNX Runtime attention form x threads (BF16 only on CPUs
-    with AVX512-BF16 or AMX). Each runs on held-out inputs against the file as written on ONNX Runtime and is
+    with AVX512-BF16 or AMX). The first-use probe ranks them all on a part of the graph; the --finalists fastest
+    are judged in full. Each runs on held-out inputs against the file as written on ONNX Runtime and is
     judged by the parity budget of the precision it runs at ('vitdeploy validate' budgets); with --decoder, SAM
     masks through the decoder are judged by the mask budget too. An INT8 or FP16 file is judged against the FP32
     file it was made from with --reference (the same model: its metadata and tensors are checked), so its profile
@@ -69,7 +73,7 @@ def tune(model: str, decoder: str | None, reference: str | None, images: tuple[s
     claim_outputs([target], force)
     options = TuneOptions(images=images, max_images=max_images, random_inputs=random_inputs, decoder=decoder,
                           clicks=clicks, runs=runs, warmup=warmup, threads=threads, runtimes=runtimes,
-                          reference=reference)
+                          reference=reference, finalists=finalists)
     report = run_tune(path, options, target, echo=lambda line: click.echo(line, err=as_json))
     if as_json:
         click.echo(json.dumps(json.loads(target.read_text())["candidates"], indent=2))

@@ -101,6 +101,12 @@ class ModelFamily:
         the families each was measured on are in ``vitdeploy/data/runtime_facts.json``."""
         return tuple(row.key for row in CPU_DEFAULT_ROWS if self.name in row.measured_on)
 
+    def probe_scopes(self, metadata: dict[str, Any]) -> tuple[str, ...]:
+        """The exporter's name scopes of the blocks a first-use probe times for a large file of this family (one of
+        each kind of block, e.g. ``("blocks.0", "blocks.2")`` for a windowed and a global SAM block): a part of the
+        graph that ranks the runtimes as the whole does. Empty: the probe runs the whole graph."""
+        return ()
+
     def architecture_class(self) -> type | None:
         """The dataclass this family builds its model from ``architecture`` with (None: its keys are not checked)."""
         return None

@@ -35,6 +35,15 @@ class SamImageEncoder(ModelFamily):
     layernorm2d_forms = ("matmul", "native")
     required_metadata = ("architecture", "input_size", "pixel_mean", "pixel_std")
 
+    def probe_scopes(self, metadata: dict[str, Any]) -> tuple[str, ...]:
+        """The first windowed block and the first global one (``architecture.global_attn_indexes``)."""
+        arch = metadata.get("architecture") or {}
+        depth, global_blocks = arch.get("depth"), arch.get("global_attn_indexes") or ()
+        if not isinstance(depth, int) or not all(isinstance(i, int) for i in global_blocks):
+            return ()
+        windowed = next((i for i in range(depth) if i not in global_blocks), None)
+        return tuple(f"blocks.{i}" for i in sorted({windowed, *global_blocks[:1]} - {None}))
+
     def architecture_class(self) -> type:
         from vitdeploy.models.sam_arch import SamEncoderArch
 

@@ -1,6 +1,6 @@
 """``--runtime auto``: which runtime, precision policy, runner settings and threads run a file on this machine.
 
-The choice comes from one of two places, in this order:
+The choice comes from one of three places, in this order:
 
 1. **A deployment profile** next to the model (``encoder.onnx`` -> ``encoder.profile.json``), written by
    ``vitdeploy tune``: every candidate it ran on this machine, its latency and its parity verdict
@@ -8,13 +8,17 @@ The choice comes from one of two places, in this order:
    measured: the same model file (SHA-256), the same CPU (model name, family/model, the flags that pick
    kernels), the same core count and the same version of the chosen runtime. Anything else is refused
    in one line that says to run ``vitdeploy tune`` again; a profile is never trusted blindly.
-2. **This CPU's measured default** (:data:`CPU_DEFAULTS`): a table of CPU features -> runtime and precision,
-   each row carrying the measurement that put it there. A row applies only to the file families its
-   parity budget was measured on, and only to FP32 files on the CPU. Where no row applies, the file
-   runs as written on ONNX Runtime (vitdeploy's exact default).
+2. **The first-use probe** (:mod:`vitdeploy.runtime.backends.probe`): the candidates whose numerics are proven for
+   the file's family and whose units this CPU has, timed on a part of the real graph here, once per machine and
+   model (the decision is cached in the user's cache folder).
+3. **This CPU's measured rows** (:data:`CPU_DEFAULTS`), where the probe is off (``VITDEPLOY_PROBE=0``) or ran
+   nothing: a table of CPU features -> runtime and precision, each row carrying the measurement that put it there.
+   A row applies only to the file families its parity budget was measured on, and only to FP32 files on the CPU.
+   Where no row applies, the file runs as written on ONNX Runtime (vitdeploy's exact default).
 
-``--runtime onnxruntime|openvino`` (or ``SamPredictor(runtime=...)``) bypasses both: what is asked is
-what runs. The choice is always said (``Deployment.source``), by the CLI and in ``Runner.notes``.
+``--runtime onnxruntime|openvino`` (or ``SamPredictor(runtime=...)``) bypasses all three: what is asked is
+what runs; so does an asked precision policy (``--inference-precision``). The choice is always said
+(``Deployment.source``), by the CLI and in ``Runner.notes``.
 """
 
 from __future__ import annotations
@@ -343,6 +347,18 @@ def resolve(model: str | Path, *, precision: str | None = None, threads: int | N
         needs = FileNeeds.of(meta)
     except InputError:  # a damaged file: the runner that opens it next says so in its own words
         meta, needs = {}, FileNeeds()
+    if precision is None and meta.get("family"):
+        from vitdeploy.runtime.backends.probe import decide, probe_enabled
+
+        if probe_enabled():
+            try:
+                chosen = decide(model, meta, threads)
+                return replace(chosen, threads=threads or chosen.threads or available_cores(),
+                               source=chosen.source + refused)
+            except InputError as exc:  # no candidate ran: the measured rows below, and why
+                refused += f"; the probe ran nothing ({str(exc)[:200]})"
+        else:
+            refused += "; probe off (VITDEPLOY_PROBE=0)"
     chosen = cpu_default(meta.get("family"), needs.precision, custom_ops=needs.custom_ops)
     if precision is not None and chosen.precision != precision:
         chosen = Deployment(DEFAULT_RUNTIME if precision == "file" else policy_runtime(precision), precision,

@@ -1,0 +1,229 @@
+"""``--runtime auto``'s first-use probe (vitdeploy/runtime/backends/probe.py): who is eligible on each kind of CPU (and
+why the rest is not), the part of the real graph it times, the choice it makes here, and its cache per machine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.sam_tiny import TinySamArtifacts
+from vitdeploy.cpu_features import CpuFeatures, available_cores
+from vitdeploy.metadata import read_onnx_metadata
+from vitdeploy.runtime.backends import probe as probe_module
+from vitdeploy.runtime.backends.probe import (DECISION_FORMAT, decide, decision_key, decision_path, eligible, probe,
+                                              probe_part)
+from vitdeploy.validation.parity import compare
+
+pytest_plugins = ["tests.sam_tiny_fixtures"]
+
+BOTH = frozenset({"onnxruntime", "openvino"})
+#: The CPU kinds the decision must hold on, constructed (their flags as /proc/cpuinfo or the auxiliary vector name them).
+CPUS = {
+    "Intel Xeon with AMX": CpuFeatures("Intel Xeon", "x86_64", frozenset(
+        {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"})),
+    "AMD Zen 4 (AVX512-BF16, no AMX)": CpuFeatures("AMD EPYC", "x86_64", frozenset(
+        {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16"})),
+    "Intel Ice Lake (AVX-512 without BF16)": CpuFeatures("Intel Xeon", "x86_64", frozenset(
+        {"avx2", "fma", "avx512f", "avx512_vnni"})),
+    "AMD Zen 3 (AVX2 only)": CpuFeatures("AMD EPYC", "x86_64", frozenset({"avx2", "fma"})),
+    "Intel client with AVX-VNNI": CpuFeatures("Intel Core", "x86_64", frozenset({"avx2", "fma", "avx_vnni"})),
+    "aarch64 (NEON, dot products, i8mm)": CpuFeatures("Neoverse-N2", "aarch64", frozenset(
+        {"asimd", "asimddp", "i8mm"}), source="auxv"),
+}
+BF16_UNITS = {"Intel Xeon with AMX", "AMD Zen 4 (AVX512-BF16, no AMX)"}
+
+
+@pytest.fixture(autouse=True)
+def _probe_on(monkeypatch) -> None:
+    monkeypatch.setenv("VITDEPLOY_PROBE", "1")  # tests/conftest.py turns it off for every other test
+
+
+@pytest.mark.parametrize("cpu", list(CPUS))
+def test_the_candidates_on_each_kind_of_cpu_and_why_the_rest_are_left_out(cpu: str,
+                                                                         tiny_sam_artifacts: TinySamArtifacts) -> None:
+    """Numerics decide who is eligible, not a list of CPUs: BF16 wherever the CPU has BF16 units and the family's budget
+    is proven, the file's own math on every runtime everywhere; a decoder (budget not proven) and an INT8 file never
+    get BF16; a file holding vitdeploy's fused kernel stays off OpenVINO."""
+    features = CPUS[cpu]
+    encoder = read_onnx_metadata(tiny_sam_artifacts.encoder)
+    found = eligible(encoder, features, BOTH, threads=2)
+    labels = [d.label() for d in found.candidates]
+    if cpu in BF16_UNITS:
+        assert labels == ["openvino bf16", "openvino file", "onnxruntime file"], labels
+        assert found.left_out == ()
+    else:
+        assert labels == ["openvino file", "onnxruntime file"], labels
+        (why,) = found.left_out
+        assert why == "openvino bf16: this CPU has no BF16 units (amx_bf16 or avx512_bf16)", why
+    assert all(d.threads == 2 and d.source == "probe" for d in found.candidates)
+
+    decoder = eligible(read_onnx_metadata(tiny_sam_artifacts.decoder), features, BOTH)
+    assert [d.label() for d in decoder.candidates] == ["openvino file", "onnxruntime file"]
+    assert decoder.left_out == ("openvino bf16: its parity budget is proven for sam_image_encoder, timm_vit, not for "
+                                "sam_mask_decoder",)
+    int8 = eligible({**encoder, "precision": "int8"}, features, BOTH)
+    assert "openvino bf16: the file is int8, and a policy reduces FP32 files only" in int8.left_out
+    form = {"attention": "fused-kernel", "nodes": ["attention_0"], "source": "encoder.onnx", "kernel_path": "avx2"}
+    fused = eligible({**encoder, "cpu_form": form}, features, BOTH)
+    assert [d.label() for d in fused.candidates] == ["onnxruntime file"]
+    assert any(line.startswith("openvino: the file ") for line in fused.left_out), fused.left_out
+    alone = eligible(encoder, features, frozenset({"onnxruntime"}))
+    assert [d.label() for d in alone.candidates] == ["onnxruntime file"]
+    assert "openvino: not installed (pip install 'vitdeploy[openvino]')" in alone.left_out
+
+
+def _with_intermediates(model: Path, names: list[str], out: Path) -> Path:
+    """``model`` with the tensors ``names`` as extra graph outputs (what the full graph computes there)."""
+    import onnx
+
+    proto = onnx.load(str(model))
+    known = {o.name for o in proto.graph.output}
+    proto.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names if n not in known)
+    onnx.save(proto, str(out))
+    return out
+
+
+def test_the_probe_part_is_the_named_blocks_of_the_real_graph(tiny_sam_artifacts: TinySamArtifacts,
+                                                            tmp_path: Path) -> None:
+    """A large file is probed on one windowed and one global block, cut from the real graph: fed what the whole graph
+    computes at the blocks' inputs, the part gives what the whole graph computes at their outputs, exactly."""
+    import onnx
+    import onnxruntime as ort
+
+    metadata = read_onnx_metadata(tiny_sam_artifacts.encoder)
+    part = probe_part(tiny_sam_artifacts.encoder, metadata, tmp_path, whole_below=0)
+    assert part.what == "blocks.0, blocks.1 of 3 blocks, at the file's shapes", part.what
+    sliced = onnx.load(str(part.path))
+    assert {p.key: p.value for p in sliced.metadata_props}["vitdeploy.family"] == "sam_image_encoder"
+    size = json.loads(metadata["architecture"]) if isinstance(metadata["architecture"], str) else metadata["architecture"]
+    grid = size["img_size"] // size["patch_size"]
+    assert {k: v.shape for k, v in part.feeds.items()} == {k: (1, grid, grid, size["embed_dim"]) for k in part.feeds}
+    assert len(part.feeds) == 2  # each block's input: the two blocks are cut apart, not run one after the other
+    outputs = [o.name for o in sliced.graph.output]
+    full = _with_intermediates(tiny_sam_artifacts.encoder, list(part.feeds) + outputs, tmp_path / "full.onnx")
+    image = np.random.default_rng(1).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    whole = ort.InferenceSession(str(full), providers=["CPUExecutionProvider"])
+    got = dict(zip([o.name for o in whole.get_outputs()], whole.run(None, {"image": image})))
+    cut = ort.InferenceSession(str(part.path), providers=["CPUExecutionProvider"])
+    from_part = cut.run(outputs, {name: got[name] for name in part.feeds})
+    for name, value in zip(outputs, from_part):
+        np.testing.assert_array_equal(value, got[name], err_msg=name)
+
+    whole_part = probe_part(tiny_sam_artifacts.encoder, metadata, tmp_path)  # a tiny file is probed whole
+    assert whole_part.what == "the whole graph" and whole_part.path == tiny_sam_artifacts.encoder
+    assert list(whole_part.feeds) == ["image"] and whole_part.feeds["image"].shape == (1, 3, 64, 64)
+
+
+def test_the_probe_times_every_eligible_candidate_and_chooses_the_fastest_that_holds_its_budget(
+        tiny_sam_artifacts: TinySamArtifacts) -> None:
+    pytest.importorskip("openvino")
+    decision = probe(tiny_sam_artifacts.encoder, whole_below=0)
+    found = eligible(read_onnx_metadata(tiny_sam_artifacts.encoder))
+    assert [t.deployment for t in decision.timings] == list(found.candidates)
+    assert decision.part.startswith("blocks.0, blocks.1 of 3 blocks")
+    timed = [t for t in decision.timings if t.best_ms is not None]
+    assert all(t.reason == "" and t.cosine >= (0.9999 if t.deployment.precision == "bf16" else 0.99999) for t in timed)
+    # each one not timed further was behind the best warm-up by more than the cutoff
+    best_warmup = min(t.warmup_ms for t in decision.timings)
+    assert all(t.warmup_ms > probe_module.CUTOFF * best_warmup for t in decision.timings if t.best_ms is None)
+    assert decision.chosen == min(timed, key=lambda t: t.best_ms).deployment
+    assert decision.ranking()[0].deployment == decision.chosen
+    assert decision.summary().startswith(f"probed on this CPU in {decision.seconds:.1f} s on blocks.0, blocks.1")
+
+
+def test_a_candidate_that_misses_its_budget_is_never_chosen(tiny_sam_artifacts: TinySamArtifacts, monkeypatch) -> None:
+    """The probe holds every candidate's outputs on the part to its budget against the file's math on ONNX Runtime: a
+    runtime that computes something else loses, however fast (here OpenVINO's outputs, made wrong on purpose)."""
+    pytest.importorskip("openvino")
+    from vitdeploy.runtime.backends.openvino_runner import OpenVinoRunner
+
+    real_run = OpenVinoRunner.run
+    monkeypatch.setattr(OpenVinoRunner, "run", lambda self, feeds: {k: np.ascontiguousarray(v[..., ::-1]) for k, v in
+                                                                     real_run(self, feeds).items()})
+    decision = probe(tiny_sam_artifacts.encoder)
+    assert decision.chosen.runtime == "onnxruntime", decision.summary()
+    for timing in decision.timings:
+        if timing.deployment.runtime == "openvino":
+            assert "over its 'fp32' budget" in timing.reason or "over its 'bf16' budget" in timing.reason, timing.reason
+
+
+def test_the_decision_is_cached_per_machine_and_runtime_version_and_said_once(tiny_sam_artifacts: TinySamArtifacts,
+                                                                              tmp_path: Path, monkeypatch,
+                                                                              capsys) -> None:
+    monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(tmp_path / "cache"))
+    model = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
+    metadata = read_onnx_metadata(model)
+    first = decide(model, metadata)
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and said[0].startswith(f"vitdeploy: encoder.onnx runs on {first.label()} (probed on this CPU in")
+    assert "VITDEPLOY_PROBE=0 skips the probe" in said[0]
+    assert first.source.startswith("probe: probed on this CPU in")
+    key = decision_key(model, metadata, available_cores())
+    path = decision_path(key)
+    data = json.loads(path.read_text())
+    assert data["format"] == DECISION_FORMAT and data["chosen"] == first.to_dict()
+    assert data["key"]["machine"]["cpu"] and data["key"]["runtime_versions"]["onnxruntime"]
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError("probed again")
+
+    monkeypatch.setattr(probe_module, "probe", no_probe)
+    again = decide(model, metadata)
+    assert again.to_dict() == first.to_dict() and again.source.startswith(f"probe, cached {path}")
+    assert capsys.readouterr().err == ""  # said once: a cached decision is not said again
+    # another checkpoint of the same architecture shares the decision; another CPU, runtime version or thread count
+    # never reads it
+    other_weights = {**metadata, "random_seed": 7}
+    assert decision_path(decision_key(model, other_weights, available_cores())) == path
+    avx2 = CpuFeatures("AMD EPYC", "x86_64", frozenset({"avx2", "fma"}))
+    assert decision_path(decision_key(model, metadata, available_cores(), avx2)) != path
+    assert decision_path(decision_key(model, metadata, 1)) != path or available_cores() == 1
+    monkeypatch.setattr("vitdeploy.runtime.backends.deployment.runtime_versions", lambda: {"onnxruntime": "0.0"})
+    with pytest.raises(AssertionError, match="probed again"):
+        decide(model, metadata)
+
+
+def test_a_damaged_or_foreign_cached_decision_is_probed_again(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path,
+                                                             monkeypatch) -> None:
+    monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(tmp_path / "cache"))
+    model = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
+    metadata = read_onnx_metadata(model)
+    decide(model, metadata)
+    path = decision_path(decision_key(model, metadata, available_cores()))
+    for damage in ("{not json", json.dumps({"format": DECISION_FORMAT, "key": {}, "chosen": {}}),
+                   json.dumps({**json.loads(path.read_text()), "chosen": {"runtime": "onnxruntime", "threads": 999}})):
+        path.write_text(damage)
+        again = decide(model, metadata)
+        assert again.source.startswith("probe: probed on this CPU"), again.source
+        assert json.loads(path.read_text())["format"] == DECISION_FORMAT  # written again, whole
+
+
+def test_auto_probes_without_a_profile_and_every_bypass_skips_it(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    """The probe is ``--runtime auto``'s second source: a fitting profile comes first; ``VITDEPLOY_PROBE=0``, an asked
+    runtime and an asked precision policy bypass it."""
+    from vitdeploy.runtime.backends.deployment import resolve
+    from vitdeploy.runtime.backends.loader import open_runner
+
+    monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(tmp_path / "cache"))
+    model = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
+    chosen = resolve(model)
+    assert chosen.source.startswith("probe: "), chosen.source
+    with open_runner(model, runtime="auto") as runner:
+        assert runner.deployment.source.startswith("probe, cached ") and runner.name.startswith(chosen.runtime)
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError("probed")
+
+    monkeypatch.setattr(probe_module, "decide", no_probe)
+    asked = resolve(model, precision="file")  # no probe: decide raises
+    assert (asked.runtime, asked.precision) == ("onnxruntime", "file"), asked
+    with open_runner(model, runtime="onnxruntime") as runner:
+        assert runner.name == "onnxruntime-cpu"
+    monkeypatch.setenv("VITDEPLOY_PROBE", "0")
+    off = resolve(model)
+    assert off.source.endswith("; probe off (VITDEPLOY_PROBE=0)"), off.source

@@ -1,0 +1,461 @@
+"""The first-use probe: which eligible deployment of a file is fastest on this machine, measured here, in seconds.
+
+``--runtime auto`` without a deployment profile asks :func:`decide`. The numerics and the speed are decided apart:
+
+* **Eligible** (:func:`eligible`) is a question of numerics and units, answered without timing anything: every CPU
+  runtime installed here that runs the file (the registry's ``cpu_gap``), the file's own math on each, ONNX Runtime's
+  attention forms where the file's target folds attention, and a reduced precision policy only where its parity
+  budget is proven for the file's family (``proven_policies`` in ``vitdeploy/data/runtime_facts.json``, each with the
+  measurement that proves it) and this CPU has the units for it (BF16: AMX or AVX512-BF16). What is left out is said,
+  with why.
+* **Fastest** is measured on this machine (:func:`probe`): each candidate runs a representative part of the real
+  graph at the file's real shapes (:func:`probe_part`: for a large file, the blocks its family names, e.g. one
+  windowed and one global block of a SAM encoder; a small file whole). A candidate whose warm-up run is far behind
+  the best one's is not timed further. Each candidate's outputs on the part are held to its budget against the file's
+  math on ONNX Runtime, so a runtime's fault cannot win on speed.
+
+The decision is cached per machine in the user's cache folder (``$VITDEPLOY_CACHE_DIR/decisions``), keyed by what it
+depends on: the CPU (model name, family/model, the flags that pick kernels, the cores), the installed runtimes'
+versions, the threads and the file's identity (its vitdeploy metadata without the weights' provenance, and its size),
+so two checkpoints of one architecture share one probe and a decision for another CPU or runtime version is never
+read. ``VITDEPLOY_PROBE=0`` turns the probe off (the documented per-CPU rows of ``runtime_facts.json`` then apply);
+``--runtime onnxruntime|openvino`` bypasses the whole choice.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitdeploy.cpu_features import CpuFeatures, available_cores, cpu_features
+from vitdeploy.errors import InputError, VitdeployError
+from vitdeploy.precisions import Precision
+from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, ONNX_RUNTIMES, RUNTIMES, FileNeeds
+from vitdeploy.runtime_facts import PROVEN_POLICIES
+
+#: ``VITDEPLOY_PROBE=0`` (or ``off``/``no``/``false``) turns the first-use probe off.
+PROBE_ENV = "VITDEPLOY_PROBE"
+#: The cached decision's format tag (a reader ignores any other).
+DECISION_FORMAT = "vitdeploy-deployment-decision/1"
+#: A file at most this large is probed whole (a decoder, a tiny model); a larger one on the part its family names.
+WHOLE_GRAPH_BYTES = 48 << 20
+#: A candidate whose warm-up run took more than this many times the best warm-up so far is not timed further: a
+#: first run took at most 1.6x a later one (SAM ViT-B blocks 0 and 2 at 1024, Xeon with AMX, 2 threads: ONNX Runtime
+#: 2458 against 1555 ms, OpenVINO f32 1621 against 1408, OpenVINO bf16 713 against 544), so such a candidate's best
+#: run is behind the leader's warm-up already.
+CUTOFF = 2.0
+#: Timed runs per candidate after its warm-up (the minimum is kept: the least disturbed run on a shared machine).
+TIMED_RUNS = 2
+#: Metadata keys that say where the weights came from, not what the graph computes: two checkpoints of one
+#: architecture share a decision.
+_PROVENANCE = ("checkpoint", "checkpoint_sha256", "random_seed", "random_weights")
+#: The name scopes the PyTorch exporter writes per node (``['', 'blocks.3', 'blocks.3.attn', ...]``).
+_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
+
+
+def probe_enabled() -> bool:
+    """Whether ``--runtime auto`` may probe (``VITDEPLOY_PROBE`` is not ``0``/``off``/``no``/``false``)."""
+    return os.environ.get(PROBE_ENV, "1").strip().lower() not in ("0", "off", "no", "false")
+
+
+@dataclass(frozen=True)
+class Eligible:
+    """The candidates a probe times for a file on this CPU, and what was left out, each with why."""
+
+    candidates: tuple[Any, ...]  # Deployment
+    left_out: tuple[str, ...] = ()
+
+
+def eligible(metadata: dict[str, Any], features: CpuFeatures | None = None, installed: frozenset[str] | None = None,
+             threads: int | None = None) -> Eligible:
+    """The deployments to probe for a file with ``metadata`` (module docstring), most likely fastest first (a
+    reduced policy, then OpenVINO, then ONNX Runtime: the order only makes the warm-up cutoff bite sooner)."""
+    from vitdeploy.runtime.backends.deployment import Deployment
+    from vitdeploy.targets import target_of
+
+    features = features or cpu_features()
+    if installed is None:
+        installed = frozenset(name for name in ONNX_RUNTIMES if RUNTIMES[name].installed())
+    threads = threads or available_cores()
+    needs = FileNeeds.of(metadata)
+    family = metadata.get("family")
+    found, left_out = [], []
+    for name in ONNX_RUNTIMES:
+        entry = RUNTIMES[name]
+        gap = entry.cpu_gap(needs)
+        if name not in installed:
+            left_out.append(f"{name}: not installed ({entry.install})")
+            continue
+        if gap:
+            left_out.append(f"{name}: the file {gap}")
+            continue
+        forms: list[tuple[tuple[str, Any], ...]] = [()]
+        target = target_of(metadata)
+        if target is not None and target.folded_attention and "fused_attention" in entry.settings:
+            forms += [(("fused_attention", False),), (("folded_attention", True),)]
+        found += [Deployment(name, "file", threads, form, source="probe") for form in forms]
+        for policy in entry.policies:
+            if policy == "file":
+                continue
+            why = _policy_gap(policy, family, needs, features)
+            if why:
+                left_out.append(f"{name} {policy}: {why}")
+            else:
+                found.append(Deployment(name, policy, threads, (), source="probe"))
+    found.sort(key=lambda d: (d.precision == "file", d.runtime == DEFAULT_RUNTIME))
+    return Eligible(tuple(found), tuple(left_out))
+
+
+def _policy_gap(policy: str, family: str | None, needs: FileNeeds, features: CpuFeatures) -> str | None:
+    """Why ``policy`` is not a candidate for a file of ``family`` on this CPU (None: it is)."""
+    if needs.precision is not Precision.FP32:
+        return f"the file is {needs.precision}, and a policy reduces FP32 files only"
+    proof = PROVEN_POLICIES.get(policy)
+    if proof is None or family not in proof["families"]:
+        proven = ", ".join(proof["families"]) if proof else "no family"
+        return f"its parity budget is proven for {proven}, not for {family or 'a file without a family'}"
+    units = [flag for flag in proof["units"] if features.has(flag)]
+    if not units:
+        return f"this CPU has no {policy.upper()} units ({' or '.join(proof['units'])})"
+    return None
+
+
+@dataclass
+class ProbePart:
+    """What a probe runs: ``path`` (the file itself, or a slice of it in a temporary folder), seeded ``feeds`` at the
+    file's real shapes, and ``what`` in words (``blocks.0, blocks.2 of 12`` or ``the whole graph``)."""
+
+    path: Path
+    feeds: dict[str, np.ndarray]
+    what: str
+
+
+def _scopes(node: Any) -> list[str]:
+    for prop in node.metadata_props:
+        if prop.key == _SCOPES_KEY:
+            try:
+                value = ast.literal_eval(prop.value)
+            except (ValueError, SyntaxError):
+                return []
+            return [s for s in value if isinstance(s, str)]
+    return []
+
+
+_NP_TYPES = {1: np.float32, 10: np.float16, 16: np.float32, 6: np.int32, 7: np.int64, 9: np.bool_, 11: np.float64}
+
+
+def probe_part(model: str | Path, metadata: dict[str, Any], workdir: str | Path,
+               whole_below: int = WHOLE_GRAPH_BYTES) -> ProbePart:
+    """The part of ``model`` a probe runs (module docstring): the whole file when it is at most ``whole_below`` bytes
+    or its family names no blocks, else the blocks its family names (:meth:`ModelFamily.probe_scopes`) cut out
+    with every tensor that feeds them as an input, written with the file's metadata into ``workdir``."""
+    import onnx
+
+    from vitdeploy.families import FAMILIES
+
+    model = Path(model)
+    family = FAMILIES.get(metadata.get("family")) if isinstance(metadata.get("family"), str) else None
+    size = sum(p.stat().st_size for p in (model, model.with_name(model.name + ".data")) if p.is_file())
+    scopes = family.probe_scopes(metadata) if family is not None else ()
+    proto = onnx.load(str(model), load_external_data=size > whole_below and bool(scopes))
+    if size > whole_below and scopes:
+        part = _slice(proto, scopes)
+        if part is not None:
+            sliced, inputs, total = part
+            path = Path(workdir) / "part.onnx"
+            onnx.save(sliced, str(path))
+            feeds = {}
+            rng = np.random.default_rng(0)
+            for value in inputs:
+                dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
+                dtype = _NP_TYPES.get(value.type.tensor_type.elem_type, np.float32)
+                feeds[value.name] = rng.standard_normal(dims).astype(dtype)
+            return ProbePart(path, feeds, f"{', '.join(scopes)} of {total} blocks, at the file's shapes")
+    if family is None:
+        raise InputError(f"'{model.name}' carries no vitdeploy model family: export it with 'vitdeploy export'")
+    names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
+    shapes = {i.name: [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                       for d in i.type.tensor_type.shape.dim] for i in proto.graph.input}
+    feeds = family.random_input_sets(metadata, names, shapes, 1)[0].feeds
+    return ProbePart(model, feeds, "the whole graph")
+
+
+def _slice(proto: Any, scopes: tuple[str, ...]) -> tuple[Any, list[Any], int] | None:
+    """(the graph of the blocks named by ``scopes``, its inputs, how many blocks the file has), or None where the file's
+    nodes carry no scopes or a block's boundary is not static (the caller then probes the whole graph)."""
+    import onnx
+    from onnx.utils import Extractor
+
+    graph = proto.graph
+    initializers = {t.name for t in graph.initializer}
+    constants = {out for node in graph.node if node.op_type == "Constant" for out in node.output}
+    scopes_of = [_scopes(node) for node in graph.node]
+    prefix = scopes[0].rsplit(".", 1)[0] + "."  # 'blocks.'
+    total = len({s for found in scopes_of for s in found if s.startswith(prefix) and s[len(prefix):].isdigit()})
+    consumers: dict[str, list[int]] = {}
+    for index, node in enumerate(graph.node):
+        for name in node.input:
+            consumers.setdefault(name, []).append(index)
+    graph_outputs = {o.name for o in graph.output}
+    inputs: list[str] = []
+    outputs: list[str] = []
+    for scope in scopes:
+        members = {i for i, found in enumerate(scopes_of) if scope in found}
+        if not members:
+            return None
+        made = {out for i in members for out in graph.node[i].output}
+        for i in sorted(members):
+            for name in graph.node[i].input:
+                if name and name not in made and name not in initializers and name not in constants and name not in inputs:
+                    inputs.append(name)
+            for name in graph.node[i].output:
+                if name in graph_outputs or any(c not in members for c in consumers.get(name, [])):
+                    outputs.append(name)
+    try:
+        sliced = Extractor(proto).extract_model(inputs, outputs)
+    except Exception:  # noqa: BLE001 - onnx's own errors vary by version; the whole graph is the safe side
+        return None
+    values = [v for v in sliced.graph.input if v.name not in {t.name for t in sliced.graph.initializer}]
+    if any(not d.HasField("dim_value") for v in values for d in v.type.tensor_type.shape.dim):
+        return None
+    onnx.helper.set_model_props(sliced, {p.key: p.value for p in proto.metadata_props})
+    return sliced, values, total
+
+
+@dataclass
+class Timing:
+    """One candidate on the probe part: its warm-up and best timed run (None: not timed further, or it failed), its
+    cosine against the file's math on ONNX Runtime, and why it cannot be chosen (empty: it can)."""
+
+    deployment: Any  # Deployment
+    load_ms: float | None = None
+    warmup_ms: float | None = None
+    best_ms: float | None = None
+    cosine: float | None = None
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.deployment.label(), "deployment": self.deployment.to_dict(), "load_ms": self.load_ms,
+                "warmup_ms": self.warmup_ms, "best_ms": self.best_ms, "cosine": self.cosine, "reason": self.reason}
+
+
+@dataclass
+class Decision:
+    """A probe's result: the chosen deployment, every timing, what ran and how long the probe took."""
+
+    chosen: Any  # Deployment (None: no candidate held its budget, where the caller did not require a choice)
+    timings: list[Timing]
+    part: str
+    seconds: float
+    left_out: tuple[str, ...] = ()
+    path: Path | None = None
+    cached: bool = False
+    created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+    def ranking(self) -> list[Timing]:
+        """Choosable candidates, fastest first, then the rest."""
+        return sorted(self.timings, key=lambda t: (bool(t.reason), t.best_ms if t.best_ms is not None else float("inf"),
+                                                   t.warmup_ms if t.warmup_ms is not None else float("inf")))
+
+    def summary(self) -> str:
+        """``openvino bf16 (412 ms on blocks.0, blocks.2 of 12 ...; onnxruntime file 1534 ms, ...)``: the choice and why."""
+        def ms(value: float) -> str:
+            return f"{value:.0f} ms" if value >= 10 else f"{value:.2f} ms"
+
+        def line(t: Timing) -> str:
+            if t.reason:
+                return f"{t.deployment.label()} {t.reason}"
+            if t.best_ms is None:
+                return f"{t.deployment.label()} left after a {ms(t.warmup_ms or 0)} warm-up"
+            return f"{t.deployment.label()} {ms(t.best_ms)}"
+
+        times = ", ".join(line(t) for t in self.ranking())
+        return f"probed on this CPU in {self.seconds:.1f} s on {self.part}: {times}"
+
+
+def _compare(reference: dict[str, np.ndarray], got: dict[str, np.ndarray], budget: str) -> tuple[float, str]:
+    from vitdeploy.validation.parity import compare
+
+    cosines, failures = [], []
+    for name, value in reference.items():
+        result = compare(value, got[name], budget, label=name)
+        cosines.append(result.cosine)
+        failures += result.failures
+    return min(cosines), (f"over its '{budget}' budget against the file's math ({failures[0]})" if failures else "")
+
+
+def probe(model: str | Path, metadata: dict[str, Any] | None = None, *, threads: int | None = None,
+          features: CpuFeatures | None = None, whole_below: int = WHOLE_GRAPH_BYTES,
+          candidates: Eligible | None = None, require_choice: bool = True) -> Decision:
+    """Time every eligible candidate (:func:`eligible`) on the probe part of ``model`` and choose the fastest that
+    holds its budget (module docstring). Raises InputError where no candidate ran to the end and held its budget
+    (``require_choice``; without it the decision's ``chosen`` is then None)."""
+    from vitdeploy.metadata import read_onnx_metadata
+    from vitdeploy.runtime.backends.base import RunnerOptions
+
+    model = Path(model)
+    metadata = metadata if metadata is not None else read_onnx_metadata(model)
+    features = features or cpu_features()
+    found = candidates or eligible(metadata, features, threads=threads)
+    if not found.candidates:
+        raise InputError(f"no runtime here runs '{model.name}' on the CPU ({'; '.join(found.left_out)})")
+    start = time.perf_counter()
+    file_budget = Precision.of(metadata).value
+    with tempfile.TemporaryDirectory(prefix="vitdeploy-probe-") as workdir:
+        part = probe_part(model, metadata, workdir, whole_below)
+        timings: list[Timing] = []
+        outputs: dict[int, dict[str, np.ndarray]] = {}
+        best_warmup = float("inf")
+        for index, deployment in enumerate(found.candidates):
+            timing = Timing(deployment)
+            timings.append(timing)
+            try:
+                t0 = time.perf_counter()
+                runner = RUNTIMES[deployment.runtime].open(
+                    part.path, RunnerOptions(threads=deployment.threads, policy=deployment.precision),
+                    **dict(deployment.settings))
+                timing.load_ms = (time.perf_counter() - t0) * 1e3
+                try:
+                    t0 = time.perf_counter()
+                    outputs[index] = runner.run(part.feeds)
+                    timing.warmup_ms = (time.perf_counter() - t0) * 1e3
+                    if timing.warmup_ms <= CUTOFF * best_warmup:
+                        runs = []
+                        for _ in range(TIMED_RUNS):
+                            t0 = time.perf_counter()
+                            runner.run(part.feeds)
+                            runs.append((time.perf_counter() - t0) * 1e3)
+                        timing.best_ms = min(runs)
+                    best_warmup = min(best_warmup, timing.warmup_ms)
+                finally:
+                    runner.close()
+            except VitdeployError as exc:
+                timing.reason = f"could not run: {str(exc).splitlines()[0]}"
+            except Exception as exc:  # noqa: BLE001 - a runtime's own failure on one candidate rules out that candidate
+                timing.reason = f"could not run: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    reference_index = next((i for i, t in enumerate(timings) if i in outputs and t.deployment.runtime == DEFAULT_RUNTIME
+                            and t.deployment.precision == "file" and not t.deployment.settings), None)
+    for index, timing in enumerate(timings):
+        if reference_index is None or index not in outputs:
+            continue
+        budget = "bf16" if timing.deployment.precision == "bf16" else file_budget
+        timing.cosine, why = _compare(outputs[reference_index], outputs[index], budget)
+        timing.reason = timing.reason or why
+    choosable = [t for t in timings if not t.reason and t.best_ms is not None]
+    seconds = time.perf_counter() - start
+    if not choosable and not require_choice:
+        return Decision(None, timings, part.what, seconds, found.left_out)
+    if not choosable:
+        raise InputError(f"the probe ran no candidate of '{model.name}' to the end: "
+                         + "; ".join(f"{t.deployment.label()}: {t.reason}" for t in timings))
+    chosen = min(choosable, key=lambda t: t.best_ms).deployment
+    return Decision(chosen, timings, part.what, seconds, found.left_out)
+
+
+# -- the cache --------------------------------------------------------------------------------------------------------
+
+
+def file_identity(model: str | Path, metadata: dict[str, Any]) -> dict[str, Any]:
+    """What a decision depends on of the file: its vitdeploy metadata without the weights' provenance, and its size."""
+    model = Path(model)
+    size = sum(p.stat().st_size for p in (model, model.with_name(model.name + ".data")) if p.is_file())
+    return {"metadata": {k: v for k, v in sorted(metadata.items()) if k not in _PROVENANCE}, "bytes": size}
+
+
+def decision_key(model: str | Path, metadata: dict[str, Any], threads: int,
+                 features: CpuFeatures | None = None) -> dict[str, Any]:
+    """Everything a cached decision must match to be read: machine, runtime versions, threads and the file."""
+    from vitdeploy.runtime.backends.deployment import machine_fingerprint, runtime_versions
+
+    return {"machine": machine_fingerprint(features), "runtime_versions": runtime_versions(), "threads": threads,
+            "file": file_identity(model, metadata)}
+
+
+def decision_path(key: dict[str, Any], make: bool = True) -> Path | None:
+    """``<cache>/decisions/<family>-<sha256 of the key>.json`` (None where the cache is off or cannot be made)."""
+    from vitdeploy.fileio import user_cache_dir
+
+    folder = user_cache_dir("decisions", make=make)
+    if folder is None:
+        return None
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    family = key["file"]["metadata"].get("family") or "model"
+    return folder / f"{family}-{digest}.json"
+
+
+def read_decision(path: Path, key: dict[str, Any]) -> Any | None:
+    """The deployment cached at ``path`` if it was decided for exactly ``key`` (else None: probe again). A damaged
+    or hand-edited decision is not trusted (the deployment is held to what a profile may hold)."""
+    from vitdeploy.runtime.backends.deployment import Deployment
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != DECISION_FORMAT or data.get("key") != json.loads(
+            json.dumps(key, sort_keys=True, default=str)):
+        return None
+    try:
+        chosen = Deployment.from_dict(data.get("chosen"), f"'{path}'")
+    except InputError:
+        return None
+    return replace(chosen, source=f"probe, cached {path} ({data.get('created', '')}): {data.get('summary', '')}")
+
+
+def write_decision(path: Path, key: dict[str, Any], decision: Decision) -> None:
+    """Write ``decision`` whole or not at all (a concurrent probe of the same file writes the same key)."""
+    from vitdeploy.fileio import atomic_write_bytes
+
+    data = {"format": DECISION_FORMAT, "created": decision.created, "key": json.loads(json.dumps(key, sort_keys=True,
+                                                                                                default=str)),
+            "chosen": decision.chosen.to_dict(), "chosen_label": decision.chosen.label(), "part": decision.part,
+            "seconds": round(decision.seconds, 2), "summary": decision.summary(), "left_out": list(decision.left_out),
+            "timings": [t.to_dict() for t in decision.ranking()]}
+    try:
+        atomic_write_bytes(path, (json.dumps(data, indent=2) + "\n").encode())
+    except OSError:  # a read-only cache: the decision holds for this process, and the next probes again
+        pass
+
+
+_SAID: set[str] = set()
+
+
+def decide(model: str | Path, metadata: dict[str, Any], threads: int | None = None,
+           features: CpuFeatures | None = None) -> Any:
+    """The deployment ``--runtime auto`` opens ``model`` with where no profile fits: the cached decision for this
+    machine and file, else a probe's (cached, and said once on standard error)."""
+    threads = threads or available_cores()
+    key = decision_key(model, metadata, threads, features)
+    path = decision_path(key)
+    if path is not None and path.is_file():
+        cached = read_decision(path, key)
+        if cached is not None:
+            return cached
+    decision = probe(model, metadata, threads=threads, features=features)
+    where = ""
+    if path is not None:
+        write_decision(path, key, decision)
+        where = f"; cached {path}"
+    chosen = decision.chosen
+    source = f"{decision.summary()}{where}"
+    line = (f"vitdeploy: {Path(model).name} runs on {chosen.label()} ({source}); {PROBE_ENV}=0 skips the probe, "
+            "'vitdeploy tune' gates full candidates")
+    if line not in _SAID:
+        _SAID.add(line)
+        print(line, file=sys.stderr)
+    return replace(chosen, source=f"probe: {source}")
+
+
+__all__ = ["CUTOFF", "DECISION_FORMAT", "PROBE_ENV", "WHOLE_GRAPH_BYTES", "Decision", "Eligible", "ProbePart", "Timing",
+           "decide", "decision_key", "decision_path", "eligible", "file_identity", "probe", "probe_enabled", "probe_part",
+           "read_decision", "write_decision"]
