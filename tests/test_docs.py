@@ -59,7 +59,7 @@ RUNNABLE = [p for p in PAGES if any(marker == "run" for *_, marker in blocks(p))
 def test_runnable_blocks_run(page: Path, tmp_path: Path) -> None:
     (tmp_path / "calibration").symlink_to(ROOT / "calibration")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-               PYTHONWARNINGS="ignore::DeprecationWarning")
+               PYTHONWARNINGS="ignore::DeprecationWarning", VITDEPLOY_PROBE="1")  # as a user runs them: auto probes
     for line, language, code, marker in blocks(page):
         if marker != "run":
             continue

@@ -17,7 +17,7 @@ from vitdeploy.cpu_features import CpuFeatures, cpu_features
 from vitdeploy.errors import InputError
 from vitdeploy.runtime import SamPredictor
 from vitdeploy.runtime.backends.deployment import Deployment, cpu_default, model_digest, profile_path
-from vitdeploy.tune import TuneOptions, candidates, tune
+from vitdeploy.tune import FINALIST_MARGIN, TuneOptions, candidates, tune
 from vitdeploy.validation.masks import MASK_TOLERANCES
 from vitdeploy.validation.parity import TOLERANCES, compare
 
@@ -69,8 +69,11 @@ def test_tune_judges_in_full_only_the_fastest_the_probe_ranked(pair: tuple[Path,
     profile = json.loads(profile_path(encoder).read_text())
     ranked = profile["probe"]["timings"]
     assert len(ranked) == (3 + HAS_BF16) * 2  # every candidate tune has, ranked
-    held = [t["deployment"] for t in ranked if not t["reason"]]
-    assert [v.deployment.to_dict() for v in report.verdicts] == held[:2]
+    held = [t for t in ranked if not t["reason"]]
+    lead = held[0]["best_ms"]
+    near = [t["deployment"] for t in held if t["best_ms"] is not None and t["best_ms"] <= FINALIST_MARGIN * lead]
+    assert [v.deployment.to_dict() for v in report.verdicts] == near[:2]
+    held = [t["deployment"] for t in held]
     assert profile["chosen"] == report.chosen.deployment.to_dict() and report.chosen.passed
     assert profile["chosen"] in held[:2]
 

@@ -341,6 +341,8 @@ class DoctorReport:
         lines = [f"vitdeploy {self.vitdeploy_version}", f"cpu: {self.cpu.get('summary', '?')}",
                  f"     kernels: {self.cpu.get('decisions', '?')}",
                  f"     best path (--runtime auto, no profile): {self.cpu.get('best_path', '?')}",
+                 "     decisions (a profile beside a file comes first; --runtime onnxruntime|openvino forces one):",
+                 *(f"       {line}" for line in self.cpu.get("auto_decisions", [])),
                  f"     at INT8 accuracy: {self.cpu.get('int8_path', '?')}",
                  f"     OpenVINO model cache: {self.cpu.get('model_cache', '?')}"]
         if self.version_drift:
@@ -375,7 +377,43 @@ def best_path(cpu: Any) -> str:
         chosen = f"FP32 {' and '.join(chosen_for)} on {one.label()}, from {one.source}"
     else:
         chosen = "; ".join(f"FP32 {title} on {d.label()}, from {d.source}" for title, d in chosen_for.items())
+    from vitdeploy.runtime.backends.probe import probe_enabled
+
+    if probe_enabled():
+        return ("measured here on first use of each model (the probe: the candidates below, timed on a part of the "
+                f"graph, cached per machine); with the probe off: {chosen}; 'vitdeploy tune MODEL' gates full candidates")
     return f"{chosen}; decoders and FP16/INT8 files as written on onnxruntime; 'vitdeploy tune MODEL' measures this machine's own"
+
+
+def auto_decisions(cpu: Any) -> list[str]:
+    """Per file kind (each family's FP32 file): what ``--runtime auto`` decides here without a profile and where it
+    comes from: a decision the probe cached for this machine, the probe on first use (its candidates, and what is
+    left out and why), or, with the probe off, the documented rows."""
+    from vitdeploy.families import FAMILIES
+    from vitdeploy.runtime.backends.deployment import cpu_default
+    from vitdeploy.runtime.backends.probe import PROBE_ENV, cached_decisions, eligible, probe_enabled
+
+    cached: dict[str, dict[str, Any]] = {}
+    for found in cached_decisions(cpu):  # newest first: the first one per family and precision is said
+        meta = found["metadata"]
+        cached.setdefault(f"{meta.get('family')} {meta.get('precision', 'fp32')}", found)
+    lines = []
+    for family in FAMILIES.values():
+        kind = f"{family.name} fp32"
+        if not probe_enabled():
+            chosen = cpu_default(family.name, "fp32", cpu)
+            lines.append(f"{kind}: {chosen.label()}, from {chosen.source} ({PROBE_ENV}=0: the probe is off)")
+            continue
+        if kind in cached:
+            found = cached[kind]
+            variant = found["metadata"].get("variant")
+            lines.append(f"{kind}: {found['chosen']}{f' for {variant}' if variant else ''}, probed {found['created']} in "
+                         f"{found['seconds']} s on {found['part']} (cached {found['path']})")
+            continue
+        choice = eligible({"family": family.name, "precision": "fp32"}, cpu)
+        left = f"; left out: {'; '.join(choice.left_out)}" if choice.left_out else ""
+        lines.append(f"{kind}: probe on first use among {', '.join(d.label() for d in choice.candidates) or 'none'}{left}")
+    return lines
 
 
 def int8_path(cpu: Any) -> str:
@@ -400,7 +438,8 @@ def diagnose(verbs: Iterable[str], deep: bool = False) -> DoctorReport:
     cpu = cpu_features()
     cpu_info = {**cpu.to_dict(), "summary": cpu.summary(),
                 "decisions": f"INT8 on ONNX Runtime: {int8_kernels(cpu).description}",
-                "best_path": best_path(cpu), "int8_path": int8_path(cpu), "model_cache": model_cache()}
+                "best_path": best_path(cpu), "auto_decisions": auto_decisions(cpu), "int8_path": int8_path(cpu),
+                "model_cache": model_cache()}
     return DoctorReport(vitdeploy.__version__, components, verb_readiness(verbs, components), cpu_info,
                         [str(d) for d in version_drift()])
 

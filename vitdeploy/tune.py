@@ -16,8 +16,8 @@ run as written. Every mask is gated; the masks the official stability score call
 
 Judging a candidate in full costs whole-graph runs (a SAM ViT-B encoder: seconds each), so the candidates are first
 ranked by the first-use probe (:mod:`vitdeploy.runtime.backends.probe`: each one timed on a part of the real graph,
-its outputs there held to its budget) and only the fastest ``finalists`` (3 by default) are judged in full; the
-probe's ranking is kept in the profile.
+its outputs there held to its budget) and only the fastest ``finalists`` (3 by default) within
+:data:`FINALIST_MARGIN` of the leader's time there are judged in full; the probe's ranking is kept in the profile.
 
 The profile (:mod:`vitdeploy.runtime.backends.deployment` reads it) records the machine, the runtime versions and
 the model's SHA-256, so that it is used only where it was measured.
@@ -44,6 +44,13 @@ from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, RUNTIMES, FileN
 from vitdeploy.runtime.forms.openvino_gelu import OPENVINO_FORM_KEY, keep_gelu_apart
 from vitdeploy.targets import target_of
 
+#: A candidate the probe timed at more than this many times the leader's time on the part is not judged in full: on
+#: the part the ratios came out no wider than on the whole graph (SAM ViT-B@1024 with its decoder, Xeon with AMX, 2
+#: cores: OpenVINO bf16 at 1 against 2 threads 1.23x on the part, 1.33x whole; OpenVINO f32 against bf16 2.44x on the
+#: part, 3.17x whole), so such a candidate cannot win there.
+FINALIST_MARGIN = 1.5
+
+
 @dataclass(frozen=True)
 class TuneOptions:
     """What ``tune`` runs: ``images`` (files or folders; default the bundled set) or, for models that do not take
@@ -51,7 +58,8 @@ class TuneOptions:
     ``warmup``; ``threads`` the thread counts to try (default: 1 and every core this process may use);
     ``reference`` the FP32 file of the same model that an INT8 or FP16 file is judged against (default: the file
     itself as written); ``finalists`` how many candidates, ranked by the first-use probe on a part of the graph
-    (:mod:`vitdeploy.runtime.backends.probe`), are judged in full (0: every candidate, no probe)."""
+    (:mod:`vitdeploy.runtime.backends.probe`), are judged in full at most (only those within
+    :data:`FINALIST_MARGIN` of the leader there; 0: every candidate, no probe)."""
 
     images: tuple[str, ...] = ()
     max_images: int = 4
@@ -281,7 +289,10 @@ def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | 
 
         ranking = probe(model, metadata, candidates=Eligible(tuple(found)), require_choice=False)
         echo(f"probe: {ranking.summary()}")
-        found = [t.deployment for t in ranking.ranking() if not t.reason][:options.finalists]
+        held = [t for t in ranking.ranking() if not t.reason]
+        lead = held[0].best_ms if held and held[0].best_ms is not None else None
+        found = [t.deployment for t in held if lead is None or t.best_ms is not None and t.best_ms <= FINALIST_MARGIN * lead]
+        found = found[:options.finalists]
         if not found:
             raise InputError(f"no candidate passed its parity budget on '{model.name}', not even on the probe's part "
                              "(see the line above); no profile written")
@@ -368,4 +379,4 @@ def summary_lines(report: TuneReport) -> list[str]:
     return lines
 
 
-__all__ = ["TuneOptions", "TuneReport", "Verdict", "candidates", "summary_lines", "tune"]
+__all__ = ["FINALIST_MARGIN", "TuneOptions", "TuneReport", "Verdict", "candidates", "summary_lines", "tune"]

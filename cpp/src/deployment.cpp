@@ -29,6 +29,7 @@ namespace vitdeploy {
 namespace {
 
 constexpr const char* kProfileFormat = "vitdeploy-deployment-profile/1";
+constexpr const char* kDecisionFormat = "vitdeploy-deployment-decision/1";
 
 std::string trim(const std::string& s) {
     auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t\r");
@@ -290,6 +291,104 @@ DeploymentProfile read_deployment_profile(const std::string& model_path, const s
     return out;
 }
 
+namespace {
+
+// The digest of a file's vitdeploy.* metadata entries as written, without the weights' provenance: "key=value" lines
+// in key order, joined by newlines (vitdeploy.runtime.backends.probe.props_digest computes the same).
+std::string props_digest(const std::string& model_path) {
+    static const std::set<std::string> provenance = {"vitdeploy.checkpoint", "vitdeploy.checkpoint_sha256",
+                                                     "vitdeploy.random_seed", "vitdeploy.random_weights"};
+    std::vector<std::pair<std::string, std::string>> props;
+    for (auto& kv : read_onnx_metadata_props(model_path))
+        if (kv.first.rfind("vitdeploy.", 0) == 0 && !provenance.count(kv.first)) props.push_back(kv);
+    std::sort(props.begin(), props.end());
+    std::string text;
+    for (std::size_t i = 0; i < props.size(); ++i) text += (i ? "\n" : "") + props[i].first + "=" + props[i].second;
+    return sha256_hex(text.data(), text.size());
+}
+
+std::uintmax_t file_bytes(const std::string& model_path) {
+    std::error_code ec;
+    std::uintmax_t size = std::filesystem::file_size(model_path, ec);
+    if (ec) return 0;
+    if (std::filesystem::is_regular_file(model_path + ".data", ec)) size += std::filesystem::file_size(model_path + ".data", ec);
+    return size;
+}
+
+}  // namespace
+
+DeploymentProfile read_cached_decision(const std::string& model_path, int threads, const std::string& ort_version,
+                                       const std::string& openvino_version) {
+    DeploymentProfile out;
+    const std::string folder = user_cache_dir("decisions");
+    std::error_code ec;
+    if (folder.empty() || !std::filesystem::is_directory(folder, ec)) return out;
+    const MachineFingerprint here = machine_fingerprint();
+    const int want_threads = threads > 0 ? threads : here.cores;
+    std::string digest;
+    std::uintmax_t bytes = 0;
+    try {
+        digest = props_digest(model_path);
+        bytes = file_bytes(model_path);
+    } catch (const Error&) {
+        return out;  // not an ONNX file: the backend says so when it opens it
+    }
+    const std::string ov_release = openvino_version.substr(0, openvino_version.find('-'));
+    for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
+        if (entry.path().extension() != ".json") continue;
+        Json doc;
+        try {
+            doc = Json::parse(read_file(entry.path().string()), entry.path().string());
+        } catch (const Error&) {
+            continue;  // damaged: Python probes again and rewrites it
+        }
+        const Json* key = member(doc, "key");
+        const Json* chosen = member(doc, "chosen");
+        if (string_member(doc, "format") != kDecisionFormat || !key || !chosen || !chosen->is_object()) continue;
+        const Json* machine = member(*key, "machine");
+        const Json* versions = member(*key, "runtime_versions");
+        const Json* file = member(*key, "file");
+        const Json* key_threads = member(*key, "threads");
+        if (!machine || !versions || !file || !key_threads || !key_threads->is_number()) continue;
+        std::string flags;
+        if (const Json* f = member(*machine, "flags"); f && f->is_array())
+            for (const auto& v : f->as_array()) flags += (flags.empty() ? "" : ",") + (v.is_string() ? v.as_string() : "?");
+        const Json* cores = member(*machine, "cores");
+        const Json* size = member(*file, "bytes");
+        if (string_member(*file, "props_sha256") != digest || !size || !size->is_number() ||
+            static_cast<std::uintmax_t>(size->as_number()) != bytes || string_member(*machine, "cpu") != here.cpu ||
+            string_member(*machine, "family_model") != here.family_model || flags != here.flags ||
+            string_member(*machine, "machine") != here.machine || !cores || !cores->is_number() ||
+            cores->as_number() != here.cores || key_threads->as_number() != want_threads ||
+            string_member(*versions, "onnxruntime") != ort_version)
+            continue;
+        if (!ov_release.empty() && member(*versions, "openvino") && string_member(*versions, "openvino") != ov_release)
+            continue;  // decided with another OpenVINO than this build's
+        out.found = true;
+        out.path = entry.path().string();
+        out.runtime = string_member(*chosen, "runtime");
+        out.precision = string_member(*chosen, "precision");
+        if (const Json* t = member(*chosen, "threads"); t && t->is_number()) out.threads = static_cast<int>(t->as_integer());
+        if (const Json* settings = member(*chosen, "settings"))
+            if (const Json* g = member(*settings, "gelu_apart"); g && g->is_bool()) out.gelu_apart = g->as_bool() ? 1 : 0;
+        const std::string name = entry.path().filename().string();
+        const bool runs = out.runtime == "onnxruntime" || (out.runtime == "openvino" && !openvino_version.empty());
+        if (!runs || (out.precision != "file" && out.precision != "bf16") || out.threads < 0 || out.threads > here.cores ||
+            (out.precision == "bf16" && !has_any(here.flags, runtime_facts().bf16_unit_flags))) {
+            out.note = "the probe's decision " + name + " chose " + out.runtime + " " + out.precision +
+                       ", which this build of the C++ library does not run" +
+                       (out.runtime == "openvino" && openvino_version.empty() ? " (built without OpenVINO)" : "");
+            return out;
+        }
+        out.used = true;
+        out.note = std::filesystem::path(model_path).filename().string() + " runs as " + out.runtime + " " +
+                   out.precision + ", " + std::to_string(out.threads ? out.threads : want_threads) +
+                   " thread(s): the probe's decision for this machine (" + out.path + ", " + string_member(doc, "created") + ")";
+        return out;
+    }
+    return out;
+}
+
 CpuDefault cpu_default(const Metadata& metadata) {
     CpuDefault out;
     const std::vector<std::string> runs = cpu_runtimes_for(metadata);  // the runtimes whose CPU runs the file
@@ -342,10 +441,19 @@ std::string apply_deployment_profile(const std::string& model_path, BackendOptio
         if (profile.runtime == "openvino" && profile.gelu_apart >= 0) options.gelu_apart = profile.gelu_apart;
         return profile.note;
     }
-    const CpuDefault chosen = cpu_default(metadata);
-    if (chosen.describe.empty()) return profile.note;
-    std::string name = std::filesystem::path(model_path).filename().string();
     std::string note = profile.note.empty() ? "" : profile.note + "; ";
+    const DeploymentProfile decided = read_cached_decision(model_path, options.threads, ort_version, openvino_version);
+    if (decided.used) {
+        options.runtime = decided.runtime;
+        options.inference_precision = decided.precision == "bf16" ? "bf16" : "f32";
+        if (options.threads == 0 && decided.threads > 0) options.threads = decided.threads;
+        if (decided.runtime == "openvino" && decided.gelu_apart >= 0) options.gelu_apart = decided.gelu_apart;
+        return note + decided.note;
+    }
+    if (!decided.note.empty()) note += decided.note + "; ";
+    const CpuDefault chosen = cpu_default(metadata);
+    if (chosen.describe.empty()) return note.empty() ? profile.note : note.substr(0, note.size() - 2);
+    std::string name = std::filesystem::path(model_path).filename().string();
     if (chosen.runtime == "openvino" && openvino_version.empty())
         return note + name + " runs as written on onnxruntime: this CPU's default (" + chosen.describe +
                ") needs OpenVINO, which this build lacks (pip install openvino, rebuild)";

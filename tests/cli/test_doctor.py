@@ -178,7 +178,7 @@ def test_the_int8_line_is_this_cpu_kinds_measurement(monkeypatch) -> None:
     assert "\n     at INT8 accuracy: not measured" in DoctorReport("0", {}, [], {"int8_path": int8_path(cpu_features())}).text()
 
 
-def test_best_path_is_this_cpus_auto_default(monkeypatch) -> None:
+def test_best_path_is_this_cpus_auto_default_with_the_probe_off(monkeypatch) -> None:
     from vitdeploy.cpu_features import cpu_features
     from vitdeploy.doctor import best_path
     from vitdeploy.runtime.backends.deployment import cpu_default

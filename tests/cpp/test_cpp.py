@@ -14,6 +14,7 @@ import os
 import re
 import struct
 import subprocess
+import shutil
 import sys
 import zlib
 from pathlib import Path
@@ -504,6 +505,40 @@ def test_sam_cli_without_a_profile_takes_the_python_default_for_this_cpu(cpp_bui
     assert summary["encoder_backend"] == f"{runtime}-cpu" and summary["decoder_backend"] == "onnxruntime-cpu", (mask, done.stderr)
     if runtime == "openvino":
         assert f"encoder.onnx runs as openvino {precision}: this CPU's default (" in done.stderr, done.stderr
+
+
+def test_sam_cli_follows_the_probes_cached_decision_like_python(cpp_build: Path, tiny_sam_artifacts,  # noqa: F811
+                                                                 tmp_path: Path) -> None:
+    """Without a profile, sam_cli reads the decision the Python probe cached for this machine and file (the same key:
+    CPU, cores, threads, runtime versions, the file's metadata digest and size) and runs what it says, as Python's
+    ``--runtime auto`` does; each choice written into the cache is followed by both, and a decision made for other
+    threads is not read."""
+    _require_openvino_backend(cpp_build)
+    Image.fromarray(sample_image(40, 60, seed=6)).save(tmp_path / "in.png")
+    encoder = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
+    env = {**_env_without_ort_ops(), "VITDEPLOY_CACHE_DIR": str(tmp_path / "cache"), "VITDEPLOY_PROBE": "1",
+           "VITDEPLOY_CPU_MASK": ""}
+    python_view = [sys.executable, "-c", "import sys; from vitdeploy.runtime.backends.deployment import resolve; "
+                   "d = resolve(sys.argv[1], threads=2); print(d.runtime, d.precision, d.source[:6])", str(encoder)]
+    first = subprocess.run(python_view, capture_output=True, text=True, timeout=300, env=env)
+    assert first.returncode == 0 and first.stdout.split()[2] == "probe:", first.stderr
+    (decision,) = (tmp_path / "cache" / "decisions").glob("sam_image_encoder-*.json")
+    cli = [str(cpp_build / "sam_cli"), "--encoder", str(encoder), "--decoder", str(tiny_sam_artifacts.decoder), "--image",
+           str(tmp_path / "in.png"), "--point", "20,10", "--out", str(tmp_path / "mask.png"), "--threads", "2", "--json"]
+    data = json.loads(decision.read_text())
+    for runtime in ("openvino", "onnxruntime"):
+        decision.write_text(json.dumps({**data, "chosen": {"runtime": runtime, "precision": "file", "threads": 2,
+                                                           "settings": {}}}))
+        python = subprocess.run(python_view, capture_output=True, text=True, timeout=300, env=env)
+        assert python.stdout.split()[:3] == [runtime, "file", "probe,"], python.stdout + python.stderr
+        done = subprocess.run(cli, capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["encoder_backend"] == f"{runtime}-cpu", done.stderr
+        assert f"encoder.onnx runs as {runtime} file, 2 thread(s): the probe's decision for this machine ({decision}" \
+            in done.stderr, done.stderr
+    decision.write_text(json.dumps({**data, "key": {**data["key"], "threads": 1}}))  # decided for 1 thread
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and "the probe's decision" not in done.stderr, done.stderr
 
 
 def test_model_bench_on_openvino_gives_the_python_openvino_runners_numbers(cpp_build: Path, encoder_cpu_forms,  # noqa: F811

@@ -30,8 +30,8 @@ from vitdeploy.runtime.backends.registry import ONNX_RUNTIMES
 @click.option("--runtime", "runtimes", multiple=True, type=click.Choice(ONNX_RUNTIMES),
               help="Runtimes to try (repeatable). [default: every one installed]")
 @click.option("--finalists", type=click.IntRange(min=0), default=3, show_default=True,
-              help="Candidates judged in full after the probe ranked all of them on a part of the graph (0: judge "
-                   "every candidate in full, no probe).")
+              help="Candidates judged in full at most, after the probe ranked all of them on a part of the graph (those "
+                   "within 1.5x of the leader there; 0: judge every candidate in full, no probe).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Where to write the profile. [default: beside MODEL, <stem>.profile.json, where --runtime auto reads it]")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile's candidates as JSON.")

@@ -39,6 +39,14 @@ std::string user_cache_dir(const std::string& kind);
 DeploymentProfile read_deployment_profile(const std::string& model_path, const std::string& ort_version,
                                           const std::string& openvino_version = "");
 
+/// The decision the Python runtime's first-use probe cached for ``model_path`` on this machine
+/// (vitdeploy/runtime/backends/probe.py; ``$VITDEPLOY_CACHE_DIR/decisions``): one whose key names this CPU (model
+/// name, family/model, flags, cores), ``threads`` (0: every core), ``ort_version`` (and ``openvino_version`` where this
+/// build has OpenVINO) and the file (its metadata digest and size). ``found`` false: none; ``used`` false with a
+/// ``note``: it chose what this build cannot run. The C++ library follows a decision; it does not probe.
+DeploymentProfile read_cached_decision(const std::string& model_path, int threads, const std::string& ort_version,
+                                       const std::string& openvino_version = "");
+
 /// This CPU's measured default for a file with ``metadata`` (its family, precision and custom ops): the rows of
 /// vitdeploy.runtime.backends.deployment.CPU_DEFAULTS (first match wins; FP32 files only, and only where the row's
 /// runtime runs the file: cpu_gap in backend.hpp), else the file as written on ONNX Runtime, or on the first runtime
@@ -54,8 +62,9 @@ class Metadata;
 CpuDefault cpu_default(const Metadata& metadata);
 
 /// ``options`` set as ``--runtime auto`` sets them in Python: the profile beside ``model_path`` where it fits
-/// (runtime, inference precision, and threads where ``options.threads`` is 0), else this CPU's default for the file
-/// (cpu_default) where this build has its runtime. Returns the line to tell the user (empty: nothing to say).
+/// (runtime, inference precision, and threads where ``options.threads`` is 0), else the probe's cached decision for
+/// this machine (read_cached_decision), else this CPU's default for the file (cpu_default) where this build has its
+/// runtime. Returns the line to tell the user (empty: nothing to say).
 struct BackendOptions;
 std::string apply_deployment_profile(const std::string& model_path, BackendOptions& options);
 

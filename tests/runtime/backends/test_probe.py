@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from tests.sam_tiny import TinySamArtifacts
-from vitdeploy.cpu_features import CpuFeatures, available_cores
+from vitdeploy.cpu_features import CpuFeatures, available_cores, cpu_features
 from vitdeploy.metadata import read_onnx_metadata
 from vitdeploy.runtime.backends import probe as probe_module
 from vitdeploy.runtime.backends.probe import (DECISION_FORMAT, decide, decision_key, decision_path, eligible, probe,
                                               probe_part)
 from vitdeploy.validation.parity import compare
 
-pytest_plugins = ["tests.sam_tiny_fixtures"]
+pytest_plugins = ["tests.sam_tiny_fixtures", "tests.sam2_video_fixtures"]
 
 BOTH = frozenset({"onnxruntime", "openvino"})
 #: The CPU kinds the decision must hold on, constructed (their flags as /proc/cpuinfo or the auxiliary vector name them).
@@ -227,3 +227,54 @@ def test_auto_probes_without_a_profile_and_every_bypass_skips_it(tiny_sam_artifa
     monkeypatch.setenv("VITDEPLOY_PROBE", "0")
     off = resolve(model)
     assert off.source.endswith("; probe off (VITDEPLOY_PROBE=0)"), off.source
+
+
+def test_doctor_says_per_file_kind_what_auto_decides_and_where_it_comes_from(tiny_sam_artifacts: TinySamArtifacts,
+                                                                              tmp_path: Path, monkeypatch) -> None:
+    """A decision cached for this machine (the probe's), the probe's candidates where none is cached yet, and the rows
+    with the probe off; a decision cached for another CPU is not shown."""
+    from vitdeploy.doctor import DoctorReport, auto_decisions
+
+    monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(tmp_path / "cache"))
+    metadata = read_onnx_metadata(tiny_sam_artifacts.encoder)
+    chosen = decide(tiny_sam_artifacts.encoder, metadata)
+    lines = auto_decisions(cpu_features())
+    (encoder,) = [line for line in lines if line.startswith("sam_image_encoder fp32: ")]
+    assert encoder.startswith(f"sam_image_encoder fp32: {chosen.label()} for tiny, probed ")
+    assert str(tmp_path / "cache" / "decisions") in encoder
+    (decoder,) = [line for line in lines if line.startswith("sam_mask_decoder fp32: ")]
+    assert decoder.startswith("sam_mask_decoder fp32: probe on first use among openvino file, onnxruntime file; left "
+                              "out: openvino bf16: "), decoder
+    text = DoctorReport("0", {}, [], {"auto_decisions": lines}).text()
+    assert f"\n       {encoder}\n" in text
+    monkeypatch.setenv("VITDEPLOY_CPU_MASK", "avx512*,amx*")  # another CPU (its flags differ): not its decision
+    assert not any(line.startswith("sam_image_encoder fp32: ") and "probed" in line
+                   for line in auto_decisions(cpu_features()))
+    monkeypatch.setenv("VITDEPLOY_PROBE", "0")
+    off = auto_decisions(cpu_features())
+    assert all(line.endswith("(VITDEPLOY_PROBE=0: the probe is off)") for line in off), off
+
+
+def test_the_video_predictor_opens_each_of_its_four_graphs_through_the_probe(sam2_video: dict, tmp_path: Path,
+                                                                              monkeypatch) -> None:
+    """Sam2VideoPredictor's image encoder, decoder, memory encoder and memory attention are each decided on their own
+    (whole graphs: small files), with their own candidates: BF16 is proven for none of them, so none is offered it,
+    and the video's masks stay those of the files' own math."""
+    from vitdeploy.runtime.apps.sam2.video_predictor import Sam2VideoPredictor
+
+    monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(tmp_path / "cache"))
+    predictor = Sam2VideoPredictor(sam2_video["encoder"], sam2_video["decoder"], sam2_video["memory_encoder"],
+                                   sam2_video["memory_attention"])
+    runners = {"encoder": predictor.image_encoder, "decoder": predictor.decoder,
+               "memory_encoder": predictor.memory_encoder, "memory_attention": predictor.memory_attention}
+    for part, runner in runners.items():
+        decision = runner.deployment
+        assert decision.source.startswith("probe: probed on this CPU in") and "on the whole graph" in decision.source, part
+        assert decision.precision == "file" and runner.name == f"{decision.runtime}-cpu", (part, runner.name)
+    cached = [json.loads(p.read_text()) for p in (tmp_path / "cache" / "decisions").glob("sam2_*.json")]
+    assert len(cached) == 4
+    for data in cached:
+        assert all(t["deployment"]["precision"] == "file" and not t["reason"] for t in data["timings"]), data["timings"]
+        if cpu_features().bf16_units:
+            assert any(line.startswith("openvino bf16: its parity budget is proven for sam_image_encoder, timm_vit, "
+                                       "not for sam2_") for line in data["left_out"]), data["left_out"]

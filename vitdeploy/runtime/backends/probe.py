@@ -365,11 +365,24 @@ def probe(model: str | Path, metadata: dict[str, Any] | None = None, *, threads:
 # -- the cache --------------------------------------------------------------------------------------------------------
 
 
+def props_digest(model: str | Path) -> str:
+    """SHA-256 of the file's ``vitdeploy.*`` metadata entries as written, without the weights' provenance: the lines
+    ``key=value`` in key order, joined by newlines (UTF-8). The C++ library computes the same from the same bytes
+    (``cpp/src/deployment.cpp``), so both match a cached decision to a file alike."""
+    from vitdeploy.metadata import PREFIX, read_metadata_props
+
+    lines = [f"{k}={v}" for k, v in sorted(read_metadata_props(model).items())
+             if k.startswith(PREFIX) and k[len(PREFIX):] not in _PROVENANCE]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
 def file_identity(model: str | Path, metadata: dict[str, Any]) -> dict[str, Any]:
-    """What a decision depends on of the file: its vitdeploy metadata without the weights' provenance, and its size."""
+    """What a decision depends on of the file: its vitdeploy metadata without the weights' provenance (decoded, for
+    the reader; and the digest of the entries as written, what both languages match on), and its size."""
     model = Path(model)
     size = sum(p.stat().st_size for p in (model, model.with_name(model.name + ".data")) if p.is_file())
-    return {"metadata": {k: v for k, v in sorted(metadata.items()) if k not in _PROVENANCE}, "bytes": size}
+    return {"metadata": {k: v for k, v in sorted(metadata.items()) if k not in _PROVENANCE},
+            "props_sha256": props_digest(model), "bytes": size}
 
 
 def decision_key(model: str | Path, metadata: dict[str, Any], threads: int,
@@ -427,6 +440,31 @@ def write_decision(path: Path, key: dict[str, Any], decision: Decision) -> None:
         pass
 
 
+def cached_decisions(features: CpuFeatures | None = None) -> list[dict[str, Any]]:
+    """The decisions cached for this machine and these runtime versions (others in the folder are for another CPU or
+    version, and are never read), newest first: each the file's metadata, the choice, when and how long it took."""
+    from vitdeploy.fileio import user_cache_dir
+    from vitdeploy.runtime.backends.deployment import machine_fingerprint, runtime_versions
+
+    folder = user_cache_dir("decisions", make=False)
+    if folder is None or not folder.is_dir():
+        return []
+    here = json.loads(json.dumps({"machine": machine_fingerprint(features), "runtime_versions": runtime_versions()}))
+    found = []
+    for path in folder.glob("*.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        key = data.get("key") if isinstance(data, dict) else None
+        if data.get("format") != DECISION_FORMAT or not isinstance(key, dict) or any(key.get(k) != v for k, v in here.items()):
+            continue
+        found.append({"path": str(path), "metadata": key.get("file", {}).get("metadata", {}), "threads": key.get("threads"),
+                      "chosen": data.get("chosen_label"), "created": data.get("created"), "seconds": data.get("seconds"),
+                      "part": data.get("part")})
+    return sorted(found, key=lambda d: str(d["created"]), reverse=True)
+
+
 _SAID: set[str] = set()
 
 
@@ -457,5 +495,5 @@ def decide(model: str | Path, metadata: dict[str, Any], threads: int | None = No
 
 
 __all__ = ["CUTOFF", "DECISION_FORMAT", "PROBE_ENV", "WHOLE_GRAPH_BYTES", "Decision", "Eligible", "ProbePart", "Timing",
-           "decide", "decision_key", "decision_path", "eligible", "file_identity", "probe", "probe_enabled", "probe_part",
+           "cached_decisions", "decide", "decision_key", "decision_path", "eligible", "file_identity", "probe", "probe_enabled", "probe_part",
            "read_decision", "write_decision"]
