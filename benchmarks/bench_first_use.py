@@ -171,7 +171,7 @@ def main() -> None:
                   f"ms, then {[round(r * 1e3) for r in result['runs_s']]} ms, cosine {result['cosine_vs_eager']:.6f}, "
                   f"peak {result['peak_mb']:.0f} MB; {result['chosen']}", flush=True)
     base = statistics.median(r for x in results[names[2]] for r in x["runs_s"])
-    print(f"\n| contender | set_image median ms | vs OpenVINO default | load s (median) | first set_image ms | "
+    print("\n| contender | set_image median ms | vs OpenVINO default | load s (median) | first set_image ms | "
           "peak MB | cosine vs eager |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     summary = {}

@@ -16,7 +16,6 @@ from vitdeploy.metadata import read_onnx_metadata
 from vitdeploy.runtime.backends import probe as probe_module
 from vitdeploy.runtime.backends.probe import (DECISION_FORMAT, decide, decision_key, decision_path, eligible, probe,
                                               probe_part)
-from vitdeploy.validation.parity import compare
 
 pytest_plugins = ["tests.sam_tiny_fixtures", "tests.sam2_video_fixtures"]
 
