@@ -537,7 +537,7 @@ def run_worker(spec: dict[str, Any], workdir: Path, tag: str, script: str = __fi
 def summarize(rows: list[dict[str, Any]], results: dict[str, list[dict[str, Any]]], peak: dict[str, Any],
               flops: int, workdir: Path) -> list[dict[str, Any]]:
     from vitdeploy.validation.floor import floor_ms
-    from vitdeploy.validation.parity import compare
+    from vitdeploy.parity import compare
 
     floor = floor_ms(flops, peak["gflops"])
     outputs = {r["name"]: np.load(workdir / f"output_{i}.npy") for i, r in enumerate(rows) if results[r["name"]]}

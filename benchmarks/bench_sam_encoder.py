@@ -26,7 +26,7 @@ from vitdeploy.onnx_export.hygiene import check_graph_hygiene
 from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
 from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 from vitdeploy.validation.latency import stats_from_samples
-from vitdeploy.validation.parity import compare
+from vitdeploy.parity import compare
 
 
 def export_naive(encoder: torch.nn.Module, path: Path, size: int) -> dict:

@@ -34,7 +34,7 @@ from vitdeploy.metadata import tool_versions
 from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 from vitdeploy.validation.latency import stats_from_samples
 from vitdeploy.validation.masks import compare_masks
-from vitdeploy.validation.parity import compare
+from vitdeploy.parity import compare
 
 ORIGINAL_SIZE = (1500, 2250)
 

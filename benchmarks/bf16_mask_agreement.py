@@ -29,7 +29,7 @@ from vitdeploy.precision.calibration_data import bundled_calibration_dir
 from vitdeploy.runtime.apps.sam.predictor import SamPredictor
 from vitdeploy.runtime.processing.images import read_image_rgb
 from vitdeploy.validation.masks import STABLE_MIN, compare_masks, seeded_clicks, stability_score as stability
-from vitdeploy.validation.parity import compare
+from vitdeploy.parity import compare
 
 
 def summary(values: list[float]) -> dict[str, float]:

@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_encoder_speed import _build_deployed, calibration_split  # noqa: E402  (the benchmark's own loader and split)
 
-from vitdeploy.validation.parity import compare  # noqa: E402
+from vitdeploy.parity import compare  # noqa: E402
 
 
 def open_model(workdir: Path, name: str, threads: int) -> Callable[[np.ndarray], np.ndarray]:

@@ -65,6 +65,8 @@ for pair in "sam_tiny sam_enc" "sam_tiny_decoder sam_dec" "sam2_tiny v_enc" "sam
     set -- $pair
     "$python" -m vitdeploy export -r "$1" --random-weights -o "$out/files/$2.onnx" >/dev/null
 done
+# the attention form vitdeploy's fused kernel swaps into (ONNX Runtime's folded MultiHeadAttention)
+"$python" -m vitdeploy export -r sam_tiny --random-weights --target onnxruntime-cpu -o "$out/files/sam_enc_ortcpu.onnx" >/dev/null
 say "x86_64: $("$python" -c 'import platform; print(platform.machine())')"
 start=$SECONDS
 # SAM 2 video is left out unless VITDEPLOY_ARM_VIDEO=1: under qemu its four graphs took more than 13 minutes for
@@ -116,4 +118,29 @@ if [ "${VITDEPLOY_ARM_CPP:-1}" = 1 ]; then
         --image /src/calibration/images/calib_00_landscape.jpg --point 100,80 --out /out/cpp-mask.png --threads 1 \
         --runtime onnxruntime --json 2>/dev/null > "$out/cpp-aarch64.json"
     say "sam_cli on aarch64 took $((SECONDS - start)) s"
+    # the fused rel-pos attention kernel's NEON path: every path asked of it, against float64, and swapped into a
+    # tiny encoder's onnxruntime-cpu file against ONNX Runtime's own attention
+    start=$SECONDS
+    chroot "$root" /usr/bin/env -i HOME=/root PATH="$venv/bin:/usr/bin:/bin" PYTHONPATH=/src PYTHONDONTWRITEBYTECODE=1 \
+        "$venv/bin/python" /src/scripts/arm_kernel_check.py /out/kernel-aarch64.json /out/cpp/libvitdeploy_ort_ops.so \
+        /out/files/sam_enc_ortcpu.onnx
+    say "the fused kernel on aarch64 took $((SECONDS - start)) s"
+    # --runtime auto with a profile the aarch64 Python runtime wrote for this machine: sam_cli uses it only where its
+    # own reading of the CPU (the auxiliary vector, as Python's) is the same machine
+    chroot "$root" /usr/bin/env -i HOME=/root PATH="$venv/bin:/usr/bin:/bin" PYTHONPATH=/src PYTHONDONTWRITEBYTECODE=1 \
+        "$venv/bin/python" -c "
+import json, sys
+from vitdeploy.runtime.backends.deployment import (PROFILE_FORMAT, machine_fingerprint, model_digest, profile_path,
+                                                   runtime_versions)
+model = sys.argv[1]
+profile = {'format': PROFILE_FORMAT, 'model_sha256': model_digest(model), 'machine': machine_fingerprint(),
+           'runtime_versions': runtime_versions(), 'candidates': [],
+           'chosen': {'runtime': 'onnxruntime', 'precision': 'file', 'threads': 1, 'settings': {}}}
+profile_path(model).write_text(json.dumps(profile))
+print(json.dumps(profile['machine']))" /out/files/sam_enc.onnx > "$out/fingerprint-aarch64.json"
+    inroot /out/cpp/sam_cli --encoder /out/files/sam_enc.onnx --decoder /out/files/sam_dec.onnx \
+        --image /src/calibration/images/calib_00_landscape.jpg --point 100,80 --out /out/cpp-mask-auto.png \
+        --json > /dev/null 2> "$out/cpp-auto.txt"
+    rm -f "$out/files/sam_enc.profile.json"
+    say "sam_cli --runtime auto on aarch64: $(grep -o 'sam_enc.profile.json[^;]*' "$out/cpp-auto.txt" | head -1)"
 fi

@@ -238,7 +238,7 @@ def max_abs_rel(out, ref) -> float:
 def assert_matches_official(official: torch.nn.Module, runner, x: torch.Tensor, label: str):
     """The runner's ``image_embeddings`` for image ``x`` within the fp32 tolerance of the eager ``official`` encoder;
     returns them."""
-    from vitdeploy.validation.parity import compare
+    from vitdeploy.parity import compare
 
     with torch.no_grad():
         ref = official(x)

@@ -127,3 +127,43 @@ def test_the_cpp_library_cross_built_for_aarch64_gives_the_python_mask(both) -> 
     print(f"sam_cli on aarch64 vs the x86-64 Python predictor: {int((mask != x86['sam_masks_0'][best]).sum())} "
           "pixels differ")
     _same_masks(x86["sam_masks_0"][best], mask, "sam_cli")
+
+
+def test_the_cpp_library_reads_the_emulated_arm_cpu_as_python_does(both) -> None:
+    """Under qemu-user, /proc/cpuinfo is the x86 host's: the C++ library names the arm64 CPU's features from the
+    auxiliary vector, as Python does (the bit names in vitdeploy/data/runtime_facts.json), so a profile the aarch64
+    Python runtime wrote for this machine is one sam_cli's --runtime auto takes as its own."""
+    _, arm = both
+    folder = arm["folder"]
+    if not (folder / "cpp-auto.txt").exists():
+        pytest.skip("the C++ part was left out (VITDEPLOY_ARM_CPP=0)")
+    machine = json.loads((folder / "fingerprint-aarch64.json").read_text())
+    assert machine["machine"] == "aarch64" and "asimd" in machine["flags"], machine
+    assert not {"avx2", "avx512f"} & set(machine["flags"]), machine  # the host's x86 flags are not the Arm CPU's
+    said = (folder / "cpp-auto.txt").read_text()
+    assert "sam_enc.profile.json: onnxruntime file, 1 thread(s)" in said and "ignored" not in said, said
+
+
+def test_the_fused_kernels_neon_path_matches_the_float64_reference(both) -> None:
+    """On arm64 every vector request takes the kernel's NEON path (portable stays portable, and shapes the vector
+    paths do not take stay portable), each within the float64 budget the x86 paths are held to; swapped into a tiny
+    SAM encoder it gives ONNX Runtime's own attention's numbers."""
+    from tests.relpos_reference import KERNEL_MAX_ABS, expected_path
+
+    _, arm = both
+    path = arm["folder"] / "kernel-aarch64.json"
+    if not path.exists():
+        pytest.skip("the C++ part was left out (VITDEPLOY_ARM_CPP=0)")
+    record = json.loads(path.read_text())
+    assert record["machine"] == "aarch64"
+    taken = {p["taken"] for p in record["problems"]}
+    assert taken == {"neon", "portable"}, taken
+    for problem in record["problems"]:
+        heads, grid_h, grid_w, head_dim = problem["shape"]
+        assert problem["taken"] == expected_path(grid_h * grid_w, head_dim, problem["requested"], "neon"), problem
+        assert problem["max_abs"] <= KERNEL_MAX_ABS, problem
+    encoder = record["encoder"]
+    assert encoder["swapped"] and encoder["paths"] == ["neon"], encoder
+    assert encoder["max_abs_rel"] <= 1e-5, encoder  # FUSED_VS_MHA_MAX_ABS_REL of the x86 kernel tests
+    print(f"NEON kernel: {len(record['problems'])} problems, max-abs "
+          f"{max(p['max_abs'] for p in record['problems']):.2e}; encoder fused vs ONNX Runtime {encoder['max_abs_rel']:.2e}")

@@ -19,7 +19,7 @@ from vitdeploy.runtime import SamPredictor
 from vitdeploy.runtime.backends.deployment import Deployment, cpu_default, model_digest, profile_path
 from vitdeploy.tune import FINALIST_MARGIN, TuneOptions, candidates, tune
 from vitdeploy.validation.masks import MASK_TOLERANCES
-from vitdeploy.validation.parity import TOLERANCES, compare
+from vitdeploy.parity import TOLERANCES, compare
 
 pytest_plugins = ["tests.sam_tiny_fixtures"]
 

@@ -13,8 +13,8 @@ __version__ = "0.1.0"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("runtime_facts",),  # the data file the Python package and the C++ library both read
     ("errors", "_lazy", "echo", "onnx_graph", "relpos_layout", "cpu_features", "tested_versions"),  # shared facts; talking to people
-    ("precisions", "targets", "fileio", "optional_packages", "cuda", "sizes"),  # precisions and export targets as types;
-    # files, optional packages, the CUDA runtime, input-size checks
+    ("precisions", "parity", "targets", "fileio", "optional_packages", "cuda", "sizes"),  # precisions, their parity
+    # budgets and export targets as types; files, optional packages, the CUDA runtime, input-size checks
     ("metadata",),  # what every artifact carries, and the one reader of it
     ("models",),  # the official eager models, built from recipes and checkpoints
     ("rewrites",),  # their export-friendly forms: same weights, same numbers

@@ -29,7 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from vitdeploy.runtime_facts import BF16_FLAGS, INT8_DOT_FLAGS, REPORTED_FLAGS
+from vitdeploy.runtime_facts import ARM64_HWCAP2_BITS, ARM64_HWCAP_BITS, BF16_FLAGS, INT8_DOT_FLAGS, REPORTED_FLAGS
 
 MASK_ENV = "VITDEPLOY_CPU_MASK"
 #: Flags reported (others are read but not listed in reports); these, the INT8-dot and the BF16-unit flags come from
@@ -142,12 +142,9 @@ def apply_mask(flags: frozenset[str], mask: str) -> tuple[frozenset[str], frozen
 
 
 #: The Linux arm64 hardware capability bits (arch/arm64/include/uapi/asm/hwcap.h), named as /proc/cpuinfo's
-#: ``Features`` line names them: AT_HWCAP, then AT_HWCAP2.
-ARM64_HWCAP = ("fp", "asimd", "evtstrm", "aes", "pmull", "sha1", "sha2", "crc32", "atomics", "fphp", "asimdhp", "cpuid",
-               "asimdrdm", "jscvt", "fcma", "lrcpc", "dcpop", "sha3", "sm3", "sm4", "asimddp", "sha512", "sve",
-               "asimdfhm", "dit", "uscat", "ilrcpc", "flagm", "ssbs", "sb", "paca", "pacg")
-ARM64_HWCAP2 = ("dcpodp", "sve2", "sveaes", "svepmull", "svebitperm", "svesha3", "svesm4", "flagm2", "frint", "svei8mm",
-                "svef32mm", "svef64mm", "svebf16", "i8mm", "bf16", "dgh", "rng", "bti", "mte")
+#: ``Features`` line names them: AT_HWCAP, then AT_HWCAP2 (vitdeploy/data/runtime_facts.json: the C++ library's too).
+ARM64_HWCAP = ARM64_HWCAP_BITS
+ARM64_HWCAP2 = ARM64_HWCAP2_BITS
 ARM_MACHINES = ("aarch64", "arm64")
 
 

@@ -58,7 +58,7 @@ class Precision(str, Enum):
 
 #: ``RunnerOptions.precision``: ``file`` runs the file's own math (an FP32 file in FP32); ``bf16`` asks a runtime
 #: that can for BF16 inference of the FP32 layers (OpenVINO's CPU plugin on AMX / AVX512-BF16 CPUs), judged by the
-#: ``bf16`` parity budget (:data:`vitdeploy.validation.parity.TOLERANCES`).
+#: ``bf16`` parity budget (:data:`vitdeploy.parity.TOLERANCES`).
 PRECISION_POLICIES = ("file", "bf16")
 
 #: Every precision, by name, in the order reports list them.

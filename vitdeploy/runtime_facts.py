@@ -90,6 +90,9 @@ REPORTED_FLAGS: tuple[str, ...] = tuple(_FLAGS["reported"])
 INT8_DOT_FLAGS: tuple[str, ...] = tuple(_FLAGS["int8_dot"])
 #: Flags of BF16 matrix or vector instructions (AMX-BF16, AVX512-BF16): where OpenVINO infers in BF16 by default.
 BF16_FLAGS: tuple[str, ...] = tuple(_FLAGS["bf16_units"])
+#: arm64's AT_HWCAP and AT_HWCAP2 bits, bit 0 first, named as /proc/cpuinfo's ``Features`` (the C++ library reads them too).
+ARM64_HWCAP_BITS: tuple[str, ...] = tuple(_FLAGS["arm64_hwcap"])
+ARM64_HWCAP2_BITS: tuple[str, ...] = tuple(_FLAGS["arm64_hwcap2"])
 
 CPU_RUNTIMES: dict[str, CpuRuntimeFacts] = {
     row["name"]: CpuRuntimeFacts(row["name"], row["title"], tuple(row["precisions"]), tuple(row["custom_ops"]))
@@ -128,6 +131,6 @@ def family_name(model: str, part: str) -> str:
     raise KeyError(f"runtime_facts.json names no family for the {part} of {model}")
 
 
-__all__ = ["BF16_FLAGS", "CPU_DEFAULT_ROWS", "CPU_RUNTIMES", "FACTS", "INT8_DOT_FLAGS", "MODEL_PARTS",
+__all__ = ["ARM64_HWCAP2_BITS", "ARM64_HWCAP_BITS", "BF16_FLAGS", "CPU_DEFAULT_ROWS", "CPU_RUNTIMES", "FACTS", "INT8_DOT_FLAGS", "MODEL_PARTS",
            "OPENVINO_GELU_APART", "PROFILE_SETTINGS", "PROVEN_POLICIES", "REPORTED_FLAGS", "CpuDefault", "CpuRuntimeFacts", "family_name",
            "flag_condition", "x86_with"]

@@ -8,7 +8,7 @@ attention forms only for files whose target folds attention, OpenVINO's GELU for
 registry's :meth:`~vitdeploy.runtime.backends.registry.RuntimeEntry.cpu_gap`: no ONNX Runtime candidate for a BF16
 file, no OpenVINO one for a file holding vitdeploy's fused kernel). The reference is the file as written on ONNX Runtime (FP32 for an FP32 file: what ``vitdeploy
 validate`` proves against the official model), or the FP32 file given as ``reference`` (required for a BF16 file). Each candidate is judged
-by the budget of the precision it runs at (:data:`~vitdeploy.validation.parity.TOLERANCES`: the file's own, or
+by the budget of the precision it runs at (:data:`~vitdeploy.parity.TOLERANCES`: the file's own, or
 ``bf16`` for BF16 inference of an FP32 file) on every output, and, for a SAM encoder given its decoder, by the mask
 budget (:data:`~vitdeploy.validation.masks.MASK_TOLERANCES`) on the masks of seeded clicks through that decoder,
 run as written. Every mask is gated; the masks the official stability score calls stable are reported beside
@@ -204,7 +204,7 @@ def _judge(verdict: Verdict, runner: Any, sets: list[Any], want: list[dict[str, 
     against ``want_masks``, then its latency."""
     from vitdeploy.validation.latency import measure_latency
     from vitdeploy.validation.masks import STABLE_MIN, compare_masks, stability_score
-    from vitdeploy.validation.parity import compare
+    from vitdeploy.parity import compare
 
     failures, cosines, rel_l2, outputs = [], [], [], []
     for input_set, reference in zip(sets, want):

@@ -12,11 +12,12 @@
 // the scores of each tile of queries itself, instead of a Q.K product head_dim + grid_h + grid_w wide.
 // Same arithmetic in float32: scores, exact max-subtracted softmax, P.V.
 //
-// Paths (x86-64, CPU features checked at run time), for tokens a multiple of 32 and head_dim a multiple
-// of 16 up to 80: AVX-512F (16-lane FMA micro-kernels, tiles of 64 or 32 queries) and AVX2+FMA (8-lane
+// Paths, for tokens a multiple of 32 and head_dim a multiple of 16 up to 80: on x86-64 (CPU features checked at
+// run time) AVX-512F (16-lane FMA micro-kernels, tiles of 64 or 32 queries) and AVX2+FMA (8-lane
 // micro-kernels, 4 queries x 16 keys of scores in registers, tiles of 16 queries, P.V in 64-key blocks so
-// V stays in L1); both read K as 32-key panels. Other shapes or CPUs: a portable loop
-// (same results, slower). The node's `isa` attribute caps the path (0 portable, 1 AVX2, 2 AVX-512; the
+// V stays in L1); on arm64 NEON (the AVX2 path's tiling with 4-lane vectors); all read K as 32-key panels.
+// Other shapes or CPUs: a portable loop (same results, slower). The node's `isa` attribute caps the path (0
+// portable, 1 AVX2, 2 AVX-512, 3 NEON; on arm64 any vector request takes NEON; the
 // Python side sets it from the CPU features it sees, which VITDEPLOY_CPU_MASK can hide); the kernel
 // never takes a path the CPU lacks.
 // Attributes: num_heads, grid_h, grid_w, isa (default 2). Shapes: q_aug, k_aug (B, N, heads*(D+grid_h+grid_w)),
@@ -28,6 +29,9 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #define VITDEPLOY_X86 1
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#define VITDEPLOY_NEON 1
 #endif
 
 #include <algorithm>
@@ -40,7 +44,9 @@
 
 namespace {
 
-enum Isa : int { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+// The node's isa attribute caps the path: 0 portable; on x86-64 1 AVX2, 2 AVX-512; any vector request (1, 2, 3)
+// takes NEON on arm64, and 3 (NEON, written on an arm64 machine) takes the widest x86 path.
+enum Isa : int { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kNeon = 3 };
 
 struct Problem {
     const float* q_aug;
@@ -118,6 +124,17 @@ void portable_tile(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t r
     }
 }
 
+// head_dim is 16, 32, 48, 64 or 80 on the vector paths (shape_fits).
+template <template <int> class Tile>
+void by_head_dim(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) {
+    switch (p.head_dim / 16) {
+        case 1: Tile<1>::run(p, b, h, q0, rows); break;
+        case 2: Tile<2>::run(p, b, h, q0, rows); break;
+        case 3: Tile<3>::run(p, b, h, q0, rows); break;
+        case 4: Tile<4>::run(p, b, h, q0, rows); break;
+        default: Tile<5>::run(p, b, h, q0, rows); break;
+    }
+}
 #ifdef VITDEPLOY_X86
 #define VITDEPLOY_AVX512 __attribute__((target("avx512f")))
 
@@ -374,17 +391,6 @@ VITDEPLOY_AVX2 void avx2_tile_c(const Problem& p, int64_t b, int64_t h, int64_t 
     }
 }
 
-// head_dim is 16, 32, 48, 64 or 80 on the vector paths (shape_fits).
-template <template <int> class Tile>
-void by_head_dim(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) {
-    switch (p.head_dim / 16) {
-        case 1: Tile<1>::run(p, b, h, q0, rows); break;
-        case 2: Tile<2>::run(p, b, h, q0, rows); break;
-        case 3: Tile<3>::run(p, b, h, q0, rows); break;
-        case 4: Tile<4>::run(p, b, h, q0, rows); break;
-        default: Tile<5>::run(p, b, h, q0, rows); break;
-    }
-}
 template <int C>
 struct Avx512Tile {
     static void run(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) { fast_tile_c<C>(p, b, h, q0, rows); }
@@ -407,8 +413,149 @@ void vector_tile(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t row
         by_head_dim<Avx2Tile>(p, b, h, q0, rows);
     }
 }
-#else
-Isa cpu_best_isa() { return kPortable; }
+#endif
+
+#ifdef VITDEPLOY_NEON
+// The AVX2 path's tiling with 4-lane NEON vectors (every arm64 CPU has them; 32 vector registers).
+
+// S[rows x N] = Q[rows x D] (row stride qs) . K^T, K as N/32 panels of [D x 32]; each panel as two halves of
+// 16 keys, 4 query rows at a time (16 accumulators); rows % 4 == 0.
+template <int C>
+void qk_panels_neon(const float* q, int64_t qs, const float* kp, int64_t n, float* s, int64_t rows) {
+    constexpr int d_head = 16 * C;
+    for (int64_t j = 0; j < n; j += 32) {
+        const float* panel = kp + j * d_head;
+        for (int half = 0; half < 32; half += 16) {
+            for (int64_t i = 0; i < rows; i += 4) {
+                float32x4_t acc[4][4];
+                for (auto& row : acc)
+                    for (auto& x : row) x = vdupq_n_f32(0.0f);
+                for (int d = 0; d < d_head; ++d) {
+                    float32x4_t b[4];
+                    for (int k = 0; k < 4; ++k) b[k] = vld1q_f32(panel + d * 32 + half + 4 * k);
+                    for (int r = 0; r < 4; ++r) {
+                        const float32x4_t a = vdupq_n_f32(q[(i + r) * qs + d]);
+                        for (int k = 0; k < 4; ++k) acc[r][k] = vfmaq_f32(acc[r][k], a, b[k]);
+                    }
+                }
+                for (int r = 0; r < 4; ++r)
+                    for (int k = 0; k < 4; ++k) vst1q_f32(s + (i + r) * n + j + half + 4 * k, acc[r][k]);
+            }
+        }
+    }
+}
+
+// Two rows of O (stride os) += P (stride n) . V for `keys` keys, over W vectors (4 floats each) of V's columns
+// (stride vs); `first`: O starts at zero.
+template <int W>
+void pv_block_neon(const float* p, int64_t n, const float* v, int64_t vs, float* o, int64_t os, int64_t keys, bool first) {
+    float32x4_t acc[2][W];
+    for (int r = 0; r < 2; ++r)
+        for (int w = 0; w < W; ++w) acc[r][w] = first ? vdupq_n_f32(0.0f) : vld1q_f32(o + r * os + 4 * w);
+    for (int64_t j = 0; j < keys; ++j) {
+        float32x4_t vv[W];
+        for (int w = 0; w < W; ++w) vv[w] = vld1q_f32(v + j * vs + 4 * w);
+        for (int r = 0; r < 2; ++r) {
+            const float32x4_t a = vdupq_n_f32(p[r * n + j]);
+            for (int w = 0; w < W; ++w) acc[r][w] = vfmaq_f32(acc[r][w], a, vv[w]);
+        }
+    }
+    for (int r = 0; r < 2; ++r)
+        for (int w = 0; w < W; ++w) vst1q_f32(o + r * os + 4 * w, acc[r][w]);
+}
+
+// O[rows x 16*C] = P[rows x N] . V[N x 16*C] in blocks of 64 keys (V's block stays in L1, as on AVX2); 32-column
+// blocks, a 16-column one for odd C; rows % 2 == 0.
+template <int C>
+void pv_rows_neon(const float* p, int64_t n, const float* v, float* o, int64_t rows) {
+    constexpr int width = 16 * C;
+    constexpr int64_t block = 64;
+    for (int64_t j0 = 0; j0 < n; j0 += block) {
+        const int64_t keys = std::min(block, n - j0);
+        for (int64_t i = 0; i < rows; i += 2) {
+            int c = 0;
+            for (; c + 32 <= width; c += 32)
+                pv_block_neon<8>(p + i * n + j0, n, v + j0 * width + c, width, o + i * width + c, width, keys, j0 == 0);
+            if (c < width)
+                pv_block_neon<4>(p + i * n + j0, n, v + j0 * width + c, width, o + i * width + c, width, keys, j0 == 0);
+        }
+    }
+}
+
+// exp(x) for x <= 0 (the same Cephes polynomial as exp8/exp16), 4 lanes; 2^n built in the exponent bits.
+float32x4_t exp4(float32x4_t x) {
+    x = vmaxq_f32(x, vdupq_n_f32(-87.3f));
+    const float32x4_t fx = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(1.44269504088896341f)));
+    x = vfmsq_f32(x, fx, vdupq_n_f32(0.693359375f));
+    x = vfmsq_f32(x, fx, vdupq_n_f32(-2.12194440e-4f));
+    float32x4_t y = vdupq_n_f32(1.9875691500E-4f);
+    y = vfmaq_f32(vdupq_n_f32(1.3981999507E-3f), y, x);
+    y = vfmaq_f32(vdupq_n_f32(8.3334519073E-3f), y, x);
+    y = vfmaq_f32(vdupq_n_f32(4.1665795894E-2f), y, x);
+    y = vfmaq_f32(vdupq_n_f32(1.6666665459E-1f), y, x);
+    y = vfmaq_f32(vdupq_n_f32(5.0000001201E-1f), y, x);
+    y = vfmaq_f32(vaddq_f32(x, vdupq_n_f32(1.0f)), y, vmulq_f32(x, x));
+    const int32x4_t pow2 = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(fx), vdupq_n_s32(127)), 23);
+    return vmulq_f32(y, vreinterpretq_f32_s32(pow2));
+}
+
+// add_rel_pos with 4-wide vectors (grid_w a multiple of 4).
+float add_rel_pos4(const Problem& p, const float* q, float* row) {
+    const float* rel_h = q + p.head_dim;
+    const float* rel_w = rel_h + p.grid_h;
+    float32x4_t top = vdupq_n_f32(-std::numeric_limits<float>::infinity());
+    for (int64_t kh = 0; kh < p.grid_h; ++kh) {
+        const float32x4_t a = vdupq_n_f32(rel_h[kh]);
+        float* seg = row + kh * p.grid_w;
+        for (int64_t kw = 0; kw < p.grid_w; kw += 4) {
+            const float32x4_t x = vaddq_f32(vld1q_f32(seg + kw), vaddq_f32(a, vld1q_f32(rel_w + kw)));
+            vst1q_f32(seg + kw, x);
+            top = vmaxq_f32(top, x);
+        }
+    }
+    return vmaxvq_f32(top);
+}
+
+// One tile of queries on the NEON path; C = head_dim / 16.
+template <int C>
+void neon_tile_c(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) {
+    thread_local std::vector<float> scores, o, inv;
+    scores.resize(static_cast<size_t>(rows * p.tokens));
+    o.resize(static_cast<size_t>(rows * p.head_dim));
+    inv.resize(static_cast<size_t>(rows));
+    const int64_t bh = b * p.heads + h;
+    qk_panels_neon<C>(q_row(p, b, q0, h), p.heads * p.aug, p.packed_k[bh].data(), p.tokens, scores.data(), rows);
+    const bool wide = p.grid_w % 4 == 0;
+    for (int64_t i = 0; i < rows; ++i) {
+        float* row = scores.data() + i * p.tokens;
+        const float* q = q_row(p, b, q0 + i, h);
+        const float32x4_t top = vdupq_n_f32(wide ? add_rel_pos4(p, q, row) : add_rel_pos(p, q, row));
+        float32x4_t sum = vdupq_n_f32(0.0f);
+        for (int64_t j = 0; j < p.tokens; j += 4) {
+            const float32x4_t e = exp4(vsubq_f32(vld1q_f32(row + j), top));
+            vst1q_f32(row + j, e);
+            sum = vaddq_f32(sum, e);
+        }
+        inv[static_cast<size_t>(i)] = 1.0f / vaddvq_f32(sum);
+    }
+    pv_rows_neon<C>(scores.data(), p.tokens, p.packed_v[bh].data(), o.data(), rows);
+    for (int64_t i = 0; i < rows; ++i) {
+        float* dst = p.out + ((b * p.tokens + q0 + i) * p.heads + h) * p.head_dim;
+        for (int64_t d = 0; d < p.head_dim; ++d) dst[d] = o[static_cast<size_t>(i * p.head_dim + d)] * inv[static_cast<size_t>(i)];
+    }
+}
+
+template <int C>
+struct NeonTile {
+    static void run(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) { neon_tile_c<C>(p, b, h, q0, rows); }
+};
+
+void vector_tile(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) {
+    by_head_dim<NeonTile>(p, b, h, q0, rows);
+}
+#endif
+
+#if !defined(VITDEPLOY_X86) && !defined(VITDEPLOY_NEON)
 void vector_tile(const Problem&, int64_t, int64_t, int64_t, int64_t) {}
 #endif
 
@@ -416,17 +563,23 @@ bool shape_fits(int64_t tokens, int64_t head_dim) { return tokens % 32 == 0 && h
 
 // The path a problem takes: the widest the CPU has, no wider than requested, portable for other shapes.
 Isa choose_path(int64_t tokens, int64_t head_dim, int64_t requested) {
-    if (!shape_fits(tokens, head_dim)) return kPortable;
+    if (!shape_fits(tokens, head_dim) || requested <= kPortable) return kPortable;
+#if defined(VITDEPLOY_NEON)
+    return kNeon;  // every arm64 CPU has NEON (ASIMD): any vector request takes it
+#elif defined(VITDEPLOY_X86)
     const Isa best = cpu_best_isa();
-    const int64_t cap = std::max<int64_t>(kPortable, std::min<int64_t>(requested, kAvx512));
+    const int64_t cap = requested == kNeon ? kAvx512 : std::min<int64_t>(requested, kAvx512);
     return static_cast<Isa>(std::min<int64_t>(best, cap));
+#else
+    return kPortable;
+#endif
 }
 
 // Queries per task. AVX2: 16, so the tile's score block (16 x 4096 floats = 256 KB for ViT-B's global blocks)
 // stays within a 512 KB L2 (AMD Zen); measured on an EPYC, 16 to 32 made no difference beyond noise.
 int64_t tile_rows(Isa isa, int64_t tokens) {
     if (isa == kAvx512) return tokens % 64 == 0 ? 64 : 32;
-    return 16;
+    return 16;  // AVX2 and NEON
 }
 
 void pack_task(void* data, size_t i) { pack(*static_cast<const Problem*>(data), static_cast<int64_t>(i)); }
@@ -533,7 +686,7 @@ __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps
     return nullptr;
 }
 
-// The path (0 portable, 1 AVX2, 2 AVX-512) a problem takes on this CPU with the node attribute isa=requested
+// The path (0 portable, 1 AVX2, 2 AVX-512, 3 NEON) a problem takes on this CPU with the node attribute isa=requested
 // (for the swap decision, reports and tests).
 __attribute__((visibility("default"))) int VitdeployRelPosPath(int64_t tokens, int64_t head_dim, int64_t requested) {
     return static_cast<int>(choose_path(tokens, head_dim, requested));

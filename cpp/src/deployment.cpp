@@ -4,6 +4,9 @@
 #include <fnmatch.h>
 #include <sched.h>
 #include <sys/utsname.h>
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
 #include <unistd.h>
 
 #include <algorithm>
@@ -138,7 +141,7 @@ MachineFingerprint machine_fingerprint() {
     struct utsname names {};
     fp.machine = uname(&names) == 0 ? names.machine : "unknown";
     std::ifstream in("/proc/cpuinfo");
-    std::string line, family, model_number, flags_text;
+    std::string line, family, model_number, flags_text, flags_key;
     while (std::getline(in, line)) {
         auto colon = line.find(':');
         if (colon == std::string::npos) continue;
@@ -147,14 +150,35 @@ MachineFingerprint machine_fingerprint() {
         if ((key == "model name" || key == "hardware" || key == "cpu model") && fp.cpu.empty()) fp.cpu = value;
         if (key == "cpu family" && family.empty()) family = value;
         if (key == "model" && model_number.empty()) model_number = value;
-        if ((key == "flags" || key == "features") && flags_text.empty()) flags_text = value;
+        if ((key == "flags" || key == "features") && flags_text.empty()) {
+            flags_text = value;
+            flags_key = key;
+        }
     }
     auto digits = [](const std::string& s) { return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos; };
     if (digits(family) && digits(model_number)) fp.family_model = "family " + family + " model " + model_number;
-    if (fp.cpu.empty()) fp.cpu = fp.machine;
     std::set<std::string> present;
     std::istringstream words(flags_text);
     for (std::string w; words >> w;) present.insert(w);
+#if defined(__aarch64__)
+    // As vitdeploy.cpu_features: an arm64 CPU's features come from the auxiliary vector, which the kernel (or
+    // qemu-user, for the CPU it emulates) fills; under qemu-user /proc/cpuinfo is the x86 host's ('flags', not
+    // 'Features'), and its model and flags are not this CPU's.
+    if (flags_key == "flags") {
+        fp.cpu = "emulated " + fp.machine + " on " + (fp.cpu.empty() ? std::string("an x86 host") : fp.cpu);
+        fp.family_model.clear();
+        present.clear();
+    }
+    const unsigned long words_[2] = {getauxval(AT_HWCAP), getauxval(AT_HWCAP2)};
+    const std::vector<std::string>* names[2] = {&runtime_facts().arm64_hwcap, &runtime_facts().arm64_hwcap2};
+    if (words_[0] || words_[1]) present.clear();
+    for (int w = 0; w < 2; ++w)
+        for (std::size_t bit = 0; bit < names[w]->size() && bit < 64; ++bit)
+            if (words_[w] >> bit & 1UL) present.insert((*names[w])[bit]);
+#else
+    (void)flags_key;
+#endif
+    if (fp.cpu.empty()) fp.cpu = fp.machine;
     std::vector<std::string> mask;  // VITDEPLOY_CPU_MASK: comma-separated patterns, '*' wildcards
     if (const char* env = std::getenv("VITDEPLOY_CPU_MASK")) {
         std::stringstream ss(env);

@@ -32,6 +32,8 @@ RuntimeFacts parse() {
     facts.reported_flags = strings(at(flags, "reported"));
     facts.int8_dot_flags = strings(at(flags, "int8_dot"));
     facts.bf16_unit_flags = strings(at(flags, "bf16_units"));
+    facts.arm64_hwcap = strings(at(flags, "arm64_hwcap"));
+    facts.arm64_hwcap2 = strings(at(flags, "arm64_hwcap2"));
     for (const Json& row : at(doc, "cpu_runtimes").as_array())
         facts.cpu_runtimes.push_back({at(row, "name").as_string(), at(row, "title").as_string(),
                                       strings(at(row, "precisions")), strings(at(row, "custom_ops"))});

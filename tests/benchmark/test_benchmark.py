@@ -20,7 +20,7 @@ from vitdeploy.benchmark.autocast import AutocastModule
 from vitdeploy.benchmark.contenders import Contender, input_template
 from vitdeploy.benchmark.harness import make_feeds, run_benchmark
 from vitdeploy.errors import InputError
-from vitdeploy.validation.parity import compare
+from vitdeploy.parity import compare
 
 pytest_plugins = ["tests.sam_tiny_fixtures"]  # tiny_sam_artifacts
 

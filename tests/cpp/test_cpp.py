@@ -326,7 +326,7 @@ def test_sam_cli_reads_the_deployment_profile_as_python_does(cpp_build: Path, ti
         env = {**_env_without_ort_ops(), "VITDEPLOY_CPU_MASK": "avx2"}
         masked = subprocess.run([str(cpp_build / "sam_cli"), *args], capture_output=True, text=True, timeout=120, env=env)
         python_view = subprocess.run(
-            [sys.executable, "-c", "import sys; from vitdeploy.runtime.backends.deployment import resolve; "
+            [sys.executable, "-c", "import sys; from vitdeploy.runtime.backends.auto import resolve; "
              "print(resolve(sys.argv[1]).source)", str(encoder)], capture_output=True, text=True, timeout=120, env=env)
         expect = "ignored: it was tuned on another CPU flags"
         assert masked.returncode == 0 and expect in masked.stderr, masked.stderr
@@ -353,11 +353,10 @@ def test_sam_cli_ignores_a_hand_edited_profile_python_refuses(cpp_build: Path, t
     """What 'vitdeploy tune' would not write is not followed by either side: Python refuses it in one line, sam_cli
     (whose contract is never to fail on a profile's content) says it ignores it, for the same reason, and runs the
     file as written."""
-    import shutil
-
     from vitdeploy.errors import InputError
+    from vitdeploy.runtime.backends.auto import resolve
     from vitdeploy.runtime.backends.deployment import (PROFILE_FORMAT, machine_fingerprint, model_digest, profile_path,
-                                                       resolve, runtime_versions)
+                                                       runtime_versions)
 
     encoder = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
     Image.fromarray(sample_image(40, 60, seed=4)).save(tmp_path / "in.png")
@@ -493,7 +492,7 @@ def test_sam_cli_without_a_profile_takes_the_python_default_for_this_cpu(cpp_bui
     Image.fromarray(sample_image(40, 60, seed=6)).save(tmp_path / "in.png")
     env = {**_env_without_ort_ops(), "VITDEPLOY_CPU_MASK": mask}
     python_view = subprocess.run(
-        [sys.executable, "-c", "import sys; from vitdeploy.runtime.backends.deployment import resolve; "
+        [sys.executable, "-c", "import sys; from vitdeploy.runtime.backends.auto import resolve; "
          "d = resolve(sys.argv[1]); print(d.runtime, d.precision)", str(tiny_sam_artifacts.encoder)],
         capture_output=True, text=True, timeout=120, env=env)
     runtime, precision = python_view.stdout.split()
@@ -518,7 +517,7 @@ def test_sam_cli_follows_the_probes_cached_decision_like_python(cpp_build: Path,
     encoder = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
     env = {**_env_without_ort_ops(), "VITDEPLOY_CACHE_DIR": str(tmp_path / "cache"), "VITDEPLOY_PROBE": "1",
            "VITDEPLOY_CPU_MASK": ""}
-    python_view = [sys.executable, "-c", "import sys; from vitdeploy.runtime.backends.deployment import resolve; "
+    python_view = [sys.executable, "-c", "import sys; from vitdeploy.runtime.backends.auto import resolve; "
                    "d = resolve(sys.argv[1], threads=2); print(d.runtime, d.precision, d.source[:6])", str(encoder)]
     first = subprocess.run(python_view, capture_output=True, text=True, timeout=300, env=env)
     assert first.returncode == 0 and first.stdout.split()[2] == "probe:", first.stderr

@@ -28,7 +28,7 @@ from vitdeploy.errors import EngineError, InputError
 from vitdeploy.fileio import sha256_file
 from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 from vitdeploy.runtime.backends.tensorrt_runner import TensorRTRunner
-from vitdeploy.validation.parity import compare
+from vitdeploy.parity import compare
 
 TRT_REASON = tensorrt_unavailable_reason()
 LIB = None if TRT_REASON else load_library("auto", "the GPU tests")

@@ -25,7 +25,7 @@ from vitdeploy.onnx_export.hygiene import check_graph_hygiene
 from vitdeploy.pipeline import export_recipe
 from vitdeploy.runtime.backends.loader import open_runner
 from vitdeploy.runtime.backends.registry import ONNX_RUNTIMES, RUNTIMES
-from vitdeploy.validation.parity import compare
+from vitdeploy.parity import compare
 from vitdeploy.validation.validate_model import ValidateOptions, validate_model
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from tests.cli_helpers import assert_user_error, run
 from tests.sam2_tiny import TINY_SAM2_RECIPE
 from tests.sam_tiny import sample_image
 from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
-from vitdeploy.validation.parity import TOLERANCES, compare
+from vitdeploy.parity import TOLERANCES, compare
 
 pytest.importorskip("sam2", reason="the official sam2 package is not installed (scripts/test.sh installs it)")
 

@@ -19,7 +19,7 @@ from vitdeploy.errors import InputError, RecipeError
 from vitdeploy.families import ExportOptions, eager_reference
 from vitdeploy.pipeline import export_recipe
 from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
-from vitdeploy.validation.parity import TOLERANCES, compare
+from vitdeploy.parity import TOLERANCES, compare
 from vitdeploy.validation.validate_model import ValidateOptions, validate_model
 
 FP32, FP16 = TOLERANCES["fp32"], TOLERANCES["fp16"]

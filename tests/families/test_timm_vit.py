@@ -15,7 +15,7 @@ from vitdeploy.models.timm_vit import TimmVitArch, build_timm_vit, load_timm_vit
 from vitdeploy.onnx_export.timm_vit import export_timm_vit
 from vitdeploy.rewrites.timm_vit import rewrite_timm_vit, timm_reference_at_size
 from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
-from vitdeploy.validation.parity import TOLERANCES, compare
+from vitdeploy.parity import TOLERANCES, compare
 
 FP32 = TOLERANCES["fp32"]
 COSINE_MIN = 0.99999  # the bar for logits

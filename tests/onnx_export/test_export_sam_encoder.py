@@ -16,7 +16,7 @@ from vitdeploy.models.sam_encoder import official_encoder_at_size
 from vitdeploy.onnx_export.hygiene import BANNED_OPS, check_graph_hygiene
 from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
 from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
-from vitdeploy.validation.parity import TOLERANCES, compare
+from vitdeploy.parity import TOLERANCES, compare
 
 FP32 = TOLERANCES["fp32"]  # cosine >= 0.99999, relative L2 <= 1e-4
 

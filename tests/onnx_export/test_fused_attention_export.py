@@ -18,7 +18,7 @@ from vitdeploy.targets import DEFAULT_TARGET, TARGETS
 from vitdeploy.runtime.backends.ort_fusions import fusion_report, optimized_graph
 from vitdeploy.runtime.backends.ort_settings import OrtSettings
 from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
-from vitdeploy.validation.parity import compare
+from vitdeploy.parity import compare
 
 ARCH = "padded_windows"  # windowed blocks with padding and one global block
 DEPTH = TINY_ARCHS[ARCH].depth

@@ -14,7 +14,7 @@ from vitdeploy.onnx_export.hygiene import check_graph_hygiene
 from vitdeploy.onnx_export.sam_decoder import INPUT_NAMES, OUTPUT_NAMES
 from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 from vitdeploy.models.sam_decoder import OfficialDecoderReference
-from vitdeploy.validation.parity import TOLERANCES, compare
+from vitdeploy.parity import TOLERANCES, compare
 
 FP32 = TOLERANCES["fp32"]
 

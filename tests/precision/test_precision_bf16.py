@@ -21,7 +21,7 @@ from vitdeploy.precision.half_formats import BF16, FP16
 from vitdeploy.precision.half_precision import HalfConfig, convert_half, rewrite_to_half
 from vitdeploy.precision.islands import structural_fp32_nodes
 from vitdeploy.precision.segments import SegmentRunner
-from vitdeploy.validation.parity import TOLERANCES
+from vitdeploy.parity import TOLERANCES
 
 BF16_COSINE = TOLERANCES["bf16"].cosine_min
 

@@ -11,7 +11,7 @@ from vitdeploy.precision.checks import graph_problems
 from vitdeploy.precision.evaluation import ort_session, run_all, run_faithful
 from vitdeploy.precision.half_precision import HalfConfig, convert_half
 from vitdeploy.precision.islands import structural_fp32_nodes
-from vitdeploy.validation.parity import TOLERANCES
+from vitdeploy.parity import TOLERANCES
 
 FP16_COSINE = TOLERANCES["fp16"].cosine_min
 

@@ -12,7 +12,7 @@ from vitdeploy.errors import CheckpointError, ExportError, InputError
 from vitdeploy.models.recipes import load_recipe
 from vitdeploy.models.sam_decoder import SamDecoderArch, build_sam_prompt_decoder, load_sam_prompt_decoder
 from vitdeploy.rewrites.sam_decoder import rewrite_sam_decoder
-from vitdeploy.validation.parity import TOLERANCES, compare
+from vitdeploy.parity import TOLERANCES, compare
 
 FP32 = TOLERANCES["fp32"]
 S = DECODER_ARCH.input_image_size

@@ -36,7 +36,8 @@ def dataset_job_options(fn: Callable, required: bool = True) -> Callable:
 
 def resolve_deployment(model: str, runtime: str, inference_precision: str | None, threads: int | None, device: str):
     """The deployment every worker runs (never ``auto``: the driver decides once, so all workers compute alike)."""
-    from vitdeploy.runtime.backends.deployment import AUTO, Deployment, resolve
+    from vitdeploy.runtime.backends.auto import resolve
+    from vitdeploy.runtime.backends.deployment import AUTO, Deployment
 
     if runtime == AUTO:
         return resolve(model, precision=inference_precision, threads=threads, device=device)

@@ -17,7 +17,7 @@ from vitdeploy.precision.model_io import save_onnx_atomic
 from vitdeploy.precision.calibration_data import DEFAULT_MIN_IMAGES, CalibrationSet, RecordedInputSet, load_calibration_set
 from vitdeploy.precision.report import PrecisionReport, precision_metadata, read_metadata, stamp_metadata
 from vitdeploy.precision.evaluation import StageProgress
-from vitdeploy.validation.parity import ParityResult, compare
+from vitdeploy.parity import ParityResult, compare
 
 
 #: The precisions a calibrate run writes from an FP32 export.
@@ -96,7 +96,7 @@ def _eager_parity(meta: dict[str, Any], checkpoint: str | None, model: onnx.Mode
     run costs as much as the eager one.
     """
     try:
-        from vitdeploy.validation.parity import TOLERANCES
+        from vitdeploy.parity import TOLERANCES
         from vitdeploy.families import eager_reference
         from vitdeploy.validation.torch_runner import TorchRunner
 

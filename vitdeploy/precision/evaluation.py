@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import onnx
 
-from vitdeploy.validation.parity import ParityResult, Tolerance, compare
+from vitdeploy.parity import ParityResult, Tolerance, compare
 
 Feeds = dict[str, np.ndarray]
 #: ``progress(stage, done, total)``: what the long precision calls report (see vitdeploy.cli.progress).

@@ -53,7 +53,7 @@ from vitdeploy.precision.activation_stats import DRIFT_IMAGES, NodeStats, collec
 from vitdeploy.precision.half_formats import BF16, FP16, HalfFormat
 from vitdeploy.precision.model_io import copy_model, infer_shapes, is_large
 from vitdeploy.precision.segments import ensure_node_names
-from vitdeploy.validation.parity import TOLERANCES, ParityResult
+from vitdeploy.parity import TOLERANCES, ParityResult
 
 Feeds = dict[str, np.ndarray]
 FP16_MAX = FP16.max_finite

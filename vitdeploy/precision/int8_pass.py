@@ -15,7 +15,7 @@ from vitdeploy.precision.int8 import Int8Config, quantize_int8, restrict_quantiz
 from vitdeploy.precision.model_io import copy_model
 from vitdeploy.precision.segments import ensure_node_names
 from vitdeploy.precision.sensitivity import BudgetResult, LayerSensitivity, budget_search, layer_sensitivity
-from vitdeploy.validation.parity import ParityResult
+from vitdeploy.parity import ParityResult
 
 Feeds = dict[str, np.ndarray]
 

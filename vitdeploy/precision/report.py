@@ -10,7 +10,7 @@ import onnx
 
 from vitdeploy.metadata import PREFIX, encode, metadata_of
 from vitdeploy.precisions import Precision
-from vitdeploy.validation.parity import ParityResult
+from vitdeploy.parity import ParityResult
 
 
 def precision_metadata(

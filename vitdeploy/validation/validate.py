@@ -10,7 +10,7 @@ from typing import Any
 from vitdeploy.runtime.processing.input_sets import InputSet
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.validation.latency import LatencyStats, measure_latency
-from vitdeploy.validation.parity import ParityResult, Tolerance, compare
+from vitdeploy.parity import ParityResult, Tolerance, compare
 
 
 @dataclass

@@ -38,7 +38,7 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
     from vitdeploy.families import family_of
     from vitdeploy.runtime.backends.loader import open_runner
     from vitdeploy.validation.inputs import image_input_sets, saved_input_sets
-    from vitdeploy.validation.parity import TOLERANCES
+    from vitdeploy.parity import TOLERANCES
     from vitdeploy.validation.validate import validate_runner
 
     # .onnx -> ONNX Runtime on the device, .plan -> TensorRT

@@ -29,6 +29,7 @@ struct GeluApartFacts {  // where OpenVINO runs each GEMM-fed GELU apart (vitdep
 
 struct RuntimeFacts {
     std::vector<std::string> reported_flags, int8_dot_flags, bf16_unit_flags;
+    std::vector<std::string> arm64_hwcap, arm64_hwcap2;  // AT_HWCAP / AT_HWCAP2 bit names, bit 0 first
     std::vector<CpuRuntimeFacts> cpu_runtimes;
     std::vector<CpuDefaultRow> cpu_defaults;
     GeluApartFacts gelu_apart;

@@ -22,7 +22,7 @@ from tests.sam_tiny import SEED, TinySamArtifacts, sample_image, tiny_official_s
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.datasets.job import FAULT_SIGINT_AFTER, JobConfig, list_images, plan_job, run_in_process, run_job
 from vitdeploy.runtime.apps.datasets.store import read_embedding_shard
-from vitdeploy.validation.parity import TOLERANCES, compare
+from vitdeploy.parity import TOLERANCES, compare
 
 pytest_plugins = ["tests.sam_tiny_fixtures"]
 

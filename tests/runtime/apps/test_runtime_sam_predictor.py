@@ -18,7 +18,7 @@ from vitdeploy.runtime import SamPredictor
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 from vitdeploy.validation.masks import compare_masks
-from vitdeploy.validation.parity import TOLERANCES, compare
+from vitdeploy.parity import TOLERANCES, compare
 
 FP32 = TOLERANCES["fp32"]  # relative L2 <= 1e-4 among others
 

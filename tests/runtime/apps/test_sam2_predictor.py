@@ -14,7 +14,7 @@ from tests.sam2_tiny import TINY_SAM2_RECIPE
 from tests.sam_tiny import TinySamArtifacts, sample_image
 from vitdeploy.errors import InputError
 from vitdeploy.validation.masks import compare_masks
-from vitdeploy.validation.parity import TOLERANCES, compare
+from vitdeploy.parity import TOLERANCES, compare
 
 pytest.importorskip("sam2", reason="the official sam2 package is not installed (scripts/test.sh installs it)")
 pytest_plugins = ["tests.sam_tiny_fixtures"]

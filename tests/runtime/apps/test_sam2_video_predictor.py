@@ -14,7 +14,7 @@ import torch
 from tests.sam2_video_fixtures import FRAMES, official_video_predictor
 from vitdeploy.errors import InputError
 from vitdeploy.validation.masks import compare_masks
-from vitdeploy.validation.parity import Tolerance, compare
+from vitdeploy.parity import Tolerance, compare
 
 pytest.importorskip("sam2", reason="the official sam2 package is not installed (scripts/test.sh installs it)")
 pytest_plugins = ["tests.sam2_video_fixtures"]

@@ -24,7 +24,7 @@ from vitdeploy.runtime.apps.serving import api, server as one_process
 from vitdeploy.runtime.apps.serving.server import Server
 from vitdeploy.runtime.apps.serving.service import MAX_PROMPTS, SamService
 from vitdeploy.validation.masks import compare_masks
-from vitdeploy.validation.parity import TOLERANCES, compare
+from vitdeploy.parity import TOLERANCES, compare
 
 pytest_plugins = ["tests.sam_tiny_fixtures"]
 

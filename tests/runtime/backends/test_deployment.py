@@ -13,9 +13,10 @@ import pytest
 from tests.sam_tiny import TinySamArtifacts
 from vitdeploy.cpu_features import CpuFeatures
 from vitdeploy.errors import InputError
+from vitdeploy.runtime.backends.auto import resolve
 from vitdeploy.runtime.backends.deployment import (CPU_DEFAULTS, INT8_MEASUREMENTS, PROFILE_FORMAT, Deployment,
                                                    cpu_default, int8_measurement, machine_fingerprint, model_digest, profile_path, profile_problems,
-                                                   read_profile, resolve, runtime_versions)
+                                                   read_profile, runtime_versions)
 
 pytest_plugins = ["tests.sam_tiny_fixtures"]
 

@@ -23,7 +23,7 @@ from vitdeploy.runtime.backends.loader import open_runner
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 from vitdeploy.runtime.backends.tensorrt_runner import TensorRTRunner, check_feed
-from vitdeploy.validation.parity import compare
+from vitdeploy.parity import compare
 
 TRT_REASON = tensorrt_unavailable_reason()
 

@@ -28,7 +28,7 @@ from vitdeploy.runtime.backends.base import RunnerOptions
 from vitdeploy.runtime.backends.loader import open_runner
 from vitdeploy.runtime.backends.openvino_runner import OpenVinoRunner, cpu_config
 from vitdeploy.validation.masks import compare_masks
-from vitdeploy.validation.parity import TOLERANCES, compare
+from vitdeploy.parity import TOLERANCES, compare
 from vitdeploy.validation.validate_model import ValidateOptions, validate_model
 
 pytest.importorskip("openvino", reason="OpenVINO is not installed (pip install 'vitdeploy[openvino]')")

@@ -205,7 +205,7 @@ def test_auto_probes_without_a_profile_and_every_bypass_skips_it(tiny_sam_artifa
                                                                  monkeypatch) -> None:
     """The probe is ``--runtime auto``'s second source: a fitting profile comes first; ``VITDEPLOY_PROBE=0``, an asked
     runtime and an asked precision policy bypass it."""
-    from vitdeploy.runtime.backends.deployment import resolve
+    from vitdeploy.runtime.backends.auto import resolve
     from vitdeploy.runtime.backends.loader import open_runner
 
     monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(tmp_path / "cache"))

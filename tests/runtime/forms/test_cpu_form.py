@@ -23,7 +23,7 @@ from vitdeploy.errors import InputError
 from vitdeploy.metadata import decode
 from vitdeploy.runtime.forms.cpu_form import CPU_FORM_KEY
 from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
-from vitdeploy.validation.parity import compare
+from vitdeploy.parity import compare
 
 ARCH = "padded_windows"  # two 3x3-window blocks (left folded) and one 8x8 global block (unfolded / fused)
 SEED = 13

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from cpp_build import cpp_build, toolchain_missing  # noqa: F401 (session fixture)
+from tests.relpos_reference import KERNEL_MAX_ABS, PATHS, SHAPES, expected_path, inputs, op_model, reference
 from tests.conftest import (TINY_ARCHS, assert_matches_official, export_tiny_targets, max_abs_rel, tamper_onehot_tables,
                             tiny_encoder)
 from vitdeploy.cli import cli
@@ -26,8 +27,6 @@ from vitdeploy.runtime.forms.cpu_attention import cpu_attention
 from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 
 ARCH = "padded_windows"  # two windowed blocks (9 tokens: left to ONNX Runtime) and one 8x8 global block
-#: Kernel vs float64 reference: float32 sums over at most 64 keys of O(1) terms.
-KERNEL_MAX_ABS = 1e-5
 #: Fused vs unfused ONNX Runtime graph, max-abs error relative to the output scale (reordered float sums).
 FUSED_VS_MHA_MAX_ABS_REL = 1e-5
 
@@ -48,16 +47,15 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return export_tiny_targets(tmp_path_factory.mktemp("relpos_kernel"), ARCH, seed=7)
 
 
+def test_the_reference_names_the_librarys_paths_and_domain() -> None:
+    assert PATHS == relpos_kernel.PATHS and relpos_kernel.DOMAIN == "ai.vitdeploy"
+
+
 def _expected_path(tokens: int, head_dim: int, requested: str) -> str:
-    """The rule the library must follow, stated independently: the widest path the real CPU has, no wider than
-    requested, for shapes with tokens % 32 == 0 and head_dim % 16 == 0 up to 80; portable otherwise."""
+    """The rule for this machine's real CPU (the library checks the real CPU, not VITDEPLOY_CPU_MASK)."""
     from vitdeploy.cpu_features import _read
 
-    real = _read("", "/proc/cpuinfo").simd  # the library checks the real CPU, not VITDEPLOY_CPU_MASK
-    best = relpos_kernel.PATHS.index(real) if real in relpos_kernel.PATHS else 0
-    if tokens % 32 or head_dim % 16 or head_dim > 80:
-        return "portable"
-    return relpos_kernel.PATHS[min(best, relpos_kernel.PATHS.index(requested))]
+    return expected_path(tokens, head_dim, requested, _read("", "/proc/cpuinfo").simd)
 
 
 def _global_block_shape() -> tuple[int, int]:
@@ -66,44 +64,8 @@ def _global_block_shape() -> tuple[int, int]:
     return grid * grid, arch.embed_dim // arch.num_heads
 
 
-def _op_model(heads: int, grid_h: int, grid_w: int, head_dim: int, isa: int) -> onnx.ModelProto:
-    aug = heads * (head_dim + grid_h + grid_w)
-    vi = lambda name, width: helper.make_tensor_value_info(name, TensorProto.FLOAT, ["b", grid_h * grid_w, width])  # noqa: E731
-    node = helper.make_node("RelPosAttention", ["q_aug", "k_aug", "v"], ["out"], domain=relpos_kernel.DOMAIN,
-                            num_heads=heads, grid_h=grid_h, grid_w=grid_w, isa=isa)
-    graph = helper.make_graph([node], "op", [vi("q_aug", aug), vi("k_aug", aug), vi("v", heads * head_dim)],
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(relpos_kernel.DOMAIN, 1)],
-                             ir_version=10)
-
-
-def _reference(q_aug: np.ndarray, k_aug: np.ndarray, v: np.ndarray, heads: int, grid_h: int, grid_w: int) -> np.ndarray:
-    """softmax(q . k + rel_h[key row] + rel_w[key column]) v per head, in float64."""
-    b, n, _ = q_aug.shape
-    d = v.shape[-1] // heads
-    q4 = q_aug.reshape(b, n, heads, -1).astype(np.float64)
-    k4 = k_aug.reshape(b, n, heads, -1).astype(np.float64)
-    v4 = v.reshape(b, n, heads, d).astype(np.float64)
-    scores = np.einsum("bqhc,bkhc->bhqk", q4[..., :d], k4[..., :d])
-    rows, cols = np.divmod(np.arange(n), grid_w)
-    rel_h = q4[..., d:d + grid_h].transpose(0, 2, 1, 3)  # b, h, q, grid_h
-    rel_w = q4[..., d + grid_h:].transpose(0, 2, 1, 3)
-    scores += rel_h[..., rows] + rel_w[..., cols]
-    scores -= scores.max(axis=-1, keepdims=True)
-    p = np.exp(scores)
-    p /= p.sum(axis=-1, keepdims=True)
-    return np.einsum("bhqk,bkhc->bqhc", p, v4).reshape(b, n, heads * d)
-
-
 @pytest.mark.parametrize("requested", relpos_kernel.PATHS)
-@pytest.mark.parametrize(("heads", "grid_h", "grid_w", "head_dim"), [
-    (2, 8, 8, 16),    # 64 tokens, head 16: 64-query tiles on AVX-512, 32 on AVX2
-    (3, 4, 8, 32),    # 32 tokens: 32-query tiles
-    (2, 4, 8, 48),    # head 48: the AVX2 P.V product's 16-column tail
-    (1, 8, 4, 80),    # head 80 (the widest the vector paths take), grid_w 4 (rel-pos added lane by lane)
-    (2, 3, 3, 8),     # 9 tokens, head 8: always the portable path
-    (1, 5, 7, 16),    # non-square grid, 35 tokens: portable
-])
+@pytest.mark.parametrize(("heads", "grid_h", "grid_w", "head_dim"), SHAPES)
 def test_op_matches_float64_reference(library: Path, heads: int, grid_h: int, grid_w: int, head_dim: int,
                                       requested: str) -> None:
     """Every path the library has, forced through the node's isa attribute, on whatever CPU runs this: the
@@ -113,15 +75,12 @@ def test_op_matches_float64_reference(library: Path, heads: int, grid_h: int, gr
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
     options.register_custom_ops_library(str(library))
-    model = _op_model(heads, grid_h, grid_w, head_dim, relpos_kernel.PATHS.index(requested))
+    model = op_model(heads, grid_h, grid_w, head_dim, relpos_kernel.PATHS.index(requested))
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(grid_h * 100 + head_dim)
-    n, aug = grid_h * grid_w, head_dim + grid_h + grid_w
-    q_aug = rng.standard_normal((2, n, heads * aug)).astype(np.float32)
-    k_aug = rng.standard_normal((2, n, heads * aug)).astype(np.float32)  # the kernel reads k's first head_dim values only
-    v = rng.standard_normal((2, n, heads * head_dim)).astype(np.float32)
+    feeds = inputs(heads, grid_h, grid_w, head_dim)
+    q_aug, k_aug, v = feeds["q_aug"], feeds["k_aug"], feeds["v"]
     out = session.run(None, {"q_aug": q_aug, "k_aug": k_aug, "v": v})[0]
-    err = float(np.abs(out - _reference(q_aug, k_aug, v, heads, grid_h, grid_w)).max())
+    err = float(np.abs(out - reference(q_aug, k_aug, v, heads, grid_h, grid_w)).max())
     print(f"asked {requested}, took {taken}: max-abs {err:.2e}")
     assert err <= KERNEL_MAX_ABS, f"{taken} path: max-abs error {err:.3g}"
 

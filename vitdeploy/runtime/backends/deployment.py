@@ -1,31 +1,19 @@
-"""``--runtime auto``: which runtime, precision policy, runner settings and threads run a file on this machine.
+"""What a deployment is and where ``--runtime auto`` may take one from without measuring: profiles and the rows.
 
-The choice comes from one of three places, in this order:
-
-1. **A deployment profile** next to the model (``encoder.onnx`` -> ``encoder.profile.json``), written by
-   ``vitdeploy tune``: every candidate it ran on this machine, its latency and its parity verdict
-   against the file's FP32 run, and the fastest one that passed. A profile is used only where it was
-   measured: the same model file (SHA-256), the same CPU (model name, family/model, the flags that pick
-   kernels), the same core count and the same version of the chosen runtime. Anything else is refused
-   in one line that says to run ``vitdeploy tune`` again; a profile is never trusted blindly.
-2. **The first-use probe** (:mod:`vitdeploy.runtime.backends.probe`): the candidates whose numerics are proven for
-   the file's family and whose units this CPU has, timed on a part of the real graph here, once per machine and
-   model (the decision is cached in the user's cache folder).
-3. **This CPU's measured rows** (:data:`CPU_DEFAULTS`), where the probe is off (``VITDEPLOY_PROBE=0``) or ran
-   nothing: a table of CPU features -> runtime and precision, each row carrying the measurement that put it there.
-   A row applies only to the file families its parity budget was measured on, and only to FP32 files on the CPU.
-   Where no row applies, the file runs as written on ONNX Runtime (vitdeploy's exact default).
-
-``--runtime onnxruntime|openvino`` (or ``SamPredictor(runtime=...)``) bypasses all three: what is asked is
-what runs; so does an asked precision policy (``--inference-precision``). The choice is always said
-(``Deployment.source``), by the CLI and in ``Runner.notes``.
+A :class:`Deployment` is how one file runs: runtime, precision policy, runner settings, threads, and why. This module
+reads **deployment profiles** (``encoder.onnx`` -> ``encoder.profile.json``, written by ``vitdeploy tune``; used only
+where they were measured: the same model file (SHA-256), the same CPU (model name, family/model, the flags that pick
+kernels), the same core count and the same version of the chosen runtime; anything else is refused in one line that
+says to run ``vitdeploy tune`` again) and holds **this CPU's measured rows** (:data:`CPU_DEFAULTS`, each with the
+measurement that put it there), the choice where the first-use probe is off. The order in which ``auto`` consults
+them and the probe is :func:`vitdeploy.runtime.backends.auto.resolve`'s.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +21,7 @@ from vitdeploy.cpu_features import REPORTED, CpuFeatures, available_cores, cpu_f
 from vitdeploy.errors import InputError
 from vitdeploy.fileio import sha256_file
 from vitdeploy.precisions import PRECISION_POLICIES, Precision
-from vitdeploy.runtime.backends.registry import (DEFAULT_RUNTIME, ONNX_RUNTIMES, RUNTIMES, FileNeeds, cpu_runtimes_for,
-                                                 policy_runtime)
+from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, ONNX_RUNTIMES, RUNTIMES, FileNeeds, cpu_runtimes_for
 from vitdeploy.runtime_facts import CPU_DEFAULT_ROWS, PROFILE_SETTINGS, CpuDefault, flag_condition, x86_with
 
 #: The ``--runtime`` value that asks for this module's choice.
@@ -309,64 +296,6 @@ def cpu_default(family: str | None, file_precision: str, features: CpuFeatures |
     return Deployment(able[0], source=f"{able[0]} runs it on the CPU (the file {gap}){slower}")
 
 
-def resolve(model: str | Path, *, precision: str | None = None, threads: int | None = None, device: str = "cpu",
-            profile: str | Path | None = None) -> Deployment:
-    """The deployment ``--runtime auto`` opens ``model`` with (module docstring). ``precision`` (a policy) narrows
-    the choice to deployments with that policy; ``threads`` overrides the profile's. ``profile``: an explicit
-    profile (refused with an error when it does not fit); by default the one beside the model, which is ignored
-    with its reason in ``source`` when it does not fit. Files not on the CPU, and engines, are not chosen for."""
-    from vitdeploy.metadata import read_onnx_metadata
-
-    model = Path(model)
-    if device != "cpu" or model.suffix.lower() != ".onnx":
-        return Deployment(DEFAULT_RUNTIME, precision or "file", threads,
-                          source=f"--device {device}: the file as written (auto chooses among CPU runtimes only)")
-    explicit = profile is not None
-    found = Path(profile) if explicit else profile_path(model)
-    refused = ""
-    if found.is_file():
-        data = read_profile(found)
-        problems = profile_problems(data, model)
-        if problems and explicit:
-            raise InputError(f"the deployment profile '{found}' does not fit: {'; '.join(problems)}: run "
-                             f"'vitdeploy tune {model}' on this machine")
-        if problems:
-            refused = f"; {found.name} ignored: {problems[0]}"
-        else:  # the choice, or (a precision asked for) the fastest candidate that passed at that precision
-            offered = [data["chosen"]] + [c.get("deployment") for c in data.get("candidates", []) if c.get("passed")]
-            fitting = [d for d in offered if precision is None or (isinstance(d, dict) and d.get("precision") == precision)]
-            if fitting:
-                best = Deployment.from_dict(fitting[0], f"'{found}'")
-                how = "" if fitting[0] is data["chosen"] else f" (fastest passing {precision})"
-                return replace(best, threads=threads or best.threads or available_cores(), source=f"profile {found.name}{how}")
-            refused = f"; {found.name} has no passing {precision} candidate"
-    elif explicit:
-        raise InputError(f"no deployment profile at '{found}': write one with 'vitdeploy tune {model}'")
-    try:
-        meta = read_onnx_metadata(model)
-        needs = FileNeeds.of(meta)
-    except InputError:  # a damaged file: the runner that opens it next says so in its own words
-        meta, needs = {}, FileNeeds()
-    if precision is None and meta.get("family"):
-        from vitdeploy.runtime.backends.probe import decide, probe_enabled
-
-        if probe_enabled():
-            try:
-                chosen = decide(model, meta, threads)
-                return replace(chosen, threads=threads or chosen.threads or available_cores(),
-                               source=chosen.source + refused)
-            except InputError as exc:  # no candidate ran: the measured rows below, and why
-                refused += f"; the probe ran nothing ({str(exc)[:200]})"
-        else:
-            refused += "; probe off (VITDEPLOY_PROBE=0)"
-    chosen = cpu_default(meta.get("family"), needs.precision, custom_ops=needs.custom_ops)
-    if precision is not None and chosen.precision != precision:
-        chosen = Deployment(DEFAULT_RUNTIME if precision == "file" else policy_runtime(precision), precision,
-                            source=f"asked (--inference-precision {precision})")
-    return replace(chosen, threads=threads or available_cores(), source=chosen.source + refused)
-
-
 __all__ = ["AUTO", "CPU_DEFAULTS", "INT8_MEASUREMENTS", "PROFILE_FORMAT", "PROFILE_SUFFIX", "CpuDefault", "Deployment",
            "Int8Measurement", "cpu_default", "int8_measurement",
-           "machine_fingerprint", "model_digest", "profile_path", "profile_problems", "read_profile", "resolve",
-           "runtime_versions"]
+           "machine_fingerprint", "model_digest", "profile_path", "profile_problems", "read_profile", "runtime_versions"]

@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.backends.base import Runner, RunnerOptions
-from vitdeploy.runtime.backends.deployment import AUTO, Deployment, resolve
+from vitdeploy.runtime.backends.auto import resolve
+from vitdeploy.runtime.backends.deployment import AUTO, Deployment
 from vitdeploy.runtime.backends.registry import (DEFAULT_RUNTIME, ENGINE_SUFFIXES, ONNX_RUNTIMES, ONNX_SUFFIXES, RUNTIMES,
                                                  runtime_for_file)
 

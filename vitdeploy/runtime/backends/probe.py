@@ -284,7 +284,7 @@ class Decision:
 
 
 def _compare(reference: dict[str, np.ndarray], got: dict[str, np.ndarray], budget: str) -> tuple[float, str]:
-    from vitdeploy.validation.parity import compare
+    from vitdeploy.parity import compare
 
     cosines, failures = [], []
     for name, value in reference.items():

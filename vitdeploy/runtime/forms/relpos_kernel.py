@@ -8,7 +8,7 @@ built by ``bash cpp/build.sh`` as ``libvitdeploy_ort_ops.so``) takes the same th
 one-hot key columns, and adds the rel-pos term per tile of queries itself: same numbers, about half
 the attention arithmetic.
 
-The library has an AVX-512 path, an AVX2/FMA path and a portable one (:data:`PATHS`). Which one a
+The library has an AVX-512 path, an AVX2/FMA path, a NEON path (arm64) and a portable one (:data:`PATHS`). Which one a
 node takes is asked of the library itself (:func:`kernel_path`): the widest the CPU has, no wider than
 vitdeploy requests from :func:`vitdeploy.cpu_features.cpu_features` (so ``VITDEPLOY_CPU_MASK`` forces
 the narrower paths on any CPU); the request is written into the node's ``isa`` attribute.
@@ -78,8 +78,9 @@ def usable_library() -> tuple[Path | None, str | None]:
     return path, None
 
 
-#: Kernel paths, by the library's index (the node attribute ``isa``, the probe's answer).
-PATHS = ("portable", "avx2", "avx512")
+#: Kernel paths, by the library's index (the node attribute ``isa``, the probe's answer). On arm64 any vector request
+#: takes ``neon``; on x86-64 a ``neon`` cap (a file written on an arm64 machine) takes the widest x86 path.
+PATHS = ("portable", "avx2", "avx512", "neon")
 
 
 @lru_cache(maxsize=4)

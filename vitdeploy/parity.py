@@ -1,4 +1,8 @@
-"""One parity API: ``compare`` returns a result that is truthy when it passes and carries every metric."""
+"""One parity API: ``compare`` returns a result that is truthy when it passes and carries every metric.
+
+The named budgets (:data:`TOLERANCES`) are facts of each precision, used at every layer that judges numbers: the
+precision passes, ``validate`` (:mod:`vitdeploy.validation`), ``tune`` and the first-use probe of ``--runtime auto``.
+"""
 
 from __future__ import annotations
 
