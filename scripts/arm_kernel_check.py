@@ -46,9 +46,9 @@ def main(out: str, library: str, encoder: str | None = None) -> None:
         os.environ["VITDEPLOY_ORT_OPS"] = library
         from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 
-        x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
         fused = OnnxRuntimeRunner(encoder, threads=1, fused_attention=True)
         plain = OnnxRuntimeRunner(encoder, threads=1, fused_attention=False)
+        x = np.random.default_rng(0).standard_normal(fused.input_shapes()["image"]).astype(np.float32)
         a, b = fused.run({"image": x})["image_embeddings"], plain.run({"image": x})["image_embeddings"]
         fusion = fused.fusion
         record["encoder"] = {"swapped": list(fusion.swapped) if fusion else [],

@@ -169,12 +169,12 @@ MachineFingerprint machine_fingerprint() {
         fp.family_model.clear();
         present.clear();
     }
-    const unsigned long words_[2] = {getauxval(AT_HWCAP), getauxval(AT_HWCAP2)};
-    const std::vector<std::string>* names[2] = {&runtime_facts().arm64_hwcap, &runtime_facts().arm64_hwcap2};
-    if (words_[0] || words_[1]) present.clear();
+    const unsigned long hwcap[2] = {getauxval(AT_HWCAP), getauxval(AT_HWCAP2)};
+    const std::vector<std::string>* bit_names[2] = {&runtime_facts().arm64_hwcap, &runtime_facts().arm64_hwcap2};
+    if (hwcap[0] || hwcap[1]) present.clear();
     for (int w = 0; w < 2; ++w)
-        for (std::size_t bit = 0; bit < names[w]->size() && bit < 64; ++bit)
-            if (words_[w] >> bit & 1UL) present.insert((*names[w])[bit]);
+        for (std::size_t bit = 0; bit < bit_names[w]->size() && bit < 64; ++bit)
+            if (hwcap[w] >> bit & 1UL) present.insert((*bit_names[w])[bit]);
 #else
     (void)flags_key;
 #endif
