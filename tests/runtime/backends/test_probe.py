@@ -4,6 +4,7 @@ why the rest is not), the part of the real graph it times, the choice it makes h
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -277,3 +278,25 @@ def test_the_video_predictor_opens_each_of_its_four_graphs_through_the_probe(sam
         if cpu_features().bf16_units:
             assert any(line.startswith("openvino bf16: its parity budget is proven for sam_image_encoder, timm_vit, "
                                        "not for sam2_") for line in data["left_out"]), data["left_out"]
+
+
+def test_a_candidate_that_crashes_the_worker_is_ruled_out_and_the_program_goes_on(tiny_sam_artifacts: TinySamArtifacts,
+                                                                                   tmp_path: Path, monkeypatch) -> None:
+    """``auto``'s probe runs in a worker process: a runtime that kills it on a candidate (here OpenVINO, made to raise
+    SIGSEGV on its first run by a ``sitecustomize`` the worker's Python loads: a real native crash) rules out that
+    candidate, the worker runs again without it, and the fastest of the rest is chosen."""
+    pytest.importorskip("openvino")
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(
+        "import os, signal\n"
+        "from vitdeploy.runtime.backends import openvino_runner\n"
+        "openvino_runner.OpenVinoRunner.run = lambda self, feeds: os.kill(os.getpid(), signal.SIGSEGV)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")])))
+    decision = probe(tiny_sam_artifacts.encoder, isolate=True)
+    assert decision.chosen.runtime == "onnxruntime", decision.summary()
+    for timing in decision.timings:
+        if timing.deployment.runtime == "openvino":
+            assert timing.reason.startswith("could not run: it ended the probe's worker process (signal SIGSEGV"), timing
+        else:
+            assert timing.reason == "" and timing.best_ms is not None, timing

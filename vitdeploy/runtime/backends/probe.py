@@ -12,7 +12,9 @@
   graph at the file's real shapes (:func:`probe_part`: for a large file, the blocks its family names, e.g. one
   windowed and one global block of a SAM encoder; a small file whole). A candidate whose warm-up run is far behind
   the best one's is not timed further. Each candidate's outputs on the part are held to its budget against the file's
-  math on ONNX Runtime, so a runtime's fault cannot win on speed.
+  math on ONNX Runtime, so a runtime's fault cannot win on speed. ``--runtime auto``'s probe runs in a worker process:
+  a runtime that crashes on a candidate (a native fault: OpenVINO's Arm plugin did on the tiny decoder under qemu)
+  rules out that candidate instead of ending the user's program, and the probe's memory is not the program's.
 
 The decision is cached per machine in the user's cache folder (``$VITDEPLOY_CACHE_DIR/decisions``), keyed by what it
 depends on: the CPU (model name, family/model, the flags that pick kernels, the cores), the installed runtimes'
@@ -294,29 +296,23 @@ def _compare(reference: dict[str, np.ndarray], got: dict[str, np.ndarray], budge
     return min(cosines), (f"over its '{budget}' budget against the file's math ({failures[0]})" if failures else "")
 
 
-def probe(model: str | Path, metadata: dict[str, Any] | None = None, *, threads: int | None = None,
-          features: CpuFeatures | None = None, whole_below: int = WHOLE_GRAPH_BYTES,
-          candidates: Eligible | None = None, require_choice: bool = True) -> Decision:
-    """Time every eligible candidate (:func:`eligible`) on the probe part of ``model`` and choose the fastest that
-    holds its budget (module docstring). Raises InputError where no candidate ran to the end and held its budget
-    (``require_choice``; without it the decision's ``chosen`` is then None)."""
-    from vitdeploy.metadata import read_onnx_metadata
+def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...], whole_below: int,
+             on_start: Any = None, workdir: str | None = None) -> tuple[list[Timing], str]:
+    """(every candidate's timing on the probe part of ``model``, what the part is): each one opened, warmed up, timed
+    unless its warm-up is behind the best by more than :data:`CUTOFF`, then each one's outputs held to its budget
+    against the file's math on ONNX Runtime. ``on_start(i)`` is called before candidate ``i`` is opened; the part is
+    written into ``workdir`` (default: a temporary folder of its own)."""
     from vitdeploy.runtime.backends.base import RunnerOptions
 
-    model = Path(model)
-    metadata = metadata if metadata is not None else read_onnx_metadata(model)
-    features = features or cpu_features()
-    found = candidates or eligible(metadata, features, threads=threads)
-    if not found.candidates:
-        raise InputError(f"no runtime here runs '{model.name}' on the CPU ({'; '.join(found.left_out)})")
-    start = time.perf_counter()
     file_budget = Precision.of(metadata).value
-    with tempfile.TemporaryDirectory(prefix="vitdeploy-probe-") as workdir:
-        part = probe_part(model, metadata, workdir, whole_below)
-        timings: list[Timing] = []
-        outputs: dict[int, dict[str, np.ndarray]] = {}
+    timings: list[Timing] = []
+    outputs: dict[int, dict[str, np.ndarray]] = {}
+    with tempfile.TemporaryDirectory(prefix="vitdeploy-probe-") as own:
+        part = probe_part(model, metadata, workdir or own, whole_below)
         best_warmup = float("inf")
-        for index, deployment in enumerate(found.candidates):
+        for index, deployment in enumerate(candidates):
+            if on_start is not None:
+                on_start(index)
             timing = Timing(deployment)
             timings.append(timing)
             try:
@@ -351,15 +347,105 @@ def probe(model: str | Path, metadata: dict[str, Any] | None = None, *, threads:
         budget = "bf16" if timing.deployment.precision == "bf16" else file_budget
         timing.cosine, why = _compare(outputs[reference_index], outputs[index], budget)
         timing.reason = timing.reason or why
+    return timings, part.what
+
+
+def _deployment(data: dict[str, Any]) -> Any:
+    from vitdeploy.runtime.backends.deployment import Deployment
+
+    return Deployment(data["runtime"], data["precision"], data["threads"], tuple(sorted(data["settings"].items())),
+                      source="probe")
+
+
+def _measure_isolated(model: Path, candidates: tuple[Any, ...], whole_below: int) -> tuple[list[Timing], str]:
+    """:func:`_measure` in a worker process (``python -m vitdeploy.runtime.backends.probe``): a runtime that crashes
+    the process on a candidate (a native fault) rules out that candidate instead of ending the user's program, and
+    the parsed graph and each candidate's sessions never count toward the user's process's memory. After a crash the
+    worker runs again without the candidate it was on."""
+    import signal
+    import subprocess
+
+    remaining = list(range(len(candidates)))
+    crashed: dict[int, str] = {}
+    done: dict[str, Any] | None = None
+    while remaining:
+        with tempfile.TemporaryDirectory(prefix="vitdeploy-probe-") as workdir:  # removed even when the worker crashed
+            spec = {"model": str(model), "whole_below": whole_below, "workdir": workdir,
+                    "candidates": [candidates[i].to_dict() for i in remaining]}
+            worker = subprocess.run([sys.executable, "-m", "vitdeploy.runtime.backends.probe"], input=json.dumps(spec),
+                                    capture_output=True, text=True)
+        lines = [json.loads(line) for line in worker.stdout.splitlines() if line.startswith("{")]
+        done = next((line["result"] for line in lines if "result" in line), None)
+        if worker.returncode == 0 and done is not None:
+            break
+        started = [line["start"] for line in lines if "start" in line]
+        tail = (worker.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        if not started:
+            raise InputError(f"the probe's worker stopped before it ran a candidate ({tail})")
+        try:
+            how = f"signal {signal.Signals(-worker.returncode).name}" if worker.returncode < 0 else f"exit {worker.returncode}"
+        except ValueError:
+            how = f"exit {worker.returncode}"
+        crashed[remaining[started[-1]]] = f"could not run: it ended the probe's worker process ({how}: {tail})"
+        del remaining[started[-1]]
+        done = None
+    measured = iter(done["timings"] if done else [])
+    timings = []
+    for index, deployment in enumerate(candidates):
+        if index in crashed:
+            timings.append(Timing(deployment, reason=crashed[index]))
+            continue
+        data = next(measured)
+        timings.append(Timing(deployment, data["load_ms"], data["warmup_ms"], data["best_ms"], data["cosine"],
+                              data["reason"]))
+    return timings, (done["part"] if done else "nothing (every candidate ended the worker)")
+
+
+def probe(model: str | Path, metadata: dict[str, Any] | None = None, *, threads: int | None = None,
+          features: CpuFeatures | None = None, whole_below: int = WHOLE_GRAPH_BYTES,
+          candidates: Eligible | None = None, require_choice: bool = True, isolate: bool = False) -> Decision:
+    """Time every eligible candidate (:func:`eligible`) on the probe part of ``model`` and choose the fastest that
+    holds its budget (module docstring); ``isolate``: in a worker process (:func:`_measure_isolated`). Raises
+    InputError where no candidate ran to the end and held its budget (``require_choice``; without it the decision's
+    ``chosen`` is then None)."""
+    from vitdeploy.metadata import read_onnx_metadata
+
+    model = Path(model)
+    metadata = metadata if metadata is not None else read_onnx_metadata(model)
+    features = features or cpu_features()
+    found = candidates or eligible(metadata, features, threads=threads)
+    if not found.candidates:
+        raise InputError(f"no runtime here runs '{model.name}' on the CPU ({'; '.join(found.left_out)})")
+    start = time.perf_counter()
+    if isolate:
+        timings, part = _measure_isolated(model, found.candidates, whole_below)
+    else:
+        timings, part = _measure(model, metadata, found.candidates, whole_below)
     choosable = [t for t in timings if not t.reason and t.best_ms is not None]
     seconds = time.perf_counter() - start
     if not choosable and not require_choice:
-        return Decision(None, timings, part.what, seconds, found.left_out)
+        return Decision(None, timings, part, seconds, found.left_out)
     if not choosable:
         raise InputError(f"the probe ran no candidate of '{model.name}' to the end: "
                          + "; ".join(f"{t.deployment.label()}: {t.reason}" for t in timings))
     chosen = min(choosable, key=lambda t: t.best_ms).deployment
-    return Decision(chosen, timings, part.what, seconds, found.left_out)
+    return Decision(chosen, timings, part, seconds, found.left_out)
+
+
+def _worker() -> None:
+    """The worker :func:`_measure_isolated` starts: reads its spec on standard input, says which candidate it starts
+    (``{"start": i}``, one line each, flushed), then writes every timing (``{"result": ...}``)."""
+    from vitdeploy.metadata import read_onnx_metadata
+
+    spec = json.loads(sys.stdin.read())
+    model = Path(spec["model"])
+    candidates = tuple(_deployment(d) for d in spec["candidates"])
+
+    def started(index: int) -> None:
+        print(json.dumps({"start": index}), flush=True)
+
+    timings, part = _measure(model, read_onnx_metadata(model), candidates, spec["whole_below"], started, spec["workdir"])
+    print(json.dumps({"result": {"part": part, "timings": [t.to_dict() for t in timings]}}), flush=True)
 
 
 # -- the cache --------------------------------------------------------------------------------------------------------
@@ -479,7 +565,7 @@ def decide(model: str | Path, metadata: dict[str, Any], threads: int | None = No
         cached = read_decision(path, key)
         if cached is not None:
             return cached
-    decision = probe(model, metadata, threads=threads, features=features)
+    decision = probe(model, metadata, threads=threads, features=features, isolate=True)
     where = ""
     if path is not None:
         write_decision(path, key, decision)
@@ -497,3 +583,7 @@ def decide(model: str | Path, metadata: dict[str, Any], threads: int | None = No
 __all__ = ["CUTOFF", "DECISION_FORMAT", "PROBE_ENV", "WHOLE_GRAPH_BYTES", "Decision", "Eligible", "ProbePart", "Timing",
            "cached_decisions", "decide", "decision_key", "decision_path", "eligible", "file_identity", "probe", "probe_enabled", "probe_part",
            "read_decision", "write_decision"]
+
+
+if __name__ == "__main__":
+    _worker()
