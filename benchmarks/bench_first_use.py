@@ -19,7 +19,8 @@ Each round runs three contenders, each in a fresh process, in a rotated order:
   preprocessing in numpy (resize longest side, normalize, pad), no model cache, as its users run it.
 
 Per contender: the construction (load) time, the first ``set_image``, the median of ``--runs`` more, peak RSS
-(``VmHWM``), the embedding's cosine against the official eager predictor's; and the choice and the probe's own time.
+(``VmHWM``; the probe's worker process is reported apart), the embedding's cosine against the official eager
+predictor's; and the choice and the probe's own time.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ for _ in range(int(sys.argv[5])):
     t0 = time.perf_counter(); predictor.set_image(image); runs.append(time.perf_counter() - t0)
 np.save(sys.argv[6], predictor.get_image_embedding())
 hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
+import resource
 print(json.dumps({"load_s": load, "first_s": first, "runs_s": runs, "peak_mb": hwm / 1024,
+                  "worker_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
                   "chosen": predictor.encoder.deployment.describe() if predictor.encoder.deployment else "",
                   "decoder": predictor.decoder.deployment.label() if predictor.decoder.deployment else ""}))
 """
@@ -182,11 +185,13 @@ def main() -> None:
                          "load_s": statistics.median(x["load_s"] for x in rows),
                          "first_ms": statistics.median(x["first_s"] for x in rows) * 1e3,
                          "peak_mb": max(x["peak_mb"] for x in rows),
+                         "worker_peak_mb": max(x.get("worker_peak_mb", 0) for x in rows),
                          "cosine": min(x["cosine_vs_eager"] for x in rows), "chosen": rows[0]["chosen"],
                          "said": rows[0]["stderr"]}
         s = summary[name]
         print(f"| {name} | {s['median_ms']:.0f} | {s['ratio']:.3f} | {s['load_s']:.1f} | {s['first_ms']:.0f} | "
               f"{s['peak_mb']:.0f} | {s['cosine']:.6f} |")
+    print(f"the probe's worker process peaked at {summary['first use']['worker_peak_mb']:.0f} MB (first use)")
     for line in summary["first use"]["said"]:
         print(line)
     if args.out:

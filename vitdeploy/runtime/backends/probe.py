@@ -13,7 +13,7 @@
   windowed and one global block of a SAM encoder; a small file whole). A candidate whose warm-up run is far behind
   the best one's is not timed further. Each candidate's outputs on the part are held to its budget against the file's
   math on ONNX Runtime, so a runtime's fault cannot win on speed. ``--runtime auto``'s probe runs in a worker process:
-  a runtime that crashes on a candidate (a native fault: OpenVINO's Arm plugin did on the tiny decoder under qemu)
+  a runtime that crashes on a candidate (a native fault: under qemu, probing the tiny SAM decoder ended 'predict' with SIGSEGV)
   rules out that candidate instead of ending the user's program, and the probe's memory is not the program's.
 
 The decision is cached per machine in the user's cache folder (``$VITDEPLOY_CACHE_DIR/decisions``), keyed by what it
