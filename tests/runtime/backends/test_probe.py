@@ -102,7 +102,7 @@ def test_the_probe_part_is_the_named_blocks_of_the_real_graph(tiny_sam_artifacts
     size = json.loads(metadata["architecture"]) if isinstance(metadata["architecture"], str) else metadata["architecture"]
     grid = size["img_size"] // size["patch_size"]
     assert {k: v.shape for k, v in part.feeds.items()} == {k: (1, grid, grid, size["embed_dim"]) for k in part.feeds}
-    assert len(part.feeds) == 2  # each block's input: the two blocks are cut apart, not run one after the other
+    assert len(part.feeds) == 1  # blocks 0 and 1 follow each other: the part runs them one after the other
     outputs = [o.name for o in sliced.graph.output]
     full = _with_intermediates(tiny_sam_artifacts.encoder, list(part.feeds) + outputs, tmp_path / "full.onnx")
     image = np.random.default_rng(1).standard_normal((1, 3, 64, 64)).astype(np.float32)
@@ -300,3 +300,27 @@ def test_a_candidate_that_crashes_the_worker_is_ruled_out_and_the_program_goes_o
             assert timing.reason.startswith("could not run: it ended the probe's worker process (signal SIGSEGV"), timing
         else:
             assert timing.reason == "" and timing.best_ms is not None, timing
+
+
+def test_a_hiera_file_is_probed_on_one_block_of_each_kind(sam2_video: dict, tmp_path: Path) -> None:
+    """SAM 2's encoder names its trunk's blocks with a wildcard: the probe takes the first block of each kind (the
+    same input shapes and operators: a stage, its pooling transition, windowed and global blocks), found in the graph;
+    fed what the whole graph computes at their inputs, the part gives what the whole graph computes at its outputs."""
+    import onnx
+    import onnxruntime as ort
+
+    encoder = sam2_video["encoder"]
+    metadata = read_onnx_metadata(encoder)
+    part = probe_part(encoder, metadata, tmp_path, whole_below=0)
+    named, total = part.what.split(" of ")[0].split(", "), int(part.what.split(" of ")[1].split()[0])
+    assert 1 < len(named) <= total and all(name.startswith("blocks.") for name in named), part.what  # (the tiny
+    # trunk has 5 blocks of 5 kinds; hiera-t at 1024 gave 8 of 12)
+    sliced = onnx.load(str(part.path))
+    outputs = [o.name for o in sliced.graph.output]
+    full = _with_intermediates(encoder, list(part.feeds) + outputs, tmp_path / "full.onnx")
+    whole = ort.InferenceSession(str(full), providers=["CPUExecutionProvider"])
+    image = np.random.default_rng(2).standard_normal(whole.get_inputs()[0].shape).astype(np.float32)
+    got = dict(zip([o.name for o in whole.get_outputs()], whole.run(None, {whole.get_inputs()[0].name: image})))
+    cut = ort.InferenceSession(str(part.path), providers=["CPUExecutionProvider"])
+    for name, value in zip(outputs, cut.run(outputs, {name: got[name] for name in part.feeds})):
+        np.testing.assert_allclose(value, got[name], rtol=0, atol=1e-5 * float(np.abs(got[name]).max()), err_msg=name)

@@ -173,7 +173,7 @@ def probe_part(model: str | Path, metadata: dict[str, Any], workdir: str | Path,
     if size > whole_below and scopes:
         part = _slice(proto, scopes)
         if part is not None:
-            sliced, inputs, total = part
+            sliced, inputs, blocks, total = part
             path = Path(workdir) / "part.onnx"
             onnx.save(sliced, str(path))
             feeds = {}
@@ -182,7 +182,8 @@ def probe_part(model: str | Path, metadata: dict[str, Any], workdir: str | Path,
                 dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
                 dtype = _NP_TYPES.get(value.type.tensor_type.elem_type, np.float32)
                 feeds[value.name] = rng.standard_normal(dims).astype(dtype)
-            return ProbePart(path, feeds, f"{', '.join(scopes)} of {total} blocks, at the file's shapes")
+            named = ", ".join(".".join(b.rsplit(".", 2)[-2:]) for b in blocks)  # 'blocks.0, blocks.2'
+            return ProbePart(path, feeds, f"{named} of {total} blocks, at the file's shapes")
     if family is None:
         raise InputError(f"'{model.name}' carries no vitdeploy model family: export it with 'vitdeploy export'")
     names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
@@ -192,9 +193,12 @@ def probe_part(model: str | Path, metadata: dict[str, Any], workdir: str | Path,
     return ProbePart(model, feeds, "the whole graph")
 
 
-def _slice(proto: Any, scopes: tuple[str, ...]) -> tuple[Any, list[Any], int] | None:
-    """(the graph of the blocks named by ``scopes``, its inputs, how many blocks the file has), or None where the file's
-    nodes carry no scopes or a block's boundary is not static (the caller then probes the whole graph)."""
+def _slice(proto: Any, scopes: tuple[str, ...]) -> tuple[Any, list[Any], tuple[str, ...], int] | None:
+    """(the graph of the blocks named by ``scopes``, its inputs, the blocks, how many blocks the file has), or None
+    where the file's nodes carry no such scopes or a block's boundary is not static (the caller then probes the whole
+    graph). A scope ending in ``*`` (``trunk.blocks.*``) names one block of each kind the file has: blocks whose
+    inputs have the same shapes and whose nodes are the same operators are one kind (a Hiera trunk's stages, their
+    pooling transitions, windowed and global blocks)."""
     import onnx
     from onnx.utils import Extractor
 
@@ -202,36 +206,56 @@ def _slice(proto: Any, scopes: tuple[str, ...]) -> tuple[Any, list[Any], int] | 
     initializers = {t.name for t in graph.initializer}
     constants = {out for node in graph.node if node.op_type == "Constant" for out in node.output}
     scopes_of = [_scopes(node) for node in graph.node]
-    prefix = scopes[0].rsplit(".", 1)[0] + "."  # 'blocks.'
-    total = len({s for found in scopes_of for s in found if s.startswith(prefix) and s[len(prefix):].isdigit()})
+    prefix = scopes[0].rstrip("*").rsplit(".", 1)[0] + "."  # 'blocks.'
+    numbered = sorted({s for found in scopes_of for s in found if s.startswith(prefix) and s[len(prefix):].isdigit()},
+                      key=lambda s: int(s[len(prefix):]))
     consumers: dict[str, list[int]] = {}
     for index, node in enumerate(graph.node):
         for name in node.input:
             consumers.setdefault(name, []).append(index)
     graph_outputs = {o.name for o in graph.output}
+
+    def boundary(scope: str) -> tuple[set[int], list[str], list[str]]:
+        members = {i for i, found in enumerate(scopes_of) if scope in found}
+        made = {out for i in members for out in graph.node[i].output}
+        ins, outs = [], []
+        for i in sorted(members):
+            for name in graph.node[i].input:
+                if name and name not in made and name not in initializers and name not in constants and name not in ins:
+                    ins.append(name)
+            for name in graph.node[i].output:
+                if name in graph_outputs or any(c not in members for c in consumers.get(name, [])):
+                    outs.append(name)
+        return members, ins, outs
+
+    if scopes[0].endswith("*"):
+        shapes = {v.name: tuple(d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim)
+                  for v in [*graph.value_info, *graph.input]}
+        kinds: dict[tuple, str] = {}
+        for scope in numbered:
+            members, ins, _ = boundary(scope)
+            kind = (tuple(shapes.get(n) for n in ins), tuple(sorted(graph.node[i].op_type for i in members)))
+            kinds.setdefault(kind, scope)
+        scopes = tuple(kinds.values())
     inputs: list[str] = []
     outputs: list[str] = []
     for scope in scopes:
-        members = {i for i, found in enumerate(scopes_of) if scope in found}
+        members, ins, outs = boundary(scope)
         if not members:
             return None
-        made = {out for i in members for out in graph.node[i].output}
-        for i in sorted(members):
-            for name in graph.node[i].input:
-                if name and name not in made and name not in initializers and name not in constants and name not in inputs:
-                    inputs.append(name)
-            for name in graph.node[i].output:
-                if name in graph_outputs or any(c not in members for c in consumers.get(name, [])):
-                    outputs.append(name)
+        inputs += [n for n in ins if n not in inputs]
+        outputs += [n for n in outs if n not in outputs]
+    made_inside = {out for scope in scopes for i in boundary(scope)[0] for out in graph.node[i].output}
+    inputs = [n for n in inputs if n not in made_inside]  # consecutive blocks: one feeds the next inside the part
     try:
         sliced = Extractor(proto).extract_model(inputs, outputs)
     except Exception:  # noqa: BLE001 - onnx's own errors vary by version; the whole graph is the safe side
         return None
     values = [v for v in sliced.graph.input if v.name not in {t.name for t in sliced.graph.initializer}]
-    if any(not d.HasField("dim_value") for v in values for d in v.type.tensor_type.shape.dim):
+    if not scopes or any(not d.HasField("dim_value") for v in values for d in v.type.tensor_type.shape.dim):
         return None
     onnx.helper.set_model_props(sliced, {p.key: p.value for p in proto.metadata_props})
-    return sliced, values, total
+    return sliced, values, scopes, len(numbered)
 
 
 @dataclass
