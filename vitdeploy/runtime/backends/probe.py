@@ -8,8 +8,8 @@
   budget is proven for the file's family (``proven_policies`` in ``vitdeploy/data/runtime_facts.json``, each with the
   measurement that proves it) and this CPU has the units for it (BF16: AMX or AVX512-BF16). What is left out is said,
   with why.
-* **Fastest** is measured on this machine (:func:`probe`): each candidate runs a representative part of the real
-  graph at the file's real shapes (:func:`probe_part`: for a large file, the blocks its family names, e.g. one
+* **Fastest** is measured on this machine (:func:`probe`): each candidate runs, at every core this process may use
+  (then the fastest once more at half of them), a representative part of the real graph at the file's real shapes (:func:`probe_part`: for a large file, the blocks its family names, e.g. one
   windowed and one global block of a SAM encoder; a small file whole). A candidate whose warm-up run is far behind
   the best one's is not timed further. Each candidate's outputs on the part are held to its budget against the file's
   math on ONNX Runtime, so a runtime's fault cannot win on speed. ``--runtime auto``'s probe runs in a worker process:
@@ -54,8 +54,8 @@ WHOLE_GRAPH_BYTES = 48 << 20
 #: A candidate whose warm-up run took more than this many times the best warm-up so far is not timed further: a
 #: first run took at most 1.6x a later one (SAM ViT-B blocks 0 and 2 at 1024, Xeon with AMX, 2 threads: ONNX Runtime
 #: 2458 against 1555 ms, OpenVINO f32 1621 against 1408, OpenVINO bf16 713 against 544), so such a candidate's best
-#: run is behind the leader's warm-up already.
-CUTOFF = 2.0
+#: run is more than 1.1x behind the leader's warm-up already.
+CUTOFF = 1.8
 #: Timed runs per candidate after its warm-up (the minimum is kept: the least disturbed run on a shared machine).
 TIMED_RUNS = 2
 #: Metadata keys that say where the weights came from, not what the graph computes: two checkpoints of one
@@ -298,12 +298,15 @@ class Decision:
         def ms(value: float) -> str:
             return f"{value:.0f} ms" if value >= 10 else f"{value:.2f} ms"
 
+        several = len({t.deployment.threads for t in self.timings}) > 1
+
         def line(t: Timing) -> str:
+            label = t.deployment.label() + (f" {t.deployment.threads} thr" if several else "")
             if t.reason:
-                return f"{t.deployment.label()} {t.reason}"
+                return f"{label} {t.reason}"
             if t.best_ms is None:
-                return f"{t.deployment.label()} left after a {ms(t.warmup_ms or 0)} warm-up"
-            return f"{t.deployment.label()} {ms(t.best_ms)}"
+                return f"{label} left after a {ms(t.warmup_ms or 0)} warm-up"
+            return f"{label} {ms(t.best_ms)}"
 
         times = ", ".join(line(t) for t in self.ranking())
         return f"probed on this CPU in {self.seconds:.1f} s on {self.part}: {times}"
@@ -321,48 +324,61 @@ def _compare(reference: dict[str, np.ndarray], got: dict[str, np.ndarray], budge
 
 
 def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...], whole_below: int,
-             on_start: Any = None, workdir: str | None = None) -> tuple[list[Timing], str]:
+             on_start: Any = None, workdir: str | None = None, fewer_threads: bool = False) -> tuple[list[Timing], str]:
     """(every candidate's timing on the probe part of ``model``, what the part is): each one opened, warmed up, timed
     unless its warm-up is behind the best by more than :data:`CUTOFF`, then each one's outputs held to its budget
-    against the file's math on ONNX Runtime. ``on_start(i)`` is called before candidate ``i`` is opened; the part is
-    written into ``workdir`` (default: a temporary folder of its own)."""
+    against the file's math on ONNX Runtime. ``fewer_threads``: then the fastest once more at half its threads (the
+    threads axis, one candidate more; SMT siblings and small graphs can run faster on fewer). ``on_start(i)`` is
+    called before candidate ``i`` is opened (the extra one is ``len(candidates)``); the part is written into
+    ``workdir`` (default: a temporary folder of its own)."""
     from vitdeploy.runtime.backends.base import RunnerOptions
 
     file_budget = Precision.of(metadata).value
     timings: list[Timing] = []
     outputs: dict[int, dict[str, np.ndarray]] = {}
-    with tempfile.TemporaryDirectory(prefix="vitdeploy-probe-") as own:
-        part = probe_part(model, metadata, workdir or own, whole_below)
-        best_warmup = float("inf")
-        for index, deployment in enumerate(candidates):
-            if on_start is not None:
-                on_start(index)
-            timing = Timing(deployment)
-            timings.append(timing)
+    best_warmup = float("inf")
+
+    def run_one(index: int, deployment: Any, part: ProbePart) -> None:
+        nonlocal best_warmup
+        if on_start is not None:
+            on_start(index)
+        timing = Timing(deployment)
+        timings.append(timing)
+        try:
+            t0 = time.perf_counter()
+            runner = RUNTIMES[deployment.runtime].open(
+                part.path, RunnerOptions(threads=deployment.threads, policy=deployment.precision),
+                **dict(deployment.settings))
+            timing.load_ms = (time.perf_counter() - t0) * 1e3
             try:
                 t0 = time.perf_counter()
-                runner = RUNTIMES[deployment.runtime].open(
-                    part.path, RunnerOptions(threads=deployment.threads, policy=deployment.precision),
-                    **dict(deployment.settings))
-                timing.load_ms = (time.perf_counter() - t0) * 1e3
-                try:
-                    t0 = time.perf_counter()
-                    outputs[index] = runner.run(part.feeds)
-                    timing.warmup_ms = (time.perf_counter() - t0) * 1e3
-                    if timing.warmup_ms <= CUTOFF * best_warmup:
-                        runs = []
-                        for _ in range(TIMED_RUNS):
-                            t0 = time.perf_counter()
-                            runner.run(part.feeds)
-                            runs.append((time.perf_counter() - t0) * 1e3)
-                        timing.best_ms = min(runs)
-                    best_warmup = min(best_warmup, timing.warmup_ms)
-                finally:
-                    runner.close()
-            except VitdeployError as exc:
-                timing.reason = f"could not run: {str(exc).splitlines()[0]}"
-            except Exception as exc:  # noqa: BLE001 - a runtime's own failure on one candidate rules out that candidate
-                timing.reason = f"could not run: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                outputs[index] = runner.run(part.feeds)
+                timing.warmup_ms = (time.perf_counter() - t0) * 1e3
+                if timing.warmup_ms <= CUTOFF * best_warmup:
+                    runs = []
+                    for _ in range(TIMED_RUNS):
+                        t0 = time.perf_counter()
+                        runner.run(part.feeds)
+                        runs.append((time.perf_counter() - t0) * 1e3)
+                    timing.best_ms = min(runs)
+                best_warmup = min(best_warmup, timing.warmup_ms)
+            finally:
+                runner.close()
+        except VitdeployError as exc:
+            timing.reason = f"could not run: {str(exc).splitlines()[0]}"
+        except Exception as exc:  # noqa: BLE001 - a runtime's own failure on one candidate rules out that candidate
+            timing.reason = f"could not run: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+    with tempfile.TemporaryDirectory(prefix="vitdeploy-probe-") as own:
+        part = probe_part(model, metadata, workdir or own, whole_below)
+        for index, deployment in enumerate(candidates):
+            run_one(index, deployment, part)
+        timed = [t for t in timings if t.best_ms is not None and not t.reason]
+        if fewer_threads and timed:
+            lead = min(timed, key=lambda t: t.best_ms).deployment
+            fewer = replace(lead, threads=(lead.threads or 1) // 2)
+            if fewer.threads and fewer not in candidates:
+                run_one(len(timings), fewer, part)
     reference_index = next((i for i, t in enumerate(timings) if i in outputs and t.deployment.runtime == DEFAULT_RUNTIME
                             and t.deployment.precision == "file" and not t.deployment.settings), None)
     for index, timing in enumerate(timings):
@@ -381,7 +397,8 @@ def _deployment(data: dict[str, Any]) -> Any:
                       source="probe")
 
 
-def _measure_isolated(model: Path, candidates: tuple[Any, ...], whole_below: int) -> tuple[list[Timing], str]:
+def _measure_isolated(model: Path, candidates: tuple[Any, ...], whole_below: int,
+                      fewer_threads: bool = False) -> tuple[list[Timing], str]:
     """:func:`_measure` in a worker process (``python -m vitdeploy.runtime.backends.probe``): a runtime that crashes
     the process on a candidate (a native fault) rules out that candidate instead of ending the user's program, and
     the parsed graph and each candidate's sessions never count toward the user's process's memory. After a crash the
@@ -394,7 +411,7 @@ def _measure_isolated(model: Path, candidates: tuple[Any, ...], whole_below: int
     done: dict[str, Any] | None = None
     while remaining:
         with tempfile.TemporaryDirectory(prefix="vitdeploy-probe-") as workdir:  # removed even when the worker crashed
-            spec = {"model": str(model), "whole_below": whole_below, "workdir": workdir,
+            spec = {"model": str(model), "whole_below": whole_below, "workdir": workdir, "fewer_threads": fewer_threads,
                     "candidates": [candidates[i].to_dict() for i in remaining]}
             worker = subprocess.run([sys.executable, "-m", "vitdeploy.runtime.backends.probe"], input=json.dumps(spec),
                                     capture_output=True, text=True)
@@ -410,6 +427,9 @@ def _measure_isolated(model: Path, candidates: tuple[Any, ...], whole_below: int
             how = f"signal {signal.Signals(-worker.returncode).name}" if worker.returncode < 0 else f"exit {worker.returncode}"
         except ValueError:
             how = f"exit {worker.returncode}"
+        if started[-1] == len(remaining):  # the threads step: the next run leaves it out
+            fewer_threads = False
+            continue
         crashed[remaining[started[-1]]] = f"could not run: it ended the probe's worker process ({how}: {tail})"
         del remaining[started[-1]]
         done = None
@@ -422,6 +442,9 @@ def _measure_isolated(model: Path, candidates: tuple[Any, ...], whole_below: int
         data = next(measured)
         timings.append(Timing(deployment, data["load_ms"], data["warmup_ms"], data["best_ms"], data["cosine"],
                               data["reason"]))
+    for data in measured:  # the threads step's candidate
+        timings.append(Timing(_deployment(data["deployment"]), data["load_ms"], data["warmup_ms"], data["best_ms"],
+                              data["cosine"], data["reason"]))
     return timings, (done["part"] if done else "nothing (every candidate ended the worker)")
 
 
@@ -441,10 +464,11 @@ def probe(model: str | Path, metadata: dict[str, Any] | None = None, *, threads:
     if not found.candidates:
         raise InputError(f"no runtime here runs '{model.name}' on the CPU ({'; '.join(found.left_out)})")
     start = time.perf_counter()
+    fewer = candidates is None  # tune's own candidates carry their thread counts already
     if isolate:
-        timings, part = _measure_isolated(model, found.candidates, whole_below)
+        timings, part = _measure_isolated(model, found.candidates, whole_below, fewer)
     else:
-        timings, part = _measure(model, metadata, found.candidates, whole_below)
+        timings, part = _measure(model, metadata, found.candidates, whole_below, fewer_threads=fewer)
     choosable = [t for t in timings if not t.reason and t.best_ms is not None]
     seconds = time.perf_counter() - start
     if not choosable and not require_choice:
@@ -468,7 +492,8 @@ def _worker() -> None:
     def started(index: int) -> None:
         print(json.dumps({"start": index}), flush=True)
 
-    timings, part = _measure(model, read_onnx_metadata(model), candidates, spec["whole_below"], started, spec["workdir"])
+    timings, part = _measure(model, read_onnx_metadata(model), candidates, spec["whole_below"], started, spec["workdir"],
+                             spec["fewer_threads"])
     print(json.dumps({"result": {"part": part, "timings": [t.to_dict() for t in timings]}}), flush=True)
 
 
