@@ -9,12 +9,13 @@
   measurement that proves it) and this CPU has the units for it (BF16: AMX or AVX512-BF16). What is left out is said,
   with why.
 * **Fastest** is measured on this machine (:func:`probe`): each candidate runs, at every core this process may use
-  (then the fastest once more at half of them), a representative part of the real graph at the file's real shapes (:func:`probe_part`: for a large file, the blocks its family names, e.g. one
-  windowed and one global block of a SAM encoder; a small file whole). A candidate whose warm-up run is far behind
-  the best one's is not timed further. Each candidate's outputs on the part are held to its budget against the file's
-  math on ONNX Runtime, so a runtime's fault cannot win on speed. ``--runtime auto``'s probe runs in a worker process:
-  a runtime that crashes on a candidate (a native fault: under qemu, probing the tiny SAM decoder ended 'predict' with SIGSEGV)
-  rules out that candidate instead of ending the user's program, and the probe's memory is not the program's.
+  (then the fastest once more at half of them), a representative part of the real graph at the file's real shapes
+  (:func:`probe_part`: for a large file, the blocks its family names, e.g. one windowed and one global block of a SAM
+  encoder; a small file whole). A candidate whose warm-up run is far behind the best one's is not timed further.
+  Each candidate's outputs on the part are held to its budget against the file's math on ONNX Runtime, so a
+  runtime's fault cannot win on speed. ``--runtime auto``'s probe runs in a worker process: a runtime that crashes on
+  a candidate (a native fault: under qemu, probing the tiny SAM decoder ended 'predict' with SIGSEGV) rules out that
+  candidate instead of ending the user's program, and the probe's memory is not the program's.
 
 The decision is cached per machine in the user's cache folder (``$VITDEPLOY_CACHE_DIR/decisions``), keyed by what it
 depends on: the CPU (model name, family/model, the flags that pick kernels, the cores), the installed runtimes'
