@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import platform
 import sys
 from pathlib import Path
@@ -18,7 +19,8 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.relpos_reference import PATHS, SHAPES, inputs, op_model, reference  # noqa: E402
+from tests.relpos_reference import SHAPES, inputs, op_model, reference  # noqa: E402
+from vitdeploy.runtime.forms.relpos_kernel import PATHS  # noqa: E402
 
 
 def main(out: str, library: str, encoder: str | None = None) -> None:
@@ -41,8 +43,6 @@ def main(out: str, library: str, encoder: str | None = None) -> None:
                              "max_abs": float(np.abs(got - want).max())})
     record = {"machine": platform.machine(), "problems": problems}
     if encoder:
-        import os
-
         os.environ["VITDEPLOY_ORT_OPS"] = library
         from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 

@@ -1,4 +1,4 @@
-"""The fused rel-pos attention op's independent references, without torch or pytest: a one-node model of the op, the
+"""The fused rel-pos attention op's independent references, with the torch-free runtime only (no torch, no pytest): a one-node model of the op, the
 float64 result it must give, the shapes every path is held to, and the rule for which path a shape takes. The x86-64
 tests (tests/runtime/forms/test_relpos_kernel.py) and the arm64 check under qemu (scripts/arm_kernel_check.py) both
 use them."""
@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-DOMAIN = "ai.vitdeploy"  # vitdeploy.runtime.forms.relpos_kernel.DOMAIN, stated here for a root without the package
-PATHS = ("portable", "avx2", "avx512", "neon")  # the library's index order (the node attribute isa)
+from vitdeploy.runtime.forms.relpos_kernel import DOMAIN, PATHS
+
 #: Kernel vs float64 reference: float32 sums over at most 64 keys of O(1) terms.
 KERNEL_MAX_ABS = 1e-5
 

@@ -40,9 +40,9 @@ from vitdeploy.metadata import identity_differences, read_onnx_metadata
 from vitdeploy.precisions import Precision
 from vitdeploy.runtime.backends.deployment import (PROFILE_FORMAT, Deployment, machine_fingerprint, model_digest,
                                                    profile_path, runtime_versions)
+from vitdeploy.runtime.backends.probe import Eligible, attention_forms, probe
 from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, RUNTIMES, FileNeeds, cpu_runtimes_for
 from vitdeploy.runtime.forms.openvino_gelu import OPENVINO_FORM_KEY, keep_gelu_apart
-from vitdeploy.targets import target_of
 
 #: A candidate the probe timed at more than this many times the leader's time on the part is not judged in full: on
 #: the part the ratios came out no wider than on the whole graph (SAM ViT-B@1024 with its decoder, Xeon with AMX, 2
@@ -135,10 +135,7 @@ def candidates(metadata: dict[str, Any], options: TuneOptions, installed: Sequen
         raise InputError(f"no candidate: the file {next((g for g in gaps.values() if g), 'has no runtime here')}: tune it on "
                          + (f"--runtime {' or '.join(able)}" if able else "a GPU ('vitdeploy build-engine')"))
     fp32 = needs.precision is Precision.FP32
-    target = target_of(metadata)
-    forms: list[tuple[tuple[str, Any], ...]] = [()]
-    if target is not None and target.folded_attention:
-        forms += [(("fused_attention", False),), (("folded_attention", True),)]
+    forms = attention_forms(metadata)
     if fp32 and OPENVINO_FORM_KEY not in metadata:  # OpenVINO's GELU form: the runner takes it where it was measured
         # faster; the other reading is tried too (a file written in the form holds one reading only)
         forms.append((("gelu_apart", not keep_gelu_apart(features, Precision.FP32)),))
@@ -285,8 +282,6 @@ def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | 
     found = candidates(metadata, options)
     ranking = None
     if options.finalists and len(found) > options.finalists:
-        from vitdeploy.runtime.backends.probe import Eligible, probe
-
         ranking = probe(model, metadata, candidates=Eligible(tuple(found)), require_choice=False)
         echo(f"probe: {ranking.summary()}")
         held = [t for t in ranking.ranking() if not t.reason]

@@ -135,6 +135,26 @@ void by_head_dim(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t row
         default: Tile<5>::run(p, b, h, q0, rows); break;
     }
 }
+// The vector paths' per-thread scratch for one tile: scores (rows x N), P.V (rows x head_dim), 1/row sums.
+struct TileScratch {
+    std::vector<float> scores, o, inv;
+};
+TileScratch& tile_scratch(const Problem& p, int64_t rows) {
+    thread_local TileScratch s;
+    s.scores.resize(static_cast<size_t>(rows * p.tokens));
+    s.o.resize(static_cast<size_t>(rows * p.head_dim));
+    s.inv.resize(static_cast<size_t>(rows));
+    return s;
+}
+
+// The tile's output rows: P.V scaled by each row's 1/sum, into (B, N, heads*D).
+void store_rows(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows, const TileScratch& s) {
+    for (int64_t i = 0; i < rows; ++i) {
+        float* dst = p.out + ((b * p.tokens + q0 + i) * p.heads + h) * p.head_dim;
+        for (int64_t d = 0; d < p.head_dim; ++d) dst[d] = s.o[static_cast<size_t>(i * p.head_dim + d)] * s.inv[static_cast<size_t>(i)];
+    }
+}
+
 #ifdef VITDEPLOY_X86
 #define VITDEPLOY_AVX512 __attribute__((target("avx512f")))
 
@@ -220,15 +240,12 @@ VITDEPLOY_AVX512 float add_rel_pos16(const Problem& p, const float* q, float* ro
 // One tile of queries on the AVX-512 path; C = head_dim / 16.
 template <int C>
 VITDEPLOY_AVX512 void fast_tile_c(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) {
-    thread_local std::vector<float> scores, o, inv;
-    scores.resize(static_cast<size_t>(rows * p.tokens));
-    o.resize(static_cast<size_t>(rows * p.head_dim));
-    inv.resize(static_cast<size_t>(rows));
+    TileScratch& s = tile_scratch(p, rows);
     const int64_t bh = b * p.heads + h;
-    qk_panels<C>(q_row(p, b, q0, h), p.heads * p.aug, p.packed_k[bh].data(), p.tokens, scores.data(), rows);
+    qk_panels<C>(q_row(p, b, q0, h), p.heads * p.aug, p.packed_k[bh].data(), p.tokens, s.scores.data(), rows);
     const bool wide = p.grid_w % 16 == 0;
     for (int64_t i = 0; i < rows; ++i) {
-        float* row = scores.data() + i * p.tokens;
+        float* row = s.scores.data() + i * p.tokens;
         const float* q = q_row(p, b, q0 + i, h);
         const __m512 top = _mm512_set1_ps(wide ? add_rel_pos16(p, q, row) : add_rel_pos(p, q, row));
         __m512 sum = _mm512_setzero_ps();
@@ -237,13 +254,10 @@ VITDEPLOY_AVX512 void fast_tile_c(const Problem& p, int64_t b, int64_t h, int64_
             _mm512_storeu_ps(row + j, e);
             sum = _mm512_add_ps(sum, e);
         }
-        inv[static_cast<size_t>(i)] = 1.0f / _mm512_reduce_add_ps(sum);
+        s.inv[static_cast<size_t>(i)] = 1.0f / _mm512_reduce_add_ps(sum);
     }
-    pv_rows<C>(scores.data(), p.tokens, p.packed_v[bh].data(), o.data(), rows);
-    for (int64_t i = 0; i < rows; ++i) {
-        float* dst = p.out + ((b * p.tokens + q0 + i) * p.heads + h) * p.head_dim;
-        for (int64_t d = 0; d < p.head_dim; ++d) dst[d] = o[static_cast<size_t>(i * p.head_dim + d)] * inv[static_cast<size_t>(i)];
-    }
+    pv_rows<C>(s.scores.data(), p.tokens, p.packed_v[bh].data(), s.o.data(), rows);
+    store_rows(p, b, h, q0, rows, s);
 }
 
 #define VITDEPLOY_AVX2 __attribute__((target("avx2,fma")))
@@ -365,15 +379,12 @@ VITDEPLOY_AVX2 float add_rel_pos8(const Problem& p, const float* q, float* row) 
 // One tile of queries on the AVX2 path; C = head_dim / 16.
 template <int C>
 VITDEPLOY_AVX2 void avx2_tile_c(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) {
-    thread_local std::vector<float> scores, o, inv;
-    scores.resize(static_cast<size_t>(rows * p.tokens));
-    o.resize(static_cast<size_t>(rows * p.head_dim));
-    inv.resize(static_cast<size_t>(rows));
+    TileScratch& s = tile_scratch(p, rows);
     const int64_t bh = b * p.heads + h;
-    qk_panels_avx2<C>(q_row(p, b, q0, h), p.heads * p.aug, p.packed_k[bh].data(), p.tokens, scores.data(), rows);
+    qk_panels_avx2<C>(q_row(p, b, q0, h), p.heads * p.aug, p.packed_k[bh].data(), p.tokens, s.scores.data(), rows);
     const bool wide = p.grid_w % 8 == 0;
     for (int64_t i = 0; i < rows; ++i) {
-        float* row = scores.data() + i * p.tokens;
+        float* row = s.scores.data() + i * p.tokens;
         const float* q = q_row(p, b, q0 + i, h);
         const __m256 top = _mm256_set1_ps(wide ? add_rel_pos8(p, q, row) : add_rel_pos(p, q, row));
         __m256 sum = _mm256_setzero_ps();
@@ -382,13 +393,10 @@ VITDEPLOY_AVX2 void avx2_tile_c(const Problem& p, int64_t b, int64_t h, int64_t 
             _mm256_storeu_ps(row + j, e);
             sum = _mm256_add_ps(sum, e);
         }
-        inv[static_cast<size_t>(i)] = 1.0f / reduce_add8(sum);
+        s.inv[static_cast<size_t>(i)] = 1.0f / reduce_add8(sum);
     }
-    pv_rows_avx2<C>(scores.data(), p.tokens, p.packed_v[bh].data(), o.data(), rows);
-    for (int64_t i = 0; i < rows; ++i) {
-        float* dst = p.out + ((b * p.tokens + q0 + i) * p.heads + h) * p.head_dim;
-        for (int64_t d = 0; d < p.head_dim; ++d) dst[d] = o[static_cast<size_t>(i * p.head_dim + d)] * inv[static_cast<size_t>(i)];
-    }
+    pv_rows_avx2<C>(s.scores.data(), p.tokens, p.packed_v[bh].data(), s.o.data(), rows);
+    store_rows(p, b, h, q0, rows, s);
 }
 
 template <int C>
@@ -519,15 +527,12 @@ float add_rel_pos4(const Problem& p, const float* q, float* row) {
 // One tile of queries on the NEON path; C = head_dim / 16.
 template <int C>
 void neon_tile_c(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t rows) {
-    thread_local std::vector<float> scores, o, inv;
-    scores.resize(static_cast<size_t>(rows * p.tokens));
-    o.resize(static_cast<size_t>(rows * p.head_dim));
-    inv.resize(static_cast<size_t>(rows));
+    TileScratch& s = tile_scratch(p, rows);
     const int64_t bh = b * p.heads + h;
-    qk_panels_neon<C>(q_row(p, b, q0, h), p.heads * p.aug, p.packed_k[bh].data(), p.tokens, scores.data(), rows);
+    qk_panels_neon<C>(q_row(p, b, q0, h), p.heads * p.aug, p.packed_k[bh].data(), p.tokens, s.scores.data(), rows);
     const bool wide = p.grid_w % 4 == 0;
     for (int64_t i = 0; i < rows; ++i) {
-        float* row = scores.data() + i * p.tokens;
+        float* row = s.scores.data() + i * p.tokens;
         const float* q = q_row(p, b, q0 + i, h);
         const float32x4_t top = vdupq_n_f32(wide ? add_rel_pos4(p, q, row) : add_rel_pos(p, q, row));
         float32x4_t sum = vdupq_n_f32(0.0f);
@@ -536,13 +541,10 @@ void neon_tile_c(const Problem& p, int64_t b, int64_t h, int64_t q0, int64_t row
             vst1q_f32(row + j, e);
             sum = vaddq_f32(sum, e);
         }
-        inv[static_cast<size_t>(i)] = 1.0f / vaddvq_f32(sum);
+        s.inv[static_cast<size_t>(i)] = 1.0f / vaddvq_f32(sum);
     }
-    pv_rows_neon<C>(scores.data(), p.tokens, p.packed_v[bh].data(), o.data(), rows);
-    for (int64_t i = 0; i < rows; ++i) {
-        float* dst = p.out + ((b * p.tokens + q0 + i) * p.heads + h) * p.head_dim;
-        for (int64_t d = 0; d < p.head_dim; ++d) dst[d] = o[static_cast<size_t>(i * p.head_dim + d)] * inv[static_cast<size_t>(i)];
-    }
+    pv_rows_neon<C>(s.scores.data(), p.tokens, p.packed_v[bh].data(), s.o.data(), rows);
+    store_rows(p, b, h, q0, rows, s);
 }
 
 template <int C>
@@ -568,8 +570,7 @@ Isa choose_path(int64_t tokens, int64_t head_dim, int64_t requested) {
     return kNeon;  // every arm64 CPU has NEON (ASIMD): any vector request takes it
 #elif defined(VITDEPLOY_X86)
     const Isa best = cpu_best_isa();
-    const int64_t cap = requested == kNeon ? kAvx512 : std::min<int64_t>(requested, kAvx512);
-    return static_cast<Isa>(std::min<int64_t>(best, cap));
+    return static_cast<Isa>(std::min<int64_t>(best, std::min<int64_t>(requested, kAvx512)));  // a NEON cap (3) caps nothing
 #else
     return kPortable;
 #endif

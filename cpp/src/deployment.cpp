@@ -89,6 +89,26 @@ std::string string_member(const Json& object, const char* key) {
     return v && v->is_string() ? v->as_string() : std::string();
 }
 
+// Which other machine a profile's or a cached decision's "machine" describes ("another CPU ('...')", "another core
+// count ..."), the first difference from this one; empty: this machine (as Python's profile_problems compares).
+std::string other_machine(const Json& machine, const MachineFingerprint& here) {
+    std::string flags;
+    if (const Json* f = member(machine, "flags"); f && f->is_array())
+        for (const auto& v : f->as_array()) flags += (flags.empty() ? "" : ",") + (v.is_string() ? v.as_string() : "?");
+    const Json* cores = member(machine, "cores");
+    if (string_member(machine, "cpu") != here.cpu) return "another CPU ('" + string_member(machine, "cpu") + "')";
+    if (string_member(machine, "family_model") != here.family_model) return "another CPU family/model";
+    if (flags != here.flags) return "another CPU flags (" + flags + "; here " + here.flags + ")";
+    if (!cores || !cores->is_number() || cores->as_number() != here.cores)
+        return "another core count (here " + std::to_string(here.cores) + ")";
+    return "";
+}
+
+// OpenVINO's build number ("2026.4.1-22982-e213a14...") begins with the release Python records ("2026.4.1").
+std::string openvino_release(const std::string& openvino_version) {
+    return openvino_version.substr(0, openvino_version.find('-'));
+}
+
 // What 'vitdeploy tune' would not have written, as Python's read_profile and Deployment.from_dict refuse it
 // (vitdeploy/runtime/backends/deployment.py): the types of the profile's parts, the chosen deployment's threads,
 // settings and precision, and the chosen deployment among the profile's own passing candidates. Empty: none.
@@ -277,19 +297,10 @@ DeploymentProfile read_deployment_profile(const std::string& model_path, const s
     if (const Json* settings = member(*chosen, "settings"))
         if (const Json* g = member(*settings, "gelu_apart"); g && g->is_bool()) out.gelu_apart = g->as_bool() ? 1 : 0;
     std::vector<std::string> problems;  // machine and runtime first: the model is hashed only when they fit
-    std::string tuned_flags;
-    if (const Json* f = member(*machine, "flags"); f && f->is_array())
-        for (const auto& v : f->as_array()) tuned_flags += (tuned_flags.empty() ? "" : ",") + (v.is_string() ? v.as_string() : "?");
-    const Json* cores = member(*machine, "cores");
-    if (string_member(*machine, "cpu") != here.cpu) problems.push_back("it was tuned on another CPU ('" + string_member(*machine, "cpu") + "')");
-    if (string_member(*machine, "family_model") != here.family_model) problems.push_back("it was tuned on another CPU family/model");
-    if (tuned_flags != here.flags) problems.push_back("it was tuned on another CPU flags (" + tuned_flags + "; here " + here.flags + ")");
-    if (!cores || !cores->is_number() || cores->as_number() != here.cores)
-        problems.push_back("it was tuned on another core count (here " + std::to_string(here.cores) + ")");
+    if (std::string other = other_machine(*machine, here); !other.empty()) problems.push_back("it was tuned on " + other);
     if (out.runtime == "onnxruntime" && string_member(*versions, "onnxruntime") != ort_version)
         problems.push_back("it was tuned with onnxruntime " + string_member(*versions, "onnxruntime") + ", here " + ort_version);
-    // OpenVINO's build number ("2026.4.1-22982-e213a14...") begins with the release the Python profile records.
-    const std::string ov_release = openvino_version.substr(0, openvino_version.find('-'));
+    const std::string ov_release = openvino_release(openvino_version);
     if (out.runtime == "openvino" && !openvino_version.empty() && string_member(*versions, "openvino") != ov_release)
         problems.push_back("it was tuned with openvino " + string_member(*versions, "openvino") + ", here " + ov_release);
     if (problems.empty()) {
@@ -357,7 +368,7 @@ DeploymentProfile read_cached_decision(const std::string& model_path, int thread
     } catch (const Error&) {
         return out;  // not an ONNX file: the backend says so when it opens it
     }
-    const std::string ov_release = openvino_version.substr(0, openvino_version.find('-'));
+    const std::string ov_release = openvino_release(openvino_version);
     for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
         if (entry.path().extension() != ".json") continue;
         Json doc;
@@ -374,16 +385,10 @@ DeploymentProfile read_cached_decision(const std::string& model_path, int thread
         const Json* file = member(*key, "file");
         const Json* key_threads = member(*key, "threads");
         if (!machine || !versions || !file || !key_threads || !key_threads->is_number()) continue;
-        std::string flags;
-        if (const Json* f = member(*machine, "flags"); f && f->is_array())
-            for (const auto& v : f->as_array()) flags += (flags.empty() ? "" : ",") + (v.is_string() ? v.as_string() : "?");
-        const Json* cores = member(*machine, "cores");
         const Json* size = member(*file, "bytes");
         if (string_member(*file, "props_sha256") != digest || !size || !size->is_number() ||
-            static_cast<std::uintmax_t>(size->as_number()) != bytes || string_member(*machine, "cpu") != here.cpu ||
-            string_member(*machine, "family_model") != here.family_model || flags != here.flags ||
-            string_member(*machine, "machine") != here.machine || !cores || !cores->is_number() ||
-            cores->as_number() != here.cores || key_threads->as_number() != want_threads ||
+            static_cast<std::uintmax_t>(size->as_number()) != bytes || !other_machine(*machine, here).empty() ||
+            string_member(*machine, "machine") != here.machine || key_threads->as_number() != want_threads ||
             string_member(*versions, "onnxruntime") != ort_version)
             continue;
         if (!ov_release.empty() && member(*versions, "openvino") && string_member(*versions, "openvino") != ov_release)

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from cpp_build import cpp_build, toolchain_missing  # noqa: F401 (session fixture)
-from tests.relpos_reference import KERNEL_MAX_ABS, PATHS, SHAPES, expected_path, inputs, op_model, reference
+from tests.relpos_reference import KERNEL_MAX_ABS, SHAPES, expected_path, inputs, op_model, reference
 from tests.conftest import (TINY_ARCHS, assert_matches_official, export_tiny_targets, max_abs_rel, tamper_onehot_tables,
                             tiny_encoder)
 from vitdeploy.cli import cli
@@ -45,10 +45,6 @@ def library(cpp_build: Path) -> Path:  # noqa: F811
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return export_tiny_targets(tmp_path_factory.mktemp("relpos_kernel"), ARCH, seed=7)
-
-
-def test_the_reference_names_the_librarys_paths_and_domain() -> None:
-    assert PATHS == relpos_kernel.PATHS and relpos_kernel.DOMAIN == "ai.vitdeploy"
 
 
 def _expected_path(tokens: int, head_dim: int, requested: str) -> str:

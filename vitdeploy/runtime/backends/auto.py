@@ -70,7 +70,7 @@ def resolve(model: str | Path, *, precision: str | None = None, threads: int | N
         if probe_enabled():
             try:
                 chosen = decide(model, meta, threads)
-                return replace(chosen, threads=threads or chosen.threads or available_cores(),
+                return replace(chosen, threads=threads or chosen.threads,
                                source=chosen.source + refused)
             except InputError as exc:  # no candidate ran: the measured rows below, and why
                 refused += f"; the probe ran nothing ({str(exc)[:200]})"

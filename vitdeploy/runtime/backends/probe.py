@@ -84,7 +84,6 @@ def eligible(metadata: dict[str, Any], features: CpuFeatures | None = None, inst
     """The deployments to probe for a file with ``metadata`` (module docstring), most likely fastest first (a
     reduced policy, then OpenVINO, then ONNX Runtime: the order only makes the warm-up cutoff bite sooner)."""
     from vitdeploy.runtime.backends.deployment import Deployment
-    from vitdeploy.targets import target_of
 
     features = features or cpu_features()
     if installed is None:
@@ -102,11 +101,8 @@ def eligible(metadata: dict[str, Any], features: CpuFeatures | None = None, inst
         if gap:
             left_out.append(f"{name}: the file {gap}")
             continue
-        forms: list[tuple[tuple[str, Any], ...]] = [()]
-        target = target_of(metadata)
-        if target is not None and target.folded_attention and "fused_attention" in entry.settings:
-            forms += [(("fused_attention", False),), (("folded_attention", True),)]
-        found += [Deployment(name, "file", threads, form, source="probe") for form in forms]
+        found += [Deployment(name, "file", threads, form, source="probe") for form in attention_forms(metadata)
+                  if all(key in entry.settings for key, _ in form)]
         for policy in entry.policies:
             if policy == "file":
                 continue
@@ -117,6 +113,18 @@ def eligible(metadata: dict[str, Any], features: CpuFeatures | None = None, inst
                 found.append(Deployment(name, policy, threads, (), source="probe"))
     found.sort(key=lambda d: (d.precision == "file", d.runtime == DEFAULT_RUNTIME))
     return Eligible(tuple(found), tuple(left_out))
+
+
+def attention_forms(metadata: dict[str, Any]) -> list[tuple[tuple[str, Any], ...]]:
+    """The runner settings of each attention form a file may run in: as written, and, where its target folds
+    attention, ONNX Runtime's unfused and folded forms (a runtime takes the forms whose settings it has)."""
+    from vitdeploy.targets import target_of
+
+    target = target_of(metadata)
+    forms: list[tuple[tuple[str, Any], ...]] = [()]
+    if target is not None and target.folded_attention:
+        forms += [(("fused_attention", False),), (("folded_attention", True),)]
+    return forms
 
 
 def _policy_gap(policy: str, family: str | None, needs: FileNeeds, features: CpuFeatures) -> str | None:
@@ -154,7 +162,10 @@ def _scopes(node: Any) -> list[str]:
     return []
 
 
-_NP_TYPES = {1: np.float32, 10: np.float16, 16: np.float32, 6: np.int32, 7: np.int64, 9: np.bool_, 11: np.float64}
+def file_bytes(model: str | Path) -> int:
+    """The bytes of an ONNX file and of its external data file (``<name>.data``) where there is one."""
+    model = Path(model)
+    return sum(p.stat().st_size for p in (model, model.with_name(model.name + ".data")) if p.is_file())
 
 
 def probe_part(model: str | Path, metadata: dict[str, Any], workdir: str | Path,
@@ -164,11 +175,12 @@ def probe_part(model: str | Path, metadata: dict[str, Any], workdir: str | Path,
     with every tensor that feeds them as an input, written with the file's metadata into ``workdir``."""
     import onnx
 
+    from vitdeploy.engine.onnx_facts import read_onnx_facts
     from vitdeploy.families import FAMILIES
 
     model = Path(model)
     family = FAMILIES.get(metadata.get("family")) if isinstance(metadata.get("family"), str) else None
-    size = sum(p.stat().st_size for p in (model, model.with_name(model.name + ".data")) if p.is_file())
+    size = file_bytes(model)
     scopes = family.probe_scopes(metadata) if family is not None else ()
     proto = onnx.load(str(model), load_external_data=size > whole_below and bool(scopes))
     if size > whole_below and scopes:
@@ -181,16 +193,15 @@ def probe_part(model: str | Path, metadata: dict[str, Any], workdir: str | Path,
             rng = np.random.default_rng(0)
             for value in inputs:
                 dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
-                dtype = _NP_TYPES.get(value.type.tensor_type.elem_type, np.float32)
+                dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
                 feeds[value.name] = rng.standard_normal(dims).astype(dtype)
             named = ", ".join(".".join(b.rsplit(".", 2)[-2:]) for b in blocks)  # 'blocks.0, blocks.2'
             return ProbePart(path, feeds, f"{named} of {total} blocks, at the file's shapes")
     if family is None:
         raise InputError(f"'{model.name}' carries no vitdeploy model family: export it with 'vitdeploy export'")
-    names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
-    shapes = {i.name: [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                       for d in i.type.tensor_type.shape.dim] for i in proto.graph.input}
-    feeds = family.random_input_sets(metadata, names, shapes, 1)[0].feeds
+    inputs = read_onnx_facts(model, proto).inputs
+    shapes = {t.name: list(t.dims) for t in inputs}
+    feeds = family.random_input_sets(metadata, list(shapes), shapes, 1)[0].feeds
     return ProbePart(model, feeds, "the whole graph")
 
 
@@ -240,13 +251,14 @@ def _slice(proto: Any, scopes: tuple[str, ...]) -> tuple[Any, list[Any], tuple[s
         scopes = tuple(kinds.values())
     inputs: list[str] = []
     outputs: list[str] = []
+    made_inside: set[str] = set()
     for scope in scopes:
         members, ins, outs = boundary(scope)
         if not members:
             return None
         inputs += [n for n in ins if n not in inputs]
         outputs += [n for n in outs if n not in outputs]
-    made_inside = {out for scope in scopes for i in boundary(scope)[0] for out in graph.node[i].output}
+        made_inside |= {out for i in members for out in graph.node[i].output}
     inputs = [n for n in inputs if n not in made_inside]  # consecutive blocks: one feeds the next inside the part
     try:
         sliced = Extractor(proto).extract_model(inputs, outputs)
@@ -275,6 +287,14 @@ class Timing:
         return {"label": self.deployment.label(), "deployment": self.deployment.to_dict(), "load_ms": self.load_ms,
                 "warmup_ms": self.warmup_ms, "best_ms": self.best_ms, "cosine": self.cosine, "reason": self.reason}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Timing:
+        """The timing :meth:`to_dict` wrote (the probe's worker to its parent)."""
+        from vitdeploy.runtime.backends.deployment import Deployment
+
+        return cls(Deployment.from_dict(data["deployment"], "probe"), data["load_ms"], data["warmup_ms"],
+                   data["best_ms"], data["cosine"], data["reason"])
+
 
 @dataclass
 class Decision:
@@ -285,8 +305,6 @@ class Decision:
     part: str
     seconds: float
     left_out: tuple[str, ...] = ()
-    path: Path | None = None
-    cached: bool = False
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
     def ranking(self) -> list[Timing]:
@@ -324,27 +342,36 @@ def _compare(reference: dict[str, np.ndarray], got: dict[str, np.ndarray], budge
     return min(cosines), (f"over its '{budget}' budget against the file's math ({failures[0]})" if failures else "")
 
 
+def _is_reference(deployment: Any) -> bool:
+    """The file's own math on ONNX Runtime, as written: what every candidate's outputs are held against."""
+    return deployment.runtime == DEFAULT_RUNTIME and deployment.precision == "file" and not deployment.settings
+
+
 def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...], whole_below: int,
              on_start: Any = None, workdir: str | None = None, fewer_threads: bool = False) -> tuple[list[Timing], str]:
-    """(every candidate's timing on the probe part of ``model``, what the part is): each one opened, warmed up, timed
-    unless its warm-up is behind the best by more than :data:`CUTOFF`, then each one's outputs held to its budget
-    against the file's math on ONNX Runtime. ``fewer_threads``: then the fastest once more at half its threads (the
-    threads axis, one candidate more; SMT siblings and small graphs can run faster on fewer). ``on_start(i)`` is
-    called before candidate ``i`` is opened (the extra one is ``len(candidates)``); the part is written into
-    ``workdir`` (default: a temporary folder of its own)."""
+    """(every candidate's timing on the probe part of ``model``, in the order of ``candidates``; what the part is).
+
+    The reference (the file's math on ONNX Runtime, where it is a candidate) runs its warm-up first; every other
+    candidate is held to its budget against it right after its own warm-up, and one that misses is not timed. A
+    candidate that holds it is timed unless its warm-up is behind the best warm-up of those that held by more than
+    :data:`CUTOFF`; the reference is timed last, by the same rule. ``fewer_threads``: then the fastest once more at
+    half its threads (the threads axis, one candidate more; SMT siblings and small graphs can run faster on fewer).
+    ``on_start(i)`` is called before candidate ``i`` is opened (the extra one is ``len(candidates)``); the part is
+    written into ``workdir`` (default: a temporary folder of its own)."""
     from vitdeploy.runtime.backends.base import RunnerOptions
 
     file_budget = Precision.of(metadata).value
-    timings: list[Timing] = []
-    outputs: dict[int, dict[str, np.ndarray]] = {}
+    timings = [Timing(d) for d in candidates]
+    reference: dict[str, np.ndarray] | None = None
     best_warmup = float("inf")
 
-    def run_one(index: int, deployment: Any, part: ProbePart) -> None:
-        nonlocal best_warmup
+    def run_one(index: int, timing: Timing, part: ProbePart, timed: bool, cutoff: bool = True) -> None:
+        """Open ``timing``'s candidate, warm it up, judge it (the reference is the judge), and time it when ``timed``
+        and (``cutoff``) its warm-up is within the cutoff."""
+        nonlocal best_warmup, reference
         if on_start is not None:
             on_start(index)
-        timing = Timing(deployment)
-        timings.append(timing)
+        deployment = timing.deployment
         try:
             t0 = time.perf_counter()
             runner = RUNTIMES[deployment.runtime].open(
@@ -353,9 +380,16 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
             timing.load_ms = (time.perf_counter() - t0) * 1e3
             try:
                 t0 = time.perf_counter()
-                outputs[index] = runner.run(part.feeds)
+                outputs = runner.run(part.feeds)
                 timing.warmup_ms = (time.perf_counter() - t0) * 1e3
-                if timing.warmup_ms <= CUTOFF * best_warmup:
+                if _is_reference(deployment) and reference is None:
+                    reference = outputs
+                if reference is not None:
+                    budget = "bf16" if deployment.precision == "bf16" else file_budget
+                    timing.cosine, timing.reason = _compare(reference, outputs, budget)
+                if timing.reason:
+                    return  # over its budget: no speed makes up for it
+                if timed and (not cutoff or timing.warmup_ms <= CUTOFF * best_warmup):
                     runs = []
                     for _ in range(TIMED_RUNS):
                         t0 = time.perf_counter()
@@ -372,30 +406,23 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
 
     with tempfile.TemporaryDirectory(prefix="vitdeploy-probe-") as own:
         part = probe_part(model, metadata, workdir or own, whole_below)
-        for index, deployment in enumerate(candidates):
-            run_one(index, deployment, part)
-        timed = [t for t in timings if t.best_ms is not None and not t.reason]
-        if fewer_threads and timed:
-            lead = min(timed, key=lambda t: t.best_ms).deployment
+        first = next((i for i, d in enumerate(candidates) if _is_reference(d)), None)
+        if first is not None:
+            run_one(first, timings[first], part, timed=False)  # its outputs first: the judge
+        for index, timing in enumerate(timings):
+            if index != first:
+                run_one(index, timing, part, timed=True)
+        ref = timings[first] if first is not None else None
+        if ref is not None and not ref.reason and ref.warmup_ms is not None and ref.warmup_ms <= CUTOFF * best_warmup:
+            run_one(first, ref, part, timed=True, cutoff=False)  # within reach of the fastest (its first warm-up): timed
+        held = [t for t in timings if t.best_ms is not None and not t.reason]
+        if fewer_threads and held:
+            lead = min(held, key=lambda t: t.best_ms).deployment
             fewer = replace(lead, threads=(lead.threads or 1) // 2)
             if fewer.threads and fewer not in candidates:
-                run_one(len(timings), fewer, part)
-    reference_index = next((i for i, t in enumerate(timings) if i in outputs and t.deployment.runtime == DEFAULT_RUNTIME
-                            and t.deployment.precision == "file" and not t.deployment.settings), None)
-    for index, timing in enumerate(timings):
-        if reference_index is None or index not in outputs:
-            continue
-        budget = "bf16" if timing.deployment.precision == "bf16" else file_budget
-        timing.cosine, why = _compare(outputs[reference_index], outputs[index], budget)
-        timing.reason = timing.reason or why
+                timings.append(Timing(fewer))
+                run_one(len(candidates), timings[-1], part, timed=True)
     return timings, part.what
-
-
-def _deployment(data: dict[str, Any]) -> Any:
-    from vitdeploy.runtime.backends.deployment import Deployment
-
-    return Deployment(data["runtime"], data["precision"], data["threads"], tuple(sorted(data["settings"].items())),
-                      source="probe")
 
 
 def _measure_isolated(model: Path, candidates: tuple[Any, ...], whole_below: int,
@@ -434,19 +461,10 @@ def _measure_isolated(model: Path, candidates: tuple[Any, ...], whole_below: int
         crashed[remaining[started[-1]]] = f"could not run: it ended the probe's worker process ({how}: {tail})"
         del remaining[started[-1]]
         done = None
-    measured = iter(done["timings"] if done else [])
-    timings = []
-    for index, deployment in enumerate(candidates):
-        if index in crashed:
-            timings.append(Timing(deployment, reason=crashed[index]))
-            continue
-        data = next(measured)
-        timings.append(Timing(deployment, data["load_ms"], data["warmup_ms"], data["best_ms"], data["cosine"],
-                              data["reason"]))
-    for data in measured:  # the threads step's candidate
-        timings.append(Timing(_deployment(data["deployment"]), data["load_ms"], data["warmup_ms"], data["best_ms"],
-                              data["cosine"], data["reason"]))
-    return timings, (done["part"] if done else "nothing (every candidate ended the worker)")
+    measured = iter([Timing.from_dict(data) for data in done["timings"]] if done else [])
+    # the candidates in their order, the crashed ones among them; then the threads step's candidate, if it ran
+    timings = [Timing(d, reason=crashed[i]) if i in crashed else next(measured) for i, d in enumerate(candidates)]
+    return timings + list(measured), (done["part"] if done else "nothing (every candidate ended the worker)")
 
 
 def probe(model: str | Path, metadata: dict[str, Any] | None = None, *, threads: int | None = None,
@@ -485,10 +503,11 @@ def _worker() -> None:
     """The worker :func:`_measure_isolated` starts: reads its spec on standard input, says which candidate it starts
     (``{"start": i}``, one line each, flushed), then writes every timing (``{"result": ...}``)."""
     from vitdeploy.metadata import read_onnx_metadata
+    from vitdeploy.runtime.backends.deployment import Deployment
 
     spec = json.loads(sys.stdin.read())
     model = Path(spec["model"])
-    candidates = tuple(_deployment(d) for d in spec["candidates"])
+    candidates = tuple(Deployment.from_dict(d, "probe") for d in spec["candidates"])
 
     def started(index: int) -> None:
         print(json.dumps({"start": index}), flush=True)
@@ -515,10 +534,8 @@ def props_digest(model: str | Path) -> str:
 def file_identity(model: str | Path, metadata: dict[str, Any]) -> dict[str, Any]:
     """What a decision depends on of the file: its vitdeploy metadata without the weights' provenance (decoded, for
     the reader; and the digest of the entries as written, what both languages match on), and its size."""
-    model = Path(model)
-    size = sum(p.stat().st_size for p in (model, model.with_name(model.name + ".data")) if p.is_file())
     return {"metadata": {k: v for k, v in sorted(metadata.items()) if k not in _PROVENANCE},
-            "props_sha256": props_digest(model), "bytes": size}
+            "props_sha256": props_digest(model), "bytes": file_bytes(model)}
 
 
 def decision_key(model: str | Path, metadata: dict[str, Any], threads: int,
@@ -530,6 +547,12 @@ def decision_key(model: str | Path, metadata: dict[str, Any], threads: int,
             "file": file_identity(model, metadata)}
 
 
+def _as_json(key: dict[str, Any]) -> Any:
+    """``key`` as it reads back from a decision file (tuples as lists, keys in order): what a cached key is compared
+    with, and what its file name is hashed from."""
+    return json.loads(json.dumps(key, sort_keys=True, default=str))
+
+
 def decision_path(key: dict[str, Any], make: bool = True) -> Path | None:
     """``<cache>/decisions/<family>-<sha256 of the key>.json`` (None where the cache is off or cannot be made)."""
     from vitdeploy.fileio import user_cache_dir
@@ -537,7 +560,7 @@ def decision_path(key: dict[str, Any], make: bool = True) -> Path | None:
     folder = user_cache_dir("decisions", make=make)
     if folder is None:
         return None
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    digest = hashlib.sha256(json.dumps(_as_json(key), sort_keys=True).encode()).hexdigest()[:32]
     family = key["file"]["metadata"].get("family") or "model"
     return folder / f"{family}-{digest}.json"
 
@@ -551,8 +574,7 @@ def read_decision(path: Path, key: dict[str, Any]) -> Any | None:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
-    if not isinstance(data, dict) or data.get("format") != DECISION_FORMAT or data.get("key") != json.loads(
-            json.dumps(key, sort_keys=True, default=str)):
+    if not isinstance(data, dict) or data.get("format") != DECISION_FORMAT or data.get("key") != _as_json(key):
         return None
     try:
         chosen = Deployment.from_dict(data.get("chosen"), f"'{path}'")
@@ -565,8 +587,7 @@ def write_decision(path: Path, key: dict[str, Any], decision: Decision) -> None:
     """Write ``decision`` whole or not at all (a concurrent probe of the same file writes the same key)."""
     from vitdeploy.fileio import atomic_write_bytes
 
-    data = {"format": DECISION_FORMAT, "created": decision.created, "key": json.loads(json.dumps(key, sort_keys=True,
-                                                                                                default=str)),
+    data = {"format": DECISION_FORMAT, "created": decision.created, "key": _as_json(key),
             "chosen": decision.chosen.to_dict(), "chosen_label": decision.chosen.label(), "part": decision.part,
             "seconds": round(decision.seconds, 2), "summary": decision.summary(), "left_out": list(decision.left_out),
             "timings": [t.to_dict() for t in decision.ranking()]}
@@ -585,15 +606,17 @@ def cached_decisions(features: CpuFeatures | None = None) -> list[dict[str, Any]
     folder = user_cache_dir("decisions", make=False)
     if folder is None or not folder.is_dir():
         return []
-    here = json.loads(json.dumps({"machine": machine_fingerprint(features), "runtime_versions": runtime_versions()}))
+    here = _as_json({"machine": machine_fingerprint(features), "runtime_versions": runtime_versions()})
     found = []
     for path in folder.glob("*.json"):
         try:
             data = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
-        key = data.get("key") if isinstance(data, dict) else None
-        if data.get("format") != DECISION_FORMAT or not isinstance(key, dict) or any(key.get(k) != v for k, v in here.items()):
+        if not isinstance(data, dict) or data.get("format") != DECISION_FORMAT or not isinstance(data.get("key"), dict):
+            continue  # not a decision this vitdeploy wrote
+        key = data["key"]
+        if any(key.get(k) != v for k, v in here.items()):
             continue
         found.append({"path": str(path), "metadata": key.get("file", {}).get("metadata", {}), "threads": key.get("threads"),
                       "chosen": data.get("chosen_label"), "created": data.get("created"), "seconds": data.get("seconds"),
