@@ -34,11 +34,17 @@ def dataset_job_options(fn: Callable, required: bool = True) -> Callable:
     return fn
 
 
-def resolve_deployment(model: str, runtime: str, inference_precision: str | None, threads: int | None, device: str):
-    """The deployment every worker runs (never ``auto``: the driver decides once, so all workers compute alike)."""
+def resolve_deployment(model: str, runtime: str, inference_precision: str | None, threads: int | None, device: str,
+                       on_ray: bool = False):
+    """The deployment every worker runs (never ``auto``: the driver decides once, so all workers compute alike).
+
+    On Ray each worker runs ``threads`` threads (default 1), so ``auto`` decides for that many, not for the
+    driver's cores: the same decision (and the same numbers) as the job in one process with ``--threads`` 1."""
     from vitdeploy.runtime.backends.auto import resolve
     from vitdeploy.runtime.backends.deployment import AUTO, Deployment
 
+    if on_ray:
+        threads = threads or 1
     if runtime == AUTO:
         return resolve(model, precision=inference_precision, threads=threads, device=device)
     return Deployment(runtime, inference_precision or "file", threads, source="asked")

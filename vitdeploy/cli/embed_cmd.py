@@ -40,7 +40,7 @@ def embed(encoder: str, images: str, out_dir: str, shard_size: int | None, ray_a
     """
     from vitdeploy.runtime.apps.datasets.job import JobConfig
 
-    chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device)
+    chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device, on_ray=ray_address is not None)
     config = JobConfig(kind="embed", encoder=encoder, runtime=chosen.runtime, precision=chosen.precision,
                        settings=chosen.settings, threads=threads, device=device, embedding_format=embedding_format)
     run_dataset_job(config, images, out_dir, shard_size, ray_address, workers, chosen, "embedding")

@@ -96,7 +96,7 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
             raise click.UsageError("--tf32, --allow-unverified and --use-m2m are for one image (--image)")
         from vitdeploy.runtime.apps.datasets.job import JobConfig
 
-        chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device)
+        chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device, on_ray=ray_address is not None)
         config = JobConfig(kind="masks", encoder=encoder, decoder=decoder, runtime=chosen.runtime,
                            precision=chosen.precision, settings=chosen.settings, threads=threads, device=device,
                            mask_options={**options, "output_mode": output_mode or "coco_rle"})

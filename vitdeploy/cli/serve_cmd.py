@@ -85,7 +85,7 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
     from vitdeploy.runtime.apps.datasets.on_ray import start_ray, stop_ray
     from vitdeploy.runtime.apps.serving.ray_serve import RayServeOptions, run_app, stop_app
 
-    chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device)
+    chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device, on_ray=True)
     options = RayServeOptions(encoder, decoder, runtime=chosen.runtime, precision=chosen.precision,
                               settings=chosen.settings, threads=threads or 1,
                               device=device, encoder_replicas=encoder_replicas, decoder_replicas=decoder_replicas,

@@ -249,6 +249,20 @@ def test_a_profile_setting_reaches_every_route(tiny_sam_artifacts: TinySamArtifa
         assert runner.backend == "openvino" and (runner.gelus_apart > 0) is apart, (route, runner.provider)
 
 
+def test_a_ray_job_decides_for_the_threads_each_worker_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` on Ray decides for one worker's threads (default 1), not the driver's cores: the same decision,
+    and so the same numbers, as the job in one process with ``--threads 1`` (docs/scale.md compares the two)."""
+    import vitdeploy.runtime.backends.auto as auto
+    from vitdeploy.cli.dataset_jobs import resolve_deployment
+
+    asked: list[int | None] = []
+    monkeypatch.setattr(auto, "resolve", lambda model, precision=None, threads=None, device="cpu": asked.append(threads))
+    resolve_deployment("enc.onnx", "auto", None, None, "cpu", on_ray=True)
+    resolve_deployment("enc.onnx", "auto", None, 3, "cpu", on_ray=True)
+    resolve_deployment("enc.onnx", "auto", None, None, "cpu")
+    assert asked == [1, 3, None]
+
+
 def test_one_options_object_opens_every_part_and_the_old_keywords_stay(tiny_sam_artifacts: TinySamArtifacts) -> None:
     """The applications take one OpenOptions: its runtime and threads reach every file, its precision policy the
     encoder only (a decoder runs its file's math); the keywords of earlier releases make the same options, and
