@@ -209,7 +209,7 @@ def _size_name_uses(tree: ast.Module) -> list[tuple[int, str]]:
         elif isinstance(node, ast.Call):
             callee = ast.unparse(node.func)
             official = callee == "cls" or callee.endswith(("Arch", "set_input_size", "create_model", "replace")) or \
-                callee.startswith(("Sam", "PromptEncoder", "ImageEncoderViT", "timm."))
+                callee.startswith(("Sam", "PromptEncoder", "ImageEncoderViT", "timm.", "vitdet."))
             found += [(node.lineno, f"keyword {k.arg}= to {callee}") for k in node.keywords
                       if k.arg in OTHER_SIZE_NAMES and not official]
     return found

@@ -18,6 +18,7 @@ TESTED: dict[str, tuple[str, ...]] = {
     "torchvision": ("0.29.1",),
     "segment-anything": ("1.0",),
     "sam2": ("1.1.0",),
+    "sam3": ("0.1.4",),
     "timm": ("1.0.31",),
     "onnx": ("1.23.2",),
     "onnxscript": ("0.7.2",),

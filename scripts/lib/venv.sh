@@ -19,6 +19,11 @@ vitdeploy_venv() {
         # CUDA extension. Not in pyproject's extras for that reason (pip would fetch torch into an isolated build).
         SAM2_BUILD_CUDA=0 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-build-isolation \
             "${lock[@]}" "sam2>=1.1" "antlr4-python3-runtime==4.9.3" >&2
+        # SAM 3's official package, the reference of the sam3_* families (vitdeploy/models/sam3.py): a wheel that pins
+        # numpy<2.4, tqdm<4.68 and huggingface-hub<2 (older than the lock's, which it runs with), so it is installed
+        # without its dependencies, and the ones it imports are named here.
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "${lock[@]}" \
+            "sam3>=0.1.4" ftfy regex einops psutil wcwidth >&2
     fi
     # onnxruntime-web for the server's page (the decoder in the browser): pinned, checked, not committed (14 MB)
     "$venv/bin/python" scripts/fetch_page_assets.py >&2

@@ -44,6 +44,7 @@ TINY_RECIPES: dict[str, tuple[str, int | None]] = {
     "sam2_memory_encoder": (TINY_SAM2_VIDEO_RECIPE.replace("sam2_image_encoder", "sam2_memory_encoder"), None),
     "sam2_memory_attention": (TINY_SAM2_VIDEO_RECIPE.replace("sam2_image_encoder", "sam2_memory_attention")
                               + "\n[memory]\nframe_slots = 3\npointer_slots = 4\n", None),
+    "sam3_vision_encoder": ("sam3_tiny", None),
 }
 
 
@@ -56,6 +57,8 @@ def exported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     name = request.param
     if name.startswith("sam2"):
         pytest.importorskip("sam2", reason="the official sam2 package is not installed (scripts/test.sh installs it)")
+    if name.startswith("sam3"):
+        pytest.importorskip("sam3", reason="the official sam3 package is not installed (scripts/test.sh installs it)")
     recipe, size = TINY_RECIPES[name]
     folder = tmp_path_factory.mktemp(name)
     if recipe.startswith("["):

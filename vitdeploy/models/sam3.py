@@ -1,0 +1,173 @@
+"""The eager reference for SAM 3's vision encoder: the official ``sam3`` package's ViTDet trunk and dual neck.
+
+``sam3.model_builder`` builds one model only (the full image model, 840 M parameters, 1008 px) and on a CPU
+stops in its constructors (``PositionEmbeddingSine`` precomputes its cache on ``device="cuda"``). This module
+builds the same official classes (``sam3.model.vitdet.ViT``, ``sam3.model.necks.Sam3DualViTDetNeck``,
+``sam3.model.position_encoding.PositionEmbeddingSine``, ``sam3.model.vl_combiner.SAM3VLBackbone``) with the
+builder's own arguments, of which a recipe may change the sizes (:class:`Sam3VisionArch`: the tests' tiny model,
+or another input size). The one shim, on the reference side, is named and changes no arithmetic:
+``precompute_resolution=None``, so the position encoding computes its table on the first call, on this
+device, by the same code the precomputation runs.
+
+Weights come from ``--checkpoint`` (the official ``sam3.pt``: ``{"model": {"detector.backbone.vision_backbone.
+...": ...}}`` or a state dict of the vision backbone itself, read with ``weights_only=True``) or are seeded random
+(every parameter perturbed). The rotary tables (``freqs_cis`` buffers) are not weights: the model computes them
+for its own input size, so a checkpoint's are not loaded.
+
+The package is a wheel that pins ``numpy<2.4``: ``pip install --no-deps sam3==0.1.4`` plus what it imports
+(``ftfy``, ``regex``, ``einops``, ``psutil``, ``wcwidth``; ``iopath``, ``pycocotools``, ``timm`` come with the dev
+install), as ``scripts/lib/venv.sh`` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from vitdeploy.errors import RecipeError
+
+SAM3_INSTALL_HINT = "pip install --no-deps 'sam3==0.1.4' ftfy regex einops psutil wcwidth (after PyTorch and timm)"
+
+#: Keys of an official checkpoint that hold the vision backbone (``_load_checkpoint`` strips ``detector.``).
+CHECKPOINT_PREFIXES = ("detector.backbone.vision_backbone.", "backbone.vision_backbone.")
+
+
+@dataclass(frozen=True)
+class Sam3VisionArch:
+    """The sizes of SAM 3's vision encoder (the official constructors' argument names); defaults are the builder's.
+
+    ``img_size`` is the square input the model is built for (its rotary tables are computed for it);
+    ``scalp`` levels of the lowest resolution are dropped, as ``SAM3VLBackbone(scalp=1)`` does in the image model.
+    ``add_sam2_neck``: the second neck the interactive (click) predictor reads.
+    """
+
+    img_size: int = 1008
+    pretrain_img_size: int = 336
+    patch_size: int = 14
+    embed_dim: int = 1024
+    depth: int = 32
+    num_heads: int = 16
+    mlp_ratio: float = 4.625
+    window_size: int = 24
+    global_att_blocks: tuple[int, ...] = (7, 15, 23, 31)
+    d_model: int = 256
+    scale_factors: tuple[float, ...] = (4.0, 2.0, 1.0, 0.5)
+    add_sam2_neck: bool = True
+    scalp: int = 1
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Sam3VisionArch:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise RecipeError(f"a SAM 3 vision encoder has no [architecture] key(s) {unknown}: it takes {sorted(known)}")
+        values = dict(data)
+        for key in ("global_att_blocks", "scale_factors"):
+            if key in values:
+                values[key] = tuple(values[key])
+        arch = cls(**values)
+        arch.check()
+        return arch
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    def with_img_size(self, size: int) -> Sam3VisionArch:
+        from dataclasses import replace
+
+        return replace(self, img_size=int(size))
+
+    @property
+    def grid(self) -> int:
+        """Tokens per side."""
+        return self.img_size // self.patch_size
+
+    def check(self) -> None:
+        """Refuse sizes the official classes cannot build or run, in words, before torch builds anything."""
+        if self.img_size % self.patch_size:
+            raise RecipeError(f"img_size {self.img_size} is not a multiple of patch_size {self.patch_size}")
+        if self.embed_dim % self.num_heads or (self.embed_dim // self.num_heads) % 4:
+            raise RecipeError(f"embed_dim {self.embed_dim} / num_heads {self.num_heads} must be a multiple of 4 "
+                              "(the 2-D rotary embedding rotates pairs along x and y)")
+        if not self.global_att_blocks or max(self.global_att_blocks) >= self.depth:
+            raise RecipeError(f"global_att_blocks {list(self.global_att_blocks)} must name blocks below depth {self.depth}")
+        if set(self.scale_factors) - {4.0, 2.0, 1.0, 0.5}:
+            raise RecipeError(f"scale_factors {list(self.scale_factors)}: the neck has 4.0, 2.0, 1.0 and 0.5")
+        if not 0 <= self.scalp < len(self.scale_factors):
+            raise RecipeError(f"scalp {self.scalp} must leave at least one of {len(self.scale_factors)} levels")
+        if 0.5 in self.scale_factors and (self.grid % 2):
+            raise RecipeError(f"img_size {self.img_size} gives an odd grid ({self.grid}) that the 0.5 level cannot pool")
+
+
+def _sam3():
+    try:
+        from sam3.model import necks, position_encoding, vitdet, vl_combiner
+    except ImportError as exc:
+        raise ImportError(f"SAM 3 needs the official 'sam3' package: {SAM3_INSTALL_HINT}", name="sam3") from exc
+    return vitdet, necks, position_encoding, vl_combiner
+
+
+def build_sam3_vision(arch: Sam3VisionArch) -> nn.Module:
+    """The official ``SAM3VLBackbone`` holding only the vision side (``forward_image``), as
+    ``sam3.model_builder`` builds it (``_create_vit_backbone``, ``_create_vit_neck``, ``_create_vl_backbone``), eval mode.
+    """
+    vitdet, necks, position_encoding, vl_combiner = _sam3()
+    arch.check()
+    trunk = vitdet.ViT(
+        img_size=arch.img_size, pretrain_img_size=arch.pretrain_img_size, patch_size=arch.patch_size,
+        embed_dim=arch.embed_dim, depth=arch.depth, num_heads=arch.num_heads, mlp_ratio=arch.mlp_ratio,
+        norm_layer="LayerNorm", drop_path_rate=0.1, qkv_bias=True, use_abs_pos=True, tile_abs_pos=True,
+        global_att_blocks=tuple(arch.global_att_blocks), rel_pos_blocks=(), use_rope=True, use_interp_rope=True,
+        window_size=arch.window_size, pretrain_use_cls_token=True, retain_cls_token=False, ln_pre=True, ln_post=False,
+        return_interm_layers=False, bias_patch_embed=False, compile_mode=None,
+    )
+    # The shim: the builder's precompute_resolution=1008 fills the cache on "cuda"; None computes it on first use.
+    positions = position_encoding.PositionEmbeddingSine(num_pos_feats=arch.d_model, normalize=True, scale=None,
+                                                        temperature=10000, precompute_resolution=None)
+    neck = necks.Sam3DualViTDetNeck(position_encoding=positions, d_model=arch.d_model,
+                                    scale_factors=list(arch.scale_factors), trunk=trunk, add_sam2_neck=arch.add_sam2_neck)
+    return vl_combiner.SAM3VLBackbone(visual=neck, text=None, scalp=arch.scalp).eval()
+
+
+def _is_rotary_table(key: str) -> bool:
+    return key.rsplit(".", 1)[-1] == "freqs_cis"
+
+
+def load_sam3_vision(arch: Sam3VisionArch, checkpoint: str | Path | None = None, *, random_seed: int | None = None,
+                     what: str | None = None) -> nn.Module:
+    """Build the official vision backbone and fill it from a checkpoint or with seeded random weights."""
+    from vitdeploy.models.checkpoints import check_fits, load_state_dict_file, select_prefix
+    from vitdeploy.models.random_weights import randomize_parameters
+
+    model = build_sam3_vision(arch)
+    if checkpoint is None:
+        return randomize_parameters(model, 0 if random_seed is None else random_seed).eval()
+    state = load_state_dict_file(checkpoint)
+    prefix = next((p for p in CHECKPOINT_PREFIXES if any(k.startswith(p) for k in state)), "")
+    state = select_prefix(state, prefix) if prefix else dict(state)
+    state = {f"vision_backbone.{k}": v for k, v in state.items() if not _is_rotary_table(k)}
+    own = {k: v for k, v in model.state_dict().items() if _is_rotary_table(k)}
+    check_fits(model, {**state, **own}, what or "SAM 3's vision backbone",
+               ": use the official sam3.pt or a state dict of its vision backbone")
+    model.load_state_dict({**state, **own}, strict=True)
+    return model.eval()
+
+
+
+
+def sam3_vision_at_size(model: nn.Module, arch: Sam3VisionArch, size: int) -> nn.Module:
+    """The official vision backbone built for input ``size`` with ``model``'s weights: its rotary tables are
+    computed for the new grid (the weights do not depend on the input size)."""
+    if size == arch.img_size:
+        return model
+    resized = build_sam3_vision(arch.with_img_size(size))
+    state = {k: v for k, v in model.state_dict().items() if not _is_rotary_table(k)}
+    own = {k: v for k, v in resized.state_dict().items() if _is_rotary_table(k)}
+    resized.load_state_dict({**state, **own}, strict=True)
+    return resized.eval()
+
+
+__all__ = ["SAM3_INSTALL_HINT", "Sam3VisionArch", "build_sam3_vision", "load_sam3_vision", "sam3_vision_at_size"]
