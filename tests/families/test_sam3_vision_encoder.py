@@ -174,3 +174,17 @@ def test_fp16_and_int8_calibrate_from_images_within_their_budgets(exported: Path
         assert code == 0 and f"within '{precision}'" in output, output
     code, output = run("validate", str(exported), "--images", images[0], "--runs", "1", "--threads", "2")
     assert code == 0 and "parity: all comparisons within tolerance" in output, output
+
+
+def test_the_first_use_probe_cuts_one_windowed_and_one_global_block(exported: Path, tmp_path: Path) -> None:
+    """A full-size file (1.8 GB) is probed on blocks the family names, cut from the real graph by the exporter's scopes:
+    here the tiny file, as if it were large."""
+    from vitdeploy.metadata import read_onnx_metadata
+    from vitdeploy.runtime.backends.probe import probe_part
+
+    part = probe_part(exported, read_onnx_metadata(exported), tmp_path, whole_below=0)
+    assert part.what == "blocks.0, blocks.1 of 4 blocks, at the file's shapes", part.what
+    assert {k: v.shape for k, v in part.feeds.items()} == {k: (1, 8, 8, 32) for k in part.feeds}
+    runner = OnnxRuntimeRunner(part.path, threads=1)
+    out = runner.run(part.feeds)
+    assert all(np.isfinite(v).all() for v in out.values())
