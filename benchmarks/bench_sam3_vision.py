@@ -56,7 +56,8 @@ def export_plain(out: Path) -> float:
     return time.perf_counter() - start
 
 
-def contender(kind: str, out: Path, warmup: int, runs: int, threads: int, runtime: str) -> dict:
+def contender(kind: str, out: Path, warmup: int, runs: int, threads: int, runtime: str,
+              precision: str | None = None) -> dict:
     from vitdeploy.runtime.processing.sam3_transforms import Sam3Preprocessor
 
     pictures = images()
@@ -76,7 +77,8 @@ def contender(kind: str, out: Path, warmup: int, runs: int, threads: int, runtim
         from vitdeploy.runtime.backends.loader import open_runner
 
         path = out / ("sam3_plain.onnx" if kind == "plain" else f"{RECIPE}.onnx")
-        runner = open_runner(path, threads=threads, runtime="onnxruntime" if kind == "plain" else runtime)
+        runner = open_runner(path, threads=threads, runtime="onnxruntime" if kind == "plain" else runtime,
+                             precision=None if kind == "plain" else precision)
 
         def forward(x):
             result = runner.run({"image": x})
@@ -112,13 +114,16 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runtime", default="auto")
+    parser.add_argument("--inference-precision", default=None, help="vitdeploy's precision policy (file, bf16)")
     parser.add_argument("--no-plain", action="store_true", help="leave out the plain export of the official module")
+    parser.add_argument("--only", nargs="+", choices=["vitdeploy", "plain"], help="these contenders (and the official)")
     parser.add_argument("--out", type=Path, default=Path("out/sam3_bench"))
     parser.add_argument("--contender", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.contender:
-        print(json.dumps(contender(args.contender, args.out, args.warmup, args.runs, args.threads, args.runtime)))
+        print(json.dumps(contender(args.contender, args.out, args.warmup, args.runs, args.threads, args.runtime,
+                                   args.inference_precision)))
         return
     from vitdeploy.cpu_features import cpu_features
     from vitdeploy.pipeline import export_from_recipe
@@ -127,6 +132,8 @@ def main() -> None:
     report: dict = {"cpu": cpu_features().summary(), "threads": args.threads, "exports": {}, "rows": {}}
     ours = args.out / f"{RECIPE}.onnx"
     kinds = ["official", "vitdeploy"] + ([] if args.no_plain else ["plain"])
+    if args.only:
+        kinds = ["official"] + [k for k in kinds if k in args.only and k != "official"]
     for kind, path in (("vitdeploy", ours), ("plain", args.out / "sam3_plain.onnx")):
         if kind not in kinds:
             continue
@@ -143,7 +150,9 @@ def main() -> None:
         for kind in kinds:
             done = subprocess.run([sys.executable, __file__, "--contender", kind, "--out", str(args.out), "--runs",
                                    str(args.runs), "--warmup", str(args.warmup), "--threads", str(args.threads),
-                                   "--runtime", args.runtime], capture_output=True, text=True, check=False)
+                                   "--runtime", args.runtime]
+                                  + (["--inference-precision", args.inference_precision] if args.inference_precision else []),
+                                  capture_output=True, text=True, check=False)
             if done.returncode:
                 raise SystemExit(f"{kind} failed:\n{done.stderr[-3000:]}")
             row = json.loads(done.stdout.strip().splitlines()[-1])

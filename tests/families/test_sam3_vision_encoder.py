@@ -188,3 +188,18 @@ def test_the_first_use_probe_cuts_one_windowed_and_one_global_block(exported: Pa
     runner = OnnxRuntimeRunner(part.path, threads=1)
     out = runner.run(part.feeds)
     assert all(np.isfinite(v).all() for v in out.values())
+
+
+def test_bf16_on_openvino_holds_the_bf16_budget_against_the_official_model(exported: Path) -> None:
+    """OpenVINO's BF16 inference of the FP32 file (on a CPU with BF16 matrix units; elsewhere OpenVINO runs f32 and the
+    budget holds trivially), judged against the official ``forward_image`` by the named 'bf16' budget, every level,
+    on random inputs and the bundled images (Sam3Processor's preprocessing)."""
+    pytest.importorskip("openvino")
+    from vitdeploy.precision.calibration_data import bundled_calibration_dir
+    from vitdeploy.validation.validate_model import ValidateOptions, validate_model
+
+    images = tuple(str(p) for p in sorted(bundled_calibration_dir().glob("*.jpg"))[:2])
+    report = validate_model(exported, ValidateOptions(runtime="openvino", inference_precision="bf16", runs=0,
+                                                      random_inputs=2, images=images, threads=2))
+    assert report.tolerance.name == "bf16"
+    assert report, report.to_dict()
