@@ -24,6 +24,9 @@ vitdeploy_venv() {
         # without its dependencies, and the ones it imports are named here.
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "${lock[@]}" \
             "sam3>=0.1.4" ftfy regex einops psutil wcwidth >&2
+        # CLIP's BPE vocabulary for SAM 3's tokenizer, which the sam3 wheel does not ship: open_clip_torch's wheel
+        # carries it (vitdeploy/runtime/processing/clip_tokenizer.py finds it there; nothing of open_clip is imported)
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "${lock[@]}" open_clip_torch >&2
     fi
     # onnxruntime-web for the server's page (the decoder in the browser): pinned, checked, not committed (14 MB)
     "$venv/bin/python" scripts/fetch_page_assets.py >&2

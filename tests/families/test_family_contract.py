@@ -45,6 +45,7 @@ TINY_RECIPES: dict[str, tuple[str, int | None]] = {
     "sam2_memory_attention": (TINY_SAM2_VIDEO_RECIPE.replace("sam2_image_encoder", "sam2_memory_attention")
                               + "\n[memory]\nframe_slots = 3\npointer_slots = 4\n", None),
     "sam3_vision_encoder": ("sam3_tiny", None),
+    "sam3_text_encoder": ("sam3_tiny_text", None),
 }
 
 

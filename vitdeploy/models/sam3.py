@@ -33,6 +33,8 @@ SAM3_INSTALL_HINT = "pip install --no-deps 'sam3==0.1.4' ftfy regex einops psuti
 
 #: Keys of an official checkpoint that hold the vision backbone (``_load_checkpoint`` strips ``detector.``).
 CHECKPOINT_PREFIXES = ("detector.backbone.vision_backbone.", "backbone.vision_backbone.")
+#: ... and the text encoder (``SAM3VLBackbone.language_backbone``).
+TEXT_CHECKPOINT_PREFIXES = ("detector.backbone.language_backbone.", "backbone.language_backbone.")
 
 
 @dataclass(frozen=True)
@@ -170,4 +172,62 @@ def sam3_vision_at_size(model: nn.Module, arch: Sam3VisionArch, size: int) -> nn
     return resized.eval()
 
 
-__all__ = ["SAM3_INSTALL_HINT", "Sam3VisionArch", "build_sam3_vision", "load_sam3_vision", "sam3_vision_at_size"]
+@dataclass(frozen=True)
+class Sam3TextArch:
+    """The sizes of SAM 3's text encoder (``VETextEncoder``'s argument names); defaults are ``_create_text_encoder``'s."""
+
+    width: int = 1024
+    heads: int = 16
+    layers: int = 24
+    context_length: int = 32
+    vocab_size: int = 49408
+    d_model: int = 256
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Sam3TextArch:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise RecipeError(f"a SAM 3 text encoder has no [architecture] key(s) {unknown}: it takes {sorted(known)}")
+        arch = cls(**data)
+        if arch.width % arch.heads:
+            raise RecipeError(f"width {arch.width} is not a multiple of heads {arch.heads}")
+        if arch.vocab_size < 49408:
+            raise RecipeError(f"vocab_size {arch.vocab_size}: CLIP's tokenizer gives ids up to 49407")
+        return arch
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_sam3_text(arch: Sam3TextArch) -> nn.Module:
+    """The official ``VETextEncoder`` as ``_create_text_encoder`` builds it, without its tokenizer (the runtime
+    tokenizes: :mod:`vitdeploy.runtime.processing.clip_tokenizer`), eval mode."""
+    try:
+        from sam3.model.text_encoder_ve import VETextEncoder
+    except ImportError as exc:
+        raise ImportError(f"SAM 3 needs the official 'sam3' package: {SAM3_INSTALL_HINT}", name="sam3") from exc
+    return VETextEncoder(tokenizer=None, d_model=arch.d_model, width=arch.width, heads=arch.heads, layers=arch.layers,
+                         context_length=arch.context_length, vocab_size=arch.vocab_size).eval()
+
+
+def load_sam3_text(arch: Sam3TextArch, checkpoint: str | Path | None = None, *, random_seed: int | None = None,
+                   what: str | None = None) -> nn.Module:
+    """Build the official text encoder and fill it from a checkpoint (its ``language_backbone`` keys) or with seeded
+    random weights."""
+    from vitdeploy.models.checkpoints import check_fits, load_state_dict_file, select_prefix
+    from vitdeploy.models.random_weights import randomize_parameters
+
+    model = build_sam3_text(arch)
+    if checkpoint is None:
+        return randomize_parameters(model, 0 if random_seed is None else random_seed).eval()
+    state = load_state_dict_file(checkpoint)
+    prefix = next((p for p in TEXT_CHECKPOINT_PREFIXES if any(k.startswith(p) for k in state)), "")
+    state = select_prefix(state, prefix) if prefix else dict(state)
+    check_fits(model, state, what or "SAM 3's text encoder", ": use the official sam3.pt or a state dict of its text encoder")
+    model.load_state_dict(state, strict=True)
+    return model.eval()
+
+
+__all__ = ["SAM3_INSTALL_HINT", "Sam3TextArch", "Sam3VisionArch", "build_sam3_text", "build_sam3_vision", "load_sam3_text",
+           "load_sam3_vision", "sam3_vision_at_size"]
