@@ -25,6 +25,7 @@ import numpy as np
 from benchmarks.bench_sam2 import peak_rss_mb
 
 RECIPE = "sam3"
+OUTPUTS = tuple(f"backbone_fpn_{i}" for i in range(3)) + tuple(f"sam2_backbone_fpn_{i}" for i in range(3))
 
 
 def images() -> list[np.ndarray]:
@@ -49,9 +50,8 @@ def export_plain(out: Path) -> float:
     module = official_module().eval()
     example = torch.randn(1, 3, 1008, 1008)
     start = time.perf_counter()
-    names = [f"backbone_fpn_{i}" for i in range(3)] + [f"sam2_backbone_fpn_{i}" for i in range(3)]
     with torch.no_grad():
-        torch.onnx.export(module, (example,), str(out), dynamo=True, input_names=["image"], output_names=names,
+        torch.onnx.export(module, (example,), str(out), dynamo=True, input_names=["image"], output_names=list(OUTPUTS),
                           external_data=True, optimize=True)
     return time.perf_counter() - start
 
@@ -83,7 +83,8 @@ def contender(kind: str, out: Path, warmup: int, runs: int, threads: int, runtim
         def forward(x):
             result = runner.run({"image": x})
             return [np.asarray(result[name]) for name in runner.output_names]
-        label = f"{'plain export' if kind == 'plain' else 'vitdeploy'} ({runner.provider or runner.name})"
+        label = "plain export of the official module (ONNX Runtime)" if kind == "plain" else \
+            f"vitdeploy ({runner.provider or runner.name})"
     load_s = time.perf_counter() - start
     times, last = [], None
     for k in range(warmup + runs):
@@ -91,7 +92,7 @@ def contender(kind: str, out: Path, warmup: int, runs: int, threads: int, runtim
         last = forward(prep(pictures[k % len(pictures)]))
         if k >= warmup:
             times.append(time.perf_counter() - t0)
-    np.savez(out / f"outputs_{kind}.npz", *last)
+    np.savez(out / f"outputs_{kind}.npz", **dict(zip(OUTPUTS, last)))
     return {"contender": label, "load_s": round(load_s, 2), "median_ms": round(1e3 * statistics.median(times), 1),
             "runs_ms": [round(1e3 * t, 1) for t in times], "peak_rss_mb": peak_rss_mb()}
 
