@@ -203,3 +203,24 @@ def test_bf16_on_openvino_holds_the_bf16_budget_against_the_official_model(expor
                                                       random_inputs=2, images=images, threads=2))
     assert report.tolerance.name == "bf16"
     assert report, report.to_dict()
+
+
+def test_a_sam3_file_where_a_sam_predictor_belongs_is_refused_before_it_is_opened(exported: Path, tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """predict, segment-all, embed and serve read the files' metadata first: a SAM 3 encoder is refused in one line
+    naming what SAM 3 files are for, with nothing written and no first-use probe run (at full size a probe is a minute)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("VITDEPLOY_PROBE", "1")
+    monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(cache))
+    decoder = tmp_path / "dec.onnx"
+    assert run("export", "-r", "sam_tiny_decoder", "--random-weights", "-o", str(decoder))[0] == 0
+    image = "calibration/images/calib_00_landscape.jpg"
+    for args in (["predict", "-e", str(exported), "-d", str(decoder), "-i", image, "--point", "10,10",
+                  "-o", str(tmp_path / "m.png")],
+                 ["segment-all", "-e", str(exported), "-d", str(decoder), "-i", image, "-o", str(tmp_path / "m.json")],
+                 ["embed", "-e", str(exported), "--images", "calibration/images", "--out-dir", str(tmp_path / "emb")],
+                 ["serve", "-e", str(exported), "-d", str(decoder), "--port", "0"]):
+        code, output = run(*args)
+        assert_user_error(code, output, "SAM 3 file", "no SAM 3 predictor or verb yet")
+    assert sorted(p.name for p in tmp_path.iterdir() if p != cache) == ["dec.onnx"], "something was written"
+    assert not list(cache.rglob("*.json")), "a probe ran before the refusal"

@@ -19,6 +19,10 @@ def open_sam_predictor(encoder: str | os.PathLike, decoder: str | os.PathLike, *
     from vitdeploy.runtime.apps.sam2.image_predictor import Sam2ImagePredictor
 
     model = model_part(read_onnx_metadata(encoder))[0] if Path(encoder).suffix.lower() == ".onnx" else None
+    if model == "sam3":
+        from vitdeploy.runtime.apps.sam.predictor import SAM3_HERE
+
+        raise InputError(f"'{Path(encoder).name}' is {SAM3_HERE}")
     if model != "sam2":
         return SamPredictor(encoder, decoder, **options)
     if options.get("tf32") or options.get("allow_unverified") or options.get("check_weights") is False:

@@ -46,13 +46,16 @@ MASK_THRESHOLD = 0.0  # Sam.mask_threshold
 #: Said where a SAM 2 file reaches what takes SAM 1 files.
 SAM2_HERE = ("a SAM 2 file: SAM 2 runs in Sam2ImagePredictor, Sam2VideoPredictor, predict, segment-all --image and "
              "track; embed, segment-all --images and serve take SAM 1 files")
+#: Said where a SAM 3 file reaches a predictor or a verb.
+SAM3_HERE = ("a SAM 3 file: vitdeploy exports, validates and runs SAM 3's encoders (open_runner; docs/sam3.md), but "
+             "has no SAM 3 predictor or verb yet")
 
 
 def check_sam_encoder(encoder: dict[str, Any], name: str = "the encoder artifact") -> None:
     """Raise InputError unless ``encoder`` (metadata) is a SAM image encoder's."""
     model, part = model_part(encoder)
     if (model, part) != ("sam", "image_encoder"):
-        hint = f" ({SAM2_HERE})" if model == "sam2" else ""
+        hint = f" ({SAM2_HERE})" if model == "sam2" else f" ({SAM3_HERE})" if model == "sam3" else ""
         raise InputError(f"{name} is a '{encoder.get('family')}' model, not a SAM image encoder{hint}: "
                          "pass the file written by 'vitdeploy export --recipe sam_vit_b' (or _l/_h)")
 
@@ -95,6 +98,16 @@ def check_artifact_pair(encoder: dict[str, Any], decoder: dict[str, Any], *, che
             "the encoder and decoder were not exported from the same SAM model (encoder vs decoder: "
             + "; ".join(problems) + "): export both from one recipe pair and checkpoint"
         )
+
+
+def check_encoder_file(encoder: Any) -> None:
+    """:func:`check_sam_encoder` on an ``.onnx`` file's metadata alone, before it is opened: another model's encoder is
+    refused in a second, not after a first-use probe or a compile (at full size, a minute). The rest of the pair's
+    checks, and the seam's own (external data, metadata the runtime reads), run once the files are open."""
+    if isinstance(encoder, (str, os.PathLike)) and str(encoder).lower().endswith(".onnx") and os.path.isfile(encoder):
+        from vitdeploy.metadata import read_onnx_metadata
+
+        check_sam_encoder(read_onnx_metadata(encoder))
 
 
 class ImageEncoderInfo:
@@ -160,6 +173,7 @@ class SamPredictor:
                  inference_precision: str | None = None):
         o = OpenOptions.of(options, device=device, threads=threads, tf32=tf32, allow_unverified=allow_unverified,
                            runtime=runtime, inference_precision=inference_precision)
+        check_encoder_file(encoder)
         self.encoder = as_runner(encoder, o)
         self.decoder = as_runner(decoder, o.for_part())
         self._setup(self.encoder.metadata, check_weights)
