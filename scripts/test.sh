@@ -20,4 +20,5 @@ if ! command -v chromedriver >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-
     { apt-get install -y -qq chromium chromium-driver || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }; } \
         >/dev/null 2>&1 || echo "note: could not install chromium + chromium-driver: the page's browser test will skip" >&2
 fi
-exec "$venv/bin/python" -m pytest -n "${VITDEPLOY_TEST_WORKERS:-auto}" --dist loadfile --no-loadscope-reorder "$@"
+# --durations: the slowest tests, named in every run (what a shorter suite would work on first).
+exec "$venv/bin/python" -m pytest -n "${VITDEPLOY_TEST_WORKERS:-auto}" --dist loadfile --no-loadscope-reorder --durations=25 "$@"
