@@ -59,11 +59,11 @@ class Sam3TextEncoderFamily(ModelFamily):
         from vitdeploy.onnx_export.exporter import export_onnx
         from vitdeploy.rewrites.sam3_text import OUTPUT_NAMES, rewrite_sam3_text_encoder
 
-        image_size = int(recipe_section(recipe, "sam3", {"image_size"}).get("image_size", 1008))  # the model's images
+        input_size = int(recipe_section(recipe, "sam3", {"input_size"}).get("input_size", 1008))  # the model's images
         echo(f"exporting {recipe.name} ({recipe.variant}): tokens (batch, {arch.context_length}) -> {', '.join(OUTPUT_NAMES)}"
              + (" with a dynamic batch" if options.dynamic_batch else ""))
         metadata = artifact_metadata(
-            family=self.name, variant=recipe.variant, input_size=image_size, pixel_mean=recipe.pixel_mean,
+            family=self.name, variant=recipe.variant, input_size=input_size, pixel_mean=recipe.pixel_mean,
             pixel_std=recipe.pixel_std, architecture=arch.to_dict(), **options.provenance(),
             input_name="tokens", output_names=list(OUTPUT_NAMES), context_length=arch.context_length,
             tokenizer="clip_bpe_simple_vocab_16e6", dynamic_batch=options.dynamic_batch,

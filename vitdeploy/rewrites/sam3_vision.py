@@ -17,8 +17,7 @@ interactive predictor's), highest resolution first, after ``scalp``. What differ
 * **The absolute position table** (``get_abs_pos``: the pretraining table without its class token, tiled over the
   grid) is computed once, a constant of the graph.
 * **Only the levels that are used.** The neck's lowest level, which ``scalp`` drops, is not computed; neither are
-  the position encodings (a function of the shapes alone, :func:`vitdeploy.families.sam3_vision_encoder`'s
-  runtime computes them).
+  the position encodings ``forward_image`` also returns (a function of the shapes alone: not graph outputs).
 * No reads of ``x.shape``: every reshape uses static sizes and ``-1`` for the batch.
 """
 
