@@ -194,6 +194,7 @@ def export_onnx(
         except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
             raise ExportError(f"onnx.checker rejected the exported graph: {str(exc).splitlines()[0]}") from exc
         inferred = onnx.shape_inference.infer_shapes(onnx.load(str(staged), load_external_data=False), strict_mode=True)
+        _require_dynamic_axes(inferred.graph.input, dynamic_batch, dynamic_axes or {}, input_names)
         report = check_graph_hygiene(inferred, {"dim_params": dyn_params}, allowed_ops=allowed_ops)
         raise_if_unclean(report, final.name)
         ext_path = None
@@ -213,6 +214,21 @@ def export_onnx(
     )
 
 
+def _require_dynamic_axes(inputs: Any, dynamic_batch: bool, dynamic_axes: dict[str, dict[int, str]],
+                          input_names: list[str]) -> None:
+    """Refuse a graph whose inputs lost an axis asked to be dynamic: when the traced code fixes such an axis,
+    ``torch.onnx.export`` falls back to the example's static size without an error."""
+    dims = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in inputs}
+    asked = {(name, axis, dim) for name, axes in dynamic_axes.items() for axis, dim in axes.items()}
+    if dynamic_batch:
+        asked |= {(name, 0, "batch") for name in input_names}
+    for name, axis, dim in sorted(asked):
+        got = dims.get(name, [])
+        if axis < len(got) and got[axis] != dim:
+            raise ExportError(f"the exporter fixed axis {axis} ('{dim}') of input '{name}' to {got[axis]}: the traced "
+                              "code specializes it (run with --verbose and TORCH_LOGS=+dynamic to see where)")
+
+
 @contextlib.contextmanager
 def _quiet_exporter():
     """Silence the exporter's progress prints (they go to stdout) without hiding warnings, but one.
@@ -221,6 +237,10 @@ def _quiet_exporter():
     constraints with another axis: num_points" when two inputs share one named dynamic axis (the SAM
     decoder's point coordinates and labels); the axis keeps that very name in the graph (tested in
     tests/onnx_export/test_sam_decoder_export.py), so the warning tells a user nothing.
+
+    And one more: onnxscript warns that ``RoiAlign`` "with a non-zero sampling_ratio" is exported with 0, for
+    torchvision's ``sampling_ratio=-1``; both mean the adaptive count of samples per bin (SAM 3's geometry encoder,
+    equal to the official on ONNX Runtime in tests/families/test_sam3_detector.py).
     """
     loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "onnxscript")]
     levels = [lg.level for lg in loggers]
@@ -229,6 +249,8 @@ def _quiet_exporter():
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.filterwarnings("ignore", message=r"#? ?The axis name: .* will not be used, since it shares the same shape",
+                                    category=UserWarning)
+            warnings.filterwarnings("ignore", message=r"ONNX export for RoIAlign with a non-zero sampling_ratio",
                                     category=UserWarning)
             yield
     finally:
