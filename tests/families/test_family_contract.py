@@ -46,6 +46,7 @@ TINY_RECIPES: dict[str, tuple[str, int | None]] = {
                               + "\n[memory]\nframe_slots = 3\npointer_slots = 4\n", None),
     "sam3_vision_encoder": ("sam3_tiny", None),
     "sam3_text_encoder": ("sam3_tiny_text", None),
+    "sam3_detector": ("sam3_tiny_detector", None),
 }
 
 

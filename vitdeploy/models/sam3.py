@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from torch import nn
 
@@ -35,6 +35,38 @@ SAM3_INSTALL_HINT = "pip install --no-deps 'sam3==0.1.4' ftfy regex einops psuti
 CHECKPOINT_PREFIXES = ("detector.backbone.vision_backbone.", "backbone.vision_backbone.")
 #: ... and the text encoder (``SAM3VLBackbone.language_backbone``).
 TEXT_CHECKPOINT_PREFIXES = ("detector.backbone.language_backbone.", "backbone.language_backbone.")
+
+
+def arch_from_dict(cls: type, data: dict[str, Any], what: str) -> Any:
+    """``cls(**data)`` for a recipe's ``[architecture]`` table, refusing keys the dataclass does not have in words."""
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise RecipeError(f"{what} has no [architecture] key(s) {unknown}: it takes {sorted(known)}")
+    return cls(**data)
+
+
+def select_under(state: dict[str, Any], prefixes: tuple[str, ...]) -> dict[str, Any]:
+    """The keys under the first of ``prefixes`` the checkpoint has, with it stripped (all keys when it has none)."""
+    from vitdeploy.models.checkpoints import select_prefix
+
+    prefix = next((p for p in prefixes if any(k.startswith(p) for k in state)), "")
+    return select_prefix(state, prefix) if prefix else dict(state)
+
+
+def load_official_weights(model: nn.Module, checkpoint: str | Path | None, *, random_seed: int | None, what: str,
+                          hint: str, select: Callable[[dict[str, Any]], dict[str, Any]]) -> nn.Module:
+    """Fill an official module: from ``checkpoint`` (read with ``weights_only=True`` or safetensors; ``select`` maps
+    its keys to the module's, which must then fit exactly) or, without one, with seeded random weights."""
+    from vitdeploy.models.checkpoints import check_fits, load_state_dict_file
+    from vitdeploy.models.random_weights import randomize_parameters
+
+    if checkpoint is None:
+        return randomize_parameters(model, 0 if random_seed is None else random_seed).eval()
+    state = select(load_state_dict_file(checkpoint))
+    check_fits(model, state, what, hint)
+    model.load_state_dict(state, strict=True)
+    return model.eval()
 
 
 @dataclass(frozen=True)
@@ -62,15 +94,11 @@ class Sam3VisionArch:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Sam3VisionArch:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise RecipeError(f"a SAM 3 vision encoder has no [architecture] key(s) {unknown}: it takes {sorted(known)}")
         values = dict(data)
         for key in ("global_att_blocks", "scale_factors"):
             if key in values:
                 values[key] = tuple(values[key])
-        arch = cls(**values)
+        arch = arch_from_dict(cls, values, "a SAM 3 vision encoder")
         arch.check()
         return arch
 
@@ -141,23 +169,15 @@ def _is_rotary_table(key: str) -> bool:
 def load_sam3_vision(arch: Sam3VisionArch, checkpoint: str | Path | None = None, *, random_seed: int | None = None,
                      what: str | None = None) -> nn.Module:
     """Build the official vision backbone and fill it from a checkpoint or with seeded random weights."""
-    from vitdeploy.models.checkpoints import check_fits, load_state_dict_file, select_prefix
-    from vitdeploy.models.random_weights import randomize_parameters
-
     model = build_sam3_vision(arch)
-    if checkpoint is None:
-        return randomize_parameters(model, 0 if random_seed is None else random_seed).eval()
-    state = load_state_dict_file(checkpoint)
-    prefix = next((p for p in CHECKPOINT_PREFIXES if any(k.startswith(p) for k in state)), "")
-    state = select_prefix(state, prefix) if prefix else dict(state)
-    state = {f"vision_backbone.{k}": v for k, v in state.items() if not _is_rotary_table(k)}
-    own = {k: v for k, v in model.state_dict().items() if _is_rotary_table(k)}
-    check_fits(model, {**state, **own}, what or "SAM 3's vision backbone",
-               ": use the official sam3.pt or a state dict of its vision backbone")
-    model.load_state_dict({**state, **own}, strict=True)
-    return model.eval()
+    own_tables = {k: v for k, v in model.state_dict().items() if _is_rotary_table(k)}
 
+    def select(state: dict[str, Any]) -> dict[str, Any]:
+        chosen = select_under(state, CHECKPOINT_PREFIXES)
+        return {**{f"vision_backbone.{k}": v for k, v in chosen.items() if not _is_rotary_table(k)}, **own_tables}
 
+    return load_official_weights(model, checkpoint, random_seed=random_seed, what=what or "SAM 3's vision backbone",
+                                 hint=": use the official sam3.pt or a state dict of its vision backbone", select=select)
 
 
 def sam3_vision_at_size(model: nn.Module, arch: Sam3VisionArch, size: int) -> nn.Module:
@@ -185,11 +205,7 @@ class Sam3TextArch:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Sam3TextArch:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise RecipeError(f"a SAM 3 text encoder has no [architecture] key(s) {unknown}: it takes {sorted(known)}")
-        arch = cls(**data)
+        arch = arch_from_dict(cls, data, "a SAM 3 text encoder")
         if arch.width % arch.heads:
             raise RecipeError(f"width {arch.width} is not a multiple of heads {arch.heads}")
         if arch.vocab_size < 49408:
@@ -215,19 +231,11 @@ def load_sam3_text(arch: Sam3TextArch, checkpoint: str | Path | None = None, *, 
                    what: str | None = None) -> nn.Module:
     """Build the official text encoder and fill it from a checkpoint (its ``language_backbone`` keys) or with seeded
     random weights."""
-    from vitdeploy.models.checkpoints import check_fits, load_state_dict_file, select_prefix
-    from vitdeploy.models.random_weights import randomize_parameters
-
-    model = build_sam3_text(arch)
-    if checkpoint is None:
-        return randomize_parameters(model, 0 if random_seed is None else random_seed).eval()
-    state = load_state_dict_file(checkpoint)
-    prefix = next((p for p in TEXT_CHECKPOINT_PREFIXES if any(k.startswith(p) for k in state)), "")
-    state = select_prefix(state, prefix) if prefix else dict(state)
-    check_fits(model, state, what or "SAM 3's text encoder", ": use the official sam3.pt or a state dict of its text encoder")
-    model.load_state_dict(state, strict=True)
-    return model.eval()
+    return load_official_weights(build_sam3_text(arch), checkpoint, random_seed=random_seed,
+                                 what=what or "SAM 3's text encoder",
+                                 hint=": use the official sam3.pt or a state dict of its text encoder",
+                                 select=lambda state: select_under(state, TEXT_CHECKPOINT_PREFIXES))
 
 
-__all__ = ["SAM3_INSTALL_HINT", "Sam3TextArch", "Sam3VisionArch", "build_sam3_text", "build_sam3_vision", "load_sam3_text",
-           "load_sam3_vision", "sam3_vision_at_size"]
+__all__ = ["SAM3_INSTALL_HINT", "Sam3TextArch", "Sam3VisionArch", "arch_from_dict", "build_sam3_text", "build_sam3_vision", "load_sam3_text",
+           "load_official_weights", "load_sam3_vision", "sam3_vision_at_size", "select_under"]

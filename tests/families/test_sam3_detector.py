@@ -1,0 +1,148 @@
+"""SAM 3's detector (geometry encoder, fusion encoder, decoder with presence token and box bias, dot-product scoring,
+segmentation head) rewritten, exported and proven equal to the official ``sam3`` package's
+``Sam3Image.forward_grounding``, on the tiny seeded recipe ``sam3_tiny_detector``."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from tests.cli_helpers import assert_user_error, run
+from vitdeploy.metadata import metadata_of
+from vitdeploy.models.recipes import RECIPE_DIR
+from vitdeploy.parity import TOLERANCES, compare
+from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
+
+pytest.importorskip("sam3", reason="the official sam3 package is not installed (scripts/test.sh installs it)")
+
+FP32 = TOLERANCES["fp32"]
+SEED = 4
+RECIPE = "sam3_tiny_detector"
+OUTPUTS = ("pred_logits", "pred_boxes", "pred_masks", "presence_logit")
+
+
+def arch():
+    from vitdeploy.models.sam3_detector import Sam3DetectorArch
+
+    return Sam3DetectorArch.from_dict(tomllib.loads((RECIPE_DIR / f"{RECIPE}.toml").read_text())["architecture"])
+
+
+@pytest.fixture(scope="module")
+def official():
+    """The official detector (``Sam3Image`` without backbone) behind ``forward_grounding``, the export's weights."""
+    from vitdeploy.models.sam3_detector import build_position_encoding, load_sam3_detector
+    from vitdeploy.rewrites.sam3_detector import Sam3Detector
+
+    a = arch()
+    return Sam3Detector(load_sam3_detector(a, random_seed=SEED), build_position_encoding(a.d_model)).eval()
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from vitdeploy.pipeline import export_from_recipe
+
+    out = tmp_path_factory.mktemp("sam3_detector") / "detector.onnx"
+    return export_from_recipe(RECIPE, out, random_weights=True, seed=SEED).path
+
+
+def feeds(boxes: int, seed: int, batch: int = 1) -> dict[str, np.ndarray]:
+    from vitdeploy.families import FAMILIES
+
+    a = arch()
+    return FAMILIES["sam3_detector"].example_feeds(a.grid, a.d_model, batch, boxes, seed)
+
+
+def reference(official, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    from vitdeploy.rewrites.sam3_detector import INPUT_NAMES
+
+    with torch.inference_mode():
+        return [t.numpy() for t in official(*(torch.from_numpy(inputs[name]) for name in INPUT_NAMES))]
+
+
+def assert_fp32(want: list[np.ndarray], got: list[np.ndarray], what: str) -> None:
+    for name, w, g in zip(OUTPUTS, want, got):
+        result = compare(w, g, FP32, f"{what}/{name}")
+        assert result.passed, result.summary()
+
+
+def test_the_rewrite_computes_the_official_forward_grounding(official) -> None:
+    """Two images in one batch, each with its own text length and number of exemplar boxes (positive and negative,
+    the rest of the slots padding): every output within the fp32 budget of the official, both sides padded alike."""
+    from vitdeploy.models.sam3_detector import build_position_encoding
+    from vitdeploy.rewrites.sam3_detector import INPUT_NAMES, rewrite_sam3_detector
+
+    a = arch()
+    ours = rewrite_sam3_detector(official.detector, build_position_encoding(a.d_model), a.grid)
+    inputs = feeds(boxes=4, seed=11, batch=2)
+    assert inputs["box_padding"].any() and not inputs["box_padding"].all(axis=1).any()
+    with torch.inference_mode():
+        got = [t.numpy() for t in ours(*(torch.from_numpy(inputs[name]) for name in INPUT_NAMES))]
+    assert_fp32(reference(official, inputs), got, "eager")
+
+
+@pytest.mark.parametrize("valid", [0, 1, 3], ids=["text-only", "one-box", "three-boxes"])
+def test_padded_box_slots_give_the_official_answer_without_them(official, exported: Path, valid: int) -> None:
+    """The static layout's claim: the file with 8 slots (``max_boxes``), ``valid`` of them real, against the official
+    given only the real boxes (none: ``Sam3Image._get_dummy_prompt``, as a text prompt alone runs)."""
+    inputs = feeds(boxes=8, seed=20 + valid)
+    inputs["box_padding"][:] = np.arange(8)[None, :] >= valid
+    unpadded = {**inputs, "boxes": inputs["boxes"][:, :valid], "box_labels": inputs["box_labels"][:, :valid],
+                "box_padding": inputs["box_padding"][:, :valid]}
+    got = OnnxRuntimeRunner(exported).run(inputs)
+    assert_fp32(reference(official, unpadded), [got[name] for name in OUTPUTS], f"{valid} boxes in 8 slots")
+
+
+def test_the_file_takes_one_to_max_boxes_on_onnx_runtime(official, exported: Path) -> None:
+    """``num_boxes`` is the graph's symbolic axis (the exporter refuses a file that lost it) and the metadata says
+    its range; 1 and ``max_boxes`` boxes both match the official."""
+    model = onnx.load(str(exported), load_external_data=False)
+    dims = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
+    assert dims["boxes"] == [1, "num_boxes", 4] and dims["box_padding"] == [1, "num_boxes"]
+    meta = metadata_of(model)
+    assert meta["max_boxes"] == 8 and meta["shape_profile"]["boxes"]["max"] == [1, 8, 4]
+    runner = OnnxRuntimeRunner(exported)
+    for count in (1, 8):
+        inputs = feeds(boxes=count, seed=30 + count)
+        got = runner.run(inputs)
+        assert_fp32(reference(official, inputs), [got[name] for name in OUTPUTS], f"{count} boxes")
+
+
+def test_validate_passes_on_the_file(exported: Path) -> None:
+    code, output = run("validate", str(exported), "--runs", "1")
+    assert code == 0, output
+    assert "parity: all comparisons within tolerance" in output and "prompt0/pred_masks" in output
+
+
+def test_options_the_detector_does_not_have_are_refused(tmp_path: Path) -> None:
+    out = tmp_path / "d.onnx"
+    code, output = run("export", "-r", RECIPE, "--random-weights", "--dynamic-batch", "-o", str(out))
+    assert_user_error(code, output, "--dynamic-batch does not apply to SAM 3's detector")
+    code, output = run("export", "-r", RECIPE, "--random-weights", "--input-size", "84", "-o", str(out))
+    assert_user_error(code, output, "--input-size does not apply to SAM 3's detector")
+    bad = tmp_path / "bad.toml"
+    bad.write_text((RECIPE_DIR / f"{RECIPE}.toml").read_text().replace("opt_boxes = 1", "opt_boxes = 9"))
+    code, output = run("export", "-r", str(bad), "--random-weights", "-o", str(out))
+    assert_user_error(code, output, "need 1 <= opt_boxes <= max_boxes")
+    assert not out.exists()
+
+
+def test_the_exporter_refuses_a_dynamic_axis_the_code_fixes(tmp_path: Path) -> None:
+    """``torch.onnx.export`` falls back to the example's size when traced code specializes a dynamic axis: the
+    exporter says so instead of writing a file that takes one size."""
+    from vitdeploy.errors import ExportError
+    from vitdeploy.onnx_export.exporter import export_onnx
+
+    class FixesTheCount(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * len(x)  # len() makes the count a Python int
+
+    out = tmp_path / "fixed.onnx"
+    with pytest.raises(ExportError, match=r"fixed axis 0 \('count'\) of input 'x' to 3"):
+        export_onnx(FixesTheCount().eval(), (torch.ones(3, 2),), out, input_names=["x"], output_names=["y"], metadata={},
+                    dynamic_axes={"x": {0: "count"}})
+    assert not out.exists()

@@ -1,0 +1,163 @@
+"""SAM 3's detector (the official ``sam3`` package's ``Sam3Image.forward_grounding``): the vision encoder's feature
+levels, a text prompt's features and up to ``max_boxes`` exemplar boxes -> every query's score, box and mask logits
+and the prompt's presence logit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vitdeploy.errors import InputError, RecipeError
+from vitdeploy.families.base import Echo, ExportOptions, ModelFamily, recipe_section, reference_seed
+
+if TYPE_CHECKING:
+    import numpy as np
+    from torch import nn
+
+    from vitdeploy.models.recipes import Recipe
+    from vitdeploy.onnx_export.exporter import ExportResult
+    from vitdeploy.runtime.processing.input_sets import InputSet
+
+BOXES_DIM = "num_boxes"
+#: Boxes in the export example: not 0 or 1, which torch.export would specialise the dimension to.
+EXAMPLE_BOXES = 3
+#: The text encoder's context (``VETextEncoder``'s): the detector's text inputs have this many tokens.
+CONTEXT_LENGTH = 32
+
+
+class Sam3DetectorFamily(ModelFamily):
+    name = "sam3_detector"
+    recipe_suffix = "_detector"
+    title = "SAM 3 detectors"
+    role = ("SAM 3 detector: the vision encoder's feature levels, a text prompt's features and exemplar boxes -> every "
+            "query's score, box and mask logits and the prompt's presence logit (Sam3Image.forward_grounding)")
+    runtime_metadata = ("input_size", "image_embedding_size", "embed_dim", "num_queries", "context_length", "max_boxes")
+    required_metadata = ("architecture", "input_size", "image_embedding_size", "embed_dim", "num_queries",
+                         "context_length", "max_boxes")
+
+    def architecture_class(self) -> type:
+        from vitdeploy.models.sam3_detector import Sam3DetectorArch
+
+        return Sam3DetectorArch
+
+    def _arch(self, data: dict[str, Any]):
+        from vitdeploy.models.sam3_detector import Sam3DetectorArch
+
+        return Sam3DetectorArch.from_dict(data)
+
+    def max_boxes(self, recipe: Recipe) -> tuple[int, int]:
+        table = recipe_section(recipe, "detector", {"max_boxes", "opt_boxes"})
+        max_boxes, opt_boxes = int(table.get("max_boxes", 16)), int(table.get("opt_boxes", 1))
+        if not 1 <= opt_boxes <= max_boxes:
+            raise RecipeError(f"recipe '{recipe.name}': need 1 <= opt_boxes <= max_boxes, got {opt_boxes} and {max_boxes}")
+        return max_boxes, opt_boxes
+
+    def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
+        self._arch(recipe.architecture)
+        self.max_boxes(recipe)
+        if options.dynamic_batch:
+            raise InputError("--dynamic-batch does not apply to SAM 3's detector: its dynamic axis is the number of "
+                             "exemplar boxes (pass --batch N for a fixed number of images, one prompt each)")
+        if options.input_size:
+            raise InputError("--input-size does not apply to SAM 3's detector: it is built for the model's image size "
+                             "(set img_size in the recipe's [architecture])")
+
+    def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
+        from vitdeploy.models.sam3_detector import load_sam3_detector
+
+        arch = self._arch(recipe.architecture)
+        return arch, load_sam3_detector(arch, checkpoint, random_seed=random_seed,
+                                        what=f"recipe '{recipe.name}' ({recipe.variant})")
+
+    def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
+               echo: Echo) -> ExportResult:
+        import torch
+
+        from vitdeploy.metadata import artifact_metadata
+        from vitdeploy.models.sam3_detector import build_position_encoding
+        from vitdeploy.onnx_export.exporter import export_onnx
+        from vitdeploy.rewrites.sam3_detector import INPUT_NAMES, OUTPUT_NAMES, rewrite_sam3_detector
+
+        max_boxes, opt_boxes = self.max_boxes(recipe)
+        g, d = arch.grid, arch.d_model
+        echo(f"exporting {recipe.name} ({recipe.variant}) for a {arch.img_size}x{arch.img_size} image ({g}x{g} tokens), "
+             f"{arch.num_queries} queries, 1..{max_boxes} exemplar boxes")
+        batch = options.batch
+
+        def profile(*tail: int) -> dict[str, list[int]]:
+            return {"min": [batch, 1, *tail], "opt": [batch, opt_boxes, *tail], "max": [batch, max_boxes, *tail]}
+
+        box_axes = {"boxes": {1: BOXES_DIM}, "box_labels": {1: BOXES_DIM}, "box_padding": {1: BOXES_DIM}}
+        metadata = artifact_metadata(
+            family=self.name, variant=recipe.variant, input_size=arch.img_size, pixel_mean=recipe.pixel_mean,
+            pixel_std=recipe.pixel_std, architecture=arch.to_dict(), **options.provenance(),
+            image_embedding_size=[g, g], embed_dim=d, num_queries=arch.num_queries, context_length=CONTEXT_LENGTH,
+            max_boxes=max_boxes, mask_size=[4 * g, 4 * g], input_names=list(INPUT_NAMES), output_names=list(OUTPUT_NAMES),
+            dynamic_axes={name: {"1": BOXES_DIM} for name in box_axes},
+            shape_profile={"boxes": profile(4), "box_labels": profile(), "box_padding": profile()},
+            box_format="cxcywh normalized to [0, 1]", box_labels={"0": "negative", "1": "positive"},
+        )
+        feeds = self.example_feeds(g, d, batch, EXAMPLE_BOXES, seed=0)
+        example = tuple(torch.from_numpy(feeds[name]) for name in INPUT_NAMES)
+        exportable = rewrite_sam3_detector(model, build_position_encoding(d), g)
+        return export_onnx(exportable, example, output, input_names=list(INPUT_NAMES), output_names=list(OUTPUT_NAMES),
+                           metadata=metadata, opset=options.opset or recipe.opset, dynamic_axes=box_axes)
+
+    def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
+        """The official ``Sam3Image.forward_grounding`` with the export's weights, as ``Sam3Processor`` calls it."""
+        seed = reference_seed(metadata, checkpoint)
+
+        from vitdeploy.models.sam3_detector import build_position_encoding, load_sam3_detector
+        from vitdeploy.rewrites.sam3_detector import Sam3Detector
+
+        arch = self._arch(metadata["architecture"])
+        return Sam3Detector(load_sam3_detector(arch, checkpoint, random_seed=seed),
+                            build_position_encoding(arch.d_model)).eval()
+
+    @staticmethod
+    def example_feeds(grid: int, channels: int, batch: int, boxes: int, seed: int = 0) -> dict[str, np.ndarray]:
+        """Seeded inputs as the vision and text encoders and ``Sam3Processor`` lay them out: standard-normal feature
+        levels and text features, each row's text padded after a different length, and per row 1 to ``boxes``
+        exemplar boxes inside the image (positive and negative), the rest of the slots padding."""
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        feeds = {f"backbone_fpn_{i}": rng.standard_normal((batch, channels, grid * 4 // 2 ** i, grid * 4 // 2 ** i))
+                 for i in range(3)}
+        feeds["text_memory"] = rng.standard_normal((batch, CONTEXT_LENGTH, channels))
+        lengths = rng.integers(3, CONTEXT_LENGTH + 1, batch)
+        feeds["text_padding"] = np.arange(CONTEXT_LENGTH)[None, :] >= lengths[:, None]
+        centers = rng.uniform(0.25, 0.75, (batch, boxes, 2))
+        sizes = rng.uniform(0.05, 0.45, (batch, boxes, 2))
+        feeds["boxes"] = np.concatenate([centers, sizes], axis=-1)
+        feeds["box_labels"] = rng.integers(0, 2, (batch, boxes)).astype(np.int64)
+        feeds["box_labels"][:, 0] = 1
+        valid = rng.integers(1, boxes + 1, batch)
+        feeds["box_padding"] = np.arange(boxes)[None, :] >= valid[:, None]
+        return {name: value.astype(np.float32) if value.dtype == np.float64 else value for name, value in feeds.items()}
+
+    def random_input_sets(self, metadata: dict[str, Any], input_names: list[str], input_shapes: dict[str, list[Any]],
+                          count: int, seed: int = 0) -> list[InputSet]:
+        from vitdeploy.runtime.processing.input_sets import InputSet
+
+        g, d = int(metadata["image_embedding_size"][0]), int(metadata["embed_dim"])
+        shape = input_shapes.get("backbone_fpn_0", [1])
+        batch = shape[0] if isinstance(shape[0], int) else 2
+        boxes = max(1, min(EXAMPLE_BOXES, int(metadata["max_boxes"])))
+        return [InputSet(f"prompt{i}", self.example_feeds(g, d, batch, boxes, seed + i),
+                         f"seed {seed + i}: random features, a padded text prompt and 1..{boxes} exemplar boxes")
+                for i in range(count)]
+
+    def template_feeds(self, metadata: dict[str, Any], template: dict[str, list[Any]],
+                       seed: int = 0) -> dict[str, np.ndarray] | None:
+        batch = template.get("backbone_fpn_0", [1])[0]
+        boxes = template.get("boxes", [1, 1])[1]
+        g, d = int(metadata["image_embedding_size"][0]), int(metadata["embed_dim"])
+        return self.example_feeds(g, d, batch if isinstance(batch, int) else 1, boxes if isinstance(boxes, int) else 1, seed)
+
+    def image_preprocessor(self, metadata: dict[str, Any]):
+        raise InputError("SAM 3's detector takes the vision encoder's features and a prompt, not images: drop --images "
+                         "(validate the vision encoder with --images instead)")
+
+
+FAMILY = Sam3DetectorFamily()
