@@ -87,7 +87,7 @@ def test_the_rewrite_computes_the_official_forward_grounding(official) -> None:
 
 @pytest.mark.parametrize("valid", [0, 1, 3], ids=["text-only", "one-box", "three-boxes"])
 def test_padded_box_slots_give_the_official_answer_without_them(official, exported: Path, valid: int) -> None:
-    """The static layout's claim: the file with 8 slots (``max_boxes``), ``valid`` of them real, against the official
+    """The static layout's claim: the file's 8 slots (``max_boxes``), ``valid`` of them real, against the official
     given only the real boxes (none: ``Sam3Image._get_dummy_prompt``, as a text prompt alone runs)."""
     inputs = feeds(boxes=8, seed=20 + valid)
     inputs["box_padding"][:] = np.arange(8)[None, :] >= valid
@@ -97,17 +97,17 @@ def test_padded_box_slots_give_the_official_answer_without_them(official, export
     assert_fp32(reference(official, unpadded), [got[name] for name in OUTPUTS], f"{valid} boxes in 8 slots")
 
 
-def test_the_file_takes_one_to_max_boxes_on_onnx_runtime(official, exported: Path) -> None:
-    """``num_boxes`` is the graph's symbolic axis (the exporter refuses a file that lost it) and the metadata says
-    its range; 1 and ``max_boxes`` boxes both match the official."""
+def test_the_file_has_max_boxes_slots_and_one_or_all_of_them_match(official, exported: Path) -> None:
+    """The box slots are fixed (the recipe's ``max_boxes``, recorded in the metadata); 1 and 8 real boxes both match
+    the official."""
     model = onnx.load(str(exported), load_external_data=False)
     dims = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
-    assert dims["boxes"] == [1, "num_boxes", 4] and dims["box_padding"] == [1, "num_boxes"]
-    meta = metadata_of(model)
-    assert meta["max_boxes"] == 8 and meta["shape_profile"]["boxes"]["max"] == [1, 8, 4]
+    assert dims["boxes"] == [1, 8, 4] and dims["box_padding"] == [1, 8] and dims["text_padding"] == [1, 32]
+    assert metadata_of(model)["max_boxes"] == 8
     runner = OnnxRuntimeRunner(exported)
     for count in (1, 8):
-        inputs = feeds(boxes=count, seed=30 + count)
+        inputs = feeds(boxes=8, seed=30 + count)
+        inputs["box_padding"][:] = np.arange(8)[None, :] >= count
         got = runner.run(inputs)
         assert_fp32(reference(official, inputs), [got[name] for name in OUTPUTS], f"{count} boxes")
 
@@ -125,9 +125,9 @@ def test_options_the_detector_does_not_have_are_refused(tmp_path: Path) -> None:
     code, output = run("export", "-r", RECIPE, "--random-weights", "--input-size", "84", "-o", str(out))
     assert_user_error(code, output, "--input-size does not apply to SAM 3's detector")
     bad = tmp_path / "bad.toml"
-    bad.write_text((RECIPE_DIR / f"{RECIPE}.toml").read_text().replace("opt_boxes = 1", "opt_boxes = 9"))
+    bad.write_text((RECIPE_DIR / f"{RECIPE}.toml").read_text().replace("max_boxes = 8", "max_boxes = 0"))
     code, output = run("export", "-r", str(bad), "--random-weights", "-o", str(out))
-    assert_user_error(code, output, "need 1 <= opt_boxes <= max_boxes")
+    assert_user_error(code, output, "[detector] max_boxes must be 1 to 256, got 0")
     assert not out.exists()
 
 

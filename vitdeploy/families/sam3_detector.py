@@ -1,6 +1,13 @@
 """SAM 3's detector (the official ``sam3`` package's ``Sam3Image.forward_grounding``): the vision encoder's feature
 levels, a text prompt's features and up to ``max_boxes`` exemplar boxes -> every query's score, box and mask logits
-and the prompt's presence logit."""
+and the prompt's presence logit.
+
+The boxes have a fixed capacity (``[detector] max_boxes`` of the recipe, 16 by default): a prompt of fewer boxes pads
+the rest of the slots (``box_padding``), which the rewrite proves changes no valid token. A fixed count of slots
+instead of a dynamic axis because OpenVINO's CPU plugin (2026.4) fails at run time on the attention over a dynamic
+number of prompt tokens (``Check '!utils::is_dynamic_value(dim)' failed at .../set_load_store_scalar.cpp``), and
+one shape is one TensorRT profile; the padded slots cost the geometry encoder a few tokens and every prompt
+attention 16 keys more than the text's 32."""
 
 from __future__ import annotations
 
@@ -18,9 +25,6 @@ if TYPE_CHECKING:
     from vitdeploy.onnx_export.exporter import ExportResult
     from vitdeploy.runtime.processing.input_sets import InputSet
 
-BOXES_DIM = "num_boxes"
-#: Boxes in the export example: not 0 or 1, which torch.export would specialise the dimension to.
-EXAMPLE_BOXES = 3
 #: The text encoder's context (``VETextEncoder``'s): the detector's text inputs have this many tokens.
 CONTEXT_LENGTH = 32
 
@@ -45,19 +49,18 @@ class Sam3DetectorFamily(ModelFamily):
 
         return Sam3DetectorArch.from_dict(data)
 
-    def max_boxes(self, recipe: Recipe) -> tuple[int, int]:
-        table = recipe_section(recipe, "detector", {"max_boxes", "opt_boxes"})
-        max_boxes, opt_boxes = int(table.get("max_boxes", 16)), int(table.get("opt_boxes", 1))
-        if not 1 <= opt_boxes <= max_boxes:
-            raise RecipeError(f"recipe '{recipe.name}': need 1 <= opt_boxes <= max_boxes, got {opt_boxes} and {max_boxes}")
-        return max_boxes, opt_boxes
+    def max_boxes(self, recipe: Recipe) -> int:
+        max_boxes = int(recipe_section(recipe, "detector", {"max_boxes"}).get("max_boxes", 16))
+        if not 1 <= max_boxes <= 256:
+            raise RecipeError(f"recipe '{recipe.name}': [detector] max_boxes must be 1 to 256, got {max_boxes}")
+        return max_boxes
 
     def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
         self._arch(recipe.architecture)
         self.max_boxes(recipe)
         if options.dynamic_batch:
-            raise InputError("--dynamic-batch does not apply to SAM 3's detector: its dynamic axis is the number of "
-                             "exemplar boxes (pass --batch N for a fixed number of images, one prompt each)")
+            raise InputError("--dynamic-batch does not apply to SAM 3's detector: its shapes are fixed (pass --batch N "
+                             "for a fixed number of images, one prompt each)")
         if options.input_size:
             raise InputError("--input-size does not apply to SAM 3's detector: it is built for the model's image size "
                              "(set img_size in the recipe's [architecture])")
@@ -78,30 +81,22 @@ class Sam3DetectorFamily(ModelFamily):
         from vitdeploy.onnx_export.exporter import export_onnx
         from vitdeploy.rewrites.sam3_detector import INPUT_NAMES, OUTPUT_NAMES, rewrite_sam3_detector
 
-        max_boxes, opt_boxes = self.max_boxes(recipe)
+        max_boxes = self.max_boxes(recipe)
         g, d = arch.grid, arch.d_model
         echo(f"exporting {recipe.name} ({recipe.variant}) for a {arch.img_size}x{arch.img_size} image ({g}x{g} tokens), "
-             f"{arch.num_queries} queries, 1..{max_boxes} exemplar boxes")
-        batch = options.batch
-
-        def profile(*tail: int) -> dict[str, list[int]]:
-            return {"min": [batch, 1, *tail], "opt": [batch, opt_boxes, *tail], "max": [batch, max_boxes, *tail]}
-
-        box_axes = {"boxes": {1: BOXES_DIM}, "box_labels": {1: BOXES_DIM}, "box_padding": {1: BOXES_DIM}}
+             f"{arch.num_queries} queries, {max_boxes} exemplar box slots")
         metadata = artifact_metadata(
             family=self.name, variant=recipe.variant, input_size=arch.img_size, pixel_mean=recipe.pixel_mean,
             pixel_std=recipe.pixel_std, architecture=arch.to_dict(), **options.provenance(),
             image_embedding_size=[g, g], embed_dim=d, num_queries=arch.num_queries, context_length=CONTEXT_LENGTH,
             max_boxes=max_boxes, mask_size=[4 * g, 4 * g], input_names=list(INPUT_NAMES), output_names=list(OUTPUT_NAMES),
-            dynamic_axes={name: {"1": BOXES_DIM} for name in box_axes},
-            shape_profile={"boxes": profile(4), "box_labels": profile(), "box_padding": profile()},
             box_format="cxcywh normalized to [0, 1]", box_labels={"0": "negative", "1": "positive"},
         )
-        feeds = self.example_feeds(g, d, batch, EXAMPLE_BOXES, seed=0)
+        feeds = self.example_feeds(g, d, options.batch, max_boxes, seed=0)
         example = tuple(torch.from_numpy(feeds[name]) for name in INPUT_NAMES)
         exportable = rewrite_sam3_detector(model, build_position_encoding(d), g)
         return export_onnx(exportable, example, output, input_names=list(INPUT_NAMES), output_names=list(OUTPUT_NAMES),
-                           metadata=metadata, opset=options.opset or recipe.opset, dynamic_axes=box_axes)
+                           metadata=metadata, opset=options.opset or recipe.opset)
 
     def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
         """The official ``Sam3Image.forward_grounding`` with the export's weights, as ``Sam3Processor`` calls it."""
@@ -143,9 +138,10 @@ class Sam3DetectorFamily(ModelFamily):
         g, d = int(metadata["image_embedding_size"][0]), int(metadata["embed_dim"])
         shape = input_shapes.get("backbone_fpn_0", [1])
         batch = shape[0] if isinstance(shape[0], int) else 2
-        boxes = max(1, min(EXAMPLE_BOXES, int(metadata["max_boxes"])))
+        boxes = int(metadata["max_boxes"])
         return [InputSet(f"prompt{i}", self.example_feeds(g, d, batch, boxes, seed + i),
-                         f"seed {seed + i}: random features, a padded text prompt and 1..{boxes} exemplar boxes")
+                         f"seed {seed + i}: random features, a padded text prompt and 1..{boxes} exemplar boxes in "
+                         f"{boxes} slots")
                 for i in range(count)]
 
     def template_feeds(self, metadata: dict[str, Any], template: dict[str, list[Any]],

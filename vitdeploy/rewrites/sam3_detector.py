@@ -9,7 +9,8 @@ box_padding) -> (pred_logits, pred_boxes, pred_masks, presence_logit)``:
   encoder's output and ``tokens == 0`` (``language_features``/``language_mask``, batch first);
 - ``boxes`` (B, N, 4), exemplar boxes as ``Sam3Processor.add_geometric_prompt`` takes them (cx, cy, w, h normalized
   to [0, 1]); ``box_labels`` (B, N) int64, 1 positive and 0 negative; ``box_padding`` (B, N), True for the slots past
-  the prompt's boxes (a text-only prompt pads every slot). N is dynamic from 1 to the recipe's ``max_boxes``;
+  the prompt's boxes (a text-only prompt pads every slot). N is the recipe's ``max_boxes`` (the form
+  traces with N symbolic as well);
 - ``pred_logits`` (B, Q) and ``presence_logit`` (B, 1): ``Sam3Processor`` scores a query
   ``sigmoid(pred_logits) * sigmoid(presence_logit)``; ``pred_boxes`` (B, Q, 4) cx, cy, w, h in [0, 1];
   ``pred_masks`` (B, Q, 4g, 4g) mask logits: ``forward_grounding``'s ``pred_logits``, ``pred_boxes``,

@@ -1,0 +1,219 @@
+"""SAM 3 on images end to end, torch-free, against the official ``sam3`` package's ``Sam3Processor`` on the official
+``Sam3Image`` (tiny seeded models: ``sam3_tiny``, ``sam3_tiny_text``, ``sam3_tiny_detector``; the bundled images;
+three text prompts and exemplar boxes).
+
+With random weights the thresholded detections hang on scores near the threshold, so every query is compared before
+the threshold first (threshold 0: scores, boxes and mask probabilities of all queries), then the thresholded result
+at a threshold between the scores (the same instances, mask IoU).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vitdeploy.errors import InputError
+
+pytest.importorskip("sam3", reason="the official sam3 package is not installed (scripts/test.sh installs it)")
+
+SEED = 6
+PROMPTS = ("yellow school bus", "a person", "dog")
+#: Every query before the threshold: scores and mask probabilities (cosine), boxes (IoU per query).
+COSINE_MIN, BOX_IOU_MIN, MASK_IOU_MIN = 0.9999, 0.99, 0.99
+IMAGES = ("calib_00_landscape.jpg", "calib_06_shapes.jpg")
+
+
+def vocab() -> Path:
+    from vitdeploy.runtime.processing.clip_tokenizer import default_vocab
+
+    try:
+        return default_vocab()
+    except InputError as exc:
+        pytest.skip(f"CLIP's vocabulary is not installed ({exc}; scripts/test.sh installs open_clip_torch)")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    from vitdeploy.pipeline import export_from_recipe
+
+    folder = tmp_path_factory.mktemp("sam3_processor")
+    return tuple(export_from_recipe(recipe, folder / f"{recipe}.onnx", random_weights=True, seed=SEED).path
+                 for recipe in ("sam3_tiny", "sam3_tiny_text", "sam3_tiny_detector"))
+
+
+@pytest.fixture(scope="module")
+def official():
+    """The official ``Sam3Processor`` on the official ``Sam3Image`` with the exports' weights (vision and text
+    backbone in ``SAM3VLBackbone``, the tokenizer with CLIP's vocabulary)."""
+    from sam3.model.sam3_image_processor import Sam3Processor as OfficialProcessor
+    from sam3.model.tokenizer_ve import SimpleTokenizer
+
+    from vitdeploy.models.recipes import load_recipe
+    from vitdeploy.models.sam3 import Sam3TextArch, Sam3VisionArch, load_sam3_text, load_sam3_vision
+    from vitdeploy.models.sam3_detector import Sam3DetectorArch, load_sam3_detector
+
+    backbone = load_sam3_vision(Sam3VisionArch.from_dict(load_recipe("sam3_tiny").architecture), random_seed=SEED)
+    text = load_sam3_text(Sam3TextArch.from_dict(load_recipe("sam3_tiny_text").architecture), random_seed=SEED)
+    text.tokenizer = SimpleTokenizer(bpe_path=str(vocab()))
+    backbone.language_backbone = text
+    model = load_sam3_detector(Sam3DetectorArch.from_dict(load_recipe("sam3_tiny_detector").architecture),
+                               random_seed=SEED)
+    model.backbone = backbone
+    return OfficialProcessor(model.eval(), resolution=112, device="cpu", confidence_threshold=0.0)
+
+
+def ours(files, threshold: float = 0.0):
+    from vitdeploy.runtime.apps.sam3.processor import Sam3ImageModel, Sam3Processor
+
+    return Sam3Processor(Sam3ImageModel(*files, runtime="onnxruntime"), confidence_threshold=threshold)
+
+
+def image(name: str) -> np.ndarray:
+    from vitdeploy.precision.calibration_data import bundled_calibration_dir
+    from vitdeploy.runtime.processing.images import read_image_rgb
+
+    return read_image_rgb(bundled_calibration_dir() / name)
+
+
+def official_run(processor, picture: np.ndarray, steps) -> dict:
+    from vitdeploy.rewrites.sam3_detector import _pin_memory_shim
+
+    with _pin_memory_shim():
+        state = processor.set_image(torch.from_numpy(picture).permute(2, 0, 1).contiguous())
+        for call, argument in steps:
+            state = call(processor, argument, state)
+    return {key: state[key].numpy() for key in ("scores", "boxes", "masks_logits", "masks")}
+
+
+def our_run(processor, picture: np.ndarray, steps) -> dict:
+    state = processor.set_image(picture)
+    for call, argument in steps:
+        state = call(processor, argument, state)
+    return state
+
+
+def text(processor, prompt, state):
+    return processor.set_text_prompt(state=state, prompt=prompt)
+
+
+def box(processor, spec, state):
+    return processor.add_geometric_prompt(spec[0], spec[1], state)
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    lo, hi = np.maximum(a[:, :2], b[:, :2]), np.minimum(a[:, 2:], b[:, 2:])
+    inter = np.prod(np.clip(hi - lo, 0, None), axis=1)
+    area = lambda x: np.prod(x[:, 2:] - x[:, :2], axis=1)  # noqa: E731
+    return inter / (area(a) + area(b) - inter)
+
+
+def mask_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = a.reshape(len(a), -1), b.reshape(len(b), -1)
+    union = (a | b).sum(axis=1)
+    return np.where(union > 0, (a & b).sum(axis=1) / np.maximum(union, 1), 1.0)
+
+
+SCENARIOS = {
+    **{f"text:{p}": [(text, p)] for p in PROMPTS},
+    "text+positive box": [(text, PROMPTS[0]), (box, ([0.4, 0.5, 0.3, 0.4], True))],
+    "boxes only (+ and -)": [(box, ([0.5, 0.5, 0.5, 0.6], True)), (box, ([0.2, 0.25, 0.2, 0.3], False))],
+}
+
+
+@pytest.mark.parametrize("name", IMAGES)
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_every_query_before_the_threshold_is_the_official(files, official, name: str, scenario: str) -> None:
+    """Threshold 0: all queries in query order; scores and mask probabilities cosine >= 0.9999, every box IoU >= 0.99."""
+    picture = image(name)
+    want = official_run(official, picture, SCENARIOS[scenario])
+    got = our_run(ours(files), picture, SCENARIOS[scenario])
+    assert got["scores"].shape == want["scores"].shape == (8,)
+    assert got["masks"].shape == want["masks"].shape == (8, 1, *picture.shape[:2])
+    assert cosine(want["scores"], got["scores"]) >= COSINE_MIN
+    assert cosine(want["masks_logits"], got["masks_logits"]) >= COSINE_MIN
+    assert box_iou(want["boxes"], got["boxes"]).min() >= BOX_IOU_MIN
+    np.testing.assert_allclose(got["scores"], want["scores"], atol=1e-4)
+
+
+@pytest.mark.parametrize("scenario", ["text:a person", "text+positive box"])
+def test_the_thresholded_instances_are_the_officials(files, official, scenario: str) -> None:
+    """At a threshold between the scores (their median), the same instances are kept, mask IoU >= 0.99 each; then
+    ``set_confidence_threshold`` on the state filters again as the official does."""
+    picture = image(IMAGES[0])
+    everything = official_run(official, picture, SCENARIOS[scenario])
+    ranked = np.sort(everything["scores"])
+    threshold = float((ranked[3] + ranked[4]) / 2)  # halfway between two scores: no tie can flip
+    official.set_confidence_threshold(threshold)
+    try:
+        want = official_run(official, picture, SCENARIOS[scenario])
+    finally:
+        official.set_confidence_threshold(0.0)
+    processor = ours(files)
+    state = our_run(processor, picture, SCENARIOS[scenario])
+    state = processor.set_confidence_threshold(threshold, state)
+    assert len(state["scores"]) == len(want["scores"]) == 4
+    np.testing.assert_allclose(state["scores"], want["scores"], atol=1e-4)
+    assert mask_iou(want["masks"], state["masks"]).min() >= MASK_IOU_MIN
+    assert box_iou(want["boxes"], state["boxes"]).min() >= BOX_IOU_MIN
+
+
+def test_prompts_reset_and_text_features_are_kept_per_prompt(files) -> None:
+    processor = ours(files, threshold=0.5)
+    state = processor.set_image(image(IMAGES[1]))
+    first = processor.set_text_prompt(state=state, prompt="dog")["scores"].copy()
+    calls = []
+    run = processor.model.text.run
+    processor.model.text.run = lambda feeds: calls.append(1) or run(feeds)
+    again = processor.set_text_prompt(state=state, prompt="dog")["scores"]
+    assert calls == [] and np.array_equal(first, again)  # the prompt's features were kept
+    processor.reset_all_prompts(state)
+    assert "masks" not in state and "geometric_prompt" not in state and "backbone_out" in state
+    with pytest.raises(InputError, match="call set_image before"):
+        processor.set_text_prompt(state={}, prompt="dog")
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda p, s: p.set_text_prompt(state=s, prompt="   "), "the text prompt is empty"),
+    (lambda p, s: p.set_text_prompt(state=s, prompt="word " * 31), "takes 33 tokens but SAM 3's text encoder reads 32"),
+    (lambda p, s: p.add_geometric_prompt([0.9, 0.5, 0.4, 0.2], True, s), "is not inside the image"),
+    (lambda p, s: p.add_geometric_prompt([0.5, 0.5, 0.0, 0.2], True, s), "is not inside the image"),
+    (lambda p, s: p.add_geometric_prompt([0.5, 0.5], True, s), "a box is [center_x, center_y, width, height]"),
+], ids=["empty-text", "long-text", "box-outside", "empty-box", "short-box"])
+def test_bad_prompts_are_refused_in_one_line_and_the_state_is_kept(files, call, message: str) -> None:
+    processor = ours(files, threshold=0.5)
+    state = processor.set_image(image(IMAGES[1]))
+    processor.set_text_prompt(state=state, prompt="dog")
+    before = {k: v.copy() for k, v in state.items() if isinstance(v, np.ndarray)}
+    with pytest.raises(InputError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        call(processor, state)
+    assert all(np.array_equal(before[k], state[k]) for k in before)
+
+
+def test_more_boxes_than_the_file_takes_are_refused(files) -> None:
+    processor = ours(files, threshold=0.5)
+    state = processor.set_image(image(IMAGES[1]))
+    for i in range(8):  # sam3_tiny_detector: max_boxes = 8
+        processor.add_geometric_prompt([0.1 + 0.1 * i, 0.5, 0.1, 0.1], i % 2 == 0, state)
+    with pytest.raises(InputError, match="takes at most 8 exemplar boxes"):
+        processor.add_geometric_prompt([0.5, 0.5, 0.1, 0.1], True, state)
+    assert len(state["geometric_prompt"]["boxes"]) == 8
+
+
+def test_files_of_another_model_or_in_the_wrong_order_are_refused(files, tmp_path: Path) -> None:
+    from vitdeploy.pipeline import export_from_recipe
+    from vitdeploy.runtime.apps.sam3.processor import Sam3ImageModel
+
+    vision, text_file, detector = files
+    with pytest.raises(InputError, match="the text encoder is SAM 3's detector, not SAM 3's text encoder"):
+        Sam3ImageModel(vision, detector, text_file, runtime="onnxruntime")
+    other = export_from_recipe("sam3_tiny_text", tmp_path / "other_text.onnx", random_weights=True, seed=SEED + 1).path
+    with pytest.raises(InputError, match="two different SAM 3 models"):
+        Sam3ImageModel(vision, other, detector, runtime="onnxruntime")

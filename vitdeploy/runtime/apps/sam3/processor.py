@@ -1,0 +1,294 @@
+"""SAM 3 on images from exported files, torch-free: ``sam3.model.sam3_image_processor.Sam3Processor``'s calls.
+
+The official example runs unchanged but for the line that builds the model::
+
+    model = Sam3ImageModel("sam3.onnx", "sam3_text.onnx", "sam3_detector.onnx")   # build_sam3_image_model()
+    processor = Sam3Processor(model)
+    state = processor.set_image(image)
+    output = processor.set_text_prompt(state=state, prompt="yellow school bus")
+    masks, boxes, scores = output["masks"], output["boxes"], output["scores"]
+
+:class:`Sam3ImageModel` opens the three files ``vitdeploy export`` writes for one SAM 3 model (``-r sam3``,
+``-r sam3_text``, ``-r sam3_detector``; or a Runner each) through the one seam every file is opened by, checks
+they belong together, tokenizes text with CLIP's tokenizer in NumPy and keeps each prompt's text features (a prompt
+is encoded once per model). :class:`Sam3Processor` answers ``set_image``, ``set_image_batch``,
+``set_text_prompt``, ``add_geometric_prompt``, ``reset_all_prompts`` and ``set_confidence_threshold`` with the
+official meanings and the official state keys; arrays are NumPy where the official returns tensors:
+
+- ``state["masks"]`` (N, 1, H, W) bool, ``state["masks_logits"]`` (N, 1, H, W) float32 (the official name; they
+  are probabilities: the sigmoid of the upsampled logits), ``state["boxes"]`` (N, 4) float32 x0, y0, x1, y1 in
+  pixels, ``state["scores"]`` (N,) float32: the queries whose ``sigmoid(logit) * sigmoid(presence)`` exceeds the
+  confidence threshold, in query order.
+
+Where this one is stricter, in one line (the official truncates or lets them through): an empty text, a text
+of more tokens than the context (32 with start and end), a box that is not inside the image (cx, cy, w, h
+normalized to [0, 1]) and more exemplar boxes than the detector file takes (its ``max_boxes``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from vitdeploy.errors import InputError
+from vitdeploy.families import model_part
+from vitdeploy.metadata import identity_differences
+from vitdeploy.runtime.backends.base import Runner
+from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
+from vitdeploy.runtime.processing.preprocess import check_rgb_uint8
+
+#: The text ``Sam3Processor.add_geometric_prompt`` encodes when boxes come before any text.
+VISUAL_PROMPT = "visual"
+#: Text prompts whose features a model keeps (the official encodes each call anew).
+TEXT_CACHE_SIZE = 64
+PARTS = {"vision_encoder": ("the vision encoder", "sam3"), "text_encoder": ("the text encoder", "sam3_text"),
+         "detector": ("the detector", "sam3_detector")}
+
+
+def _check_part(metadata: dict[str, Any], part: str) -> None:
+    what, recipe = PARTS[part]
+    model, got = model_part(metadata)
+    if (model, got) != ("sam3", part):
+        found = f"SAM 3's {got.replace('_', ' ')}" if model == "sam3" else f"a '{metadata.get('family')}' model"
+        raise InputError(f"{what} is {found}, not SAM 3's {part.replace('_', ' ')}: export it with "
+                         f"'vitdeploy export -r {recipe}' and pass the files in the order vision, text, detector")
+
+
+def check_sam3_files(vision: dict[str, Any], text: dict[str, Any], detector: dict[str, Any]) -> None:
+    """Raise InputError unless the three files' metadata are SAM 3's vision encoder, text encoder and detector of one
+    model (the same weights, image size and width)."""
+    for metadata, part in ((vision, "vision_encoder"), (text, "text_encoder"), (detector, "detector")):
+        _check_part(metadata, part)
+    for name, other in (("text encoder", text), ("detector", detector)):
+        different = identity_differences(vision, other, ("variant", "random_seed", "checkpoint_sha256"))
+        if different:
+            raise InputError(f"the vision encoder and the {name} come from two different SAM 3 models "
+                             f"({', '.join(different)}): export all three from the same checkpoint (or seed) and variant")
+    if list(vision.get("input_size", [])) != list(detector.get("input_size", [])):
+        raise InputError(f"the vision encoder takes {vision.get('input_size')} images but the detector was built for "
+                         f"{detector.get('input_size')}: export the vision encoder without --input-size")
+    width = (vision.get("architecture") or {}).get("d_model")
+    if width is not None and width != detector.get("embed_dim"):
+        raise InputError(f"the vision encoder's features are {width} wide but the detector takes "
+                         f"{detector.get('embed_dim')}: export both from one model")
+
+
+class Sam3ImageModel:
+    """SAM 3's image model as three exported files (what ``build_sam3_image_model`` returns for ``Sam3Processor``).
+
+    Args:
+        vision, text, detector: the files (``.onnx``) or Runners, in that order.
+        options, device, threads, runtime, inference_precision: how to open them, as for every predictor
+            (``runtime="auto"``: the deployment decided on this machine, per file).
+        tokenizer: CLIP's tokenizer (default: :class:`~vitdeploy.runtime.processing.clip_tokenizer.ClipTokenizer`
+            with the vocabulary found on this machine).
+    """
+
+    def __init__(self, vision: Runner | str | os.PathLike, text: Runner | str | os.PathLike,
+                 detector: Runner | str | os.PathLike, *, options: OpenOptions | None = None, device: str = "cpu",
+                 threads: int | None = None, runtime: str = "auto", inference_precision: str | None = None,
+                 tokenizer: Any = None):
+        o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
+        self.vision = as_runner(vision, o)
+        self.text = as_runner(text, o.for_part())
+        self.detector = as_runner(detector, o.for_part())
+        check_sam3_files(self.vision.metadata, self.text.metadata, self.detector.metadata)
+        meta = self.detector.metadata
+        self.resolution = int(meta["input_size"][0])
+        self.max_boxes = int(meta["max_boxes"])
+        self.context_length = int(meta["context_length"])
+        self._tokenizer = tokenizer
+        self._text_cache: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._box_slots = list(self.detector.input_shapes().get("boxes", [1, "num_boxes", 4]))[1]
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from vitdeploy.runtime.processing.clip_tokenizer import ClipTokenizer
+
+            self._tokenizer = ClipTokenizer(context_length=self.context_length)
+        return self._tokenizer
+
+    def preprocessor(self):
+        from vitdeploy.families import family_of
+
+        return family_of(self.vision.metadata).image_preprocessor(self.vision.metadata)
+
+    def encode_image(self, image: np.ndarray) -> dict[str, np.ndarray]:
+        """An HxWx3 uint8 image -> the vision encoder's outputs (``backbone_fpn_*``, ``sam2_backbone_fpn_*``)."""
+        pixels = self.preprocessor()(image)
+        return {name: np.asarray(value, np.float32)
+                for name, value in self.vision.run({self.vision.input_names[0]: pixels}).items()}
+
+    def encode_text(self, prompt: str) -> tuple[np.ndarray, np.ndarray]:
+        """A text prompt -> (text_memory (1, L, d), text_padding (1, L) bool), kept per prompt."""
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise InputError(f"the text prompt is empty ({prompt!r}): name the concept, e.g. 'yellow school bus'")
+        if prompt in self._text_cache:
+            self._text_cache.move_to_end(prompt)
+            return self._text_cache[prompt]
+        count = self.tokenizer.count(prompt)
+        if count > self.context_length:
+            raise InputError(f"the text prompt takes {count} tokens but SAM 3's text encoder reads {self.context_length} "
+                             "(with its start and end): shorten it")
+        tokens = self.tokenizer([prompt])
+        memory = np.asarray(self.text.run({self.text.input_names[0]: tokens})["text_memory"], np.float32)
+        features = (memory, tokens == 0)
+        self._text_cache[prompt] = features
+        if len(self._text_cache) > TEXT_CACHE_SIZE:
+            self._text_cache.popitem(last=False)
+        return features
+
+    def detect(self, features: dict[str, np.ndarray], text: tuple[np.ndarray, np.ndarray],
+               boxes: list[list[float]], labels: list[bool]) -> dict[str, np.ndarray]:
+        """One ``forward_grounding``: the image's features, the text's, and the exemplar boxes (cx, cy, w, h in
+        [0, 1]) with their labels, padded to the file's box slots -> the detector's outputs for the image."""
+        if len(boxes) > self.max_boxes:
+            raise InputError(f"{len(boxes)} exemplar boxes, but the detector file takes at most {self.max_boxes}: export "
+                             "it with a larger [detector] max_boxes, or reset_all_prompts")
+        slots = self._box_slots if isinstance(self._box_slots, int) else max(1, len(boxes))
+        padded = np.tile(np.array([0.5, 0.5, 1.0, 1.0], np.float32), (1, slots, 1))  # a finite box in unused slots
+        padded[0, :len(boxes)] = np.asarray(boxes, np.float32).reshape(-1, 4)
+        label_ids = np.zeros((1, slots), np.int64)
+        label_ids[0, :len(labels)] = np.asarray(labels, bool)
+        feeds = {f"backbone_fpn_{i}": features[f"backbone_fpn_{i}"] for i in range(3)}
+        feeds.update(text_memory=text[0], text_padding=text[1], boxes=padded, box_labels=label_ids,
+                     box_padding=(np.arange(slots) >= len(boxes))[None])
+        return {name: np.asarray(value) for name, value in self.detector.run(feeds).items()}
+
+
+def _check_box(box: Any) -> list[float]:
+    values = np.asarray(box, np.float64).reshape(-1)
+    if values.size != 4 or not np.all(np.isfinite(values)):
+        raise InputError(f"a box is [center_x, center_y, width, height] normalized to [0, 1], got {box!r}")
+    cx, cy, w, h = values
+    eps = 1e-6
+    if w <= 0 or h <= 0 or cx - w / 2 < -eps or cy - h / 2 < -eps or cx + w / 2 > 1 + eps or cy + h / 2 > 1 + eps:
+        raise InputError(f"the box {[round(float(v), 4) for v in values]} (cx, cy, w, h normalized to [0, 1]) is not "
+                         "inside the image: give a box of positive size within it")
+    return [float(v) for v in values]
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return (1.0 / (1.0 + np.exp(-x.astype(np.float32)))).astype(np.float32)
+
+
+class Sam3Processor:
+    """``Sam3Processor`` on :class:`Sam3ImageModel` (see the module docstring).
+
+    Args:
+        model: the files, as :class:`Sam3ImageModel`.
+        resolution: the image size (default: the files'); another size than theirs is refused.
+        device: taken for the official signature; the model's files were opened on theirs.
+        confidence_threshold: a query is kept above this score (official default 0.5).
+    """
+
+    def __init__(self, model: Sam3ImageModel, resolution: int | None = None, device: str = "cpu",
+                 confidence_threshold: float = 0.5):
+        if not isinstance(model, Sam3ImageModel):
+            raise InputError(f"Sam3Processor takes a Sam3ImageModel (the three exported files), got {type(model).__name__}")
+        if resolution is not None and int(resolution) != model.resolution:
+            raise InputError(f"resolution {resolution}: these files were exported for {model.resolution} px images")
+        self.model = model
+        self.resolution = model.resolution
+        self.device = device
+        self.confidence_threshold = float(confidence_threshold)
+
+    # --- images ---------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _as_rgb(image: Any) -> np.ndarray:
+        if not isinstance(image, np.ndarray) and hasattr(image, "convert"):  # a PIL image, as the official takes
+            image = np.asarray(image.convert("RGB"))
+        check_rgb_uint8(image)
+        return image
+
+    def set_image(self, image: Any, state: dict | None = None) -> dict:
+        """Encode an image (HxWx3 uint8 RGB, or a PIL image) into ``state`` (a new dict by default)."""
+        state = {} if state is None else state
+        image = self._as_rgb(image)
+        state["original_height"], state["original_width"] = int(image.shape[0]), int(image.shape[1])
+        state["backbone_out"] = self.model.encode_image(image)
+        return state
+
+    def set_image_batch(self, images: list, state: dict | None = None) -> dict:
+        """Encode several images (``state["original_heights"]``/``["original_widths"]``, one feature set each)."""
+        if not isinstance(images, list) or not images:
+            raise InputError("set_image_batch takes a non-empty list of images")
+        state = {} if state is None else state
+        arrays = [self._as_rgb(image) for image in images]
+        state["original_heights"] = [int(a.shape[0]) for a in arrays]
+        state["original_widths"] = [int(a.shape[1]) for a in arrays]
+        state["backbone_out_batch"] = [self.model.encode_image(a) for a in arrays]
+        return state
+
+    # --- prompts --------------------------------------------------------------------------------------
+
+    def set_text_prompt(self, prompt: str, state: dict) -> dict:
+        """Find every instance of ``prompt`` in the image (exemplar boxes already added still apply)."""
+        self._require_image(state)
+        state["text_prompt"] = self.model.encode_text(prompt)
+        state.setdefault("geometric_prompt", {"boxes": [], "labels": []})
+        return self._forward_grounding(state)
+
+    def add_geometric_prompt(self, box: list, label: bool, state: dict) -> dict:
+        """Add an exemplar box (``[center_x, center_y, width, height]`` normalized to [0, 1]; ``label`` True for a
+        positive, False for a negative) and find the instances again; without a text prompt, the text is "visual"."""
+        self._require_image(state)
+        checked = _check_box(box)
+        if "text_prompt" not in state:
+            state["text_prompt"] = self.model.encode_text(VISUAL_PROMPT)
+        prompt = state.setdefault("geometric_prompt", {"boxes": [], "labels": []})
+        if len(prompt["boxes"]) >= self.model.max_boxes:
+            raise InputError(f"the detector file takes at most {self.model.max_boxes} exemplar boxes: export it with a "
+                             "larger [detector] max_boxes, or reset_all_prompts")
+        prompt["boxes"].append(checked)
+        prompt["labels"].append(bool(label))
+        return self._forward_grounding(state)
+
+    def reset_all_prompts(self, state: dict) -> None:
+        """Remove the prompts and the results (the image stays)."""
+        for key in ("text_prompt", "geometric_prompt", "boxes", "masks", "masks_logits", "scores"):
+            state.pop(key, None)
+
+    def set_confidence_threshold(self, threshold: float, state: dict | None = None) -> dict | None:
+        """Change the threshold; a state with results is filtered again."""
+        self.confidence_threshold = float(threshold)
+        if state is not None and "boxes" in state:
+            return self._forward_grounding(state)
+        return state
+
+    # --- internals ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _require_image(state: dict) -> None:
+        if not isinstance(state, dict) or "backbone_out" not in state:
+            if isinstance(state, dict) and "backbone_out_batch" in state:
+                raise InputError("this state holds a batch of images: prompt one image at a time (set_image)")
+            raise InputError("You must call set_image before set_text_prompt")
+
+    def _forward_grounding(self, state: dict) -> dict:
+        prompt = state["geometric_prompt"]
+        out = self.model.detect(state["backbone_out"], state["text_prompt"], prompt["boxes"], prompt["labels"])
+        scores = _sigmoid(out["pred_logits"][0]) * _sigmoid(out["presence_logit"][0])  # Q
+        keep = scores > self.confidence_threshold
+        height, width = state["original_height"], state["original_width"]
+        cx, cy, w, h = np.moveaxis(out["pred_boxes"][0][keep].astype(np.float32), -1, 0)
+        boxes = np.stack([cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h], axis=-1)
+        boxes = boxes * np.array([width, height, width, height], np.float32)
+        logits = out["pred_masks"][0][keep][:, None]  # N, 1, 4g, 4g
+        from vitdeploy.runtime.processing.sam2_transforms import resize_bilinear
+
+        probabilities = _sigmoid(resize_bilinear(logits, (height, width), antialias=False)) if len(logits) else \
+            np.zeros((0, 1, height, width), np.float32)
+        state["masks_logits"] = probabilities
+        state["masks"] = probabilities > 0.5
+        state["boxes"] = boxes.astype(np.float32).reshape(-1, 4)
+        state["scores"] = scores[keep].astype(np.float32)
+        return state
+
+
+__all__ = ["Sam3ImageModel", "Sam3Processor", "check_sam3_files"]
