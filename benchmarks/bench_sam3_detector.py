@@ -56,9 +56,10 @@ def main() -> None:
     family = FAMILIES["sam3_detector"]
     prompts = {}
     for name, boxes in (("text only", 0), ("text + 1 box", 1)):
-        feeds = family.example_feeds(arch.grid, arch.d_model, 1, 1, seed=boxes)
+        slots = int(load_recipe("sam3_detector").extra["detector"]["max_boxes"])
+        feeds = family.example_feeds(arch.grid, arch.d_model, 1, slots, seed=boxes)
         feeds["text_padding"][:] = np.arange(32)[None, :] >= 5  # start, 3 words, end
-        feeds["box_padding"][:] = boxes == 0
+        feeds["box_padding"][:] = np.arange(slots)[None, :] >= boxes
         prompts[name] = feeds
     runners = {"vitdeploy onnxruntime": open_runner(path, runtime="onnxruntime", threads=args.threads),
                "vitdeploy openvino f32": open_runner(path, runtime="openvino", threads=args.threads)}

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tests.cli_helpers import assert_user_error, run
+from tests.sam3_fixtures import SEED, sam3_tiny_files
 from vitdeploy.metadata import metadata_of
 from vitdeploy.models.recipes import RECIPE_DIR
 from vitdeploy.parity import TOLERANCES, compare
@@ -21,7 +22,6 @@ from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 pytest.importorskip("sam3", reason="the official sam3 package is not installed (scripts/test.sh installs it)")
 
 FP32 = TOLERANCES["fp32"]
-SEED = 4
 RECIPE = "sam3_tiny_detector"
 OUTPUTS = ("pred_logits", "pred_boxes", "pred_masks", "presence_logit")
 
@@ -44,10 +44,7 @@ def official():
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from vitdeploy.pipeline import export_from_recipe
-
-    out = tmp_path_factory.mktemp("sam3_detector") / "detector.onnx"
-    return export_from_recipe(RECIPE, out, random_weights=True, seed=SEED).path
+    return sam3_tiny_files(tmp_path_factory)[2]
 
 
 def feeds(boxes: int, seed: int, batch: int = 1) -> dict[str, np.ndarray]:
@@ -146,3 +143,22 @@ def test_the_exporter_refuses_a_dynamic_axis_the_code_fixes(tmp_path: Path) -> N
         export_onnx(FixesTheCount().eval(), (torch.ones(3, 2),), out, input_names=["x"], output_names=["y"], metadata={},
                     dynamic_axes={"x": {0: "count"}})
     assert not out.exists()
+
+
+@pytest.mark.parametrize("grid", [8, 72], ids=["tiny-grid", "full-grid"])
+def test_box_pooling_by_sampling_is_torchvisions_roi_align(grid: int) -> None:
+    """The pooling without RoiAlign (TensorRT-RTX has none) against ``torchvision.ops.roi_align`` as the official
+    geometry encoder calls it: random boxes, the whole map, a box thinner than one cell, one at the far corner."""
+    import torchvision
+
+    from vitdeploy.rewrites.sam3_detector import roi_align_by_sampling
+
+    gen = torch.Generator().manual_seed(grid)
+    features = torch.randn(2, 16, grid, grid, generator=gen)
+    centers, sizes = torch.rand(2, 6, 2, generator=gen) * grid, torch.rand(2, 6, 2, generator=gen) * grid
+    boxes = torch.cat([(centers - sizes / 2).clamp(0, grid), (centers + sizes / 2).clamp(0, grid)], dim=-1)
+    boxes[0, :3] = torch.tensor([[0.0, 0.0, grid, grid], [3.0, 3.0, 3.2, 3.1], [grid - 0.5, grid - 0.5, grid, grid]])
+    rows = torch.cat([torch.arange(2.0).reshape(2, 1, 1).expand(2, 6, 1), boxes], dim=-1).reshape(-1, 5)
+    result = compare(torchvision.ops.roi_align(features, rows, 7), roi_align_by_sampling(features, boxes, 7), FP32,
+                     "roi_align")
+    assert result.passed and result.max_abs < 1e-5, result.summary()

@@ -221,6 +221,6 @@ def test_a_sam3_file_where_a_sam_predictor_belongs_is_refused_before_it_is_opene
                  ["embed", "-e", str(exported), "--images", "calibration/images", "--out-dir", str(tmp_path / "emb")],
                  ["serve", "-e", str(exported), "-d", str(decoder), "--port", "0"]):
         code, output = run(*args)
-        assert_user_error(code, output, "SAM 3 file", "no SAM 3 predictor or verb yet")
+        assert_user_error(code, output, "SAM 3 file", "segment-concept", "Sam3Processor")
     assert sorted(p.name for p in tmp_path.iterdir() if p != cache) == ["dec.onnx"], "something was written"
     assert not list(cache.rglob("*.json")), "a probe ran before the refusal"

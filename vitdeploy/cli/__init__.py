@@ -36,6 +36,7 @@ VERB_MODULES: tuple[str, ...] = (
     "optimize_cmd",
     "predict_cmd",
     "segment_all_cmd",
+    "segment_concept_cmd",
     "serve_cmd",
     "track_cmd",
     "tune_cmd",

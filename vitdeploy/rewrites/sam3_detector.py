@@ -22,8 +22,10 @@ What differs from the official modules, each for a stated reason, with the same 
   ``concat_padded_sequences`` scatters the CLS token to just after the last valid box, an index that depends on the
   data). Every token after the geometry encoder is read through attention or a masked mean with the padding as
   the key mask, which no order of the keys changes, so the valid tokens are the same;
-- the box pooling is ``torchvision.ops.roi_align`` on one (K, 5) tensor of (image, box) rows (the official passes a
-  list per image, which a dynamic batch cannot unbind): ONNX's ``RoiAlign``;
+- the box pooling (``torchvision.ops.roi_align``, 7x7 bins, adaptive sampling, ``aligned=False``) is written as
+  bilinear sampling (:func:`roi_align_by_sampling`: ONNX ``GridSample``) of every bin's sample points up to the
+  most a box inside the grid can need, the ones past a box's own count masked out: TensorRT-RTX has no ``RoiAlign``
+  (TensorRT has it as a plugin only), and the count of samples per bin, which depends on the box, becomes a mask;
 - the image's sine position table is computed once by the official ``PositionEmbeddingSine`` and kept as a constant;
 - the decoder's loop is written out for one feature level of a known size: the box-relative position bias is
   computed over that grid (the official reads the size from a tensor and caches it by value), the multiplication of
@@ -43,6 +45,7 @@ calls them.
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 from torch import nn
@@ -98,6 +101,47 @@ def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: 
     out = torch.matmul(scores.softmax(dim=-1), v).transpose(0, 1).reshape(-1, batch, width)
     out = module.out_proj(out)
     return out.transpose(0, 1) if module.batch_first else out
+
+
+def roi_align_by_sampling(features: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Tensor:
+    """``torchvision.ops.roi_align(features, rows, size)`` (``spatial_scale=1``, ``sampling_ratio=-1``,
+    ``aligned=False``) for (B, N, 4) boxes x0, y0, x1, y1 in feature pixels -> (B*N, C, size, size), image-major, with
+    a fixed number of sample points.
+
+    torchvision's kernel averages, per bin, ``ceil(roi / size)`` x ``ceil(roi / size)`` bilinear samples at
+    ``start + bin * b + (i + 0.5) * b / count`` (``b = max(roi, 1) / size``); a sample outside [-1, H] x [-1, W] is 0,
+    one inside is taken clamped to the map. Here every bin takes the most samples a box inside the map needs
+    (``ceil(H / size)``), bilinear by ``grid_sample`` (``align_corners=True``, border: the clamp), and the samples
+    past the box's own count weigh 0."""
+    batch, channels, height, width = features.shape
+    most = max(math.ceil(height / size), math.ceil(width / size), 1)
+    x0, y0, x1, y1 = boxes.unbind(-1)  # B, N
+
+    def samples(start: torch.Tensor, extent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Positions (B, N, size, most), their weight 0/1 and the count (B, N) along one axis."""
+        step = extent / size
+        count = torch.ceil(extent / size)
+        bins = torch.arange(size, dtype=features.dtype).reshape(1, 1, size, 1)
+        index = torch.arange(most, dtype=features.dtype).reshape(1, 1, 1, most)
+        position = start[..., None, None] + bins * step[..., None, None] + \
+            (index + 0.5) * step[..., None, None] / count[..., None, None]
+        used = (index < count[..., None, None]).to(features.dtype)
+        return position, used, count
+
+    ys, y_used, y_count = samples(y0, torch.clamp(y1 - y0, min=1.0))
+    xs, x_used, x_count = samples(x0, torch.clamp(x1 - x0, min=1.0))
+    y_used = y_used * ((ys >= -1.0) & (ys <= height)).to(features.dtype)  # outside the map: 0
+    x_used = x_used * ((xs >= -1.0) & (xs <= width)).to(features.dtype)
+    count = boxes.shape[1]
+    side = size * most
+    gy = (ys.reshape(batch, count, side, 1) * (2.0 / (height - 1)) - 1.0).expand(batch, count, side, side)
+    gx = (xs.reshape(batch, count, 1, side) * (2.0 / (width - 1)) - 1.0).expand(batch, count, side, side)
+    grid = torch.stack([gx, gy], dim=-1).reshape(batch, count * side, side, 2)
+    sampled = nn.functional.grid_sample(features, grid, mode="bilinear", padding_mode="border", align_corners=True)
+    sampled = sampled.reshape(batch, channels, count, size, most, size, most)
+    weights = y_used.reshape(batch, 1, count, size, most, 1, 1) * x_used.reshape(batch, 1, count, 1, 1, size, most)
+    pooled = (sampled * weights).sum(dim=(4, 6)) / (y_count * x_count).reshape(batch, 1, count, 1, 1)
+    return pooled.permute(0, 2, 1, 3, 4).reshape(batch * count, channels, size, size)
 
 
 class PromptAttentionLayer(nn.Module):
@@ -213,18 +257,13 @@ class StaticGeometryEncoder(nn.Module):
     def forward(self, img, img_pos, boxes, box_labels, box_padding):
         """img, img_pos: (g*g, B, d) sequence first; boxes (B, N, 4) -> tokens (N+1, B, d) and their padding (B, N+1)."""
         from sam3.model.box_ops import box_cxcywh_to_xyxy
-        from torchvision.ops import roi_align
-
         batch, g, d = boxes.shape[0], self.grid, self.d_model  # the number of boxes stays symbolic (-1)
         boxes = boxes.transpose(0, 1)  # N, B, 4 (sequence first, as the official)
         embed = self.boxes_direct_project(boxes)
         feats = self.img_pre_norm(img).permute(1, 2, 0).reshape(batch, d, g, g)
         corners = box_cxcywh_to_xyxy(boxes) * float(g)  # the grid is square: W == H
-        corners = corners.transpose(0, 1)  # B, N, 4
-        # each box's image: 0 * a coordinate (finite) broadcast, as zeros_like of a dynamic shape needs a Shape op
-        image_index = corners[..., :1] * 0.0 + torch.arange(batch, dtype=corners.dtype).reshape(batch, 1, 1)
-        rois = torch.cat([image_index, corners], dim=-1).reshape(-1, 5)  # (image, x0, y0, x1, y1), image-major
-        pooled = self.boxes_pool_project(roi_align(feats, rois, self.roi_size))
+        pooled = roi_align_by_sampling(feats, corners.transpose(0, 1), self.roi_size)  # B*N, d, r, r
+        pooled = self.boxes_pool_project(pooled)
         embed = embed + pooled.reshape(batch, -1, d).transpose(0, 1)
         embed = embed + self.boxes_pos_enc_project(self.encode_boxes(boxes))
         tokens = self.label_embed(box_labels.transpose(0, 1).long()) + embed
@@ -343,4 +382,4 @@ def rewrite_sam3_detector(official: nn.Module, position_encoding: nn.Module, gri
 
 
 __all__ = ["ExportableSam3Detector", "INPUT_NAMES", "OUTPUT_NAMES", "PromptAttentionLayer", "QueryDecoderLayer",
-           "Sam3Detector", "StaticGeometryEncoder", "attention", "rewrite_sam3_detector"]
+           "Sam3Detector", "StaticGeometryEncoder", "attention", "rewrite_sam3_detector", "roi_align_by_sampling"]

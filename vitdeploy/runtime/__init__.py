@@ -4,7 +4,7 @@
     forms       load-time rewrites of a graph for ONNX Runtime's CPU provider (unfolded, fused kernel, MHA)
     backends    one runner per runtime behind one contract (``Runner``, ``RunnerOptions``), the runtime
                 registry and the loader that opens any file vitdeploy writes
-    apps        applications on those runners: SAM's and SAM 2's predictors, automatic mask generator, batch
+    apps        applications on those runners: SAM's, SAM 2's and SAM 3's predictors, automatic mask generator, batch
                 predict, embeddings, overlays, dataset jobs, the server
 
 Each wing imports only from the ones listed above it (``vitdeploy.LAYERS``). Nothing in this package
@@ -27,6 +27,8 @@ _WHERE = {
     "SamAutomaticMaskGenerator": "apps.sam.mask_generator",
     "Sam2ImagePredictor": "apps.sam2.image_predictor",
     "Sam2VideoPredictor": "apps.sam2.video_predictor",
+    "Sam3ImageModel": "apps.sam3.processor",
+    "Sam3Processor": "apps.sam3.processor",
     "SamPreprocessor": "processing.preprocess",
     "preprocess_shape": "processing.preprocess",
     "read_image_rgb": "processing.images",

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 
+from tests.sam3_fixtures import SEED, sam3_tiny_files
 from vitdeploy.errors import InputError
 
 pytest.importorskip("sam3", reason="the official sam3 package is not installed (scripts/test.sh installs it)")
 
-SEED = 6
 PROMPTS = ("yellow school bus", "a person", "dog")
 #: Every query before the threshold: scores and mask probabilities (cosine), boxes (IoU per query).
 COSINE_MIN, BOX_IOU_MIN, MASK_IOU_MIN = 0.9999, 0.99, 0.99
@@ -37,11 +37,7 @@ def vocab() -> Path:
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    from vitdeploy.pipeline import export_from_recipe
-
-    folder = tmp_path_factory.mktemp("sam3_processor")
-    return tuple(export_from_recipe(recipe, folder / f"{recipe}.onnx", random_weights=True, seed=SEED).path
-                 for recipe in ("sam3_tiny", "sam3_tiny_text", "sam3_tiny_detector"))
+    return sam3_tiny_files(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

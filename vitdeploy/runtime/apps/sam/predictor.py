@@ -47,8 +47,8 @@ MASK_THRESHOLD = 0.0  # Sam.mask_threshold
 SAM2_HERE = ("a SAM 2 file: SAM 2 runs in Sam2ImagePredictor, Sam2VideoPredictor, predict, segment-all --image and "
              "track; embed, segment-all --images and serve take SAM 1 files")
 #: Said where a SAM 3 file reaches a predictor or a verb.
-SAM3_HERE = ("a SAM 3 file: vitdeploy exports, validates and runs SAM 3's encoders (open_runner; docs/sam3.md), but "
-             "has no SAM 3 predictor or verb yet")
+SAM3_HERE = ("a SAM 3 file: 'vitdeploy segment-concept' and vitdeploy.runtime.Sam3Processor take SAM 3's vision "
+             "encoder, text encoder and detector (docs/sam3.md); this verb takes SAM (1) and SAM 2 files")
 
 
 def check_sam_encoder(encoder: dict[str, Any], name: str = "the encoder artifact") -> None:

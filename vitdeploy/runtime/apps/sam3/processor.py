@@ -98,6 +98,7 @@ class Sam3ImageModel:
         check_sam3_files(self.vision.metadata, self.text.metadata, self.detector.metadata)
         meta = self.detector.metadata
         self.resolution = int(meta["input_size"][0])
+        self.variant = str(meta.get("variant"))
         self.max_boxes = int(meta["max_boxes"])
         self.context_length = int(meta["context_length"])
         self._tokenizer = tokenizer

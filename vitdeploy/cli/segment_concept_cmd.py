@@ -1,0 +1,102 @@
+"""``vitdeploy segment-concept``: every instance of a concept (a text and/or exemplar boxes) in images, with SAM 3."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from vitdeploy.cli.options import (auto_runtime_option, echo_deployments, force_option, handle_errors, parse_box,
+                                   runtime_threads_option, threads_for, verbose_option)
+
+
+def _boxes(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> tuple:
+    return tuple(parse_box(v) for v in values)
+
+
+@click.command("segment-concept")
+@click.option("--vision", "-V", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="SAM 3's exported vision encoder (vitdeploy export -r sam3).")
+@click.option("--text-encoder", "-T", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="SAM 3's exported text encoder (-r sam3_text).")
+@click.option("--detector", "-D", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="SAM 3's exported detector (-r sam3_detector).")
+@click.option("--image", "-i", required=True, type=click.Path(exists=False, path_type=str),
+              help="An image, or a folder of images.")
+@click.option("--text", "-t", default=None, help='The concept in words, e.g. "yellow school bus".')
+@click.option("--box", "-b", "boxes", multiple=True, callback=_boxes,
+              help="An exemplar box X0,Y0,X1,Y1 in pixels: an instance of the concept (repeatable).")
+@click.option("--negative-box", "negative_boxes", multiple=True, callback=_boxes,
+              help="A box X0,Y0,X1,Y1 of something that is not the concept (repeatable).")
+@click.option("--threshold", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
+              help="Keep an instance when its score (query score x presence score) exceeds this.")
+@click.option("--output", "-o", required=True, type=click.Path(path_type=str),
+              help="OUT.json for one image (beside it OUT.masks.png, pixel value = instance number, and "
+                   "OUT.overlay.png); a folder for a folder of images (<stem>.json and its PNGs).")
+@click.option("--output-mode", type=click.Choice(["coco_rle", "uncompressed_rle"]), default="coco_rle",
+              show_default=True, help="Segmentation encoding in the JSON: COCO's compressed RLE string, or uncompressed.")
+@auto_runtime_option
+@runtime_threads_option
+@force_option
+@verbose_option
+@handle_errors
+def segment_concept(vision: str, text_encoder: str, detector: str, image: str, text: str | None, boxes: tuple,
+                    negative_boxes: tuple, threshold: float, output: str, output_mode: str, runtime: str,
+                    inference_precision: str | None, threads: int | None, force: bool, verbose: bool) -> None:
+    """Segment every instance of a concept: a text prompt and/or exemplar boxes (SAM 3's Sam3Processor).
+
+    \b
+    Each image gets a JSON of instances (score, bbox XYWH and XYXY in pixels, area, segmentation as COCO RLE),
+    a label PNG (0 background, k where instance k is; the higher score wins a shared pixel) and an overlay.
+    Boxes are in pixels of each image (the official takes cx, cy, w, h in [0, 1]: converted here).
+
+    \b
+    Examples:
+      vitdeploy segment-concept -V sam3.onnx -T sam3_text.onnx -D sam3_detector.onnx -i street.jpg \\
+          --text "yellow school bus" -o buses.json
+      vitdeploy segment-concept -V sam3.onnx -T sam3_text.onnx -D sam3_detector.onnx -i shelf.jpg \\
+          --box 120,40,180,160 -o cans.json
+      vitdeploy segment-concept -V sam3.onnx -T sam3_text.onnx -D sam3_detector.onnx -i photos/ --text dog -o dogs/
+    """
+    from pathlib import Path
+
+    from vitdeploy.cli.progress import format_seconds
+    from vitdeploy.fileio import check_output_path, claim_outputs, require_model_file
+    from vitdeploy.runtime.apps.sam3.concept import (ConceptPrompt, check_concept_jobs, plan_concept_jobs,
+                                                     run_concept_job)
+    from vitdeploy.runtime.apps.sam3.processor import Sam3ImageModel, Sam3Processor
+
+    prompt = ConceptPrompt(text, tuple(boxes) + tuple(negative_boxes),
+                           (True,) * len(boxes) + (False,) * len(negative_boxes))
+    if not Path(image).exists():
+        raise click.BadParameter(f"'{image}' does not exist", param_hint="--image")
+    jobs = plan_concept_jobs(image, output)
+    new_dirs = sorted({job.output.parent for job in jobs if not job.output.parent.exists()})
+    for directory in new_dirs:
+        check_output_path(directory)
+    claim_outputs([p for job in jobs for p in job.outputs() if p.parent not in new_dirs], force)
+    for path in (vision, text_encoder, detector):
+        require_model_file(path)
+    check_concept_jobs(jobs, prompt)
+    model = Sam3ImageModel(vision, text_encoder, detector, threads=threads_for(runtime, threads), runtime=runtime,
+                           inference_precision=inference_precision)
+    echo_deployments(model.vision, model.text, model.detector)
+    if prompt.text is not None:
+        model.encode_text(prompt.text)  # an empty or over-long text is refused before any image is encoded
+    processor = Sam3Processor(model, confidence_threshold=threshold)
+    for directory in new_dirs:
+        directory.mkdir(parents=True, exist_ok=True)
+    what = " and ".join(filter(None, [f'"{prompt.text}"' if prompt.text is not None else None,
+                                      f"{len(prompt.boxes)} exemplar box(es)" if prompt.boxes else None]))
+    click.echo(f"finding {what} in {len(jobs)} image(s) with {model.variant}")
+    start = time.perf_counter()
+    total = 0
+    for job in jobs:
+        found = len(run_concept_job(processor, job, prompt, output_mode)["instances"])
+        total += found
+        click.echo(f"{job.image.name}: {found} instance(s) -> {job.output}")
+    click.echo(f"{total} instance(s) in {len(jobs)} image(s) in {format_seconds(time.perf_counter() - start)}; "
+               f"wrote {jobs[0].output}{' ...' if len(jobs) > 1 else ''} with its .masks.png and .overlay.png")
+
+
+COMMAND = segment_concept
