@@ -22,9 +22,9 @@ What differs from the official modules, each for a stated reason, with the same 
   ``concat_padded_sequences`` scatters the CLS token to just after the last valid box, an index that depends on the
   data). Every token after the geometry encoder is read through attention or a masked mean with the padding as
   the key mask, which no order of the keys changes, so the valid tokens are the same;
-- the box pooling (``torchvision.ops.roi_align``, 7x7 bins, adaptive sampling, ``aligned=False``) is written as
-  bilinear sampling (:func:`roi_align_by_sampling`: ONNX ``GridSample``) of every bin's sample points up to the
-  most a box inside the grid can need, the ones past a box's own count masked out: TensorRT-RTX has no ``RoiAlign``
+- the box pooling (``torchvision.ops.roi_align``, 7x7 bins, adaptive sampling, ``aligned=False``) is written as two
+  matrix products of separable bilinear weights (:func:`roi_align_by_sampling`), every bin's samples up to the most
+  a box inside the grid can need, the ones past a box's own count weighted 0: TensorRT-RTX has no ``RoiAlign``
   (TensorRT has it as a plugin only), and the count of samples per bin, which depends on the box, becomes a mask;
 - the image's sine position table is computed once by the official ``PositionEmbeddingSine`` and kept as a constant;
 - the decoder's loop is written out for one feature level of a known size: the box-relative position bias is
@@ -105,44 +105,36 @@ def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: 
 
 def roi_align_by_sampling(features: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Tensor:
     """``torchvision.ops.roi_align(features, rows, size)`` (``spatial_scale=1``, ``sampling_ratio=-1``,
-    ``aligned=False``) for (B, N, 4) boxes x0, y0, x1, y1 in feature pixels -> (B*N, C, size, size), image-major, with
-    a fixed number of sample points.
+    ``aligned=False``) for (B, N, 4) boxes x0, y0, x1, y1 in feature pixels -> (B*N, C, size, size), image-major, as
+    two matrix products.
 
     torchvision's kernel averages, per bin, ``ceil(roi / size)`` x ``ceil(roi / size)`` bilinear samples at
     ``start + bin * b + (i + 0.5) * b / count`` (``b = max(roi, 1) / size``); a sample outside [-1, H] x [-1, W] is 0,
-    one inside is taken clamped to the map. Here every bin takes the most samples a box inside the map needs
-    (``ceil(H / size)``), bilinear by ``grid_sample`` (``align_corners=True``, border: the clamp), and the samples
-    past the box's own count weigh 0."""
+    one inside is taken clamped to the map. Bilinear sampling is separable, so the average over a bin's samples is
+    ``Wy @ F @ Wx^T`` with ``Wy`` (size, H) each bin's rows' weights summed over its samples (the hat function
+    ``max(0, 1 - |y - r|)`` of the clamped position) and divided by their count, ``Wx`` the same for columns. Every
+    bin takes the most samples a box inside the map needs (``ceil(H / size)``); those past the box's own count
+    weigh 0."""
     batch, channels, height, width = features.shape
     most = max(math.ceil(height / size), math.ceil(width / size), 1)
     x0, y0, x1, y1 = boxes.unbind(-1)  # B, N
 
-    def samples(start: torch.Tensor, extent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Positions (B, N, size, most), their weight 0/1 and the count (B, N) along one axis."""
+    def weights(start: torch.Tensor, extent: torch.Tensor, length: int) -> torch.Tensor:
+        """(B, N, size, length): each bin's average of its samples' bilinear weights along one axis."""
         step = extent / size
-        count = torch.ceil(extent / size)
+        count = torch.ceil(extent / size)[..., None, None]
         bins = torch.arange(size, dtype=features.dtype).reshape(1, 1, size, 1)
         index = torch.arange(most, dtype=features.dtype).reshape(1, 1, 1, most)
-        position = start[..., None, None] + bins * step[..., None, None] + \
-            (index + 0.5) * step[..., None, None] / count[..., None, None]
-        used = (index < count[..., None, None]).to(features.dtype)
-        return position, used, count
+        position = start[..., None, None] + bins * step[..., None, None] + (index + 0.5) * step[..., None, None] / count
+        used = (index < count) & (position >= -1.0) & (position <= length)  # B, N, size, most
+        cells = torch.arange(length, dtype=features.dtype)
+        hat = torch.relu(1.0 - torch.abs(torch.clamp(position, 0.0, length - 1.0)[..., None] - cells))
+        return (hat * used.to(features.dtype)[..., None]).sum(dim=3) / count
 
-    ys, y_used, y_count = samples(y0, torch.clamp(y1 - y0, min=1.0))
-    xs, x_used, x_count = samples(x0, torch.clamp(x1 - x0, min=1.0))
-    y_used = y_used * ((ys >= -1.0) & (ys <= height)).to(features.dtype)  # outside the map: 0
-    x_used = x_used * ((xs >= -1.0) & (xs <= width)).to(features.dtype)
-    count = boxes.shape[1]
-    side = size * most
-    gy = (ys.reshape(batch, count, side, 1) * (2.0 / (height - 1)) - 1.0).expand(batch, count, side, side)
-    gx = (xs.reshape(batch, count, 1, side) * (2.0 / (width - 1)) - 1.0).expand(batch, count, side, side)
-    grid = torch.stack([gx, gy], dim=-1).reshape(batch, count * side, side, 2)
-    sampled = nn.functional.grid_sample(features, grid, mode="bilinear", padding_mode="border", align_corners=True)
-    sampled = sampled.reshape(batch, channels, count, size, most, size, most)
-    weights = y_used.reshape(batch, 1, count, size, most, 1, 1) * x_used.reshape(batch, 1, count, 1, 1, size, most)
-    pooled = (sampled * weights).sum(dim=(4, 6)) / (y_count * x_count).reshape(batch, 1, count, 1, 1)
-    return pooled.permute(0, 2, 1, 3, 4).reshape(batch * count, channels, size, size)
-
+    rows = weights(y0, torch.clamp(y1 - y0, min=1.0), height)  # B, N, size, H
+    cols = weights(x0, torch.clamp(x1 - x0, min=1.0), width)  # B, N, size, W
+    pooled = torch.matmul(rows[:, :, None], torch.matmul(features[:, None], cols.transpose(-1, -2)[:, :, None]))
+    return pooled.reshape(-1, channels, size, size)  # B*N, C, size, size
 
 class PromptAttentionLayer(nn.Module):
     """The official ``TransformerEncoderLayer.forward_pre`` (eval, no DAC): self-attention, cross-attention to a
