@@ -162,3 +162,31 @@ def test_box_pooling_by_sampling_is_torchvisions_roi_align(grid: int) -> None:
     result = compare(torchvision.ops.roi_align(features, rows, 7), roi_align_by_sampling(features, boxes, 7), FP32,
                      "roi_align")
     assert result.passed and result.max_abs < 1e-6, result.summary()
+
+
+def test_fp16_of_the_detector_holds_on_inputs_recorded_from_the_bundled_images(tmp_path_factory) -> None:
+    """FP16 through the detector: its inputs recorded while Sam3Processor runs the tiny model on bundled images (a
+    text prompt, then an exemplar box), ``calibrate -p fp16 --feeds`` on them; the held-out sets within the fp16
+    budget of the FP32 file and of the official eager detector (cosine >= 0.9999)."""
+    import re
+
+    from vitdeploy.precision.calibration_data import bundled_calibration_dir
+    from vitdeploy.runtime.apps.sam3.processor import Sam3ImageModel, Sam3Processor
+    from vitdeploy.runtime.processing.images import read_image_rgb
+
+    files = sam3_tiny_files(tmp_path_factory)
+    model = Sam3ImageModel(*files, runtime="onnxruntime")
+    recorder = model.record_inputs("detector")
+    processor = Sam3Processor(model)
+    for path in sorted(bundled_calibration_dir().glob("calib_0[0-5]*")):
+        state = processor.set_image(read_image_rgb(path))
+        processor.set_text_prompt(state=state, prompt="a shape")
+        processor.add_geometric_prompt([0.4, 0.5, 0.3, 0.4], True, state)
+    folder = tmp_path_factory.mktemp("sam3_fp16")
+    recorder.save(folder / "inputs.npz", {"graph": "detector"})
+    code, output = run("calibrate", str(files[2]), "-p", "fp16", "--feeds", str(folder / "inputs.npz"), "-o",
+                       str(folder / "detector.fp16.onnx"))
+    assert code == 0, output
+    for line in ("parity vs FP32 ONNX", "parity vs eager official"):
+        found = re.search(rf"{line}: worst cosine ([0-9.]+).*within 'fp16'", output)
+        assert found and float(found.group(1)) >= 0.9999, output

@@ -113,3 +113,28 @@ def test_kept_nodes_keep_their_weights_in_fp32():
     naive = rewrite_to_half(model, [])
     naive_rel = float(np.linalg.norm(run_faithful(naive, [{"x": x}])[0]["y"] - expected) / np.linalg.norm(expected))
     assert naive_rel > 10 * rel, (naive_rel, rel)  # the weights' rounding is what the island avoids
+
+
+def test_a_cast_from_bool_to_float_becomes_a_cast_to_fp16():
+    """onnxconverter-common types a converted Cast's output FP16 but leaves ``to=FLOAT`` (a boolean mask cast to float,
+    as SAM 3's detector pools its prompt): the rewrite retargets it, so ONNX Runtime loads the graph and the values
+    hold."""
+    from onnx import TensorProto, helper
+
+    from vitdeploy.precision.half_precision import rewrite_to_half
+
+    graph = helper.make_graph(
+        [helper.make_node("Not", ["mask"], ["valid"], name="not"),
+         helper.make_node("Cast", ["valid"], ["weight"], to=TensorProto.FLOAT, name="cast"),
+         helper.make_node("Mul", ["x", "weight"], ["y"], name="mul")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+              helper.make_tensor_value_info("mask", TensorProto.BOOL, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    half = rewrite_to_half(model, keep_fp32=[])
+    cast = next(n for n in half.graph.node if n.name == "cast")
+    assert cast.attribute[0].i == TensorProto.FLOAT16
+    x = np.array([1.5, -2.0, 3.25, 4.0], np.float32)
+    mask = np.array([False, True, False, True])
+    (y,) = ort_session(half).run(None, {"x": x, "mask": mask})
+    np.testing.assert_array_equal(y, x * ~mask)

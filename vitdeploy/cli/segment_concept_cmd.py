@@ -14,6 +14,18 @@ def _boxes(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
     return tuple(parse_box(v) for v in values)
 
 
+def _records(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    from vitdeploy.runtime.apps.sam3.processor import GRAPHS
+
+    records = {}
+    for text in values:
+        graph, _, path = text.partition(":")
+        if graph not in GRAPHS or not path:
+            raise click.BadParameter(f"'{text}' is not GRAPH:FILE with GRAPH one of {', '.join(GRAPHS)}")
+        records[graph] = path
+    return records
+
+
 @click.command("segment-concept")
 @click.option("--vision", "-V", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="SAM 3's exported vision encoder (vitdeploy export -r sam3).")
@@ -35,13 +47,17 @@ def _boxes(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
                    "OUT.overlay.png); a folder for a folder of images (<stem>.json and its PNGs).")
 @click.option("--output-mode", type=click.Choice(["coco_rle", "uncompressed_rle"]), default="coco_rle",
               show_default=True, help="Segmentation encoding in the JSON: COCO's compressed RLE string, or uncompressed.")
+@click.option("--record-inputs", "records", multiple=True, callback=_records, metavar="GRAPH:FILE",
+              help="Keep up to 16 of a graph's input sets from this run (vision_encoder, text_encoder, detector) in FILE "
+                   "(.npz), to calibrate it on real inputs: 'vitdeploy calibrate GRAPH.onnx --feeds FILE'.")
 @auto_runtime_option
 @runtime_threads_option
 @force_option
 @verbose_option
 @handle_errors
 def segment_concept(vision: str, text_encoder: str, detector: str, image: str, text: str | None, boxes: tuple,
-                    negative_boxes: tuple, threshold: float, output: str, output_mode: str, runtime: str,
+                    negative_boxes: tuple, threshold: float, output: str, output_mode: str, records: dict[str, str],
+                    runtime: str,
                     inference_precision: str | None, threads: int | None, force: bool, verbose: bool) -> None:
     """Segment every instance of a concept: a text prompt and/or exemplar boxes (SAM 3's Sam3Processor).
 
@@ -64,7 +80,7 @@ def segment_concept(vision: str, text_encoder: str, detector: str, image: str, t
     from vitdeploy.fileio import check_output_path, claim_outputs, require_model_file
     from vitdeploy.runtime.apps.sam3.concept import (ConceptPrompt, check_concept_jobs, plan_concept_jobs,
                                                      run_concept_job)
-    from vitdeploy.runtime.apps.sam3.processor import Sam3ImageModel, Sam3Processor
+    from vitdeploy.runtime.apps.sam3.processor import GRAPHS, Sam3ImageModel, Sam3Processor
 
     prompt = ConceptPrompt(text, tuple(boxes) + tuple(negative_boxes),
                            (True,) * len(boxes) + (False,) * len(negative_boxes))
@@ -74,13 +90,15 @@ def segment_concept(vision: str, text_encoder: str, detector: str, image: str, t
     new_dirs = sorted({job.output.parent for job in jobs if not job.output.parent.exists()})
     for directory in new_dirs:
         check_output_path(directory)
-    claim_outputs([p for job in jobs for p in job.outputs() if p.parent not in new_dirs], force)
+    claim_outputs([p for job in jobs for p in job.outputs() if p.parent not in new_dirs] + list(records.values()),
+                  force)
     for path in (vision, text_encoder, detector):
         require_model_file(path)
     check_concept_jobs(jobs, prompt)
     model = Sam3ImageModel(vision, text_encoder, detector, threads=threads_for(runtime, threads), runtime=runtime,
                            inference_precision=inference_precision)
     echo_deployments(model.vision, model.text, model.detector)
+    recorders = {graph: model.record_inputs(graph) for graph in records}
     if prompt.text is not None:
         model.encode_text(prompt.text)  # an empty or over-long text is refused before any image is encoded
     processor = Sam3Processor(model, confidence_threshold=threshold)
@@ -97,6 +115,10 @@ def segment_concept(vision: str, text_encoder: str, detector: str, image: str, t
         click.echo(f"{job.image.name}: {found} instance(s) -> {job.output}")
     click.echo(f"{total} instance(s) in {len(jobs)} image(s) in {format_seconds(time.perf_counter() - start)}; "
                f"wrote {jobs[0].output}{' ...' if len(jobs) > 1 else ''} with its .masks.png and .overlay.png")
+    for graph, recorder in recorders.items():
+        runner = getattr(model, GRAPHS[graph])
+        recorder.save(records[graph], {"graph": graph, "file": str(runner.path), "variant": model.variant})
+        click.echo(f"recorded {len(recorder.samples)} of {recorder.calls} {graph} input set(s) to {records[graph]}")
 
 
 COMMAND = segment_concept

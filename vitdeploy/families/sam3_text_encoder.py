@@ -23,6 +23,7 @@ START_ID, END_ID = 49406, 49407
 
 class Sam3TextEncoderFamily(ModelFamily):
     name = "sam3_text_encoder"
+    recipe_suffix = "_text"
     title = "SAM 3 text encoders"
     role = ("SAM 3 text encoder: a text prompt's CLIP token ids -> the text memory the detector attends to and the "
             "token embeddings (VETextEncoder)")

@@ -146,8 +146,24 @@ def rewrite_to_half(model: onnx.ModelProto, keep_fp32: Sequence[str], keep_io_ty
             )
     except ValueError as exc:  # raised for already-FP16 graphs and unsupported structures
         raise PrecisionError(f"onnxconverter-common could not convert the graph: {str(exc).splitlines()[0]}") from exc
-    converted = remove_half_roundtrips(restore_fp32_weights(converted, model))
+    converted = remove_half_roundtrips(restore_fp32_weights(retarget_float_casts(converted), model))
     return retype_to_bf16(converted, model) if fmt is BF16 else converted
+
+
+def retarget_float_casts(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Make each ``Cast(to=FLOAT)`` whose output the converter typed FP16 cast to FLOAT16, in place; returns ``model``.
+
+    onnxconverter-common retypes every FP32 tensor of a converted node as FP16 but leaves a ``Cast``'s ``to`` as it
+    was: a cast from another type (SAM 3's detector casts boolean masks to float, ``(~mask).float()``) then
+    produces FLOAT into a tensor declared FLOAT16, and ONNX Runtime refuses the graph."""
+    half = {info.name for info in (*model.graph.value_info, *model.graph.output)
+            if info.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16}
+    for node in model.graph.node:
+        if node.op_type == "Cast" and node.output[0] in half:
+            for attr in node.attribute:
+                if attr.name == "to" and attr.i == onnx.TensorProto.FLOAT:
+                    attr.i = onnx.TensorProto.FLOAT16
+    return model
 
 
 def retype_to_bf16(model: onnx.ModelProto, source: onnx.ModelProto) -> onnx.ModelProto:

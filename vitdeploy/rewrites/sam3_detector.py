@@ -53,6 +53,10 @@ from torch import nn
 INPUT_NAMES = ("backbone_fpn_0", "backbone_fpn_1", "backbone_fpn_2", "text_memory", "text_padding", "boxes",
                "box_labels", "box_padding")
 OUTPUT_NAMES = ("pred_logits", "pred_boxes", "pred_masks", "presence_logit")
+#: The score of a padded key: the most negative finite FP16 value. Against any real score its softmax weight is 0 in
+#: FP32 and FP16, as -inf's is (the official masks with -inf); finite, it keeps every activation finite, which
+#: calibration checks and FP16 needs (every prompt has an unpadded key: the text's start token and the CLS token).
+MASKED = -65504.0
 
 
 def _pin_memory_shim():
@@ -97,7 +101,7 @@ def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: 
         scores = scores + attn_mask
     if key_padding_mask is not None:
         padding = key_padding_mask.reshape(batch, 1, 1, -1).expand(batch, heads, 1, -1).reshape(batch * heads, 1, -1)
-        scores = scores.masked_fill(padding, float("-inf"))
+        scores = scores.masked_fill(padding, MASKED)
     out = torch.matmul(scores.softmax(dim=-1), v).transpose(0, 1).reshape(-1, batch, width)
     out = module.out_proj(out)
     return out.transpose(0, 1) if module.batch_first else out
@@ -129,7 +133,8 @@ def roi_align_by_sampling(features: torch.Tensor, boxes: torch.Tensor, size: int
         used = (index < count) & (position >= -1.0) & (position <= length)  # B, N, size, most
         cells = torch.arange(length, dtype=features.dtype)
         hat = torch.relu(1.0 - torch.abs(torch.clamp(position, 0.0, length - 1.0)[..., None] - cells))
-        return (hat * used.to(features.dtype)[..., None]).sum(dim=3) / count
+        hat = torch.where(used[..., None], hat, 0.0)  # a select, not a cast: FP16 conversion keeps it typed
+        return hat.sum(dim=3) / count
 
     rows = weights(y0, torch.clamp(y1 - y0, min=1.0), height)  # B, N, size, H
     cols = weights(x0, torch.clamp(x1 - x0, min=1.0), width)  # B, N, size, W

@@ -44,12 +44,15 @@ from vitdeploy.runtime.processing.preprocess import check_rgb_uint8
 VISUAL_PROMPT = "visual"
 #: Text prompts whose features a model keeps (the official encodes each call anew).
 TEXT_CACHE_SIZE = 64
-PARTS = {"vision_encoder": ("the vision encoder", "sam3"), "text_encoder": ("the text encoder", "sam3_text"),
-         "detector": ("the detector", "sam3_detector")}
+#: The graphs of the model, as ``record_inputs`` names them, and the attribute that runs each.
+GRAPHS = {"vision_encoder": "vision", "text_encoder": "text", "detector": "detector"}
+PARTS = {"vision_encoder": "the vision encoder", "text_encoder": "the text encoder", "detector": "the detector"}
 
 
 def _check_part(metadata: dict[str, Any], part: str) -> None:
-    what, recipe = PARTS[part]
+    from vitdeploy.families import family_of_part
+
+    what, recipe = PARTS[part], "sam3" + family_of_part("sam3", part).recipe_suffix
     model, got = model_part(metadata)
     if (model, got) != ("sam3", part):
         found = f"SAM 3's {got.replace('_', ' ')}" if model == "sam3" else f"a '{metadata.get('family')}' model"
@@ -104,6 +107,24 @@ class Sam3ImageModel:
         self._tokenizer = tokenizer
         self._text_cache: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._box_slots = list(self.detector.input_shapes().get("boxes", [1, "num_boxes", 4]))[1]
+        self._recorders: dict[str, Any] = {}
+
+    def record_inputs(self, graph: str, limit: int = 16):
+        """From now on keep up to ``limit`` of ``graph``'s input sets (``vision_encoder``, ``text_encoder``,
+        ``detector``), spread over its calls: real inputs to calibrate it on (``recorder.save(path)``, then
+        ``vitdeploy calibrate --feeds path``)."""
+        from vitdeploy.runtime.processing.recorded_inputs import InputRecorder
+
+        if graph not in GRAPHS:
+            raise InputError(f"no graph '{graph}' to record: SAM 3's image model runs {', '.join(GRAPHS)}")
+        self._recorders[graph] = recorder = InputRecorder(limit)
+        return recorder
+
+    def _run(self, graph: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        recorder = self._recorders.get(graph)
+        if recorder is not None:
+            recorder(feeds)
+        return getattr(self, GRAPHS[graph]).run(feeds)
 
     @property
     def tokenizer(self):
@@ -122,7 +143,7 @@ class Sam3ImageModel:
         """An HxWx3 uint8 image -> the vision encoder's outputs (``backbone_fpn_*``, ``sam2_backbone_fpn_*``)."""
         pixels = self.preprocessor()(image)
         return {name: np.asarray(value, np.float32)
-                for name, value in self.vision.run({self.vision.input_names[0]: pixels}).items()}
+                for name, value in self._run("vision_encoder", {self.vision.input_names[0]: pixels}).items()}
 
     def encode_text(self, prompt: str) -> tuple[np.ndarray, np.ndarray]:
         """A text prompt -> (text_memory (1, L, d), text_padding (1, L) bool), kept per prompt."""
@@ -136,7 +157,7 @@ class Sam3ImageModel:
             raise InputError(f"the text prompt takes {count} tokens but SAM 3's text encoder reads {self.context_length} "
                              "(with its start and end): shorten it")
         tokens = self.tokenizer([prompt])
-        memory = np.asarray(self.text.run({self.text.input_names[0]: tokens})["text_memory"], np.float32)
+        memory = np.asarray(self._run("text_encoder", {self.text.input_names[0]: tokens})["text_memory"], np.float32)
         features = (memory, tokens == 0)
         self._text_cache[prompt] = features
         if len(self._text_cache) > TEXT_CACHE_SIZE:
@@ -158,7 +179,7 @@ class Sam3ImageModel:
         feeds = {f"backbone_fpn_{i}": features[f"backbone_fpn_{i}"] for i in range(3)}
         feeds.update(text_memory=text[0], text_padding=text[1], boxes=padded, box_labels=label_ids,
                      box_padding=(np.arange(slots) >= len(boxes))[None])
-        return {name: np.asarray(value) for name, value in self.detector.run(feeds).items()}
+        return {name: np.asarray(value) for name, value in self._run("detector", feeds).items()}
 
 
 def _check_box(box: Any) -> list[float]:
@@ -292,4 +313,4 @@ class Sam3Processor:
         return state
 
 
-__all__ = ["Sam3ImageModel", "Sam3Processor", "check_sam3_files"]
+__all__ = ["GRAPHS", "Sam3ImageModel", "Sam3Processor", "check_sam3_files"]
