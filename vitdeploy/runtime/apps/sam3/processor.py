@@ -105,6 +105,12 @@ class Sam3ImageModel:
         self.max_boxes = int(meta["max_boxes"])
         self.context_length = int(meta["context_length"])
         self._tokenizer = tokenizer
+        from vitdeploy.runtime.processing.sam3_transforms import Sam3Preprocessor
+
+        vision_meta = self.vision.metadata
+        #: ``Sam3Processor``'s image transform: the uint8 square resize, /255, normalized (the vision file's values).
+        self.preprocess = Sam3Preprocessor(int(vision_meta["input_size"][0]), tuple(vision_meta["pixel_mean"]),
+                                           tuple(vision_meta["pixel_std"]))
         self._text_cache: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._box_slots = list(self.detector.input_shapes().get("boxes", [1, "num_boxes", 4]))[1]
         self._recorders: dict[str, Any] = {}
@@ -134,14 +140,9 @@ class Sam3ImageModel:
             self._tokenizer = ClipTokenizer(context_length=self.context_length)
         return self._tokenizer
 
-    def preprocessor(self):
-        from vitdeploy.families import family_of
-
-        return family_of(self.vision.metadata).image_preprocessor(self.vision.metadata)
-
     def encode_image(self, image: np.ndarray) -> dict[str, np.ndarray]:
         """An HxWx3 uint8 image -> the vision encoder's outputs (``backbone_fpn_*``, ``sam2_backbone_fpn_*``)."""
-        pixels = self.preprocessor()(image)
+        pixels = self.preprocess(image)
         return {name: np.asarray(value, np.float32)
                 for name, value in self._run("vision_encoder", {self.vision.input_names[0]: pixels}).items()}
 
