@@ -6,8 +6,13 @@ import time
 
 import click
 
+from vitdeploy.cli.dataset_jobs import dataset_job_options
 from vitdeploy.cli.options import (auto_runtime_option, echo_deployments, force_option, handle_errors, parse_box,
                                    runtime_threads_option, threads_for, verbose_option)
+
+
+def dataset_job_options_optional(fn):
+    return dataset_job_options(fn, required=False)
 
 
 def _boxes(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> tuple:
@@ -33,8 +38,8 @@ def _records(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ..
               help="SAM 3's exported text encoder (-r sam3_text).")
 @click.option("--detector", "-D", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="SAM 3's exported detector (-r sam3_detector).")
-@click.option("--image", "-i", required=True, type=click.Path(exists=False, path_type=str),
-              help="An image, or a folder of images.")
+@click.option("--image", "-i", default=None, type=click.Path(exists=False, path_type=str),
+              help="An image, or a folder of images (or --images and --out-dir for a dataset job).")
 @click.option("--text", "-t", default=None, help='The concept in words, e.g. "yellow school bus".')
 @click.option("--box", "-b", "boxes", multiple=True, callback=_boxes,
               help="An exemplar box X0,Y0,X1,Y1 in pixels: an instance of the concept (repeatable).")
@@ -42,7 +47,7 @@ def _records(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ..
               help="A box X0,Y0,X1,Y1 of something that is not the concept (repeatable).")
 @click.option("--threshold", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
               help="Keep an instance when its score (query score x presence score) exceeds this.")
-@click.option("--output", "-o", required=True, type=click.Path(path_type=str),
+@click.option("--output", "-o", default=None, type=click.Path(path_type=str),
               help="OUT.json for one image (beside it OUT.masks.png, pixel value = instance number, and "
                    "OUT.overlay.png); a folder for a folder of images (<stem>.json and its PNGs).")
 @click.option("--output-mode", type=click.Choice(["coco_rle", "uncompressed_rle"]), default="coco_rle",
@@ -50,14 +55,16 @@ def _records(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ..
 @click.option("--record-inputs", "records", multiple=True, callback=_records, metavar="GRAPH:FILE",
               help="Keep up to 16 of a graph's input sets from this run (vision_encoder, text_encoder, detector) in FILE "
                    "(.npz), to calibrate it on real inputs: 'vitdeploy calibrate GRAPH.onnx --feeds FILE'.")
+@dataset_job_options_optional
 @auto_runtime_option
 @runtime_threads_option
 @force_option
 @verbose_option
 @handle_errors
 def segment_concept(vision: str, text_encoder: str, detector: str, image: str, text: str | None, boxes: tuple,
-                    negative_boxes: tuple, threshold: float, output: str, output_mode: str, records: dict[str, str],
-                    runtime: str,
+                    negative_boxes: tuple, threshold: float, output: str | None, output_mode: str,
+                    records: dict[str, str], images: str | None, out_dir: str | None, shard_size: int | None,
+                    ray_address: str | None, workers: int | None, runtime: str,
                     inference_precision: str | None, threads: int | None, force: bool, verbose: bool) -> None:
     """Segment every instance of a concept: a text prompt and/or exemplar boxes (SAM 3's Sam3Processor).
 
@@ -73,6 +80,11 @@ def segment_concept(vision: str, text_encoder: str, detector: str, image: str, t
       vitdeploy segment-concept -V sam3.onnx -T sam3_text.onnx -D sam3_detector.onnx -i shelf.jpg \\
           --box 120,40,180,160 -o cans.json
       vitdeploy segment-concept -V sam3.onnx -T sam3_text.onnx -D sam3_detector.onnx -i photos/ --text dog -o dogs/
+
+    \b
+    With --images and --out-dir, a dataset job for a text prompt: every image of a folder, glob or list, its
+    instances as JSON lines (one per image) in shards with a manifest; resumable, bad images recorded and skipped,
+    in this process or on Ray (--ray), as 'vitdeploy segment-all --images'.
     """
     from pathlib import Path
 
@@ -82,6 +94,15 @@ def segment_concept(vision: str, text_encoder: str, detector: str, image: str, t
                                                      run_concept_job)
     from vitdeploy.runtime.apps.sam3.processor import GRAPHS, Sam3ImageModel, Sam3Processor
 
+    if images is not None or out_dir is not None:
+        _dataset_job(vision, text_encoder, detector, image, text, boxes + negative_boxes, threshold, output, output_mode,
+                     records, images, out_dir, shard_size, ray_address, workers, runtime, inference_precision, threads)
+        return
+    if image is None or output is None:
+        raise click.UsageError("give --image and --output (an image or a folder), or --images and --out-dir (a dataset "
+                               "job)")
+    if shard_size is not None or ray_address is not None or workers is not None:
+        raise click.UsageError("--shard-size, --ray and --workers are for a dataset job (--images and --out-dir)")
     prompt = ConceptPrompt(text, tuple(boxes) + tuple(negative_boxes),
                            (True,) * len(boxes) + (False,) * len(negative_boxes))
     if not Path(image).exists():
@@ -119,6 +140,41 @@ def segment_concept(vision: str, text_encoder: str, detector: str, image: str, t
         runner = getattr(model, GRAPHS[graph])
         recorder.save(records[graph], {"graph": graph, "file": str(runner.path), "variant": model.variant})
         click.echo(f"recorded {len(recorder.samples)} of {recorder.calls} {graph} input set(s) to {records[graph]}")
+
+
+def _dataset_job(vision: str, text_encoder: str, detector: str, image: str | None, text: str | None, boxes: tuple,
+                 threshold: float, output: str | None, output_mode: str, records: dict[str, str], images: str | None,
+                 out_dir: str | None, shard_size: int | None, ray_address: str | None, workers: int | None, runtime: str,
+                 inference_precision: str | None, threads: int | None) -> None:
+    from vitdeploy.cli.dataset_jobs import resolve_deployment, run_dataset_job
+    from vitdeploy.runtime.apps.datasets.job import JobConfig
+
+    if image is not None or output is not None:
+        raise click.UsageError("give either --image and --output (an image or a folder) or --images and --out-dir "
+                               "(a dataset job)")
+    if images is None or out_dir is None:
+        raise click.UsageError("a dataset job needs both --images and --out-dir")
+    if boxes or records:
+        raise click.UsageError("exemplar boxes and --record-inputs are for --image: a dataset job takes a --text prompt")
+    if text is None:
+        raise click.UsageError("a dataset job needs a --text prompt")
+    chosen = resolve_deployment(vision, runtime, inference_precision, threads, "cpu", on_ray=ray_address is not None,
+                                sam3=True)
+    config = JobConfig(kind="concepts", encoder=vision, decoder=detector, text_encoder=text_encoder,
+                       runtime=chosen.runtime, precision=chosen.precision, settings=chosen.settings, threads=threads,
+                       mask_options={"text": text, "confidence_threshold": threshold, "output_mode": output_mode})
+    _check_text(config)
+    run_dataset_job(config, images, out_dir, shard_size, ray_address, workers, chosen, "finding instances in")
+
+
+def _check_text(config) -> None:
+    """An empty or over-long text prompt is refused before the job starts (not once per image in the workers)."""
+    from vitdeploy.metadata import read_onnx_metadata
+    from vitdeploy.runtime.apps.sam3.processor import check_text_prompt
+    from vitdeploy.runtime.processing.clip_tokenizer import ClipTokenizer
+
+    length = int(read_onnx_metadata(config.decoder).get("context_length", 32))
+    check_text_prompt(config.mask_options["text"], ClipTokenizer(context_length=length), length)
 
 
 COMMAND = segment_concept

@@ -54,13 +54,22 @@ def local_ray():
         stop_ray()
 
 
-@pytest.mark.parametrize("kind", ["embed", "masks"])
-def test_ray_writes_what_one_process_writes(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path, local_ray, kind: str) -> None:
+@pytest.mark.parametrize("kind", ["embed", "masks", "concepts"])
+def test_ray_writes_what_one_process_writes(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path, local_ray, kind: str,
+                                            tmp_path_factory: pytest.TempPathFactory) -> None:
     from vitdeploy.runtime.apps.datasets.on_ray import run_on_ray
 
     make_images(tmp_path / "imgs")
-    config = JobConfig(kind, str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder), runtime="onnxruntime",
-                       threads=1, mask_options=MASK_OPTIONS if kind == "masks" else {})
+    if kind == "concepts":  # SAM 3: a text prompt over the images, the three tiny files
+        pytest.importorskip("sam3", reason="the official sam3 package is not installed (scripts/test.sh installs it)")
+        from tests.sam3_fixtures import sam3_tiny_files
+
+        vision, text, detector = sam3_tiny_files(tmp_path_factory)
+        config = JobConfig(kind, str(vision), str(detector), text_encoder=str(text), runtime="onnxruntime", threads=1,
+                           mask_options={"text": "dog", "confidence_threshold": 0.0, "output_mode": "coco_rle"})
+    else:
+        config = JobConfig(kind, str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder), runtime="onnxruntime",
+                           threads=1, mask_options=MASK_OPTIONS if kind == "masks" else {})
     outputs = {}
     for where in ("process", "ray"):
         plan = plan_job(config, tmp_path / "imgs", tmp_path / where, shard_size=2)
@@ -68,6 +77,6 @@ def test_ray_writes_what_one_process_writes(tiny_sam_artifacts: TinySamArtifacts
         assert (report.done, report.failed, report.shards) == (len(SHAPES), 1, 3)
         outputs[where] = {p.name: p.read_bytes() for p in sorted((tmp_path / where).iterdir()) if not p.name.startswith(".")}
     assert outputs["ray"] == outputs["process"]  # same shards byte for byte, same manifest, same errors
-    assert len([n for n in outputs["ray"] if n.endswith((".npz", ".jsonl")) and n[0] in "em"]) >= 3
+    assert len([n for n in outputs["ray"] if n.endswith((".npz", ".jsonl")) and n[0] in "emc"]) >= 3
     entries = [json.loads(line) for line in outputs["ray"]["manifest.jsonl"].decode().splitlines()]
     assert [e["index"] for e in entries] == [0, 1, 2]

@@ -32,7 +32,8 @@ from vitdeploy.runtime.processing.images import IMAGE_SUFFIXES
 
 #: Job kinds -> (shard file name pattern, images per shard by default). An embedding (ViT-B: 256x64x64 float32)
 #: is 4 MiB, so an embeddings shard of 16 is 64 MiB; a masks line is a few kB.
-KINDS = {"embed": ("embeddings-{index:05d}.{ext}", 16), "masks": ("masks-{index:05d}.jsonl", 64)}
+KINDS = {"embed": ("embeddings-{index:05d}.{ext}", 16), "masks": ("masks-{index:05d}.jsonl", 64),
+         "concepts": ("concepts-{index:05d}.jsonl", 64)}
 EMBEDDING_FORMATS = ("npz", "parquet")
 #: Environment variables that make a run fail on purpose, for the fault tests (never set them otherwise):
 #: the worker exits (as a killed process would) at its first shard, once per marker file; the driver sends itself
@@ -121,7 +122,8 @@ class JobConfig:
 
     kind: str
     encoder: str
-    decoder: str | None = None
+    decoder: str | None = None  # SAM's decoder ("masks"); SAM 3's detector ("concepts")
+    text_encoder: str | None = None  # SAM 3's ("concepts")
     runtime: str = "onnxruntime"
     precision: str = "file"
     settings: tuple[tuple[str, Any], ...] = ()
@@ -178,14 +180,19 @@ def plan_job(config: JobConfig, source: str | os.PathLike, out_dir: str | os.Pat
     if config.embedding_format == "parquet":
         pyarrow_parquet("write Parquet shards")
     images = list_images(source)
-    models = {"encoder": config.encoder} | ({"decoder": config.decoder} if config.kind == "masks" else {})
+    models = {"encoder": config.encoder} | ({"decoder": config.decoder} if config.kind == "masks" else {}) | (
+        {"text_encoder": config.text_encoder, "detector": config.decoder} if config.kind == "concepts" else {})
     identity = {}
     for role, path in models.items():
         require_model_file(path)
         meta = read_onnx_metadata(path) if Path(path).suffix.lower() == ".onnx" else {}
         identity[role] = {"file": Path(path).name, "sha256": model_digest(path), "family": meta.get("family"),
                           "variant": meta.get("variant"), "input_size": meta.get("input_size")}
-    if Path(config.encoder).suffix.lower() == ".onnx":
+    if config.kind == "concepts":
+        from vitdeploy.runtime.apps.sam3.processor import check_sam3_files
+
+        check_sam3_files(*(read_onnx_metadata(path) for path in models.values()))
+    elif Path(config.encoder).suffix.lower() == ".onnx":
         from vitdeploy.runtime.apps.sam.predictor import check_sam_encoder
 
         check_sam_encoder(read_onnx_metadata(config.encoder), f"'{config.encoder}'")
@@ -215,7 +222,18 @@ class ShardWorker:
         self.config = config
         deployment = Deployment(config.runtime, config.precision, config.threads, config.settings, source="the job's")
         encoder = open_deployed(config.encoder, deployment, device=config.device)
-        if config.kind == "masks":
+        if config.kind == "concepts":
+            from vitdeploy.runtime.apps.sam3.processor import Sam3ImageModel, Sam3Processor
+
+            # the text encoder and detector as written, on the job's runtime (the settings are the vision file's)
+            as_written = Deployment(config.runtime, threads=config.threads)
+            model = Sam3ImageModel(encoder, open_deployed(config.text_encoder, as_written, device=config.device),
+                                   open_deployed(config.decoder, as_written, device=config.device))
+            options = dict(config.mask_options)
+            self.processor = Sam3Processor(model, confidence_threshold=float(options["confidence_threshold"]))
+            self.text = str(options["text"])
+            self.output_mode = str(options.get("output_mode", "coco_rle"))
+        elif config.kind == "masks":
             from vitdeploy.runtime.apps.sam.mask_generator import SamAutomaticMaskGenerator
             from vitdeploy.runtime.apps.sam.predictor import SamPredictor
 
@@ -253,6 +271,11 @@ class ShardWorker:
         return ShardResult(entry, payload)
 
     def _compute(self, picture: np.ndarray) -> Any:
+        if self.config.kind == "concepts":
+            from vitdeploy.runtime.apps.sam3.concept import concept_records
+
+            state = self.processor.set_image(picture)
+            return concept_records(self.processor.set_text_prompt(state=state, prompt=self.text), self.output_mode)
         if self.config.kind == "masks":
             return self.generator.generate(picture)
         embedding, resized = self.embedder.embed(picture)
@@ -261,8 +284,9 @@ class ShardWorker:
     def _payload(self, done: list[dict[str, Any]], outputs: list[Any]) -> bytes:
         import json
 
-        if self.config.kind == "masks":
-            lines = [json.dumps({"image": d["image"], "image_sha256": d["sha256"], "size": d["size"], "masks": records},
+        if self.config.kind in ("masks", "concepts"):
+            key = "masks" if self.config.kind == "masks" else "instances"
+            lines = [json.dumps({"image": d["image"], "image_sha256": d["sha256"], "size": d["size"], key: records},
                                 sort_keys=True) + "\n" for d, records in zip(done, outputs)]
             return "".join(lines).encode()
         arrays = {"image": np.array([d["image"] for d in done]),

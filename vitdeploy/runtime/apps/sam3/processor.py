@@ -49,7 +49,8 @@ GRAPHS = {"vision_encoder": "vision", "text_encoder": "text", "detector": "detec
 PARTS = {"vision_encoder": "the vision encoder", "text_encoder": "the text encoder", "detector": "the detector"}
 
 
-def _check_part(metadata: dict[str, Any], part: str) -> None:
+def check_sam3_part(metadata: dict[str, Any], part: str) -> None:
+    """Raise InputError unless ``metadata`` is SAM 3's ``part`` (``vision_encoder``, ``text_encoder``, ``detector``)."""
     from vitdeploy.families import family_of_part
 
     what, recipe = PARTS[part], "sam3" + family_of_part("sam3", part).recipe_suffix
@@ -60,11 +61,21 @@ def _check_part(metadata: dict[str, Any], part: str) -> None:
                          f"'vitdeploy export -r {recipe}' and pass the files in the order vision, text, detector")
 
 
+def check_text_prompt(prompt: Any, tokenizer: Any, context_length: int) -> None:
+    """Raise InputError for an empty text or one of more tokens than the text encoder reads (the official cuts it)."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InputError(f"the text prompt is empty ({prompt!r}): name the concept, e.g. 'yellow school bus'")
+    count = tokenizer.count(prompt)
+    if count > context_length:
+        raise InputError(f"the text prompt takes {count} tokens but SAM 3's text encoder reads {context_length} (with "
+                         "its start and end): shorten it")
+
+
 def check_sam3_files(vision: dict[str, Any], text: dict[str, Any], detector: dict[str, Any]) -> None:
     """Raise InputError unless the three files' metadata are SAM 3's vision encoder, text encoder and detector of one
     model (the same weights, image size and width)."""
     for metadata, part in ((vision, "vision_encoder"), (text, "text_encoder"), (detector, "detector")):
-        _check_part(metadata, part)
+        check_sam3_part(metadata, part)
     for name, other in (("text encoder", text), ("detector", detector)):
         different = identity_differences(vision, other, ("variant", "random_seed", "checkpoint_sha256"))
         if different:
@@ -148,15 +159,10 @@ class Sam3ImageModel:
 
     def encode_text(self, prompt: str) -> tuple[np.ndarray, np.ndarray]:
         """A text prompt -> (text_memory (1, L, d), text_padding (1, L) bool), kept per prompt."""
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise InputError(f"the text prompt is empty ({prompt!r}): name the concept, e.g. 'yellow school bus'")
-        if prompt in self._text_cache:
+        if isinstance(prompt, str) and prompt in self._text_cache:
             self._text_cache.move_to_end(prompt)
             return self._text_cache[prompt]
-        count = self.tokenizer.count(prompt)
-        if count > self.context_length:
-            raise InputError(f"the text prompt takes {count} tokens but SAM 3's text encoder reads {self.context_length} "
-                             "(with its start and end): shorten it")
+        check_text_prompt(prompt, self.tokenizer, self.context_length)
         tokens = self.tokenizer([prompt])
         memory = np.asarray(self._run("text_encoder", {self.text.input_names[0]: tokens})["text_memory"], np.float32)
         features = (memory, tokens == 0)
@@ -314,4 +320,4 @@ class Sam3Processor:
         return state
 
 
-__all__ = ["GRAPHS", "Sam3ImageModel", "Sam3Processor", "check_sam3_files"]
+__all__ = ["GRAPHS", "Sam3ImageModel", "Sam3Processor", "check_sam3_files", "check_sam3_part", "check_text_prompt"]
