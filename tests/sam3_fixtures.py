@@ -23,4 +23,16 @@ def sam3_tiny_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
     return made["vision"], made["text"], made["detector"]
 
 
-__all__ = ["RECIPES", "SEED", "sam3_tiny_files"]
+def sam3_tiny_files_with_vocab(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """:func:`sam3_tiny_files` for tests that tokenize text: skipped, saying why, where CLIP's vocabulary is not."""
+    from vitdeploy.errors import InputError
+    from vitdeploy.runtime.processing.clip_tokenizer import default_vocab
+
+    try:
+        default_vocab()
+    except InputError as exc:
+        pytest.skip(f"CLIP's vocabulary is not installed ({exc}; scripts/test.sh installs open_clip_torch)")
+    return sam3_tiny_files(tmp_path_factory)
+
+
+__all__ = ["RECIPES", "SEED", "sam3_tiny_files", "sam3_tiny_files_with_vocab"]

@@ -9,21 +9,14 @@ from pathlib import Path
 import pytest
 
 from tests.cli_helpers import assert_user_error, run
-from tests.sam3_fixtures import sam3_tiny_files
+from tests.sam3_fixtures import sam3_tiny_files_with_vocab
 
 pytest.importorskip("sam3", reason="the official sam3 package is not installed (scripts/test.sh installs it)")
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    from vitdeploy.errors import InputError
-    from vitdeploy.runtime.processing.clip_tokenizer import default_vocab
-
-    try:
-        default_vocab()
-    except InputError as exc:
-        pytest.skip(f"CLIP's vocabulary is not installed ({exc}; scripts/test.sh installs open_clip_torch)")
-    return sam3_tiny_files(tmp_path_factory)
+    return sam3_tiny_files_with_vocab(tmp_path_factory)
 
 
 def photos(folder: Path) -> list[Path]:

@@ -7,7 +7,7 @@ import functools
 import signal
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +157,22 @@ def parse_box(text: str, where: str = "") -> tuple[float, float, float, float]:
     if len(box) != 4:
         raise click.BadParameter(f"'{where or text}' is not X0,Y0,X1,Y1 (pixels)")
     return box  # type: ignore[return-value]
+
+
+def graph_records(graphs: Callable[[], Sequence[str]]) -> Callable:
+    """The callback of a repeatable ``--record-inputs GRAPH:FILE`` option -> ``{graph: file}``; ``graphs()`` names the
+    graphs the verb runs (imported when the option is used)."""
+    def parse(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+        known = tuple(graphs())
+        records = {}
+        for text in values:
+            graph, _, path = text.partition(":")
+            if graph not in known or not path:
+                raise click.BadParameter(f"'{text}' is not GRAPH:FILE with GRAPH one of {', '.join(known)}")
+            records[graph] = path
+        return records
+
+    return parse
 
 
 def model_source_options(fn: Callable) -> Callable:

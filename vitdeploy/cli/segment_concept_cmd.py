@@ -7,8 +7,8 @@ import time
 import click
 
 from vitdeploy.cli.dataset_jobs import dataset_job_options
-from vitdeploy.cli.options import (auto_runtime_option, echo_deployments, force_option, handle_errors, parse_box,
-                                   runtime_threads_option, threads_for, verbose_option)
+from vitdeploy.cli.options import (auto_runtime_option, echo_deployments, force_option, graph_records, handle_errors,
+                                   parse_box, runtime_threads_option, threads_for, verbose_option)
 
 
 def dataset_job_options_optional(fn):
@@ -19,16 +19,10 @@ def _boxes(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
     return tuple(parse_box(v) for v in values)
 
 
-def _records(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+def _sam3_graphs() -> tuple[str, ...]:
     from vitdeploy.runtime.apps.sam3.processor import GRAPHS
 
-    records = {}
-    for text in values:
-        graph, _, path = text.partition(":")
-        if graph not in GRAPHS or not path:
-            raise click.BadParameter(f"'{text}' is not GRAPH:FILE with GRAPH one of {', '.join(GRAPHS)}")
-        records[graph] = path
-    return records
+    return tuple(GRAPHS)
 
 
 @click.command("segment-concept")
@@ -52,7 +46,7 @@ def _records(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ..
                    "OUT.overlay.png); a folder for a folder of images (<stem>.json and its PNGs).")
 @click.option("--output-mode", type=click.Choice(["coco_rle", "uncompressed_rle"]), default="coco_rle",
               show_default=True, help="Segmentation encoding in the JSON: COCO's compressed RLE string, or uncompressed.")
-@click.option("--record-inputs", "records", multiple=True, callback=_records, metavar="GRAPH:FILE",
+@click.option("--record-inputs", "records", multiple=True, callback=graph_records(_sam3_graphs), metavar="GRAPH:FILE",
               help="Keep up to 16 of a graph's input sets from this run (vision_encoder, text_encoder, detector) in FILE "
                    "(.npz), to calibrate it on real inputs: 'vitdeploy calibrate GRAPH.onnx --feeds FILE'.")
 @dataset_job_options_optional

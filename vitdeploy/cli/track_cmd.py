@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import (auto_runtime_option, echo_deployments, force_option, handle_errors, parse_box,
-                                   parse_click, report_option, runtime_threads_option, sam_pair_options, threads_for,
+from vitdeploy.cli.options import (auto_runtime_option, echo_deployments, force_option, graph_records, handle_errors,
+                                   parse_box, parse_click, report_option, runtime_threads_option, sam_pair_options, threads_for,
                                    verbose_option)
 from vitdeploy.errors import InputError
 
@@ -62,16 +62,10 @@ def _by_position(frames, prompts: list, start_frame: int | None, strict: bool, v
     return moved, start
 
 
-def _parse_records(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
+def _video_graphs() -> tuple[str, ...]:
     from vitdeploy.runtime.apps.sam2.video_predictor import GRAPHS
 
-    records = {}
-    for text in values:
-        graph, _, path = text.partition(":")
-        if graph not in GRAPHS or not path:
-            raise click.BadParameter(f"'{text}' is not GRAPH:FILE with GRAPH one of {', '.join(GRAPHS)}")
-        records[graph] = path
-    return records
+    return GRAPHS
 
 
 @click.command("track")
@@ -102,7 +96,7 @@ def _parse_records(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--no-overlay", is_flag=True, help="Do not write the overlay animation.")
 @click.option("--fps", type=click.FloatRange(min=0.1), default=None,
               help="Overlay frame rate [default: the video file's, 10 for a folder of frames].")
-@click.option("--record-inputs", "records", multiple=True, callback=_parse_records, metavar="GRAPH:FILE",
+@click.option("--record-inputs", "records", multiple=True, callback=graph_records(_video_graphs), metavar="GRAPH:FILE",
               help="Also save up to 16 of a graph's input sets, spread over the run (.npz), to calibrate it on real "
                    "inputs: 'vitdeploy calibrate GRAPH.onnx -p fp16 --feeds FILE'. GRAPH: memory_attention, "
                    "memory_encoder, decoder or image_encoder. Repeatable.")

@@ -50,6 +50,30 @@ class InputRecorder:
         return save_recorded_inputs(path, self.samples, {**(metadata or {}), "calls_seen": self.calls})
 
 
+class RecordsInputs:
+    """``record_inputs(graph)`` for an application that runs named graphs (SAM 2's video predictor, SAM 3's image
+    model): ``_recorded(graph, feeds)`` before each run keeps the feeds a recorder asked for. ``RECORDABLE`` names
+    the graphs, ``RUNS`` says whose they are in an error."""
+
+    RECORDABLE: tuple[str, ...] = ()
+    RUNS = "this application"
+
+    def record_inputs(self, graph: str, limit: int = 16) -> InputRecorder:
+        """From now on keep up to ``limit`` of ``graph``'s input sets, evenly spread over its calls: real inputs to
+        calibrate that graph on (``recorder.save(path)``, then ``vitdeploy calibrate --feeds path``)."""
+        if graph not in self.RECORDABLE:
+            raise InputError(f"no graph '{graph}' to record: {self.RUNS} runs {', '.join(self.RECORDABLE)}")
+        recorder = InputRecorder(limit)
+        self.__dict__.setdefault("_recorders", {})[graph] = recorder
+        return recorder
+
+    def _recorded(self, graph: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        recorder = self.__dict__.get("_recorders", {}).get(graph)
+        if recorder is not None:
+            recorder(feeds)
+        return feeds
+
+
 def save_recorded_inputs(path: str | os.PathLike, samples: list[dict[str, np.ndarray]], metadata: dict[str, Any]) -> Path:
     from vitdeploy.fileio import atomic_write_bytes
 
@@ -89,4 +113,4 @@ def load_recorded_inputs(path: str | os.PathLike) -> tuple[list[dict[str, np.nda
     return [samples[k] for k in sorted(samples)], meta
 
 
-__all__ = ["InputRecorder", "load_recorded_inputs", "save_recorded_inputs"]
+__all__ = ["RecordsInputs", "InputRecorder", "load_recorded_inputs", "save_recorded_inputs"]

@@ -48,7 +48,7 @@ from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.processing.sam2_masks import (MASK_OUT_BIAS, MASK_OUT_SCALE, NO_OBJ_SCORE, downsample_mask_prompt,
                                                      fill_holes, mask_as_output, non_overlapping, resize_mask_input,
                                                      to_bfloat16)
-from vitdeploy.runtime.processing.recorded_inputs import InputRecorder
+from vitdeploy.runtime.processing.recorded_inputs import RecordsInputs
 from vitdeploy.runtime.processing.sam2_transforms import resize_bilinear
 from vitdeploy.runtime.processing.video_frames import VideoFrames
 
@@ -96,7 +96,7 @@ def check_video_files(metadata: dict[str, dict[str, Any]]) -> None:
                          "own size; export the image encoder without --input-size")
 
 
-class Sam2VideoPredictor:
+class Sam2VideoPredictor(RecordsInputs):
     """``SAM2VideoPredictor`` on exported files (see the module docstring).
 
     Args:
@@ -106,6 +106,9 @@ class Sam2VideoPredictor:
         fill_hole_area, non_overlap_masks, clear_non_cond_mem_around_input, add_all_frames_to_correct_as_cond: the
             official predictor's options, with ``build_sam2_video_predictor``'s values by default.
     """
+
+    RECORDABLE = GRAPHS
+    RUNS = "the video predictor"
 
     def __init__(self, image_encoder: Runner | str | os.PathLike, decoder: Runner | str | os.PathLike,
                  memory_encoder: Runner | str | os.PathLike, memory_attention: Runner | str | os.PathLike, *,
@@ -133,26 +136,13 @@ class Sam2VideoPredictor:
         self.non_overlap_masks = bool(non_overlap_masks)
         self.clear_non_cond_mem_around_input = bool(clear_non_cond_mem_around_input)
         self.add_all_frames_to_correct_as_cond = bool(add_all_frames_to_correct_as_cond)
-        self._recorders: dict[str, InputRecorder] = {}
 
     @property
     def device(self) -> str:
         return "cpu"
 
-    def record_inputs(self, graph: str, limit: int = 16) -> InputRecorder:
-        """From now on keep up to ``limit`` of ``graph``'s input sets (``image_encoder``, ``decoder``,
-        ``memory_encoder``, ``memory_attention``), evenly spread over its calls: real inputs to calibrate that graph
-        on (``recorder.save(path)``, then ``vitdeploy calibrate --feeds path``)."""
-        if graph not in GRAPHS:
-            raise InputError(f"no graph '{graph}' to record: the video predictor runs {', '.join(GRAPHS)}")
-        self._recorders[graph] = recorder = InputRecorder(limit)
-        return recorder
-
     def _run(self, graph: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        recorder = self._recorders.get(graph)
-        if recorder is not None:
-            recorder(feeds)
-        return getattr(self, graph).run(feeds)
+        return getattr(self, graph).run(self._recorded(graph, feeds))
 
     # --- the inference state -------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from vitdeploy.metadata import identity_differences
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
 from vitdeploy.runtime.processing.preprocess import check_rgb_uint8
+from vitdeploy.runtime.processing.recorded_inputs import RecordsInputs
 
 #: The text ``Sam3Processor.add_geometric_prompt`` encodes when boxes come before any text.
 VISUAL_PROMPT = "visual"
@@ -90,7 +91,7 @@ def check_sam3_files(vision: dict[str, Any], text: dict[str, Any], detector: dic
                          f"{detector.get('embed_dim')}: export both from one model")
 
 
-class Sam3ImageModel:
+class Sam3ImageModel(RecordsInputs):
     """SAM 3's image model as three exported files (what ``build_sam3_image_model`` returns for ``Sam3Processor``).
 
     Args:
@@ -100,6 +101,9 @@ class Sam3ImageModel:
         tokenizer: CLIP's tokenizer (default: :class:`~vitdeploy.runtime.processing.clip_tokenizer.ClipTokenizer`
             with the vocabulary found on this machine).
     """
+
+    RECORDABLE = tuple(GRAPHS)
+    RUNS = "SAM 3's image model"
 
     def __init__(self, vision: Runner | str | os.PathLike, text: Runner | str | os.PathLike,
                  detector: Runner | str | os.PathLike, *, options: OpenOptions | None = None, device: str = "cpu",
@@ -124,24 +128,9 @@ class Sam3ImageModel:
                                            tuple(vision_meta["pixel_std"]))
         self._text_cache: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._box_slots = list(self.detector.input_shapes().get("boxes", [1, "num_boxes", 4]))[1]
-        self._recorders: dict[str, Any] = {}
-
-    def record_inputs(self, graph: str, limit: int = 16):
-        """From now on keep up to ``limit`` of ``graph``'s input sets (``vision_encoder``, ``text_encoder``,
-        ``detector``), spread over its calls: real inputs to calibrate it on (``recorder.save(path)``, then
-        ``vitdeploy calibrate --feeds path``)."""
-        from vitdeploy.runtime.processing.recorded_inputs import InputRecorder
-
-        if graph not in GRAPHS:
-            raise InputError(f"no graph '{graph}' to record: SAM 3's image model runs {', '.join(GRAPHS)}")
-        self._recorders[graph] = recorder = InputRecorder(limit)
-        return recorder
 
     def _run(self, graph: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        recorder = self._recorders.get(graph)
-        if recorder is not None:
-            recorder(feeds)
-        return getattr(self, GRAPHS[graph]).run(feeds)
+        return getattr(self, GRAPHS[graph]).run(self._recorded(graph, feeds))
 
     @property
     def tokenizer(self):
