@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 
 import click
@@ -9,10 +10,6 @@ import click
 from vitdeploy.cli.dataset_jobs import dataset_job_options
 from vitdeploy.cli.options import (auto_runtime_option, echo_deployments, force_option, graph_records, handle_errors,
                                    parse_box, runtime_threads_option, threads_for, verbose_option)
-
-
-def dataset_job_options_optional(fn):
-    return dataset_job_options(fn, required=False)
 
 
 def _boxes(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> tuple:
@@ -49,7 +46,7 @@ def _sam3_graphs() -> tuple[str, ...]:
 @click.option("--record-inputs", "records", multiple=True, callback=graph_records(_sam3_graphs), metavar="GRAPH:FILE",
               help="Keep up to 16 of a graph's input sets from this run (vision_encoder, text_encoder, detector) in FILE "
                    "(.npz), to calibrate it on real inputs: 'vitdeploy calibrate GRAPH.onnx --feeds FILE'.")
-@dataset_job_options_optional
+@functools.partial(dataset_job_options, required=False)
 @auto_runtime_option
 @runtime_threads_option
 @force_option

@@ -111,6 +111,11 @@ class ModelFamily:
         """The dataclass this family builds its model from ``architecture`` with (None: its keys are not checked)."""
         return None
 
+    def architecture(self, data: dict[str, Any]) -> Any:
+        """The architecture a recipe's or file's ``architecture`` table describes, checked (families whose class has
+        ``from_dict``: :class:`vitdeploy.models.sam3.ArchTable`)."""
+        return self.architecture_class().from_dict(data)
+
     def architecture_fields(self) -> frozenset[str] | None:
         """The ``architecture`` keys this family builds its model from (None: not checked)."""
         from dataclasses import fields

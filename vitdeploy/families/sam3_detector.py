@@ -44,11 +44,6 @@ class Sam3DetectorFamily(ModelFamily):
 
         return Sam3DetectorArch
 
-    def _arch(self, data: dict[str, Any]):
-        from vitdeploy.models.sam3_detector import Sam3DetectorArch
-
-        return Sam3DetectorArch.from_dict(data)
-
     def max_boxes(self, recipe: Recipe) -> int:
         max_boxes = int(recipe_section(recipe, "detector", {"max_boxes"}).get("max_boxes", 16))
         if not 1 <= max_boxes <= 256:
@@ -56,7 +51,7 @@ class Sam3DetectorFamily(ModelFamily):
         return max_boxes
 
     def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
-        self._arch(recipe.architecture)
+        self.architecture(recipe.architecture)
         self.max_boxes(recipe)
         if options.dynamic_batch:
             raise InputError("--dynamic-batch does not apply to SAM 3's detector: its shapes are fixed (pass --batch N "
@@ -68,7 +63,7 @@ class Sam3DetectorFamily(ModelFamily):
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
         from vitdeploy.models.sam3_detector import load_sam3_detector
 
-        arch = self._arch(recipe.architecture)
+        arch = self.architecture(recipe.architecture)
         return arch, load_sam3_detector(arch, checkpoint, random_seed=random_seed,
                                         what=f"recipe '{recipe.name}' ({recipe.variant})")
 
@@ -105,7 +100,7 @@ class Sam3DetectorFamily(ModelFamily):
         from vitdeploy.models.sam3_detector import build_position_encoding, load_sam3_detector
         from vitdeploy.rewrites.sam3_detector import Sam3Detector
 
-        arch = self._arch(metadata["architecture"])
+        arch = self.architecture(metadata["architecture"])
         return Sam3Detector(load_sam3_detector(arch, checkpoint, random_seed=seed),
                             build_position_encoding(arch.d_model)).eval()
 

@@ -35,20 +35,15 @@ class Sam3TextEncoderFamily(ModelFamily):
 
         return Sam3TextArch
 
-    def _arch(self, data: dict[str, Any]):
-        from vitdeploy.models.sam3 import Sam3TextArch
-
-        return Sam3TextArch.from_dict(data)
-
     def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
-        self._arch(recipe.architecture)
+        self.architecture(recipe.architecture)
         if options.input_size:
             raise InputError("--input-size does not apply to a text encoder: its input is token ids of the context length")
 
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
         from vitdeploy.models.sam3 import load_sam3_text
 
-        arch = self._arch(recipe.architecture)
+        arch = self.architecture(recipe.architecture)
         return arch, load_sam3_text(arch, checkpoint, random_seed=random_seed,
                                     what=f"recipe '{recipe.name}' ({recipe.variant})")
 
@@ -81,7 +76,7 @@ class Sam3TextEncoderFamily(ModelFamily):
         from vitdeploy.models.sam3 import load_sam3_text
         from vitdeploy.rewrites.sam3_text import Sam3TextEncoder
 
-        return Sam3TextEncoder(load_sam3_text(self._arch(metadata["architecture"]), checkpoint, random_seed=seed)).eval()
+        return Sam3TextEncoder(load_sam3_text(self.architecture(metadata["architecture"]), checkpoint, random_seed=seed)).eval()
 
     @staticmethod
     def token_batch(context_length: int, batch: int, seed: int = 0) -> np.ndarray:

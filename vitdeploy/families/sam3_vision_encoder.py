@@ -38,15 +38,10 @@ class Sam3VisionEncoderFamily(ModelFamily):
         windowed = next((i for i in range(depth) if i not in global_blocks), None)
         return tuple(f"blocks.{i}" for i in sorted({windowed, *global_blocks[:1]} - {None}))
 
-    def _arch(self, data: dict[str, Any]):
-        from vitdeploy.models.sam3 import Sam3VisionArch
-
-        return Sam3VisionArch.from_dict(data)
-
     def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
         from vitdeploy.sizes import require_patch_multiple
 
-        arch = self._arch(recipe.architecture)
+        arch = self.architecture(recipe.architecture)
         if options.input_size:
             require_patch_multiple(options.input_size, arch.patch_size)
             arch.with_img_size(options.input_size).check()
@@ -54,7 +49,7 @@ class Sam3VisionEncoderFamily(ModelFamily):
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
         from vitdeploy.models.sam3 import load_sam3_vision
 
-        arch = self._arch(recipe.architecture)
+        arch = self.architecture(recipe.architecture)
         return arch, load_sam3_vision(arch, checkpoint, random_seed=random_seed,
                                       what=f"recipe '{recipe.name}' ({recipe.variant})")
 
@@ -63,12 +58,12 @@ class Sam3VisionEncoderFamily(ModelFamily):
         import torch
 
         from vitdeploy.metadata import artifact_metadata
-        from vitdeploy.models.sam3 import sam3_vision_at_size
+        from vitdeploy.models.sam3 import vision_backbone_at_size
         from vitdeploy.onnx_export.exporter import export_onnx
         from vitdeploy.rewrites.sam3_vision import rewrite_sam3_vision_encoder
 
         size = options.input_size or arch.img_size
-        exportable = rewrite_sam3_vision_encoder(sam3_vision_at_size(model, arch, size))
+        exportable = rewrite_sam3_vision_encoder(vision_backbone_at_size(model, arch, size))
         names = list(exportable.output_names)
         echo(f"exporting {recipe.name} ({recipe.variant}) at {size}x{size}: {', '.join(names)}"
              + (" with a dynamic batch" if options.dynamic_batch else ""))
@@ -88,7 +83,7 @@ class Sam3VisionEncoderFamily(ModelFamily):
         from vitdeploy.models.sam3 import load_sam3_vision
         from vitdeploy.rewrites.sam3_vision import Sam3VisionEncoder
 
-        arch = self._arch(metadata["architecture"]).with_img_size(int(metadata["input_size"][0]))
+        arch = self.architecture(metadata["architecture"]).with_img_size(int(metadata["input_size"][0]))
         return Sam3VisionEncoder(load_sam3_vision(arch, checkpoint, random_seed=seed)).eval()
 
     def image_preprocessor(self, metadata: dict[str, Any]):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from torch import nn
 
@@ -37,13 +37,29 @@ CHECKPOINT_PREFIXES = ("detector.backbone.vision_backbone.", "backbone.vision_ba
 TEXT_CHECKPOINT_PREFIXES = ("detector.backbone.language_backbone.", "backbone.language_backbone.")
 
 
-def arch_from_dict(cls: type, data: dict[str, Any], what: str) -> Any:
-    """``cls(**data)`` for a recipe's ``[architecture]`` table, refusing keys the dataclass does not have in words."""
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise RecipeError(f"{what} has no [architecture] key(s) {unknown}: it takes {sorted(known)}")
-    return cls(**data)
+class ArchTable:
+    """A recipe's ``[architecture]`` table as a frozen dataclass (subclasses are the dataclasses): ``from_dict``
+    refuses keys the dataclass does not have, in words, takes lists as the tuples the fields hold and runs
+    :meth:`check` before torch builds anything; ``to_dict`` gives the lists back (the export's metadata)."""
+
+    #: What a refusal calls the model ("a SAM 3 text encoder").
+    WHAT: ClassVar[str] = "this model"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise RecipeError(f"{cls.WHAT} has no [architecture] key(s) {unknown}: it takes {sorted(known)}")
+        arch = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+        arch.check()
+        return arch
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    def check(self) -> None:
+        """Refuse sizes the official classes cannot build or run (nothing by default)."""
 
 
 def select_under(state: dict[str, Any], prefixes: tuple[str, ...]) -> dict[str, Any]:
@@ -70,7 +86,7 @@ def load_official_weights(model: nn.Module, checkpoint: str | Path | None, *, ra
 
 
 @dataclass(frozen=True)
-class Sam3VisionArch:
+class Sam3VisionArch(ArchTable):
     """The sizes of SAM 3's vision encoder (the official constructors' argument names); defaults are the builder's.
 
     ``img_size`` is the square input the model is built for (its rotary tables are computed for it);
@@ -92,18 +108,7 @@ class Sam3VisionArch:
     add_sam2_neck: bool = True
     scalp: int = 1
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Sam3VisionArch:
-        values = dict(data)
-        for key in ("global_att_blocks", "scale_factors"):
-            if key in values:
-                values[key] = tuple(values[key])
-        arch = arch_from_dict(cls, values, "a SAM 3 vision encoder")
-        arch.check()
-        return arch
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+    WHAT: ClassVar[str] = "a SAM 3 vision encoder"
 
     def with_img_size(self, size: int) -> Sam3VisionArch:
         from dataclasses import replace
@@ -180,7 +185,7 @@ def load_sam3_vision(arch: Sam3VisionArch, checkpoint: str | Path | None = None,
                                  hint=": use the official sam3.pt or a state dict of its vision backbone", select=select)
 
 
-def sam3_vision_at_size(model: nn.Module, arch: Sam3VisionArch, size: int) -> nn.Module:
+def vision_backbone_at_size(model: nn.Module, arch: Sam3VisionArch, size: int) -> nn.Module:
     """The official vision backbone built for input ``size`` with ``model``'s weights: its rotary tables are
     computed for the new grid (the weights do not depend on the input size)."""
     if size == arch.img_size:
@@ -193,7 +198,7 @@ def sam3_vision_at_size(model: nn.Module, arch: Sam3VisionArch, size: int) -> nn
 
 
 @dataclass(frozen=True)
-class Sam3TextArch:
+class Sam3TextArch(ArchTable):
     """The sizes of SAM 3's text encoder (``VETextEncoder``'s argument names); defaults are ``_create_text_encoder``'s."""
 
     width: int = 1024
@@ -203,17 +208,13 @@ class Sam3TextArch:
     vocab_size: int = 49408
     d_model: int = 256
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Sam3TextArch:
-        arch = arch_from_dict(cls, data, "a SAM 3 text encoder")
-        if arch.width % arch.heads:
-            raise RecipeError(f"width {arch.width} is not a multiple of heads {arch.heads}")
-        if arch.vocab_size < 49408:
-            raise RecipeError(f"vocab_size {arch.vocab_size}: CLIP's tokenizer gives ids up to 49407")
-        return arch
+    WHAT: ClassVar[str] = "a SAM 3 text encoder"
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def check(self) -> None:
+        if self.width % self.heads:
+            raise RecipeError(f"width {self.width} is not a multiple of heads {self.heads}")
+        if self.vocab_size < 49408:
+            raise RecipeError(f"vocab_size {self.vocab_size}: CLIP's tokenizer gives ids up to 49407")
 
 
 def build_sam3_text(arch: Sam3TextArch) -> nn.Module:
@@ -237,5 +238,5 @@ def load_sam3_text(arch: Sam3TextArch, checkpoint: str | Path | None = None, *, 
                                  select=lambda state: select_under(state, TEXT_CHECKPOINT_PREFIXES))
 
 
-__all__ = ["SAM3_INSTALL_HINT", "Sam3TextArch", "Sam3VisionArch", "arch_from_dict", "build_sam3_text", "build_sam3_vision", "load_sam3_text",
-           "load_official_weights", "load_sam3_vision", "sam3_vision_at_size", "select_under"]
+__all__ = ["ArchTable", "SAM3_INSTALL_HINT", "Sam3TextArch", "Sam3VisionArch", "build_sam3_text", "build_sam3_vision",
+           "load_official_weights", "load_sam3_text", "load_sam3_vision", "select_under", "vision_backbone_at_size"]

@@ -23,19 +23,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from torch import nn
 
 from vitdeploy.errors import RecipeError
-from vitdeploy.models.sam3 import SAM3_INSTALL_HINT, arch_from_dict, load_official_weights
+from vitdeploy.models.sam3 import SAM3_INSTALL_HINT, ArchTable, load_official_weights
 
 #: The detector's parts in ``Sam3Image`` (and under ``detector.`` in ``sam3.pt``).
 DETECTOR_PARTS = ("transformer.", "geometry_encoder.", "dot_prod_scoring.", "segmentation_head.")
 
 
 @dataclass(frozen=True)
-class Sam3DetectorArch:
+class Sam3DetectorArch(ArchTable):
     """The sizes of SAM 3's detector; defaults are ``sam3.model_builder``'s.
 
     ``img_size``/``patch_size`` give the grid of the image tokens the detector reads (72 at 1008 px; the decoder's
@@ -55,16 +55,7 @@ class Sam3DetectorArch:
     roi_size: int = 7
     scoring_hidden: int = 2048
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Sam3DetectorArch:
-        arch = arch_from_dict(cls, data, "a SAM 3 detector")
-        arch.check()
-        return arch
-
-    def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return asdict(self)
+    WHAT: ClassVar[str] = "a SAM 3 detector"
 
     @property
     def grid(self) -> int:

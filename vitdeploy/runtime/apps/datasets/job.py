@@ -180,8 +180,11 @@ def plan_job(config: JobConfig, source: str | os.PathLike, out_dir: str | os.Pat
     if config.embedding_format == "parquet":
         pyarrow_parquet("write Parquet shards")
     images = list_images(source)
-    models = {"encoder": config.encoder} | ({"decoder": config.decoder} if config.kind == "masks" else {}) | (
-        {"text_encoder": config.text_encoder, "detector": config.decoder} if config.kind == "concepts" else {})
+    models = {"encoder": config.encoder}
+    if config.kind == "masks":
+        models["decoder"] = config.decoder
+    elif config.kind == "concepts":  # SAM 3: vision encoder, text encoder, detector, in Sam3ImageModel's order
+        models |= {"text_encoder": config.text_encoder, "detector": config.decoder}
     identity = {}
     for role, path in models.items():
         require_model_file(path)

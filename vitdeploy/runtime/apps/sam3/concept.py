@@ -62,6 +62,7 @@ class ConceptJob:
 
 def plan_concept_jobs(image: str | os.PathLike, output: str | os.PathLike) -> list[ConceptJob]:
     """``-i IMAGE -o OUT.json``, or ``-i FOLDER -o OUT_FOLDER`` (``<stem>.json`` and its PNGs per image)."""
+    from vitdeploy.runtime.apps.verbs.predict_images import check_unique_stems
     from vitdeploy.runtime.processing.images import images_in_folder
 
     image, output = Path(image), Path(output)
@@ -69,12 +70,7 @@ def plan_concept_jobs(image: str | os.PathLike, output: str | os.PathLike) -> li
         if output.suffix.lower() == ".json" or (output.exists() and not output.is_dir()):
             raise InputError(f"--output '{output}' is a file: with a folder of images, --output is a folder")
         images = images_in_folder(image, "point -i at a folder of photos")
-        stems: dict[str, str] = {}
-        for path in images:
-            if path.stem in stems:
-                raise InputError(f"'{stems[path.stem]}' and '{path.name}' in '{image}' would write the same outputs "
-                                 f"('{path.stem}.json'): rename one of them")
-            stems[path.stem] = path.name
+        check_unique_stems(images, image, ".json")
         return [ConceptJob(path, output / f"{path.stem}.json") for path in images]
     if output.suffix.lower() != ".json":
         raise InputError(f"--output '{output}' must be a .json file (the instances) for one image")

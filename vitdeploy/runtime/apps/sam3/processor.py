@@ -40,6 +40,7 @@ from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
 from vitdeploy.runtime.processing.preprocess import check_rgb_uint8
 from vitdeploy.runtime.processing.recorded_inputs import RecordsInputs
+from vitdeploy.runtime.processing.sam2_transforms import resize_bilinear
 
 #: The text ``Sam3Processor.add_geometric_prompt`` encodes when boxes come before any text.
 VISUAL_PROMPT = "visual"
@@ -127,7 +128,6 @@ class Sam3ImageModel(RecordsInputs):
         self.preprocess = Sam3Preprocessor(int(vision_meta["input_size"][0]), tuple(vision_meta["pixel_mean"]),
                                            tuple(vision_meta["pixel_std"]))
         self._text_cache: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._box_slots = list(self.detector.input_shapes().get("boxes", [1, "num_boxes", 4]))[1]
 
     def _run(self, graph: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return getattr(self, GRAPHS[graph]).run(self._recorded(graph, feeds))
@@ -165,9 +165,9 @@ class Sam3ImageModel(RecordsInputs):
         """One ``forward_grounding``: the image's features, the text's, and the exemplar boxes (cx, cy, w, h in
         [0, 1]) with their labels, padded to the file's box slots -> the detector's outputs for the image."""
         if len(boxes) > self.max_boxes:
-            raise InputError(f"{len(boxes)} exemplar boxes, but the detector file takes at most {self.max_boxes}: export "
-                             "it with a larger [detector] max_boxes, or reset_all_prompts")
-        slots = self._box_slots if isinstance(self._box_slots, int) else max(1, len(boxes))
+            raise InputError(f"{len(boxes)} exemplar boxes, but the detector file takes at most {self.max_boxes} exemplar "
+                             "boxes: export it with a larger [detector] max_boxes, or reset_all_prompts")
+        slots = self.max_boxes  # the file's fixed box slots
         padded = np.tile(np.array([0.5, 0.5, 1.0, 1.0], np.float32), (1, slots, 1))  # a finite box in unused slots
         padded[0, :len(boxes)] = np.asarray(boxes, np.float32).reshape(-1, 4)
         label_ids = np.zeros((1, slots), np.int64)
@@ -248,24 +248,18 @@ class Sam3Processor:
     def set_text_prompt(self, prompt: str, state: dict) -> dict:
         """Find every instance of ``prompt`` in the image (exemplar boxes already added still apply)."""
         self._require_image(state)
-        state["text_prompt"] = self.model.encode_text(prompt)
-        state.setdefault("geometric_prompt", {"boxes": [], "labels": []})
-        return self._forward_grounding(state)
+        return self._forward_grounding(state, self.model.encode_text(prompt),
+                                       state.get("geometric_prompt", {"boxes": [], "labels": []}))
 
     def add_geometric_prompt(self, box: list, label: bool, state: dict) -> dict:
         """Add an exemplar box (``[center_x, center_y, width, height]`` normalized to [0, 1]; ``label`` True for a
         positive, False for a negative) and find the instances again; without a text prompt, the text is "visual"."""
         self._require_image(state)
         checked = _check_box(box)
-        if "text_prompt" not in state:
-            state["text_prompt"] = self.model.encode_text(VISUAL_PROMPT)
-        prompt = state.setdefault("geometric_prompt", {"boxes": [], "labels": []})
-        if len(prompt["boxes"]) >= self.model.max_boxes:
-            raise InputError(f"the detector file takes at most {self.model.max_boxes} exemplar boxes: export it with a "
-                             "larger [detector] max_boxes, or reset_all_prompts")
-        prompt["boxes"].append(checked)
-        prompt["labels"].append(bool(label))
-        return self._forward_grounding(state)
+        text = state.get("text_prompt") or self.model.encode_text(VISUAL_PROMPT)
+        prompt = state.get("geometric_prompt", {"boxes": [], "labels": []})
+        grown = {"boxes": [*prompt["boxes"], checked], "labels": [*prompt["labels"], bool(label)]}
+        return self._forward_grounding(state, text, grown)  # a refused prompt (too many boxes) leaves the state as was
 
     def reset_all_prompts(self, state: dict) -> None:
         """Remove the prompts and the results (the image stays)."""
@@ -288,9 +282,13 @@ class Sam3Processor:
                 raise InputError("this state holds a batch of images: prompt one image at a time (set_image)")
             raise InputError("You must call set_image before set_text_prompt")
 
-    def _forward_grounding(self, state: dict) -> dict:
-        prompt = state["geometric_prompt"]
-        out = self.model.detect(state["backbone_out"], state["text_prompt"], prompt["boxes"], prompt["labels"])
+    def _forward_grounding(self, state: dict, text: tuple | None = None, prompt: dict | None = None) -> dict:
+        """Run the detector on the state's image with ``text`` and ``prompt`` (default: the state's own), then keep
+        them in the state with the results."""
+        text = state["text_prompt"] if text is None else text
+        prompt = state["geometric_prompt"] if prompt is None else prompt
+        out = self.model.detect(state["backbone_out"], text, prompt["boxes"], prompt["labels"])
+        state["text_prompt"], state["geometric_prompt"] = text, prompt
         scores = _sigmoid(out["pred_logits"][0]) * _sigmoid(out["presence_logit"][0])  # Q
         keep = scores > self.confidence_threshold
         height, width = state["original_height"], state["original_width"]
@@ -298,10 +296,7 @@ class Sam3Processor:
         boxes = np.stack([cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h], axis=-1)
         boxes = boxes * np.array([width, height, width, height], np.float32)
         logits = out["pred_masks"][0][keep][:, None]  # N, 1, 4g, 4g
-        from vitdeploy.runtime.processing.sam2_transforms import resize_bilinear
-
-        probabilities = _sigmoid(resize_bilinear(logits, (height, width), antialias=False)) if len(logits) else \
-            np.zeros((0, 1, height, width), np.float32)
+        probabilities = _sigmoid(resize_bilinear(logits, (height, width), antialias=False))  # interpolate, as official
         state["masks_logits"] = probabilities
         state["masks"] = probabilities > 0.5
         state["boxes"] = boxes.astype(np.float32).reshape(-1, 4)

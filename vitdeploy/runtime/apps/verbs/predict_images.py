@@ -125,6 +125,16 @@ def plan_single(image: str | os.PathLike, prompt: Prompt, mask: str | os.PathLik
                     Path(save_embedding) if save_embedding else None, Path(embedding) if embedding else None)
 
 
+def check_unique_stems(images: Sequence[Path], folder: str | os.PathLike, suffix: str) -> None:
+    """Refuse two images of ``folder`` whose outputs ``<stem><suffix>`` would be one file (``a.jpg`` and ``a.png``)."""
+    stems: dict[str, str] = {}
+    for path in images:
+        if path.stem in stems:
+            raise InputError(f"'{stems[path.stem]}' and '{path.name}' in '{folder}' would write the same outputs "
+                             f"('{path.stem}{suffix}'): rename one of them")
+        stems[path.stem] = path.name
+
+
 def plan_folder(folder: str | os.PathLike, prompt: Prompt, out_dir: str | os.PathLike | None, *,
                 prompts: dict[str, Prompt] | None = None, save_embedding_dir: str | os.PathLike | None = None,
                 embedding_dir: str | os.PathLike | None = None) -> tuple[list[ImageJob], list[str]]:
@@ -144,12 +154,7 @@ def plan_folder(folder: str | os.PathLike, prompt: Prompt, out_dir: str | os.Pat
                              f"(e.g. '{unknown[0]}'): names are file names inside that folder")
         skipped = [p.name for p in images if p.name not in prompts]
         images = [p for p in images if p.name in prompts]
-    stems: dict[str, str] = {}
-    for path in images:
-        if path.stem in stems:
-            raise InputError(f"'{stems[path.stem]}' and '{path.name}' in '{folder}' would write the same outputs "
-                             f"('{path.stem}.png'): rename one of them")
-        stems[path.stem] = path.name
+    check_unique_stems(images, folder, ".png")
     for name, value in (("--output", out_dir), ("--save-embedding", save_embedding_dir), ("--embedding", embedding_dir)):
         if value is not None and Path(value).exists() and not Path(value).is_dir():
             raise InputError(f"{name} '{value}' is a file: with a folder of images, {name} is a folder")
