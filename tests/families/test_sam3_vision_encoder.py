@@ -30,11 +30,13 @@ def tiny_arch(**changes):
 
 
 def official(arch, seed: int = SEED):
-    """The official backbone, wrapped to return ``forward_image``'s feature levels as a tuple."""
-    from vitdeploy.models.sam3 import load_sam3_vision
+    """The official backbone and interactive heads, wrapped to return ``forward_image``'s feature levels and the click
+    predictor's features as a tuple."""
+    from vitdeploy.models.sam3 import load_sam3_vision_parts
     from vitdeploy.rewrites.sam3_vision import Sam3VisionEncoder
 
-    return Sam3VisionEncoder(load_sam3_vision(arch, random_seed=seed))
+    parts = load_sam3_vision_parts(arch, random_seed=seed)
+    return Sam3VisionEncoder(parts.backbone, parts.heads)
 
 
 def images(size: int, batch: int = 1, seed: int = 1) -> torch.Tensor:
@@ -53,17 +55,18 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
                          ids=["padded-windows", "unpadded-batch2", "one-neck-all-levels"])
 def test_the_rewrite_computes_the_official_forward_image(changes: dict, batch: int) -> None:
     """Rope in real arithmetic on reordered q/k halves, static windows (112 px: an 8x8 grid padded to 9x9 windows of 3;
-    84 px: 6x6, no padding), the tiled position table: the official numbers within the fp32 budget, every level."""
+    84 px: 6x6, no padding), the tiled position table, the interactive heads' conv_s0/conv_s1 and no_mem_embed: the
+    official numbers within the fp32 budget, every output."""
     from vitdeploy.rewrites.sam3_vision import rewrite_sam3_vision_encoder
 
     arch = tiny_arch(**changes)
     reference = official(arch)
-    rewritten = rewrite_sam3_vision_encoder(reference.backbone)
+    rewritten = rewrite_sam3_vision_encoder(reference.backbone, reference.heads)
     x = images(arch.img_size, batch)
     with torch.no_grad():
         want, got = reference(x), rewritten(x)
     levels = len(arch.scale_factors) - arch.scalp
-    assert len(want) == len(got) == levels * (2 if arch.add_sam2_neck else 1)
+    assert len(want) == len(got) == levels + (3 if arch.add_sam2_neck else 0)
     assert len(rewritten.output_names) == len(got)
     for name, a, b in zip(rewritten.output_names, want, got):
         assert a.shape == b.shape and a.shape[0] == batch
@@ -110,10 +113,12 @@ def test_another_input_size_and_a_dynamic_batch(exported: Path, tmp_path: Path) 
 
 def test_an_official_checkpoint_loads_and_a_wrong_one_is_refused(exported: Path, tmp_path: Path) -> None:
     """A user's ``sam3.pt`` is ``{"model": {"detector.backbone.vision_backbone.*": ..., "detector.*": ...,
-    "tracker.*": ...}}``: its vision keys export to the same outputs as the weights they hold (its rotary tables
-    are recomputed, not loaded); a checkpoint of another size is refused in one line, nothing written."""
-    backbone = official(tiny_arch()).backbone
-    state = {f"detector.backbone.{k}": v for k, v in backbone.state_dict().items()}
+    "tracker.*": ...}}``: its vision keys and the tracker's SAM heads export to the same outputs as the weights they
+    hold (its rotary tables are recomputed, not loaded); a checkpoint of another size is refused in one line,
+    nothing written."""
+    parts = official(tiny_arch())
+    state = {f"detector.backbone.{k}": v for k, v in parts.backbone.state_dict().items()}
+    state.update({f"tracker.{k}": v for k, v in parts.heads.state_dict().items()})
     state["detector.transformer.decoder.norm.weight"] = torch.ones(16)  # the rest of the image model is ignored
     state["tracker.maskmem_tpos_enc"] = torch.zeros(7, 1, 1, 64)
     checkpoint = tmp_path / "sam3.pt"

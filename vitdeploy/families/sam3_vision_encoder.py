@@ -1,6 +1,7 @@
 """SAM 3's vision encoder (the official ``sam3`` package): the ViTDet trunk with 2-D rotary embeddings and windowed
 attention, and the dual SimpleFPN neck; the feature levels ``SAM3VLBackbone.forward_image`` returns for the
-detector (``backbone_fpn_*``) and for the interactive predictor (``sam2_backbone_fpn_*``)."""
+detector (``backbone_fpn_*``) and, from the second neck, the interactive predictor's features as
+``Sam3Processor.set_image`` and ``predict_inst`` prepare them (``image_embed``, ``high_res_feats_0``/``_1``)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ if TYPE_CHECKING:
 class Sam3VisionEncoderFamily(ModelFamily):
     name = "sam3_vision_encoder"
     title = "SAM 3 vision encoders"
-    role = ("SAM 3 vision encoder: an image -> the detector's three feature levels and the interactive predictor's "
-            "three (SAM3VLBackbone.forward_image)")
+    role = ("SAM 3 vision encoder: an image -> the detector's three feature levels and the click predictor's "
+            "image_embed and high_res_feats (SAM3VLBackbone.forward_image, Sam3Processor.set_image)")
     runtime_metadata = ("input_size", "pixel_mean", "pixel_std")
     required_metadata = ("architecture", "input_size", "pixel_mean", "pixel_std")
 
@@ -47,11 +48,11 @@ class Sam3VisionEncoderFamily(ModelFamily):
             arch.with_img_size(options.input_size).check()
 
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
-        from vitdeploy.models.sam3 import load_sam3_vision
+        from vitdeploy.models.sam3 import load_sam3_vision_parts
 
         arch = self.architecture(recipe.architecture)
-        return arch, load_sam3_vision(arch, checkpoint, random_seed=random_seed,
-                                      what=f"recipe '{recipe.name}' ({recipe.variant})")
+        return arch, load_sam3_vision_parts(arch, checkpoint, random_seed=random_seed,
+                                            what=f"recipe '{recipe.name}' ({recipe.variant})")
 
     def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
                echo: Echo) -> ExportResult:
@@ -63,7 +64,7 @@ class Sam3VisionEncoderFamily(ModelFamily):
         from vitdeploy.rewrites.sam3_vision import rewrite_sam3_vision_encoder
 
         size = options.input_size or arch.img_size
-        exportable = rewrite_sam3_vision_encoder(vision_backbone_at_size(model, arch, size))
+        exportable = rewrite_sam3_vision_encoder(vision_backbone_at_size(model.backbone, arch, size), model.heads)
         names = list(exportable.output_names)
         echo(f"exporting {recipe.name} ({recipe.variant}) at {size}x{size}: {', '.join(names)}"
              + (" with a dynamic batch" if options.dynamic_batch else ""))
@@ -77,14 +78,16 @@ class Sam3VisionEncoderFamily(ModelFamily):
                            metadata=metadata, opset=options.opset or recipe.opset, dynamic_batch=options.dynamic_batch)
 
     def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
-        """The official ``SAM3VLBackbone.forward_image`` with the export's weights, built for the export's size."""
+        """The official ``SAM3VLBackbone.forward_image`` with the export's weights, built for the export's size, and
+        the interactive heads' per-image part."""
         seed = reference_seed(metadata, checkpoint)  # refuses a wrong checkpoint before torch is imported
 
-        from vitdeploy.models.sam3 import load_sam3_vision
+        from vitdeploy.models.sam3 import load_sam3_vision_parts
         from vitdeploy.rewrites.sam3_vision import Sam3VisionEncoder
 
         arch = self.architecture(metadata["architecture"]).with_img_size(int(metadata["input_size"][0]))
-        return Sam3VisionEncoder(load_sam3_vision(arch, checkpoint, random_seed=seed)).eval()
+        parts = load_sam3_vision_parts(arch, checkpoint, random_seed=seed)
+        return Sam3VisionEncoder(parts.backbone, parts.heads).eval()
 
     def image_preprocessor(self, metadata: dict[str, Any]):
         """``Sam3Processor``'s: the uint8 image resized to a square (PyTorch's uint8 antialiased kernel), /255,

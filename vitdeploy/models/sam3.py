@@ -135,6 +135,16 @@ class Sam3VisionArch(ArchTable):
             raise RecipeError(f"scalp {self.scalp} must leave at least one of {len(self.scale_factors)} levels")
         if 0.5 in self.scale_factors and (self.grid % 2):
             raise RecipeError(f"img_size {self.img_size} gives an odd grid ({self.grid}) that the 0.5 level cannot pool")
+        if self.add_sam2_neck and len(self.scale_factors) - self.scalp != 3:
+            raise RecipeError(f"the interactive neck (add_sam2_neck) needs three levels after scalp, as the click "
+                              f"predictor reads them; scale_factors {list(self.scale_factors)} with scalp {self.scalp} "
+                              f"leave {len(self.scale_factors) - self.scalp}")
+
+    def interactive_arch(self) -> Any:
+        """The sizes of the interactive heads that read this encoder's second neck."""
+        from vitdeploy.models.sam3_interactive import Sam3InteractiveArch
+
+        return Sam3InteractiveArch(img_size=self.img_size, patch_size=self.patch_size, d_model=self.d_model)
 
 
 def _sam3():
@@ -183,6 +193,28 @@ def load_sam3_vision(arch: Sam3VisionArch, checkpoint: str | Path | None = None,
 
     return load_official_weights(model, checkpoint, random_seed=random_seed, what=what or "SAM 3's vision backbone",
                                  hint=": use the official sam3.pt or a state dict of its vision backbone", select=select)
+
+
+class Sam3VisionParts(nn.Module):
+    """What SAM 3's vision encoder file computes from: the official vision backbone and, where it has the
+    interactive neck, the interactive heads, whose per-image part (``conv_s0``/``conv_s1``, which
+    ``Sam3Processor.set_image`` applies, and ``no_mem_embed``, which ``predict_inst`` adds) the file carries so
+    that a click runs the prompt encoder and mask decoder only."""
+
+    def __init__(self, backbone: nn.Module, heads: nn.Module | None):
+        super().__init__()
+        self.backbone, self.heads = backbone, heads
+
+
+def load_sam3_vision_parts(arch: Sam3VisionArch, checkpoint: str | Path | None = None, *,
+                           random_seed: int | None = None, what: str | None = None) -> Sam3VisionParts:
+    """:func:`load_sam3_vision` and, with ``add_sam2_neck``, the interactive heads of the same checkpoint or seed."""
+    heads = None
+    if arch.add_sam2_neck:
+        from vitdeploy.models.sam3_interactive import load_sam3_interactive
+
+        heads = load_sam3_interactive(arch.interactive_arch(), checkpoint, random_seed=random_seed)
+    return Sam3VisionParts(load_sam3_vision(arch, checkpoint, random_seed=random_seed, what=what), heads).eval()
 
 
 def vision_backbone_at_size(model: nn.Module, arch: Sam3VisionArch, size: int) -> nn.Module:
@@ -238,5 +270,6 @@ def load_sam3_text(arch: Sam3TextArch, checkpoint: str | Path | None = None, *, 
                                  select=lambda state: select_under(state, TEXT_CHECKPOINT_PREFIXES))
 
 
-__all__ = ["ArchTable", "SAM3_INSTALL_HINT", "Sam3TextArch", "Sam3VisionArch", "build_sam3_text", "build_sam3_vision",
-           "load_official_weights", "load_sam3_text", "load_sam3_vision", "select_under", "vision_backbone_at_size"]
+__all__ = ["ArchTable", "SAM3_INSTALL_HINT", "Sam3TextArch", "Sam3VisionArch", "Sam3VisionParts", "build_sam3_text",
+           "build_sam3_vision", "load_official_weights", "load_sam3_text", "load_sam3_vision", "load_sam3_vision_parts",
+           "select_under", "vision_backbone_at_size"]

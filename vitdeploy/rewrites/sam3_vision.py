@@ -1,9 +1,13 @@
 """Export-friendly SAM 3 vision encoder (the official ViTDet trunk + dual neck, ``SAM3VLBackbone.forward_image``),
 same weights, same numbers.
 
-``forward(image) -> (backbone_fpn_0, backbone_fpn_1, backbone_fpn_2[, sam2_backbone_fpn_0, ...])``: the levels
-``forward_image`` returns in ``backbone_fpn`` (the detector's) and ``sam2_backbone_out["backbone_fpn"]`` (the
-interactive predictor's), highest resolution first, after ``scalp``. What differs from the official modules:
+``forward(image) -> (backbone_fpn_0, backbone_fpn_1, backbone_fpn_2[, image_embed, high_res_feats_0,
+high_res_feats_1])``: the levels ``forward_image`` returns in ``backbone_fpn`` (the detector's), highest resolution
+first, after ``scalp``; and, where the model has the interactive neck, the click predictor's features as
+``Sam3Processor.set_image`` and ``Sam3Image.predict_inst`` prepare them from ``sam2_backbone_out["backbone_fpn"]``:
+``conv_s0``/``conv_s1`` of the mask decoder on the two high-resolution levels (``high_res_feats_0``/``_1``), and
+``no_mem_embed`` added to the lowest one (``image_embed``) -- the names and meanings of SAM 2's image encoder
+outputs, so that SAM 2's decoder graph contract serves SAM 3's clicks. What differs from the official modules:
 
 * **Rotary embedding in real arithmetic.** The official ``apply_rotary_enc`` views (x0, x1) pairs of each head as
   complex numbers and multiplies by ``freqs_cis`` (``view_as_complex``: no ONNX op; the exporter decomposes it
@@ -29,6 +33,9 @@ import torch
 from torch import nn
 
 from vitdeploy.rewrites.static_shapes import WindowPartition
+
+#: The click predictor's features (SAM 2's image encoder outputs: its decoder graph contract).
+INTERACTIVE_OUTPUTS = ("image_embed", "high_res_feats_0", "high_res_feats_1")
 
 
 def deinterleave_order(num_heads: int, head_dim: int) -> torch.Tensor:
@@ -106,26 +113,44 @@ class RotaryBlock(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
-class Sam3VisionEncoder(nn.Module):
-    """The official ``SAM3VLBackbone.forward_image`` as a tuple of feature maps (the reference side: no rewrite)."""
+def _require_heads(backbone: nn.Module, heads: nn.Module | None) -> None:
+    if (backbone.vision_backbone.sam2_convs is not None) != (heads is not None):
+        raise ValueError("the interactive neck (add_sam2_neck) and the interactive heads come together")
 
-    def __init__(self, backbone: nn.Module):
+
+class Sam3VisionEncoder(nn.Module):
+    """The official ``SAM3VLBackbone.forward_image`` as a tuple of feature maps, then the interactive predictor's
+    features as ``Sam3Processor.set_image`` (``conv_s0``/``conv_s1``) and ``Sam3Image.predict_inst``
+    (``_prepare_backbone_features``, ``+ no_mem_embed``, back to maps) prepare them (the reference side: no
+    rewrite)."""
+
+    def __init__(self, backbone: nn.Module, heads: nn.Module | None = None):
         super().__init__()
-        self.backbone = backbone
+        _require_heads(backbone, heads)
+        self.backbone, self.heads = backbone, heads
 
     def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = self.backbone.forward_image(image)
-        sam2 = out["sam2_backbone_out"]
-        return tuple(out["backbone_fpn"]) + (tuple(sam2["backbone_fpn"]) if sam2 is not None else ())
+        if self.heads is None:
+            return tuple(out["backbone_fpn"])
+        fpn = list(out["sam2_backbone_out"]["backbone_fpn"])
+        fpn[0] = self.heads.sam_mask_decoder.conv_s0(fpn[0])
+        fpn[1] = self.heads.sam_mask_decoder.conv_s1(fpn[1])
+        sizes = [tuple(f.shape[-2:]) for f in fpn]
+        _, feats, _, _ = self.heads._prepare_backbone_features({"backbone_fpn": fpn, "vision_pos_enc": fpn})
+        feats[-1] = feats[-1] + self.heads.no_mem_embed
+        maps = [f.permute(1, 2, 0).view(f.shape[1], -1, *size) for f, size in zip(feats, sizes)]
+        return tuple(out["backbone_fpn"]) + (maps[2], maps[0], maps[1])
 
 
 class ExportableSam3VisionEncoder(nn.Module):
     """The rewrite of ``SAM3VLBackbone``'s vision side for its built input size; see the module docstring."""
 
-    def __init__(self, backbone: nn.Module):
+    def __init__(self, backbone: nn.Module, heads: nn.Module | None = None):
         super().__init__()
         from sam3.model.vitdet import get_abs_pos
 
+        _require_heads(backbone, heads)
         neck = backbone.vision_backbone
         trunk = neck.trunk
         if trunk.retain_cls_token or trunk.pos_embed is None or not trunk.tile_abs_pos:
@@ -142,13 +167,17 @@ class ExportableSam3VisionEncoder(nn.Module):
         self.ln_post = copy.deepcopy(trunk.ln_post)
         kept = len(neck.convs) - int(backbone.scalp)
         self.convs = nn.ModuleList(copy.deepcopy(c) for c in neck.convs[:kept])
-        self.sam2_convs = (nn.ModuleList(copy.deepcopy(c) for c in neck.sam2_convs[:kept])
-                           if neck.sam2_convs is not None else None)
+        self.sam2_convs = self.conv_s0 = self.conv_s1 = self.no_mem_embed = None
+        if heads is not None:
+            self.sam2_convs = nn.ModuleList(copy.deepcopy(c) for c in neck.sam2_convs[:kept])
+            self.conv_s0 = copy.deepcopy(heads.sam_mask_decoder.conv_s0)
+            self.conv_s1 = copy.deepcopy(heads.sam_mask_decoder.conv_s1)
+            self.no_mem_embed = nn.Parameter(heads.no_mem_embed.detach().reshape(1, -1, 1, 1).clone())
 
     @property
     def output_names(self) -> tuple[str, ...]:
         names = tuple(f"backbone_fpn_{i}" for i in range(len(self.convs)))
-        return names + (tuple(f"sam2_backbone_fpn_{i}" for i in range(len(self.convs))) if self.sam2_convs is not None else ())
+        return names + (INTERACTIVE_OUTPUTS if self.sam2_convs is not None else ())
 
     def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
         x = self.patch_embed(image).permute(0, 2, 3, 1) + self.pos_table  # B, H, W, C
@@ -157,13 +186,17 @@ class ExportableSam3VisionEncoder(nn.Module):
             x = block(x)
         x = self.ln_post(x).permute(0, 3, 1, 2)  # B, C, H, W
         levels = tuple(conv(x) for conv in self.convs)
-        return levels + (tuple(conv(x) for conv in self.sam2_convs) if self.sam2_convs is not None else ())
+        if self.sam2_convs is None:
+            return levels
+        s0, s1, low = (conv(x) for conv in self.sam2_convs)
+        return levels + (low + self.no_mem_embed, self.conv_s0(s0), self.conv_s1(s1))
 
 
-def rewrite_sam3_vision_encoder(backbone: nn.Module) -> ExportableSam3VisionEncoder:
-    """The export-friendly copy of the official vision backbone (the original is left unchanged)."""
-    return ExportableSam3VisionEncoder(backbone.eval()).eval()
+def rewrite_sam3_vision_encoder(backbone: nn.Module, heads: nn.Module | None = None) -> ExportableSam3VisionEncoder:
+    """The export-friendly copy of the official vision backbone and, with the interactive neck, the per-image part of
+    the interactive heads (the originals are left unchanged)."""
+    return ExportableSam3VisionEncoder(backbone.eval(), heads).eval()
 
 
-__all__ = ["ExportableSam3VisionEncoder", "RotaryAttention", "RotaryBlock", "Sam3VisionEncoder", "deinterleave_order",
-           "rewrite_sam3_vision_encoder"]
+__all__ = ["INTERACTIVE_OUTPUTS", "ExportableSam3VisionEncoder", "RotaryAttention", "RotaryBlock", "Sam3VisionEncoder",
+           "deinterleave_order", "rewrite_sam3_vision_encoder"]
