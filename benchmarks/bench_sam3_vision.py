@@ -25,7 +25,7 @@ import numpy as np
 from benchmarks.bench_sam2 import peak_rss_mb
 
 RECIPE = "sam3"
-OUTPUTS = tuple(f"backbone_fpn_{i}" for i in range(3)) + tuple(f"sam2_backbone_fpn_{i}" for i in range(3))
+OUTPUTS = tuple(f"backbone_fpn_{i}" for i in range(3)) + ("image_embed", "high_res_feats_0", "high_res_feats_1")
 
 
 def images() -> list[np.ndarray]:
@@ -37,10 +37,11 @@ def images() -> list[np.ndarray]:
 
 def official_module():
     from vitdeploy.models.recipes import load_recipe
-    from vitdeploy.models.sam3 import Sam3VisionArch, load_sam3_vision
+    from vitdeploy.models.sam3 import Sam3VisionArch, load_sam3_vision_parts
     from vitdeploy.rewrites.sam3_vision import Sam3VisionEncoder
 
-    return Sam3VisionEncoder(load_sam3_vision(Sam3VisionArch.from_dict(load_recipe(RECIPE).architecture), random_seed=0))
+    parts = load_sam3_vision_parts(Sam3VisionArch.from_dict(load_recipe(RECIPE).architecture), random_seed=0)
+    return Sam3VisionEncoder(parts.backbone, parts.heads)
 
 
 def export_plain(out: Path) -> float:

@@ -23,6 +23,16 @@ def sam3_tiny_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
     return made["vision"], made["text"], made["detector"]
 
 
+def sam3_tiny_interactive_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The interactive (click) decoder of the same seeded tiny model (``sam3_tiny_interactive``)."""
+    from vitdeploy.pipeline import export_from_recipe
+
+    made = once_per_run(tmp_path_factory, "sam3_tiny_interactive", lambda root: {
+        "interactive": export_from_recipe("sam3_tiny_interactive", root / "sam3_tiny_interactive.onnx",
+                                          random_weights=True, seed=SEED).path})
+    return made["interactive"]
+
+
 def sam3_tiny_files_with_vocab(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """:func:`sam3_tiny_files` for tests that tokenize text: skipped, saying why, where CLIP's vocabulary is not."""
     from vitdeploy.errors import InputError
@@ -35,4 +45,4 @@ def sam3_tiny_files_with_vocab(tmp_path_factory: pytest.TempPathFactory) -> tupl
     return sam3_tiny_files(tmp_path_factory)
 
 
-__all__ = ["RECIPES", "SEED", "sam3_tiny_files", "sam3_tiny_files_with_vocab"]
+__all__ = ["RECIPES", "SEED", "sam3_tiny_files", "sam3_tiny_files_with_vocab", "sam3_tiny_interactive_file"]

@@ -64,6 +64,7 @@ def onnx_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     if importlib.util.find_spec("sam3") is not None:  # the dev install has it (scripts/lib/venv.sh)
         exports["sam3_vision"] = ["-r", "sam3_tiny"]
         exports["sam3_detector"] = ["-r", "sam3_tiny_detector"]
+        exports["sam3_interactive"] = ["-r", "sam3_tiny_interactive"]
     for name, args in exports.items():
         files[name] = root / f"{name}.onnx"
         code, output = run("export", *args, "--random-weights", "--seed", "5", "-o", str(files[name]))
@@ -89,6 +90,7 @@ CASES = {
     "timm_hiera": ("timm_hiera", "fp32", {"fp32"}, {"fp16", "int8"}),
     "sam3_vision": ("sam3_vision_encoder", "fp32", {"fp32"}, {"fp16", "int8"}),
     "sam3_detector": ("sam3_detector", "fp32", {"fp32"}, {"fp16", "int8"}),
+    "sam3_interactive": ("sam3_interactive_decoder", "fp32", {"fp32"}, {"fp16", "int8"}),
 }
 
 

@@ -47,6 +47,7 @@ TINY_RECIPES: dict[str, tuple[str, int | None]] = {
     "sam3_vision_encoder": ("sam3_tiny", None),
     "sam3_text_encoder": ("sam3_tiny_text", None),
     "sam3_detector": ("sam3_tiny_detector", None),
+    "sam3_interactive_decoder": ("sam3_tiny_interactive", None),
 }
 
 

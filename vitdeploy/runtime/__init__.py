@@ -28,6 +28,7 @@ _WHERE = {
     "Sam2ImagePredictor": "apps.sam2.image_predictor",
     "Sam2VideoPredictor": "apps.sam2.video_predictor",
     "Sam3ImageModel": "apps.sam3.processor",
+    "Sam3InteractivePredictor": "apps.sam3.interactive",
     "Sam3Processor": "apps.sam3.processor",
     "SamPreprocessor": "processing.preprocess",
     "preprocess_shape": "processing.preprocess",

@@ -13,12 +13,11 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 
-from vitdeploy.runtime.processing.sam2_transforms import resize_bilinear
+from vitdeploy.runtime.processing.sam2_transforms import replace_small_regions, resize_bilinear
 
 #: ``sam2.modeling.sam2_base.NO_OBJ_SCORE``: the mask score of an object that is not there.
 NO_OBJ_SCORE = -1024.0
@@ -37,24 +36,8 @@ def fill_holes(mask_scores: np.ndarray, max_area: int) -> np.ndarray:
     """``fill_holes_in_mask_scores``: 8-connected regions of scores <= 0 with at most ``max_area`` pixels get 0.1,
     per (..., H, W) mask. Without SciPy: the scores unchanged and a warning, as the official one without its CUDA
     extension."""
-    try:
-        from scipy import ndimage
-    except ImportError:
-        warnings.warn("filling small holes in SAM 2 masks (fill_hole_area) needs SciPy (pip install scipy): skipped, as "
-                      "the official predictor skips it without its CUDA extension", stacklevel=2)
-        return mask_scores
-    out = np.array(mask_scores, dtype=np.float32, copy=True)
-    flat = out.reshape(-1, *out.shape[-2:])
-    eight = np.ones((3, 3), dtype=bool)
-    for mask in flat:
-        labels, count = ndimage.label(mask <= 0, structure=eight)
-        if count == 0:
-            continue
-        areas = np.bincount(labels.ravel())
-        small = areas <= max_area
-        small[0] = False  # label 0 is the foreground
-        mask[small[labels]] = 0.1
-    return out
+    scores = np.asarray(mask_scores, np.float32)
+    return replace_small_regions(scores, scores <= 0, max_area, 0.1)
 
 
 def non_overlapping(pred_masks: np.ndarray) -> np.ndarray:

@@ -4,13 +4,18 @@
   ratio is not kept: bilinear with antialiasing, PyTorch's ``_upsample_bilinear2d_aa`` filter), ``Normalize``.
 * Prompts: pixels of the original image -> the S x S input frame (``transform_coords``/``transform_boxes``).
 * Masks: the decoder's 4h x 4w logits -> the original size (``postprocess_masks``: bilinear, ``align_corners=False``,
-  no antialiasing); the optional hole filling (``max_hole_area``/``max_sprinkle_area``, 0 by default) is not done.
+  no antialiasing), after the optional clean-up of the low-resolution logits: background regions (<= the threshold,
+  8-connected) of at most ``max_hole_area`` pixels become foreground (threshold + 10), foreground regions of at most
+  ``max_sprinkle_area`` pixels background (threshold - 10); 0 (off) by default, as the official. The official
+  needs its CUDA extension (SAM 2) or scikit-image (SAM 3's CPU path) for the connected components and skips the
+  step with a warning without them; here they need SciPy, and the step is skipped with a warning without it.
 
 Each resize is separable and linear, so it is one (out, in) matrix per axis, built once per size.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -46,11 +51,13 @@ def antialias_bilinear_matrix(in_size: int, out_size: int) -> np.ndarray:
 class Sam2Transforms:
     """The official transforms for a ``resolution`` x ``resolution`` encoder (see the module docstring)."""
 
-    def __init__(self, resolution: int, pixel_mean, pixel_std, mask_threshold: float = 0.0):
+    def __init__(self, resolution: int, pixel_mean, pixel_std, mask_threshold: float = 0.0, max_hole_area: float = 0.0,
+                 max_sprinkle_area: float = 0.0):
         self.resolution = int(resolution)
         self.mean = (np.asarray(pixel_mean, np.float32) / np.float32(255.0)).reshape(3, 1, 1)
         self.std = (np.asarray(pixel_std, np.float32) / np.float32(255.0)).reshape(3, 1, 1)
         self.mask_threshold = mask_threshold
+        self.max_hole_area, self.max_sprinkle_area = float(max_hole_area), float(max_sprinkle_area)
 
     def __call__(self, image: np.ndarray) -> np.ndarray:
         """HxWx3 uint8 RGB -> (3, S, S) float32, normalized."""
@@ -72,8 +79,38 @@ class Sam2Transforms:
         return self.transform_coords(np.asarray(boxes, dtype=np.float32).reshape(-1, 2, 2), normalize, orig_hw)
 
     def postprocess_masks(self, low_res: np.ndarray, orig_hw: tuple[int, int]) -> np.ndarray:
-        """(..., 4h, 4w) logits -> (..., H, W) logits at the original size (float32)."""
-        return resize_bilinear(low_res, orig_hw, antialias=False)
+        """(..., 4h, 4w) logits -> (..., H, W) logits at the original size (float32), small holes and sprinkles
+        removed first where ``max_hole_area``/``max_sprinkle_area`` ask for it."""
+        masks, threshold = np.asarray(low_res, np.float32), float(self.mask_threshold)
+        if self.max_hole_area > 0:
+            masks = replace_small_regions(masks, masks <= threshold, self.max_hole_area, threshold + 10.0)
+        if self.max_sprinkle_area > 0:
+            masks = replace_small_regions(masks, masks > threshold, self.max_sprinkle_area, threshold - 10.0)
+        return resize_bilinear(masks, orig_hw, antialias=False)
+
+
+def replace_small_regions(scores: np.ndarray, region: np.ndarray, max_area: float, value: float) -> np.ndarray:
+    """``scores`` (..., H, W) with every 8-connected component of ``region`` of at most ``max_area`` pixels set to
+    ``value``, per (H, W) mask (the official ``connected_components`` then ``areas <= max_area``). Without SciPy: the
+    scores unchanged and a warning, as the official without its connected-components backend."""
+    try:
+        from scipy import ndimage
+    except ImportError:
+        warnings.warn("removing small mask regions (max_hole_area, max_sprinkle_area, fill_hole_area) needs SciPy "
+                      "(pip install scipy): skipped, as the official skips it without its connected-components backend",
+                      stacklevel=3)
+        return scores
+    out = np.array(scores, dtype=np.float32, copy=True)
+    flat, where = out.reshape(-1, *out.shape[-2:]), np.asarray(region, bool).reshape(-1, *out.shape[-2:])
+    eight = np.ones((3, 3), dtype=bool)
+    for mask, inside in zip(flat, where):
+        labels, count = ndimage.label(inside, structure=eight)
+        if count == 0:
+            continue
+        small = np.bincount(labels.ravel()) <= max_area
+        small[0] = False  # label 0 is outside the region
+        mask[small[labels]] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -117,4 +154,4 @@ def resize_bilinear(x: np.ndarray, size: tuple[int, int], antialias: bool) -> np
     return np.einsum("oh,...hw,pw->...op", rows, np.asarray(x, np.float32), cols, optimize=True).astype(np.float32)
 
 
-__all__ = ["Sam2Preprocessor", "Sam2Transforms", "antialias_bilinear_matrix", "resize_bilinear"]
+__all__ = ["Sam2Preprocessor", "Sam2Transforms", "antialias_bilinear_matrix", "replace_small_regions", "resize_bilinear"]

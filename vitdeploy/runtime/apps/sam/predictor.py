@@ -48,7 +48,8 @@ SAM2_HERE = ("a SAM 2 file: SAM 2 runs in Sam2ImagePredictor, Sam2VideoPredictor
              "track; embed, segment-all --images and serve take SAM 1 files")
 #: Said where a SAM 3 file reaches a predictor or a verb.
 SAM3_HERE = ("a SAM 3 file: 'vitdeploy segment-concept' and vitdeploy.runtime.Sam3Processor take SAM 3's vision "
-             "encoder, text encoder and detector (docs/sam3.md); this verb takes SAM (1) and SAM 2 files")
+             "encoder, text encoder and detector; predict and vitdeploy.runtime.Sam3InteractivePredictor its vision "
+             "encoder and interactive decoder (docs/sam3.md)")
 
 
 def check_sam_encoder(encoder: dict[str, Any], name: str = "the encoder artifact") -> None:

@@ -90,22 +90,34 @@ class Sam2ImagePredictor:
         encoder, decoder: the exported files (``.onnx``) or Runners.
         device, threads, runtime, inference_precision: as :class:`vitdeploy.runtime.SamPredictor`'s.
         mask_threshold: logits above it are the mask (official default 0.0).
+        max_hole_area, max_sprinkle_area: background (foreground) regions of the low-resolution logits of at most this
+            many pixels become foreground (background) before the upsampling (official default 0: off; needs SciPy).
     """
+
+    #: The official defaults of the clean-up of the low-resolution masks.
+    MAX_HOLE_AREA = MAX_SPRINKLE_AREA = 0.0
 
     def __init__(self, encoder: Runner | str | os.PathLike, decoder: Runner | str | os.PathLike, *,
                  options: OpenOptions | None = None, device: str = "cpu", threads: int | None = None,
-                 runtime: str = "auto", inference_precision: str | None = None, mask_threshold: float = 0.0):
+                 runtime: str = "auto", inference_precision: str | None = None, mask_threshold: float = 0.0,
+                 max_hole_area: float | None = None, max_sprinkle_area: float | None = None):
         o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
         self.encoder = as_runner(encoder, o)
         self.decoder = as_runner(decoder, o.for_part())
         enc, dec = self.encoder.metadata, self.decoder.metadata
-        check_sam2_pair(enc, dec)
+        self.check_pair(enc, dec)
         self.resolution = int(enc["input_size"][0])
-        self._transforms = Sam2Transforms(self.resolution, enc["pixel_mean"], enc["pixel_std"], mask_threshold)
+        self._transforms = Sam2Transforms(
+            self.resolution, enc["pixel_mean"], enc["pixel_std"], mask_threshold,
+            self.MAX_HOLE_AREA if max_hole_area is None else max_hole_area,
+            self.MAX_SPRINKLE_AREA if max_sprinkle_area is None else max_sprinkle_area)
         self.mask_threshold = mask_threshold
         self.variant = str(enc.get("variant"))
         self._choose = MaskChoice.from_metadata(dec)
         self.reset_predictor()
+
+    #: Raise InputError unless the encoder's and decoder's metadata are a pair this predictor runs.
+    check_pair = staticmethod(check_sam2_pair)
 
     # --- images --------------------------------------------------------------------------------------
 

@@ -48,11 +48,13 @@ VISUAL_PROMPT = "visual"
 TEXT_CACHE_SIZE = 64
 #: The graphs of the model, as ``record_inputs`` names them, and the attribute that runs each.
 GRAPHS = {"vision_encoder": "vision", "text_encoder": "text", "detector": "detector"}
-PARTS = {"vision_encoder": "the vision encoder", "text_encoder": "the text encoder", "detector": "the detector"}
+PARTS = {"vision_encoder": "the vision encoder", "text_encoder": "the text encoder", "detector": "the detector",
+         "interactive_decoder": "the interactive decoder"}
 
 
-def check_sam3_part(metadata: dict[str, Any], part: str) -> None:
-    """Raise InputError unless ``metadata`` is SAM 3's ``part`` (``vision_encoder``, ``text_encoder``, ``detector``)."""
+def check_sam3_part(metadata: dict[str, Any], part: str, order: str = "vision, text, detector") -> None:
+    """Raise InputError unless ``metadata`` is SAM 3's ``part`` (a key of :data:`PARTS`); ``order`` is the order of
+    the files the caller takes, said in the refusal."""
     from vitdeploy.families import family_of_part
 
     what, recipe = PARTS[part], "sam3" + family_of_part("sam3", part).recipe_suffix
@@ -60,7 +62,7 @@ def check_sam3_part(metadata: dict[str, Any], part: str) -> None:
     if (model, got) != ("sam3", part):
         found = f"SAM 3's {got.replace('_', ' ')}" if model == "sam3" else f"a '{metadata.get('family')}' model"
         raise InputError(f"{what} is {found}, not SAM 3's {part.replace('_', ' ')}: export it with "
-                         f"'vitdeploy export -r {recipe}' and pass the files in the order vision, text, detector")
+                         f"'vitdeploy export -r {recipe}' and pass the files in the order {order}")
 
 
 def check_text_prompt(prompt: Any, tokenizer: Any, context_length: int) -> None:
@@ -101,6 +103,8 @@ class Sam3ImageModel(RecordsInputs):
             (``runtime="auto"``: the deployment decided on this machine, per file).
         tokenizer: CLIP's tokenizer (default: :class:`~vitdeploy.runtime.processing.clip_tokenizer.ClipTokenizer`
             with the vocabulary found on this machine).
+        interactive: the interactive decoder's file or Runner, for clicks and boxes (:meth:`predict_inst`; what
+            ``build_sam3_image_model(enable_inst_interactivity=True)`` adds).
     """
 
     RECORDABLE = tuple(GRAPHS)
@@ -109,12 +113,18 @@ class Sam3ImageModel(RecordsInputs):
     def __init__(self, vision: Runner | str | os.PathLike, text: Runner | str | os.PathLike,
                  detector: Runner | str | os.PathLike, *, options: OpenOptions | None = None, device: str = "cpu",
                  threads: int | None = None, runtime: str = "auto", inference_precision: str | None = None,
-                 tokenizer: Any = None):
+                 tokenizer: Any = None, interactive: Runner | str | os.PathLike | None = None):
         o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
         self.vision = as_runner(vision, o)
         self.text = as_runner(text, o.for_part())
         self.detector = as_runner(detector, o.for_part())
         check_sam3_files(self.vision.metadata, self.text.metadata, self.detector.metadata)
+        self.inst_interactive_predictor = None
+        if interactive is not None:
+            from vitdeploy.runtime.apps.sam3.interactive import Sam3InteractivePredictor
+
+            #: The official attribute's name: the click predictor, on this model's vision encoder.
+            self.inst_interactive_predictor = Sam3InteractivePredictor(self.vision, interactive, options=o.for_part())
         meta = self.detector.metadata
         self.resolution = int(meta["input_size"][0])
         self.variant = str(meta.get("variant"))
@@ -141,7 +151,8 @@ class Sam3ImageModel(RecordsInputs):
         return self._tokenizer
 
     def encode_image(self, image: np.ndarray) -> dict[str, np.ndarray]:
-        """An HxWx3 uint8 image -> the vision encoder's outputs (``backbone_fpn_*``, ``sam2_backbone_fpn_*``)."""
+        """An HxWx3 uint8 image -> the vision encoder's outputs (``backbone_fpn_*``; ``image_embed``,
+        ``high_res_feats_*`` for clicks)."""
         pixels = self.preprocess(image)
         return {name: np.asarray(value, np.float32)
                 for name, value in self._run("vision_encoder", {self.vision.input_names[0]: pixels}).items()}
@@ -176,6 +187,41 @@ class Sam3ImageModel(RecordsInputs):
         feeds.update(text_memory=text[0], text_padding=text[1], boxes=padded, box_labels=label_ids,
                      box_padding=(np.arange(slots) >= len(boxes))[None])
         return {name: np.asarray(value) for name, value in self._run("detector", feeds).items()}
+
+
+    # --- clicks and boxes (the interactive predictor) -----------------------------------------------------
+
+    def predict_inst(self, inference_state: dict, **kwargs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``Sam3Image.predict_inst``: masks, scores and low-resolution logits for clicks and/or a box on the image of
+        ``inference_state`` (from ``Sam3Processor.set_image``); ``kwargs`` are ``SAM3InteractiveImagePredictor.predict``'s
+        (point_coords, point_labels, box, mask_input, multimask_output, return_logits, normalize_coords)."""
+        predictor = self._clicks(inference_state, "backbone_out", "set_image", "predict_inst")
+        predictor.features_from([inference_state["backbone_out"]],
+                                [(inference_state["original_height"], inference_state["original_width"])], batch=False)
+        try:
+            return predictor.predict(**kwargs)
+        finally:
+            predictor.reset_predictor()
+
+    def predict_inst_batch(self, inference_state: dict, *args: Any, **kwargs: Any):
+        """``Sam3Image.predict_inst_batch``: :meth:`predict_inst` per image of a ``Sam3Processor.set_image_batch``
+        state (lists of prompts, one per image, as ``SAM3InteractiveImagePredictor.predict_batch`` takes them)."""
+        predictor = self._clicks(inference_state, "backbone_out_batch", "set_image_batch", "predict_inst_batch")
+        predictor.features_from(inference_state["backbone_out_batch"],
+                                list(zip(inference_state["original_heights"], inference_state["original_widths"])),
+                                batch=True)
+        try:
+            return predictor.predict_batch(*args, **kwargs)
+        finally:
+            predictor.reset_predictor()
+
+    def _clicks(self, state: Any, key: str, setter: str, call: str):
+        if self.inst_interactive_predictor is None:
+            raise InputError(f"{call} needs SAM 3's interactive decoder: open the model with "
+                             "Sam3ImageModel(..., interactive='sam3_interactive.onnx') (vitdeploy export -r sam3_interactive)")
+        if not isinstance(state, dict) or key not in state:
+            raise InputError(f"You must call {setter} before {call}")
+        return self.inst_interactive_predictor
 
 
 def _check_box(box: Any) -> list[float]:
