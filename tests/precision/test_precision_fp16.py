@@ -115,6 +115,30 @@ def test_kept_nodes_keep_their_weights_in_fp32():
     assert naive_rel > 10 * rel, (naive_rel, rel)  # the weights' rounding is what the island avoids
 
 
+def test_a_graph_output_that_is_read_again_stays_one_type():
+    """A tensor that is a graph output and the input of another node (SAM 2's and SAM 3's decoders return
+    ``mask_tokens`` and gather from it): with FP32 outputs the converter casts it back to FP32 under its name, and the
+    reader -- typed FP16 -- must read the FP16 tensor, or ``onnx.checker`` and ONNX Runtime refuse the graph."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from vitdeploy.precision.half_precision import rewrite_to_half
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["tokens"], name="relu"),
+         helper.make_node("Gather", ["tokens", "index"], ["first"], axis=0, name="select")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("tokens", TensorProto.FLOAT, [3, 4]),
+         helper.make_tensor_value_info("first", TensorProto.FLOAT, [4])],
+        [helper.make_tensor("index", TensorProto.INT64, [], [0])])
+    half = rewrite_to_half(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), keep_fp32=[])
+    onnx.checker.check_model(half, full_check=True)
+    x = np.array([[1.5, -2.0, 3.25, 4.0], [0.5, 1.0, -1.0, 2.0], [3.0, 2.0, 1.0, 0.0]], np.float32)
+    tokens, first = ort_session(half).run(None, {"x": x})
+    np.testing.assert_array_equal(tokens, np.maximum(x, 0))
+    np.testing.assert_array_equal(first, np.maximum(x[0], 0))
+
+
 def test_a_cast_from_bool_to_float_becomes_a_cast_to_fp16():
     """onnxconverter-common types a converted Cast's output FP16 but leaves ``to=FLOAT`` (a boolean mask cast to float,
     as SAM 3's detector pools its prompt): the rewrite retargets it, so ONNX Runtime loads the graph and the values

@@ -146,7 +146,7 @@ def rewrite_to_half(model: onnx.ModelProto, keep_fp32: Sequence[str], keep_io_ty
             )
     except ValueError as exc:  # raised for already-FP16 graphs and unsupported structures
         raise PrecisionError(f"onnxconverter-common could not convert the graph: {str(exc).splitlines()[0]}") from exc
-    converted = remove_half_roundtrips(restore_fp32_weights(retarget_float_casts(converted), model))
+    converted = remove_half_roundtrips(restore_fp32_weights(retarget_float_casts(reread_half_outputs(converted)), model))
     return retype_to_bf16(converted, model) if fmt is BF16 else converted
 
 
@@ -163,6 +163,28 @@ def retarget_float_casts(model: onnx.ModelProto) -> onnx.ModelProto:
             for attr in node.attribute:
                 if attr.name == "to" and attr.i == onnx.TensorProto.FLOAT:
                     attr.i = onnx.TensorProto.FLOAT16
+    return model
+
+
+def reread_half_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Let converted nodes that read a graph output read its FP16 value, in place; returns ``model``.
+
+    With ``keep_io_types`` onnxconverter-common makes each FP32 graph output a ``Cast(to=FLOAT)`` of the converted
+    tensor under the output's name, but a converted node that also reads that tensor keeps reading the name -- now
+    FLOAT -- while its own outputs are typed FLOAT16 (SAM 2's and SAM 3's decoders return ``mask_tokens`` and read it
+    again: ``onnx.checker`` refuses the Gather). Such a node reads the cast's FP16 input instead."""
+    graph = model.graph
+    half = {info.name for info in graph.value_info if info.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16}
+    half |= {t.name for t in graph.initializer if t.data_type == onnx.TensorProto.FLOAT16}
+    widened = {node.output[0]: node.input[0] for node in graph.node
+               if cast_to(node) == onnx.TensorProto.FLOAT and node.input[0] in half}
+    widened = {name: source for name, source in widened.items() if name in {o.name for o in graph.output}}
+    for node in graph.node:
+        if node.op_type == "Cast" or not any(o in half for o in node.output):
+            continue
+        for i, name in enumerate(node.input):
+            if name in widened:
+                node.input[i] = widened[name]
     return model
 
 

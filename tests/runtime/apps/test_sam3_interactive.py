@@ -258,3 +258,32 @@ def test_predict_verb_takes_the_vision_encoder_and_interactive_decoder(files, tm
                        "-o", str(tmp_path / "all.json"), "--runtime", "onnxruntime")
     assert_user_error(code, output, "SAM 3 has no automatic mask generator", "segment-concept")
     assert not (tmp_path / "all.json").exists()
+
+
+def test_fp16_of_the_interactive_decoder_holds_on_inputs_recorded_from_clicks(files, tmp_path: Path) -> None:
+    """The interactive decoder's inputs recorded while ``predict_inst`` runs on bundled images (a click, two clicks, a
+    box with a mask prompt), ``calibrate -p fp16 --feeds`` on them: the held-out sets within the fp16 budget of the
+    FP32 file and of the official heads (cosine >= 0.9999)."""
+    import re
+
+    from tests.cli_helpers import run
+    from vitdeploy.precision.calibration_data import bundled_calibration_dir
+    from vitdeploy.runtime.processing.images import read_image_rgb
+
+    processor = ours(files)
+    model = processor.model
+    recorder = model.record_inputs("interactive_decoder")
+    for path in sorted(bundled_calibration_dir().glob("calib_0[0-5]*")):
+        picture = read_image_rgb(path)
+        state = processor.set_image(picture)
+        for kwargs in list(prompts(picture).values())[:4]:
+            _, scores, logits = model.predict_inst(state, **kwargs)
+        model.predict_inst(state, point_coords=np.array([[20, 30]]), point_labels=np.array([1]),
+                           mask_input=logits[int(np.argmax(scores))][None] if logits.ndim == 3 else logits[0][None])
+    recorder.save(tmp_path / "inputs.npz", {"graph": "interactive_decoder"})
+    code, output = run("calibrate", str(files[3]), "-p", "fp16", "--feeds", str(tmp_path / "inputs.npz"), "-o",
+                       str(tmp_path / "interactive.fp16.onnx"))
+    assert code == 0, output
+    for line in ("parity vs FP32 ONNX", "parity vs eager official"):
+        found = re.search(rf"{line}: worst cosine ([0-9.]+).*within 'fp16'", output)
+        assert found and float(found.group(1)) >= 0.9999, output

@@ -28,6 +28,7 @@ from vitdeploy.metadata import identity_differences
 from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.processing.preprocess import check_rgb_uint8
+from vitdeploy.runtime.processing.recorded_inputs import RecordsInputs
 from vitdeploy.runtime.processing.sam2_transforms import Sam2Transforms
 
 #: The official predictor clamps the low-resolution logits it returns to this range.
@@ -83,8 +84,9 @@ class MaskChoice:
         return logits[best:best + 1], iou[best:best + 1]
 
 
-class Sam2ImagePredictor:
-    """``SAM2ImagePredictor`` on exported files (see the module docstring).
+class Sam2ImagePredictor(RecordsInputs):
+    """``SAM2ImagePredictor`` on exported files (see the module docstring). ``record_inputs("mask_decoder")`` keeps
+    the decoder's real inputs (to calibrate it: ``vitdeploy calibrate --feeds``).
 
     Args:
         encoder, decoder: the exported files (``.onnx``) or Runners.
@@ -96,6 +98,8 @@ class Sam2ImagePredictor:
 
     #: The official defaults of the clean-up of the low-resolution masks.
     MAX_HOLE_AREA = MAX_SPRINKLE_AREA = 0.0
+    RECORDABLE = ("mask_decoder",)
+    RUNS = "SAM 2's image predictor"
 
     def __init__(self, encoder: Runner | str | os.PathLike, decoder: Runner | str | os.PathLike, *,
                  options: OpenOptions | None = None, device: str = "cpu", threads: int | None = None,
@@ -246,7 +250,7 @@ class Sam2ImagePredictor:
             "mask_input": mask.astype(np.float32) if mask is not None else np.zeros((1, 1, 4 * grid, 4 * grid), np.float32),
             "has_mask_input": np.array([1.0 if mask is not None else 0.0], np.float32),
         }
-        out = self.decoder.run(feeds)
+        out = self.decoder.run(self._recorded(self.RECORDABLE[0], feeds))
         logits, iou = np.asarray(out["low_res_masks"])[0], np.asarray(out["iou_predictions"])[0]  # K, 4h, 4w; K
         return self._choose(logits, iou, multimask)
 

@@ -63,6 +63,8 @@ class Sam3InteractivePredictor(Sam2ImagePredictor):
     """
 
     MAX_HOLE_AREA = 256.0
+    RECORDABLE = ("interactive_decoder",)
+    RUNS = "SAM 3's interactive predictor"
     check_pair = staticmethod(check_sam3_interactive_pair)
 
     def features_from(self, encoded: list[dict[str, Any]], sizes: list[tuple[int, int]], batch: bool) -> None:

@@ -139,6 +139,13 @@ class Sam3ImageModel(RecordsInputs):
                                            tuple(vision_meta["pixel_std"]))
         self._text_cache: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
+    def record_inputs(self, graph: str, limit: int = 16):
+        """:meth:`RecordsInputs.record_inputs`, and ``"interactive_decoder"`` where the model has one (its inputs
+        as :meth:`predict_inst` runs it)."""
+        if graph == "interactive_decoder" and self.inst_interactive_predictor is not None:
+            return self.inst_interactive_predictor.record_inputs(graph, limit)
+        return super().record_inputs(graph, limit)
+
     def _run(self, graph: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return getattr(self, GRAPHS[graph]).run(self._recorded(graph, feeds))
 
