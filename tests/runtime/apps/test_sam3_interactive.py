@@ -226,6 +226,14 @@ def test_wrong_files_and_calls_are_refused_in_one_line(files, tmp_path: Path) ->
     state = Sam3Processor(model).set_image(image(IMAGES[0]))
     with pytest.raises(InputError, match="interactive decoder"):
         model.predict_inst(state, point_coords=np.array([[10, 10]]), point_labels=np.array([1]))
+    with pytest.raises(InputError, match="give text and detector together"):
+        Sam3ImageModel(vision, text, runtime="onnxruntime")
+    only_clicks = Sam3Processor(Sam3ImageModel(vision, interactive=interactive, runtime="onnxruntime"))
+    state = only_clicks.set_image(image(IMAGES[0]))
+    masks, _, _ = only_clicks.model.predict_inst(state, point_coords=np.array([[10, 10]]), point_labels=np.array([1]))
+    assert masks.shape == (3, *image(IMAGES[0]).shape[:2])
+    with pytest.raises(InputError, match="need SAM 3's text encoder and detector"):
+        only_clicks.set_text_prompt(state=state, prompt="a dog")
     clicks = ours(files).model
     with pytest.raises(InputError, match="set_image before predict_inst"):
         clicks.predict_inst({}, point_coords=np.array([[10, 10]]), point_labels=np.array([1]))

@@ -98,7 +98,8 @@ class Sam3ImageModel(RecordsInputs):
     """SAM 3's image model as three exported files (what ``build_sam3_image_model`` returns for ``Sam3Processor``).
 
     Args:
-        vision, text, detector: the files (``.onnx``) or Runners, in that order.
+        vision, text, detector: the files (``.onnx``) or Runners, in that order; text and detector may be left out
+            by a model for clicks only (``interactive`` given).
         options, device, threads, runtime, inference_precision: how to open them, as for every predictor
             (``runtime="auto"``: the deployment decided on this machine, per file).
         tokenizer: CLIP's tokenizer (default: :class:`~vitdeploy.runtime.processing.clip_tokenizer.ClipTokenizer`
@@ -110,32 +111,38 @@ class Sam3ImageModel(RecordsInputs):
     RECORDABLE = tuple(GRAPHS)
     RUNS = "SAM 3's image model"
 
-    def __init__(self, vision: Runner | str | os.PathLike, text: Runner | str | os.PathLike,
-                 detector: Runner | str | os.PathLike, *, options: OpenOptions | None = None, device: str = "cpu",
-                 threads: int | None = None, runtime: str = "auto", inference_precision: str | None = None,
-                 tokenizer: Any = None, interactive: Runner | str | os.PathLike | None = None):
+    def __init__(self, vision: Runner | str | os.PathLike, text: Runner | str | os.PathLike | None = None,
+                 detector: Runner | str | os.PathLike | None = None, *, options: OpenOptions | None = None,
+                 device: str = "cpu", threads: int | None = None, runtime: str = "auto",
+                 inference_precision: str | None = None, tokenizer: Any = None,
+                 interactive: Runner | str | os.PathLike | None = None):
+        if (text is None) != (detector is None) or (text is None and interactive is None):
+            raise InputError("SAM 3's image model is its vision encoder with the text encoder and detector (text and "
+                             "boxes), and/or with the interactive decoder (clicks): give text and detector together, "
+                             "or interactive=")
         o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
         self.vision = as_runner(vision, o)
-        self.text = as_runner(text, o.for_part())
-        self.detector = as_runner(detector, o.for_part())
-        check_sam3_files(self.vision.metadata, self.text.metadata, self.detector.metadata)
-        self.inst_interactive_predictor = None
+        self.text = self.detector = self.inst_interactive_predictor = None
+        if text is not None:
+            self.text = as_runner(text, o.for_part())
+            self.detector = as_runner(detector, o.for_part())
+            check_sam3_files(self.vision.metadata, self.text.metadata, self.detector.metadata)
+            meta = self.detector.metadata
+            self.max_boxes = int(meta["max_boxes"])
+            self.context_length = int(meta["context_length"])
         if interactive is not None:
             from vitdeploy.runtime.apps.sam3.interactive import Sam3InteractivePredictor
 
             #: The official attribute's name: the click predictor, on this model's vision encoder.
             self.inst_interactive_predictor = Sam3InteractivePredictor(self.vision, interactive, options=o.for_part())
-        meta = self.detector.metadata
-        self.resolution = int(meta["input_size"][0])
-        self.variant = str(meta.get("variant"))
-        self.max_boxes = int(meta["max_boxes"])
-        self.context_length = int(meta["context_length"])
+        vision_meta = self.vision.metadata
+        self.resolution = int(vision_meta["input_size"][0])
+        self.variant = str(vision_meta.get("variant"))
         self._tokenizer = tokenizer
         from vitdeploy.runtime.processing.sam3_transforms import Sam3Preprocessor
 
-        vision_meta = self.vision.metadata
         #: ``Sam3Processor``'s image transform: the uint8 square resize, /255, normalized (the vision file's values).
-        self.preprocess = Sam3Preprocessor(int(vision_meta["input_size"][0]), tuple(vision_meta["pixel_mean"]),
+        self.preprocess = Sam3Preprocessor(self.resolution, tuple(vision_meta["pixel_mean"]),
                                            tuple(vision_meta["pixel_std"]))
         self._text_cache: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
@@ -166,6 +173,7 @@ class Sam3ImageModel(RecordsInputs):
 
     def encode_text(self, prompt: str) -> tuple[np.ndarray, np.ndarray]:
         """A text prompt -> (text_memory (1, L, d), text_padding (1, L) bool), kept per prompt."""
+        self._require_detector("a text prompt")
         if isinstance(prompt, str) and prompt in self._text_cache:
             self._text_cache.move_to_end(prompt)
             return self._text_cache[prompt]
@@ -182,6 +190,7 @@ class Sam3ImageModel(RecordsInputs):
                boxes: list[list[float]], labels: list[bool]) -> dict[str, np.ndarray]:
         """One ``forward_grounding``: the image's features, the text's, and the exemplar boxes (cx, cy, w, h in
         [0, 1]) with their labels, padded to the file's box slots -> the detector's outputs for the image."""
+        self._require_detector("exemplar boxes")
         if len(boxes) > self.max_boxes:
             raise InputError(f"{len(boxes)} exemplar boxes, but the detector file takes at most {self.max_boxes} exemplar "
                              "boxes: export it with a larger [detector] max_boxes, or reset_all_prompts")
@@ -221,6 +230,11 @@ class Sam3ImageModel(RecordsInputs):
             return predictor.predict_batch(*args, **kwargs)
         finally:
             predictor.reset_predictor()
+
+    def _require_detector(self, what: str) -> None:
+        if self.detector is None:
+            raise InputError(f"{what} need SAM 3's text encoder and detector: this model was opened with the vision "
+                             "encoder and interactive decoder only (clicks); open Sam3ImageModel(vision, text, detector)")
 
     def _clicks(self, state: Any, key: str, setter: str, call: str):
         if self.inst_interactive_predictor is None:
