@@ -106,3 +106,32 @@ def test_files_that_are_not_one_sam3_model_are_refused(files, tmp_path: Path) ->
                        "-o", str(tmp_path / "x.png"))
     assert_user_error(code, output, "must be a .json file")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_takes_a_prompt_per_image_from_a_prompts_file(files, tmp_path: Path) -> None:
+    """``-i FOLDER --prompts FILE``: each named image with its own boxes (the text from --text where the entry has
+    none), written as one image with the same prompt writes it; images without an entry left out; --prompts with one
+    image or beside --box refused (exit 2, nothing written)."""
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for name in ("calib_00_landscape.jpg", "calib_06_shapes.jpg", "calib_02_texture.jpg"):
+        (folder / name).write_bytes(image_path(name).read_bytes())
+    (tmp_path / "p.json").write_text(json.dumps({"calib_06_shapes.jpg": {"boxes": [[10, 20, 90, 100]]},
+                                                 "calib_00_landscape.jpg": {"text": "a tree", "negative_boxes": [[5, 5, 40, 40]]}}))
+    code, output = run("segment-concept", *model_args(files), "-i", str(folder), "--prompts", str(tmp_path / "p.json"),
+                       "--text", "a shape", "--threshold", "0", "-o", str(tmp_path / "out"))
+    assert code == 0 and "1 image(s) without an entry in p.json left out" in output, output
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.json")) == ["calib_00_landscape.json", "calib_06_shapes.json"]
+    code, output = run("segment-concept", *model_args(files), "-i", str(folder / "calib_06_shapes.jpg"), "--text",
+                       "a shape", "--box", "10,20,90,100", "--threshold", "0", "-o", str(tmp_path / "one.json"))
+    assert code == 0, output
+    one, from_file = (json.loads(p.read_text()) for p in (tmp_path / "one.json", tmp_path / "out" / "calib_06_shapes.json"))
+    assert from_file["prompt"] == one["prompt"]
+    assert [r["score"] for r in from_file["instances"]] == [r["score"] for r in one["instances"]]
+    landscape = json.loads((tmp_path / "out" / "calib_00_landscape.json").read_text())["prompt"]
+    assert landscape == {"text": "a tree", "boxes": [[5.0, 5.0, 40.0, 40.0]], "labels": [False]}
+    for extra in (["-i", str(folder / "calib_06_shapes.jpg"), "-o", str(tmp_path / "x.json")],
+                  ["-i", str(folder), "--box", "1,1,9,9", "-o", str(tmp_path / "y")]):
+        code, output = run("segment-concept", *model_args(files), "--prompts", str(tmp_path / "p.json"), *extra)
+        assert code == 2 and "--prompts" in output and "Traceback" not in output, output
+    assert not (tmp_path / "x.json").exists() and not (tmp_path / "y").exists()

@@ -56,7 +56,7 @@ def test_a_job_writes_each_images_instances_and_resumes(files, tmp_path: Path) -
 
 
 @pytest.mark.parametrize(("extra", "code", "message"), [
-    (["--box", "1,1,20,20"], 2, "exemplar boxes and --record-inputs are for --image"),
+    (["--box", "1,1,20,20"], 2, "--box and --record-inputs are for --image"),
     (["-o", "x.json"], 2, "give either --image and --output"),
     (["--text", "  "], 1, "the text prompt is empty"),
 ], ids=["box", "output", "empty-text"])
@@ -68,4 +68,53 @@ def test_what_a_job_does_not_take_is_refused(files, tmp_path: Path, extra: list[
         assert_user_error(got, output, message)
     else:
         assert got == 2 and message in output and "Traceback" not in output, output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_job_takes_exemplar_boxes_per_image_from_a_prompts_file(files, tmp_path: Path) -> None:
+    """``--prompts FILE``: each named image's boxes (and text, or --text), the same instances Sam3Processor finds
+    with them; an image without an entry is left out; a box outside its image is that image's recorded error, and the
+    job goes on."""
+    from vitdeploy.runtime.apps.sam3.concept import ConceptPrompt, find_instances
+    from vitdeploy.runtime.apps.sam3.processor import Sam3ImageModel, Sam3Processor
+    from vitdeploy.runtime.processing.images import read_image_rgb
+
+    paths = [p for p in photos(tmp_path / "imgs") if p.name != "broken.jpg"]
+    entries = {paths[0].name: {"boxes": [[10, 20, 90, 100]]},
+               paths[1].name: {"text": "a shape", "boxes": [[5, 5, 60, 50]], "negative_boxes": [[70, 60, 100, 90]]},
+               paths[2].name: {"boxes": [[10, 10, 99999, 20]]}}
+    (tmp_path / "prompts.json").write_text(json.dumps(entries))
+    code, output = run(*job_args(files, tmp_path / "imgs", tmp_path / "out", "--prompts", str(tmp_path / "prompts.json"),
+                                 "--threshold", "0"))
+    assert code == 0, output
+    assert f"{len(paths) + 1 - 3} image(s) without an entry in prompts.json left out" in output, output
+    lines = {Path(json.loads(line)["image"]).name: json.loads(line) for shard in (tmp_path / "out").glob("concepts-*.jsonl")
+             for line in shard.read_text().splitlines()}
+    assert sorted(lines) == sorted([paths[0].name, paths[1].name])
+    assert paths[2].name in (tmp_path / "out" / "errors.jsonl").read_text()
+    processor = Sam3Processor(Sam3ImageModel(*files, runtime="onnxruntime", threads=1), confidence_threshold=0.0)
+    wanted = {paths[0].name: ConceptPrompt("dog", ((10, 20, 90, 100),), (True,)),
+              paths[1].name: ConceptPrompt("a shape", ((5, 5, 60, 50), (70, 60, 100, 90)), (True, False))}
+    for name, prompt in wanted.items():
+        state = find_instances(processor, read_image_rgb(tmp_path / "imgs" / name), prompt)
+        got = [r["score"] for r in lines[name]["instances"]]
+        assert len(got) == 8 and got == pytest.approx(state["scores"].tolist(), abs=1e-6)  # every query (threshold 0)
+    text_only = find_instances(processor, read_image_rgb(paths[0]), ConceptPrompt("dog"))["scores"]
+    boxed = [r["score"] for r in lines[paths[0].name]["instances"]]
+    assert max(abs(a - b) for a, b in zip(text_only, boxed)) > 1e-3  # the box reached the detector
+
+
+@pytest.mark.parametrize(("entries", "message"), [
+    ({"nowhere.jpg": {"boxes": [[1, 1, 5, 5]]}}, "names 'nowhere.jpg', which is not one of the images"),
+    ({"calib_00_landscape.jpg": {"box": [1, 1, 5, 5]}}, "must be an object with 'text', 'boxes'"),
+    ({"calib_00_landscape.jpg": {"boxes": [[1, 1, 5]]}}, "'boxes' must be a list of [x0, y0, x1, y1]"),
+    ({"calib_00_landscape.jpg": {"negative_boxes": []}}, "has no text and no box"),
+], ids=["unknown-image", "unknown-key", "short-box", "empty"])
+def test_a_bad_prompts_file_is_refused_before_the_job(files, tmp_path: Path, entries: dict, message: str) -> None:
+    photos(tmp_path / "imgs")
+    (tmp_path / "prompts.json").write_text(json.dumps(entries))
+    args = job_args(files, tmp_path / "imgs", tmp_path / "out", "--prompts", str(tmp_path / "prompts.json"))
+    args.remove("--text"), args.remove("dog")
+    code, output = run(*args)
+    assert_user_error(code, output, message)
     assert not (tmp_path / "out").exists()

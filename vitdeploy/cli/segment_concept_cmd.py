@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
+from pathlib import Path
 
 import click
 
@@ -36,6 +37,10 @@ def _sam3_graphs() -> tuple[str, ...]:
               help="An exemplar box X0,Y0,X1,Y1 in pixels: an instance of the concept (repeatable).")
 @click.option("--negative-box", "negative_boxes", multiple=True, callback=_boxes,
               help="A box X0,Y0,X1,Y1 of something that is not the concept (repeatable).")
+@click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help='With a folder or a dataset job: a JSON file of prompts per image, {"shelf.jpg": {"text": "soda can", '
+                   '"boxes": [[x0, y0, x1, y1]], "negative_boxes": [[...]]}} (pixels; an entry without "text" takes '
+                   "--text); images it does not name are left out.")
 @click.option("--threshold", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
               help="Keep an instance when its score (query score x presence score) exceeds this.")
 @click.option("--output", "-o", default=None, type=click.Path(path_type=str),
@@ -53,7 +58,7 @@ def _sam3_graphs() -> tuple[str, ...]:
 @verbose_option
 @handle_errors
 def segment_concept(vision: str, text_encoder: str, detector: str, image: str, text: str | None, boxes: tuple,
-                    negative_boxes: tuple, threshold: float, output: str | None, output_mode: str,
+                    negative_boxes: tuple, prompts_file: str | None, threshold: float, output: str | None, output_mode: str,
                     records: dict[str, str], images: str | None, out_dir: str | None, shard_size: int | None,
                     ray_address: str | None, workers: int | None, runtime: str,
                     inference_precision: str | None, threads: int | None, force: bool, verbose: bool) -> None:
@@ -71,34 +76,48 @@ def segment_concept(vision: str, text_encoder: str, detector: str, image: str, t
       vitdeploy segment-concept -V sam3.onnx -T sam3_text.onnx -D sam3_detector.onnx -i shelf.jpg \\
           --box 120,40,180,160 -o cans.json
       vitdeploy segment-concept -V sam3.onnx -T sam3_text.onnx -D sam3_detector.onnx -i photos/ --text dog -o dogs/
+      vitdeploy segment-concept -V sam3.onnx -T sam3_text.onnx -D sam3_detector.onnx -i shelves/ \
+          --prompts exemplars.json -o cans/
 
     \b
-    With --images and --out-dir, a dataset job for a text prompt: every image of a folder, glob or list, its
-    instances as JSON lines (one per image) in shards with a manifest; resumable, bad images recorded and skipped,
-    in this process or on Ray (--ray), as 'vitdeploy segment-all --images'.
+    With --images and --out-dir, a dataset job for a text prompt (or a prompt per image: --prompts): every image of
+    a folder, glob or list, its instances as JSON lines (one per image) in shards with a manifest; resumable, bad
+    images recorded and skipped, in this process or on Ray (--ray), as 'vitdeploy segment-all --images'.
     """
-    from pathlib import Path
-
     from vitdeploy.cli.progress import format_seconds
     from vitdeploy.fileio import check_output_path, claim_outputs, require_model_file
     from vitdeploy.runtime.apps.sam3.concept import (ConceptPrompt, check_concept_jobs, plan_concept_jobs,
-                                                     run_concept_job)
+                                                     prompts_per_image, read_concept_prompts, run_concept_job)
     from vitdeploy.runtime.apps.sam3.processor import GRAPHS, Sam3ImageModel, Sam3Processor
 
+    if prompts_file is not None and (boxes or negative_boxes):
+        raise click.UsageError("give the exemplar boxes either in --prompts or as --box/--negative-box, not both")
     if images is not None or out_dir is not None:
-        _dataset_job(vision, text_encoder, detector, image, text, boxes + negative_boxes, threshold, output, output_mode,
-                     records, images, out_dir, shard_size, ray_address, workers, runtime, inference_precision, threads)
+        _dataset_job(vision, text_encoder, detector, image, text, boxes + negative_boxes, prompts_file, threshold, output,
+                     output_mode, records, images, out_dir, shard_size, ray_address, workers, runtime,
+                     inference_precision, threads)
         return
     if image is None or output is None:
         raise click.UsageError("give --image and --output (an image or a folder), or --images and --out-dir (a dataset "
                                "job)")
     if shard_size is not None or ray_address is not None or workers is not None:
         raise click.UsageError("--shard-size, --ray and --workers are for a dataset job (--images and --out-dir)")
-    prompt = ConceptPrompt(text, tuple(boxes) + tuple(negative_boxes),
-                           (True,) * len(boxes) + (False,) * len(negative_boxes))
     if not Path(image).exists():
         raise click.BadParameter(f"'{image}' does not exist", param_hint="--image")
+    if prompts_file is not None and not Path(image).is_dir():
+        raise click.UsageError("--prompts is for a folder of images or a dataset job; for one image give --text/--box")
     jobs = plan_concept_jobs(image, output)
+    if prompts_file is not None:
+        chosen, left_out = prompts_per_image([str(job.image) for job in jobs], image,
+                                             read_concept_prompts(prompts_file, text))
+        jobs = [job for job in jobs if str(job.image) in chosen]
+        prompts = [chosen[str(job.image)] for job in jobs]
+        if left_out:
+            click.echo(f"{len(left_out)} image(s) without an entry in {Path(prompts_file).name} left out")
+    else:
+        prompt = ConceptPrompt(text, tuple(boxes) + tuple(negative_boxes),
+                               (True,) * len(boxes) + (False,) * len(negative_boxes))
+        prompts = [prompt] * len(jobs)
     new_dirs = sorted({job.output.parent for job in jobs if not job.output.parent.exists()})
     for directory in new_dirs:
         check_output_path(directory)
@@ -106,22 +125,24 @@ def segment_concept(vision: str, text_encoder: str, detector: str, image: str, t
                   force)
     for path in (vision, text_encoder, detector):
         require_model_file(path)
-    check_concept_jobs(jobs, prompt)
+    check_concept_jobs(jobs, prompts)
     model = Sam3ImageModel(vision, text_encoder, detector, threads=threads_for(runtime, threads), runtime=runtime,
                            inference_precision=inference_precision)
     echo_deployments(model.vision, model.text, model.detector)
     recorders = {graph: model.record_inputs(graph) for graph in records}
-    if prompt.text is not None:
-        model.encode_text(prompt.text)  # an empty or over-long text is refused before any image is encoded
+    for text_prompt in sorted({p.text for p in prompts if p.text is not None}):
+        model.encode_text(text_prompt)  # an empty or over-long text is refused before any image is encoded
     processor = Sam3Processor(model, confidence_threshold=threshold)
     for directory in new_dirs:
         directory.mkdir(parents=True, exist_ok=True)
-    what = " and ".join(filter(None, [f'"{prompt.text}"' if prompt.text is not None else None,
-                                      f"{len(prompt.boxes)} exemplar box(es)" if prompt.boxes else None]))
+    first = prompts[0]
+    what = ("each image's prompt from " + Path(prompts_file).name if prompts_file is not None else " and ".join(filter(
+        None, [f'"{first.text}"' if first.text is not None else None,
+               f"{len(first.boxes)} exemplar box(es)" if first.boxes else None])))
     click.echo(f"finding {what} in {len(jobs)} image(s) with {model.variant}")
     start = time.perf_counter()
     total = 0
-    for job in jobs:
+    for job, prompt in zip(jobs, prompts):
         found = len(run_concept_job(processor, job, prompt, output_mode)["instances"])
         total += found
         click.echo(f"{job.image.name}: {found} instance(s) -> {job.output}")
@@ -134,11 +155,13 @@ def segment_concept(vision: str, text_encoder: str, detector: str, image: str, t
 
 
 def _dataset_job(vision: str, text_encoder: str, detector: str, image: str | None, text: str | None, boxes: tuple,
-                 threshold: float, output: str | None, output_mode: str, records: dict[str, str], images: str | None,
-                 out_dir: str | None, shard_size: int | None, ray_address: str | None, workers: int | None, runtime: str,
-                 inference_precision: str | None, threads: int | None) -> None:
+                 prompts_file: str | None, threshold: float, output: str | None, output_mode: str,
+                 records: dict[str, str], images: str | None, out_dir: str | None, shard_size: int | None,
+                 ray_address: str | None, workers: int | None, runtime: str, inference_precision: str | None,
+                 threads: int | None) -> None:
     from vitdeploy.cli.dataset_jobs import resolve_deployment, run_dataset_job
-    from vitdeploy.runtime.apps.datasets.job import JobConfig
+    from vitdeploy.runtime.apps.datasets.job import JobConfig, list_images
+    from vitdeploy.runtime.apps.sam3.concept import prompts_per_image, read_concept_prompts
 
     if image is not None or output is not None:
         raise click.UsageError("give either --image and --output (an image or a folder) or --images and --out-dir "
@@ -146,26 +169,39 @@ def _dataset_job(vision: str, text_encoder: str, detector: str, image: str | Non
     if images is None or out_dir is None:
         raise click.UsageError("a dataset job needs both --images and --out-dir")
     if boxes or records:
-        raise click.UsageError("exemplar boxes and --record-inputs are for --image: a dataset job takes a --text prompt")
-    if text is None:
-        raise click.UsageError("a dataset job needs a --text prompt")
-    chosen = resolve_deployment(vision, runtime, inference_precision, threads, "cpu", on_ray=ray_address is not None,
-                                sam3=True)
+        raise click.UsageError("--box and --record-inputs are for --image: a dataset job takes a --text prompt, and "
+                               "exemplar boxes per image in --prompts FILE")
+    options: dict = {"text": text, "confidence_threshold": threshold, "output_mode": output_mode}
+    texts = [text]
+    if prompts_file is not None:
+        root = images if Path(images).is_dir() else None
+        chosen, left_out = prompts_per_image(list_images(images), root, read_concept_prompts(prompts_file, text))
+        options["prompts"] = {image_path: prompt.to_dict() for image_path, prompt in chosen.items()}
+        texts = [prompt.text for prompt in chosen.values()]
+        if left_out:
+            click.echo(f"{len(left_out)} image(s) without an entry in {Path(prompts_file).name} left out")
+    elif text is None:
+        raise click.UsageError("a dataset job needs a --text prompt (or --prompts FILE with a prompt per image)")
+    chosen_deployment = resolve_deployment(vision, runtime, inference_precision, threads, "cpu",
+                                           on_ray=ray_address is not None, sam3=True)
     config = JobConfig(kind="concepts", encoder=vision, decoder=detector, text_encoder=text_encoder,
-                       runtime=chosen.runtime, precision=chosen.precision, settings=chosen.settings, threads=threads,
-                       mask_options={"text": text, "confidence_threshold": threshold, "output_mode": output_mode})
-    _check_text(config)
-    run_dataset_job(config, images, out_dir, shard_size, ray_address, workers, chosen, "finding instances in")
+                       runtime=chosen_deployment.runtime, precision=chosen_deployment.precision,
+                       settings=chosen_deployment.settings, threads=threads, mask_options=options)
+    _check_texts(config, texts)
+    run_dataset_job(config, images, out_dir, shard_size, ray_address, workers, chosen_deployment,
+                    "finding instances in")
 
 
-def _check_text(config) -> None:
-    """An empty or over-long text prompt is refused before the job starts (not once per image in the workers)."""
+def _check_texts(config, texts: list[str | None]) -> None:
+    """Empty or over-long text prompts are refused before the job starts (not once per image in the workers)."""
     from vitdeploy.metadata import read_onnx_metadata
     from vitdeploy.runtime.apps.sam3.processor import check_text_prompt
     from vitdeploy.runtime.processing.clip_tokenizer import ClipTokenizer
 
     length = int(read_onnx_metadata(config.decoder).get("context_length", 32))
-    check_text_prompt(config.mask_options["text"], ClipTokenizer(context_length=length), length)
+    tokenizer = ClipTokenizer(context_length=length)
+    for text in sorted({t for t in texts if t is not None}):
+        check_text_prompt(text, tokenizer, length)
 
 
 COMMAND = segment_concept

@@ -16,6 +16,8 @@ other failure stops the job, and the manifest keeps every shard finished before 
 from __future__ import annotations
 
 import glob
+import hashlib
+import json
 import os
 import signal
 import time
@@ -180,6 +182,9 @@ def plan_job(config: JobConfig, source: str | os.PathLike, out_dir: str | os.Pat
     if config.embedding_format == "parquet":
         pyarrow_parquet("write Parquet shards")
     images = list_images(source)
+    prompts = config.mask_options.get("prompts")
+    if prompts is not None:  # a prompt per image (SAM 3's exemplar boxes): the images without one are left out
+        images = [image for image in images if image in prompts]
     models = {"encoder": config.encoder}
     if config.kind == "masks":
         models["decoder"] = config.decoder
@@ -201,6 +206,9 @@ def plan_job(config: JobConfig, source: str | os.PathLike, out_dir: str | os.Pat
         check_sam_encoder(read_onnx_metadata(config.encoder), f"'{config.encoder}'")
     deployment = f"{config.runtime} {config.precision}" + "".join(f" {k}={v}" for k, v in config.settings)
     options = {"embedding_format": config.embedding_format} if config.kind == "embed" else dict(config.mask_options)
+    if prompts is not None:  # the header names the prompts by their digest, not image by image
+        canonical = json.dumps(prompts, sort_keys=True).encode()
+        options["prompts"] = {"images": len(prompts), "sha256": hashlib.sha256(canonical).hexdigest()}
     size = shard_size or KINDS[config.kind][1]
     if size < 1:
         raise InputError(f"--shard-size must be at least 1, got {size}")
@@ -234,7 +242,10 @@ class ShardWorker:
                                    open_deployed(config.decoder, as_written, device=config.device))
             options = dict(config.mask_options)
             self.processor = Sam3Processor(model, confidence_threshold=float(options["confidence_threshold"]))
-            self.text = str(options["text"])
+            from vitdeploy.runtime.apps.sam3.concept import ConceptPrompt
+
+            self.text = options.get("text")
+            self.prompts = {image: ConceptPrompt.from_dict(p) for image, p in (options.get("prompts") or {}).items()}
             self.output_mode = str(options.get("output_mode", "coco_rle"))
         elif config.kind == "masks":
             from vitdeploy.runtime.apps.sam.mask_generator import SamAutomaticMaskGenerator
@@ -267,18 +278,22 @@ class ShardWorker:
                 errors.append({"image": image_path, "error": f"'{image_path}' cannot be read ({exc.strerror or exc})"})
                 continue
             size = [int(picture.shape[0]), int(picture.shape[1])]
-            outputs.append(self._compute(picture))
+            try:
+                outputs.append(self._compute(picture, image_path))
+            except InputError as exc:  # this image's prompt does not fit it (a box outside it)
+                errors.append({"image": image_path, "error": str(exc)})
+                continue
             done.append({"image": image_path, "sha256": digest, "size": size})
         entry = {"index": int(shard["index"]), "images": done, "errors": errors}
         payload = self._payload(done, outputs) if done else None
         return ShardResult(entry, payload)
 
-    def _compute(self, picture: np.ndarray) -> Any:
+    def _compute(self, picture: np.ndarray, image_path: str) -> Any:
         if self.config.kind == "concepts":
-            from vitdeploy.runtime.apps.sam3.concept import concept_records
+            from vitdeploy.runtime.apps.sam3.concept import ConceptPrompt, concept_records, find_instances
 
-            state = self.processor.set_image(picture)
-            return concept_records(self.processor.set_text_prompt(state=state, prompt=self.text), self.output_mode)
+            prompt = self.prompts.get(image_path) or ConceptPrompt(self.text)
+            return concept_records(find_instances(self.processor, picture, prompt, f"'{image_path}'"), self.output_mode)
         if self.config.kind == "masks":
             return self.generator.generate(picture)
         embedding, resized = self.embedder.embed(picture)

@@ -41,6 +41,82 @@ class ConceptPrompt:
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "boxes": [list(b) for b in self.boxes], "labels": list(self.labels)}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ConceptPrompt:
+        """:meth:`to_dict`'s form back (what a dataset job's workers receive)."""
+        return cls(data.get("text"), tuple(tuple(float(v) for v in b) for b in data.get("boxes", ())),
+                   tuple(bool(v) for v in data.get("labels", ())))
+
+
+PROMPTS_EXAMPLE = '{"shelf.jpg": {"text": "soda can", "boxes": [[x0, y0, x1, y1]], "negative_boxes": [[x0, y0, x1, y1]]}}'
+
+
+def read_concept_prompts(path: str | os.PathLike, default_text: str | None) -> dict[str, ConceptPrompt]:
+    """A JSON object of prompts per image: ``{"name": {"text": ..., "boxes": [[x0, y0, x1, y1], ...],
+    "negative_boxes": [...]}}``, boxes in pixels of that image; an entry without ``text`` takes ``default_text``
+    (``--text``). Keys name images as :func:`prompts_per_image` matches them."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"prompts file '{path}' not found: check the path")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"prompts file '{path}' is not JSON ({type(exc).__name__}): write {PROMPTS_EXAMPLE}") from exc
+    if not isinstance(data, dict) or not data:
+        raise InputError(f"prompts file '{path}' must be a non-empty JSON object mapping image names to prompts, e.g. "
+                         f"{PROMPTS_EXAMPLE}")
+    prompts = {}
+    for name, entry in data.items():
+        where = f"'{path.name}' entry '{name}'"
+        if not isinstance(entry, dict) or not entry or not set(entry) <= {"text", "boxes", "negative_boxes"}:
+            raise InputError(f"{where} must be an object with 'text', 'boxes' and/or 'negative_boxes', e.g. "
+                             f"{PROMPTS_EXAMPLE}")
+        text = entry.get("text", default_text)
+        if text is not None and not isinstance(text, str):
+            raise InputError(f"{where}: text {text!r} is not a string")
+        boxes: dict[str, list] = {}
+        for key in ("boxes", "negative_boxes"):
+            raw = entry.get(key) or []
+            if not isinstance(raw, list) or not all(isinstance(b, list) and len(b) == 4 and all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in b) for b in raw):
+                raise InputError(f"{where}: '{key}' must be a list of [x0, y0, x1, y1] in pixels")
+            boxes[key] = [tuple(float(v) for v in b) for b in raw]
+        if text is None and not boxes["boxes"] + boxes["negative_boxes"]:
+            raise InputError(f"{where} has no text and no box (and there is no --text for it)")
+        prompts[str(name)] = ConceptPrompt(text, tuple(boxes["boxes"] + boxes["negative_boxes"]),
+                                           (True,) * len(boxes["boxes"]) + (False,) * len(boxes["negative_boxes"]))
+    return prompts
+
+
+def prompts_per_image(images: Sequence[str | os.PathLike], root: str | os.PathLike | None,
+                      prompts: dict[str, ConceptPrompt]) -> tuple[dict[str, ConceptPrompt], list[str]]:
+    """Each image's prompt (keyed by the image as listed) and the images without one (left out). An entry names an
+    image by its path relative to ``root`` (a folder of images) or by its file name where that is unique; an entry
+    that names no image, or a name two images share, is refused in one line."""
+    images = [str(i) for i in images]
+    by_key: dict[str, list[str]] = {}
+    for image in images:
+        keys = {Path(image).name}
+        if root is not None:
+            try:
+                keys.add(Path(image).relative_to(root).as_posix())
+            except ValueError:
+                pass
+        keys.add(Path(image).as_posix())
+        for key in keys:
+            by_key.setdefault(key, []).append(image)
+    chosen: dict[str, ConceptPrompt] = {}
+    for key, prompt in prompts.items():
+        matches = by_key.get(Path(key).as_posix(), [])
+        if not matches:
+            raise InputError(f"the prompts file names '{key}', which is not one of the images: name each image by its "
+                             "file name, or by its path inside the folder")
+        if len(matches) > 1:
+            raise InputError(f"the prompts file names '{key}', the name of {len(matches)} images ({matches[0]}, "
+                             f"{matches[1]}): name it by its path inside the folder")
+        chosen[matches[0]] = prompt
+    return chosen, [image for image in images if image not in chosen]
+
 
 @dataclass(frozen=True)
 class ConceptJob:
@@ -110,12 +186,7 @@ def run_concept_job(processor, job: ConceptJob, prompt: ConceptPrompt, output_mo
 
     picture = read_image_rgb(job.image)
     height, width = picture.shape[:2]
-    boxes = prompt.normalized_boxes(height, width, f"'{job.image.name}'")
-    state = processor.set_image(picture)
-    if prompt.text is not None:
-        state = processor.set_text_prompt(state=state, prompt=prompt.text)
-    for box, label in zip(boxes, prompt.labels):
-        state = processor.add_geometric_prompt(box, label, state)
+    state = find_instances(processor, picture, prompt, f"'{job.image.name}'")
     masks = state["masks"][:, 0]
     data = {"image": str(job.image), "size": [int(height), int(width)], "prompt": prompt.to_dict(),
             "confidence_threshold": processor.confidence_threshold, "instances": concept_records(state, output_mode)}
@@ -125,14 +196,26 @@ def run_concept_job(processor, job: ConceptJob, prompt: ConceptPrompt, output_mo
     return data
 
 
-def check_concept_jobs(jobs: Sequence[ConceptJob], prompt: ConceptPrompt) -> None:
-    """Before any model runs: every image decodes and holds every box."""
+def check_concept_jobs(jobs: Sequence[ConceptJob], prompts: Sequence[ConceptPrompt]) -> None:
+    """Before any model runs: every image decodes and holds every box of its prompt."""
     from vitdeploy.runtime.processing.images import read_image_rgb
 
-    for job in jobs:
+    for job, prompt in zip(jobs, prompts, strict=True):
         picture = read_image_rgb(job.image)
         prompt.normalized_boxes(picture.shape[0], picture.shape[1], f"'{job.image.name}'")
 
 
-__all__ = ["ConceptJob", "ConceptPrompt", "check_concept_jobs", "concept_records", "instances_label_image",
-           "plan_concept_jobs", "run_concept_job"]
+def find_instances(processor, picture: np.ndarray, prompt: ConceptPrompt, image: str = "the image") -> dict:
+    """``Sam3Processor``'s state after ``prompt`` on ``picture``: the text (if any), then each exemplar box."""
+    height, width = picture.shape[:2]
+    boxes = prompt.normalized_boxes(height, width, image)
+    state = processor.set_image(picture)
+    if prompt.text is not None:
+        state = processor.set_text_prompt(state=state, prompt=prompt.text)
+    for box, label in zip(boxes, prompt.labels):
+        state = processor.add_geometric_prompt(box, label, state)
+    return state
+
+
+__all__ = ["ConceptJob", "ConceptPrompt", "check_concept_jobs", "concept_records", "find_instances",
+           "instances_label_image", "plan_concept_jobs", "prompts_per_image", "read_concept_prompts", "run_concept_job"]
