@@ -62,6 +62,19 @@ class ArchTable:
         """Refuse sizes the official classes cannot build or run (nothing by default)."""
 
 
+class GridArchTable(ArchTable):
+    """An :class:`ArchTable` of a model over an image's token grid (``img_size`` and ``patch_size`` fields)."""
+
+    @property
+    def grid(self) -> int:
+        """Tokens per side."""
+        return self.img_size // self.patch_size
+
+    def check(self) -> None:
+        if self.img_size % self.patch_size:
+            raise RecipeError(f"img_size {self.img_size} is not a multiple of patch_size {self.patch_size}")
+
+
 def select_under(state: dict[str, Any], prefixes: tuple[str, ...]) -> dict[str, Any]:
     """The keys under the first of ``prefixes`` the checkpoint has, with it stripped (all keys when it has none)."""
     from vitdeploy.models.checkpoints import select_prefix
@@ -86,7 +99,7 @@ def load_official_weights(model: nn.Module, checkpoint: str | Path | None, *, ra
 
 
 @dataclass(frozen=True)
-class Sam3VisionArch(ArchTable):
+class Sam3VisionArch(GridArchTable):
     """The sizes of SAM 3's vision encoder (the official constructors' argument names); defaults are the builder's.
 
     ``img_size`` is the square input the model is built for (its rotary tables are computed for it);
@@ -115,15 +128,9 @@ class Sam3VisionArch(ArchTable):
 
         return replace(self, img_size=int(size))
 
-    @property
-    def grid(self) -> int:
-        """Tokens per side."""
-        return self.img_size // self.patch_size
-
     def check(self) -> None:
         """Refuse sizes the official classes cannot build or run, in words, before torch builds anything."""
-        if self.img_size % self.patch_size:
-            raise RecipeError(f"img_size {self.img_size} is not a multiple of patch_size {self.patch_size}")
+        super().check()
         if self.embed_dim % self.num_heads or (self.embed_dim // self.num_heads) % 4:
             raise RecipeError(f"embed_dim {self.embed_dim} / num_heads {self.num_heads} must be a multiple of 4 "
                               "(the 2-D rotary embedding rotates pairs along x and y)")
@@ -270,6 +277,6 @@ def load_sam3_text(arch: Sam3TextArch, checkpoint: str | Path | None = None, *, 
                                  select=lambda state: select_under(state, TEXT_CHECKPOINT_PREFIXES))
 
 
-__all__ = ["ArchTable", "SAM3_INSTALL_HINT", "Sam3TextArch", "Sam3VisionArch", "Sam3VisionParts", "build_sam3_text",
+__all__ = ["ArchTable", "GridArchTable", "SAM3_INSTALL_HINT", "Sam3TextArch", "Sam3VisionArch", "Sam3VisionParts", "build_sam3_text",
            "build_sam3_vision", "load_official_weights", "load_sam3_text", "load_sam3_vision", "load_sam3_vision_parts",
            "select_under", "vision_backbone_at_size"]

@@ -28,14 +28,14 @@ from typing import Any, ClassVar
 from torch import nn
 
 from vitdeploy.errors import RecipeError
-from vitdeploy.models.sam3 import SAM3_INSTALL_HINT, ArchTable, load_official_weights
+from vitdeploy.models.sam3 import SAM3_INSTALL_HINT, GridArchTable, load_official_weights
 
 #: The detector's parts in ``Sam3Image`` (and under ``detector.`` in ``sam3.pt``).
 DETECTOR_PARTS = ("transformer.", "geometry_encoder.", "dot_prod_scoring.", "segmentation_head.")
 
 
 @dataclass(frozen=True)
-class Sam3DetectorArch(ArchTable):
+class Sam3DetectorArch(GridArchTable):
     """The sizes of SAM 3's detector; defaults are ``sam3.model_builder``'s.
 
     ``img_size``/``patch_size`` give the grid of the image tokens the detector reads (72 at 1008 px; the decoder's
@@ -57,13 +57,8 @@ class Sam3DetectorArch(ArchTable):
 
     WHAT: ClassVar[str] = "a SAM 3 detector"
 
-    @property
-    def grid(self) -> int:
-        return self.img_size // self.patch_size
-
     def check(self) -> None:
-        if self.img_size % self.patch_size:
-            raise RecipeError(f"img_size {self.img_size} is not a multiple of patch_size {self.patch_size}")
+        super().check()
         if self.d_model % self.num_heads or self.d_model % 8 or self.d_model % 2:
             raise RecipeError(f"d_model {self.d_model} must be a multiple of num_heads {self.num_heads} and of 8 "
                               "(the pixel decoder's GroupNorm has 8 groups)")

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from vitdeploy.errors import RecipeError
-from vitdeploy.models.sam3 import SAM3_INSTALL_HINT, ArchTable, select_under
+from vitdeploy.models.sam3 import SAM3_INSTALL_HINT, GridArchTable, select_under
 
 #: Where ``sam3.pt`` keeps the tracker, and where ``Sam3Image`` with interactivity keeps the same module.
 CHECKPOINT_PREFIXES = ("tracker.", "inst_interactive_predictor.model.", "detector.inst_interactive_predictor.model.")
@@ -38,7 +38,7 @@ MASK_DECODER_EXTRA_ARGS = {"dynamic_multimask_via_stability": True, "dynamic_mul
 
 
 @dataclass(frozen=True)
-class Sam3InteractiveArch(ArchTable):
+class Sam3InteractiveArch(GridArchTable):
     """The sizes of SAM 3's interactive heads: ``Sam3TrackerBase``'s ``image_size`` and ``backbone_stride``
     (the prompt encoder's input frame and grid) and ``d_model`` (its ``hidden_dim``: the vision neck's width)."""
 
@@ -48,13 +48,8 @@ class Sam3InteractiveArch(ArchTable):
 
     WHAT: ClassVar[str] = "SAM 3's interactive predictor"
 
-    @property
-    def grid(self) -> int:
-        return self.img_size // self.patch_size
-
     def check(self) -> None:
-        if self.img_size % self.patch_size:
-            raise RecipeError(f"img_size {self.img_size} is not a multiple of patch_size {self.patch_size}")
+        super().check()
         if self.d_model % 8:
             raise RecipeError(f"d_model {self.d_model} must be a multiple of 8 (conv_s0 makes d_model/8 channels)")
 

@@ -55,16 +55,10 @@ def read_concept_prompts(path: str | os.PathLike, default_text: str | None) -> d
     """A JSON object of prompts per image: ``{"name": {"text": ..., "boxes": [[x0, y0, x1, y1], ...],
     "negative_boxes": [...]}}``, boxes in pixels of that image; an entry without ``text`` takes ``default_text``
     (``--text``). Keys name images as :func:`prompts_per_image` matches them."""
+    from vitdeploy.runtime.apps.verbs.predict_images import read_prompts_json
+
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"prompts file '{path}' not found: check the path")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"prompts file '{path}' is not JSON ({type(exc).__name__}): write {PROMPTS_EXAMPLE}") from exc
-    if not isinstance(data, dict) or not data:
-        raise InputError(f"prompts file '{path}' must be a non-empty JSON object mapping image names to prompts, e.g. "
-                         f"{PROMPTS_EXAMPLE}")
+    data = read_prompts_json(path, PROMPTS_EXAMPLE)
     prompts = {}
     for name, entry in data.items():
         where = f"'{path.name}' entry '{name}'"

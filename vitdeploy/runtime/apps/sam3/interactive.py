@@ -27,9 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 from vitdeploy.errors import InputError
-from vitdeploy.metadata import identity_differences
 from vitdeploy.runtime.apps.sam2.image_predictor import Sam2ImagePredictor
-from vitdeploy.runtime.apps.sam3.processor import check_sam3_part
+from vitdeploy.runtime.apps.sam3.processor import check_same_model, check_sam3_part
 
 #: The vision encoder's outputs a click reads (``vitdeploy.rewrites.sam3_vision.INTERACTIVE_OUTPUTS``).
 INTERACTIVE_FEATURES = ("image_embed", "high_res_feats_0", "high_res_feats_1")
@@ -44,13 +43,7 @@ def check_sam3_interactive_pair(vision: dict[str, Any], decoder: dict[str, Any])
         raise InputError("the vision encoder has no features for clicks (image_embed, high_res_feats_0/1): it was "
                          "exported without the interactive neck or by an older vitdeploy; export it again with "
                          "'vitdeploy export -r sam3'")
-    different = identity_differences(vision, decoder, ("variant", "random_seed", "checkpoint_sha256"))
-    if different:
-        raise InputError(f"the vision encoder and the interactive decoder come from two different SAM 3 models "
-                         f"({', '.join(different)}): export both from the same checkpoint (or seed) and variant")
-    if list(vision.get("input_size", [])) != list(decoder.get("input_size", [])):
-        raise InputError(f"the vision encoder takes {vision.get('input_size')} images but the interactive decoder was "
-                         f"built for {decoder.get('input_size')}: export the vision encoder without --input-size")
+    check_same_model(vision, decoder, "interactive decoder", "both")
 
 
 class Sam3InteractivePredictor(Sam2ImagePredictor):

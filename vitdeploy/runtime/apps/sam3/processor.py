@@ -75,19 +75,27 @@ def check_text_prompt(prompt: Any, tokenizer: Any, context_length: int) -> None:
                          "its start and end): shorten it")
 
 
+def check_same_model(vision: dict[str, Any], other: dict[str, Any], name: str, files: str,
+                     same_input_size: bool = True) -> None:
+    """Raise InputError unless ``other`` (SAM 3's ``name``) comes from the vision encoder's model: the same weights
+    (checkpoint or seed) and variant, and (``same_input_size``) built for its input size; ``files`` says which to
+    export."""
+    different = identity_differences(vision, other, ("variant", "random_seed", "checkpoint_sha256"))
+    if different:
+        raise InputError(f"the vision encoder and the {name} come from two different SAM 3 models "
+                         f"({', '.join(different)}): export {files} from the same checkpoint (or seed) and variant")
+    if same_input_size and list(vision.get("input_size", [])) != list(other.get("input_size", [])):
+        raise InputError(f"the vision encoder takes {vision.get('input_size')} images but the {name} was built for "
+                         f"{other.get('input_size')}: export the vision encoder without --input-size")
+
+
 def check_sam3_files(vision: dict[str, Any], text: dict[str, Any], detector: dict[str, Any]) -> None:
     """Raise InputError unless the three files' metadata are SAM 3's vision encoder, text encoder and detector of one
     model (the same weights, image size and width)."""
     for metadata, part in ((vision, "vision_encoder"), (text, "text_encoder"), (detector, "detector")):
         check_sam3_part(metadata, part)
-    for name, other in (("text encoder", text), ("detector", detector)):
-        different = identity_differences(vision, other, ("variant", "random_seed", "checkpoint_sha256"))
-        if different:
-            raise InputError(f"the vision encoder and the {name} come from two different SAM 3 models "
-                             f"({', '.join(different)}): export all three from the same checkpoint (or seed) and variant")
-    if list(vision.get("input_size", [])) != list(detector.get("input_size", [])):
-        raise InputError(f"the vision encoder takes {vision.get('input_size')} images but the detector was built for "
-                         f"{detector.get('input_size')}: export the vision encoder without --input-size")
+    check_same_model(vision, text, "text encoder", "all three", same_input_size=False)
+    check_same_model(vision, detector, "detector", "all three")
     width = (vision.get("architecture") or {}).get("d_model")
     if width is not None and width != detector.get("embed_dim"):
         raise InputError(f"the vision encoder's features are {width} wide but the detector takes "
@@ -371,4 +379,5 @@ class Sam3Processor:
         return state
 
 
-__all__ = ["GRAPHS", "Sam3ImageModel", "Sam3Processor", "check_sam3_files", "check_sam3_part", "check_text_prompt"]
+__all__ = ["GRAPHS", "Sam3ImageModel", "Sam3Processor", "check_same_model", "check_sam3_files", "check_sam3_part",
+           "check_text_prompt"]

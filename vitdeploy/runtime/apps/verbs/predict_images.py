@@ -74,19 +74,25 @@ class ImageResult:
         return dict(self.__dict__)
 
 
-def read_prompts_file(path: str | os.PathLike) -> dict[str, Prompt]:
-    """``{"photo.jpg": {"points": [[x, y], [x, y, 0]], "box": [x0, y0, x1, y1]}, ...}`` (names relative to the folder)."""
+def read_prompts_json(path: str | os.PathLike, example: str) -> dict[str, Any]:
+    """A prompts file's JSON object (image name -> entry), or an InputError showing ``example``."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"prompts file '{path}' not found: check the path")
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"prompts file '{path}' is not JSON ({type(exc).__name__}): write "
-                         '{"photo.jpg": {"points": [[x, y]], "box": [x0, y0, x1, y1]}}') from exc
+        raise InputError(f"prompts file '{path}' is not JSON ({type(exc).__name__}): write {example}") from exc
     if not isinstance(data, dict) or not data:
-        raise InputError(f"prompts file '{path}' must be a non-empty JSON object mapping image names to prompts")
-    return {str(name): _prompt_from_json(entry, f"'{path.name}' entry '{name}'") for name, entry in data.items()}
+        raise InputError(f"prompts file '{path}' must be a non-empty JSON object mapping image names to prompts, e.g. "
+                         f"{example}")
+    return data
+
+
+def read_prompts_file(path: str | os.PathLike) -> dict[str, Prompt]:
+    """``{"photo.jpg": {"points": [[x, y], [x, y, 0]], "box": [x0, y0, x1, y1]}, ...}`` (names relative to the folder)."""
+    data = read_prompts_json(path, '{"photo.jpg": {"points": [[x, y]], "box": [x0, y0, x1, y1]}}')
+    return {str(name): _prompt_from_json(entry, f"'{Path(path).name}' entry '{name}'") for name, entry in data.items()}
 
 
 def _prompt_from_json(entry: Any, where: str) -> Prompt:
@@ -273,4 +279,4 @@ def predict_images(predictor, jobs: Sequence[ImageJob], multimask: str = "auto",
 
 
 __all__ = ["ImageJob", "ImageResult", "Prompt", "check_jobs", "claim_job_outputs", "plan_folder", "plan_single", "predict_images",
-           "read_prompts_file", "run_job"]
+           "read_prompts_file", "read_prompts_json", "run_job"]
