@@ -295,3 +295,19 @@ def test_fp16_of_the_interactive_decoder_holds_on_inputs_recorded_from_clicks(fi
     for line in ("parity vs FP32 ONNX", "parity vs eager official"):
         found = re.search(rf"{line}: worst cosine ([0-9.]+).*within 'fp16'", output)
         assert found and float(found.group(1)) >= 0.9999, output
+
+
+def test_openvino_gives_the_same_clicks_as_onnx_runtime(files) -> None:
+    """The same files on OpenVINO (FP32): masks IoU >= 0.99, scores within 1e-4, logits cosine >= 0.9999 against ONNX
+    Runtime's, for each of the official example's prompts."""
+    pytest.importorskip("openvino", reason="OpenVINO is not installed (pip install 'vitdeploy[openvino]')")
+    from vitdeploy.runtime import Sam3InteractivePredictor
+
+    picture = image(IMAGES[1])
+    runs = {}
+    for runtime in ("onnxruntime", "openvino"):
+        predictor = Sam3InteractivePredictor(files[0], files[3], runtime=runtime)  # the file's math: FP32
+        predictor.set_image(picture)
+        runs[runtime] = {what: predictor.predict(**kwargs) for what, kwargs in prompts(picture).items()}
+    for what, kwargs in prompts(picture).items():
+        assert_same(runs["onnxruntime"][what], runs["openvino"][what], logits=kwargs.get("return_logits", False))
