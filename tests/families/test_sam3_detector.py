@@ -12,7 +12,7 @@ import onnx
 import pytest
 import torch
 
-from tests.cli_helpers import assert_user_error, run
+from tests.cli_helpers import assert_calibrated_within, assert_user_error, run
 from tests.sam3_fixtures import SEED, sam3_tiny_files
 from vitdeploy.metadata import metadata_of
 from vitdeploy.models.recipes import RECIPE_DIR
@@ -168,8 +168,6 @@ def test_fp16_of_the_detector_holds_on_inputs_recorded_from_the_bundled_images(t
     """FP16 through the detector: its inputs recorded while Sam3Processor runs the tiny model on bundled images (a
     text prompt, then an exemplar box), ``calibrate -p fp16 --feeds`` on them; the held-out sets within the fp16
     budget of the FP32 file and of the official eager detector (cosine >= 0.9999)."""
-    import re
-
     from vitdeploy.precision.calibration_data import bundled_calibration_dir
     from vitdeploy.runtime.apps.sam3.processor import Sam3ImageModel, Sam3Processor
     from vitdeploy.runtime.processing.images import read_image_rgb
@@ -187,6 +185,4 @@ def test_fp16_of_the_detector_holds_on_inputs_recorded_from_the_bundled_images(t
     code, output = run("calibrate", str(files[2]), "-p", "fp16", "--feeds", str(folder / "inputs.npz"), "-o",
                        str(folder / "detector.fp16.onnx"))
     assert code == 0, output
-    for line in ("parity vs FP32 ONNX", "parity vs eager official"):
-        found = re.search(rf"{line}: worst cosine ([0-9.]+).*within 'fp16'", output)
-        assert found and float(found.group(1)) >= 0.9999, output
+    assert_calibrated_within(output, "fp16", 0.9999)

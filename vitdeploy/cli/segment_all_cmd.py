@@ -127,9 +127,9 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
     picture = read_image_rgb(image, notes)
     for note in notes:
         click.echo(f"note: {note}", err=True)
-    predictor = open_sam_predictor(encoder, decoder, device=device, threads=threads_for(runtime, threads), tf32=tf32,
-                                   allow_unverified=allow_unverified, runtime=runtime,
-                                   inference_precision=inference_precision)
+    predictor = open_sam_predictor(encoder, decoder, for_generator=True, device=device,
+                                   threads=threads_for(runtime, threads), tf32=tf32, allow_unverified=allow_unverified,
+                                   runtime=runtime, inference_precision=inference_precision)
     echo_deployments(predictor.encoder, predictor.decoder)
     if use_m2m and not isinstance(predictor, Sam2ImagePredictor):
         raise InputError("--use-m2m is SAM 2's generator's: leave it out for SAM (1) files")

@@ -135,10 +135,11 @@ def segment_concept(vision: str, text_encoder: str, detector: str, image: str, t
     processor = Sam3Processor(model, confidence_threshold=threshold)
     for directory in new_dirs:
         directory.mkdir(parents=True, exist_ok=True)
-    first = prompts[0]
-    what = ("each image's prompt from " + Path(prompts_file).name if prompts_file is not None else " and ".join(filter(
-        None, [f'"{first.text}"' if first.text is not None else None,
-               f"{len(first.boxes)} exemplar box(es)" if first.boxes else None])))
+    if prompts_file is not None:
+        what = f"each image's prompt from {Path(prompts_file).name}"
+    else:
+        what = " and ".join(filter(None, [f'"{prompt.text}"' if prompt.text is not None else None,
+                                          f"{len(prompt.boxes)} exemplar box(es)" if prompt.boxes else None]))
     click.echo(f"finding {what} in {len(jobs)} image(s) with {model.variant}")
     start = time.perf_counter()
     total = 0

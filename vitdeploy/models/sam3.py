@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable, ClassVar
 
 from torch import nn
@@ -75,7 +76,7 @@ class GridArchTable(ArchTable):
             raise RecipeError(f"img_size {self.img_size} is not a multiple of patch_size {self.patch_size}")
 
 
-def select_under(state: dict[str, Any], prefixes: tuple[str, ...]) -> dict[str, Any]:
+def select_under(state: Mapping[str, Any], prefixes: tuple[str, ...]) -> dict[str, Any]:
     """The keys under the first of ``prefixes`` the checkpoint has, with it stripped (all keys when it has none)."""
     from vitdeploy.models.checkpoints import select_prefix
 
@@ -83,16 +84,27 @@ def select_under(state: dict[str, Any], prefixes: tuple[str, ...]) -> dict[str, 
     return select_prefix(state, prefix) if prefix else dict(state)
 
 
-def load_official_weights(model: nn.Module, checkpoint: str | Path | None, *, random_seed: int | None, what: str,
-                          hint: str, select: Callable[[dict[str, Any]], dict[str, Any]]) -> nn.Module:
-    """Fill an official module: from ``checkpoint`` (read with ``weights_only=True`` or safetensors; ``select`` maps
-    its keys to the module's, which must then fit exactly) or, without one, with seeded random weights."""
-    from vitdeploy.models.checkpoints import check_fits, load_state_dict_file
+def read_weights(checkpoint: str | Path | Mapping[str, Any]) -> Mapping[str, Any]:
+    """A checkpoint's state dict: the file read (``weights_only=True`` or safetensors), or the dict already read (one
+    ``sam3.pt`` fills several modules: it is read once)."""
+    from vitdeploy.models.checkpoints import load_state_dict_file
+
+    return checkpoint if isinstance(checkpoint, Mapping) else load_state_dict_file(checkpoint)
+
+
+def load_official_weights(model: nn.Module, checkpoint: str | Path | Mapping[str, Any] | None, *,
+                          random_seed: int | None, what: str, hint: str,
+                          select: Callable[[Mapping[str, Any]], dict[str, Any]],
+                          randomize: Callable[[nn.Module, int], nn.Module] | None = None) -> nn.Module:
+    """Fill an official module: from ``checkpoint`` (:func:`read_weights`; ``select`` maps its keys to the module's,
+    which must then fit exactly) or, without one, with seeded random weights (``randomize``, default
+    :func:`~vitdeploy.models.random_weights.randomize_parameters`)."""
+    from vitdeploy.models.checkpoints import check_fits
     from vitdeploy.models.random_weights import randomize_parameters
 
     if checkpoint is None:
-        return randomize_parameters(model, 0 if random_seed is None else random_seed).eval()
-    state = select(load_state_dict_file(checkpoint))
+        return (randomize or randomize_parameters)(model, 0 if random_seed is None else random_seed).eval()
+    state = select(read_weights(checkpoint))
     check_fits(model, state, what, hint)
     model.load_state_dict(state, strict=True)
     return model.eval()
@@ -215,11 +227,13 @@ class Sam3VisionParts(nn.Module):
 
 def load_sam3_vision_parts(arch: Sam3VisionArch, checkpoint: str | Path | None = None, *,
                            random_seed: int | None = None, what: str | None = None) -> Sam3VisionParts:
-    """:func:`load_sam3_vision` and, with ``add_sam2_neck``, the interactive heads of the same checkpoint or seed."""
+    """:func:`load_sam3_vision` and, with ``add_sam2_neck``, the interactive heads of the same checkpoint (read once)
+    or seed."""
     heads = None
     if arch.add_sam2_neck:
         from vitdeploy.models.sam3_interactive import load_sam3_interactive
 
+        checkpoint = read_weights(checkpoint) if checkpoint is not None else None
         heads = load_sam3_interactive(arch.interactive_arch(), checkpoint, random_seed=random_seed)
     return Sam3VisionParts(load_sam3_vision(arch, checkpoint, random_seed=random_seed, what=what), heads).eval()
 
@@ -277,6 +291,6 @@ def load_sam3_text(arch: Sam3TextArch, checkpoint: str | Path | None = None, *, 
                                  select=lambda state: select_under(state, TEXT_CHECKPOINT_PREFIXES))
 
 
-__all__ = ["ArchTable", "GridArchTable", "SAM3_INSTALL_HINT", "Sam3TextArch", "Sam3VisionArch", "Sam3VisionParts", "build_sam3_text",
-           "build_sam3_vision", "load_official_weights", "load_sam3_text", "load_sam3_vision", "load_sam3_vision_parts",
-           "select_under", "vision_backbone_at_size"]
+__all__ = ["ArchTable", "GridArchTable", "SAM3_INSTALL_HINT", "Sam3TextArch", "Sam3VisionArch", "Sam3VisionParts",
+           "build_sam3_text", "build_sam3_vision", "load_official_weights", "load_sam3_text", "load_sam3_vision", "load_sam3_vision_parts",
+           "read_weights", "select_under", "vision_backbone_at_size"]

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from vitdeploy.errors import RecipeError
-from vitdeploy.models.sam3 import SAM3_INSTALL_HINT, GridArchTable, select_under
+from vitdeploy.models.sam3 import SAM3_INSTALL_HINT, GridArchTable, load_official_weights, select_under
 
 #: Where ``sam3.pt`` keeps the tracker, and where ``Sam3Image`` with interactivity keeps the same module.
 CHECKPOINT_PREFIXES = ("tracker.", "inst_interactive_predictor.model.", "detector.inst_interactive_predictor.model.")
@@ -82,21 +83,19 @@ class Sam3InteractiveHeads(nn.Module):
         return self.no_mem_embed.device
 
 
-def load_sam3_interactive(arch: Sam3InteractiveArch, checkpoint: str | Path | None = None, *,
+def load_sam3_interactive(arch: Sam3InteractiveArch, checkpoint: str | Path | Mapping[str, Any] | None = None, *,
                           random_seed: int | None = None, what: str | None = None) -> Sam3InteractiveHeads:
-    """Build the official heads and fill them from a checkpoint (the tracker's keys) or with seeded random weights."""
-    from vitdeploy.models.checkpoints import check_fits, load_state_dict_file
+    """Build the official heads and fill them from a checkpoint (the tracker's keys; a path or the state dict already
+    read) or with seeded random weights."""
     from vitdeploy.models.sam_decoder import randomize_prompt_decoder
 
-    model = Sam3InteractiveHeads(arch)
-    if checkpoint is None:
-        return randomize_prompt_decoder(model, 0 if random_seed is None else random_seed).eval()
-    state = select_under(load_state_dict_file(checkpoint), CHECKPOINT_PREFIXES)
-    state = {k: v for k, v in state.items() if k.startswith(HEAD_KEYS)}
-    check_fits(model, state, what or "SAM 3's interactive predictor",
-               ": use the official sam3.pt or a state dict of its tracker")
-    model.load_state_dict(state, strict=True)
-    return model.eval()
+    def select(state: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in select_under(state, CHECKPOINT_PREFIXES).items() if k.startswith(HEAD_KEYS)}
+
+    return load_official_weights(Sam3InteractiveHeads(arch), checkpoint, random_seed=random_seed,
+                                 what=what or "SAM 3's interactive predictor",
+                                 hint=": use the official sam3.pt or a state dict of its tracker", select=select,
+                                 randomize=randomize_prompt_decoder)
 
 
 __all__ = ["CHECKPOINT_PREFIXES", "Sam3InteractiveArch", "Sam3InteractiveHeads", "load_sam3_interactive"]

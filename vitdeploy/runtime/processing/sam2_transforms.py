@@ -82,10 +82,11 @@ class Sam2Transforms:
         """(..., 4h, 4w) logits -> (..., H, W) logits at the original size (float32), small holes and sprinkles
         removed first where ``max_hole_area``/``max_sprinkle_area`` ask for it."""
         masks, threshold = np.asarray(low_res, np.float32), float(self.mask_threshold)
+        background = masks <= threshold  # both regions from the decoder's logits, as the official labels them
         if self.max_hole_area > 0:
-            masks = replace_small_regions(masks, masks <= threshold, self.max_hole_area, threshold + 10.0)
+            masks = replace_small_regions(masks, background, self.max_hole_area, threshold + 10.0)
         if self.max_sprinkle_area > 0:
-            masks = replace_small_regions(masks, masks > threshold, self.max_sprinkle_area, threshold - 10.0)
+            masks = replace_small_regions(masks, ~background, self.max_sprinkle_area, threshold - 10.0)
         return resize_bilinear(masks, orig_hw, antialias=False)
 
 

@@ -234,6 +234,7 @@ class ShardWorker:
         deployment = Deployment(config.runtime, config.precision, config.threads, config.settings, source="the job's")
         encoder = open_deployed(config.encoder, deployment, device=config.device)
         if config.kind == "concepts":
+            from vitdeploy.runtime.apps.sam3.concept import ConceptPrompt
             from vitdeploy.runtime.apps.sam3.processor import Sam3ImageModel, Sam3Processor
 
             # the text encoder and detector as written, on the job's runtime (the settings are the vision file's)
@@ -242,10 +243,10 @@ class ShardWorker:
                                    open_deployed(config.decoder, as_written, device=config.device))
             options = dict(config.mask_options)
             self.processor = Sam3Processor(model, confidence_threshold=float(options["confidence_threshold"]))
-            from vitdeploy.runtime.apps.sam3.concept import ConceptPrompt
-
-            self.text = options.get("text")
+            text = options.get("text")
+            #: each image's prompt (--prompts), else --text's
             self.prompts = {image: ConceptPrompt.from_dict(p) for image, p in (options.get("prompts") or {}).items()}
+            self.default_prompt = ConceptPrompt(text) if text is not None else None
             self.output_mode = str(options.get("output_mode", "coco_rle"))
         elif config.kind == "masks":
             from vitdeploy.runtime.apps.sam.mask_generator import SamAutomaticMaskGenerator
@@ -290,9 +291,9 @@ class ShardWorker:
 
     def _compute(self, picture: np.ndarray, image_path: str) -> Any:
         if self.config.kind == "concepts":
-            from vitdeploy.runtime.apps.sam3.concept import ConceptPrompt, concept_records, find_instances
+            from vitdeploy.runtime.apps.sam3.concept import concept_records, find_instances
 
-            prompt = self.prompts.get(image_path) or ConceptPrompt(self.text)
+            prompt = self.prompts.get(image_path, self.default_prompt)
             return concept_records(find_instances(self.processor, picture, prompt, f"'{image_path}'"), self.output_mode)
         if self.config.kind == "masks":
             return self.generator.generate(picture)

@@ -12,8 +12,6 @@ CPU installs): not done here; the generator's own small-region clean-up is (SciP
 
 from __future__ import annotations
 
-from vitdeploy.errors import InputError
-
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,11 +70,7 @@ class Sam2AutomaticMaskGenerator(SamAutomaticMaskGenerator):
 def mask_generator_for(predictor: Any, **options: Any) -> SamAutomaticMaskGenerator:
     """The official generator of the predictor's model: SAM 2's for a Sam2ImagePredictor, else SAM's."""
     from vitdeploy.runtime.apps.sam2.image_predictor import Sam2ImagePredictor
-    from vitdeploy.runtime.apps.sam3.interactive import Sam3InteractivePredictor
 
-    if isinstance(predictor, Sam3InteractivePredictor):
-        raise InputError("SAM 3 has no automatic mask generator (the official package has none to match): segment every "
-                         "instance of a concept with 'vitdeploy segment-concept', or use SAM (1) or SAM 2 files here")
     kind = Sam2AutomaticMaskGenerator if isinstance(predictor, Sam2ImagePredictor) else SamAutomaticMaskGenerator
     return kind(predictor, **options)
 

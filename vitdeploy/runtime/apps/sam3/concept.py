@@ -75,10 +75,11 @@ def read_concept_prompts(path: str | os.PathLike, default_text: str | None) -> d
                     isinstance(v, (int, float)) and not isinstance(v, bool) for v in b) for b in raw):
                 raise InputError(f"{where}: '{key}' must be a list of [x0, y0, x1, y1] in pixels")
             boxes[key] = [tuple(float(v) for v in b) for b in raw]
-        if text is None and not boxes["boxes"] + boxes["negative_boxes"]:
-            raise InputError(f"{where} has no text and no box (and there is no --text for it)")
-        prompts[str(name)] = ConceptPrompt(text, tuple(boxes["boxes"] + boxes["negative_boxes"]),
-                                           (True,) * len(boxes["boxes"]) + (False,) * len(boxes["negative_boxes"]))
+        try:
+            prompts[str(name)] = ConceptPrompt(text, tuple(boxes["boxes"] + boxes["negative_boxes"]),
+                                               (True,) * len(boxes["boxes"]) + (False,) * len(boxes["negative_boxes"]))
+        except InputError:  # ConceptPrompt's own refusal names the command line's flags
+            raise InputError(f"{where} has no text and no box (and there is no --text for it)") from None
     return prompts
 
 

@@ -212,7 +212,6 @@ class Sam3ImageModel(RecordsInputs):
                      box_padding=(np.arange(slots) >= len(boxes))[None])
         return {name: np.asarray(value) for name, value in self._run("detector", feeds).items()}
 
-
     # --- clicks and boxes (the interactive predictor) -----------------------------------------------------
 
     def predict_inst(self, inference_state: dict, **kwargs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
