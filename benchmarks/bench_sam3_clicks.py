@@ -30,6 +30,8 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of each prompt")
     parser.add_argument("--runtime", default="onnxruntime")
+    parser.add_argument("--inference-precision", default=None,
+                        help="bf16: the vision encoder at OpenVINO's own default on a CPU with BF16 units")
     parser.add_argument("--out", type=Path, default=Path("out/sam3_bench"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -49,7 +51,8 @@ def main() -> None:
     from vitdeploy.runtime.processing.images import read_image_rgb
 
     torch.set_num_threads(args.threads)
-    report: dict = {"cpu": cpu_features().summary(), "threads": args.threads, "runtime": args.runtime}
+    report: dict = {"cpu": cpu_features().summary(), "threads": args.threads, "runtime": args.runtime,
+                    "inference_precision": args.inference_precision}
     files = {}
     for recipe in ("sam3", "sam3_interactive"):
         files[recipe] = args.out / f"{recipe}.onnx"
@@ -61,7 +64,7 @@ def main() -> None:
     model.inst_interactive_predictor = SAM3InteractiveImagePredictor(parts.heads).eval()
     official = OfficialProcessor(model.eval(), resolution=1008, device="cpu")
     ours = Sam3Processor(Sam3ImageModel(files["sam3"], interactive=files["sam3_interactive"], runtime=args.runtime,
-                                        threads=args.threads))
+                                        threads=args.threads, inference_precision=args.inference_precision))
     times: dict[str, list[float]] = {"official set_image": [], "vitdeploy set_image": [], "official prompt": [],
                                      "vitdeploy prompt": []}
     agreement = []

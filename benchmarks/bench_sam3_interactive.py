@@ -1,7 +1,8 @@
 """SAM 3's interactive (click) decoder at full size (1008 px: a 72x72 grid, 288x288 low-resolution masks; seeded
 random weights), per prompt once the image is encoded: the official prompt encoder + mask decoder (the tracker's SAM
 heads, called as ``SAM3InteractiveImagePredictor._predict`` calls them) against the exported graph on ONNX Runtime
-and OpenVINO (FP32), alternated in one process, every output compared with the official (issue 53).
+and OpenVINO (FP32, and BF16: OpenVINO's own default on a CPU with BF16 units), alternated in one process, every output
+compared with the official (issue 53).
 
 Two prompts: one click, and a box with a click and a mask prompt.
 
@@ -28,6 +29,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("out/sam3_bench"))
+    parser.add_argument("--no-bf16", action="store_true", help="leave out OpenVINO at BF16")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -58,6 +60,8 @@ def main() -> None:
                             "point_labels": np.ones((1, 1), np.float32)}
     runners = {"vitdeploy onnxruntime": open_runner(path, runtime="onnxruntime", threads=args.threads),
                "vitdeploy openvino f32": open_runner(path, runtime="openvino", threads=args.threads)}
+    if not args.no_bf16:
+        runners["openvino bf16"] = open_runner(path, runtime="openvino", threads=args.threads, precision="bf16")
 
     def eager(feeds):
         with torch.inference_mode():
