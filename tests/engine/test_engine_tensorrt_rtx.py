@@ -20,7 +20,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 from tests.cli_helpers import run
-from tests.conftest import IR_VERSION, TINY_RECIPE, TINY_TIMM_RECIPE
+from tests.conftest import IR_VERSION, TINY_RECIPE
+from tests.family_exports import family_export
 from vitdeploy.engine.builder import BuildOptions, build_engine, check_options
 from vitdeploy.engine.library import RTX, RTX_DEFAULT_TARGETS, load_library
 from vitdeploy.engine.sidecar import read_plan_checked, read_sidecar, sidecar_path
@@ -46,30 +47,26 @@ def gpu_present() -> bool:
     return True
 
 
+#: the files named here -> their family's tiny export, shared with the family contract (tests/family_exports.py)
+SHARED = {"sam_encoder": "sam_image_encoder", "sam_decoder": "sam_mask_decoder", "timm_vit": "timm_vit",
+          "timm_hiera": "timm_hiera", "sam3_vision": "sam3_vision_encoder", "sam3_detector": "sam3_detector",
+          "sam3_interactive": "sam3_interactive_decoder"}
+
+
 @pytest.fixture(scope="module")
 def onnx_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Every family's tiny export, and the encoder at each precision the ONNX side makes."""
-    from tests.families.test_timm_hiera import export_tiny as export_tiny_hiera
-
+    """Every family's tiny export, and the encoder exported for TensorRT at each precision the ONNX side makes."""
     root = tmp_path_factory.mktemp("rtx")
     (root / "tiny.toml").write_text(TINY_RECIPE)
-    (root / "tiny_timm.toml").write_text(TINY_TIMM_RECIPE)
     files = {"root": root}
-    exports = {
-        "sam_encoder": ["-r", str(root / "tiny.toml")],
-        "sam_encoder_trt": ["-r", str(root / "tiny.toml"), "--target", "tensorrt"],
-        "sam_decoder": ["-r", "sam_tiny_decoder"],
-        "timm_vit": ["-r", str(root / "tiny_timm.toml")],
-    }
-    if importlib.util.find_spec("sam3") is not None:  # the dev install has it (scripts/lib/venv.sh)
-        exports["sam3_vision"] = ["-r", "sam3_tiny"]
-        exports["sam3_detector"] = ["-r", "sam3_tiny_detector"]
-        exports["sam3_interactive"] = ["-r", "sam3_tiny_interactive"]
-    for name, args in exports.items():
-        files[name] = root / f"{name}.onnx"
-        code, output = run("export", *args, "--random-weights", "--seed", "5", "-o", str(files[name]))
-        assert code == 0, output
-    files["timm_hiera"] = export_tiny_hiera(root, "hiera")
+    for name, family in SHARED.items():
+        if family.startswith("sam3") and importlib.util.find_spec("sam3") is None:
+            continue  # the dev install has it (scripts/lib/venv.sh)
+        files[name], _ = family_export(tmp_path_factory, family)
+    files["sam_encoder_trt"] = root / "sam_encoder_trt.onnx"
+    code, output = run("export", "-r", str(root / "tiny.toml"), "--target", "tensorrt", "--random-weights", "--seed", "5",
+                       "-o", str(files["sam_encoder_trt"]))
+    assert code == 0, output
     for precision in ("fp16", "bf16", "int8"):
         files[f"sam_encoder_trt_{precision}"] = root / f"sam_encoder_trt_{precision}.onnx"
         code, output = run("calibrate", str(files["sam_encoder_trt"]), "-p", precision, "--no-eager",

@@ -17,38 +17,15 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.sam2_tiny import TINY_SAM2_RECIPE, TINY_SAM2_VIDEO_RECIPE
-from vitdeploy.families import FAMILIES, ExportOptions
+from tests.family_exports import SEED, TINY_RECIPES, family_export
+from vitdeploy.families import FAMILIES
 from vitdeploy.metadata import REQUIRED_KEYS, metadata_problems, read_onnx_metadata
 from vitdeploy.onnx_export.exporter import ExportResult
 from vitdeploy.onnx_export.hygiene import check_graph_hygiene
-from vitdeploy.pipeline import export_recipe
 from vitdeploy.runtime.backends.loader import open_runner
 from vitdeploy.runtime.backends.registry import ONNX_RUNTIMES, RUNTIMES
 from vitdeploy.parity import compare
 from vitdeploy.validation.validate_model import ValidateOptions, validate_model
-
-ROOT = Path(__file__).resolve().parents[2]
-
-#: family -> (recipe: a shipped file under export/ or TOML text, input size to export at or None for the recipe's).
-TINY_RECIPES: dict[str, tuple[str, int | None]] = {
-    "sam_image_encoder": ("sam_tiny", None),
-    "sam_mask_decoder": ("sam_tiny_decoder", None),
-    "timm_vit": ('[model]\nfamily = "timm_vit"\nvariant = "tiny"\n\n[architecture]\nmodel_name = "vit_tiny_patch16_224"\n'
-                 'embed_dim = 32\ndepth = 2\nnum_heads = 2\nimg_size = 32\nnum_classes = 10\n', None),
-    "timm_hiera": ('[model]\nfamily = "timm_hiera"\nvariant = "tiny"\n\n[architecture]\nmodel_name = "sam2_hiera_tiny"\n'
-                   'embed_dim = 16\nnum_heads = 1\nstages = [1, 1, 2, 1]\nglobal_att_blocks = [3]\n'
-                   'window_spec = [4, 4, 4, 2]\nglobal_pos_size = [4, 4]\nnum_classes = 10\n\n[timm]\noutput = "features"\n', 96),
-    "sam2_image_encoder": (TINY_SAM2_RECIPE, 256),
-    "sam2_mask_decoder": (TINY_SAM2_RECIPE.replace("sam2_image_encoder", "sam2_mask_decoder"), None),
-    "sam2_memory_encoder": (TINY_SAM2_VIDEO_RECIPE.replace("sam2_image_encoder", "sam2_memory_encoder"), None),
-    "sam2_memory_attention": (TINY_SAM2_VIDEO_RECIPE.replace("sam2_image_encoder", "sam2_memory_attention")
-                              + "\n[memory]\nframe_slots = 3\npointer_slots = 4\n", None),
-    "sam3_vision_encoder": ("sam3_tiny", None),
-    "sam3_text_encoder": ("sam3_tiny_text", None),
-    "sam3_detector": ("sam3_tiny_detector", None),
-    "sam3_interactive_decoder": ("sam3_tiny_interactive", None),
-}
 
 
 def test_every_family_has_a_tiny_recipe() -> None:
@@ -57,19 +34,14 @@ def test_every_family_has_a_tiny_recipe() -> None:
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
 def exported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, ExportResult]:
+    """The family's tiny export (tests/family_exports.py: made once per run, shared with TensorRT for RTX's tests)."""
     name = request.param
     if name.startswith("sam2"):
         pytest.importorskip("sam2", reason="the official sam2 package is not installed (scripts/test.sh installs it)")
     if name.startswith("sam3"):
         pytest.importorskip("sam3", reason="the official sam3 package is not installed (scripts/test.sh installs it)")
-    recipe, size = TINY_RECIPES[name]
-    folder = tmp_path_factory.mktemp(name)
-    if recipe.startswith("["):
-        path = folder / "tiny.toml"
-        path.write_text(recipe)
-        recipe = str(path)
-    out = folder / f"{name}.onnx"
-    return name, out, export_recipe(recipe, out, ExportOptions(random_seed=7, input_size=size))
+    path, result = family_export(tmp_path_factory, name)
+    return name, path, result
 
 
 def test_export_leaves_one_file_under_its_name(exported: tuple[str, Path, ExportResult]) -> None:
@@ -94,7 +66,7 @@ def test_metadata_is_complete_and_agrees_with_the_graph(exported: tuple[str, Pat
     meta = read_onnx_metadata(path)
     assert meta["family"] == name
     assert set(REQUIRED_KEYS) <= set(meta), sorted(set(REQUIRED_KEYS) - set(meta))
-    assert meta["random_weights"] is True and meta["random_seed"] == 7
+    assert meta["random_weights"] is True and meta["random_seed"] == SEED
     with open_runner(path) as runner:
         assert metadata_problems(meta, runner.input_shapes(), runner.output_names) == []
     assert FAMILIES[name].metadata_problems(meta, for_reference=True) == []
