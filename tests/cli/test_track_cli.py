@@ -96,7 +96,7 @@ def test_sam1_and_sam2_files_are_not_mixed(sam2_video: dict[str, Any], tiny_sam_
     images = Path(__file__).resolve().parents[2] / "calibration" / "images"
     image = str(images / "calib_00_landscape.jpg")
     code, output = run("embed", "-e", str(sam2_video["encoder"]), "--images", str(images), "--out-dir", str(tmp_path / "emb"))
-    assert_user_error(code, output, "a SAM 2 file", "embed, segment-all --images and serve take SAM 1 files")
+    assert_user_error(code, output, "a SAM 2 file", "embed and segment-all --images take SAM 1 files")
     code, output = run("predict", "-e", str(tiny_sam_artifacts.encoder), "-d", str(sam2_video["decoder"]), "-i", image,
                        "-p", "10,10", "-o", str(tmp_path / "m.png"))
     assert_user_error(code, output, "a SAM 2 decoder beside a SAM 1 encoder")

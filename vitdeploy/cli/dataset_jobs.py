@@ -35,32 +35,30 @@ def dataset_job_options(fn: Callable, required: bool = True) -> Callable:
 
 
 def resolve_deployment(model: str, runtime: str, inference_precision: str | None, threads: int | None, device: str,
-                       on_ray: bool = False, sam3: bool = False):
+                       on_ray: bool = False, check_model: Callable[[str], None] | None = None):
     """The deployment every worker runs (never ``auto``: the driver decides once, so all workers compute alike).
 
     On Ray each worker runs ``threads`` threads (default 1), so ``auto`` decides for that many, not for the
     driver's cores: the same decision (and the same numbers) as the job in one process with ``--threads`` 1.
-    ``model`` is a SAM encoder (these jobs and ``serve --ray`` take SAM 1 files; ``sam3``: SAM 3's vision encoder, for
-    ``segment-concept --images``): another model's file is refused from its metadata first, before a first-use probe
-    would run on it."""
+    ``check_model(path)`` refuses an ``.onnx`` file of another model from its metadata first, before a first-use probe
+    would run on it (default: a SAM encoder, what the dataset jobs take)."""
     from vitdeploy.runtime.backends.auto import resolve
     from vitdeploy.runtime.backends.deployment import AUTO, Deployment
 
     if str(model).lower().endswith(".onnx") and Path(model).is_file():
-        from vitdeploy.metadata import read_onnx_metadata
-        from vitdeploy.runtime.apps.sam.predictor import check_sam_encoder
-        from vitdeploy.runtime.apps.sam3.processor import check_sam3_part
-
-        metadata = read_onnx_metadata(model)
-        if sam3:
-            check_sam3_part(metadata, "vision_encoder")
-        else:
-            check_sam_encoder(metadata, f"'{model}'")
+        (check_model or _check_sam_encoder_file)(model)
     if on_ray:
         threads = threads or 1
     if runtime == AUTO:
         return resolve(model, precision=inference_precision, threads=threads, device=device)
     return Deployment(runtime, inference_precision or "file", threads, source="asked")
+
+
+def _check_sam_encoder_file(path: str) -> None:
+    from vitdeploy.metadata import read_onnx_metadata
+    from vitdeploy.runtime.apps.sam.predictor import check_sam_encoder
+
+    check_sam_encoder(read_onnx_metadata(path), f"'{path}'")
 
 
 def run_dataset_job(config, images: str, out_dir: str, shard_size: int | None, ray_address: str | None,

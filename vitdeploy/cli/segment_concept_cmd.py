@@ -184,7 +184,7 @@ def _dataset_job(vision: str, text_encoder: str, detector: str, image: str | Non
     elif text is None:
         raise click.UsageError("a dataset job needs a --text prompt (or --prompts FILE with a prompt per image)")
     chosen_deployment = resolve_deployment(vision, runtime, inference_precision, threads, "cpu",
-                                           on_ray=ray_address is not None, sam3=True)
+                                           on_ray=ray_address is not None, check_model=_check_vision_file)
     config = JobConfig(kind="concepts", encoder=vision, decoder=detector, text_encoder=text_encoder,
                        runtime=chosen_deployment.runtime, precision=chosen_deployment.precision,
                        settings=chosen_deployment.settings, threads=threads, mask_options=options)
@@ -203,6 +203,13 @@ def _check_texts(config, texts: list[str | None]) -> None:
     tokenizer = ClipTokenizer(context_length=length)
     for text in sorted({t for t in texts if t is not None}):
         check_text_prompt(text, tokenizer, length)
+
+
+def _check_vision_file(path: str) -> None:
+    from vitdeploy.metadata import read_onnx_metadata
+    from vitdeploy.runtime.apps.sam3.processor import check_sam3_part
+
+    check_sam3_part(read_onnx_metadata(path), "vision_encoder")
 
 
 COMMAND = segment_concept

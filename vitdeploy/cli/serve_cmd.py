@@ -51,6 +51,8 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
           inference_precision: str | None, threads: int | None, verbose: bool) -> None:
     """Serve SAM over HTTP: POST an image, get an embedding id; POST prompts for that id, get masks.
 
+    Takes SAM's encoder and decoder, SAM 2's, or SAM 3's vision encoder and interactive decoder (clicks and boxes).
+
     \b
     POST /v1/embeddings              the image file's bytes -> {"id", "height", "width", "cached"}
     GET  /v1/embeddings/ID           -> {"id", "height", "width"}
@@ -83,9 +85,11 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
     from vitdeploy.cli.dataset_jobs import resolve_deployment
     from vitdeploy.cpu_features import available_cores
     from vitdeploy.runtime.apps.datasets.on_ray import start_ray, stop_ray
+    from vitdeploy.runtime.apps.predictors import check_prompt_encoder_file
     from vitdeploy.runtime.apps.serving.ray_serve import RayServeOptions, run_app, stop_app
 
-    chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device, on_ray=True)
+    chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device, on_ray=True,
+                                check_model=check_prompt_encoder_file)
     options = RayServeOptions(encoder, decoder, runtime=chosen.runtime, precision=chosen.precision,
                               settings=chosen.settings, threads=threads or 1,
                               device=device, encoder_replicas=encoder_replicas, decoder_replicas=decoder_replicas,

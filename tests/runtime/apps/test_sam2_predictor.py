@@ -157,3 +157,52 @@ def test_predict_verb_takes_sam2_files(files: tuple[Path, Path], tmp_path: Path)
                        "-o", str(tmp_path / "m2.png"), "--save-embedding", str(tmp_path / "e.npz"), "--runtime", "onnxruntime")
     assert_user_error(code, output, "SAM 1 embeddings")
     assert not (tmp_path / "m2.png").exists() and not (tmp_path / "e.npz").exists()
+
+
+def test_serve_answers_prompts_as_the_official_predictor(files: tuple[Path, Path], predictors) -> None:
+    """``vitdeploy serve``'s service on SAM 2 files, over real HTTP on 127.0.0.1: the image is encoded once (its three
+    feature arrays cached), each prompt's masks and scores are the official predictor's; the embedding route and the
+    browser decoder say the masks are decoded on the server; too many clicks for the decoder get a 400."""
+    from tests.runtime.apps.test_sam_service import Client, decode_rle, png_bytes
+    from vitdeploy.metadata import read_onnx_metadata
+    from vitdeploy.runtime.apps.serving.server import Server
+    from vitdeploy.runtime.apps.serving.service import SamService
+
+    official, _ = predictors
+    picture = sample_image(*IMAGES["tall"], seed=12)
+    server = Server(SamService(*files, runtime="onnxruntime", threads=1), "127.0.0.1", 0).start()
+    try:
+        client = Client(server.port)
+        status, _, created = client("POST", "/v1/embeddings", png_bytes(picture))
+        assert status == 200 and (created["height"], created["width"]) == picture.shape[:2], created
+        key = created["id"]
+        assert client("POST", "/v1/embeddings", png_bytes(picture))[2]["cached"] is True
+        with torch.no_grad():
+            official.set_image(picture)
+        for name in ("one_click", "two_clicks_single", "box"):
+            prompt = PROMPTS[name]
+            body = {"multimask_output": prompt.get("multimask_output", True)}
+            if "point_coords" in prompt:
+                body.update(points=prompt["point_coords"].tolist(), labels=prompt["point_labels"].tolist())
+            if "box" in prompt:
+                body["box"] = prompt["box"].tolist()
+            status, _, answer = client("POST", f"/v1/embeddings/{key}/masks", body)
+            assert status == 200, answer
+            (result,) = answer["results"]
+            with torch.no_grad():
+                masks, scores, _ = official.predict(**prompt)
+            np.testing.assert_allclose(result["scores"], scores, atol=1e-4)
+            for k, rle in enumerate(result["masks"]):
+                agreement = compare_masks(masks[k] > 0.5, decode_rle(rle), "fp32", label=f"served {name}/{k}")
+                assert agreement, agreement.summary()
+        status, _, answer = client("GET", f"/v1/embeddings/{key}/embedding")
+        assert status == 404 and "decoded on the server" in answer["error"], answer
+        health = client("GET", "/healthz")[2]
+        assert health["browser_decoder"] is None and health["variant"] == read_onnx_metadata(files[0])["variant"], health
+        too_many = health["max_points"] + 1
+        status, _, answer = client("POST", f"/v1/embeddings/{key}/masks",
+                                   {"points": [[10, 10]] * too_many, "labels": [1] * too_many})
+        assert status == 400 and f"at most {health['max_points']}" in answer["error"], answer
+        assert client("GET", "/healthz")[0] == 200  # and it stays up
+    finally:
+        server.stop()

@@ -199,6 +199,51 @@ def test_the_sam2_style_predictor_is_the_officials(files, official) -> None:
             del heads.forward_image, heads._maybe_clone, heads.backbone
 
 
+def test_serve_answers_clicks_as_the_official_predictor(files, official) -> None:
+    """``vitdeploy serve``'s service on the vision encoder and interactive decoder, over real HTTP on 127.0.0.1: the
+    image encoded once, each prompt's masks and scores the official ``SAM3InteractiveImagePredictor``'s."""
+    from sam3.model.sam3_tracker_base import Sam3TrackerBase
+
+    from tests.runtime.apps.test_sam_service import Client, decode_rle, png_bytes
+    from vitdeploy.runtime.apps.serving.server import Server
+    from vitdeploy.runtime.apps.serving.service import SamService
+
+    predictor = official.model.inst_interactive_predictor
+    heads = predictor.model
+    heads.backbone, heads.compile_all_components = official.model.backbone, False  # what forward_image reads
+    picture = image(IMAGES[1])
+    server = Server(SamService(files[0], files[3], runtime="onnxruntime", threads=1), "127.0.0.1", 0).start()
+    try:
+        client = Client(server.port)
+        status, _, created = client("POST", "/v1/embeddings", png_bytes(picture))
+        assert status == 200, created
+        with torch.inference_mode(), scipy_connected_components():
+            heads.forward_image = Sam3TrackerBase.forward_image.__get__(heads)
+            heads._maybe_clone = Sam3TrackerBase._maybe_clone.__get__(heads)
+            predictor.set_image(picture)
+            for name, kwargs in prompts(picture).items():
+                if kwargs.get("return_logits") or np.ndim(kwargs.get("box")) == 2:
+                    continue  # the service answers masks, one prompt set each
+                body = {"multimask_output": kwargs["multimask_output"]}
+                if "point_coords" in kwargs:
+                    body.update(points=kwargs["point_coords"].tolist(), labels=kwargs["point_labels"].tolist())
+                if "box" in kwargs:
+                    body["box"] = kwargs["box"].tolist()
+                status, _, answer = client("POST", f"/v1/embeddings/{created['id']}/masks", body)
+                assert status == 200, (name, answer)
+                (result,) = answer["results"]
+                masks, scores, _ = predictor.predict(**kwargs)
+                np.testing.assert_allclose(result["scores"], scores, atol=SCORE_ATOL)
+                for want, rle in zip(masks, result["masks"]):
+                    assert iou(want, decode_rle(rle)) >= MASK_IOU_MIN, name
+    finally:
+        server.stop()
+        predictor.reset_predictor()
+        heads.__dict__.pop("forward_image", None)
+        heads.__dict__.pop("_maybe_clone", None)
+        del heads.backbone
+
+
 def test_small_holes_are_filled_as_the_official_default_asks(files) -> None:
     """``max_hole_area=256`` by default (the official predictor's): background regions of the low-resolution logits of
     at most 256 pixels become foreground (+10) before the upsampling; larger ones stay; 0 turns it off."""

@@ -243,7 +243,7 @@ def test_a_profile_setting_reaches_every_route(tiny_sam_artifacts: TinySamArtifa
             settings=chosen.settings, threads=1)).embedder.runner,
         "serve --ray encoder replica": EncoderReplica(RayServeOptions(
             str(encoder), decoder, runtime=chosen.runtime, precision=chosen.precision,
-            settings=chosen.settings)).side.embedder.runner,
+            settings=chosen.settings)).side.runner,
     }
     for route, runner in runners.items():
         assert runner.backend == "openvino" and (runner.gelus_apart > 0) is apart, (route, runner.provider)

@@ -1,10 +1,14 @@
-"""The predictor for a pair of deployed files: the one place that picks among the models' predictors."""
+"""The predictor for a pair of deployed files: the one place that picks among the models' predictors (and their
+halves, for a server whose encoder and decoder run apart)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from vitdeploy.errors import InputError
 from vitdeploy.families import model_part
@@ -45,4 +49,61 @@ def open_sam_predictor(encoder: str | os.PathLike, decoder: str | os.PathLike, *
     return Sam2ImagePredictor(encoder, decoder, **kept)
 
 
-__all__ = ["open_sam_predictor"]
+#: (model, part) of the image encoders a prompt predictor takes: SAM's, SAM 2's, SAM 3's vision encoder (its clicks).
+PROMPT_ENCODERS = (("sam", "image_encoder"), ("sam2", "image_encoder"), ("sam3", "vision_encoder"))
+
+
+def check_prompt_encoder_file(encoder: Any) -> None:
+    """Raise InputError unless an ``.onnx`` file's metadata is an image encoder that prompts run on, read before it is
+    opened: another file is refused in a second, not after a first-use probe or a compile (at full size, a minute).
+    A Runner, or a file of another format, is checked once open (:func:`prompt_predictor_for`)."""
+    if isinstance(encoder, (str, os.PathLike)) and str(encoder).lower().endswith(".onnx") and os.path.isfile(encoder):
+        from vitdeploy.metadata import read_onnx_metadata
+
+        _check_prompt_encoder(read_onnx_metadata(encoder), Path(encoder).name)
+
+
+def _check_prompt_encoder(metadata: dict[str, Any], name: str) -> None:
+    from vitdeploy.runtime.apps.sam.predictor import SAM3_HERE, check_sam_encoder
+
+    model, part = model_part(metadata)
+    if model == "sam3" and part != "vision_encoder":
+        raise InputError(f"'{name}' is {SAM3_HERE}")
+    if (model, part) not in PROMPT_ENCODERS:
+        check_sam_encoder(metadata, f"'{name}'")  # its refusal names what the file is
+
+
+def image_encoder_for(encoder: Any) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
+    """The encoder half of the pair's predictor, for an open encoder Runner: an HxWx3 uint8 RGB picture -> its features
+    by name, as the predictor's ``set_image`` computes them and its ``set_image_features`` takes them."""
+    _check_prompt_encoder(encoder.metadata, getattr(encoder, "name", "the encoder"))
+    if model_part(encoder.metadata)[0] in ("sam2", "sam3"):
+        from vitdeploy.runtime.apps.sam2.image_predictor import Sam2ImageEncoder
+
+        return Sam2ImageEncoder(encoder)
+    from vitdeploy.runtime.apps.sam.embeddings import SamEmbedder
+
+    return SamEmbedder(encoder)
+
+
+def prompt_predictor_for(decoder: Any, encoder_metadata: dict[str, Any]):
+    """The decoder half of the pair's predictor, for an open decoder Runner and the encoder file's metadata: a
+    predictor with no encoder, answering ``predict`` on features given to ``set_image_features`` (the pair checked
+    as the predictor's constructor checks it)."""
+    _check_prompt_encoder(encoder_metadata, "the encoder")
+    model = model_part(encoder_metadata)[0]
+    if model == "sam3":
+        from vitdeploy.runtime.apps.sam3.interactive import Sam3InteractivePredictor
+
+        return Sam3InteractivePredictor.decoder_only(decoder, encoder_metadata)
+    if model == "sam2":
+        from vitdeploy.runtime.apps.sam2.image_predictor import Sam2ImagePredictor
+
+        return Sam2ImagePredictor.decoder_only(decoder, encoder_metadata)
+    from vitdeploy.runtime.apps.sam.predictor import SamPredictor
+
+    return SamPredictor.decoder_only(decoder, encoder_metadata)
+
+
+__all__ = ["PROMPT_ENCODERS", "check_prompt_encoder_file", "image_encoder_for", "open_sam_predictor",
+           "prompt_predictor_for"]

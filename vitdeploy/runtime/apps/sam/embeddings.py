@@ -46,6 +46,12 @@ class SamEmbedder:
         embedding = np.asarray(self.runner.run({self.input_name: x})[self.output_name], np.float32)
         return embedding, (int(resized.shape[0]), int(resized.shape[1]))
 
+    def __call__(self, picture: np.ndarray) -> dict[str, np.ndarray]:
+        """The picture's features by name, as ``SamPredictor.set_image_features`` takes them."""
+        from vitdeploy.runtime.apps.sam.predictor import IMAGE_FEATURES
+
+        return {IMAGE_FEATURES[0]: self.embed(picture)[0]}
+
 
 def _encoder_identity(metadata: dict[str, Any], encoder_path: str | os.PathLike | None) -> dict[str, Any]:
     return {"variant": metadata.get("variant"), "input_size": metadata.get("input_size"),

@@ -40,12 +40,14 @@ from vitdeploy.runtime.processing.preprocess import (ResizeLongestSide, SamPrepr
 #: Decoder graph inputs/outputs (see vitdeploy.rewrites.sam_decoder).
 DECODER_INPUTS = ("image_embeddings", "point_coords", "point_labels", "mask_input", "has_mask_input")
 DECODER_OUTPUTS = ("low_res_masks", "iou_predictions")
+#: One image's features by name (``image_features``/``set_image_features``): the encoder's embedding.
+IMAGE_FEATURES = ("image_embeddings",)
 MASK_THRESHOLD = 0.0  # Sam.mask_threshold
 
 
 #: Said where a SAM 2 file reaches what takes SAM 1 files.
 SAM2_HERE = ("a SAM 2 file: SAM 2 runs in Sam2ImagePredictor, Sam2VideoPredictor, predict, segment-all --image and "
-             "track; embed, segment-all --images and serve take SAM 1 files")
+             "track, serve; embed and segment-all --images take SAM 1 files")
 #: Said where a SAM 3 file reaches a predictor or a verb.
 SAM3_HERE = ("a SAM 3 file: 'vitdeploy segment-concept' and vitdeploy.runtime.Sam3Processor take SAM 3's vision "
              "encoder, text encoder and detector; predict and vitdeploy.runtime.Sam3InteractivePredictor its vision "
@@ -134,7 +136,7 @@ class SamModelInfo:
         return "cpu"
 
 
-def _max_points(decoder_metadata: dict[str, Any]) -> int | None:
+def decoder_max_points(decoder_metadata: dict[str, Any]) -> int | None:
     """``point_coords``'s largest point count in a decoder's recorded shape profile (None where there is none)."""
     profile = decoder_metadata.get("shape_profile")
     coords = profile.get("point_coords") if isinstance(profile, dict) else None
@@ -207,7 +209,7 @@ class SamPredictor:
         self.encoder_output = enc.get("output_name") or (self.encoder.output_names[0] if self.encoder else None)
         self.mask_input_size = tuple(int(d) for d in dec["mask_input_size"])
         #: The most points one decoder call takes (the decoder file's shape profile; None where it records none).
-        self.max_prompt_points = _max_points(dec)
+        self.max_prompt_points = decoder_max_points(dec)
         self.mask_output_indices = [int(i) for i in dec.get("mask_output_indices", [0, 1, 2, 3])]
         self.variant = str(enc.get("variant"))
         self._embedding_channels = int(dec["embed_dim"])
@@ -286,6 +288,17 @@ class SamPredictor:
         """The (1, C, h, w) embedding of the current image."""
         self._require_image("get an image embedding")
         return self.features
+
+    def image_features(self) -> dict[str, np.ndarray]:
+        """The current image's features by name (:data:`IMAGE_FEATURES`), what :meth:`set_image_features` takes: the
+        one call for every model's predictor (SAM 2's has three arrays)."""
+        return {IMAGE_FEATURES[0]: self.get_image_embedding()}
+
+    def set_image_features(self, features: dict[str, np.ndarray], original_size: tuple[int, int]) -> None:
+        """:meth:`set_image_embedding` with the features by name (:data:`IMAGE_FEATURES`)."""
+        if IMAGE_FEATURES[0] not in features:
+            raise InputError(f"the image features lack {IMAGE_FEATURES[0]}: give the encoder's embedding")
+        self.set_image_embedding(features[IMAGE_FEATURES[0]], original_size)
 
     def reset_image(self) -> None:
         """Forget the current image."""

@@ -25,6 +25,7 @@ import numpy as np
 from vitdeploy.errors import InputError
 from vitdeploy.families import model_part
 from vitdeploy.metadata import identity_differences
+from vitdeploy.runtime.apps.sam.predictor import decoder_max_points
 from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.processing.preprocess import check_rgb_uint8
@@ -33,6 +34,27 @@ from vitdeploy.runtime.processing.sam2_transforms import Sam2Transforms
 
 #: The official predictor clamps the low-resolution logits it returns to this range.
 LOW_RES_CLAMP = 32.0
+#: The image encoder's outputs the decoder reads: one image's features, by name.
+IMAGE_FEATURES = ("image_embed", "high_res_feats_0", "high_res_feats_1")
+
+
+def encode_image(encoder: Runner, transforms: Sam2Transforms, image: np.ndarray) -> dict[str, np.ndarray]:
+    """One RGB image's :data:`IMAGE_FEATURES` (each (1, C, h, w) float32), as ``set_image`` computes them."""
+    out = encoder.run({encoder.input_names[0]: transforms(image)[None]})
+    return {name: np.asarray(out[name], np.float32) for name in IMAGE_FEATURES}
+
+
+class Sam2ImageEncoder:
+    """The image encoder alone: an HxWx3 uint8 RGB picture -> its features by name (:data:`IMAGE_FEATURES`), as
+    :meth:`Sam2ImagePredictor.set_image` computes them, without a decoder (a server's encoder side)."""
+
+    def __init__(self, encoder: Runner):
+        meta = encoder.metadata
+        self.runner = encoder
+        self.transforms = Sam2Transforms(int(meta["input_size"][0]), meta["pixel_mean"], meta["pixel_std"])
+
+    def __call__(self, picture: np.ndarray) -> dict[str, np.ndarray]:
+        return encode_image(self.runner, self.transforms, _as_rgb(picture))
 
 
 def check_sam2_pair(encoder: dict[str, Any], decoder: dict[str, Any]) -> None:
@@ -108,7 +130,24 @@ class Sam2ImagePredictor(RecordsInputs):
         o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
         self.encoder = as_runner(encoder, o)
         self.decoder = as_runner(decoder, o.for_part())
-        enc, dec = self.encoder.metadata, self.decoder.metadata
+        self._setup(self.encoder.metadata, mask_threshold, max_hole_area, max_sprinkle_area)
+
+    @classmethod
+    def decoder_only(cls, decoder: Runner | str | os.PathLike, encoder_metadata: dict[str, Any], *,
+                     options: OpenOptions | None = None, mask_threshold: float = 0.0, max_hole_area: float | None = None,
+                     max_sprinkle_area: float | None = None) -> Sam2ImagePredictor:
+        """A predictor without an encoder: it answers prompts on features given to :meth:`set_image_features` (a
+        server's decoder side, which never encodes). ``encoder_metadata``: the encoder file's metadata, checked
+        against the decoder's as in the constructor."""
+        predictor = cls.__new__(cls)
+        predictor.encoder = None
+        predictor.decoder = as_runner(decoder, OpenOptions.of(options).for_part())
+        predictor._setup(encoder_metadata, mask_threshold, max_hole_area, max_sprinkle_area)
+        return predictor
+
+    def _setup(self, enc: dict[str, Any], mask_threshold: float, max_hole_area: float | None,
+               max_sprinkle_area: float | None) -> None:
+        dec = self.decoder.metadata
         self.check_pair(enc, dec)
         self.resolution = int(enc["input_size"][0])
         self._transforms = Sam2Transforms(
@@ -118,6 +157,8 @@ class Sam2ImagePredictor(RecordsInputs):
         self.mask_threshold = mask_threshold
         self.variant = str(enc.get("variant"))
         self._choose = MaskChoice.from_metadata(dec)
+        #: The most points one decoder call takes (the decoder file's shape profile; None where it records none).
+        self.max_prompt_points = decoder_max_points(dec)
         self.reset_predictor()
 
     #: Raise InputError unless the encoder's and decoder's metadata are a pair this predictor runs.
@@ -154,9 +195,37 @@ class Sam2ImagePredictor(RecordsInputs):
         self._is_image_set, self._is_batch = True, True
 
     def _encode(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        out = self.encoder.run({self.encoder.input_names[0]: self._transforms(image)[None]})
-        return (np.asarray(out["image_embed"], np.float32), np.asarray(out["high_res_feats_0"], np.float32),
-                np.asarray(out["high_res_feats_1"], np.float32))
+        features = encode_image(self.encoder, self._transforms, image)
+        return tuple(features[name] for name in IMAGE_FEATURES)
+
+    def features_from(self, encoded: list[dict[str, Any]], sizes: list[tuple[int, int]], batch: bool) -> None:
+        """Take features computed elsewhere (the encoder's :data:`IMAGE_FEATURES` outputs, one dict per image) as
+        this predictor's image(s) of original ``sizes`` (H, W); ``batch``: for :meth:`predict_batch`."""
+        self.reset_predictor()
+        self._features = {"image_embed": np.concatenate([e["image_embed"] for e in encoded]),
+                          "high_res_feats": [np.concatenate([e[f"high_res_feats_{i}"] for e in encoded]) for i in (0, 1)]}
+        self._orig_hw = [(int(h), int(w)) for h, w in sizes]
+        self._is_image_set, self._is_batch = True, batch
+
+    def set_image_features(self, features: dict[str, np.ndarray], original_size: tuple[int, int]) -> None:
+        """Use one image's features computed elsewhere (cached, or by a server's encoder side): its
+        :data:`IMAGE_FEATURES` arrays, for an image of ``original_size`` (H, W). Not in the official predictor."""
+        missing = [name for name in IMAGE_FEATURES if name not in features]
+        if missing:
+            raise InputError(f"the image features lack {', '.join(missing)}: give the encoder's {', '.join(IMAGE_FEATURES)}")
+        height, width = (int(v) for v in original_size)
+        if height <= 0 or width <= 0:
+            raise InputError(f"original_size must be a positive (H, W), got {original_size}")
+        self.features_from([{name: np.asarray(features[name], np.float32) for name in IMAGE_FEATURES}],
+                           [(height, width)], batch=False)
+
+    def image_features(self) -> dict[str, np.ndarray]:
+        """The current image's features by name (:data:`IMAGE_FEATURES`), what :meth:`set_image_features` takes."""
+        self._require_image("get the image features")
+        if self._is_batch:
+            raise InputError("an image batch is set (set_image_batch): image_features is one image's")
+        return {"image_embed": self._features["image_embed"], "high_res_feats_0": self._features["high_res_feats"][0],
+                "high_res_feats_1": self._features["high_res_feats"][1]}
 
     def get_image_embedding(self) -> np.ndarray:
         """The (B, C, h, w) image embedding of the current image(s)."""
@@ -241,6 +310,10 @@ class Sam2ImagePredictor(RecordsInputs):
         return coords, labels, corners
 
     def _decode(self, index: int, coords: np.ndarray, labels: np.ndarray, mask: np.ndarray | None, multimask: bool):
+        if self.max_prompt_points is not None and len(coords) > self.max_prompt_points:
+            # the decoder's token attention grows with the square of the points (a server's memory with it)
+            raise InputError(f"the prompt makes {len(coords)} decoder points (clicks, plus a box's 2 corners) and this "
+                             f"decoder takes at most {self.max_prompt_points} (its shape profile): give fewer clicks")
         grid = self._features["image_embed"].shape[-1]
         feeds = {
             "image_embed": self._features["image_embed"][index:index + 1],
@@ -270,4 +343,4 @@ def _as_rgb(image: Any) -> np.ndarray:
     return image
 
 
-__all__ = ["MaskChoice", "Sam2ImagePredictor", "check_sam2_pair"]
+__all__ = ["IMAGE_FEATURES", "MaskChoice", "Sam2ImageEncoder", "Sam2ImagePredictor", "check_sam2_pair", "encode_image"]

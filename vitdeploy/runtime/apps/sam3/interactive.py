@@ -27,11 +27,11 @@ from __future__ import annotations
 from typing import Any
 
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.apps.sam2.image_predictor import Sam2ImagePredictor
+from vitdeploy.runtime.apps.sam2.image_predictor import IMAGE_FEATURES, Sam2ImagePredictor
 from vitdeploy.runtime.apps.sam3.processor import check_same_model, check_sam3_part
 
-#: The vision encoder's outputs a click reads (``vitdeploy.rewrites.sam3_vision.INTERACTIVE_OUTPUTS``).
-INTERACTIVE_FEATURES = ("image_embed", "high_res_feats_0", "high_res_feats_1")
+#: The vision encoder's outputs a click reads (``vitdeploy.rewrites.sam3_vision.INTERACTIVE_OUTPUTS``): SAM 2's.
+INTERACTIVE_FEATURES = IMAGE_FEATURES
 
 
 def check_sam3_interactive_pair(vision: dict[str, Any], decoder: dict[str, Any]) -> None:
@@ -59,18 +59,6 @@ class Sam3InteractivePredictor(Sam2ImagePredictor):
     RECORDABLE = ("interactive_decoder",)
     RUNS = "SAM 3's interactive predictor"
     check_pair = staticmethod(check_sam3_interactive_pair)
-
-    def features_from(self, encoded: list[dict[str, Any]], sizes: list[tuple[int, int]], batch: bool) -> None:
-        """Take the vision encoder's outputs for one or more images (``Sam3Processor.set_image``'s state) as this
-        predictor's image(s) (``batch``: for :meth:`predict_batch`), as ``predict_inst`` hands them to the official
-        predictor."""
-        import numpy as np
-
-        self.reset_predictor()
-        self._features = {"image_embed": np.concatenate([e["image_embed"] for e in encoded]),
-                          "high_res_feats": [np.concatenate([e[f"high_res_feats_{i}"] for e in encoded]) for i in (0, 1)]}
-        self._orig_hw = [(int(h), int(w)) for h, w in sizes]
-        self._is_image_set, self._is_batch = True, batch
 
 
 __all__ = ["Sam3InteractivePredictor", "check_sam3_interactive_pair"]

@@ -330,7 +330,11 @@ def build_api(service: Service, *, cors_origins: tuple[str, ...] | list[str] = (
     @_guarded
     def embedding_tensor(key: str) -> Any:
         item = service.embedding(key)
-        data = np.ascontiguousarray(item.embedding, dtype="<f4")
+        if len(item.features) != 1:
+            raise ApiError(404, "this model's image features are several arrays (SAM 2, SAM 3): its masks are decoded "
+                                "on the server (POST /v1/embeddings/ID/masks)")
+        (embedding,) = item.features.values()
+        data = np.ascontiguousarray(embedding, dtype="<f4")
         return Response(data.tobytes(), media_type="application/octet-stream", headers={
             "X-Embedding-Shape": ",".join(str(d) for d in data.shape),
             "X-Image-Size": f"{item.size[0]},{item.size[1]}"})

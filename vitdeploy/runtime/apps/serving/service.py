@@ -1,5 +1,9 @@
 """The SAM prompt service behind ``vitdeploy serve``: encode an image once, answer prompts from its cached embedding.
 
+It serves every model whose clicks run on cached image features: SAM (an embedding), SAM 2 (an embedding and two
+high-resolution feature maps) and SAM 3's clicks (its vision encoder and interactive decoder, SAM 2's layout); the
+pair's predictor halves come from :mod:`vitdeploy.runtime.apps.predictors`.
+
 This is how annotation front ends (CVAT, Label Studio) host SAM: the encoder runs once per image on the
 server (seconds on a CPU), every click after that is a decoder call on the cached embedding (milliseconds).
 The service is transport-free: :mod:`~vitdeploy.runtime.apps.serving.api` is its HTTP API (one FastAPI
@@ -54,9 +58,10 @@ class ApiError(Exception):
 
 @dataclass
 class Cached:
-    """One cached embedding: (1, C, h, w) float32 and the original image's (H, W)."""
+    """One cached image: its features by name ((1, C, h, w) float32 each: SAM's embedding, or SAM 2's three arrays)
+    and the original image's (H, W)."""
 
-    embedding: np.ndarray
+    features: dict[str, np.ndarray]
     size: tuple[int, int]
 
 
@@ -173,10 +178,11 @@ class EncoderSide:
     """The image encoder of a service: an image file's bytes -> :class:`Cached`, one call at a time."""
 
     def __init__(self, encoder: Any):
-        from vitdeploy.runtime.apps.sam.embeddings import SamEmbedder
+        from vitdeploy.runtime.apps.predictors import image_encoder_for
         from vitdeploy.runtime.backends.deployment import model_digest
 
-        self.embedder = SamEmbedder(encoder)
+        self.runner = encoder
+        self.features_of = image_encoder_for(encoder)
         self.name = _file_name(encoder)
         #: What embedding ids are salted with: the encoder file's SHA-256 (the runner's name for a Runner without a file).
         self.identity = model_digest(encoder.path) if getattr(encoder, "path", None) else encoder.name
@@ -193,23 +199,28 @@ class EncoderSide:
 
         with self._lock:
             picture = _as_bad_request(decode_image_bytes, data)
-            embedding, _ = self.embedder.embed(picture)
-        return Cached(embedding, (int(picture.shape[0]), int(picture.shape[1])))
+            features = self.features_of(picture)
+        return Cached(features, (int(picture.shape[0]), int(picture.shape[1])))
 
 
 class DecoderSide:
     """The prompt encoder + mask decoder of a service: a cached embedding and prompts -> masks, one call at a time."""
 
     def __init__(self, decoder: Any, encoder_metadata: dict[str, Any]):
-        from vitdeploy.runtime.apps.sam.predictor import SamPredictor
+        from vitdeploy.runtime.apps.predictors import prompt_predictor_for
 
-        self.predictor = SamPredictor.decoder_only(decoder, encoder_metadata)
+        self.predictor = prompt_predictor_for(decoder, encoder_metadata)
         self.name = _file_name(decoder)
         self._lock = threading.Lock()
 
     def browser_decoder(self) -> dict[str, Any] | None:
         """What a page needs to run this decoder itself (the file, and how to lay out its inputs and read its outputs),
-        or None where it cannot: the decoder is not one self-contained .onnx file."""
+        or None where it cannot: the decoder is not one self-contained .onnx file, or not SAM's (the page lays out SAM's
+        decoder inputs: one embedding)."""
+        from vitdeploy.runtime.apps.sam.predictor import SamPredictor
+
+        if not isinstance(self.predictor, SamPredictor):
+            return None
         path = getattr(self.predictor.decoder, "path", None)
         if not path or Path(path).suffix.lower() != ".onnx" or Path(f"{path}.data").exists():
             return None
@@ -225,7 +236,7 @@ class DecoderSide:
             _check_inside(prompt, item.size, k, len(prompts) > 1)
         results = []
         with self._lock:
-            self.predictor.set_image_embedding(item.embedding, item.size)
+            self.predictor.set_image_features(item.features, item.size)
             for prompt in prompts:
                 masks, scores, _ = self.predictor.predict(prompt.points, prompt.labels, prompt.box,
                                                           multimask_output=prompt.multimask_output)
@@ -269,11 +280,11 @@ class SamService:
     def __init__(self, encoder: Any, decoder: Any, *, options: OpenOptions | None = None, runtime: str = "auto",
                  inference_precision: str | None = None, threads: int | None = None, device: str = "cpu",
                  cache_size: int = 64, max_pending: int = 4):
-        from vitdeploy.runtime.apps.sam.predictor import check_encoder_file
+        from vitdeploy.runtime.apps.predictors import check_prompt_encoder_file
         from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
 
         o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
-        check_encoder_file(encoder)
+        check_prompt_encoder_file(encoder)
         enc = as_runner(encoder, o)
         dec = as_runner(decoder, o.for_part())
         self.metrics = Metrics()
@@ -324,7 +335,7 @@ class SamService:
         return {"status": "ok", "encoder": self.encoder.name, "decoder": self.decoder.name,
                 "variant": self.decoder.predictor.variant, "encoder_runtime": enc.name, "decoder_runtime": dec.name,
                 "deployment": chosen.describe() if chosen is not None else None,
-                "max_points": self.decoder.predictor.max_prompt_points,
+                "max_points": getattr(self.decoder.predictor, "max_prompt_points", None),
                 "uptime_s": round(time.time() - self.started, 1)}
 
     def metrics_text(self) -> str:
