@@ -61,4 +61,13 @@ def family_export(tmp_path_factory: pytest.TempPathFactory, name: str) -> tuple[
     return made["onnx"], pickle.loads(made["result"].read_bytes())
 
 
-__all__ = ["SEED", "TINY_RECIPES", "family_export"]
+def family_export_copy(tmp_path_factory: pytest.TempPathFactory, name: str, folder: Path, stem: str) -> Path:
+    """:func:`family_export`'s file copied to ``folder/<stem>.onnx``: for tests that write beside the files they use
+    (outputs, profiles), so the shared file's folder stays as the export left it."""
+    import shutil
+
+    path, _ = family_export(tmp_path_factory, name)
+    return Path(shutil.copyfile(path, folder / f"{stem}.onnx"))
+
+
+__all__ = ["SEED", "TINY_RECIPES", "family_export", "family_export_copy"]

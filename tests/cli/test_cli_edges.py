@@ -41,11 +41,12 @@ def one_error_line(code: int, output: str, *needles: str, exit_code: int = 1) ->
 
 @pytest.fixture(scope="module")
 def sam_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tiny SAM pair (``sam_tiny``, ``sam_tiny_decoder``: tests/family_exports.py, made once per run), copied."""
+    from tests.family_exports import family_export_copy
+
     root = tmp_path_factory.mktemp("edges")
-    for name, recipe in (("enc", "sam_tiny"), ("dec", "sam_tiny_decoder")):
-        code, output = run("export", "-r", recipe, "--random-weights", "-o", str(root / f"{name}.onnx"))
-        assert code == 0, output
-    return {"enc": root / "enc.onnx", "dec": root / "dec.onnx", "root": root}
+    return {"enc": family_export_copy(tmp_path_factory, "sam_image_encoder", root, "enc"),
+            "dec": family_export_copy(tmp_path_factory, "sam_mask_decoder", root, "dec"), "root": root}
 
 
 # --- signals -------------------------------------------------------------------------------------------------
