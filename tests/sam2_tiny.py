@@ -1,4 +1,14 @@
-"""A tiny SAM 2.1 recipe for the tests: the official Hiera-T config shrunk by Hydra overrides (seconds to export)."""
+"""A tiny SAM 2.1 recipe for the tests: the official Hiera-T config shrunk by Hydra overrides (seconds to export),
+and its image encoder and mask decoder exported once per test run (:func:`sam2_tiny_pair`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+#: The random seed of :func:`sam2_tiny_pair`'s weights (the official model of the tests is built with it).
+PAIR_SEED = 3
 
 #: The official Hiera-T config, shrunk: a 16-wide trunk of 5 blocks (one global), one memory-attention layer.
 TINY_SAM2_RECIPE = """\
@@ -24,3 +34,19 @@ TINY_SAM2_VIDEO_RECIPE = TINY_SAM2_RECIPE.replace(
     '"++model.memory_attention.num_layers=1", "++model.image_size=512",\n'
     '             "++model.memory_attention.layer.self_attention.feat_sizes=[32,32]",\n'
     '             "++model.memory_attention.layer.cross_attention.feat_sizes=[32,32]"]')
+
+
+def sam2_tiny_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(image encoder, mask decoder) of :data:`TINY_SAM2_RECIPE`, random weights seed :data:`PAIR_SEED`, exported by
+    the pipeline once for all workers of this run (the SAM 2 predictor, encoder and serving tests share them)."""
+    from tests.once_per_run import once_per_run
+    from vitdeploy.pipeline import export_from_recipe
+
+    def make(root: Path) -> dict[str, Path]:
+        (root / "enc.toml").write_text(TINY_SAM2_RECIPE)
+        (root / "dec.toml").write_text(TINY_SAM2_RECIPE.replace("sam2_image_encoder", "sam2_mask_decoder"))
+        return {part: export_from_recipe(str(root / f"{part[:3]}.toml"), root / f"{part}.onnx", random_weights=True,
+                                         seed=PAIR_SEED).path for part in ("encoder", "decoder")}
+
+    made = once_per_run(tmp_path_factory, "sam2_tiny_pair", make)
+    return made["encoder"], made["decoder"]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.cli_helpers import assert_user_error, run
-from tests.sam2_tiny import TINY_SAM2_RECIPE
+from tests.sam2_tiny import PAIR_SEED, TINY_SAM2_RECIPE, sam2_tiny_pair
 from tests.sam_tiny import sample_image
 from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 from vitdeploy.parity import TOLERANCES, compare
@@ -18,7 +18,7 @@ from vitdeploy.parity import TOLERANCES, compare
 pytest.importorskip("sam2", reason="the official sam2 package is not installed (scripts/test.sh installs it)")
 
 FP32 = TOLERANCES["fp32"]
-SEED = 3
+SEED = PAIR_SEED
 def official_model(seed: int = SEED):
     """The official ``SAM2Base`` of the tiny recipe, with the seeded weights the export uses."""
     import tomllib
@@ -36,10 +36,9 @@ def recipe(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def exported(recipe: Path) -> Path:
-    from vitdeploy.pipeline import export_from_recipe
-
-    return export_from_recipe(str(recipe), recipe.parent / "sam2_encoder.onnx", random_weights=True, seed=SEED).path
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny encoder, seed :data:`SEED` (tests/sam2_tiny.py: exported once per run, shared)."""
+    return sam2_tiny_pair(tmp_path_factory)[0]
 
 
 @pytest.mark.parametrize("shape", [(90, 120), (300, 200)])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.sam2_tiny import TINY_SAM2_RECIPE
+from tests.sam2_tiny import PAIR_SEED, TINY_SAM2_RECIPE, sam2_tiny_pair
 from tests.sam_tiny import TinySamArtifacts, sample_image
 from vitdeploy.errors import InputError
 from vitdeploy.validation.masks import compare_masks
@@ -19,7 +19,7 @@ from vitdeploy.parity import TOLERANCES, compare
 pytest.importorskip("sam2", reason="the official sam2 package is not installed (scripts/test.sh installs it)")
 pytest_plugins = ["tests.sam_tiny_fixtures"]
 
-SEED = 3
+SEED = PAIR_SEED
 FP32 = TOLERANCES["fp32"]
 IMAGES = {"wide": (90, 120), "tall": (300, 200)}
 PROMPTS: dict[str, dict[str, Any]] = {
@@ -44,14 +44,7 @@ def official_model(seed: int = SEED):
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from vitdeploy.pipeline import export_from_recipe
-
-    root = tmp_path_factory.mktemp("sam2_predictor")
-    (root / "enc.toml").write_text(TINY_SAM2_RECIPE)
-    (root / "dec.toml").write_text(TINY_SAM2_RECIPE.replace("sam2_image_encoder", "sam2_mask_decoder"))
-    enc = export_from_recipe(str(root / "enc.toml"), root / "encoder.onnx", random_weights=True, seed=SEED).path
-    dec = export_from_recipe(str(root / "dec.toml"), root / "decoder.onnx", random_weights=True, seed=SEED).path
-    return enc, dec
+    return sam2_tiny_pair(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
