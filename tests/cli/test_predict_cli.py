@@ -216,6 +216,34 @@ def test_predict_folder_same_box_for_every_image(tiny_sam_artifacts: TinySamArti
     assert all(r["prompt"]["box"] == [5, 6, 38, 40] and len(r["scores"]) == 1 for r in report["images"])
 
 
+def test_record_inputs_keeps_the_decoders_inputs_for_calibrate(tiny_sam_artifacts: TinySamArtifacts, image_folder: Path,
+                                                               tmp_path: Path) -> None:
+    """``predict --record-inputs FILE``: the decoder's input set of each prompt (one per image here), what ``calibrate
+    --feeds`` takes; refused without a prompt, nothing written."""
+    from vitdeploy.runtime.processing.recorded_inputs import load_recorded_inputs
+
+    recorded = tmp_path / "decoder_inputs.npz"
+    result = _invoke("predict", "-e", str(tiny_sam_artifacts.encoder), "-d", str(tiny_sam_artifacts.decoder),
+                     "-i", str(image_folder), "--box", "5,6,38,40", "-o", str(tmp_path / "masks"),
+                     "--record-inputs", str(recorded))
+    assert result.exit_code == 0, result.output
+    assert "recorded 3 of 3 mask_decoder input set(s)" in result.output, result.output
+    samples, meta = load_recorded_inputs(recorded)
+    assert len(samples) == 3 and meta["graph"] == "mask_decoder" and meta["file"] == str(tiny_sam_artifacts.decoder)
+    predictor = SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, threads=1)
+    predictor.set_image(np.asarray(Image.open(image_folder / "a.png").convert("RGB")))
+    assert sorted(samples[0]) == sorted(predictor.decoder.input_names)
+    np.testing.assert_array_equal(samples[0]["image_embeddings"], predictor.get_image_embedding())
+    result = _invoke("calibrate", str(tiny_sam_artifacts.decoder), "-p", "fp16", "--feeds", str(recorded), "--holdout", "1",
+                     "-o", str(tmp_path / "decoder.fp16.onnx"))
+    assert result.exit_code == 0 and (tmp_path / "decoder.fp16.onnx").is_file(), result.output
+    result = _invoke("predict", "-e", str(tiny_sam_artifacts.encoder), "-d", str(tiny_sam_artifacts.decoder),
+                     "-i", str(image_folder / "a.png"), "--save-embedding", str(tmp_path / "a.npz"),
+                     "--record-inputs", str(tmp_path / "none.npz"))
+    assert result.exit_code == 1 and "--record-inputs keeps the decoder's inputs: give a prompt" in result.output
+    assert not (tmp_path / "none.npz").exists() and not (tmp_path / "a.npz").exists()
+
+
 def test_predict_folder_with_a_prompts_file_and_saved_embeddings(tiny_sam_artifacts: TinySamArtifacts, image_folder: Path,
                                                                  tmp_path: Path) -> None:
     enc, dec = str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder)

@@ -49,6 +49,9 @@ def _parse_box(_ctx: click.Context, _param: click.Parameter, values: tuple[str, 
               help="Use an embedding saved by --save-embedding for this image (with a folder: the folder of "
                    "<stem>.npz) instead of running the encoder (the decoder alone: a fraction of a second).")
 @ort_device_options(("cpu", "cuda", "tensorrt"))
+@click.option("--record-inputs", "record_inputs", type=click.Path(dir_okay=False, path_type=str), default=None,
+              metavar="FILE", help="Also save up to 16 of the decoder's input sets, spread over the run (.npz), to "
+                                   "calibrate it on real inputs: 'vitdeploy calibrate DECODER.onnx -p fp16 --feeds FILE'.")
 @click.option("--no-weight-check", is_flag=True,
               help="Accept an encoder and decoder exported from different checkpoints (e.g. a separately fine-tuned decoder).")
 @auto_runtime_option
@@ -59,8 +62,9 @@ def _parse_box(_ctx: click.Context, _param: click.Parameter, values: tuple[str, 
 @handle_errors
 def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, float, int]], box: list[float] | None,
             prompts: str | None, output: str | None, overlay: str | None, multimask: str, save_embedding: str | None,
-            embedding: str | None, device: str, tf32: bool, allow_unverified: bool, no_weight_check: bool, runtime: str, inference_precision: str, threads: int,
-            report: str | None, force: bool, verbose: bool) -> None:
+            embedding: str | None, record_inputs: str | None, device: str, tf32: bool, allow_unverified: bool,
+            no_weight_check: bool, runtime: str, inference_precision: str, threads: int, report: str | None, force: bool,
+            verbose: bool) -> None:
     """Segment an object: run the exported encoder and decoder on an image with point/box prompts.
 
     Writes the mask as a PNG and the mask blended over the image (prompts drawn), and prints the
@@ -77,6 +81,7 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
       vitdeploy predict -e enc.onnx -d dec.onnx -i frames/ --box 40,60,380,420 -o masks/
       vitdeploy predict -e enc.onnx -d dec.onnx -i photos/ --prompts clicks.json -o masks/ --report masks.json
       vitdeploy predict -e enc.onnx -d dec.onnx -i photos/ --save-embedding embeddings/   # encode only
+      vitdeploy predict -e enc.onnx -d dec.onnx -i photos/ --prompts clicks.json -o masks/ --record-inputs dec_inputs.npz
     """
     from vitdeploy.errors import InputError
     from vitdeploy.fileio import atomic_write_bytes
@@ -95,6 +100,8 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
     if not prompted and (output or not save_embedding):  # without a prompt, only --save-embedding has work to do
         raise InputError("no prompt: give at least one --point X,Y[,LABEL] or a --box X0,Y0,X1,Y1"
                          + (" (or --prompts FILE)" if folder else "") + ("" if output else ", or only --save-embedding to encode"))
+    if record_inputs and not prompted:
+        raise InputError("--record-inputs keeps the decoder's inputs: give a prompt (--point/--box or --prompts)")
     if prompted and not output:
         raise InputError("give --output (-o): " + ("a folder for the masks" if folder else "the mask PNG to write"))
     if folder:
@@ -106,7 +113,7 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
                                     save_embedding_dir=save_embedding, embedding_dir=embedding)
     else:
         jobs, skipped = [plan_single(image, prompt, output, overlay, save_embedding, embedding)], []
-    new_dirs = claim_job_outputs(jobs, force, [report], new_folders=folder)
+    new_dirs = claim_job_outputs(jobs, force, [report, record_inputs], new_folders=folder)
     notes: list[str] = []
     check_jobs(jobs, notes)  # before seconds of encoding per image
     for note in notes:
@@ -117,7 +124,8 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
     for directory in new_dirs:
         directory.mkdir(exist_ok=True)
 
-    results, runners = _run(jobs, encoder, decoder, multimask, folder, device=device, threads=threads_for(runtime, threads),
+    results, runners = _run(jobs, encoder, decoder, multimask, folder, record_inputs, device=device,
+                            threads=threads_for(runtime, threads),
                             check_weights=not no_weight_check, tf32=tf32, allow_unverified=allow_unverified, runtime=runtime,
                             inference_precision=inference_precision)
     if folder:
@@ -134,14 +142,18 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
         click.echo(f"report: {report}")
 
 
-def _run(jobs, encoder: str, decoder: str, multimask: str, folder: bool, **predictor_options):
-    """(results, runner names): the jobs run with one predictor, each result printed as it comes."""
+def _run(jobs, encoder: str, decoder: str, multimask: str, folder: bool, record_inputs: str | None,
+         **predictor_options):
+    """(results, runner names): the jobs run with one predictor, each result printed as it comes; with
+    ``record_inputs``, the decoder's input sets written there."""
     from vitdeploy.cli.progress import StageProgress
     from vitdeploy.runtime.apps.verbs.predict_images import predict_images
     from vitdeploy.runtime.apps.predictors import open_sam_predictor
 
     predictor = open_sam_predictor(encoder, decoder, **predictor_options)
     echo_deployments(predictor.encoder, predictor.decoder)
+    graph = predictor.RECORDABLE[0]  # the decoder, by its name in this model
+    recorder = predictor.record_inputs(graph) if record_inputs else None
     described = f"{Path(encoder).name} ({predictor.variant}, {predictor.encoder.name})"
     if folder:
         click.echo(f"{len(jobs)} image(s) with {described}")
@@ -163,6 +175,10 @@ def _run(jobs, encoder: str, decoder: str, multimask: str, folder: bool, **predi
 
     results = predict_images(predictor, jobs, multimask, progress=StageProgress() if folder else None,
                              on_encode=on_encode, on_result=on_result)
+    if recorder is not None:
+        recorder.save(record_inputs, {"graph": graph, "file": str(predictor.decoder.path), "variant": predictor.variant,
+                                      "family": predictor.decoder.metadata.get("family")})
+        click.echo(f"recorded {len(recorder.samples)} of {recorder.calls} {graph} input set(s) to {record_inputs}")
     return results, [predictor.encoder.name, predictor.decoder.name]
 
 

@@ -314,25 +314,32 @@ def test_wrong_files_and_calls_are_refused_in_one_line(files, tmp_path: Path) ->
 
 def test_predict_verb_takes_the_vision_encoder_and_interactive_decoder(files, tmp_path: Path) -> None:
     """``vitdeploy predict -e sam3.onnx -d sam3_interactive.onnx`` writes the best mask Sam3InteractivePredictor gives
-    for the click; segment-all refuses SAM 3 files in one line (SAM 3 has no automatic mask generator), nothing
+    for the click (and with ``--record-inputs`` the decoder's inputs for that click); segment-all refuses SAM 3 files in one line (SAM 3 has no automatic mask generator), nothing
     written."""
     from PIL import Image
 
     from tests.cli_helpers import assert_user_error, run
     from tests.sam_tiny import sample_image
     from vitdeploy.runtime import Sam3InteractivePredictor
+    from vitdeploy.runtime.processing.recorded_inputs import load_recorded_inputs
 
     vision, interactive = files[0], files[3]
     picture = sample_image(90, 120, seed=21)
     Image.fromarray(picture).save(tmp_path / "photo.png")
     code, output = run("predict", "-e", str(vision), "-d", str(interactive), "-i", str(tmp_path / "photo.png"),
-                       "--point", "60,40", "-o", str(tmp_path / "mask.png"), "--runtime", "onnxruntime", "--threads", "1")
+                       "--point", "60,40", "-o", str(tmp_path / "mask.png"), "--runtime", "onnxruntime", "--threads", "1",
+                       "--record-inputs", str(tmp_path / "decoder_inputs.npz"))
     assert code == 0, output
+    assert "recorded 1 of 1 interactive_decoder input set(s)" in output, output
     predictor = Sam3InteractivePredictor(vision, interactive, runtime="onnxruntime", threads=1)
     predictor.set_image(picture)
     masks, scores, _ = predictor.predict(point_coords=np.array([[60.0, 40.0]]), point_labels=np.array([1]))
     written = np.asarray(Image.open(tmp_path / "mask.png")) > 127
     np.testing.assert_array_equal(written, masks[int(np.argmax(scores))] > 0.5)
+    (recorded,), meta = load_recorded_inputs(tmp_path / "decoder_inputs.npz")  # the click's decoder inputs
+    assert meta["graph"] == "interactive_decoder" and meta["family"] == "sam3_interactive_decoder", meta
+    assert sorted(recorded) == sorted(predictor.decoder.input_names)
+    np.testing.assert_array_equal(recorded["image_embed"], predictor.get_image_embedding())
     code, output = run("segment-all", "-e", str(vision), "-d", str(interactive), "-i", str(tmp_path / "photo.png"),
                        "-o", str(tmp_path / "all.json"), "--runtime", "onnxruntime")
     assert_user_error(code, output, "SAM 3 has no automatic mask generator", "segment-concept")

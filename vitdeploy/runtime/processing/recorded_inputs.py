@@ -89,7 +89,8 @@ def load_recorded_inputs(path: str | os.PathLike) -> tuple[list[dict[str, np.nda
     path = Path(path)
     if not path.is_file():
         raise InputError(f"no recorded inputs at '{path}': record them with 'vitdeploy track ... --record-inputs "
-                         "GRAPH:FILE' (SAM 2 video) or 'vitdeploy segment-concept ... --record-inputs GRAPH:FILE' (SAM 3)")
+                         "GRAPH:FILE' (SAM 2 video), 'vitdeploy segment-concept ... --record-inputs GRAPH:FILE' (SAM 3) or "
+                         "'vitdeploy predict ... --record-inputs FILE' (a prompt decoder)")
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {name: data[name] for name in data.files}

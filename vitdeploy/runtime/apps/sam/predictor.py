@@ -34,6 +34,7 @@ from vitdeploy.families import model_part
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
 from vitdeploy.runtime.processing.postprocess import MaskUpscaler
+from vitdeploy.runtime.processing.recorded_inputs import RecordsInputs
 from vitdeploy.runtime.processing.preprocess import (ResizeLongestSide, SamPreprocessor, as_numpy, box_corners, check_rgb_uint8,
                                                      preprocess_shape, resize_coords)
 
@@ -146,7 +147,7 @@ def decoder_max_points(decoder_metadata: dict[str, Any]) -> int | None:
     return None
 
 
-class SamPredictor:
+class SamPredictor(RecordsInputs):
     """Masks from an image and prompts, with ``segment_anything.SamPredictor``'s interface.
 
     Args:
@@ -168,7 +169,12 @@ class SamPredictor:
             seeds (turn off for a decoder fine-tuned apart from its encoder).
         options: every opening option in one :class:`~vitdeploy.runtime.backends.loader.OpenOptions` (its ``policy``
             is ``inference_precision``), instead of the keywords above.
+
+    ``record_inputs("mask_decoder")`` keeps the decoder's real inputs (to calibrate it: ``vitdeploy calibrate --feeds``).
     """
+
+    RECORDABLE = ("mask_decoder",)
+    RUNS = "SAM's predictor"
 
     def __init__(self, encoder: Runner | str | os.PathLike, decoder: Runner | str | os.PathLike, *,
                  options: OpenOptions | None = None, check_weights: bool = True, device: str = "cpu",
@@ -409,7 +415,7 @@ class SamPredictor:
                              "profile): give fewer clicks")
         feeds = {"image_embeddings": self.features, "point_coords": coords, "point_labels": labels,
                  "mask_input": mask, "has_mask_input": has_mask}
-        out = self.decoder.run(feeds)
+        out = self.decoder.run(self._recorded(self.RECORDABLE[0], feeds))
         positions = [self.mask_output_indices.index(i) for i in wanted]
         low_res = np.asarray(out["low_res_masks"], dtype=np.float32)[0, positions]
         scores = np.asarray(out["iou_predictions"], dtype=np.float32)[0, positions]
