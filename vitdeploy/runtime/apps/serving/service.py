@@ -280,11 +280,11 @@ class SamService:
     def __init__(self, encoder: Any, decoder: Any, *, options: OpenOptions | None = None, runtime: str = "auto",
                  inference_precision: str | None = None, threads: int | None = None, device: str = "cpu",
                  cache_size: int = 64, max_pending: int = 4):
-        from vitdeploy.runtime.apps.predictors import check_prompt_encoder_file
+        from vitdeploy.runtime.apps.predictors import check_prompt_pair_files
         from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
 
         o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
-        check_prompt_encoder_file(encoder)
+        check_prompt_pair_files(encoder, decoder)
         enc = as_runner(encoder, o)
         dec = as_runner(decoder, o.for_part())
         self.metrics = Metrics()
