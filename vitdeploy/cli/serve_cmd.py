@@ -72,12 +72,10 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
 
     from vitdeploy.fileio import require_model_file
     from vitdeploy.optional_packages import require_serve_side
-    from vitdeploy.runtime.apps.predictors import check_prompt_encoder_file, check_prompt_pair_files
 
     require_model_file(encoder)
     require_model_file(decoder)
     require_serve_side()
-    check_prompt_pair_files(encoder, decoder)  # before a probe, a compile or a cluster starts
     if ray_address is None:
         if (encoder_replicas, decoder_replicas) != ((1, 1), (1, 1)):
             raise click.UsageError("--encoder-replicas and --decoder-replicas are for --ray")
@@ -87,10 +85,12 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
     from vitdeploy.cli.dataset_jobs import resolve_deployment
     from vitdeploy.cpu_features import available_cores
     from vitdeploy.runtime.apps.datasets.on_ray import start_ray, stop_ray
+    from vitdeploy.runtime.apps.predictors import check_prompt_pair_files
     from vitdeploy.runtime.apps.serving.ray_serve import RayServeOptions, run_app, stop_app
 
+    # the pair checked on its metadata before a probe or a cluster start (SamService does it in one process)
     chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device, on_ray=True,
-                                check_model=check_prompt_encoder_file)
+                                check_model=lambda path: check_prompt_pair_files(path, decoder))
     options = RayServeOptions(encoder, decoder, runtime=chosen.runtime, precision=chosen.precision,
                               settings=chosen.settings, threads=threads or 1,
                               device=device, encoder_replicas=encoder_replicas, decoder_replicas=decoder_replicas,

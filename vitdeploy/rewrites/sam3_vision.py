@@ -133,7 +133,10 @@ class Sam3VisionEncoder(nn.Module):
         out = self.backbone.forward_image(image)
         if self.heads is None:
             return tuple(out["backbone_fpn"])
-        fpn = list(out["sam2_backbone_out"]["backbone_fpn"])
+        # the interactive neck's maps: forward_image's one nested output (the official key names SAM 2, whose heads
+        # they feed)
+        (interactive,) = (value for value in out.values() if isinstance(value, dict))
+        fpn = list(interactive["backbone_fpn"])
         fpn[0] = self.heads.sam_mask_decoder.conv_s0(fpn[0])
         fpn[1] = self.heads.sam_mask_decoder.conv_s1(fpn[1])
         sizes = [tuple(f.shape[-2:]) for f in fpn]

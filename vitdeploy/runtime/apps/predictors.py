@@ -31,8 +31,8 @@ def open_sam_predictor(encoder: str | os.PathLike, decoder: str | os.PathLike, *
         raise InputError(f"'{Path(encoder).name}' is a SAM 3 file, and SAM 3 has no automatic mask generator (the "
                          "official package has none to match): find every instance of a concept with 'vitdeploy "
                          "segment-concept' (vitdeploy.runtime.Sam3Processor), or use SAM (1) or SAM 2 files here")
-    if model == "sam3":
-        _check_sam3_decoder_file(encoder, decoder)
+    if model == "sam3" and _is_onnx_file(decoder):
+        _check_sam3_decoder(Path(encoder).name, read_onnx_metadata(decoder))
     if model not in ("sam2", "sam3"):
         return SamPredictor(encoder, decoder, **options)
     if options.get("tf32") or options.get("allow_unverified") or options.get("check_weights") is False:
@@ -50,31 +50,25 @@ def open_sam_predictor(encoder: str | os.PathLike, decoder: str | os.PathLike, *
 PROMPT_ENCODERS = (("sam", "image_encoder"), ("sam2", "image_encoder"), ("sam3", "vision_encoder"))
 
 
-def check_prompt_encoder_file(encoder: Any) -> None:
-    """Raise InputError unless an ``.onnx`` file's metadata is an image encoder that prompts run on, read before it is
-    opened: another file is refused in a second, not after a first-use probe or a compile (at full size, a minute).
-    A Runner, or a file of another format, is checked once open (:func:`prompt_predictor_for`)."""
-    if _is_onnx_file(encoder):
-        from vitdeploy.metadata import read_onnx_metadata
-
-        _check_prompt_encoder(read_onnx_metadata(encoder), Path(encoder).name)
-
-
 def check_prompt_pair_files(encoder: Any, decoder: Any) -> None:
-    """:func:`check_prompt_encoder_file`, then the pair as its predictor checks it (one model's encoder and prompt
-    decoder, one checkpoint), on the ``.onnx`` files' metadata before either is opened: a wrong pair is refused in a
-    second, not after a first-use probe, a compile or a cluster start."""
-    check_prompt_encoder_file(encoder)
-    if not (_is_onnx_file(encoder) and _is_onnx_file(decoder)):
+    """Raise InputError unless the ``.onnx`` files are an image encoder that prompts run on and its prompt decoder, as
+    the pair's predictor checks them (one model, one checkpoint), read from their metadata before either is opened: a
+    wrong pair is refused in a second, not after a first-use probe, a compile or a cluster start. A Runner, or a file
+    of another format, is checked once open (:func:`prompt_predictor_for`)."""
+    if not _is_onnx_file(encoder):
         return
     from vitdeploy.metadata import read_onnx_metadata
 
-    enc, dec = read_onnx_metadata(encoder), read_onnx_metadata(decoder)
+    enc, name = read_onnx_metadata(encoder), Path(encoder).name
+    _check_prompt_encoder(enc, name)
+    if not _is_onnx_file(decoder):
+        return
+    dec = read_onnx_metadata(decoder)
     model = model_part(enc)[0]
     if model == "sam3":
         from vitdeploy.runtime.apps.sam3.interactive import check_sam3_interactive_pair
 
-        _check_sam3_decoder_file(encoder, decoder)
+        _check_sam3_decoder(name, dec)
         check_sam3_interactive_pair(enc, dec)
     elif model == "sam2":
         from vitdeploy.runtime.apps.sam2.image_predictor import check_sam2_pair
@@ -90,15 +84,13 @@ def _is_onnx_file(path: Any) -> bool:
     return isinstance(path, (str, os.PathLike)) and str(path).lower().endswith(".onnx") and os.path.isfile(path)
 
 
-def _check_sam3_decoder_file(encoder: Any, decoder: Any) -> None:
-    """Beside SAM 3's vision encoder, prompts need its interactive decoder: another decoder file is refused saying what
+def _check_sam3_decoder(encoder_name: str, decoder_metadata: dict[str, Any]) -> None:
+    """Beside SAM 3's vision encoder, prompts need its interactive decoder: another decoder is refused saying what
     SAM 3's files are for."""
-    from vitdeploy.metadata import read_onnx_metadata
-
-    if _is_onnx_file(decoder) and model_part(read_onnx_metadata(decoder)) != ("sam3", "interactive_decoder"):
+    if model_part(decoder_metadata) != ("sam3", "interactive_decoder"):
         from vitdeploy.runtime.apps.sam.predictor import SAM3_HERE
 
-        raise InputError(f"'{Path(encoder).name}' is {SAM3_HERE}")
+        raise InputError(f"'{encoder_name}' is {SAM3_HERE}")
 
 
 def _check_prompt_encoder(metadata: dict[str, Any], name: str) -> None:
@@ -143,5 +135,4 @@ def prompt_predictor_for(decoder: Any, encoder_metadata: dict[str, Any]):
     return SamPredictor.decoder_only(decoder, encoder_metadata)
 
 
-__all__ = ["PROMPT_ENCODERS", "check_prompt_encoder_file", "check_prompt_pair_files", "image_encoder_for", "open_sam_predictor",
-           "prompt_predictor_for"]
+__all__ = ["PROMPT_ENCODERS", "check_prompt_pair_files", "image_encoder_for", "open_sam_predictor", "prompt_predictor_for"]

@@ -41,7 +41,7 @@ from vitdeploy.runtime.processing.preprocess import (ResizeLongestSide, SamPrepr
 #: Decoder graph inputs/outputs (see vitdeploy.rewrites.sam_decoder).
 DECODER_INPUTS = ("image_embeddings", "point_coords", "point_labels", "mask_input", "has_mask_input")
 DECODER_OUTPUTS = ("low_res_masks", "iou_predictions")
-#: One image's features by name (``image_features``/``set_image_features``): the encoder's embedding.
+#: One image's features by name (``set_image_features``, a server's cache): the encoder's embedding.
 IMAGE_FEATURES = ("image_embeddings",)
 MASK_THRESHOLD = 0.0  # Sam.mask_threshold
 
@@ -295,13 +295,9 @@ class SamPredictor(RecordsInputs):
         self._require_image("get an image embedding")
         return self.features
 
-    def image_features(self) -> dict[str, np.ndarray]:
-        """The current image's features by name (:data:`IMAGE_FEATURES`), what :meth:`set_image_features` takes: the
-        one call for every model's predictor (SAM 2's has three arrays)."""
-        return {IMAGE_FEATURES[0]: self.get_image_embedding()}
-
     def set_image_features(self, features: dict[str, np.ndarray], original_size: tuple[int, int]) -> None:
-        """:meth:`set_image_embedding` with the features by name (:data:`IMAGE_FEATURES`)."""
+        """:meth:`set_image_embedding` with the features by name (:data:`IMAGE_FEATURES`): the one call every model's
+        predictor takes for features computed elsewhere (SAM 2's are three arrays)."""
         if IMAGE_FEATURES[0] not in features:
             raise InputError(f"the image features lack {IMAGE_FEATURES[0]}: give the encoder's embedding")
         self.set_image_embedding(features[IMAGE_FEATURES[0]], original_size)

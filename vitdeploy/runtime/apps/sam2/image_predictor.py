@@ -177,10 +177,7 @@ class Sam2ImagePredictor(RecordsInputs):
         """Compute the features of an HxWx3 uint8 RGB image (a PIL image is taken too, as officially)."""
         image = _as_rgb(image)
         self.reset_predictor()
-        feats = self._encode(image)
-        self._features = {"image_embed": feats[0], "high_res_feats": [feats[1], feats[2]]}
-        self._orig_hw = [(int(image.shape[0]), int(image.shape[1]))]
-        self._is_image_set = True
+        self.features_from([encode_image(self.encoder, self._transforms, image)], [image.shape[:2]], batch=False)
 
     def set_image_batch(self, image_list: list[np.ndarray]) -> None:
         """Compute the features of several images (for :meth:`predict_batch`)."""
@@ -188,15 +185,8 @@ class Sam2ImagePredictor(RecordsInputs):
             raise InputError("set_image_batch takes a non-empty list of HxWx3 uint8 images")
         self.reset_predictor()
         images = [_as_rgb(image) for image in image_list]
-        feats = [self._encode(image) for image in images]
-        self._features = {"image_embed": np.concatenate([f[0] for f in feats]),
-                          "high_res_feats": [np.concatenate([f[1] for f in feats]), np.concatenate([f[2] for f in feats])]}
-        self._orig_hw = [(int(i.shape[0]), int(i.shape[1])) for i in images]
-        self._is_image_set, self._is_batch = True, True
-
-    def _encode(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        features = encode_image(self.encoder, self._transforms, image)
-        return tuple(features[name] for name in IMAGE_FEATURES)
+        self.features_from([encode_image(self.encoder, self._transforms, image) for image in images],
+                           [image.shape[:2] for image in images], batch=True)
 
     def features_from(self, encoded: list[dict[str, Any]], sizes: list[tuple[int, int]], batch: bool) -> None:
         """Take features computed elsewhere (the encoder's :data:`IMAGE_FEATURES` outputs, one dict per image) as
@@ -218,14 +208,6 @@ class Sam2ImagePredictor(RecordsInputs):
             raise InputError(f"original_size must be a positive (H, W), got {original_size}")
         self.features_from([{name: np.asarray(features[name], np.float32) for name in IMAGE_FEATURES}],
                            [(height, width)], batch=False)
-
-    def image_features(self) -> dict[str, np.ndarray]:
-        """The current image's features by name (:data:`IMAGE_FEATURES`), what :meth:`set_image_features` takes."""
-        self._require_image("get the image features")
-        if self._is_batch:
-            raise InputError("an image batch is set (set_image_batch): image_features is one image's")
-        return {"image_embed": self._features["image_embed"], "high_res_feats_0": self._features["high_res_feats"][0],
-                "high_res_feats_1": self._features["high_res_feats"][1]}
 
     def get_image_embedding(self) -> np.ndarray:
         """The (B, C, h, w) image embedding of the current image(s)."""

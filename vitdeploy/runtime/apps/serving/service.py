@@ -335,7 +335,7 @@ class SamService:
         return {"status": "ok", "encoder": self.encoder.name, "decoder": self.decoder.name,
                 "variant": self.decoder.predictor.variant, "encoder_runtime": enc.name, "decoder_runtime": dec.name,
                 "deployment": chosen.describe() if chosen is not None else None,
-                "max_points": getattr(self.decoder.predictor, "max_prompt_points", None),
+                "max_points": self.decoder.predictor.max_prompt_points,
                 "uptime_s": round(time.time() - self.started, 1)}
 
     def metrics_text(self) -> str:
