@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vitdeploy.cpu_features import apply_mask, cpu_features, parse_cpuinfo, parse_family_model
+from vitdeploy.cpu_features import apply_mask, available_cores, cpu_features, parse_cpuinfo, parse_family_model
 
 XEON = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -115,3 +115,22 @@ def test_arm64_features_come_from_the_auxiliary_vector_even_under_emulation(tmp_
         assert not {"avx2", "avx512f", "amx_tile"} & cf.cpu_features(str(host)).flags
     finally:
         cf._read.cache_clear()
+
+
+def test_physical_cores_counts_smt_siblings_once(tmp_path: Path) -> None:
+    """The probe's threads step asks how many physical cores this process's CPUs sit on: a constructed topology of
+    two packages, SMT siblings on the first, one thread per core on the second."""
+    from vitdeploy.cpu_features import physical_cores
+
+    layout = {0: ("0", "0"), 1: ("0", "0"), 2: ("0", "1"), 3: ("0", "1"), 4: ("1", "0"), 5: ("1", "1")}
+    for cpu, (package, core) in layout.items():
+        topology = tmp_path / f"cpu{cpu}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "physical_package_id").write_text(package + "\n")
+        (topology / "core_id").write_text(core + "\n")
+    assert physical_cores(list(layout), str(tmp_path)) == 4
+    assert physical_cores([0, 1], str(tmp_path)) == 1
+    assert physical_cores([4, 5], str(tmp_path)) == 2
+    assert physical_cores([0, 9], str(tmp_path)) is None  # a CPU without a topology: not known
+    here = physical_cores()
+    assert here is None or 1 <= here <= available_cores()

@@ -202,6 +202,27 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def physical_cores(cpus: list[int] | None = None, sysfs: str = "/sys/devices/system/cpu") -> int | None:
+    """How many physical cores ``cpus`` (default: those this process may run on) sit on, from the kernel's topology
+    (``cpuN/topology/physical_package_id`` and ``core_id``): fewer than ``len(cpus)`` where some are SMT siblings
+    (hyper-threads) of others; None where the topology cannot be read."""
+    if cpus is None:
+        try:
+            cpus = sorted(os.sched_getaffinity(0))
+        except AttributeError:  # not on Linux
+            return None
+    cores = set()
+    for cpu in cpus:
+        try:
+            topology = os.path.join(sysfs, f"cpu{cpu}", "topology")
+            with open(os.path.join(topology, "physical_package_id"), encoding="ascii") as package, \
+                    open(os.path.join(topology, "core_id"), encoding="ascii") as core:
+                cores.add((package.read().strip(), core.read().strip()))
+        except OSError:
+            return None
+    return len(cores) or None
+
+
 def available_memory() -> int | None:
     """MemAvailable from /proc/meminfo, in bytes (None where it cannot be read)."""
     try:
@@ -219,4 +240,4 @@ def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> CpuFeatures:
     return _read(os.environ.get(MASK_ENV, ""), cpuinfo)
 
 
-__all__ = ["ARM64_HWCAP", "ARM64_HWCAP2", "BF16_FLAGS", "arm64_flags", "MASK_ENV", "CpuFeatures", "apply_mask", "available_cores", "available_memory", "cpu_features", "parse_cpuinfo", "parse_family_model"]
+__all__ = ["ARM64_HWCAP", "ARM64_HWCAP2", "BF16_FLAGS", "arm64_flags", "MASK_ENV", "CpuFeatures", "apply_mask", "available_cores", "available_memory", "cpu_features", "parse_cpuinfo", "parse_family_model", "physical_cores"]
