@@ -85,7 +85,10 @@ def contender(kind: str, recipe: str, out: Path, frames: int, skip: int, threads
         predictor = Sam2VideoPredictor(*(out / f"{recipe}{s}.onnx" for s in ROLES), threads=threads, runtime=runtime,
                                        fill_hole_area=0)
         context = contextlib.nullcontext
-        label = f"vitdeploy ({predictor.image_encoder.provider or predictor.image_encoder.name})"
+        graphs = ("image_encoder", "decoder", "memory_encoder", "memory_attention")
+        label = "vitdeploy (" + ", ".join(
+            f"{g}: {r.deployment.label() if getattr(r, 'deployment', None) else r.name}"
+            for g, r in ((g, getattr(predictor, g)) for g in graphs)) + ")"
     load_s = time.perf_counter() - start
     masks, times = [], []
     with context():

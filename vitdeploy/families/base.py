@@ -163,6 +163,12 @@ class ModelFamily:
         shape = [d if isinstance(d, int) else 1 for d in input_shapes[name]]
         return random_image_inputs(name, shape, count, seed)
 
+    def probe_feeds(self, metadata: dict[str, Any], input_names: list[str],
+                    input_shapes: dict[str, list[Any]]) -> dict[str, Any]:
+        """The inputs a first-use probe times the whole graph on: at the shapes it runs at most of the time (by
+        default the first of :meth:`random_input_sets`; a graph with dynamic sizes overrides it with its steady state)."""
+        return self.random_input_sets(metadata, input_names, input_shapes, 1)[0].feeds
+
     def template_feeds(self, metadata: dict[str, Any], template: dict[str, list[Any]],
                        seed: int = 0) -> dict[str, np.ndarray] | None:
         """Inputs of the template's shapes when plain standard-normal arrays would not do (``benchmark``), else None."""

@@ -64,8 +64,8 @@ def test_the_candidates_on_each_kind_of_cpu_and_why_the_rest_are_left_out(cpu: s
 
     decoder = eligible(read_onnx_metadata(tiny_sam_artifacts.decoder), features, BOTH)
     assert [d.label() for d in decoder.candidates] == ["openvino file", "onnxruntime file"]
-    assert decoder.left_out == ("openvino bf16: its parity budget is proven for sam_image_encoder, timm_vit, not for "
-                                "sam_mask_decoder",)
+    assert decoder.left_out == ("openvino bf16: its parity budget is proven for sam_image_encoder, timm_vit, "
+                                "sam2_memory_attention, not for sam_mask_decoder",)
     int8 = eligible({**encoder, "precision": "int8"}, features, BOTH)
     assert "openvino bf16: the file is int8, and a policy reduces FP32 files only" in int8.left_out
     form = {"attention": "fused-kernel", "nodes": ["attention_0"], "source": "encoder.onnx", "kernel_path": "avx2"}
@@ -119,20 +119,24 @@ def test_the_probe_part_is_the_named_blocks_of_the_real_graph(tiny_sam_artifacts
     assert list(whole_part.feeds) == ["image"] and whole_part.feeds["image"].shape == (1, 3, 64, 64)
 
 
-@pytest.mark.parametrize("smt", [True, False], ids=["SMT siblings", "one thread per core"])
+@pytest.mark.parametrize("smt, short", [(True, False), (False, True), (False, False)],
+                         ids=["SMT siblings", "one thread per core, short runs", "one thread per core, long runs"])
 def test_the_probe_times_every_eligible_candidate_and_chooses_the_fastest_that_holds_its_budget(
-        tiny_sam_artifacts: TinySamArtifacts, monkeypatch: pytest.MonkeyPatch, smt: bool) -> None:
+        tiny_sam_artifacts: TinySamArtifacts, monkeypatch: pytest.MonkeyPatch, smt: bool, short: bool) -> None:
     pytest.importorskip("openvino")
-    # the CPUs this process may use, constructed: two threads per physical core, or one
+    # the CPUs this process may use, constructed: two threads per physical core, or one; and the tiny part's runs
+    # counted as short (as they are) or, with the bar at 0 ms, as long as a full-size block's
     monkeypatch.setattr(probe_module, "physical_cores", lambda: available_cores() // 2 if smt else available_cores())
+    if not short:
+        monkeypatch.setattr(probe_module, "SHORT_RUN_MS", 0.0)
     decision = probe(tiny_sam_artifacts.encoder, whole_below=0)
     found = eligible(read_onnx_metadata(tiny_sam_artifacts.encoder))
     n = len(found.candidates)
     assert [t.deployment for t in decision.timings[:n]] == list(found.candidates)
-    # the threads axis on a cut-out part: the fastest of them once more at half its threads, where SMT siblings share
-    # cores (with one thread per core a compute-bound block only loses: the step is left out)
+    # the threads axis: the fastest of them once more at half its threads, where SMT siblings share cores or its run
+    # is short (with one thread per core a long compute-bound run only loses: the step is left out)
     lead = min((t for t in decision.timings[:n] if t.best_ms is not None and not t.reason), key=lambda t: t.best_ms)
-    if available_cores() > 1 and smt:
+    if available_cores() > 1 and (smt or short):
         (fewer,) = decision.timings[n:]
         assert fewer.deployment == replace(lead.deployment, threads=available_cores() // 2)
     else:
@@ -272,8 +276,8 @@ def test_doctor_says_per_file_kind_what_auto_decides_and_where_it_comes_from(tin
 def test_the_video_predictor_opens_each_of_its_four_graphs_through_the_probe(sam2_video: dict, tmp_path: Path,
                                                                               monkeypatch) -> None:
     """Sam2VideoPredictor's image encoder, decoder, memory encoder and memory attention are each decided on their own
-    (whole graphs: small files), with their own candidates: BF16 is proven for none of them, so none is offered it,
-    and the video's masks stay those of the files' own math."""
+    (whole graphs: small files), with their own candidates: BF16 is offered to the memory attention only (the one graph
+    whose BF16 holds a clip's masks, test_sam2_video_predictor.py), and only on a CPU with BF16 units."""
     from vitdeploy.runtime.apps.sam2.video_predictor import Sam2VideoPredictor
 
     monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(tmp_path / "cache"))
@@ -284,13 +288,26 @@ def test_the_video_predictor_opens_each_of_its_four_graphs_through_the_probe(sam
     for part, runner in runners.items():
         decision = runner.deployment
         assert decision.source.startswith("probe: probed on this CPU in") and "on the whole graph" in decision.source, part
-        assert decision.precision == "file" and runner.name == f"{decision.runtime}-cpu", (part, runner.name)
+        assert runner.name == f"{decision.runtime}-cpu", (part, runner.name)
+        assert decision.precision == "file" or part == "memory_attention", (part, decision.label())
+    # the memory attention is timed over the bank a tracked object has once it is full (the cost, and the ranking, grow
+    # with it): the prompted frame and num_maskmem - 1 recent ones, every pointer slot
+    metadata = read_onnx_metadata(sam2_video["memory_attention"])
+    feeds = probe_part(sam2_video["memory_attention"], metadata, tmp_path).feeds
+    assert feeds["memory_features"].shape[1] == metadata["tracker"]["num_maskmem"] <= metadata["frame_slots"]
+    assert feeds["pointer_tokens"].shape[1] == metadata["pointer_slots"]
+    bf16_units = any(cpu_features().has(flag) for flag in ("amx_bf16", "avx512_bf16"))
     cached = [json.loads(p.read_text()) for p in (tmp_path / "cache" / "decisions").glob("sam2_*.json")]
     assert len(cached) == 4
     for data in cached:
-        assert all(t["deployment"]["precision"] == "file" and not t["reason"] for t in data["timings"]), data["timings"]
-        assert any(line.startswith("openvino bf16: its parity budget is proven for sam_image_encoder, timm_vit, "
-                                   "not for sam2_") for line in data["left_out"]), data["left_out"]
+        assert all(not t["reason"] for t in data["timings"]), data["timings"]
+        offered = {t["deployment"]["precision"] for t in data["timings"]}
+        if data["key"]["file"]["metadata"]["family"] == "sam2_memory_attention":
+            assert offered == ({"file", "bf16"} if bf16_units else {"file"}), offered
+        else:
+            assert offered == {"file"}, offered
+            assert any(line.startswith("openvino bf16: its parity budget is proven for sam_image_encoder, timm_vit, "
+                                       "sam2_memory_attention, not for sam2_") for line in data["left_out"]), data["left_out"]
 
 
 def test_a_candidate_that_crashes_the_worker_is_ruled_out_and_the_program_goes_on(tiny_sam_artifacts: TinySamArtifacts,

@@ -9,7 +9,7 @@
   measurement that proves it) and this CPU has the units for it (BF16: AMX or AVX512-BF16). What is left out is said,
   with why.
 * **Fastest** is measured on this machine (:func:`probe`): each candidate runs, at every core this process may use
-  (then the fastest once more at half of them, where SMT siblings or a small whole graph may favour fewer), a
+  (then the fastest once more at half of them, where SMT siblings or a short run may favour fewer), a
   representative part of the real graph at the file's real shapes (:func:`probe_part`: for a large file, the blocks
   its family names, e.g. one windowed and one global block of a SAM encoder; a small file whole). A candidate whose warm-up run is far behind the best one's is not timed further.
   Each candidate's outputs on the part are held to its budget against the file's math on ONNX Runtime, so a
@@ -59,6 +59,14 @@ WHOLE_GRAPH_BYTES = 48 << 20
 CUTOFF = 1.8
 #: Timed runs per candidate after its warm-up (the minimum is kept: the least disturbed run on a shared machine).
 TIMED_RUNS = 2
+#: A candidate whose warm-up took longer than this (ms) is timed once: a second run of seconds costs more than its
+#: noise can change (SAM 2's memory attention over a full bank: 4-8 s a run on 2 cores, 58 s to probe with two).
+LONG_RUN_MS = 2000.0
+#: The threads step (the fastest once more at half its threads) runs where this process's CPUs include SMT siblings,
+#: or where the fastest run is shorter than this (ms): there thread start-up and synchronisation weigh, elsewhere one
+#: thread per physical core is compute-bound and half of them only lose (SAM ViT-B's cut-out blocks at 1024 on an AMD
+#: EPYC Zen 4, 2 cores, no SMT: 992-1075 against 533-591 ms, three probes; SAM 2's memory attention: 7853 ms warm-up).
+SHORT_RUN_MS = 250.0
 #: Metadata keys that say where the weights came from, not what the graph computes: two checkpoints of one
 #: architecture share a decision.
 _PROVENANCE = ("checkpoint", "checkpoint_sha256", "random_seed", "random_weights")
@@ -201,7 +209,7 @@ def probe_part(model: str | Path, metadata: dict[str, Any], workdir: str | Path,
         raise InputError(f"'{model.name}' carries no vitdeploy model family: export it with 'vitdeploy export'")
     inputs = read_onnx_facts(model, proto).inputs
     shapes = {t.name: list(t.dims) for t in inputs}
-    feeds = family.random_input_sets(metadata, list(shapes), shapes, 1)[0].feeds
+    feeds = family.probe_feeds(metadata, list(shapes), shapes)
     return ProbePart(model, feeds, "the whole graph")
 
 
@@ -355,10 +363,8 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
     candidate is held to its budget against it right after its own warm-up, and one that misses is not timed. A
     candidate that holds it is timed unless its warm-up is behind the best warm-up of those that held by more than
     :data:`CUTOFF`; the reference is timed last, by the same rule. ``fewer_threads``: then the fastest once more at
-    half its threads (the threads axis, one candidate more; SMT siblings and small graphs can run faster on fewer),
-    where the part is the whole graph or this process's CPUs include SMT siblings: one thread per physical core on a
-    cut-out block is compute-bound, and half of them ran it 1.7-1.9x slower (SAM ViT-B@1024 blocks 0 and 2, OpenVINO
-    BF16, AMD EPYC Zen 4 with 2 cores and no SMT: 992-1075 against 533-591 ms, three probes), a step of 3.6 s there.
+    half its threads (the threads axis, one candidate more), where it can win (:data:`SHORT_RUN_MS`). A candidate
+    whose warm-up is longer than :data:`LONG_RUN_MS` is timed once.
     ``on_start(i)`` is called before candidate ``i`` is opened (the extra one is ``len(candidates)``); the part is
     written into ``workdir`` (default: a temporary folder of its own)."""
     from vitdeploy.runtime.backends.base import RunnerOptions
@@ -396,7 +402,7 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
                     return  # over its budget: no speed makes up for it
                 if timed and (not cutoff or timing.warmup_ms <= CUTOFF * best_warmup):
                     runs = []
-                    for _ in range(TIMED_RUNS):
+                    for _ in range(TIMED_RUNS if timing.warmup_ms < LONG_RUN_MS else 1):
                         t0 = time.perf_counter()
                         runner.run(part.feeds)
                         runs.append((time.perf_counter() - t0) * 1e3)
@@ -421,8 +427,9 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
         if ref is not None and not ref.reason and ref.warmup_ms is not None and ref.warmup_ms <= CUTOFF * best_warmup:
             run_one(first, ref, part, timed=True, cutoff=False)  # within reach of the fastest (its first warm-up): timed
         held = [t for t in timings if t.best_ms is not None and not t.reason]
-        if fewer_threads and held and (part.path == Path(model) or (physical_cores() or 0) < available_cores()):
-            lead = min(held, key=lambda t: t.best_ms).deployment
+        leader = min(held, key=lambda t: t.best_ms) if held else None
+        if fewer_threads and leader and (leader.best_ms < SHORT_RUN_MS or (physical_cores() or 0) < available_cores()):
+            lead = leader.deployment
             fewer = replace(lead, threads=(lead.threads or 1) // 2)
             if fewer.threads and fewer not in candidates:
                 timings.append(Timing(fewer))
@@ -658,7 +665,7 @@ def decide(model: str | Path, metadata: dict[str, Any], threads: int | None = No
     return replace(chosen, source=f"probe: {source}")
 
 
-__all__ = ["CUTOFF", "DECISION_FORMAT", "PROBE_ENV", "WHOLE_GRAPH_BYTES", "Decision", "Eligible", "ProbePart", "Timing",
+__all__ = ["CUTOFF", "DECISION_FORMAT", "LONG_RUN_MS", "SHORT_RUN_MS", "PROBE_ENV", "WHOLE_GRAPH_BYTES", "Decision", "Eligible", "ProbePart", "Timing",
            "cached_decisions", "decide", "decision_key", "decision_path", "eligible", "file_identity", "probe", "probe_enabled", "probe_part",
            "read_decision", "write_decision"]
 
