@@ -225,14 +225,14 @@ def _slice(proto: Any, scopes: tuple[str, ...]) -> tuple[Any, list[Any], tuple[s
     graph = proto.graph
     initializers = {t.name for t in graph.initializer}
     constants = {out for node in graph.node if node.op_type == "Constant" for out in node.output}
-    scopes_of = [_scopes(node) for node in graph.node]
-    prefix = scopes[0].rstrip("*").rsplit(".", 1)[0] + "."  # 'blocks.'
-    numbered = sorted({s for found in scopes_of for s in found if s.startswith(prefix) and s[len(prefix):].isdigit()},
-                      key=lambda s: int(s[len(prefix):]))
     consumers: dict[str, list[int]] = {}
     for index, node in enumerate(graph.node):
         for name in node.input:
             consumers.setdefault(name, []).append(index)
+    scopes_of = _with_quantizer_scopes(graph, [_scopes(node) for node in graph.node], consumers)
+    prefix = scopes[0].rstrip("*").rsplit(".", 1)[0] + "."  # 'blocks.'
+    numbered = sorted({s for found in scopes_of for s in found if s.startswith(prefix) and s[len(prefix):].isdigit()},
+                      key=lambda s: int(s[len(prefix):]))
     graph_outputs = {o.name for o in graph.output}
 
     def boundary(scope: str) -> tuple[set[int], list[str], list[str]]:
@@ -277,6 +277,28 @@ def _slice(proto: Any, scopes: tuple[str, ...]) -> tuple[Any, list[Any], tuple[s
         return None
     onnx.helper.set_model_props(sliced, {p.key: p.value for p in proto.metadata_props})
     return sliced, values, scopes, len(numbered)
+
+
+#: Nodes 'calibrate -p int8' inserts (without the exporter's name scopes) in front of the node they quantize.
+_QUANTIZERS = ("QuantizeLinear", "DequantizeLinear")
+
+
+def _with_quantizer_scopes(graph: Any, scopes_of: list[list[str]], consumers: dict[str, list[int]]) -> list[list[str]]:
+    """``scopes_of`` with each unscoped Q/DQ node given the scopes of the node it feeds (a DQ before a block's MatMul
+    belongs to that block, and the Q before it too), so an INT8 file's blocks are cut whole as an FP32 file's are:
+    without this, the DQ outputs inside a block became the part's inputs, and the probe ran SAM ViT-B's INT8 file
+    whole (43.6 s on an AMD EPYC Zen 4)."""
+    scopes_of = list(scopes_of)
+    changed = True
+    while changed:
+        changed = False
+        for index, node in enumerate(graph.node):
+            if scopes_of[index] or node.op_type not in _QUANTIZERS:
+                continue
+            found = next((scopes_of[c] for name in node.output for c in consumers.get(name, []) if scopes_of[c]), None)
+            if found:
+                scopes_of[index], changed = found, True
+    return scopes_of
 
 
 @dataclass
