@@ -47,7 +47,7 @@ times = []
 for _ in range(runs):
     t0 = time.perf_counter(); result = runner.run({name: image}); times.append(time.perf_counter() - t0)
 np.save(out, list(result.values())[0])
-label = runner.deployment.label() if getattr(runner, "deployment", None) else runner.name
+label = runner.deployment.label() if runner.deployment else runner.name
 print(json.dumps({"load": load, "first": first, "runs": times, "label": label}))
 """
 

@@ -87,7 +87,7 @@ def contender(kind: str, recipe: str, out: Path, frames: int, skip: int, threads
         context = contextlib.nullcontext
         graphs = ("image_encoder", "decoder", "memory_encoder", "memory_attention")
         label = "vitdeploy (" + ", ".join(
-            f"{g}: {r.deployment.label() if getattr(r, 'deployment', None) else r.name}"
+            f"{g}: {r.deployment.label() if r.deployment else r.name}"
             for g, r in ((g, getattr(predictor, g)) for g in graphs)) + ")"
     load_s = time.perf_counter() - start
     masks, times = [], []

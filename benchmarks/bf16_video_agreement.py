@@ -12,6 +12,8 @@ once per variant, each in a fresh process:
 * each ``--variants`` entry: the graphs it names (``+``-joined: ``memory_attention``, ``memory_encoder``,
   ``image_encoder``, ``decoder``) on OpenVINO with ``inference_precision=bf16``, the others as in ``fp32``.
 
+The budget is ``CLIP_MASKS`` and ``CLIP_SCORE_ATOL`` (``vitdeploy/validation/masks.py``).
+
 Per variant and frame: the mask IoU against ``fp32``'s, the object score logit's difference, and the frame's time;
 per variant the worst frame, the median tracked-frame time (after ``--skip`` frames, while the bank fills) and the load.
 
@@ -33,13 +35,11 @@ import numpy as np
 
 from benchmarks.bench_sam2 import SIZES, peak_rss_mb
 from benchmarks.bench_sam2_video import CLICK, ROLES, prepare
+from vitdeploy.validation.masks import CLIP_MASKS, CLIP_SCORE_ATOL, compare_masks
 
 GRAPHS = ("image_encoder", "decoder", "memory_encoder", "memory_attention")
 DEFAULT_VARIANTS = ("memory_attention", "memory_attention+memory_encoder", "image_encoder",
                     "image_encoder+decoder+memory_encoder+memory_attention")
-#: The clip budget of the issue: every frame's mask IoU against all-FP32, the object score logits' difference.
-MIN_IOU = 0.99
-MAX_SCORE_DIFF = 1e-2
 
 
 def run_variant(variant: str, recipe: str, out: Path, frames: int, threads: int) -> dict:
@@ -75,17 +75,18 @@ def run_variant(variant: str, recipe: str, out: Path, frames: int, threads: int)
     np.savez(out / f"agreement_{recipe}_{variant}.npz", masks=np.stack(logits_per_frame) > 0, scores=np.array(scores))
     return {"variant": variant, "load_s": round(load_s, 1), "times_ms": [round(1e3 * t, 1) for t in times],
             "peak_rss_mb": peak_rss_mb(),
-            "chosen": {g: r.deployment.label() if getattr(r, "deployment", None) else r.name
+            "chosen": {g: r.deployment.label() if r.deployment else r.name
                        for g, r in zip(GRAPHS, runners)}}
 
 
-def compare(reference: dict, other: dict) -> dict:
-    ious = [float((a & b).sum() / max((a | b).sum(), 1)) for a, b in zip(reference["masks"], other["masks"])]
+def against_fp32(reference: dict, other: dict) -> dict:
+    """The variant's masks and scores against ``fp32``'s, frame by frame, held to the clip budget."""
+    masks = compare_masks(reference["masks"], other["masks"], CLIP_MASKS)
     diffs = np.abs(reference["scores"] - other["scores"])
-    return {"min_iou": round(min(ious), 5), "worst_frame": int(np.argmin(ious)), "mean_iou": round(float(np.mean(ious)), 5),
-            "max_score_diff": round(float(diffs.max()), 5), "presence_flips": int(((reference["scores"] > 0)
-                                                                                 != (other["scores"] > 0)).sum()),
-            "holds": bool(min(ious) >= MIN_IOU and diffs.max() <= MAX_SCORE_DIFF)}
+    return {"min_iou": round(min(masks.iou), 5), "worst_frame": int(np.argmin(masks.iou)),
+            "mean_iou": round(float(np.mean(masks.iou)), 5), "max_score_diff": round(float(diffs.max()), 5),
+            "presence_flips": int(((reference["scores"] > 0) != (other["scores"] > 0)).sum()),
+            "holds": bool(masks) and bool(diffs.max() <= CLIP_SCORE_ATOL)}
 
 
 def main() -> None:
@@ -127,7 +128,7 @@ def main() -> None:
             row["fg_fraction"] = round(float(data["masks"].mean()), 4)
             if variant != "fp32":
                 reference = np.load(args.out / f"agreement_{recipe}_fp32.npz")
-                row.update(compare(reference, data))
+                row.update(against_fp32(reference, data))
             rows.append(row)
             print(json.dumps({"size": size, **{k: v for k, v in row.items() if k != "times_ms"}}), flush=True)
         report["sizes"][size] = rows

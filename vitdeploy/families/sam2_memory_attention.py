@@ -114,11 +114,11 @@ class Sam2MemoryAttention(Sam2Family):
 
     def probe_feeds(self, metadata: dict[str, Any], input_names: list[str],
                     input_shapes: dict[str, list[Any]]) -> dict[str, Any]:
-        """The bank of a tracked object once it is full (every tracked frame after the first ``num_maskmem`` + 16 or
-        so): the prompted frame and ``num_maskmem - 1`` recent ones, ``pointer_slots`` pointers. The cost grows with
-        the bank, and so can the ranking: hiera-t at 1024 on an AMD EPYC Zen 4 (2 threads), OpenVINO BF16 ran a
-        4-frame, 5-pointer bank in 1.5 s against 2.7 s on ONNX Runtime, and the full bank (7 frames, 16 pointers) in
-        3.4-4.5 s against 3.9-4.0 s."""
+        """The bank of one tracked object once it is full (from about the 16th tracked frame on): the prompted frame
+        and ``num_maskmem - 1`` recent ones, ``pointer_slots`` pointers. The cost grows with the bank, and so can the
+        ranking: hiera-t at 1024 on an AMD EPYC Zen 4 (2 threads), OpenVINO BF16 ran a 4-frame, 5-pointer bank in
+        1.5-1.9 s against 2.6-2.8 s on ONNX Runtime, and the full bank (7 frames, 16 pointers) in 3.4-4.5 s against
+        3.9-4.0 s."""
         frames = min(int(metadata["frame_slots"]), int(metadata["tracker"]["num_maskmem"]))
         return self._banks(metadata, frames, int(metadata["pointer_slots"]), 1, 0)[0].feeds
 

@@ -32,6 +32,12 @@ MASK_TOLERANCES: dict[str, MaskTolerance] = {
     "int8": MaskTolerance("int8", iou_min=0.90, dice_min=0.95),
 }
 
+#: A tracked clip with a reduced-precision graph against every graph in FP32 (the "fastest proven path" issue's budget
+#: for a video graph's policy): every frame's mask (Dice is at least IoU, so it adds nothing) ...
+CLIP_MASKS = MaskTolerance("clip", iou_min=0.99, dice_min=0.99)
+#: ... and every tracked frame's object score logit, absolute.
+CLIP_SCORE_ATOL = 1e-2
+
 
 @dataclass
 class MaskParity:

@@ -11,7 +11,8 @@
 * **Fastest** is measured on this machine (:func:`probe`): each candidate runs, at every core this process may use
   (then the fastest once more at half of them, where SMT siblings or a short run may favour fewer), a
   representative part of the real graph at the file's real shapes (:func:`probe_part`: for a large file, the blocks
-  its family names, e.g. one windowed and one global block of a SAM encoder; a small file whole). A candidate whose warm-up run is far behind the best one's is not timed further.
+  its family names, e.g. one windowed and one global block of a SAM encoder; a small file whole). A candidate whose
+  warm-up run is far behind the best one's is not timed further.
   Each candidate's outputs on the part are held to its budget against the file's math on ONNX Runtime, so a
   runtime's fault cannot win on speed. ``--runtime auto``'s probe runs in a worker process: a runtime that crashes on
   a candidate (a native fault: under qemu, probing the tiny SAM decoder ended 'predict' with SIGSEGV) rules out that
@@ -60,12 +61,14 @@ CUTOFF = 1.8
 #: Timed runs per candidate after its warm-up (the minimum is kept: the least disturbed run on a shared machine).
 TIMED_RUNS = 2
 #: A candidate whose warm-up took longer than this (ms) is timed once: a second run of seconds costs more than its
-#: noise can change (SAM 2's memory attention over a full bank: 4-8 s a run on 2 cores, 58 s to probe with two).
+#: noise can change (SAM 2's memory attention over a full bank on an AMD EPYC Zen 4, 2 threads: 3-5 s a run, 58 s to
+#: probe with two timed runs and the threads step, 28.5 s with one and without).
 LONG_RUN_MS = 2000.0
 #: The threads step (the fastest once more at half its threads) runs where this process's CPUs include SMT siblings,
 #: or where the fastest run is shorter than this (ms): there thread start-up and synchronisation weigh, elsewhere one
-#: thread per physical core is compute-bound and half of them only lose (SAM ViT-B's cut-out blocks at 1024 on an AMD
-#: EPYC Zen 4, 2 cores, no SMT: 992-1075 against 533-591 ms, three probes; SAM 2's memory attention: 7853 ms warm-up).
+#: thread per physical core is compute-bound and half of them only lose (AMD EPYC Zen 4, 2 cores, no SMT: SAM ViT-B's
+#: cut-out blocks at 1024 on OpenVINO BF16 in 992-1075 against 533-591 ms, three probes; SAM 2's memory attention at
+#: one thread warmed up in 7853 ms, against about 4 s a run at two).
 SHORT_RUN_MS = 250.0
 #: Metadata keys that say where the weights came from, not what the graph computes: two checkpoints of one
 #: architecture share a decision.
@@ -287,17 +290,13 @@ def _with_quantizer_scopes(graph: Any, scopes_of: list[list[str]], consumers: di
     """``scopes_of`` with each unscoped Q/DQ node given the scopes of the node it feeds (a DQ before a block's MatMul
     belongs to that block, and the Q before it too), so an INT8 file's blocks are cut whole as an FP32 file's are:
     without this, the DQ outputs inside a block became the part's inputs, and the probe ran SAM ViT-B's INT8 file
-    whole (43.6 s on an AMD EPYC Zen 4)."""
-    scopes_of = list(scopes_of)
-    changed = True
-    while changed:
-        changed = False
-        for index, node in enumerate(graph.node):
-            if scopes_of[index] or node.op_type not in _QUANTIZERS:
-                continue
-            found = next((scopes_of[c] for name in node.output for c in consumers.get(name, []) if scopes_of[c]), None)
-            if found:
-                scopes_of[index], changed = found, True
+    whole (43.6 s on an AMD EPYC Zen 4). ONNX lists nodes in topological order, so one pass from the end gives each
+    node its consumers' scopes first (a Q takes its DQ's, which took the MatMul's)."""
+    for index in reversed(range(len(graph.node))):
+        node = graph.node[index]
+        if not scopes_of[index] and node.op_type in _QUANTIZERS:
+            scopes_of[index] = next((scopes_of[c] for name in node.output for c in consumers.get(name, [])
+                                     if scopes_of[c]), [])
     return scopes_of
 
 
@@ -450,13 +449,18 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
             run_one(first, ref, part, timed=True, cutoff=False)  # within reach of the fastest (its first warm-up): timed
         held = [t for t in timings if t.best_ms is not None and not t.reason]
         leader = min(held, key=lambda t: t.best_ms) if held else None
-        if fewer_threads and leader and (leader.best_ms < SHORT_RUN_MS or (physical_cores() or 0) < available_cores()):
-            lead = leader.deployment
-            fewer = replace(lead, threads=(lead.threads or 1) // 2)
+        if fewer_threads and leader and (leader.best_ms < SHORT_RUN_MS or _shares_cores()):
+            fewer = replace(leader.deployment, threads=(leader.deployment.threads or 1) // 2)
             if fewer.threads and fewer not in candidates:
                 timings.append(Timing(fewer))
                 run_one(len(candidates), timings[-1], part, timed=True)
     return timings, part.what
+
+
+def _shares_cores() -> bool:
+    """Whether this process's CPUs include SMT siblings (or the topology cannot be read: then they may)."""
+    physical = physical_cores()
+    return physical is None or physical < available_cores()
 
 
 def _measure_isolated(model: Path, candidates: tuple[Any, ...], whole_below: int,
