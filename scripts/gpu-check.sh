@@ -14,11 +14,16 @@
 #   PYTHON=/path/to/python SKIP_INSTALL=1 scripts/gpu-check.sh   # an environment already set up
 #   SKIP_PYTEST=1 scripts/gpu-check.sh   # without the gated tests (run them on their own: pytest -m gpu)
 #   PARITY_IMAGES=3 scripts/gpu-check.sh  # bundled images per parity check (default 3; each costs a CPU eager forward)
+#   RANDOM_INPUTS=2 scripts/gpu-check.sh  # seeded random inputs per parity check besides the images (default 2)
 #   FILES_ONLY=1 scripts/gpu-check.sh    # only the exports and precision passes (no GPU library needed yet)
 #   REUSE=1 scripts/gpu-check.sh         # keep exports and precision passes already in $OUT_DIR (a second call)
 #   SKIP_DYNAMIC=1 scripts/gpu-check.sh  # without the dynamic-batch export, engine and benchmark
 #   SKIP_INT8=1 scripts/gpu-check.sh     # without the INT8 calibration (minutes on the CPU) and its checks
 #   PYTEST_PATHS="tests/engine" scripts/gpu-check.sh   # the gated tests of these paths only (default: tests)
+#   MODEL=sam3 scripts/gpu-check.sh      # SAM 3's vision encoder (full size, 1008 px) instead of SAM ViT-B: FP32 and
+#                                        # FP16 files, no decoder or INT8; then benchmarks/gpu_sam3_vision.py (the
+#                                        # official module's own FP16/BF16 beside the files, on the same GPU)
+#   MODEL=sam3 SAM3_RECIPE=sam3_tiny scripts/gpu-check.sh   # the same on the tests' tiny model (a dry run)
 #
 # Every step runs even if an earlier one failed (as far as its inputs exist); each step's status, time
 # and log land in $OUT_DIR/report.md and report.json. Exit code: 0 all passed, 1 a step failed,
@@ -29,6 +34,15 @@ PYTHON="${PYTHON:-python3}"
 OUT="${OUT_DIR:-out/gpu-check}"
 RUNS="${RUNS:-50}"
 WARMUP="${WARMUP:-10}"
+MODEL="${MODEL:-sam_vit_b}"
+case "$MODEL" in
+    # ENC: the encoder files' stem; EXPORT: how it is exported; CALIBRATE: the FP16 pass's extra options (SAM 3 at
+    # full size: 3 calibration images and 2 held out, no eager parity there: validate --device cuda measures it).
+    sam_vit_b) ENC=sam_vit_b; EXPORT=(--recipe sam_vit_b --layernorm2d native); CALIBRATE=() ;;
+    sam3) ENC=sam3; EXPORT=(--recipe "${SAM3_RECIPE:-sam3}"); SKIP_INT8=1; SKIP_DYNAMIC=1
+          CALIBRATE=(--max-images 5 --holdout 2 --min-images 4 --no-eager) ;;
+    *) echo "MODEL must be sam_vit_b or sam3, not '$MODEL'" >&2; exit 2 ;;
+esac
 mkdir -p "$OUT/logs"
 STEPS="$OUT/steps.tsv"
 : > "$STEPS"
@@ -80,8 +94,8 @@ parity_inputs() { case $1 in *decoder*) IMAGES=() ;; *) IMAGES=("${PARITY[@]}") 
 reused() { [ "${REUSE:-0}" = 1 ] && [ -s "$2" ] && skip "$1" "REUSE=1: $2 is there"; }
 
 # --- export (random weights: the numbers are meaningless, parity and speed are not).
-reused export_encoder "$OUT/sam_vit_b.onnx" || step export_encoder "${VD[@]}" export --recipe sam_vit_b --random-weights --seed 0 --layernorm2d native \
-    -o "$OUT/sam_vit_b.onnx" --report "$OUT/sam_vit_b.export.json"
+reused export_encoder "$OUT/$ENC.onnx" || step export_encoder "${VD[@]}" export "${EXPORT[@]}" --random-weights --seed 0 \
+    -o "$OUT/$ENC.onnx" --report "$OUT/$ENC.export.json"
 if [ "${SKIP_DYNAMIC:-0}" = 1 ]; then
     skip export_encoder_dynamic "SKIP_DYNAMIC=1"
 elif [ -z "$TRT_REASON" ] || [ "${FILES_ONLY:-0}" = 1 ]; then  # only the engine with a batch profile reads it
@@ -90,7 +104,9 @@ elif [ -z "$TRT_REASON" ] || [ "${FILES_ONLY:-0}" = 1 ]; then  # only the engine
 else
     skip export_encoder_dynamic "no TensorRT: only the dynamic-batch engine uses it"
 fi
-if [ -f export/sam_vit_b_decoder.toml ]; then
+if [ "$MODEL" != sam_vit_b ]; then
+    skip export_decoder "MODEL=$MODEL: the encoder only"
+elif [ -f export/sam_vit_b_decoder.toml ]; then
     reused export_decoder "$OUT/sam_vit_b_decoder.onnx" || step export_decoder "${VD[@]}" export --recipe sam_vit_b_decoder --random-weights --seed 0 -o "$OUT/sam_vit_b_decoder.onnx"
 else
     skip export_decoder "no export/sam_vit_b_decoder.toml recipe in this checkout"
@@ -98,8 +114,8 @@ fi
 
 # --- precision passes (vitdeploy calibrate): FP16 mixed and INT8 Q/DQ ONNX from the FP32 export.
 if "${VD[@]}" calibrate --help > /dev/null 2>&1; then
-    reused calibrate_fp16 "$OUT/sam_vit_b.fp16.onnx" || step calibrate_fp16 "${VD[@]}" calibrate "$OUT/sam_vit_b.onnx" --precision fp16 -o "$OUT/sam_vit_b.fp16.onnx" \
-        --images calibration/images --report "$OUT/sam_vit_b.fp16.calibrate.json"
+    reused calibrate_fp16 "$OUT/$ENC.fp16.onnx" || step calibrate_fp16 "${VD[@]}" calibrate "$OUT/$ENC.onnx" --precision fp16 -o "$OUT/$ENC.fp16.onnx" \
+        --images calibration/images "${CALIBRATE[@]}" --report "$OUT/$ENC.fp16.calibrate.json"
     if [ "${SKIP_INT8:-0}" = 1 ]; then skip calibrate_int8 "SKIP_INT8=1"; else
     reused calibrate_int8 "$OUT/sam_vit_b.int8.onnx" || step calibrate_int8 "${VD[@]}" calibrate "$OUT/sam_vit_b.onnx" --precision int8 -o "$OUT/sam_vit_b.int8.onnx" \
         --images calibration/images --report "$OUT/sam_vit_b.int8.calibrate.json"
@@ -118,23 +134,35 @@ fi
 #     CPU) and a benchmark on the GPU (against eager PyTorch on the GPU where this PyTorch has CUDA).
 if [ -n "$ORT_CUDA" ]; then
     ENCODERS=()
-    for f in "$OUT/sam_vit_b.onnx" "$OUT/sam_vit_b.fp16.onnx" "$OUT/sam_vit_b.int8.onnx" "$OUT/sam_vit_b_decoder.onnx"; do
+    for f in "$OUT/$ENC.onnx" "$OUT/$ENC.fp16.onnx" "$OUT/$ENC.int8.onnx" "$OUT/${ENC}_decoder.onnx"; do
         [ -f "$f" ] || continue
         name=$(basename "$f" .onnx)
         parity_inputs "$name"
         [[ $name == *decoder* ]] || ENCODERS+=("$f")
-        step "validate_cuda_$name" "${VD[@]}" validate "$f" --device cuda "${IMAGES[@]}" --random-inputs 2 --runs 0 \
+        step "validate_cuda_$name" "${VD[@]}" validate "$f" --device cuda "${IMAGES[@]}" --random-inputs "${RANDOM_INPUTS:-2}" --runs 0 \
             --report "$OUT/$name.cuda.validate.json"
     done
     EAGER_CUDA=(--eager-precision fp32 --eager-precision fp16 --eager-precision bf16)
     [ "$TORCH_CUDA" = cuda ] || EAGER_CUDA=(--no-eager)
-    if [ ${#ENCODERS[@]} -gt 0 ]; then
+    if [ "$MODEL" = sam3 ]; then  # gpu_sam3_vision below times the same contenders (and the official FP16 forms)
+        skip benchmark_cuda_onnxruntime "MODEL=sam3: benchmarks/gpu_sam3_vision.py times the files and eager"
+    elif [ ${#ENCODERS[@]} -gt 0 ]; then
         step benchmark_cuda_onnxruntime "${VD[@]}" benchmark "${ENCODERS[@]}" --device cuda --allow-unverified \
             "${EAGER_CUDA[@]}" --runs "$RUNS" --warmup "$WARMUP" --threads "$(nproc)" \
             --report "$OUT/benchmark_cuda_onnxruntime.json"
     fi
 else
     skip validate_cuda "ONNX Runtime's CUDA provider is missing (pip install onnxruntime-gpu)"
+fi
+
+# --- SAM 3: the official module's own FP16/BF16 (autocast and whole) beside the files on ONNX Runtime's CUDA provider.
+if [ "$MODEL" = sam3 ]; then
+    if [ -n "$ORT_CUDA" ] && [ "$TORCH_CUDA" = cuda ]; then
+        step gpu_sam3_vision "$PYTHON" benchmarks/gpu_sam3_vision.py --workdir "$OUT" --runs "$RUNS" --warmup "$WARMUP" \
+            --report "$OUT/gpu_sam3_vision.json"
+    else
+        skip gpu_sam3_vision "needs ONNX Runtime's CUDA provider and PyTorch with CUDA"
+    fi
 fi
 
 # --- engines: strongly typed, a verbose log each, one shared timing cache on classic TensorRT (TensorRT-RTX
@@ -149,11 +177,11 @@ build() {  # build NAME ONNX [extra build-engine options]
     step "build_$name" "${VD[@]}" build-engine "$onnx" -o "$OUT/$name.plan" "${CACHE[@]}" \
         --log-file "$OUT/logs/build_$name.trt.log" --report "$OUT/$name.build.json" "$@" && ENGINES+=("$OUT/$name.plan")
 }
-build sam_vit_b "$OUT/sam_vit_b.onnx"
-build sam_vit_b.fp16 "$OUT/sam_vit_b.fp16.onnx"
-build sam_vit_b.int8 "$OUT/sam_vit_b.int8.onnx"
+build "$ENC" "$OUT/$ENC.onnx"
+build "$ENC.fp16" "$OUT/$ENC.fp16.onnx"
+[ "${SKIP_INT8:-0}" = 1 ] || build "$ENC.int8" "$OUT/$ENC.int8.onnx"
 [ "${SKIP_DYNAMIC:-0}" = 1 ] || build sam_vit_b_dyn "$OUT/sam_vit_b_dyn.onnx" --batch-profile 1 4 8
-build sam_vit_b_decoder "$OUT/sam_vit_b_decoder.onnx"
+[ "$MODEL" != sam_vit_b ] || build sam_vit_b_decoder "$OUT/sam_vit_b_decoder.onnx"
 
 # --- parity of every engine against the eager official model (CPU, FP32: the reference), named tolerances.
 for plan in "${ENGINES[@]}"; do
@@ -165,7 +193,7 @@ done
 
 # --- benchmark against eager PyTorch on the same GPU (CPU eager if this PyTorch has no CUDA).
 STATIC=()
-for p in "$OUT/sam_vit_b.plan" "$OUT/sam_vit_b.fp16.plan" "$OUT/sam_vit_b.int8.plan"; do [ -f "$p" ] && STATIC+=("$p"); done
+for p in "$OUT/$ENC.plan" "$OUT/$ENC.fp16.plan" "$OUT/$ENC.int8.plan"; do [ -f "$p" ] && STATIC+=("$p"); done
 EAGER=(--eager-precision fp32 --eager-precision fp16 --eager-precision bf16)
 if [ "$TORCH_CUDA" = cpu ]; then EAGER=(--eager-precision fp32); RUNS=5; WARMUP=1; fi
 if [ ${#STATIC[@]} -gt 0 ]; then
@@ -182,11 +210,11 @@ else
 fi
 
 # --- masks through the decoder, embeddings and latency against the official model (and torch.compile) on this GPU.
-if [ ${#STATIC[@]} -gt 0 ] && [ "$TORCH_CUDA" = cuda ]; then
+if [ ${#STATIC[@]} -gt 0 ] && [ "$TORCH_CUDA" = cuda ] && [ "$MODEL" = sam_vit_b ]; then
     step gpu_engines "$PYTHON" benchmarks/gpu_engines.py --workdir "$OUT" --runs "$RUNS" --warmup "$WARMUP" \
         --report "$OUT/gpu_engines.json"
 else
-    skip gpu_engines "needs a static engine and PyTorch with CUDA"
+    skip gpu_engines "needs a static SAM ViT-B engine and PyTorch with CUDA"
 fi
 
 # --- the gated tests: the TensorRT/GPU tests that skip everywhere else.
@@ -206,7 +234,7 @@ import sys
 out = pathlib.Path(sys.argv[1])
 steps = [dict(zip(("step", "status", "seconds"), line.split("\t"))) for line in (out / "steps.tsv").read_text().splitlines()]
 data = {"steps": steps}
-for name in ("doctor", "benchmark_cuda_onnxruntime", "benchmark_batch1", "benchmark_batches", "gpu_engines"):
+for name in ("doctor", "benchmark_cuda_onnxruntime", "benchmark_batch1", "benchmark_batches", "gpu_engines", "gpu_sam3_vision"):
     path = out / f"{name}.json"
     if path.exists():
         data[name] = json.loads(path.read_text())
@@ -223,7 +251,7 @@ lines += ["", "## Parity of each file vs the eager official model", "",
           "| file | tolerance | worst cosine | worst rel L2 | passed |", "|---|---|---|---|---|"]
 lines += [f"| {k} | {v['tolerance']} | {v['worst_cosine']:.6f} | {v['worst_rel_l2']:.3g} | {v['passed']} |"
           for k, v in data["validation"].items()]
-for name in ("benchmark_cuda_onnxruntime", "benchmark_batch1", "benchmark_batches", "gpu_engines"):
+for name in ("benchmark_cuda_onnxruntime", "benchmark_batch1", "benchmark_batches", "gpu_engines", "gpu_sam3_vision"):
     log = out / "logs" / f"{name}.log"
     if log.exists():
         text = log.read_text()

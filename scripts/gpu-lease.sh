@@ -26,15 +26,25 @@ RTX=1.7.1.116
 # Wheels for the GPU machine's Python 3.12, and the small ones every lease carries.
 WHEEL_TARGET=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
               --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
-SMALL_WHEELS=(segment-anything==1.0 polygraphy==0.53.6 onnxconverter-common==1.16.0)
+# (sam3 and what it imports that the GPU machine's image lacks: MODEL=sam3 runs SAM 3's vision encoder.)
+SMALL_WHEELS=(segment-anything==1.0 polygraphy==0.53.6 onnxconverter-common==1.16.0
+              sam3==0.1.4 ftfy==6.3.1 wcwidth==0.9.4 iopath==0.1.10 pycocotools==2.0.11)
 
 # download WHEEL...: WHEEL... and the small wheels into the git-ignored .whl/dl.
 download() {
     mkdir -p .whl/dl
     grep -qx '/.whl/' .git/info/exclude || echo /.whl/ >> .git/info/exclude
-    python3 -m pip download -q --no-deps "${WHEEL_TARGET[@]}" -d .whl/dl "$@" "${SMALL_WHEELS[@]}"
+    local spec binary=() source=()
+    for spec in "${SMALL_WHEELS[@]}"; do
+        case "$spec" in iopath==*) source+=("$spec") ;; *) binary+=("$spec") ;; esac  # iopath: source only, pure Python
+    done
+    python3 -m pip download -q --no-deps "${WHEEL_TARGET[@]}" -d .whl/dl "$@" "${binary[@]}" || return 1
+    python3 -m pip wheel -q --no-deps -w .whl/dl "${source[@]}"
 }
-copy_small_wheels() { cp .whl/dl/segment_anything-*.whl .whl/dl/polygraphy-*.whl .whl/dl/onnxconverter_common-*.whl "$1"/; }
+copy_small_wheels() {
+    local spec
+    for spec in "${SMALL_WHEELS[@]}"; do cp .whl/dl/"$(echo "${spec%%==*}" | tr - _)"-*.whl "$1"/ || return 1; done
+}
 # site_install WHEEL...: into /tmp/site, the PYTHONPATH of every step there.
 site_install() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$@"; }
 
@@ -61,7 +71,7 @@ install() {
 
 collect() {
     [ -n "${OUT:-}" ] || return 0
-    cp "$GC"/report.md "$GC"/report.json "$GC"/gpu_engines.json "$OUT"/ 2>/dev/null
+    cp "$GC"/report.md "$GC"/report.json "$GC"/gpu_engines.json "$GC"/gpu_sam3_vision.json "$OUT"/ 2>/dev/null
     tar czf "$OUT/logs.tgz" -C "$GC" logs steps.tsv $(cd "$GC" && ls ./*.json 2>/dev/null) 2>/dev/null
 }
 
@@ -104,11 +114,12 @@ case "${1:-}" in
         site_install "$STAGE/onnxruntime_gpu-$ORT_GPU-cp312-cp312-manylinux_2_28_x86_64.whl" || exit 1
         export LD_LIBRARY_PATH="$(cuda_library_path):${LD_LIBRARY_PATH:-}"
         python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"
-        while [ ! -f "$GC/files.rc" ]; do sleep 5; done
+        while [ ! -f "$GC/files.rc" ]; do sleep 2; done
         echo "exports: exit $(cat "$GC/files.rc")"; tail -n 12 "$GC/files.log"
         cp "$GC/steps.tsv" "$GC/files.steps.tsv"
+        # CHECK_LIMIT (seconds): stop the check in time to bring back what it wrote (the call's own limit loses it all)
         cd /tmp/vitdeploy-tree && REUSE=1 SKIP_INT8=1 SKIP_DYNAMIC=1 SKIP_PYTEST=1 OUT_DIR="$GC" PYTHON=python3 SKIP_INSTALL=1 \
-            RUNS="${RUNS:-30}" WARMUP="${WARMUP:-5}" bash scripts/gpu-check.sh
+            RUNS="${RUNS:-30}" WARMUP="${WARMUP:-5}" timeout "${CHECK_LIMIT:-86400}" bash scripts/gpu-check.sh
         rc=$?; cat "$GC/files.steps.tsv"; collect; cp "$GC/files.log" "$OUT/" 2>/dev/null; exit $rc ;;
     prepare) prepare ;;
     files)
