@@ -229,3 +229,21 @@ def test_a_sam3_file_where_a_sam_predictor_belongs_is_refused_before_it_is_opene
         assert_user_error(code, output, "SAM 3 file", "segment-concept", "Sam3Processor")
     assert sorted(p.name for p in tmp_path.iterdir() if p != cache) == ["dec.onnx"], "something was written"
     assert not list(cache.rglob("*.json")), "a probe ran before the refusal"
+
+
+@pytest.mark.parametrize("blocked, needle", [("iopath", "needs the 'iopath' package"),
+                                             ("sam3.model.vitdet", "needs the 'sam3' package")])
+def test_a_missing_official_module_is_named_in_one_line(tmp_path, blocked, needle):
+    """``pip install --no-deps sam3`` brings none of what the package imports: a missing one (iopath) is named as
+    such, the package itself as the package, in one line with nothing written (it read 'a vitdeploy bug' before).
+    A fresh interpreter, so that the official modules are imported anew."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "sam3.onnx"
+    code = (f"import sys; sys.modules[{blocked!r}] = None\n"
+            "from vitdeploy.cli import cli\n"
+            f"cli(['export', '--recipe', {RECIPE!r}, '--random-weights', '-o', {str(out)!r}])")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert_user_error(result.returncode, result.stdout + result.stderr, needle)
+    assert not out.exists()

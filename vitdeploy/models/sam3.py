@@ -28,9 +28,19 @@ from typing import Any, Callable, ClassVar
 
 from torch import nn
 
-from vitdeploy.errors import RecipeError
+from vitdeploy.errors import MissingDependencyError, RecipeError
 
 SAM3_INSTALL_HINT = "pip install --no-deps 'sam3==0.1.4' ftfy regex einops psutil wcwidth (after PyTorch and timm)"
+
+
+def missing_sam3(exc: ImportError) -> MissingDependencyError:
+    """What a failed import of the official ``sam3`` modules says: the package itself is missing, or a module it
+    imports (``iopath``, ``pycocotools``, ``ftfy``: ``pip install --no-deps sam3`` brings none of them), named."""
+    missing = (exc.name or "sam3").split(".")[0]
+    if missing == "sam3":
+        return MissingDependencyError("sam3", "SAM 3 (its official reference)", SAM3_INSTALL_HINT)
+    return MissingDependencyError(missing, "SAM 3's official package (it imports it)",
+                                  f"pip install {missing} ('pip install --no-deps sam3' brings none of what it imports)")
 
 #: Keys of an official checkpoint that hold the vision backbone (``_load_checkpoint`` strips ``detector.``).
 CHECKPOINT_PREFIXES = ("detector.backbone.vision_backbone.", "backbone.vision_backbone.")
@@ -170,7 +180,7 @@ def _sam3():
     try:
         from sam3.model import necks, position_encoding, vitdet, vl_combiner
     except ImportError as exc:
-        raise ImportError(f"SAM 3 needs the official 'sam3' package: {SAM3_INSTALL_HINT}", name="sam3") from exc
+        raise missing_sam3(exc) from exc
     return vitdet, necks, position_encoding, vl_combiner
 
 
@@ -276,7 +286,7 @@ def build_sam3_text(arch: Sam3TextArch) -> nn.Module:
     try:
         from sam3.model.text_encoder_ve import VETextEncoder
     except ImportError as exc:
-        raise ImportError(f"SAM 3 needs the official 'sam3' package: {SAM3_INSTALL_HINT}", name="sam3") from exc
+        raise missing_sam3(exc) from exc
     return VETextEncoder(tokenizer=None, d_model=arch.d_model, width=arch.width, heads=arch.heads, layers=arch.layers,
                          context_length=arch.context_length, vocab_size=arch.vocab_size).eval()
 
@@ -291,6 +301,6 @@ def load_sam3_text(arch: Sam3TextArch, checkpoint: str | Path | None = None, *, 
                                  select=lambda state: select_under(state, TEXT_CHECKPOINT_PREFIXES))
 
 
-__all__ = ["ArchTable", "GridArchTable", "SAM3_INSTALL_HINT", "Sam3TextArch", "Sam3VisionArch", "Sam3VisionParts",
+__all__ = ["ArchTable", "GridArchTable", "SAM3_INSTALL_HINT", "missing_sam3", "Sam3TextArch", "Sam3VisionArch", "Sam3VisionParts",
            "build_sam3_text", "build_sam3_vision", "load_official_weights", "load_sam3_text", "load_sam3_vision", "load_sam3_vision_parts",
            "read_weights", "select_under", "vision_backbone_at_size"]

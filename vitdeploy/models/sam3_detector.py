@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 from torch import nn
 
 from vitdeploy.errors import RecipeError
-from vitdeploy.models.sam3 import SAM3_INSTALL_HINT, GridArchTable, load_official_weights
+from vitdeploy.models.sam3 import GridArchTable, load_official_weights, missing_sam3
 
 #: The detector's parts in ``Sam3Image`` (and under ``detector.`` in ``sam3.pt``).
 DETECTOR_PARTS = ("transformer.", "geometry_encoder.", "dot_prod_scoring.", "segmentation_head.")
@@ -73,7 +73,7 @@ def _official():
         from sam3.model import (decoder, encoder, geometry_encoders, maskformer_segmentation, model_misc,
                                 position_encoding, sam3_image)
     except ImportError as exc:
-        raise ImportError(f"SAM 3 needs the official 'sam3' package: {SAM3_INSTALL_HINT}", name="sam3") from exc
+        raise missing_sam3(exc) from exc
     return decoder, encoder, geometry_encoders, maskformer_segmentation, model_misc, position_encoding, sam3_image
 
 

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from vitdeploy.errors import RecipeError
-from vitdeploy.models.sam3 import SAM3_INSTALL_HINT, GridArchTable, load_official_weights, select_under
+from vitdeploy.models.sam3 import GridArchTable, load_official_weights, missing_sam3, select_under
 
 #: Where ``sam3.pt`` keeps the tracker, and where ``Sam3Image`` with interactivity keeps the same module.
 CHECKPOINT_PREFIXES = ("tracker.", "inst_interactive_predictor.model.", "detector.inst_interactive_predictor.model.")
@@ -68,7 +68,7 @@ class Sam3InteractiveHeads(nn.Module):
         try:
             from sam3.model.sam3_tracker_base import Sam3TrackerBase
         except ImportError as exc:
-            raise ImportError(f"SAM 3 needs the official 'sam3' package: {SAM3_INSTALL_HINT}", name="sam3") from exc
+            raise missing_sam3(exc) from exc
         arch.check()
         self.hidden_dim = self.mem_dim = int(arch.d_model)
         self.image_size, self.backbone_stride = int(arch.img_size), int(arch.patch_size)
