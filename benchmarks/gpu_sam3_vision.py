@@ -181,7 +181,7 @@ def main() -> None:
                      "worst_rel_l2": max(p["rel_l2"] for p in parity.values()),
                      "nonfinite": sum(p["nonfinite"] for p in parity.values()), "outputs": parity,
                      **_timed(lambda: runner.run(feeds_list[0]), args.runs, args.warmup)}
-            del runner
+            runner = None  # the next contender's session does not share the device with this one
         except Exception as exc:  # a report, not a gate: record what broke and go on
             entry = {"error": f"{type(exc).__name__}: {exc}"}
         results[label] = entry

@@ -145,7 +145,11 @@ class ModelFamily:
 
     def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
                echo: Echo) -> ExportResult:
-        """Rewrite ``model`` into its export-friendly form, stamp its metadata and export it to ``output``."""
+        """Rewrite ``model`` into its export-friendly form, stamp its metadata and export it to ``output``.
+
+        Every family does it in one shape: ``artifact_metadata(family=self.name, variant=..., input_size=...,
+        pixel_mean=..., pixel_std=..., architecture=arch.to_dict(), **options.provenance(), **its own keys)``, then
+        ``export_onnx`` (or an ``onnx_export`` function that rewrites the module and calls it) with that metadata."""
         raise NotImplementedError
 
     # -- validation -----------------------------------------------------------------------------------

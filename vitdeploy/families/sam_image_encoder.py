@@ -67,15 +67,16 @@ class SamImageEncoder(ModelFamily):
 
     def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
                echo: Echo) -> ExportResult:
-        from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder, sam_encoder_metadata
+        from vitdeploy.metadata import artifact_metadata
+        from vitdeploy.onnx_export.sam_encoder import export_sam_image_encoder
 
         size = options.input_size or arch.img_size
         layernorm2d = options.layernorm2d or self.layernorm2d_forms[0]
         echo(f"exporting {recipe.name} ({recipe.variant}) at {size}x{size}"
              + (" with a dynamic batch" if options.dynamic_batch else ""))
-        metadata = sam_encoder_metadata(
-            variant=recipe.variant, input_size=size, pixel_mean=recipe.pixel_mean, pixel_std=recipe.pixel_std,
-            architecture=arch.to_dict(), **options.provenance(), dynamic_batch=options.dynamic_batch,
+        metadata = artifact_metadata(
+            family=self.name, variant=recipe.variant, input_size=size, pixel_mean=recipe.pixel_mean,
+            pixel_std=recipe.pixel_std, architecture=arch.to_dict(), **options.provenance(), dynamic_batch=options.dynamic_batch,
             input_name=recipe.input_name, output_name=recipe.output_name, layernorm2d=layernorm2d,
             target=options.target,
         )

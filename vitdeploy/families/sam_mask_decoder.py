@@ -65,7 +65,8 @@ class SamMaskDecoder(ModelFamily):
     def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
                echo: Echo) -> ExportResult:
         from vitdeploy.models.sam_decoder import build_sam_prompt_decoder
-        from vitdeploy.onnx_export.sam_decoder import export_sam_mask_decoder, sam_decoder_metadata
+        from vitdeploy.metadata import artifact_metadata
+        from vitdeploy.onnx_export.sam_decoder import export_sam_mask_decoder, sam_decoder_keys
 
         mask_output, max_points, opt_points = self.decoder_options(recipe)  # check_export ran before the model was built
         if options.input_size and options.input_size != arch.input_image_size:
@@ -78,11 +79,11 @@ class SamMaskDecoder(ModelFamily):
         echo(f"exporting {recipe.name} ({recipe.variant}) for a {arch.input_image_size}x{arch.input_image_size} encoder "
              f"({arch.image_embedding_size}x{arch.image_embedding_size} embeddings), mask output '{mask_output}', "
              f"1..{max_points} points")
-        metadata = sam_decoder_metadata(
-            variant=recipe.variant, architecture=arch.to_dict(), pixel_mean=recipe.pixel_mean,
-            pixel_std=recipe.pixel_std, **options.provenance(), mask_output=mask_output,
-            num_mask_tokens=arch.num_multimask_outputs + 1, layernorm2d=layernorm2d, max_points=max_points,
-            opt_points=opt_points,
+        metadata = artifact_metadata(
+            family=self.name, variant=recipe.variant, input_size=arch.input_image_size, pixel_mean=recipe.pixel_mean,
+            pixel_std=recipe.pixel_std, architecture=arch.to_dict(), **options.provenance(),
+            **sam_decoder_keys(arch.to_dict(), mask_output=mask_output, num_mask_tokens=arch.num_multimask_outputs + 1,
+                               layernorm2d=layernorm2d, max_points=max_points, opt_points=opt_points),
         )
         return export_sam_mask_decoder(model.prompt_encoder, model.mask_decoder, output, metadata=metadata,
                                        opset=options.opset or recipe.opset, layernorm2d=layernorm2d,  # type: ignore[arg-type]

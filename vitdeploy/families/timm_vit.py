@@ -54,7 +54,8 @@ class TimmVit(TimmFamily):
     def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
                echo: Echo) -> ExportResult:
         from vitdeploy.models.timm_vit import timm_data_config
-        from vitdeploy.onnx_export.timm_vit import export_timm_vit, timm_vit_metadata
+        from vitdeploy.metadata import artifact_metadata
+        from vitdeploy.onnx_export.timm_vit import export_timm_vit
 
         kind = self.output_kind(recipe)
         size = options.input_size or int(model.patch_embed.img_size[0])
@@ -63,8 +64,8 @@ class TimmVit(TimmFamily):
         mean, std = timm_mean_std(recipe, config)
         echo(f"exporting {recipe.name} ({recipe.variant}) at {size}x{size}, output '{kind}'"
              + (" with a dynamic batch" if options.dynamic_batch else ""))
-        metadata = timm_vit_metadata(
-            variant=recipe.variant, input_size=size, pixel_mean=mean, pixel_std=std, architecture=arch.to_dict(),
+        metadata = artifact_metadata(
+            family=self.name, variant=recipe.variant, input_size=size, pixel_mean=mean, pixel_std=std, architecture=arch.to_dict(),
             **options.provenance(), output=kind, data_config=config, dynamic_batch=options.dynamic_batch,
             input_name=recipe.input_name, output_name=kind,
         )

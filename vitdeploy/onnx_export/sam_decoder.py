@@ -9,7 +9,6 @@ the metadata as ``shape_profile``), never ``set_shape_input`` values.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -28,57 +27,38 @@ POINTS_DIM = "num_points"
 EXAMPLE_POINTS = 3
 
 
-def sam_decoder_metadata(
-    *,
-    variant: str,
+def sam_decoder_keys(
     architecture: dict[str, Any],
-    pixel_mean: Sequence[float],
-    pixel_std: Sequence[float],
-    random_seed: int | None,
-    checkpoint_name: str | None = None,
-    checkpoint_sha256: str | None = None,
+    *,
     mask_output: str = "all",
     num_mask_tokens: int = 4,
     layernorm2d: str = "matmul",
     max_points: int = 32,
     opt_points: int = 2,
 ) -> dict[str, Any]:
-    """Metadata for an exported decoder (see :mod:`vitdeploy.metadata` for the contract).
-
-    ``input_size`` is the encoder input frame the point coordinates live in; ``pixel_mean``/``pixel_std``
-    are those of the paired encoder (the runtime checks that both artifacts agree).
-    """
-    size = int(architecture["input_image_size"])
+    """What a decoder file carries beyond every file's keys (:func:`vitdeploy.metadata.artifact_metadata`), derived
+    from its architecture: the embedding grid, the mask prompt's size, which mask tokens the outputs hold, its
+    inputs and outputs, the point axis and its shape profile (1..``max_points``), the point labels."""
     grid = int(architecture["image_embedding_size"])
-    embed = int(architecture["embed_dim"])
     indices = {"all": list(range(num_mask_tokens)), "multimask": list(range(1, num_mask_tokens)), "single": [0]}[mask_output]
 
     def profile(*tail: int) -> dict[str, list[int]]:
         return {"min": [1, 1, *tail], "opt": [1, opt_points, *tail], "max": [1, max_points, *tail]}
 
-    return artifact_metadata(
-        family=family_name("sam", "mask_decoder"),  # the name runtime_facts.json gives the part
-        variant=variant,
-        input_size=size,
-        pixel_mean=pixel_mean,
-        pixel_std=pixel_std,
-        architecture=architecture,
-        random_seed=random_seed,
-        checkpoint_name=checkpoint_name,
-        checkpoint_sha256=checkpoint_sha256,
-        image_embedding_size=[grid, grid],
-        embed_dim=embed,
-        mask_input_size=[4 * grid, 4 * grid],
-        num_mask_tokens=num_mask_tokens,
-        mask_output=mask_output,
-        mask_output_indices=indices,  # which mask tokens the outputs hold; 0 is the single-mask output
-        input_names=list(INPUT_NAMES),
-        output_names=list(OUTPUT_NAMES),
-        dynamic_axes={"point_coords": {"1": POINTS_DIM}, "point_labels": {"1": POINTS_DIM}},
-        shape_profile={"point_coords": profile(2), "point_labels": profile()},
-        point_labels={"-1": "padding", "0": "background", "1": "foreground", "2": "box top-left", "3": "box bottom-right"},
-        layernorm2d=layernorm2d,
-    )
+    return {
+        "image_embedding_size": [grid, grid],
+        "embed_dim": int(architecture["embed_dim"]),
+        "mask_input_size": [4 * grid, 4 * grid],
+        "num_mask_tokens": num_mask_tokens,
+        "mask_output": mask_output,
+        "mask_output_indices": indices,  # which mask tokens the outputs hold; 0 is the single-mask output
+        "input_names": list(INPUT_NAMES),
+        "output_names": list(OUTPUT_NAMES),
+        "dynamic_axes": {"point_coords": {"1": POINTS_DIM}, "point_labels": {"1": POINTS_DIM}},
+        "shape_profile": {"point_coords": profile(2), "point_labels": profile()},
+        "point_labels": {"-1": "padding", "0": "background", "1": "foreground", "2": "box top-left", "3": "box bottom-right"},
+        "layernorm2d": layernorm2d,
+    }
 
 
 def decoder_example_inputs(embed_dim: int, grid: int, input_size: int, points: int = EXAMPLE_POINTS,
@@ -118,9 +98,12 @@ def export_sam_mask_decoder(
         from vitdeploy.models.sam_decoder import SamDecoderArch
 
         arch = SamDecoderArch.from_modules(prompt_encoder, mask_decoder)
-        metadata = sam_decoder_metadata(
-            variant=variant, architecture=arch.to_dict(), pixel_mean=SAM_PIXEL_MEAN, pixel_std=SAM_PIXEL_STD,
-            random_seed=None, mask_output=mask_output, num_mask_tokens=arch.num_multimask_outputs + 1, layernorm2d=layernorm2d,
+        metadata = artifact_metadata(
+            family=family_name("sam", "mask_decoder"), variant=variant, input_size=arch.input_image_size,
+            pixel_mean=SAM_PIXEL_MEAN, pixel_std=SAM_PIXEL_STD, architecture=arch.to_dict(), random_seed=None,
+            checkpoint_name=None, checkpoint_sha256=None,
+            **sam_decoder_keys(arch.to_dict(), mask_output=mask_output, num_mask_tokens=arch.num_multimask_outputs + 1,
+                               layernorm2d=layernorm2d),
         )
     pe = exportable.prompt_encoder
     example = decoder_example_inputs(pe.embed_dim, pe.image_embedding_size[0], pe.input_image_size[0])
