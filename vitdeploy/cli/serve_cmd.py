@@ -20,6 +20,13 @@ def _bounds(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[i
 
 @click.command("serve")
 @sam_pair_options
+@click.option("--text-encoder", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="SAM 3's text encoder (with --detector and SAM 3's vision encoder as -e): concept prompts, POST "
+                   "/v1/embeddings/ID/concepts {\"text\": ..., \"boxes\": [...]}, in one process.")
+@click.option("--detector", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="SAM 3's detector (with --text-encoder).")
+@click.option("--concept-cache-size", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Images whose detector features are kept (SAM 3 at 1008 px: 111 MB each).")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (0.0.0.0: every interface; put a proxy with TLS and auth in front).")
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=8000, show_default=True,
@@ -46,12 +53,14 @@ def _bounds(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[i
 @runtime_threads_option
 @verbose_option
 @handle_errors
-def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max_pending: int, device: str,
+def serve(encoder: str, decoder: str, text_encoder: str | None, detector: str | None, concept_cache_size: int,
+          host: str, port: int, cache_size: int, max_pending: int, device: str,
           cors_origins: tuple[str, ...], log_format: str, ray_address: str | None, encoder_replicas: tuple[int, int], decoder_replicas: tuple[int, int], runtime: str,
           inference_precision: str | None, threads: int | None, verbose: bool) -> None:
     """Serve SAM over HTTP: POST an image, get an embedding id; POST prompts for that id, get masks.
 
-    Takes SAM's encoder and decoder, SAM 2's, or SAM 3's vision encoder and interactive decoder (clicks and boxes).
+    Takes SAM's encoder and decoder, SAM 2's, or SAM 3's vision encoder and interactive decoder (clicks and boxes);
+    with SAM 3's --text-encoder and --detector too, every instance of a text and/or exemplar boxes.
 
     \b
     POST /v1/embeddings              the image file's bytes -> {"id", "height", "width", "cached"}
@@ -59,6 +68,9 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
     POST /v1/embeddings/ID/masks     {"points": [[x, y]], "labels": [1], "box": [x0, y0, x1, y1],
                                      "multimask_output": true} or {"prompts": [...]}
                                      -> {"results": [{"masks": [COCO RLE], "scores", "areas"}]}
+    POST /v1/embeddings/ID/concepts  {"text": "soda can", "boxes": [[x0, y0, x1, y1]], "negative_boxes": [...],
+                                     "confidence_threshold": 0.5} (SAM 3, --text-encoder/--detector)
+                                     -> {"instances": [{"score", "bbox", "area", "segmentation": COCO RLE}]}
     GET  /healthz, GET /metrics      health (JSON) and Prometheus metrics
 
     \b
@@ -75,13 +87,22 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
 
     require_model_file(encoder)
     require_model_file(decoder)
+    if (text_encoder is None) != (detector is None):
+        raise click.UsageError("--text-encoder and --detector go together (SAM 3's concept prompts): give both, or neither")
+    for path in (text_encoder, detector):
+        if path is not None:
+            require_model_file(path)
     require_serve_side()
     if ray_address is None:
         if (encoder_replicas, decoder_replicas) != ((1, 1), (1, 1)):
             raise click.UsageError("--encoder-replicas and --decoder-replicas are for --ray")
         _serve_in_process(encoder, decoder, host, port, cache_size, max_pending, device, runtime, inference_precision,
-                          threads, verbose, cors_origins, log_format == "json")
+                          threads, verbose, cors_origins, log_format == "json",
+                          concept=(text_encoder, detector, concept_cache_size) if text_encoder else None)
         return
+    if text_encoder is not None:
+        raise click.UsageError("concept prompts (--text-encoder, --detector) are served in one process: leave out --ray "
+                               "(on Ray Serve, SAM 3 answers clicks and boxes)")
     from vitdeploy.cli.dataset_jobs import resolve_deployment
     from vitdeploy.cpu_features import available_cores
     from vitdeploy.runtime.apps.datasets.on_ray import start_ray, stop_ray
@@ -123,15 +144,18 @@ def serve(encoder: str, decoder: str, host: str, port: int, cache_size: int, max
 
 def _serve_in_process(encoder: str, decoder: str, host: str, port: int, cache_size: int, max_pending: int, device: str,
                       runtime: str, inference_precision: str | None, threads: int | None, verbose: bool,
-                      cors_origins: tuple[str, ...] = (), json_lines: bool = False) -> None:
+                      cors_origins: tuple[str, ...] = (), json_lines: bool = False,
+                      concept: tuple[str, str, int] | None = None) -> None:
     from pathlib import Path
 
     from vitdeploy.cli.options import echo_deployments, threads_for
     from vitdeploy.runtime.apps.serving.server import Server, log_to_stderr
     from vitdeploy.runtime.apps.serving.service import SamService
 
+    text_encoder, detector, concept_cache_size = concept or (None, None, 4)
     service = SamService(encoder, decoder, runtime=runtime, inference_precision=inference_precision,
-                         threads=threads_for(runtime, threads), device=device, cache_size=cache_size, max_pending=max_pending)
+                         threads=threads_for(runtime, threads), device=device, cache_size=cache_size, max_pending=max_pending,
+                         text_encoder=text_encoder, detector=detector, concept_cache_size=concept_cache_size)
     echo_deployments(*service.runners)
     try:
         server = Server(service, host, port, cors_origins=cors_origins)

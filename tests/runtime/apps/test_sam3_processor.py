@@ -213,3 +213,142 @@ def test_files_of_another_model_or_in_the_wrong_order_are_refused(files, tmp_pat
     other = export_from_recipe("sam3_tiny_text", tmp_path / "other_text.onnx", random_weights=True, seed=SEED + 1).path
     with pytest.raises(InputError, match="two different SAM 3 models"):
         Sam3ImageModel(vision, other, detector, runtime="onnxruntime")
+
+
+def test_one_concept_prompt_is_the_official_calls_in_one_detector_run(files) -> None:
+    """``set_concept_prompt`` (vitdeploy's) leaves the state ``set_text_prompt`` then ``add_geometric_prompt`` per box
+    leave, array for array, running the detector once (what ``segment-concept`` and the server call)."""
+    picture = image(IMAGES[0])
+    for steps, prompt, boxes, labels in (
+            (SCENARIOS["text+positive box"], PROMPTS[0], [[0.4, 0.5, 0.3, 0.4]], [True]),
+            (SCENARIOS["boxes only (+ and -)"], None, [[0.5, 0.5, 0.5, 0.6], [0.2, 0.25, 0.2, 0.3]], [True, False])):
+        want = our_run(ours(files), picture, steps)
+        processor = ours(files)
+        state = processor.set_image(picture)
+        runs = []
+        detect = processor.model.detector.run
+        processor.model.detector.run = lambda feeds: runs.append(1) or detect(feeds)
+        got = processor.set_concept_prompt(state, prompt, boxes, labels)
+        assert runs == [1]
+        for key in ("scores", "boxes", "masks_logits", "masks"):
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+@pytest.fixture(scope="module")
+def concept_server(files, tmp_path_factory: pytest.TempPathFactory):
+    """``vitdeploy serve``'s service with SAM 3's text encoder and detector beside the click pair, on 127.0.0.1."""
+    from tests.runtime.apps.test_sam_service import Client
+    from tests.sam3_fixtures import sam3_tiny_interactive_file
+    from vitdeploy.runtime.apps.serving.server import Server
+    from vitdeploy.runtime.apps.serving.service import SamService
+
+    vocab()
+    vision, text_file, detector = files
+    service = SamService(vision, sam3_tiny_interactive_file(tmp_path_factory), runtime="onnxruntime", threads=1,
+                         text_encoder=text_file, detector=detector, concept_cache_size=1)
+    server = Server(service, "127.0.0.1", 0).start()
+    yield service, Client(server.port)
+    server.stop()
+
+
+def test_serve_answers_concept_prompts_as_the_official_processor(concept_server, official) -> None:
+    """Over real HTTP: an image posted once, then a text and a text with an exemplar box (pixels) at a threshold
+    between the scores: the instances the official ``Sam3Processor`` keeps, scores within 1e-4, masks (COCO RLE)
+    IoU >= 0.99, boxes IoU >= 0.99; the answer validates against /openapi.json; the image's detector features are
+    computed once for both prompts."""
+    import jsonschema
+
+    from tests.runtime.apps.test_sam_service import decode_rle, png_bytes
+
+    service, client = concept_server
+    picture = image(IMAGES[0])
+    height, width = picture.shape[:2]
+    status, _, created = client("POST", "/v1/embeddings", png_bytes(picture))
+    assert status == 200, created
+    schema = client("GET", "/openapi.json")[2]
+    pixel_box = [0.25 * width, 0.3 * height, 0.55 * width, 0.7 * height]  # [0.4, 0.5, 0.3, 0.4] normalized
+    runs_before = service.metrics.value("encoder_runs_total")
+    for steps, body in ((SCENARIOS["text:a person"], {"text": "a person"}),
+                        (SCENARIOS["text+positive box"], {"text": PROMPTS[0], "boxes": [pixel_box]})):
+        ranked = np.sort(official_run(official, picture, steps)["scores"])
+        threshold = float((ranked[3] + ranked[4]) / 2)
+        official.set_confidence_threshold(threshold)
+        try:
+            want = official_run(official, picture, steps)
+        finally:
+            official.set_confidence_threshold(0.0)
+        status, _, answer = client("POST", f"/v1/embeddings/{created['id']}/concepts",
+                                   {**body, "confidence_threshold": threshold})
+        assert status == 200, answer
+        document = {"$ref": "#/components/schemas/ConceptAnswer", "components": schema["components"]}
+        jsonschema.Draft202012Validator(document).validate(answer)
+        instances = answer["instances"]
+        assert len(instances) == len(want["scores"]) == 4
+        np.testing.assert_allclose([i["score"] for i in instances], want["scores"], atol=1e-4)
+        masks = np.stack([decode_rle(i["segmentation"]) for i in instances])[:, None]
+        assert mask_iou(want["masks"], masks).min() >= MASK_IOU_MIN
+        assert box_iou(want["boxes"], np.array([i["bbox_xyxy"] for i in instances])).min() >= BOX_IOU_MIN
+    assert service.metrics.value("encoder_runs_total") - runs_before == 1  # the detector's features, once
+
+
+@pytest.mark.parametrize(("body", "status", "message"), [
+    ({"text": ""}, 400, "text"),
+    ({"text": "dog", "boxes": [[0, 0, 9999, 10]]}, 400, "is not inside"),
+    ({"text": "dog", "boxes": [[50, 50, 10, 10]]}, 400, "positive width and height"),
+    ({"text": "dog", "boxes": [[1, 1, 5, 5]] * 9}, 400, "at most 8 exemplar boxes"),
+    ({"text": "dog", "points": [[1, 1]]}, 400, "a concept prompt has text, boxes"),
+    ({"text": "dog", "confidence_threshold": 2}, 400, "confidence_threshold"),
+    ({"text": "word " * 31}, 400, "takes 33 tokens"),
+], ids=["empty-text", "box-outside", "inverted-box", "too-many-boxes", "unknown-field",
+        "threshold", "long-text"])
+def test_bad_concept_prompts_get_400_in_one_line_and_the_server_stays_up(concept_server, body, status,
+                                                                         message: str) -> None:
+    from tests.runtime.apps.test_sam_service import png_bytes
+
+    _, client = concept_server
+    key = client("POST", "/v1/embeddings", png_bytes(image(IMAGES[1])))[2]["id"]
+    got, _, answer = client("POST", f"/v1/embeddings/{key}/concepts", body)
+    assert got == status and message in answer["error"] and "\n" not in answer["error"], answer
+    assert client("GET", "/healthz")[0] == 200
+
+
+def test_concept_prompts_need_the_files_and_a_cached_image(concept_server, files, tmp_path_factory) -> None:
+    """An unknown id is 404 naming /v1/embeddings; a server started without the text encoder and detector answers 404
+    naming --text-encoder and --detector; one of the two alone is refused before a file is opened."""
+    from tests.runtime.apps.test_sam_service import Client, png_bytes
+    from tests.sam3_fixtures import sam3_tiny_interactive_file
+    from vitdeploy.runtime.apps.serving.server import Server
+    from vitdeploy.runtime.apps.serving.service import SamService
+
+    service, client = concept_server
+    status, _, answer = client("POST", "/v1/embeddings/" + "0" * 32 + "/concepts", {"text": "dog"})
+    assert status == 404 and "/v1/embeddings" in answer["error"], answer
+    assert client("GET", "/healthz")[2]["concepts"]["max_boxes"] == 8
+    vision, text_file, detector = files
+    interactive = sam3_tiny_interactive_file(tmp_path_factory)
+    clicks_only = Server(SamService(vision, interactive, runtime="onnxruntime", threads=1), "127.0.0.1", 0).start()
+    try:
+        other = Client(clicks_only.port)
+        key = other("POST", "/v1/embeddings", png_bytes(image(IMAGES[1])))[2]["id"]
+        status, _, answer = other("POST", f"/v1/embeddings/{key}/concepts", {"text": "dog"})
+        assert status == 404 and "--text-encoder and --detector" in answer["error"], answer
+    finally:
+        clicks_only.stop()
+    with pytest.raises(InputError, match="give both, or neither"):
+        SamService(vision, interactive, runtime="onnxruntime", text_encoder=text_file)
+    with pytest.raises(InputError, match="is SAM 3's detector, not SAM 3's text encoder"):
+        SamService(vision, interactive, runtime="onnxruntime", text_encoder=detector, detector=text_file)
+
+
+def test_serve_takes_the_concept_files_together_and_in_one_process(files, tmp_path_factory) -> None:
+    """``serve --text-encoder`` without ``--detector``, or either with ``--ray``, is a usage error naming the fix,
+    before any file is opened or a cluster started."""
+    from tests.cli_helpers import run
+    from tests.sam3_fixtures import sam3_tiny_interactive_file
+
+    vision, text_file, detector = files
+    pair = ("serve", "-e", str(vision), "-d", str(sam3_tiny_interactive_file(tmp_path_factory)))
+    code, output = run(*pair, "--text-encoder", str(text_file))
+    assert code == 2 and "--text-encoder and --detector go together" in output and "Traceback" not in output, output
+    code, output = run(*pair, "--text-encoder", str(text_file), "--detector", str(detector), "--ray")
+    assert code == 2 and "served in one process: leave out --ray" in output and "Traceback" not in output, output

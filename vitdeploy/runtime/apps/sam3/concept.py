@@ -201,16 +201,20 @@ def check_concept_jobs(jobs: Sequence[ConceptJob], prompts: Sequence[ConceptProm
 
 
 def find_instances(processor, picture: np.ndarray, prompt: ConceptPrompt, image: str = "the image") -> dict:
-    """``Sam3Processor``'s state after ``prompt`` on ``picture``: the text (if any), then each exemplar box."""
-    height, width = picture.shape[:2]
-    boxes = prompt.normalized_boxes(height, width, image)
-    state = processor.set_image(picture)
-    if prompt.text is not None:
-        state = processor.set_text_prompt(state=state, prompt=prompt.text)
-    for box, label in zip(boxes, prompt.labels):
-        state = processor.add_geometric_prompt(box, label, state)
-    return state
+    """``Sam3Processor``'s state after ``prompt`` on ``picture``: the text (if any) and every exemplar box, as
+    ``set_text_prompt`` then ``add_geometric_prompt`` per box leave it (in one detector run)."""
+    boxes = prompt.normalized_boxes(picture.shape[0], picture.shape[1], image)  # refused before the image is encoded
+    return prompt_instances(processor, processor.set_image(picture), prompt, boxes)
+
+
+def prompt_instances(processor, state: dict, prompt: ConceptPrompt, boxes: list[list[float]] | None = None) -> dict:
+    """``prompt`` on an image ``state`` already holds (``Sam3Processor.set_image``'s, or a server's cached features);
+    ``boxes``: the prompt's boxes already normalized (default: normalized here against the state's image)."""
+    if boxes is None:
+        boxes = prompt.normalized_boxes(state["original_height"], state["original_width"])
+    return processor.set_concept_prompt(state, prompt.text, boxes, prompt.labels)
 
 
 __all__ = ["ConceptJob", "ConceptPrompt", "check_concept_jobs", "concept_records", "find_instances",
-           "instances_label_image", "plan_concept_jobs", "prompts_per_image", "read_concept_prompts", "run_concept_job"]
+           "instances_label_image", "plan_concept_jobs", "prompt_instances", "prompts_per_image", "read_concept_prompts",
+           "run_concept_job"]

@@ -13,7 +13,8 @@ The official example runs unchanged but for the line that builds the model::
 they belong together, tokenizes text with CLIP's tokenizer in NumPy and keeps each prompt's text features (a prompt
 is encoded once per model). :class:`Sam3Processor` answers ``set_image``, ``set_image_batch``,
 ``set_text_prompt``, ``add_geometric_prompt``, ``reset_all_prompts`` and ``set_confidence_threshold`` with the
-official meanings and the official state keys; arrays are NumPy where the official returns tensors:
+official meanings and the official state keys (and ``set_concept_prompt``, vitdeploy's: a text and boxes in one
+detector run); arrays are NumPy where the official returns tensors:
 
 - ``state["masks"]`` (N, 1, H, W) bool, ``state["masks_logits"]`` (N, 1, H, W) float32 (the official name; they
   are probabilities: the sigmoid of the upsampled logits), ``state["boxes"]`` (N, 4) float32 x0, y0, x1, y1 in
@@ -334,6 +335,21 @@ class Sam3Processor:
         prompt = state.get("geometric_prompt", {"boxes": [], "labels": []})
         grown = {"boxes": [*prompt["boxes"], checked], "labels": [*prompt["labels"], bool(label)]}
         return self._forward_grounding(state, text, grown)  # a refused prompt (too many boxes) leaves the state as was
+
+    def set_concept_prompt(self, state: dict, prompt: str | None = None, boxes: list | tuple = (),
+                           labels: list | tuple = ()) -> dict:
+        """vitdeploy's, not the official's: a text and/or exemplar boxes (as :meth:`add_geometric_prompt` takes them)
+        at once, in one detector run. The state is the one ``set_text_prompt(prompt)`` and then
+        ``add_geometric_prompt`` for each box leave (each of those runs the detector; only the last run's inputs, the
+        text and every box, decide the result); without a text, the text is "visual", as there."""
+        self._require_image(state)
+        if prompt is None and not boxes:
+            raise InputError("no prompt: give a text and/or exemplar boxes")
+        if len(boxes) != len(labels):
+            raise InputError(f"{len(boxes)} exemplar boxes and {len(labels)} labels: give one label per box")
+        checked = [_check_box(box) for box in boxes]
+        text = self.model.encode_text(VISUAL_PROMPT if prompt is None else prompt)
+        return self._forward_grounding(state, text, {"boxes": checked, "labels": [bool(v) for v in labels]})
 
     def reset_all_prompts(self, state: dict) -> None:
         """Remove the prompts and the results (the image stays)."""

@@ -4,6 +4,7 @@
     POST /v1/embeddings                 the image file's bytes (or JSON {"image": base64}) -> EmbeddingCreated
     GET  /v1/embeddings/{id}            -> EmbeddingInfo (404: never sent, or evicted)
     POST /v1/embeddings/{id}/masks      MasksRequest (one prompt, or {"prompts": [...]}) -> MasksAnswer
+    POST /v1/embeddings/{id}/concepts   ConceptRequest (SAM 3: a text and/or exemplar boxes) -> ConceptAnswer
     GET  /healthz                       -> Health
     GET  /metrics                       Prometheus text (serving/metrics.py)
     GET  /openapi.json, /docs           the schema of all of the above, and its page (Swagger UI)
@@ -39,7 +40,7 @@ from starlette.exceptions import HTTPException
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.serving import schemas
 from vitdeploy.runtime.apps.serving.metrics import content_type
-from vitdeploy.runtime.apps.serving.service import ApiError, Service, parse_prompts
+from vitdeploy.runtime.apps.serving.service import ApiError, Service, parse_concept, parse_prompts
 
 LOG = logging.getLogger("vitdeploy.serve")
 #: The largest request body taken (an image upload); larger ones are answered 413 before they are read.
@@ -260,7 +261,7 @@ def build_api(service: Service, *, cors_origins: tuple[str, ...] | list[str] = (
             message = f"this endpoint takes {allowed}, not {request.method}"
         elif exc.status_code == 404:
             message = (f"no such endpoint {request.method} {printable(request.url.path, 80)}: see /docs "
-                       "(/v1/embeddings, /v1/embeddings/ID/masks, /healthz, /metrics)")
+                       "(/v1/embeddings, /v1/embeddings/ID/masks, /v1/embeddings/ID/concepts, /healthz, /metrics)")
         else:
             message = str(exc.detail)
         return JSONResponse({"error": message}, exc.status_code, exc.headers)
@@ -354,8 +355,17 @@ def build_api(service: Service, *, cors_origins: tuple[str, ...] | list[str] = (
         prompts = parse_prompts(_validated(schemas.MasksRequest, await request.body()).as_dicts())
         return _answer(await run_in_threadpool(service.masks, key, prompts))
 
+    @app.post("/v1/embeddings/{key}/concepts", response_model=schemas.ConceptAnswer, responses=errors, name="concepts",
+              summary="every instance of a concept (SAM 3: text and/or exemplar boxes) in a cached image",
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": {"$ref": _ref("ConceptRequest")}}}}})
+    @_guarded
+    async def concepts(key: str, request: Request) -> Any:
+        prompt, threshold = parse_concept(_validated(schemas.ConceptRequest, await request.body()).as_dicts())
+        return _answer(await run_in_threadpool(service.concepts, key, prompt, threshold))
+
     app.openapi()  # built once here: a schema the models cannot describe fails at start, not at the first /docs
-    _add_schemas(app.openapi_schema, schemas.MasksRequest, schemas.ImageUpload)
+    _add_schemas(app.openapi_schema, schemas.MasksRequest, schemas.ConceptRequest, schemas.ImageUpload)
     return FrontDoor(app, service, tuple(cors_origins))
 
 
@@ -385,7 +395,7 @@ def _validated(model: Any, body: bytes) -> Any:
     try:
         return model.model_validate_json(body or b"null")
     except ValidationError as exc:
-        raise ApiError(400, validation_message(exc.errors())) from None
+        raise ApiError(400, validation_message(exc.errors(), model.__name__)) from None
 
 
 def _image_bytes(body: bytes, content_type: str) -> bytes:
@@ -406,15 +416,21 @@ def _image_bytes(body: bytes, content_type: str) -> bytes:
         raise ApiError(400, "'image' is not valid base64: encode the image file's bytes") from exc
 
 
-def validation_message(errors: list[dict[str, Any]]) -> str:
-    """Pydantic's errors in one line: where the first is (``prompts[1].box``), what it says, and how many more."""
+#: What an unknown field's answer says a request of each model has.
+_FIELDS = {"MasksRequest": "a prompt has points, labels, box, multimask_output (or a batch: prompts)",
+           "ConceptRequest": "a concept prompt has text, boxes, negative_boxes, confidence_threshold"}
+
+
+def validation_message(errors: list[dict[str, Any]], model: str = "MasksRequest") -> str:
+    """Pydantic's errors in one line: where the first is (``prompts[1].box``), what it says, and how many more;
+    ``model``: the request model whose fields an unknown field's answer lists."""
     first = errors[0]
     where, loc = "", tuple(first.get("loc", ()))
     for part in loc[1:] if loc[:1] == ("body",) else loc:
         where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
     message = first.get("msg", "invalid")
     if first.get("type") == "extra_forbidden":
-        message = "unknown field: a prompt has points, labels, box, multimask_output (or a batch: prompts)"
+        message = f"unknown field: {_FIELDS.get(model, _FIELDS['MasksRequest'])}"
     elif first.get("type") == "json_invalid":
         message = f"the body is not JSON ({first.get('ctx', {}).get('error', 'invalid')}): send JSON"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""

@@ -1,10 +1,11 @@
 """The server's Prometheus metrics, kept by ``prometheus_client`` in a registry of their own (one per service).
 
     vitdeploy_requests_total{route,status}      answers by route (healthz, metrics, embeddings, embedding, masks,
-                                                page, unknown) and HTTP status
+                                                concepts, page, unknown) and HTTP status
     vitdeploy_request_seconds{route}            handling time, a histogram (buckets :data:`BUCKETS`)
     vitdeploy_requests_in_flight                requests being answered now (the queue depth of the front door)
-    vitdeploy_encoder_runs_total, vitdeploy_decoder_runs_total, vitdeploy_cache_hits_total
+    vitdeploy_encoder_runs_total, vitdeploy_decoder_runs_total, vitdeploy_detector_runs_total (concept prompts),
+    vitdeploy_cache_hits_total
     vitdeploy_rejected_total{reason}            503s: busy (admission), replica_lost (Ray Serve)
     vitdeploy_cache_embeddings, vitdeploy_cache_capacity, vitdeploy_encodes_in_flight   gauges, read when scraped
 """
@@ -14,8 +15,8 @@ from __future__ import annotations
 #: Latency histogram buckets (seconds) of /metrics.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 #: The counters a service increments with :meth:`Metrics.count`, and their labels.
-COUNTERS = {"requests": ("route", "status"), "encoder_runs": (), "decoder_runs": (), "cache_hits": (),
-            "rejected": ("reason",)}
+COUNTERS = {"requests": ("route", "status"), "encoder_runs": (), "decoder_runs": (), "detector_runs": (),
+            "cache_hits": (), "rejected": ("reason",)}
 #: The gauges set from the service's state when /metrics is scraped.
 GAUGES = ("cache_embeddings", "cache_capacity", "encodes_in_flight", "requests_in_flight")
 

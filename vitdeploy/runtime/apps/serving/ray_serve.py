@@ -160,6 +160,12 @@ class RayFront:
         self.metrics.count("decoder_runs_total", len(prompts))
         return {"id": key, "results": results}
 
+    def concepts(self, key: str, prompt: Any, threshold: float) -> dict[str, Any]:
+        """Concept prompts run in the one-process server (``serve`` without ``--ray``), which holds SAM 3's text
+        encoder and detector beside the vision encoder."""
+        raise ApiError(404, "concept prompts are served in one process: 'vitdeploy serve' without --ray, with "
+                            "--text-encoder and --detector (on Ray Serve: clicks and boxes, POST /v1/embeddings/ID/masks)")
+
     def _unknown(self, key: str) -> ApiError:
         """404 for an id the cache does not hold, saying when a replaced cache replica lost it."""
         restarted = self._call(self.cache.started_at)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from vitdeploy.runtime.apps.serving.service import MAX_PROMPTS
+from vitdeploy.runtime.apps.serving.service import MAX_CONCEPT_BOXES, MAX_PROMPTS
 
 
 class Prompt(BaseModel):
@@ -40,6 +40,26 @@ class MasksRequest(Prompt):
         if self.prompts is not None and self.model_fields_set - {"prompts"}:
             raise ValueError("give one prompt or 'prompts', not both")
         return self
+
+    def as_dicts(self) -> dict:
+        """The request as plain JSON values (what the service parses), fields not sent left out."""
+        return self.model_dump(exclude_unset=True)
+
+
+class ConceptRequest(BaseModel):
+    """The body of ``POST /v1/embeddings/{id}/concepts`` (SAM 3): a text and/or exemplar boxes, in pixels of the
+    original image."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"text": "yellow school bus"}, {"text": "soda can", "boxes": [[40, 60, 90, 180]], "confidence_threshold": 0.4}]})
+
+    text: str | None = Field(None, min_length=1, description="the concept, a noun phrase")
+    boxes: list[tuple[float, float, float, float]] | None = Field(
+        None, max_length=MAX_CONCEPT_BOXES, description="[[x0, y0, x1, y1], ...] positive exemplars")
+    negative_boxes: list[tuple[float, float, float, float]] | None = Field(
+        None, max_length=MAX_CONCEPT_BOXES, description="[[x0, y0, x1, y1], ...] negative exemplars")
+    confidence_threshold: float | None = Field(None, ge=0, le=1, description="keep instances above this score "
+                                                                             "(default 0.5, as Sam3Processor's)")
 
     def as_dicts(self) -> dict:
         """The request as plain JSON values (what the service parses), fields not sent left out."""
@@ -83,6 +103,21 @@ class MasksAnswer(BaseModel):
     results: list[MaskResult] = Field(description="one per prompt, in order")
 
 
+class ConceptInstance(BaseModel):
+    score: float = Field(description="sigmoid(logit) x sigmoid(presence), as Sam3Processor's scores")
+    bbox: tuple[float, float, float, float] = Field(description="[x, y, width, height] in pixels (COCO's)")
+    bbox_xyxy: tuple[float, float, float, float] = Field(description="[x0, y0, x1, y1] in pixels")
+    area: int = Field(description="pixels in the mask")
+    segmentation: CocoRle
+
+
+class ConceptAnswer(BaseModel):
+    id: str
+    prompt: dict = Field(description="the prompt as taken: text, boxes, labels (true: positive)")
+    confidence_threshold: float
+    instances: list[ConceptInstance] = Field(description="every instance above the threshold, in query order")
+
+
 class Health(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -96,5 +131,5 @@ class ErrorBody(BaseModel):
     error: str = Field(description="one line: what is wrong and what to do")
 
 
-__all__ = ["CocoRle", "EmbeddingCreated", "EmbeddingInfo", "ErrorBody", "Health", "ImageUpload", "MaskResult",
-           "MasksAnswer", "MasksRequest", "Prompt"]
+__all__ = ["CocoRle", "ConceptAnswer", "ConceptInstance", "ConceptRequest", "EmbeddingCreated", "EmbeddingInfo",
+           "ErrorBody", "Health", "ImageUpload", "MaskResult", "MasksAnswer", "MasksRequest", "Prompt"]

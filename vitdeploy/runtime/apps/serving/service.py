@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -59,10 +60,12 @@ class ApiError(Exception):
 @dataclass
 class Cached:
     """One cached image: its features by name ((1, C, h, w) float32 each: SAM's embedding, or SAM 2's three arrays)
-    and the original image's (H, W)."""
+    and the original image's (H, W); ``data``: the image file's bytes, kept where a concept side encodes the image
+    its own way on the first concept prompt (``Sam3Processor``'s resize is not the click predictor's)."""
 
     features: dict[str, np.ndarray]
     size: tuple[int, int]
+    data: bytes | None = None
 
 
 class EmbeddingCache:
@@ -172,6 +175,101 @@ def _check_inside(prompt: PromptRequest, size: tuple[int, int], index: int, batc
                                 "give pixels of the original image")
 
 
+# --- concept prompts (SAM 3: every instance of a text and/or exemplar boxes) --------------------------
+
+#: The most exemplar boxes one concept request may carry (the detector file takes its own ``max_boxes`` at most).
+MAX_CONCEPT_BOXES = 64
+
+
+def parse_concept(body: Any):
+    """A concept request -> (:class:`~vitdeploy.runtime.apps.sam3.concept.ConceptPrompt`, confidence threshold);
+    ApiError 400 naming what is wrong. Boxes are [x0, y0, x1, y1] in pixels of the original image."""
+    from vitdeploy.runtime.apps.sam3.concept import ConceptPrompt
+
+    if not isinstance(body, dict):
+        raise ApiError(400, 'the body must be a JSON object: {"text": "...", "boxes": [[x0, y0, x1, y1]]}')
+    unknown = sorted(set(body) - {"text", "boxes", "negative_boxes", "confidence_threshold"})
+    if unknown:
+        raise ApiError(400, f"unknown field(s) {', '.join(unknown)}: a concept prompt has text, boxes, negative_boxes, "
+                            "confidence_threshold")
+    text = body.get("text")
+    if text is not None and (not isinstance(text, str) or not text.strip()):
+        raise ApiError(400, "'text' must be a non-empty string (a noun phrase: \"yellow school bus\")")
+    boxes: list[tuple[float, ...]] = []
+    labels: list[bool] = []
+    for key, label in (("boxes", True), ("negative_boxes", False)):
+        raw = body.get(key)
+        if raw is None:
+            continue
+        array = _numbers(raw, f"'{key}'", (-1, 4))
+        if len(array) > MAX_CONCEPT_BOXES:
+            raise ApiError(400, f"{len(array)} {key.replace('_', ' ')}: send at most {MAX_CONCEPT_BOXES}")
+        boxes += [tuple(float(v) for v in box) for box in array]
+        labels += [label] * len(array)
+    threshold = body.get("confidence_threshold", 0.5)
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
+        raise ApiError(400, "'confidence_threshold' must be a number from 0 to 1")
+    if text is None and not boxes:
+        raise ApiError(400, "give a 'text' and/or exemplar 'boxes' (or 'negative_boxes')")
+    return _as_bad_request(ConceptPrompt, text, tuple(boxes), tuple(labels)), float(threshold)
+
+
+class ConceptSide:
+    """SAM 3's text encoder and detector beside the service's vision encoder: every instance of a concept in a cached
+    image, as ``Sam3Processor`` (the same file, its own image transform) finds them. The image's features for the
+    detector are computed on the first concept prompt of an image and kept in their own cache (full size: 111 MB an
+    image); the encoder side's lock orders the vision runs of both sides."""
+
+    def __init__(self, vision: Any, text: Any, detector: Any, encoder_lock: Any, cache_size: int):
+        from vitdeploy.runtime.apps.sam3.processor import Sam3ImageModel
+
+        self.model = Sam3ImageModel(vision, text, detector)
+        self.names = (_file_name(text), _file_name(detector))
+        self.cache = EmbeddingCache(cache_size)
+        self._encoder_lock = encoder_lock
+        self._lock = threading.Lock()
+
+    def features(self, key: str, item: Cached) -> tuple[dict[str, np.ndarray], bool]:
+        """The image's features for the detector (cached by id) and whether they were computed now."""
+        found = self.cache.get(key)
+        if found is not None:
+            return found.features, False
+        from vitdeploy.runtime.processing.images import decode_image_bytes
+
+        if item.data is None:
+            raise ApiError(404, "this image was cached without its bytes: POST it to /v1/embeddings again")
+        with self._encoder_lock:
+            picture = _as_bad_request(decode_image_bytes, item.data)
+            features = self.model.encode_image(picture)
+        self.cache.put(key, Cached(features, item.size))
+        return features, True
+
+    def check(self, prompt: Any, size: tuple[int, int]) -> list[list[float]]:
+        """Before any model runs: the text tokenizes within the context, the boxes lie inside the image and fit the
+        detector's slots; the boxes normalized as the detector takes them. ApiError 400 naming what is wrong."""
+        from vitdeploy.runtime.apps.sam3.processor import check_text_prompt
+
+        if prompt.text is not None:
+            _as_bad_request(check_text_prompt, prompt.text, self.model.tokenizer, self.model.context_length)
+        if len(prompt.boxes) > self.model.max_boxes:
+            raise ApiError(400, f"{len(prompt.boxes)} exemplar boxes, but the detector file takes at most "
+                                f"{self.model.max_boxes} exemplar boxes")
+        return _as_bad_request(prompt.normalized_boxes, size[0], size[1])
+
+    def instances(self, features: dict[str, np.ndarray], size: tuple[int, int], prompt: Any, boxes: list[list[float]],
+                  threshold: float) -> dict[str, Any]:
+        """Every instance of ``prompt`` (its ``boxes`` as :meth:`check` returned them): score, box, area, COCO RLE
+        mask."""
+        from vitdeploy.runtime.apps.sam3.concept import concept_records, prompt_instances
+        from vitdeploy.runtime.apps.sam3.processor import Sam3Processor
+
+        state = {"original_height": size[0], "original_width": size[1], "backbone_out": features}
+        with self._lock:
+            processor = Sam3Processor(self.model, confidence_threshold=threshold)
+            state = _as_bad_request(prompt_instances, processor, state, prompt, boxes)
+        return {"prompt": prompt.to_dict(), "confidence_threshold": threshold, "instances": concept_records(state)}
+
+
 # --- the service ------------------------------------------------------------------------------------
 
 class EncoderSide:
@@ -186,7 +284,10 @@ class EncoderSide:
         self.name = _file_name(encoder)
         #: What embedding ids are salted with: the encoder file's SHA-256 (the runner's name for a Runner without a file).
         self.identity = model_digest(encoder.path) if getattr(encoder, "path", None) else encoder.name
-        self._lock = threading.Lock()
+        #: One vision run at a time, a concept side's too.
+        self.lock = threading.Lock()
+        #: Keep each image's bytes in its cache entry (a concept side encodes them its own way).
+        self.keep_bytes = False
 
     def embedding_id(self, data: bytes) -> str:
         return hashlib.sha256(self.identity.encode() + b"\0" + data).hexdigest()[:32]
@@ -197,10 +298,10 @@ class EncoderSide:
         admission limit bounds the waiting ones, which hold only their compressed bytes."""
         from vitdeploy.runtime.processing.images import decode_image_bytes
 
-        with self._lock:
+        with self.lock:
             picture = _as_bad_request(decode_image_bytes, data)
             features = self.features_of(picture)
-        return Cached(features, (int(picture.shape[0]), int(picture.shape[1])))
+        return Cached(features, (int(picture.shape[0]), int(picture.shape[1])), data if self.keep_bytes else None)
 
 
 class DecoderSide:
@@ -279,12 +380,17 @@ class SamService:
 
     def __init__(self, encoder: Any, decoder: Any, *, options: OpenOptions | None = None, runtime: str = "auto",
                  inference_precision: str | None = None, threads: int | None = None, device: str = "cpu",
-                 cache_size: int = 64, max_pending: int = 4):
+                 cache_size: int = 64, max_pending: int = 4, text_encoder: Any = None, detector: Any = None,
+                 concept_cache_size: int = 4):
         from vitdeploy.runtime.apps.predictors import check_prompt_pair_files
         from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
 
         o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
         check_prompt_pair_files(encoder, decoder)
+        if (text_encoder is None) != (detector is None):
+            raise InputError("concept prompts need SAM 3's text encoder and detector together: give both, or neither")
+        if text_encoder is not None:
+            check_concept_files(encoder, text_encoder, detector)
         enc = as_runner(encoder, o)
         dec = as_runner(decoder, o.for_part())
         self.metrics = Metrics()
@@ -292,6 +398,12 @@ class SamService:
         self.encoder, self.decoder = EncoderSide(enc), DecoderSide(dec, enc.metadata)
         self.runners = (enc, dec)
         self.cache = EmbeddingCache(cache_size)
+        #: SAM 3's text encoder and detector, for concept prompts (None: clicks and boxes only).
+        self.concept = None
+        if text_encoder is not None:
+            self.concept = ConceptSide(enc, as_runner(text_encoder, o.for_part()), as_runner(detector, o.for_part()),
+                                       self.encoder.lock, concept_cache_size)
+            self.encoder.keep_bytes = True
         self.started = time.time()
 
     def encode(self, data: bytes) -> dict[str, Any]:
@@ -323,6 +435,24 @@ class SamService:
         self.metrics.count("decoder_runs_total", len(prompts))
         return {"id": key, "results": results}
 
+    def concepts(self, key: str, prompt: Any, threshold: float) -> dict[str, Any]:
+        """Every instance of a concept prompt in a cached image (404 where this service has no detector)."""
+        if self.concept is None:
+            raise ApiError(404, "this server has no SAM 3 text encoder and detector: start it with --text-encoder and "
+                                "--detector for concept prompts (clicks and boxes: POST /v1/embeddings/ID/masks)")
+        item = self._cached(key)
+        boxes = self.concept.check(prompt, item.size)
+        found = self.concept.cache.get(key)
+        if found is None:
+            with self.admission:  # a vision run, admitted as an upload's
+                features, _ = self.concept.features(key, item)
+            self.metrics.count("encoder_runs_total")
+        else:
+            features = found.features
+        answer = self.concept.instances(features, item.size, prompt, boxes, threshold)
+        self.metrics.count("detector_runs_total")
+        return {"id": key, **answer}
+
     def _cached(self, key: str) -> Cached:
         item = self.cache.get(key)
         if item is None:
@@ -336,6 +466,9 @@ class SamService:
                 "variant": self.decoder.predictor.variant, "encoder_runtime": enc.name, "decoder_runtime": dec.name,
                 "deployment": chosen.describe() if chosen is not None else None,
                 "max_points": self.decoder.predictor.max_prompt_points,
+                "concepts": None if self.concept is None else {"text_encoder": self.concept.names[0],
+                                                               "detector": self.concept.names[1],
+                                                               "max_boxes": self.concept.model.max_boxes},
                 "uptime_s": round(time.time() - self.started, 1)}
 
     def metrics_text(self) -> str:
@@ -346,6 +479,17 @@ class SamService:
 def unknown_id(key: str, capacity: int) -> ApiError:
     return ApiError(404, f"no embedding with id '{key[:40]}' (never sent, or evicted from the cache of {capacity}): "
                          "POST the image to /v1/embeddings again")
+
+
+def check_concept_files(encoder: Any, text_encoder: Any, detector: Any) -> None:
+    """Before any file is opened: ``.onnx`` files that are SAM 3's vision encoder, text encoder and detector of one
+    model (a Runner is checked once open, by the model it joins)."""
+    from vitdeploy.metadata import read_onnx_metadata
+    from vitdeploy.runtime.apps.sam3.processor import check_sam3_files
+
+    paths = (encoder, text_encoder, detector)
+    if all(isinstance(p, (str, os.PathLike)) and str(p).lower().endswith(".onnx") for p in paths):
+        check_sam3_files(*(read_onnx_metadata(p) for p in paths))
 
 
 def _file_name(runner: Any) -> str:
@@ -370,9 +514,11 @@ class Service(Protocol):
     def embedding(self, key: str) -> Cached: ...
     def browser_decoder(self) -> dict[str, Any] | None: ...
     def masks(self, key: str, prompts: list[PromptRequest]) -> dict[str, Any]: ...
+    def concepts(self, key: str, prompt: Any, threshold: float) -> dict[str, Any]: ...
     def health(self) -> dict[str, Any]: ...
     def metrics_text(self) -> str: ...
 
 
-__all__ = ["Admission", "ApiError", "Cached", "DecoderSide", "EncoderSide", "EmbeddingCache", "MAX_PROMPTS", "PromptRequest",
-           "SamService", "Service", "parse_prompts", "unknown_id"]
+__all__ = ["Admission", "ApiError", "Cached", "ConceptSide", "DecoderSide", "EncoderSide", "EmbeddingCache",
+           "MAX_CONCEPT_BOXES", "MAX_PROMPTS", "PromptRequest", "SamService", "Service", "check_concept_files",
+           "parse_concept", "parse_prompts", "unknown_id"]
