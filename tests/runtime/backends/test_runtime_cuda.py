@@ -110,6 +110,21 @@ def test_cli_validate_on_cuda_timm_vit(tmp_path: Path) -> None:
     assert "NOT verified" in _validate_on_cuda(_export(tmp_path, str(recipe), "vit"))  # validate is the check, so it runs
 
 
+@pytest.mark.parametrize("recipe", ["sam3_tiny", "sam3_tiny_text", "sam3_tiny_interactive"])
+def test_cli_validate_on_cuda_sam3_parts_verified_on_an_h200(tmp_path: Path, recipe: str) -> None:
+    """SAM 3's vision encoder (and its FP16 file), text encoder and interactive decoder: verified on CUDA from full-size
+    runs on an H200 (2026-11-28), so ``--device cuda`` runs them without --allow-unverified, within the budgets."""
+    pytest.importorskip("sam3", reason="the official sam3 package is not installed")
+    model = _export(tmp_path, recipe, recipe)
+    images = ("--images", str(IMAGES)) if recipe == "sam3_tiny" else ()
+    assert "NOT verified" not in _validate_on_cuda(model, *images)
+    if recipe == "sam3_tiny":
+        fp16 = tmp_path / "sam3_tiny.fp16.onnx"
+        code, output = run("calibrate", str(model), "-p", "fp16", "-o", str(fp16), "--holdout", "2", "--no-eager")
+        assert code == 0, output
+        assert "NOT verified" not in _validate_on_cuda(fp16, *images)
+
+
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
 def test_cli_calibrated_files_validate_on_cuda(tmp_path: Path, precision: str) -> None:
     fp32 = _export(tmp_path, "sam_tiny", "encoder")
