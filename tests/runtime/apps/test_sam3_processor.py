@@ -352,3 +352,49 @@ def test_serve_takes_the_concept_files_together_and_in_one_process(files, tmp_pa
     assert code == 2 and "--text-encoder and --detector go together" in output and "Traceback" not in output, output
     code, output = run(*pair, "--text-encoder", str(text_file), "--detector", str(detector), "--ray")
     assert code == 2 and "served in one process: leave out --ray" in output and "Traceback" not in output, output
+
+
+def test_the_page_finds_every_instance_of_a_text(concept_server, tmp_path: Path) -> None:
+    """In a real browser (headless Chromium): the page of a SAM 3 server with the concept files offers "Find every
+    instance"; a text typed there shows every instance the API answers for the same image and prompt, the best one's
+    mask equal to the API's, one candidate button per instance; downloaded, its record carries the concept prompt."""
+    from PIL import Image
+
+    from tests.runtime.apps.test_sam_service import decode_rle
+    from tests.runtime.apps.test_serve_page import ARTIFACTS, _browser_or_skip, _page_mask, _settled, _state, _wait
+
+    _, client = concept_server
+    Image.fromarray(image(IMAGES[1])).save(tmp_path / "shapes.png")
+    data = (tmp_path / "shapes.png").read_bytes()
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    browser = _browser_or_skip(downloads)
+    try:
+        browser.get(client.base + "/")
+        _wait(browser, lambda b: b.find_element("id", "concept").is_displayed(), "offer concept prompts")
+        browser.find_element("id", "file").send_keys(str(tmp_path / "shapes.png"))
+        _wait(browser, lambda b: _state(b) == "ready" and b.find_element("id", "find").is_enabled(), "encode the image")
+        threshold = browser.find_element("id", "concept-threshold")
+        threshold.clear()
+        threshold.send_keys("0")
+        browser.find_element("id", "concept-text").send_keys("a person")
+        browser.find_element("id", "find").click()
+        _settled(browser, 1)
+        key = client("POST", "/v1/embeddings", data)[2]["id"]  # the page's upload: the same bytes, the same id
+        status, _, answer = client("POST", f"/v1/embeddings/{key}/concepts", {"text": "a person", "confidence_threshold": 0})
+        assert status == 200, answer
+        instances = answer["instances"]
+        assert browser.execute_script("return window.vitdeployPage.instances()") == len(instances) == 8
+        assert browser.execute_script("return window.vitdeployPage.conceptBody()") == {"text": "a person",
+                                                                                       "confidence_threshold": 0}
+        best = max(range(len(instances)), key=lambda k: instances[k]["score"])
+        assert np.array_equal(_page_mask(browser), decode_rle(instances[best]["segmentation"]))
+        assert len(browser.find_elements("css selector", "#candidates button")) == len(instances)
+        browser.find_element("id", "download-rle").click()
+        _wait(browser, lambda b: (downloads / "shapes.mask.json").is_file(), "download the instance")
+        record = __import__("json").loads((downloads / "shapes.mask.json").read_text())
+        assert record["prompt"]["text"] == "a person" and record["segmentation"] == instances[best]["segmentation"]
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        assert browser.save_screenshot(str(ARTIFACTS / "serve-page-concepts.png"))
+    finally:
+        browser.quit()

@@ -1,7 +1,8 @@
 // vitdeploy's page: open an image, click points or drag a box, see SAM's mask. Plain JavaScript, no build step and
 // nothing from a CDN. The server encodes the image once (POST /v1/embeddings) and decodes every prompt on its cached
 // embedding (POST /v1/embeddings/ID/masks); masks come back as COCO RLE, decoded by rle.js. For a SAM decoder that
-// is one .onnx file, the page can decode in the browser instead (browser_decoder.js, onnxruntime-web).
+// is one .onnx file, the page can decode in the browser instead (browser_decoder.js, onnxruntime-web). A SAM 3
+// server with its text encoder and detector also finds every instance of a text (POST /v1/embeddings/ID/concepts).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -17,7 +18,10 @@ const state = {
   points: [],           // [{x, y, label}]
   box: null,            // [x0, y0, x1, y1] or null
   history: [],          // undo stack: snapshots of {points, box}
-  answer: null,         // the last masks answer's first result: {masks, scores, areas}
+  answer: null,         // the last answer shown: {masks, scores, areas} (a masks answer's first result, or instances)
+  kind: "masks",        // what the answer is: "masks" (candidates for the prompt) or "concept" (every instance)
+  conceptBody: null,    // the last concept request sent
+  concepts: false,      // whether the server finds concepts (/healthz's concepts)
   chosen: 0,            // which candidate mask is shown
   mask: null,           // Uint8Array, row-major height x width, of the chosen mask
   drag: null,           // {x, y, sx, sy} while the mouse is down
@@ -65,6 +69,8 @@ async function describeServer() {
       (runtime ? ` · encoder on ${runtime}` : "") + (data.decoder_runtime ? ` · decoder on ${data.decoder_runtime}` : "");
     state.browserFacts = data.browser_decoder || null;
     $("where").hidden = !state.browserFacts;
+    state.concepts = Boolean(data.concepts);
+    $("concept").hidden = !state.concepts;
   } catch (error) {
     $("model").textContent = `the server did not answer /healthz (${error.message})`;
   }
@@ -111,7 +117,8 @@ function fit() {
 window.addEventListener("resize", () => { if (state.image) fit(); });
 
 function reset() {
-  Object.assign(state, {points: [], box: null, history: [], answer: null, chosen: 0, mask: null});
+  Object.assign(state, {points: [], box: null, history: [], answer: null, chosen: 0, mask: null, kind: "masks",
+                        conceptBody: null});
   showCandidates();
   updateButtons();
 }
@@ -157,6 +164,7 @@ async function decode() {
     const {step, result, answer} = await (state.where === "browser" ? decodeInBrowser(body) : decodeOnServer(body));
     if (number !== state.request) return;  // a newer click's answer is on its way
     state.answer = answer;
+    state.kind = "masks";
     const scores = state.answer.scores;
     choose(scores.indexOf(Math.max(...scores)));
     showTiming(step, result);
@@ -182,9 +190,10 @@ function showCandidates() {
   const box = $("candidates");
   box.replaceChildren();
   if (!state.answer) { box.innerHTML = '<p class="note">none yet</p>'; return; }
+  const what = state.kind === "concept" ? "instance" : "mask";
   state.answer.scores.forEach((score, k) => {
     const button = document.createElement("button");
-    button.textContent = `mask ${k + 1}: score ${score.toFixed(3)}, ${state.answer.areas[k]} px`;
+    button.textContent = `${what} ${k + 1}: score ${score.toFixed(3)}, ${state.answer.areas[k]} px`;
     button.classList.toggle("chosen", k === state.chosen);
     button.onclick = () => choose(k);
     box.append(button);
@@ -192,6 +201,7 @@ function showCandidates() {
 }
 
 function updateButtons() {
+  $("find").disabled = !state.id || !state.concepts;
   $("undo").disabled = state.history.length === 0;
   $("clear").disabled = !state.points.length && !state.box;
   $("download-png").disabled = $("download-rle").disabled = !state.mask;
@@ -201,9 +211,27 @@ function updateButtons() {
 
 const overlay = document.createElement("canvas");
 
+// Instances' colours (the chosen one is drawn over them in the masks' blue, stronger).
+const PALETTE = [[230, 159, 0], [0, 158, 115], [204, 121, 167], [240, 228, 66], [86, 180, 233], [213, 94, 0]];
+
+function paint(masks, colours) {
+  overlay.width = state.width;
+  overlay.height = state.height;
+  const pixels = new ImageData(state.width, state.height);
+  masks.forEach((mask, m) => {
+    for (let k = 0; k < mask.length; k++) if (mask[k]) pixels.data.set(colours[m], 4 * k);
+  });
+  overlay.getContext("2d").putImageData(pixels, 0, 0);
+  context.drawImage(overlay, 0, 0);
+}
+
 function draw() {
   if (!state.image) return;
   context.drawImage(state.image, 0, 0, state.width, state.height);
+  if (state.kind === "concept" && state.answer) {
+    const others = state.answer.masks.filter((_, k) => k !== state.chosen);
+    paint(others, others.map((_, k) => [...PALETTE[k % PALETTE.length], 110]));
+  }
   if (state.mask) {
     overlay.width = state.width;
     overlay.height = state.height;
@@ -317,10 +345,53 @@ $("download-png").onclick = () => {
 };
 $("download-rle").onclick = () => {
   const rle = state.answer.rles ? state.answer.rles[state.chosen] : cocoRleEncode(state.mask, state.height, state.width);
-  const record = {image: state.name, prompt: prompt(), segmentation: rle, decoded_in: state.where,
+  const asked = state.kind === "concept" ? state.conceptBody : prompt();
+  const record = {image: state.name, prompt: asked, segmentation: rle, decoded_in: state.where,
                   score: state.answer.scores[state.chosen], area: state.answer.areas[state.chosen]};
   save(new Blob([JSON.stringify(record, null, 1)], {type: "application/json"}), `${state.name}.mask.json`);
 };
+
+// --- every instance of a concept (SAM 3) ---------------------------------------------------------------------
+
+async function find() {
+  const text = $("concept-text").value.trim();
+  const body = {confidence_threshold: Number($("concept-threshold").value)};
+  if (text) body.text = text;
+  if (state.box) body.boxes = [state.box];
+  if (!text && !state.box) { say("type a concept (or draw an exemplar box) to find", true); return; }
+  const number = ++state.request;
+  document.body.dataset.state = "decoding";
+  say(`finding every instance of ${text ? `"${text}"` : "the box's object"}…`);
+  try {
+    const result = await call("POST", `v1/embeddings/${state.id}/concepts`, JSON.stringify(body), "application/json");
+    if (number !== state.request) return;
+    const instances = result.data.instances;
+    state.kind = "concept";
+    state.conceptBody = body;
+    state.answer = instances.length ? {masks: instances.map((i) => cocoRleDecode(i.segmentation)),
+                                       rles: instances.map((i) => i.segmentation), scores: instances.map((i) => i.score),
+                                       areas: instances.map((i) => i.area)} : null;
+    showTiming("find (server)", result);
+    state.answered += 1;
+    if (state.answer) {
+      choose(state.answer.scores.indexOf(Math.max(...state.answer.scores)));
+    } else {
+      state.mask = null;
+      showCandidates();
+      draw();
+      updateButtons();
+    }
+    say(`${instances.length} instance(s) above ${body.confidence_threshold}`);
+    document.body.dataset.state = "ready";
+  } catch (error) {
+    if (number !== state.request) return;
+    say(error.message, true);
+    document.body.dataset.state = "error";
+  }
+}
+
+$("find").onclick = find;
+$("concept-text").addEventListener("keydown", (event) => { if (event.key === "Enter" && !$("find").disabled) find(); });
 
 // --- where prompts are decoded ------------------------------------------------------------------------------
 
@@ -368,6 +439,9 @@ window.vitdeployPage = {
   encodeRle: (bits, height, width) => cocoRleEncode(Uint8Array.from(bits, (c) => c === "1" ? 1 : 0), height, width),
   where: () => state.where,
   answerScores: () => (state.answer ? Array.from(state.answer.scores) : null),
+  kind: () => state.kind,
+  instances: () => (state.kind === "concept" ? (state.answer ? state.answer.scores.length : 0) : null),
+  conceptBody: () => state.conceptBody,
 };
 
 describeServer();
