@@ -60,6 +60,11 @@ WHOLE_GRAPH_BYTES = 48 << 20
 CUTOFF = 1.8
 #: Timed runs per candidate after its warm-up (the minimum is kept: the least disturbed run on a shared machine).
 TIMED_RUNS = 2
+#: A candidate whose timed run took more than this many times the fastest candidate's best so far is not run again:
+#: another run cannot win it the choice (run-to-run noise on these machines is 10-25 %). SAM ViT-B's blocks 0 and 2
+#: at 1024 on an AMD EPYC Zen 4, 2 threads: OpenVINO f32 1000-1113 ms and ONNX Runtime 1196 ms against OpenVINO
+#: BF16's 538-550 ms, each timed twice before.
+BEHIND = 1.5
 #: A candidate whose warm-up took longer than this (ms) is timed once: a second run of seconds costs more than its
 #: noise can change (SAM 2's memory attention over a full bank on an AMD EPYC Zen 4, 2 threads: 3-5 s a run, 58 s to
 #: probe with two timed runs and the threads step, 28.5 s with one and without).
@@ -383,7 +388,8 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
     The reference (the file's math on ONNX Runtime, where it is a candidate) runs its warm-up first; every other
     candidate is held to its budget against it right after its own warm-up, and one that misses is not timed. A
     candidate that holds it is timed unless its warm-up is behind the best warm-up of those that held by more than
-    :data:`CUTOFF`; the reference is timed last, by the same rule. ``fewer_threads``: then the fastest once more at
+    :data:`CUTOFF`; the reference is timed last, by the same rule. A timed run :data:`BEHIND` the fastest so far is
+    not repeated. ``fewer_threads``: then the fastest once more at
     half its threads (the threads axis, one candidate more), where it can win (:data:`SHORT_RUN_MS`). A candidate
     whose warm-up is longer than :data:`LONG_RUN_MS` is timed once.
     ``on_start(i)`` is called before candidate ``i`` is opened (the extra one is ``len(candidates)``); the part is
@@ -422,11 +428,9 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
                 if timing.reason:
                     return  # over its budget: no speed makes up for it
                 if timed and (not cutoff or timing.warmup_ms <= CUTOFF * best_warmup):
-                    runs = []
-                    for _ in range(TIMED_RUNS if timing.warmup_ms < LONG_RUN_MS else 1):
-                        t0 = time.perf_counter()
-                        runner.run(part.feeds)
-                        runs.append((time.perf_counter() - t0) * 1e3)
+                    fastest = min((t.best_ms for t in timings if t.best_ms is not None and not t.reason), default=None)
+                    runs = timed_runs(lambda: runner.run(part.feeds), TIMED_RUNS if timing.warmup_ms < LONG_RUN_MS else 1,
+                                      fastest)
                     timing.best_ms = min(runs)
                 best_warmup = min(best_warmup, timing.warmup_ms)
             finally:
@@ -455,6 +459,19 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
                 timings.append(Timing(fewer))
                 run_one(len(candidates), timings[-1], part, timed=True)
     return timings, part.what
+
+
+def timed_runs(run: Any, count: int, fastest_ms: float | None = None, clock: Any = time.perf_counter) -> list[float]:
+    """Up to ``count`` timed runs of ``run`` (milliseconds each); it stops after a run more than :data:`BEHIND` times
+    ``fastest_ms`` (the fastest candidate's best so far): so far behind, another run cannot win the choice."""
+    runs: list[float] = []
+    for _ in range(count):
+        t0 = clock()
+        run()
+        runs.append((clock() - t0) * 1e3)
+        if fastest_ms is not None and runs[-1] > BEHIND * fastest_ms:
+            break
+    return runs
 
 
 def _shares_cores() -> bool:
@@ -691,7 +708,7 @@ def decide(model: str | Path, metadata: dict[str, Any], threads: int | None = No
     return replace(chosen, source=f"probe: {source}")
 
 
-__all__ = ["CUTOFF", "DECISION_FORMAT", "LONG_RUN_MS", "SHORT_RUN_MS", "PROBE_ENV", "WHOLE_GRAPH_BYTES", "Decision", "Eligible", "ProbePart", "Timing",
+__all__ = ["BEHIND", "CUTOFF", "DECISION_FORMAT", "LONG_RUN_MS", "SHORT_RUN_MS", "PROBE_ENV", "WHOLE_GRAPH_BYTES", "Decision", "Eligible", "ProbePart", "Timing", "timed_runs",
            "cached_decisions", "decide", "decision_key", "decision_path", "eligible", "file_identity", "probe", "probe_enabled", "probe_part",
            "read_decision", "write_decision"]
 
