@@ -36,31 +36,16 @@ import numpy as np
 FP16_MAX = 65504.0
 
 
-def _timed(fn: Callable[[], Any], runs: int, warmup: int) -> dict[str, float]:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return {"median_ms": round(float(np.median(times)), 3), "p90_ms": round(float(np.percentile(times, 90)), 3),
-            "runs": runs}
-
-
 def _compare(refs: list[dict[str, np.ndarray]], outs: list[dict[str, np.ndarray]]) -> dict[str, dict[str, float]]:
-    """Per output: the worst cosine and relative L2 over the inputs, and the non-finite values in all of them."""
+    """Per output (:func:`vitdeploy.parity.compare`'s metrics): the worst cosine and relative L2 over the inputs, and
+    the non-finite values in all of them."""
+    from vitdeploy.parity import compare
+
     result: dict[str, dict[str, float]] = {}
     for name in refs[0]:
-        cosines, rels, bad = [], [], 0
-        for ref, out in zip(refs, outs):
-            a, b = ref[name].astype(np.float64).ravel(), out[name].astype(np.float64).ravel()
-            bad += int((~np.isfinite(b)).sum())
-            b = np.nan_to_num(b, nan=0.0, posinf=0.0, neginf=0.0)
-            denom = np.linalg.norm(a) * np.linalg.norm(b)
-            cosines.append(float(a @ b / denom) if denom else 0.0)
-            rels.append(float(np.linalg.norm(a - b) / np.linalg.norm(a)))
-        result[name] = {"cosine": min(cosines), "rel_l2": max(rels), "nonfinite": bad}
+        metrics = [compare(ref[name], out[name], label=name) for ref, out in zip(refs, outs)]
+        result[name] = {"cosine": min(m.cosine for m in metrics), "rel_l2": max(m.rel_l2 for m in metrics),
+                        "nonfinite": sum(m.nan_count + m.inf_count for m in metrics)}
     return result
 
 
@@ -85,6 +70,7 @@ def main() -> None:
     from vitdeploy.precision.calibration_data import bundled_calibration_dir, preprocessor_for
     from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
     from vitdeploy.runtime.processing.images import read_image_rgb
+    from vitdeploy.validation.latency import measure_latency
     from vitdeploy.validation.torch_runner import TorchRunner
 
     class WholeModule(nn.Module):
@@ -203,8 +189,11 @@ def main() -> None:
             runner = make()
             outs = [runner.run(f) for f in feeds_list]
             parity = _compare(refs, outs)
-            timing = {"median_ms": float("nan"), "p90_ms": float("nan"), "runs": 0} if label in untimed else \
-                _timed(lambda: runner.run(feeds_list[0]), args.runs, args.warmup)
+            if label in untimed:
+                timing = {"median_ms": float("nan"), "p90_ms": float("nan"), "runs": 0}
+            else:  # host to host: every runner copies the input in and the outputs out, synchronized
+                stats = measure_latency(lambda: runner.run(feeds_list[0]), label, args.runs, args.warmup)
+                timing = {"median_ms": round(stats.median_ms, 3), "p90_ms": round(stats.p90_ms, 3), "runs": stats.runs}
             entry = {"worst_cosine": min(p["cosine"] for p in parity.values()),
                      "worst_rel_l2": max(p["rel_l2"] for p in parity.values()),
                      "nonfinite": sum(p["nonfinite"] for p in parity.values()), "outputs": parity, **timing}

@@ -97,8 +97,8 @@ def serve(encoder: str, decoder: str, text_encoder: str | None, detector: str | 
         if (encoder_replicas, decoder_replicas) != ((1, 1), (1, 1)):
             raise click.UsageError("--encoder-replicas and --decoder-replicas are for --ray")
         _serve_in_process(encoder, decoder, host, port, cache_size, max_pending, device, runtime, inference_precision,
-                          threads, verbose, cors_origins, log_format == "json",
-                          concept=(text_encoder, detector, concept_cache_size) if text_encoder else None)
+                          threads, verbose, cors_origins, log_format == "json", text_encoder=text_encoder,
+                          detector=detector, concept_cache_size=concept_cache_size)
         return
     if text_encoder is not None:
         raise click.UsageError("concept prompts (--text-encoder, --detector) are served in one process: leave out --ray "
@@ -144,15 +144,14 @@ def serve(encoder: str, decoder: str, text_encoder: str | None, detector: str | 
 
 def _serve_in_process(encoder: str, decoder: str, host: str, port: int, cache_size: int, max_pending: int, device: str,
                       runtime: str, inference_precision: str | None, threads: int | None, verbose: bool,
-                      cors_origins: tuple[str, ...] = (), json_lines: bool = False,
-                      concept: tuple[str, str, int] | None = None) -> None:
+                      cors_origins: tuple[str, ...] = (), json_lines: bool = False, *, text_encoder: str | None,
+                      detector: str | None, concept_cache_size: int) -> None:
     from pathlib import Path
 
     from vitdeploy.cli.options import echo_deployments, threads_for
     from vitdeploy.runtime.apps.serving.server import Server, log_to_stderr
     from vitdeploy.runtime.apps.serving.service import SamService
 
-    text_encoder, detector, concept_cache_size = concept or (None, None, 4)
     service = SamService(encoder, decoder, runtime=runtime, inference_precision=inference_precision,
                          threads=threads_for(runtime, threads), device=device, cache_size=cache_size, max_pending=max_pending,
                          text_encoder=text_encoder, detector=detector, concept_cache_size=concept_cache_size)

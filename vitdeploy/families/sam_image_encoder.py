@@ -76,9 +76,9 @@ class SamImageEncoder(ModelFamily):
              + (" with a dynamic batch" if options.dynamic_batch else ""))
         metadata = artifact_metadata(
             family=self.name, variant=recipe.variant, input_size=size, pixel_mean=recipe.pixel_mean,
-            pixel_std=recipe.pixel_std, architecture=arch.to_dict(), **options.provenance(), dynamic_batch=options.dynamic_batch,
-            input_name=recipe.input_name, output_name=recipe.output_name, layernorm2d=layernorm2d,
-            target=options.target,
+            pixel_std=recipe.pixel_std, architecture=arch.to_dict(), **options.provenance(),
+            dynamic_batch=options.dynamic_batch, input_name=recipe.input_name, output_name=recipe.output_name,
+            layernorm2d=layernorm2d, target=options.target,
         )
         return export_sam_image_encoder(
             model, output, metadata=metadata, input_size=size, batch=options.batch, dynamic_batch=options.dynamic_batch,

@@ -65,8 +65,8 @@ class TimmVit(TimmFamily):
         echo(f"exporting {recipe.name} ({recipe.variant}) at {size}x{size}, output '{kind}'"
              + (" with a dynamic batch" if options.dynamic_batch else ""))
         metadata = artifact_metadata(
-            family=self.name, variant=recipe.variant, input_size=size, pixel_mean=mean, pixel_std=std, architecture=arch.to_dict(),
-            **options.provenance(), output=kind, data_config=config, dynamic_batch=options.dynamic_batch,
+            family=self.name, variant=recipe.variant, input_size=size, pixel_mean=mean, pixel_std=std,
+            architecture=arch.to_dict(), **options.provenance(), output=kind, data_config=config, dynamic_batch=options.dynamic_batch,
             input_name=recipe.input_name, output_name=kind,
         )
         return export_timm_vit(model, output, metadata=metadata, input_size=size, output=kind,  # type: ignore[arg-type]

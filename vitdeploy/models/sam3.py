@@ -301,6 +301,6 @@ def load_sam3_text(arch: Sam3TextArch, checkpoint: str | Path | None = None, *, 
                                  select=lambda state: select_under(state, TEXT_CHECKPOINT_PREFIXES))
 
 
-__all__ = ["ArchTable", "GridArchTable", "SAM3_INSTALL_HINT", "missing_sam3", "Sam3TextArch", "Sam3VisionArch", "Sam3VisionParts",
+__all__ = ["ArchTable", "GridArchTable", "SAM3_INSTALL_HINT", "Sam3TextArch", "Sam3VisionArch", "Sam3VisionParts",
            "build_sam3_text", "build_sam3_vision", "load_official_weights", "load_sam3_text", "load_sam3_vision", "load_sam3_vision_parts",
-           "read_weights", "select_under", "vision_backbone_at_size"]
+           "missing_sam3", "read_weights", "select_under", "vision_backbone_at_size"]

@@ -358,6 +358,8 @@ def test_the_page_finds_every_instance_of_a_text(concept_server, tmp_path: Path)
     """In a real browser (headless Chromium): the page of a SAM 3 server with the concept files offers "Find every
     instance"; a text typed there shows every instance the API answers for the same image and prompt, the best one's
     mask equal to the API's, one candidate button per instance; downloaded, its record carries the concept prompt."""
+    import json
+
     from PIL import Image
 
     from tests.runtime.apps.test_sam_service import decode_rle
@@ -392,7 +394,7 @@ def test_the_page_finds_every_instance_of_a_text(concept_server, tmp_path: Path)
         assert len(browser.find_elements("css selector", "#candidates button")) == len(instances)
         browser.find_element("id", "download-rle").click()
         _wait(browser, lambda b: (downloads / "shapes.mask.json").is_file(), "download the instance")
-        record = __import__("json").loads((downloads / "shapes.mask.json").read_text())
+        record = json.loads((downloads / "shapes.mask.json").read_text())
         assert record["prompt"]["text"] == "a person" and record["segmentation"] == instances[best]["segmentation"]
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         assert browser.save_screenshot(str(ARTIFACTS / "serve-page-concepts.png"))

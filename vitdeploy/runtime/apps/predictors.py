@@ -80,6 +80,17 @@ def check_prompt_pair_files(encoder: Any, decoder: Any) -> None:
         check_artifact_pair(enc, dec)
 
 
+def check_concept_files(encoder: Any, text_encoder: Any, detector: Any) -> None:
+    """Raise InputError unless the ``.onnx`` files are SAM 3's vision encoder, text encoder and detector of one model,
+    read from their metadata before any is opened (a Runner is checked once open, by the model it joins)."""
+    if not all(_is_onnx_file(p) for p in (encoder, text_encoder, detector)):
+        return
+    from vitdeploy.metadata import read_onnx_metadata
+    from vitdeploy.runtime.apps.sam3.processor import check_sam3_files
+
+    check_sam3_files(*(read_onnx_metadata(p) for p in (encoder, text_encoder, detector)))
+
+
 def _is_onnx_file(path: Any) -> bool:
     return isinstance(path, (str, os.PathLike)) and str(path).lower().endswith(".onnx") and os.path.isfile(path)
 
@@ -135,4 +146,4 @@ def prompt_predictor_for(decoder: Any, encoder_metadata: dict[str, Any]):
     return SamPredictor.decoder_only(decoder, encoder_metadata)
 
 
-__all__ = ["PROMPT_ENCODERS", "check_prompt_pair_files", "image_encoder_for", "open_sam_predictor", "prompt_predictor_for"]
+__all__ = ["PROMPT_ENCODERS", "check_concept_files", "check_prompt_pair_files", "image_encoder_for", "open_sam_predictor", "prompt_predictor_for"]

@@ -186,7 +186,7 @@ class Sam3ImageModel(RecordsInputs):
         if isinstance(prompt, str) and prompt in self._text_cache:
             self._text_cache.move_to_end(prompt)
             return self._text_cache[prompt]
-        check_text_prompt(prompt, self.tokenizer, self.context_length)
+        self.check_prompt(prompt, 0)
         tokens = self.tokenizer([prompt])
         memory = np.asarray(self._run("text_encoder", {self.text.input_names[0]: tokens})["text_memory"], np.float32)
         features = (memory, tokens == 0)
@@ -195,14 +195,21 @@ class Sam3ImageModel(RecordsInputs):
             self._text_cache.popitem(last=False)
         return features
 
+    def check_prompt(self, text: str | None, box_count: int, fewer: str = "reset_all_prompts") -> None:
+        """Raise InputError for a text the text encoder cannot take, or more exemplar boxes than the detector file's
+        slots (``fewer``: how else to send fewer, said after exporting with more slots)."""
+        if text is not None:
+            check_text_prompt(text, self.tokenizer, self.context_length)
+        if box_count > self.max_boxes:
+            raise InputError(f"{box_count} exemplar boxes, but the detector file takes at most {self.max_boxes} exemplar "
+                             f"boxes: export it with a larger [detector] max_boxes, or {fewer}")
+
     def detect(self, features: dict[str, np.ndarray], text: tuple[np.ndarray, np.ndarray],
                boxes: list[list[float]], labels: list[bool]) -> dict[str, np.ndarray]:
         """One ``forward_grounding``: the image's features, the text's, and the exemplar boxes (cx, cy, w, h in
         [0, 1]) with their labels, padded to the file's box slots -> the detector's outputs for the image."""
         self._require_detector("exemplar boxes")
-        if len(boxes) > self.max_boxes:
-            raise InputError(f"{len(boxes)} exemplar boxes, but the detector file takes at most {self.max_boxes} exemplar "
-                             "boxes: export it with a larger [detector] max_boxes, or reset_all_prompts")
+        self.check_prompt(None, len(boxes))
         slots = self.max_boxes  # the file's fixed box slots
         padded = np.tile(np.array([0.5, 0.5, 1.0, 1.0], np.float32), (1, slots, 1))  # a finite box in unused slots
         padded[0, :len(boxes)] = np.asarray(boxes, np.float32).reshape(-1, 4)

@@ -395,7 +395,8 @@ def _validated(model: Any, body: bytes) -> Any:
     try:
         return model.model_validate_json(body or b"null")
     except ValidationError as exc:
-        raise ApiError(400, validation_message(exc.errors(), model.__name__)) from None
+        hint = getattr(model, "fields_hint", schemas.MasksRequest.fields_hint)  # ImageUpload's: said around it
+        raise ApiError(400, validation_message(exc.errors(), hint)) from None
 
 
 def _image_bytes(body: bytes, content_type: str) -> bytes:
@@ -416,21 +417,16 @@ def _image_bytes(body: bytes, content_type: str) -> bytes:
         raise ApiError(400, "'image' is not valid base64: encode the image file's bytes") from exc
 
 
-#: What an unknown field's answer says a request of each model has.
-_FIELDS = {"MasksRequest": "a prompt has points, labels, box, multimask_output (or a batch: prompts)",
-           "ConceptRequest": "a concept prompt has text, boxes, negative_boxes, confidence_threshold"}
-
-
-def validation_message(errors: list[dict[str, Any]], model: str = "MasksRequest") -> str:
+def validation_message(errors: list[dict[str, Any]], fields_hint: str = schemas.MasksRequest.fields_hint) -> str:
     """Pydantic's errors in one line: where the first is (``prompts[1].box``), what it says, and how many more;
-    ``model``: the request model whose fields an unknown field's answer lists."""
+    ``fields_hint``: what an unknown field's answer says the request has (its model's ``fields_hint``)."""
     first = errors[0]
     where, loc = "", tuple(first.get("loc", ()))
     for part in loc[1:] if loc[:1] == ("body",) else loc:
         where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
     message = first.get("msg", "invalid")
     if first.get("type") == "extra_forbidden":
-        message = f"unknown field: {_FIELDS.get(model, _FIELDS['MasksRequest'])}"
+        message = f"unknown field: {fields_hint}"
     elif first.get("type") == "json_invalid":
         message = f"the body is not JSON ({first.get('ctx', {}).get('error', 'invalid')}): send JSON"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""

@@ -7,6 +7,8 @@ decoder's shape profile takes: :func:`~vitdeploy.runtime.apps.serving.service.pa
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vitdeploy.runtime.apps.serving.service import MAX_CONCEPT_BOXES, MAX_PROMPTS
@@ -29,6 +31,9 @@ class Prompt(BaseModel):
 class MasksRequest(Prompt):
     """The body of ``POST /v1/embeddings/{id}/masks``: one prompt, or ``{"prompts": [prompt, ...]}``."""
 
+    #: What the answer to an unknown field says a request has.
+    fields_hint: ClassVar[str] = "a prompt has points, labels, box, multimask_output (or a batch: prompts)"
+
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"points": [[500, 375]], "labels": [1]}, {"prompts": [{"box": [10, 10, 200, 150]}, {"points": [[40, 60]]}]}]})
 
@@ -50,6 +55,7 @@ class ConceptRequest(BaseModel):
     """The body of ``POST /v1/embeddings/{id}/concepts`` (SAM 3): a text and/or exemplar boxes, in pixels of the
     original image."""
 
+    fields_hint: ClassVar[str] = "a concept prompt has text, boxes, negative_boxes, confidence_threshold"
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"text": "yellow school bus"}, {"text": "soda can", "boxes": [[40, 60, 90, 180]], "confidence_threshold": 0.4}]})
 
@@ -58,12 +64,12 @@ class ConceptRequest(BaseModel):
         None, max_length=MAX_CONCEPT_BOXES, description="[[x0, y0, x1, y1], ...] positive exemplars")
     negative_boxes: list[tuple[float, float, float, float]] | None = Field(
         None, max_length=MAX_CONCEPT_BOXES, description="[[x0, y0, x1, y1], ...] negative exemplars")
-    confidence_threshold: float | None = Field(None, ge=0, le=1, description="keep instances above this score "
-                                                                             "(default 0.5, as Sam3Processor's)")
+    confidence_threshold: float = Field(0.5, ge=0, le=1, description="keep instances above this score "
+                                                                     "(Sam3Processor's default)")
 
     def as_dicts(self) -> dict:
-        """The request as plain JSON values (what the service parses), fields not sent left out."""
-        return self.model_dump(exclude_unset=True)
+        """The request as plain JSON values (what the service parses), fields not sent left out but the threshold."""
+        return {**self.model_dump(exclude_unset=True), "confidence_threshold": self.confidence_threshold}
 
 
 class ImageUpload(BaseModel):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -181,80 +180,60 @@ def _check_inside(prompt: PromptRequest, size: tuple[int, int], index: int, batc
 MAX_CONCEPT_BOXES = 64
 
 
-def parse_concept(body: Any):
-    """A concept request -> (:class:`~vitdeploy.runtime.apps.sam3.concept.ConceptPrompt`, confidence threshold);
-    ApiError 400 naming what is wrong. Boxes are [x0, y0, x1, y1] in pixels of the original image."""
+def parse_concept(body: dict[str, Any]):
+    """A concept request as :class:`~vitdeploy.runtime.apps.serving.schemas.ConceptRequest` took it (its form checked
+    there: fields, types, box counts, the threshold's range) -> (:class:`~vitdeploy.runtime.apps.sam3.concept.
+    ConceptPrompt`, confidence threshold); ApiError 400 for a box that is not four finite numbers, or neither a text
+    nor a box. The text and the boxes are checked against the model and the image by :meth:`ConceptSide.check`."""
     from vitdeploy.runtime.apps.sam3.concept import ConceptPrompt
 
-    if not isinstance(body, dict):
-        raise ApiError(400, 'the body must be a JSON object: {"text": "...", "boxes": [[x0, y0, x1, y1]]}')
-    unknown = sorted(set(body) - {"text", "boxes", "negative_boxes", "confidence_threshold"})
-    if unknown:
-        raise ApiError(400, f"unknown field(s) {', '.join(unknown)}: a concept prompt has text, boxes, negative_boxes, "
-                            "confidence_threshold")
-    text = body.get("text")
-    if text is not None and (not isinstance(text, str) or not text.strip()):
-        raise ApiError(400, "'text' must be a non-empty string (a noun phrase: \"yellow school bus\")")
     boxes: list[tuple[float, ...]] = []
     labels: list[bool] = []
     for key, label in (("boxes", True), ("negative_boxes", False)):
-        raw = body.get(key)
-        if raw is None:
-            continue
-        array = _numbers(raw, f"'{key}'", (-1, 4))
-        if len(array) > MAX_CONCEPT_BOXES:
-            raise ApiError(400, f"{len(array)} {key.replace('_', ' ')}: send at most {MAX_CONCEPT_BOXES}")
-        boxes += [tuple(float(v) for v in box) for box in array]
-        labels += [label] * len(array)
-    threshold = body.get("confidence_threshold", 0.5)
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
-        raise ApiError(400, "'confidence_threshold' must be a number from 0 to 1")
-    if text is None and not boxes:
+        if body.get(key) is not None:
+            array = _numbers(body[key], f"'{key}'", (-1, 4))
+            boxes += [tuple(float(v) for v in box) for box in array]
+            labels += [label] * len(array)
+    if body.get("text") is None and not boxes:
         raise ApiError(400, "give a 'text' and/or exemplar 'boxes' (or 'negative_boxes')")
-    return _as_bad_request(ConceptPrompt, text, tuple(boxes), tuple(labels)), float(threshold)
+    return _as_bad_request(ConceptPrompt, body.get("text"), tuple(boxes), tuple(labels)), float(body["confidence_threshold"])
 
 
 class ConceptSide:
     """SAM 3's text encoder and detector beside the service's vision encoder: every instance of a concept in a cached
     image, as ``Sam3Processor`` (the same file, its own image transform) finds them. The image's features for the
-    detector are computed on the first concept prompt of an image and kept in their own cache (full size: 111 MB an
-    image); the encoder side's lock orders the vision runs of both sides."""
+    detector are computed on the first concept prompt of an image, from the bytes the encoder side kept, under its
+    lock (one vision run at a time), and kept in their own cache (full size: 111 MB an image)."""
 
-    def __init__(self, vision: Any, text: Any, detector: Any, encoder_lock: Any, cache_size: int):
+    def __init__(self, encoder: EncoderSide, text: Any, detector: Any, cache_size: int):
         from vitdeploy.runtime.apps.sam3.processor import Sam3ImageModel
 
-        self.model = Sam3ImageModel(vision, text, detector)
+        self.model = Sam3ImageModel(encoder.runner, text, detector)
+        self.encoder = encoder
         self.names = (_file_name(text), _file_name(detector))
         self.cache = EmbeddingCache(cache_size)
-        self._encoder_lock = encoder_lock
         self._lock = threading.Lock()
 
-    def features(self, key: str, item: Cached) -> tuple[dict[str, np.ndarray], bool]:
-        """The image's features for the detector (cached by id) and whether they were computed now."""
+    def check(self, prompt: Any, size: tuple[int, int]) -> list[list[float]]:
+        """Before any model runs: the text tokenizes within the context, the boxes fit the detector's slots and lie
+        inside the image; the boxes normalized as the detector takes them. ApiError 400 naming what is wrong."""
+        _as_bad_request(self.model.check_prompt, prompt.text, len(prompt.boxes), "send fewer boxes")
+        return _as_bad_request(prompt.normalized_boxes, size[0], size[1])
+
+    def features(self, key: str) -> dict[str, np.ndarray] | None:
+        """The detector's features of a cached image, if they are kept."""
         found = self.cache.get(key)
-        if found is not None:
-            return found.features, False
+        return None if found is None else found.features
+
+    def encode(self, key: str, item: Cached) -> dict[str, np.ndarray]:
+        """The detector's features of a cached image, computed from its bytes and kept."""
         from vitdeploy.runtime.processing.images import decode_image_bytes
 
-        if item.data is None:
-            raise ApiError(404, "this image was cached without its bytes: POST it to /v1/embeddings again")
-        with self._encoder_lock:
+        with self.encoder.lock:
             picture = _as_bad_request(decode_image_bytes, item.data)
             features = self.model.encode_image(picture)
         self.cache.put(key, Cached(features, item.size))
-        return features, True
-
-    def check(self, prompt: Any, size: tuple[int, int]) -> list[list[float]]:
-        """Before any model runs: the text tokenizes within the context, the boxes lie inside the image and fit the
-        detector's slots; the boxes normalized as the detector takes them. ApiError 400 naming what is wrong."""
-        from vitdeploy.runtime.apps.sam3.processor import check_text_prompt
-
-        if prompt.text is not None:
-            _as_bad_request(check_text_prompt, prompt.text, self.model.tokenizer, self.model.context_length)
-        if len(prompt.boxes) > self.model.max_boxes:
-            raise ApiError(400, f"{len(prompt.boxes)} exemplar boxes, but the detector file takes at most "
-                                f"{self.model.max_boxes} exemplar boxes")
-        return _as_bad_request(prompt.normalized_boxes, size[0], size[1])
+        return features
 
     def instances(self, features: dict[str, np.ndarray], size: tuple[int, int], prompt: Any, boxes: list[list[float]],
                   threshold: float) -> dict[str, Any]:
@@ -275,7 +254,7 @@ class ConceptSide:
 class EncoderSide:
     """The image encoder of a service: an image file's bytes -> :class:`Cached`, one call at a time."""
 
-    def __init__(self, encoder: Any):
+    def __init__(self, encoder: Any, keep_bytes: bool = False):
         from vitdeploy.runtime.apps.predictors import image_encoder_for
         from vitdeploy.runtime.backends.deployment import model_digest
 
@@ -287,7 +266,7 @@ class EncoderSide:
         #: One vision run at a time, a concept side's too.
         self.lock = threading.Lock()
         #: Keep each image's bytes in its cache entry (a concept side encodes them its own way).
-        self.keep_bytes = False
+        self.keep_bytes = keep_bytes
 
     def embedding_id(self, data: bytes) -> str:
         return hashlib.sha256(self.identity.encode() + b"\0" + data).hexdigest()[:32]
@@ -382,7 +361,7 @@ class SamService:
                  inference_precision: str | None = None, threads: int | None = None, device: str = "cpu",
                  cache_size: int = 64, max_pending: int = 4, text_encoder: Any = None, detector: Any = None,
                  concept_cache_size: int = 4):
-        from vitdeploy.runtime.apps.predictors import check_prompt_pair_files
+        from vitdeploy.runtime.apps.predictors import check_concept_files, check_prompt_pair_files
         from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
 
         o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
@@ -395,15 +374,13 @@ class SamService:
         dec = as_runner(decoder, o.for_part())
         self.metrics = Metrics()
         self.admission = Admission(max_pending, self.metrics)
-        self.encoder, self.decoder = EncoderSide(enc), DecoderSide(dec, enc.metadata)
+        self.encoder = EncoderSide(enc, keep_bytes=text_encoder is not None)
+        self.decoder = DecoderSide(dec, enc.metadata)
         self.runners = (enc, dec)
         self.cache = EmbeddingCache(cache_size)
         #: SAM 3's text encoder and detector, for concept prompts (None: clicks and boxes only).
-        self.concept = None
-        if text_encoder is not None:
-            self.concept = ConceptSide(enc, as_runner(text_encoder, o.for_part()), as_runner(detector, o.for_part()),
-                                       self.encoder.lock, concept_cache_size)
-            self.encoder.keep_bytes = True
+        self.concept = None if text_encoder is None else ConceptSide(
+            self.encoder, as_runner(text_encoder, o.for_part()), as_runner(detector, o.for_part()), concept_cache_size)
         self.started = time.time()
 
     def encode(self, data: bytes) -> dict[str, Any]:
@@ -442,13 +419,11 @@ class SamService:
                                 "--detector for concept prompts (clicks and boxes: POST /v1/embeddings/ID/masks)")
         item = self._cached(key)
         boxes = self.concept.check(prompt, item.size)
-        found = self.concept.cache.get(key)
-        if found is None:
+        features = self.concept.features(key)
+        if features is None:
             with self.admission:  # a vision run, admitted as an upload's
-                features, _ = self.concept.features(key, item)
+                features = self.concept.encode(key, item)
             self.metrics.count("encoder_runs_total")
-        else:
-            features = found.features
         answer = self.concept.instances(features, item.size, prompt, boxes, threshold)
         self.metrics.count("detector_runs_total")
         return {"id": key, **answer}
@@ -481,17 +456,6 @@ def unknown_id(key: str, capacity: int) -> ApiError:
                          "POST the image to /v1/embeddings again")
 
 
-def check_concept_files(encoder: Any, text_encoder: Any, detector: Any) -> None:
-    """Before any file is opened: ``.onnx`` files that are SAM 3's vision encoder, text encoder and detector of one
-    model (a Runner is checked once open, by the model it joins)."""
-    from vitdeploy.metadata import read_onnx_metadata
-    from vitdeploy.runtime.apps.sam3.processor import check_sam3_files
-
-    paths = (encoder, text_encoder, detector)
-    if all(isinstance(p, (str, os.PathLike)) and str(p).lower().endswith(".onnx") for p in paths):
-        check_sam3_files(*(read_onnx_metadata(p) for p in paths))
-
-
 def _file_name(runner: Any) -> str:
     return Path(runner.path).name if getattr(runner, "path", None) else runner.name
 
@@ -520,5 +484,4 @@ class Service(Protocol):
 
 
 __all__ = ["Admission", "ApiError", "Cached", "ConceptSide", "DecoderSide", "EncoderSide", "EmbeddingCache",
-           "MAX_CONCEPT_BOXES", "MAX_PROMPTS", "PromptRequest", "SamService", "Service", "check_concept_files",
-           "parse_concept", "parse_prompts", "unknown_id"]
+           "MAX_CONCEPT_BOXES", "MAX_PROMPTS", "PromptRequest", "SamService", "Service", "parse_concept", "parse_prompts", "unknown_id"]

@@ -214,6 +214,7 @@ const overlay = document.createElement("canvas");
 // Instances' colours (the chosen one is drawn over them in the masks' blue, stronger).
 const PALETTE = [[230, 159, 0], [0, 158, 115], [204, 121, 167], [240, 228, 66], [86, 180, 233], [213, 94, 0]];
 
+// masks (Uint8Array, row-major, the image's size) over the image, mask m in RGBA colours[m]
 function paint(masks, colours) {
   overlay.width = state.width;
   overlay.height = state.height;
@@ -232,16 +233,7 @@ function draw() {
     const others = state.answer.masks.filter((_, k) => k !== state.chosen);
     paint(others, others.map((_, k) => [...PALETTE[k % PALETTE.length], 110]));
   }
-  if (state.mask) {
-    overlay.width = state.width;
-    overlay.height = state.height;
-    const pixels = new ImageData(state.width, state.height);
-    for (let k = 0; k < state.mask.length; k++) {
-      if (state.mask[k]) pixels.data.set([30, 144, 255, 130], 4 * k);
-    }
-    overlay.getContext("2d").putImageData(pixels, 0, 0);
-    context.drawImage(overlay, 0, 0);
-  }
+  if (state.mask) paint([state.mask], [[30, 144, 255, 130]]);
   const scale = Math.max(state.width, state.height) / 400;
   if (state.box) {
     context.strokeStyle = "#ffd60a";
