@@ -23,7 +23,8 @@ from vitdeploy.parity import TOLERANCES, compare
 
 pytest_plugins = ["tests.sam_tiny_fixtures"]
 
-HAS_BF16 = bool(cpu_features().bf16_units)
+#: the reduced precision policies this CPU has units for (BF16: AMX or AVX512-BF16; FP16: asimdhp or AVX512-FP16)
+REDUCED = sum(bool(cpu_features().policy_units(policy)) for policy in ("bf16", "fp16"))
 
 
 @pytest.fixture()
@@ -40,7 +41,7 @@ def test_tune_judges_every_candidate_and_writes_the_fastest_passing(pair: tuple[
                                        finalists=0), echo=lines.append)
     # ONNX Runtime (the generic file has one attention form) and OpenVINO FP32 with its GELU form each way, BF16 where
     # this CPU has it; 2 thread counts
-    assert len(report.verdicts) == (3 + HAS_BF16) * 2 == len(lines) - 2
+    assert len(report.verdicts) == (3 + REDUCED) * 2 == len(lines) - 2
     for v in report.verdicts:
         tolerance, masks = TOLERANCES[v.budget], MASK_TOLERANCES[v.budget]
         assert v.median_ms is not None and v.median_ms > 0 and v.masks == 2 * 3 * 3
@@ -68,7 +69,7 @@ def test_tune_judges_in_full_only_the_fastest_the_probe_ranked(pair: tuple[Path,
     assert lines[2].startswith("probe: probed on this CPU in"), lines
     profile = json.loads(profile_path(encoder).read_text())
     ranked = profile["probe"]["timings"]
-    assert len(ranked) == (3 + HAS_BF16) * 2  # every candidate tune has, ranked
+    assert len(ranked) == (3 + REDUCED) * 2  # every candidate tune has, ranked
     held = [t for t in ranked if not t["reason"]]
     lead = held[0]["best_ms"]
     near = [t["deployment"] for t in held if t["best_ms"] is not None and t["best_ms"] <= FINALIST_MARGIN * lead]
@@ -81,30 +82,34 @@ def test_tune_judges_in_full_only_the_fastest_the_probe_ranked(pair: tuple[Path,
 def test_candidates_follow_the_file_the_cpu_and_the_runtimes() -> None:
     both, options = ["onnxruntime", "openvino"], TuneOptions(threads=(2,))
     avx2 = CpuFeatures("AMD EPYC", "x86_64", frozenset({"avx2", "fma"}))  # where OpenVINO keeps GELUs apart by default
-    avx512 = CpuFeatures("Intel Xeon", "x86_64", frozenset({"avx2", "fma", "avx512f"}))
-    generic = [d.label() for d in candidates({"precision": "fp32", "target": "generic"}, options, both, bf16=True,
-                                             features=avx512)]
+    zen4 = CpuFeatures("AMD EPYC", "x86_64", frozenset({"avx2", "fma", "avx512f", "avx512_bf16"}))
+    generic = [d.label() for d in candidates({"precision": "fp32", "target": "generic"}, options, both, features=zen4)]
     assert generic == ["onnxruntime file", "openvino file", "openvino file gelu_apart=True", "openvino bf16"]
-    folded = [d.label() for d in candidates({"precision": "fp32", "target": "onnxruntime-cpu"}, options, both, bf16=False,
+    # FP16 arithmetic: tune judges OpenVINO's FP16 in full (the probe alone would not offer it: proven for no family)
+    for cpu in (CpuFeatures("Cortex-A76", "aarch64", frozenset({"fp", "asimd", "fphp", "asimdhp", "asimddp"})),
+                CpuFeatures("Intel Xeon", "x86_64", frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16"}))):
+        labels = [d.label() for d in candidates({"precision": "fp32", "target": "generic"}, options, both, features=cpu)]
+        assert labels[-1] == "openvino fp16" and ("openvino bf16" in labels) == cpu.x86, labels
+    folded = [d.label() for d in candidates({"precision": "fp32", "target": "onnxruntime-cpu"}, options, both,
                                             features=avx2)]
     assert folded == ["onnxruntime file", "onnxruntime file fused_attention=False", "onnxruntime file folded_attention=True",
                       "openvino file", "openvino file gelu_apart=False"]
     # a file written in OpenVINO's GELU form holds one reading: no gelu_apart candidate
     openvino_form = {"precision": "fp32", "target": "generic", "openvino_form": {"gelus_apart": 2, "source": "e.onnx"}}
-    assert [d.label() for d in candidates(openvino_form, options, both, bf16=False, features=avx2)] == [
+    assert [d.label() for d in candidates(openvino_form, options, both, features=avx2)] == [
         "onnxruntime file", "openvino file"]
-    int8 = candidates({"precision": "int8", "target": "tensorrt"}, TuneOptions(threads=(1, 2)), both, bf16=True)
+    int8 = candidates({"precision": "int8", "target": "tensorrt"}, TuneOptions(threads=(1, 2)), both, features=zen4)
     assert not any(d.precision == "bf16" for d in int8) and {d.threads for d in int8} == {1, 2} and len(int8) == 8
     with pytest.raises(Exception, match="openvino is not installed here"):
-        candidates({"precision": "fp32"}, TuneOptions(runtimes=("openvino",)), ["onnxruntime"], bf16=True)
+        candidates({"precision": "fp32"}, TuneOptions(runtimes=("openvino",)), ["onnxruntime"], features=zen4)
     # only the runtimes whose CPU runs the file (the registry's capability): a fused-kernel file has no OpenVINO
     # candidate, a BF16 file no ONNX Runtime one; none left is one line naming the runtime that runs it
     fused = {"precision": "fp32", "cpu_form": {"attention": "fused-kernel", "nodes": ["a"], "source": "e.onnx"}}
-    assert [d.label() for d in candidates(fused, options, both, bf16=True)] == ["onnxruntime file"]
-    assert [d.label() for d in candidates({"precision": "bf16"}, options, both, bf16=True)] == ["openvino file"]
+    assert [d.label() for d in candidates(fused, options, both, features=zen4)] == ["onnxruntime file"]
+    assert [d.label() for d in candidates({"precision": "bf16"}, options, both, features=zen4)] == ["openvino file"]
     with pytest.raises(InputError, match="no candidate: the file runs vitdeploy's fused attention kernel, an ONNX "
                        "Runtime custom op OpenVINO does not have: tune it on --runtime onnxruntime"):
-        candidates(fused, TuneOptions(runtimes=("openvino",)), both, bf16=True)
+        candidates(fused, TuneOptions(runtimes=("openvino",)), both, features=zen4)
 
 
 def test_an_int8_file_is_judged_against_the_fp32_file_it_was_made_from(pair: tuple[Path, Path], tmp_path: Path) -> None:

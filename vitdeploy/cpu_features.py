@@ -29,7 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from vitdeploy.runtime_facts import ARM64_HWCAP2_BITS, ARM64_HWCAP_BITS, BF16_FLAGS, INT8_DOT_FLAGS, REPORTED_FLAGS
+from vitdeploy.runtime_facts import ARM64_HWCAP2_BITS, ARM64_HWCAP_BITS, BF16_FLAGS, INT8_DOT_FLAGS, PROVEN_POLICIES, REPORTED_FLAGS
 
 MASK_ENV = "VITDEPLOY_CPU_MASK"
 #: Flags reported (others are read but not listed in reports); these, the INT8-dot and the BF16-unit flags come from
@@ -85,6 +85,11 @@ class CpuFeatures:
     def bf16_units(self) -> tuple[str, ...]:
         """The :data:`BF16_FLAGS` this CPU has (empty: no BF16 instructions; BF16 inference would run as f32)."""
         return tuple(f for f in BF16_FLAGS if self.has(f)) if self.x86 else ()
+
+    def policy_units(self, policy: str) -> tuple[str, ...]:
+        """The units a reduced precision policy runs on (:data:`~vitdeploy.runtime_facts.PROVEN_POLICIES`: ``bf16``,
+        ``fp16``) that this CPU has; empty: it has none."""
+        return tuple(f for f in PROVEN_POLICIES[policy]["units"] if self.has(f))
 
     @property
     def u8s8_saturates(self) -> bool:

@@ -57,9 +57,11 @@ class Precision(str, Enum):
 
 
 #: ``RunnerOptions.precision``: ``file`` runs the file's own math (an FP32 file in FP32); ``bf16`` asks a runtime
-#: that can for BF16 inference of the FP32 layers (OpenVINO's CPU plugin on AMX / AVX512-BF16 CPUs), judged by the
-#: ``bf16`` parity budget (:data:`vitdeploy.parity.TOLERANCES`).
-PRECISION_POLICIES = ("file", "bf16")
+#: that can for BF16 inference of the FP32 layers (OpenVINO's CPU plugin on AMX / AVX512-BF16 CPUs), ``fp16`` for FP16
+#: inference (OpenVINO on Arm CPUs with FP16 arithmetic, or AVX512-FP16), each judged by its parity budget
+#: (:data:`vitdeploy.parity.TOLERANCES`); the CPU units and the families where a budget is proven are
+#: :data:`vitdeploy.runtime_facts.PROVEN_POLICIES`.
+PRECISION_POLICIES = ("file", "bf16", "fp16")
 
 #: Every precision, by name, in the order reports list them.
 PRECISIONS: tuple[str, ...] = tuple(p.value for p in Precision)

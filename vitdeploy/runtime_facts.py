@@ -37,13 +37,14 @@ FACTS: dict[str, Any] = _load()
 
 @dataclass(frozen=True)
 class CpuRuntimeFacts:
-    """What one runtime runs of an ONNX file on the CPU: the file precisions it has kernels for (``fp32`` ...) and
-    the vitdeploy custom ops it carries (``fused-kernel``)."""
+    """What one runtime runs of an ONNX file on the CPU: the file precisions it has kernels for (``fp32`` ...), the
+    vitdeploy custom ops it carries (``fused-kernel``) and the precision policies it takes (``file``, ``bf16`` ...)."""
 
     name: str
     title: str
     precisions: tuple[str, ...]
     custom_ops: tuple[str, ...]
+    policies: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,8 @@ ARM64_HWCAP_BITS: tuple[str, ...] = tuple(_FLAGS["arm64_hwcap"])
 ARM64_HWCAP2_BITS: tuple[str, ...] = tuple(_FLAGS["arm64_hwcap2"])
 
 CPU_RUNTIMES: dict[str, CpuRuntimeFacts] = {
-    row["name"]: CpuRuntimeFacts(row["name"], row["title"], tuple(row["precisions"]), tuple(row["custom_ops"]))
+    row["name"]: CpuRuntimeFacts(row["name"], row["title"], tuple(row["precisions"]), tuple(row["custom_ops"]),
+                                 tuple(row["policies"]))
     for row in FACTS["cpu_runtimes"]}
 
 #: The measured per-CPU-feature defaults, first match wins.
@@ -108,10 +110,12 @@ CPU_DEFAULT_ROWS: tuple[CpuDefault, ...] = tuple(
 #: x86 CPUs with every one of ``flags`` and none of ``without``, files of ``file_precisions``.
 OPENVINO_GELU_APART: dict[str, Any] = FACTS["openvino_gelu_apart"]
 
-#: policy -> {"units": CPU flags (any one), "families": where its parity budget is proven, "evidence"}: which reduced
-#: precision policies the first-use probe may time for a file (:mod:`vitdeploy.runtime.backends.probe`).
+#: policy -> {"units": CPU flags (any one), "openvino_precision": the inference precision OpenVINO is asked for,
+#: "families": where its parity budget is proven (none: never timed), "evidence"}: which reduced precision policies the
+#: first-use probe may time for a file (:mod:`vitdeploy.runtime.backends.probe`).
 PROVEN_POLICIES: dict[str, dict[str, Any]] = {
-    name: {"units": tuple(row["units"]), "families": tuple(row["families"]), "evidence": row["evidence"]}
+    name: {"units": tuple(row["units"]), "openvino_precision": row["openvino_precision"],
+           "families": tuple(row["families"]), "evidence": row["evidence"]}
     for name, row in FACTS["proven_policies"].items()}
 
 #: The runner settings 'vitdeploy tune' writes into a deployment profile (each true or false); a profile holding

@@ -2,7 +2,9 @@
 and write the fastest one that passed as the model's deployment profile.
 
 The candidates (:func:`candidates`) are runtime x precision policy x load-time form x threads, limited to
-what is installed and what this CPU runs: OpenVINO's BF16 policy only on CPUs with AVX512-BF16 or AMX, ONNX Runtime's
+what is installed and what this CPU runs: OpenVINO's BF16 policy only on CPUs with AVX512-BF16 or AMX, its FP16 policy
+only on CPUs with FP16 arithmetic (Arm's asimdhp, x86's AVX512-FP16; judged here in full even where the probe's
+proven families leave it out), ONNX Runtime's
 attention forms only for files whose target folds attention, OpenVINO's GELU form
 (:mod:`vitdeploy.runtime.forms.openvino_gelu`) both ways for FP32 files (one way for a file written in that form), and only the runtimes whose CPU runs the file (the
 registry's :meth:`~vitdeploy.runtime.backends.registry.RuntimeEntry.cpu_gap`: no ONNX Runtime candidate for a BF16
@@ -114,14 +116,12 @@ class TuneReport:
 
 
 def candidates(metadata: dict[str, Any], options: TuneOptions, installed: Sequence[str] | None = None,
-               bf16: bool | None = None, features: CpuFeatures | None = None) -> list[Deployment]:
+               features: CpuFeatures | None = None) -> list[Deployment]:
     """The deployments to try for a file with ``metadata`` on this machine (see the module docstring); ``features``:
     this CPU's unless given."""
     features = features or cpu_features()
     if installed is None:
         installed = [name for name, entry in RUNTIMES.items() if entry.reads_onnx and entry.installed()]
-    if bf16 is None:
-        bf16 = bool(features.bf16_units)
     wanted = options.runtimes or tuple(installed)
     missing = [r for r in wanted if r not in installed]
     if missing:
@@ -142,10 +142,10 @@ def candidates(metadata: dict[str, Any], options: TuneOptions, installed: Sequen
     threads = sorted(set(options.threads or (1, available_cores())))
     found = []
     for runtime in wanted:
-        # the attention forms are runner settings; a BF16 policy needs an FP32 file and a CPU with BF16 units
+        # the attention forms are runner settings; a reduced policy needs an FP32 file and a CPU with its units
         entry = RUNTIMES[runtime]
         kinds = [("file", form) for form in forms if all(key in entry.settings for key, _ in form)]
-        kinds += [(policy, ()) for policy in entry.policies if policy != "file" and fp32 and bf16]
+        kinds += [(policy, ()) for policy in entry.policies if policy != "file" and fp32 and features.policy_units(policy)]
         found += [Deployment(runtime, precision, n, form, source="tune") for precision, form in kinds for n in threads]
     return found
 
@@ -293,7 +293,7 @@ def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | 
                              "(see the line above); no profile written")
         echo(f"judging the {len(found)} fastest in full: {', '.join(f'{d.label()} {d.threads} thr' for d in found)}")
     for index, deployment in enumerate(found, 1):
-        budget = "bf16" if deployment.precision == "bf16" else budget_of_file
+        budget = budget_of_file if deployment.precision == "file" else deployment.precision
         verdict = Verdict(deployment, budget)
         try:
             runner = open_runner(model, threads=deployment.threads, runtime=deployment.runtime,

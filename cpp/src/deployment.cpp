@@ -72,17 +72,34 @@ bool has_any(const std::string& flags, const std::vector<std::string>& wanted) {
     return std::any_of(wanted.begin(), wanted.end(), [&](const std::string& f) { return has_flag(flags, f); });
 }
 
-bool has_all(const std::string& flags, const std::vector<std::string>& wanted) {
+[[maybe_unused]] bool has_all(const std::string& flags, const std::vector<std::string>& wanted) {
     return std::all_of(wanted.begin(), wanted.end(), [&](const std::string& f) { return has_flag(flags, f); });
 }
 
-std::string joined(const std::vector<std::string>& items, const char* sep) {
+[[maybe_unused]] std::string joined(const std::vector<std::string>& items, const char* sep) {
     std::string out;
     for (const auto& item : items) out += (out.empty() ? "" : sep) + item;
     return out;
 }
 
 const Json* member(const Json& object, const char* key) { return object.is_object() ? object.find(key) : nullptr; }
+
+// Why a deployment's precision policy cannot run on a CPU with ``flags`` ("" where it can): "file" runs anywhere, a
+// reduced policy (bf16, fp16) where the CPU has one of its units; any other name is not a policy.
+std::string policy_gap(const std::string& policy, const std::string& flags) {
+    if (policy == "file") return "";
+    const PolicyFacts* facts = runtime_facts().policy(policy);
+    if (!facts) return "'" + policy + "' is not a precision policy";
+    std::string name = policy;
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    return has_any(flags, facts->units) ? "" : "it runs " + name + ", and this CPU has no " + name + " units";
+}
+
+// What OpenVINO's CPU plugin is asked for under a policy: f32 for the file's own math.
+std::string openvino_precision(const std::string& policy) {
+    const PolicyFacts* facts = runtime_facts().policy(policy);
+    return facts ? facts->openvino_precision : "f32";
+}
 
 std::string string_member(const Json& object, const char* key) {
     const Json* v = member(object, key);
@@ -131,8 +148,10 @@ std::string schema_problem(const Json& doc, const Json& chosen, const MachineFin
             if (!settings->values()[i].is_bool()) return key + " is " + settings->values()[i].dump() + ", expected true or false";
         }
     }
-    if (string_member(chosen, "precision") == "bf16" && !has_any(here.flags, runtime_facts().bf16_unit_flags))
-        return "it runs BF16, and this CPU has no BF16 units";
+    const std::string runtime = string_member(chosen, "runtime"), precision = string_member(chosen, "precision");
+    if (runtime_facts().policy(precision) && !runtime_facts().takes(runtime, precision))
+        return runtime + " does not take precision " + precision;
+    if (const std::string gap = policy_gap(precision, here.flags); !gap.empty()) return gap;
     const Json* candidates = member(doc, "candidates");
     if (!candidates || candidates->is_null()) return "";
     if (!candidates->is_array()) return "its 'candidates' is not a list";
@@ -316,7 +335,7 @@ DeploymentProfile read_deployment_profile(const std::string& model_path, const s
         return out;
     }
     const bool runs = out.runtime == "onnxruntime" || (out.runtime == "openvino" && !openvino_version.empty());
-    if (!runs || (out.precision != "file" && out.precision != "bf16")) {
+    if (!runs || !runtime_facts().takes(out.runtime, out.precision)) {
         out.note = name + " chose " + out.runtime + " " + out.precision + ", which this build of the C++ library does not run" +
                    (out.runtime == "openvino" ? " (built without OpenVINO)" : "") + ": the file runs as written on ONNX Runtime";
         return out;
@@ -402,8 +421,8 @@ DeploymentProfile read_cached_decision(const std::string& model_path, int thread
             if (const Json* g = member(*settings, "gelu_apart"); g && g->is_bool()) out.gelu_apart = g->as_bool() ? 1 : 0;
         const std::string name = entry.path().filename().string();
         const bool runs = out.runtime == "onnxruntime" || (out.runtime == "openvino" && !openvino_version.empty());
-        if (!runs || (out.precision != "file" && out.precision != "bf16") || out.threads < 0 || out.threads > here.cores ||
-            (out.precision == "bf16" && !has_any(here.flags, runtime_facts().bf16_unit_flags))) {
+        if (!runs || !runtime_facts().takes(out.runtime, out.precision) || !policy_gap(out.precision, here.flags).empty() ||
+            out.threads < 0 || out.threads > here.cores) {
             out.note = "the probe's decision " + name + " chose " + out.runtime + " " + out.precision +
                        ", which this build of the C++ library does not run" +
                        (out.runtime == "openvino" && openvino_version.empty() ? " (built without OpenVINO)" : "");
@@ -465,7 +484,7 @@ std::string apply_deployment_profile(const std::string& model_path, BackendOptio
                "Python runtime does: the file runs as written on ONNX Runtime";
     if (profile.used) {
         options.runtime = profile.runtime;
-        options.inference_precision = profile.precision == "bf16" ? "bf16" : "f32";
+        options.inference_precision = openvino_precision(profile.precision);
         if (options.threads == 0 && profile.threads > 0) options.threads = profile.threads;
         if (profile.runtime == "openvino" && profile.gelu_apart >= 0) options.gelu_apart = profile.gelu_apart;
         return profile.note;
@@ -474,7 +493,7 @@ std::string apply_deployment_profile(const std::string& model_path, BackendOptio
     const DeploymentProfile decided = read_cached_decision(model_path, options.threads, ort_version, openvino_version);
     if (decided.used) {
         options.runtime = decided.runtime;
-        options.inference_precision = decided.precision == "bf16" ? "bf16" : "f32";
+        options.inference_precision = openvino_precision(decided.precision);
         if (options.threads == 0 && decided.threads > 0) options.threads = decided.threads;
         if (decided.runtime == "openvino" && decided.gelu_apart >= 0) options.gelu_apart = decided.gelu_apart;
         return note + decided.note;

@@ -36,7 +36,8 @@ RuntimeFacts parse() {
     facts.arm64_hwcap2 = strings(at(flags, "arm64_hwcap2"));
     for (const Json& row : at(doc, "cpu_runtimes").as_array())
         facts.cpu_runtimes.push_back({at(row, "name").as_string(), at(row, "title").as_string(),
-                                      strings(at(row, "precisions")), strings(at(row, "custom_ops"))});
+                                      strings(at(row, "precisions")), strings(at(row, "custom_ops")),
+                                      strings(at(row, "policies"))});
     for (const Json& row : at(doc, "cpu_defaults").as_array()) {
         const Json* without = row.find("without");
         facts.cpu_defaults.push_back({strings(at(row, "flags")), without ? strings(*without) : std::vector<std::string>{},
@@ -45,6 +46,12 @@ RuntimeFacts parse() {
     }
     const Json& gelu = at(doc, "openvino_gelu_apart");
     facts.gelu_apart = {strings(at(gelu, "flags")), strings(at(gelu, "without")), strings(at(gelu, "file_precisions"))};
+    const Json& policies = at(doc, "proven_policies");
+    for (std::size_t i = 0; i < policies.keys().size(); ++i) {
+        const Json& row = policies.values()[i];
+        facts.policies.push_back({policies.keys()[i], strings(at(row, "units")), at(row, "openvino_precision").as_string(),
+                                  strings(at(row, "families"))});
+    }
     facts.profile_settings = strings(at(doc, "profile_settings"));
     const Json& parts = at(doc, "model_parts");
     for (std::size_t i = 0; i < parts.keys().size(); ++i) {
@@ -61,6 +68,18 @@ std::pair<std::string, std::string> RuntimeFacts::model_part(const std::string& 
     for (const auto& [name, pair] : model_parts)
         if (name == family) return pair;
     return {"", ""};
+}
+
+bool RuntimeFacts::takes(const std::string& runtime, const std::string& policy) const {
+    for (const CpuRuntimeFacts& r : cpu_runtimes)
+        if (r.name == runtime) return listed(r.policies, policy);
+    return false;
+}
+
+const PolicyFacts* RuntimeFacts::policy(const std::string& name) const {
+    for (const PolicyFacts& p : policies)
+        if (p.name == name) return &p;
+    return nullptr;
 }
 
 const RuntimeFacts& runtime_facts() {

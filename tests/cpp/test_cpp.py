@@ -308,8 +308,8 @@ def test_sam_cli_writes_the_python_predictors_mask(cpp_build: Path, tiny_sam_art
 def test_sam_cli_reads_the_deployment_profile_as_python_does(cpp_build: Path, tiny_sam_artifacts, tmp_path: Path):  # noqa: F811
     """A profile from ``vitdeploy tune`` that chose ONNX Runtime gives sam_cli its threads; one tuned on another CPU
     (here: AVX2 hidden by the mask, so the flags differ) is ignored with the reason, as in Python; one that chose
-    OpenVINO runs the encoder on the C++ OpenVINO backend (test below); one that chose what C++ does not run is said
-    and not followed."""
+    OpenVINO runs the encoder on the C++ OpenVINO backend (test below); one that chose a policy its runtime does not
+    take is refused by Python and ignored by C++, for the same reason."""
     import shutil
 
     from vitdeploy.runtime.backends.deployment import profile_path
@@ -336,8 +336,12 @@ def test_sam_cli_reads_the_deployment_profile_as_python_does(cpp_build: Path, ti
     profile["candidates"] = [{"deployment": profile["chosen"], "passed": True}]  # as tune would have written it
     profile_path(encoder).write_text(json.dumps(profile))
     other = _run_cli(cpp_build, *args)
-    assert other.returncode == 0 and "chose onnxruntime fp16, which this build of the C++ library does not run" in other.stderr, \
-        other.stderr
+    python_view = subprocess.run(
+        [sys.executable, "-c", "import sys; from vitdeploy.runtime.backends.auto import resolve; resolve(sys.argv[1])",
+         str(encoder)], capture_output=True, text=True, timeout=120)
+    expect = "onnxruntime does not take precision fp16"
+    assert other.returncode == 0 and f"encoder.profile.json ignored: {expect}" in other.stderr, other.stderr
+    assert expect in python_view.stderr, python_view.stderr
 
 
 @pytest.mark.parametrize(("edit", "said"), [

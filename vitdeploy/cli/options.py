@@ -272,7 +272,9 @@ _INFERENCE_PRECISION = click.option(
     "--inference-precision", type=click.Choice(PRECISION_POLICIES), default=None,
     help="file: the file's own math (an FP32 file in FP32). bf16: BF16 inference of the FP32 layers where the runtime "
          "can (--runtime openvino on CPUs with AMX or AVX512-BF16), judged by the 'bf16' parity budget; SAM's mask "
-         "decoder stays in its file's precision. [default: file; with --runtime auto, its choice]")
+         "decoder stays in its file's precision. fp16: FP16 inference (--runtime openvino on Arm CPUs with FP16 arithmetic "
+         "or x86 CPUs with AVX512-FP16), judged by the 'fp16' budget: proven for no family yet, so auto never takes it. "
+         "[default: file; with --runtime auto, its choice]")
 
 
 def runtime_option(fn: Callable, default: str = DEFAULT_RUNTIME) -> Callable:

@@ -55,8 +55,8 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
         echo(f"note: {Path(model).name} has RANDOM WEIGHTS (seed {meta.get('random_seed')}); parity is still meaningful")
     precision = Precision.of(meta)
     policy = candidate.deployment.precision if candidate.deployment is not None else options.inference_precision
-    if policy == "bf16" and precision is Precision.FP32:
-        precision = Precision.BF16  # the FP32 layers ran in BF16: the bf16 budget judges them
+    if policy not in (None, "file") and precision is Precision.FP32:
+        precision = Precision(policy)  # the FP32 layers ran in BF16 or FP16: that precision's budget judges them
     tol = TOLERANCES[precision if options.tolerance == "auto" else options.tolerance]
     # The inputs first: a missing image or input file is answered before torch is imported.
     shapes = candidate.input_shapes()

@@ -15,6 +15,7 @@ struct CpuRuntimeFacts {
     std::string name, title;
     std::vector<std::string> precisions;  // the file precisions its CPU has kernels for
     std::vector<std::string> custom_ops;  // the vitdeploy custom ops it runs (by their CPU-form name)
+    std::vector<std::string> policies;    // the precision policies it takes ("file", "bf16", "fp16")
 };
 
 struct CpuDefaultRow {
@@ -27,17 +28,29 @@ struct GeluApartFacts {  // where OpenVINO runs each GEMM-fed GELU apart (vitdep
     std::vector<std::string> flags, without, file_precisions;
 };
 
+struct PolicyFacts {  // a reduced precision policy the probe may time (proven_policies)
+    std::string name;                       // "bf16", "fp16"
+    std::vector<std::string> units;         // the CPU flags it runs on (any one)
+    std::string openvino_precision;         // what OpenVINO's CPU plugin is asked for ("bf16", "f16")
+    std::vector<std::string> families;      // where its parity budget is proven
+};
+
 struct RuntimeFacts {
     std::vector<std::string> reported_flags, int8_dot_flags, bf16_unit_flags;
     std::vector<std::string> arm64_hwcap, arm64_hwcap2;  // AT_HWCAP / AT_HWCAP2 bit names, bit 0 first
     std::vector<CpuRuntimeFacts> cpu_runtimes;
     std::vector<CpuDefaultRow> cpu_defaults;
     GeluApartFacts gelu_apart;
+    std::vector<PolicyFacts> policies;
     std::vector<std::string> profile_settings;  // the runner settings 'vitdeploy tune' writes into a profile
     std::vector<std::pair<std::string, std::pair<std::string, std::string>>> model_parts;  // family -> (model, part)
 
     /// (model, part) of a file family ("sam_image_encoder" -> ("sam", "image_encoder")); ("", "") when unknown.
     std::pair<std::string, std::string> model_part(const std::string& family) const;
+    /// Whether the CPU runtime ``runtime`` takes the precision policy ``policy`` (onnxruntime: "file" only).
+    bool takes(const std::string& runtime, const std::string& policy) const;
+    /// The reduced precision policy ``name``; nullptr for "file" and for a name the facts do not hold.
+    const PolicyFacts* policy(const std::string& name) const;
 };
 
 /// Whether ``item`` is one of ``items`` (a facts list: flags, precisions, families, settings).

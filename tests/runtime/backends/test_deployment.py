@@ -415,10 +415,12 @@ def test_a_hand_edited_profile_is_held_to_what_tune_writes(encoder: Path, chosen
         resolve(encoder)
 
 
-def test_a_bf16_profile_is_refused_on_a_cpu_without_bf16_units(encoder: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("policy", ["bf16", "fp16"])
+def test_a_reduced_precision_profile_is_refused_on_a_cpu_without_its_units(encoder: Path, policy: str,
+                                                                         monkeypatch) -> None:
     monkeypatch.setenv("VITDEPLOY_CPU_MASK", "amx*,avx512*")  # the profile's machine and this one: AVX2 only
-    _tuned(encoder, {"runtime": "openvino", "precision": "bf16", "threads": 1, "settings": {}})
-    with pytest.raises(InputError, match="it runs BF16, and this CPU has no BF16 units"):
+    _tuned(encoder, {"runtime": "openvino", "precision": policy, "threads": 1, "settings": {}})
+    with pytest.raises(InputError, match=f"it runs {policy.upper()}, and this CPU has no {policy.upper()} units"):
         resolve(encoder)
 
 

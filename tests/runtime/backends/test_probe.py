@@ -32,10 +32,22 @@ CPUS = {
         {"avx2", "fma", "avx512f", "avx512_vnni"})),
     "AMD Zen 3 (AVX2 only)": CpuFeatures("AMD EPYC", "x86_64", frozenset({"avx2", "fma"})),
     "Intel client with AVX-VNNI": CpuFeatures("Intel Core", "x86_64", frozenset({"avx2", "fma", "avx_vnni"})),
-    "aarch64 (NEON, dot products, i8mm)": CpuFeatures("Neoverse-N2", "aarch64", frozenset(
+    "Intel Xeon with AMX and AVX512-FP16": CpuFeatures("Intel Xeon", "x86_64", frozenset(
+        {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16"})),
+    "aarch64 without FP16 arithmetic (Cortex-A72)": CpuFeatures("Cortex-A72", "aarch64", frozenset({"fp", "asimd"}),
+                                                                 source="auxv"),
+    "aarch64 with FP16 arithmetic and dot products (Cortex-A76)": CpuFeatures("Cortex-A76", "aarch64", frozenset(
+        {"fp", "asimd", "fphp", "asimdhp", "asimddp"}), source="auxv"),
+    "aarch64 with SVE, i8mm and BF16 (Neoverse-V1)": CpuFeatures("Neoverse-V1", "aarch64", frozenset(
+        {"fp", "asimd", "fphp", "asimdhp", "asimddp", "i8mm", "bf16", "sve"}), source="auxv"),
+    "aarch64 with dot products and i8mm, no FP16 flag (constructed)": CpuFeatures("Neoverse-N2", "aarch64", frozenset(
         {"asimd", "asimddp", "i8mm"}), source="auxv"),
 }
-BF16_UNITS = {"Intel Xeon with AMX", "AMD Zen 4 (AVX512-BF16, no AMX)"}
+BF16_UNITS = {"Intel Xeon with AMX", "AMD Zen 4 (AVX512-BF16, no AMX)", "Intel Xeon with AMX and AVX512-FP16"}
+#: FP16 arithmetic: the policy's units are there, its parity budget is proven for no family (runtime_facts.json)
+FP16_UNITS = {"Intel Xeon with AMX and AVX512-FP16": "avx512_fp16",
+              "aarch64 with FP16 arithmetic and dot products (Cortex-A76)": "asimdhp",
+              "aarch64 with SVE, i8mm and BF16 (Neoverse-V1)": "asimdhp"}
 
 
 @pytest.fixture(autouse=True)
@@ -47,25 +59,30 @@ def _probe_on(monkeypatch) -> None:
 def test_the_candidates_on_each_kind_of_cpu_and_why_the_rest_are_left_out(cpu: str,
                                                                          tiny_sam_artifacts: TinySamArtifacts) -> None:
     """Numerics decide who is eligible, not a list of CPUs: BF16 wherever the CPU has BF16 units and the family's budget
-    is proven, the file's own math on every runtime everywhere; a decoder (budget not proven) and an INT8 file never
-    get BF16; a file holding vitdeploy's fused kernel stays off OpenVINO."""
+    is proven, the file's own math on every runtime everywhere; FP16 nowhere yet (the CPU's FP16 units are named, the
+    budget is proven for no family); a decoder (budget not proven) and an INT8 file never get BF16; a file holding
+    vitdeploy's fused kernel stays off OpenVINO."""
     features = CPUS[cpu]
     encoder = read_onnx_metadata(tiny_sam_artifacts.encoder)
     found = eligible(encoder, features, BOTH, threads=2)
     labels = [d.label() for d in found.candidates]
+    no_bf16 = "openvino bf16: this CPU has no BF16 units (amx_bf16 or avx512_bf16)"
+    fp16 = (f"openvino fp16: this CPU has {FP16_UNITS[cpu]}, but its parity budget is proven for no family yet, not for "
+            "{family}" if cpu in FP16_UNITS else "openvino fp16: this CPU has no FP16 units (asimdhp or avx512_fp16)")
     if cpu in BF16_UNITS:
         assert labels == ["openvino bf16", "openvino file", "onnxruntime file"], labels
-        assert found.left_out == ()
+        assert found.left_out == (fp16.format(family="sam_image_encoder"),), found.left_out
     else:
         assert labels == ["openvino file", "onnxruntime file"], labels
-        (why,) = found.left_out
-        assert why == "openvino bf16: this CPU has no BF16 units (amx_bf16 or avx512_bf16)", why
+        assert found.left_out == (no_bf16, fp16.format(family="sam_image_encoder")), found.left_out
     assert all(d.threads == 2 and d.source == "probe" for d in found.candidates)
 
     decoder = eligible(read_onnx_metadata(tiny_sam_artifacts.decoder), features, BOTH)
     assert [d.label() for d in decoder.candidates] == ["openvino file", "onnxruntime file"]
-    assert decoder.left_out == ("openvino bf16: its parity budget is proven for sam_image_encoder, timm_vit, "
-                                "sam2_memory_attention, not for sam_mask_decoder",)
+    bf16 = (f"openvino bf16: this CPU has {' and '.join(features.policy_units('bf16'))}, but its parity budget is proven "
+            "for sam_image_encoder, timm_vit, sam2_memory_attention, not for sam_mask_decoder") if cpu in BF16_UNITS \
+        else no_bf16
+    assert decoder.left_out == (bf16, fp16.format(family="sam_mask_decoder")), decoder.left_out
     int8 = eligible({**encoder, "precision": "int8"}, features, BOTH)
     assert "openvino bf16: the file is int8, and a policy reduces FP32 files only" in int8.left_out
     form = {"attention": "fused-kernel", "nodes": ["attention_0"], "source": "encoder.onnx", "kernel_path": "avx2"}
@@ -335,8 +352,9 @@ def test_the_video_predictor_opens_each_of_its_four_graphs_through_the_probe(sam
             assert offered == ({"file", "bf16"} if bf16_units else {"file"}), offered
         else:
             assert offered == {"file"}, offered
-            assert any(line.startswith("openvino bf16: its parity budget is proven for sam_image_encoder, timm_vit, "
-                                       "sam2_memory_attention, not for sam2_") for line in data["left_out"]), data["left_out"]
+            why = ("but its parity budget is proven for sam_image_encoder, timm_vit, sam2_memory_attention, not for sam2_"
+                   if bf16_units else "this CPU has no BF16 units")
+            assert any(line.startswith("openvino bf16: ") and why in line for line in data["left_out"]), data["left_out"]
 
 
 def test_a_candidate_that_crashes_the_worker_is_ruled_out_and_the_program_goes_on(tiny_sam_artifacts: TinySamArtifacts,

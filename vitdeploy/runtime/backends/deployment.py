@@ -69,8 +69,8 @@ class Deployment:
     def from_dict(cls, data: Any, source: str, features: CpuFeatures | None = None) -> Deployment:
         """A deployment a profile names, held to what ``vitdeploy tune`` writes (a hand-edited profile is not
         trusted further): a known runtime and a policy it takes, whole threads from 1 to this machine's cores, only
-        the runner settings tune tries (:data:`~vitdeploy.runtime_facts.PROFILE_SETTINGS`, true or false), and BF16 only on a CPU with BF16
-        units. Anything else is refused in one line."""
+        the runner settings tune tries (:data:`~vitdeploy.runtime_facts.PROFILE_SETTINGS`, true or false), and a reduced
+        policy (BF16, FP16) only on a CPU with its units. Anything else is refused in one line."""
         def refuse(why: str) -> InputError:
             return InputError(f"{source}: {why}: run 'vitdeploy tune' again")
 
@@ -93,8 +93,9 @@ class Deployment:
         not_bool = [f"{k} is {json.dumps(v)}" for k, v in settings if not isinstance(v, bool)]
         if not_bool:
             raise refuse(f"{', '.join(not_bool)}, expected true or false")
-        if data.get("precision") == "bf16" and not (features or cpu_features()).bf16_units:
-            raise refuse("it runs BF16, and this CPU has no BF16 units")
+        policy = data.get("precision", "file")
+        if policy != "file" and not (features or cpu_features()).policy_units(policy):
+            raise refuse(f"it runs {policy.upper()}, and this CPU has no {policy.upper()} units")
         return cls(data["runtime"], data.get("precision", "file"), threads, settings, source)
 
 

@@ -130,10 +130,12 @@ class OpenVinoRunner(Runner):
     def from_options(cls, path: str | Path, options: RunnerOptions, **settings: Any) -> OpenVinoRunner:
         """A runner with the common ``options``: the precision policy ``file`` pins ``f32`` (an FP32 file's math as
         written; a BF16 file's layers in BF16 where the CPU has BF16 units, else in f32 on its BF16 weights),
-        ``bf16`` asks the CPU plugin for BF16 inference; TF32 is CUDA math (refused)."""
+        ``bf16``/``fp16`` ask the CPU plugin for BF16/FP16 inference; TF32 is CUDA math (refused)."""
+        from vitdeploy.runtime_facts import PROVEN_POLICIES
+
         if options.tf32:
             raise InputError("--tf32 is CUDA math: OpenVINO runs on the CPU in FP32 (leave out --tf32)")
-        precision = "f32" if options.policy == "file" else options.policy
+        precision = "f32" if options.policy == "file" else PROVEN_POLICIES[options.policy]["openvino_precision"]
         if options.policy == "file" and Precision.of(read_onnx_metadata(require_onnx_file(path))) is Precision.BF16:
             from vitdeploy.cpu_features import cpu_features
 

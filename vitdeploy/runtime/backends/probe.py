@@ -144,16 +144,18 @@ def attention_forms(metadata: dict[str, Any]) -> list[tuple[tuple[str, Any], ...
 
 
 def _policy_gap(policy: str, family: str | None, needs: FileNeeds, features: CpuFeatures) -> str | None:
-    """Why ``policy`` is not a candidate for a file of ``family`` on this CPU (None: it is)."""
+    """Why ``policy`` is not a candidate for a file of ``family`` on this CPU (None: it is): the file's precision,
+    then the CPU's units, then the family's proof."""
     if needs.precision is not Precision.FP32:
         return f"the file is {needs.precision}, and a policy reduces FP32 files only"
-    proof = PROVEN_POLICIES.get(policy)
-    if proof is None or family not in proof["families"]:
-        proven = ", ".join(proof["families"]) if proof else "no family"
-        return f"its parity budget is proven for {proven}, not for {family or 'a file without a family'}"
-    units = [flag for flag in proof["units"] if features.has(flag)]
+    proof = PROVEN_POLICIES[policy]
+    units = features.policy_units(policy)
     if not units:
         return f"this CPU has no {policy.upper()} units ({' or '.join(proof['units'])})"
+    if family not in proof["families"]:
+        proven = ", ".join(proof["families"]) or "no family yet"
+        return f"this CPU has {' and '.join(units)}, but its parity budget is proven for {proven}, " \
+               f"not for {family or 'a file without a family'}"
     return None
 
 
@@ -423,7 +425,7 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
                 if _is_reference(deployment) and reference is None:
                     reference = outputs
                 if reference is not None:
-                    budget = "bf16" if deployment.precision == "bf16" else file_budget
+                    budget = file_budget if deployment.precision == "file" else deployment.precision
                     timing.cosine, timing.reason = _compare(reference, outputs, budget)
                 if timing.reason:
                     return  # over its budget: no speed makes up for it

@@ -65,7 +65,7 @@ class RuntimeEntry:
         cpu_precisions: the file precisions it has CPU kernels for (empty: it does not run ONNX files on the CPU).
         custom_ops: the vitdeploy custom ops it runs (names in :data:`CUSTOM_OPS`).
         policies: the precision policies it takes on the CPU (:data:`~vitdeploy.precisions.PRECISION_POLICIES`:
-            ``file`` runs the file's own math; ``bf16`` runs an FP32 file's layers in BF16).
+            ``file`` runs the file's own math; ``bf16``/``fp16`` run an FP32 file's layers in BF16/FP16).
     """
 
     name: str
@@ -124,13 +124,13 @@ class RuntimeEntry:
 
 
 def _cpu_facts(name: str) -> dict[str, Any]:
-    """A CPU runtime's title, precisions with kernels and custom ops, as the data file states them."""
+    """A CPU runtime's title, precisions with kernels, custom ops and precision policies, as the data file states them."""
     facts = CPU_RUNTIMES[name]
     unknown = set(facts.custom_ops) - set(CUSTOM_OPS)
     if unknown:
         raise RuntimeError(f"runtime_facts.json gives {name} custom op(s) {sorted(unknown)} vitdeploy does not know")
     return {"title": facts.title, "cpu_precisions": frozenset(Precision.parse(p) for p in facts.precisions),
-            "custom_ops": frozenset(facts.custom_ops)}
+            "custom_ops": frozenset(facts.custom_ops), "policies": facts.policies}
 
 
 RUNTIMES: dict[str, RuntimeEntry] = {
@@ -144,7 +144,7 @@ RUNTIMES: dict[str, RuntimeEntry] = {
         "openvino", "OpenVINO's CPU plugin (optional extra)", (".onnx",),
         "vitdeploy.runtime.backends.openvino_runner:OpenVinoRunner",
         frozenset({"seven_bit_weights", "gelu_apart"}),
-        "pip install 'vitdeploy[openvino]'", ("openvino",), **_cpu_facts("openvino"), policies=("file", "bf16")),
+        "pip install 'vitdeploy[openvino]'", ("openvino",), **_cpu_facts("openvino")),
     "tensorrt": RuntimeEntry(
         "tensorrt", "TensorRT engines from 'vitdeploy build-engine' (classic or TensorRT for RTX; NVIDIA GPU)",
         (".plan", ".engine", ".trt"),
