@@ -195,6 +195,32 @@ def test_the_probe_times_every_eligible_candidate_and_chooses_the_fastest_that_h
     assert decision.summary().startswith(f"probed on this CPU in {decision.seconds:.1f} s on blocks.0, blocks.1")
 
 
+def test_each_candidate_is_opened_and_warmed_up_once(tiny_sam_artifacts: TinySamArtifacts,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference (the judge) keeps the session its warm-up ran on and is timed on it at the end: it was opened and
+    warmed up a second time, 2.6 s of SAM ViT-B's probe on the Zen 4. Every session opened is closed."""
+    from vitdeploy.runtime.backends.registry import RuntimeEntry
+
+    opened, closed = [], []
+    real_open = RuntimeEntry.open
+
+    def counting_open(self, path, options, **settings):
+        runner = real_open(self, path, options, **settings)
+        key = (self.name, options.policy, options.threads, tuple(sorted(settings.items())))
+        opened.append(key)
+        real_close = runner.close
+        runner.close = lambda: (closed.append(key), real_close())[1]
+        return runner
+
+    monkeypatch.setattr(RuntimeEntry, "open", counting_open)
+    monkeypatch.setattr(probe_module, "CUTOFF", 1e9)  # every candidate within reach: the reference is timed too
+    decision = probe(tiny_sam_artifacts.encoder, whole_below=0)
+    assert len(opened) == len(set(opened)) == len(decision.timings), opened
+    assert sorted(closed) == sorted(opened)
+    reference = next(t for t in decision.timings if t.deployment.runtime == "onnxruntime" and t.deployment.precision == "file")
+    assert reference.best_ms is not None and reference.warmup_ms is not None
+
+
 def test_a_candidate_that_misses_its_budget_is_never_chosen(tiny_sam_artifacts: TinySamArtifacts, monkeypatch) -> None:
     """The probe holds every candidate's outputs on the part to its budget against the file's math on ONNX Runtime: a
     runtime that computes something else loses, however fast (here OpenVINO's outputs, made wrong on purpose)."""

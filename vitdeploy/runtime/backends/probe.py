@@ -390,7 +390,8 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
     The reference (the file's math on ONNX Runtime, where it is a candidate) runs its warm-up first; every other
     candidate is held to its budget against it right after its own warm-up, and one that misses is not timed. A
     candidate that holds it is timed unless its warm-up is behind the best warm-up of those that held by more than
-    :data:`CUTOFF`; the reference is timed last, by the same rule. A timed run :data:`BEHIND` the fastest so far is
+    :data:`CUTOFF`; the reference is timed last, by the same rule, on the session its warm-up ran (kept open, so it
+    is not loaded and warmed up twice: 2.6 s of SAM ViT-B's probe on the Zen 4). A timed run :data:`BEHIND` the fastest so far is
     not repeated. ``fewer_threads``: then the fastest once more at
     half its threads (the threads axis, one candidate more), where it can win (:data:`SHORT_RUN_MS`). A candidate
     whose warm-up is longer than :data:`LONG_RUN_MS` is timed once.
@@ -403,56 +404,74 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
     reference: dict[str, np.ndarray] | None = None
     best_warmup = float("inf")
 
-    def run_one(index: int, timing: Timing, part: ProbePart, timed: bool, cutoff: bool = True) -> None:
+    def failed(timing: Timing, exc: Exception) -> None:
+        """A runtime's own failure on one candidate rules out that candidate, in one line."""
+        timing.reason = (f"could not run: {str(exc).splitlines()[0]}" if isinstance(exc, VitdeployError) else
+                         f"could not run: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+    def time_it(timing: Timing, runner: Any, part: ProbePart) -> None:
+        """The candidate's timed runs on its warm ``runner``."""
+        fastest = min((t.best_ms for t in timings if t.best_ms is not None and not t.reason), default=None)
+        runs = timed_runs(lambda: runner.run(part.feeds), TIMED_RUNS if timing.warmup_ms < LONG_RUN_MS else 1, fastest)
+        timing.best_ms = min(runs)
+
+    def run_one(index: int, timing: Timing, part: ProbePart, timed: bool) -> Any:
         """Open ``timing``'s candidate, warm it up, judge it (the reference is the judge), and time it when ``timed``
-        and (``cutoff``) its warm-up is within the cutoff."""
+        and its warm-up is within the cutoff. Not ``timed``: its runner is returned open (None where it failed or
+        missed its budget) for :func:`time_it` later."""
         nonlocal best_warmup, reference
         if on_start is not None:
             on_start(index)
         deployment = timing.deployment
+        runner = None
         try:
             t0 = time.perf_counter()
             runner = RUNTIMES[deployment.runtime].open(
                 part.path, RunnerOptions(threads=deployment.threads, policy=deployment.precision),
                 **dict(deployment.settings))
             timing.load_ms = (time.perf_counter() - t0) * 1e3
-            try:
-                t0 = time.perf_counter()
-                outputs = runner.run(part.feeds)
-                warmup = (time.perf_counter() - t0) * 1e3
-                # the reference warms up twice (judge, then timed): its record keeps the warm-up the cutoff went by
-                timing.warmup_ms = warmup if timing.warmup_ms is None else min(timing.warmup_ms, warmup)
-                if _is_reference(deployment) and reference is None:
-                    reference = outputs
-                if reference is not None:
-                    budget = file_budget if deployment.precision == "file" else deployment.precision
-                    timing.cosine, timing.reason = _compare(reference, outputs, budget)
-                if timing.reason:
-                    return  # over its budget: no speed makes up for it
-                if timed and (not cutoff or timing.warmup_ms <= CUTOFF * best_warmup):
-                    fastest = min((t.best_ms for t in timings if t.best_ms is not None and not t.reason), default=None)
-                    runs = timed_runs(lambda: runner.run(part.feeds), TIMED_RUNS if timing.warmup_ms < LONG_RUN_MS else 1,
-                                      fastest)
-                    timing.best_ms = min(runs)
-                best_warmup = min(best_warmup, timing.warmup_ms)
-            finally:
-                runner.close()
-        except VitdeployError as exc:
-            timing.reason = f"could not run: {str(exc).splitlines()[0]}"
+            t0 = time.perf_counter()
+            outputs = runner.run(part.feeds)
+            timing.warmup_ms = (time.perf_counter() - t0) * 1e3
+            if _is_reference(deployment) and reference is None:
+                reference = outputs
+            if reference is not None:
+                budget = file_budget if deployment.precision == "file" else deployment.precision
+                timing.cosine, timing.reason = _compare(reference, outputs, budget)
+            if timing.reason:
+                return None  # over its budget: no speed makes up for it
+            if timed and timing.warmup_ms <= CUTOFF * best_warmup:
+                time_it(timing, runner, part)
+            best_warmup = min(best_warmup, timing.warmup_ms)
+            if not timed:
+                runner, kept = None, runner
+                return kept
         except Exception as exc:  # noqa: BLE001 - a runtime's own failure on one candidate rules out that candidate
-            timing.reason = f"could not run: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            failed(timing, exc)
+        finally:
+            if runner is not None:
+                runner.close()
+        return None
 
     with tempfile.TemporaryDirectory(prefix="vitdeploy-probe-") as own:
         part = probe_part(model, metadata, workdir or own, whole_below)
         first = next((i for i, d in enumerate(candidates) if _is_reference(d)), None)
-        if first is not None:
-            run_one(first, timings[first], part, timed=False)  # its outputs first: the judge
-        for index, timing in enumerate(timings):
-            if index != first:
-                run_one(index, timing, part, timed=True)
-        ref = timings[first] if first is not None else None
-        if ref is not None and not ref.reason and ref.warmup_ms is not None and ref.warmup_ms <= CUTOFF * best_warmup:
-            run_one(first, ref, part, timed=True, cutoff=False)  # within reach of the fastest (its first warm-up): timed
+        judge = run_one(first, timings[first], part, timed=False) if first is not None else None  # its outputs first
+        try:
+            for index, timing in enumerate(timings):
+                if index != first:
+                    run_one(index, timing, part, timed=True)
+            ref = timings[first] if first is not None else None
+            if judge is not None and ref.warmup_ms <= CUTOFF * best_warmup:
+                if on_start is not None:
+                    on_start(first)  # a crash from here on is the reference's
+                try:  # within reach of the fastest (by its warm-up): timed on the session it warmed up
+                    time_it(ref, judge, part)
+                except Exception as exc:  # noqa: BLE001 - as in run_one
+                    failed(ref, exc)
+        finally:
+            if judge is not None:
+                judge.close()
         held = [t for t in timings if t.best_ms is not None and not t.reason]
         leader = min(held, key=lambda t: t.best_ms) if held else None
         if fewer_threads and leader and (leader.best_ms < SHORT_RUN_MS or _shares_cores()):
