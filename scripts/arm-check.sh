@@ -75,18 +75,54 @@ start=$SECONDS
 # SAM 2 video runs unless VITDEPLOY_ARM_VIDEO=0: under qemu on an AMD EPYC Zen 4 host its four graphs tracked three tiny
 # frames in 19 s (2026-11-28); on an Intel Xeon host (family 6 model 207) they took more than 13 minutes for
 # the same (ONNX Runtime's vector kernels ran ~1,500x slower emulated than natively there)
-parts="sam_predictor,mask_generator,dataset_job,bad_inputs"
+parts="sam_predictor,openvino,mask_generator,dataset_job,bad_inputs"
 [ "${VITDEPLOY_ARM_VIDEO:-1}" = 0 ] || parts+=",video"
 "$python" scripts/runtime_check.py "$out/files" "$out/x86_64.npz" "$parts"
 say "x86_64 took $((SECONDS - start)) s"
 
-mkdir -p "$root/src" "$root/out" "$root/proc" "$root$PWD"
+# A constructed /sys and /proc/cpuinfo for the emulated CPUs: this machine's CPU count as an arm64 topology (one
+# cluster of Neoverse-N1 IDs, 64 KiB L1, 1 MiB L2, a shared 32 MiB L3). Under qemu-user both are the x86 host's: with
+# them ONNX Runtime's cpuinfo crashed and oneDNN made no matmul; with no /sys, OpenVINO's Arm plugin spun in its CPU
+# discovery or crashed. What the programs run on is still qemu's CPU, whose features they read from the auxiliary
+# vector (vitdeploy too), not from these files.
+arm_sysfs() {
+    local sys="$1" n c i
+    n="$(nproc)"
+    rm -rf "$sys" && mkdir -p "$sys/devices/system/cpu" "$sys/devices/system/node/node0"
+    for f in possible present online; do echo "0-$((n - 1))" > "$sys/devices/system/cpu/$f"; done
+    echo "$n" > "$sys/devices/system/cpu/kernel_max"
+    : > "$sys/cpuinfo"
+    echo "0-$((n - 1))" > "$sys/devices/system/node/node0/cpulist"
+    echo 0 > "$sys/devices/system/node/online"; echo 0 > "$sys/devices/system/node/possible"
+    for ((c = 0; c < n; c++)); do
+        local d="$sys/devices/system/cpu/cpu$c"
+        mkdir -p "$d/topology" "$d/regs/identification"
+        echo 1 > "$d/online"; echo "$c" > "$d/topology/core_id"; echo 0 > "$d/topology/physical_package_id"
+        echo 0 > "$d/topology/cluster_id"; echo "$c" > "$d/topology/thread_siblings_list"
+        echo "0-$((n - 1))" > "$d/topology/core_siblings_list"
+        printf "%x\n" $((1 << c)) > "$d/topology/thread_siblings"; printf "%x\n" $(((1 << n) - 1)) > "$d/topology/core_siblings"
+        printf "processor\t: %d\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\nCPU implementer\t: 0x41\nCPU architecture: 8\n%s\n\n" \
+            "$c" "$(printf "CPU variant\t: 0x4\nCPU part\t: 0xd0c\nCPU revision\t: 1")" >> "$sys/cpuinfo"
+        echo 0x00000000414fd0c1 > "$d/regs/identification/midr_el1"
+        i=0
+        for spec in "1 Data 64K $c" "1 Instruction 64K $c" "2 Unified 1024K $c" "3 Unified 32768K 0-$((n - 1))"; do
+            set -- $spec
+            mkdir -p "$d/cache/index$i"
+            echo "$1" > "$d/cache/index$i/level"; echo "$2" > "$d/cache/index$i/type"; echo "$3" > "$d/cache/index$i/size"
+            echo 64 > "$d/cache/index$i/coherency_line_size"; echo "$4" > "$d/cache/index$i/shared_cpu_list"
+            i=$((i + 1))
+        done
+    done
+}
+mkdir -p "$root/src" "$root/out" "$root/proc" "$root/sys" "$root$PWD"
+arm_sysfs "$out/sys"
 mount --bind "$PWD" "$root/src"
 mount --bind "$PWD" "$root$PWD"  # also at its own path: the C++ tests hold the absolute path of runtime_facts.json
 mount --bind "$out" "$root/out"
-# /proc for the programs that read it (not /sys: with the host's /sys, ONNX Runtime's cpuinfo crashed under qemu)
 mount -t proc proc "$root/proc"
-trap 'umount "$root/src" "$root$PWD" "$root/out" "$root/proc" 2>/dev/null || true' EXIT
+mount --bind "$out/sys/cpuinfo" "$root/proc/cpuinfo"
+mount --bind "$out/sys" "$root/sys"
+trap 'umount "$root/proc/cpuinfo" 2>/dev/null; umount "$root/src" "$root$PWD" "$root/out" "$root/proc" "$root/sys" 2>/dev/null || true' EXIT
 say "aarch64 (qemu): $(chroot "$root" /usr/bin/python3 -c 'import platform; print(platform.machine())')"
 start=$SECONDS
 chroot "$root" /usr/bin/env -i HOME=/root PATH="$venv/bin:/usr/bin:/bin" PYTHONPATH=/src PYTHONDONTWRITEBYTECODE=1 \

@@ -41,6 +41,44 @@ def sam_predictor(files: Path, image: np.ndarray, out: dict) -> None:
         out[f"sam_masks_{k}"], out[f"sam_scores_{k}"] = masks, scores
 
 
+def openvino(files: Path, image: np.ndarray, out: dict, record: dict) -> None:
+    """OpenVINO's CPU plugin (its Arm plugin on aarch64): the SAM predictor with the encoder on it in f32 and the decoder
+    on ONNX Runtime; the decoder on both runtimes on the same seeded inputs (their outputs' cosine); what the first-use
+    probe decides for the decoder; and what an FP16 policy does to the encoder (its read-back precision, or its error
+    in one line)."""
+    from vitdeploy.metadata import read_onnx_metadata
+    from vitdeploy.runtime import SamPredictor, open_runner
+    from vitdeploy.runtime.backends.probe import probe
+
+    predictor = SamPredictor(open_runner(str(files / "sam_enc.onnx"), runtime="openvino", threads=1),
+                             open_runner(str(files / "sam_dec.onnx"), runtime="onnxruntime", threads=1))
+    predictor.set_image(image)
+    out["openvino_embedding"] = predictor.get_image_embedding()
+    masks, scores, _ = predictor.predict(np.array(PROMPTS[0]["point_coords"], float), np.array(PROMPTS[0]["point_labels"]),
+                                         multimask_output=True)
+    out["openvino_masks"], out["openvino_scores"] = masks, scores
+    decoders = [open_runner(str(files / "sam_dec.onnx"), runtime=name, threads=1) for name in ("onnxruntime", "openvino")]
+    rng = np.random.default_rng(0)
+    feeds = {"image_embeddings": rng.standard_normal((1, *predictor.get_image_embedding().shape[1:])).astype(np.float32),
+             "point_coords": np.array([[[10.0, 20.0], [40.0, 30.0]]], np.float32),
+             "point_labels": np.array([[1.0, 0.0]], np.float32),
+             "mask_input": np.zeros((1, 1, 64, 64), np.float32), "has_mask_input": np.zeros((1,), np.float32)}
+    ran = [runner.run({k: v for k, v in feeds.items() if k in runner.input_names}) for runner in decoders]
+    record["openvino_decoder_cosine"] = {
+        name: float(np.dot(ran[0][name].ravel(), ran[1][name].ravel()) / (np.linalg.norm(ran[0][name]) * np.linalg.norm(
+            ran[1][name]) + 1e-30)) for name in ran[0]}
+    decided = probe(files / "sam_dec.onnx", read_onnx_metadata(files / "sam_dec.onnx"), threads=1, isolate=True)
+    record["decoder_probe"] = {"chosen": decided.chosen.label(), "timings": [t.to_dict() for t in decided.timings]}
+    try:
+        fp16 = SamPredictor(str(files / "sam_enc.onnx"), str(files / "sam_dec.onnx"), runtime="openvino", threads=1,
+                            inference_precision="fp16")
+        fp16.set_image(image)
+        out["openvino_fp16_embedding"] = fp16.get_image_embedding()
+        record["openvino_fp16"] = f"ran in {fp16.encoder.inference_precision}"
+    except Exception as exc:  # noqa: BLE001 - the plugin's own answer is the finding
+        record["openvino_fp16"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
+
+
 def mask_generator(files: Path, image: np.ndarray, out: dict) -> None:
     from vitdeploy.runtime import SamAutomaticMaskGenerator, SamPredictor
 
@@ -126,6 +164,7 @@ def main() -> int:
               "numpy": np.__version__, "cpu": cpu_features().summary(), "seconds": {}, "errors": {}}
     arrays: dict = {}
     parts = {"sam_predictor": lambda: sam_predictor(files, image, arrays),
+             "openvino": lambda: openvino(files, image, arrays, record),
              "mask_generator": lambda: mask_generator(files, image, arrays),
              "video": lambda: video(files, arrays), "dataset_job": lambda: dataset_job(files, arrays),
              "bad_inputs": lambda: bad_inputs(files, record)}

@@ -1,7 +1,8 @@
 """vitdeploy's torch-free runtime on 64-bit Arm (aarch64) under qemu, on the files exported here: the same answers.
 
 scripts/arm-check.sh runs scripts/runtime_check.py on both machines (the SAM predictor, the automatic mask
-generator, a dataset job in one process, bad inputs, SAM 2 video tracking unless VITDEPLOY_ARM_VIDEO=0); this
+generator, a dataset job in one process, bad inputs, the predictor on OpenVINO, SAM 2 video tracking unless
+VITDEPLOY_ARM_VIDEO=0); this
 compares what each wrote. It runs
 where the arm64 root exists (made once by ``sudo scripts/arm-check.sh``: debootstrap and pip, about 6 minutes) and
 this process is root; elsewhere it skips and says why. Emulation proves behaviour, not speed.
@@ -78,6 +79,31 @@ def test_sam_predictor_masks_scores_and_embedding_match(both) -> None:
         assert x86[f"sam_masks_{k}"].shape == arm[f"sam_masks_{k}"].shape
         _same_masks(x86[f"sam_masks_{k}"], arm[f"sam_masks_{k}"], f"prompt {k}")
         np.testing.assert_allclose(arm[f"sam_scores_{k}"], x86[f"sam_scores_{k}"], atol=SCORE_ATOL)
+
+
+def test_openvinos_arm_plugin_runs_the_encoder_and_the_probe_judges_its_decoder(both) -> None:
+    """OpenVINO's Arm CPU plugin runs the encoder in f32 under qemu (given a constructed /sys and /proc/cpuinfo): the
+    embedding and masks (decoder on ONNX Runtime) are ONNX Runtime's on x86-64 within the fp32 budget. Its decoder is
+    held to the same budget by the first-use probe on each machine: where it misses (OpenVINO 2026.4.1's Arm plugin
+    under qemu 7.2 gave the tiny decoder's low-res masks cosine 0.54 against ONNX Runtime's, from its ConvTranspose
+    on), the probe rules it out with the reason and chooses ONNX Runtime."""
+    x86, arm = both
+    assert _cosine(x86["sam_embedding"], arm["openvino_embedding"]) >= EMBEDDING_COSINE
+    _same_masks(x86["sam_masks_0"], arm["openvino_masks"], "OpenVINO encoder on aarch64 against ONNX Runtime on x86-64")
+    np.testing.assert_allclose(arm["openvino_scores"], x86["sam_scores_0"], atol=SCORE_ATOL)
+    for machine in (x86, arm):
+        record = machine["record"]
+        cosine = min(record["openvino_decoder_cosine"].values())
+        openvino = next(t for t in record["decoder_probe"]["timings"] if t["label"] == "openvino file")
+        print(record["machine"], "OpenVINO decoder cosine vs ONNX Runtime:", record["openvino_decoder_cosine"],
+              "| probe:", record["decoder_probe"]["chosen"], "| openvino:", openvino["reason"] or "held",
+              "| fp16 policy on the encoder:", record["openvino_fp16"])
+        if cosine < 0.99999:  # the fp32 budget's cosine (vitdeploy.parity): the probe must have said so
+            assert "over its 'fp32' budget" in openvino["reason"], openvino
+            assert record["decoder_probe"]["chosen"] == "onnxruntime file"
+    if "openvino_fp16_embedding" in arm:
+        print("aarch64 FP16-policy embedding, cosine against x86-64 FP32:",
+              _cosine(x86["sam_embedding"], arm["openvino_fp16_embedding"]))
 
 
 def test_mask_generator_finds_the_same_masks(both) -> None:
