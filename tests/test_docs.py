@@ -38,13 +38,22 @@ def blocks(page: Path) -> list[tuple[int, str, str, str | None]]:
     while i < len(lines):
         fence = FENCE.match(lines[i])
         if fence:
-            end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), None)
+            if end is None:
+                raise ValueError(f"{page.name}:{i + 1}: a {fence.group(1)} block is never closed (no ``` line after it)")
             previous = next((lines[k] for k in range(i - 1, -1, -1) if lines[k].strip()), "")
             marker = MARKER.match(previous.strip())
             found.append((i + 1, fence.group(1), "\n".join(lines[i + 1:end]) + "\n", marker.group(1) if marker else None))
             i = end
         i += 1
     return found
+
+
+def test_an_unclosed_block_is_named(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# Page\n\n<!-- docs-test: run -->\n```bash\necho hi\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"page.md:4: a bash block is never closed"):
+        blocks(page)
 
 
 def test_the_readme_is_the_front_door() -> None:
