@@ -85,13 +85,13 @@ say "x86_64 took $((SECONDS - start)) s"
 # them ONNX Runtime's cpuinfo crashed and oneDNN made no matmul; with no /sys, OpenVINO's Arm plugin spun in its CPU
 # discovery or crashed. What the programs run on is still qemu's CPU, whose features they read from the auxiliary
 # vector (vitdeploy too), not from these files.
-arm_sysfs() {
-    local sys="$1" n c i
+arm_cpu_files() {
+    local sys="$1/sys" cpuinfo="$1/cpuinfo" n c i
     n="$(nproc)"
     rm -rf "$sys" && mkdir -p "$sys/devices/system/cpu" "$sys/devices/system/node/node0"
     for f in possible present online; do echo "0-$((n - 1))" > "$sys/devices/system/cpu/$f"; done
     echo "$n" > "$sys/devices/system/cpu/kernel_max"
-    : > "$sys/cpuinfo"
+    : > "$cpuinfo"
     echo "0-$((n - 1))" > "$sys/devices/system/node/node0/cpulist"
     echo 0 > "$sys/devices/system/node/online"; echo 0 > "$sys/devices/system/node/possible"
     for ((c = 0; c < n; c++)); do
@@ -101,8 +101,9 @@ arm_sysfs() {
         echo 0 > "$d/topology/cluster_id"; echo "$c" > "$d/topology/thread_siblings_list"
         echo "0-$((n - 1))" > "$d/topology/core_siblings_list"
         printf "%x\n" $((1 << c)) > "$d/topology/thread_siblings"; printf "%x\n" $(((1 << n) - 1)) > "$d/topology/core_siblings"
-        printf "processor\t: %d\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\nCPU implementer\t: 0x41\nCPU architecture: 8\n%s\n\n" \
-            "$c" "$(printf "CPU variant\t: 0x4\nCPU part\t: 0xd0c\nCPU revision\t: 1")" >> "$sys/cpuinfo"
+        # the same Neoverse-N1 (implementer 0x41, part 0xd0c, r4p1) in /proc/cpuinfo and MIDR_EL1
+        printf "processor\t: %d\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\nCPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x4\nCPU part\t: 0xd0c\nCPU revision\t: 1\n\n" \
+            "$c" >> "$cpuinfo"
         echo 0x00000000414fd0c1 > "$d/regs/identification/midr_el1"
         i=0
         for spec in "1 Data 64K $c" "1 Instruction 64K $c" "2 Unified 1024K $c" "3 Unified 32768K 0-$((n - 1))"; do
@@ -115,13 +116,13 @@ arm_sysfs() {
     done
 }
 mkdir -p "$root/src" "$root/out" "$root/proc" "$root/sys" "$root$PWD"
-arm_sysfs "$out/sys"
+arm_cpu_files "$out/cpu"
 mount --bind "$PWD" "$root/src"
 mount --bind "$PWD" "$root$PWD"  # also at its own path: the C++ tests hold the absolute path of runtime_facts.json
 mount --bind "$out" "$root/out"
 mount -t proc proc "$root/proc"
-mount --bind "$out/sys/cpuinfo" "$root/proc/cpuinfo"
-mount --bind "$out/sys" "$root/sys"
+mount --bind "$out/cpu/cpuinfo" "$root/proc/cpuinfo"
+mount --bind "$out/cpu/sys" "$root/sys"
 trap 'umount "$root/proc/cpuinfo" 2>/dev/null; umount "$root/src" "$root$PWD" "$root/out" "$root/proc" "$root/sys" 2>/dev/null || true' EXIT
 say "aarch64 (qemu): $(chroot "$root" /usr/bin/python3 -c 'import platform; print(platform.machine())')"
 start=$SECONDS

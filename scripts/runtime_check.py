@@ -47,6 +47,7 @@ def openvino(files: Path, image: np.ndarray, out: dict, record: dict) -> None:
     probe decides for the decoder; and what an FP16 policy does to the encoder (its read-back precision, or its error
     in one line)."""
     from vitdeploy.metadata import read_onnx_metadata
+    from vitdeploy.parity import compare
     from vitdeploy.runtime import SamPredictor, open_runner
     from vitdeploy.runtime.backends.probe import probe
 
@@ -59,14 +60,12 @@ def openvino(files: Path, image: np.ndarray, out: dict, record: dict) -> None:
     out["openvino_masks"], out["openvino_scores"] = masks, scores
     decoders = [open_runner(str(files / "sam_dec.onnx"), runtime=name, threads=1) for name in ("onnxruntime", "openvino")]
     rng = np.random.default_rng(0)
-    feeds = {"image_embeddings": rng.standard_normal((1, *predictor.get_image_embedding().shape[1:])).astype(np.float32),
+    feeds = {"image_embeddings": rng.standard_normal(out["openvino_embedding"].shape).astype(np.float32),
              "point_coords": np.array([[[10.0, 20.0], [40.0, 30.0]]], np.float32),
              "point_labels": np.array([[1.0, 0.0]], np.float32),
              "mask_input": np.zeros((1, 1, 64, 64), np.float32), "has_mask_input": np.zeros((1,), np.float32)}
-    ran = [runner.run({k: v for k, v in feeds.items() if k in runner.input_names}) for runner in decoders]
-    record["openvino_decoder_cosine"] = {
-        name: float(np.dot(ran[0][name].ravel(), ran[1][name].ravel()) / (np.linalg.norm(ran[0][name]) * np.linalg.norm(
-            ran[1][name]) + 1e-30)) for name in ran[0]}
+    ran = [runner.run(feeds) for runner in decoders]
+    record["openvino_decoder_cosine"] = {name: compare(ran[0][name], ran[1][name]).cosine for name in ran[0]}
     decided = probe(files / "sam_dec.onnx", read_onnx_metadata(files / "sam_dec.onnx"), threads=1, isolate=True)
     record["decoder_probe"] = {"chosen": decided.chosen.label(), "timings": [t.to_dict() for t in decided.timings]}
     try:

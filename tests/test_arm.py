@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vitdeploy.parity import TOLERANCES
 from vitdeploy.validation.masks import compare_masks
 
 pytestmark = pytest.mark.arm
@@ -98,7 +99,7 @@ def test_openvinos_arm_plugin_runs_the_encoder_and_the_probe_judges_its_decoder(
         print(record["machine"], "OpenVINO decoder cosine vs ONNX Runtime:", record["openvino_decoder_cosine"],
               "| probe:", record["decoder_probe"]["chosen"], "| openvino:", openvino["reason"] or "held",
               "| fp16 policy on the encoder:", record["openvino_fp16"])
-        if cosine < 0.99999:  # the fp32 budget's cosine (vitdeploy.parity): the probe must have said so
+        if cosine < TOLERANCES["fp32"].cosine_min:  # the probe's budget for the decoder: it must have said so
             assert "over its 'fp32' budget" in openvino["reason"], openvino
             assert record["decoder_probe"]["chosen"] == "onnxruntime file"
     if "openvino_fp16_embedding" in arm:

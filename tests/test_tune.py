@@ -17,6 +17,7 @@ from vitdeploy.cpu_features import CpuFeatures, cpu_features
 from vitdeploy.errors import InputError
 from vitdeploy.runtime import SamPredictor
 from vitdeploy.runtime.backends.deployment import Deployment, cpu_default, model_digest, profile_path
+from vitdeploy.runtime_facts import PROVEN_POLICIES
 from vitdeploy.tune import FINALIST_MARGIN, TuneOptions, candidates, tune
 from vitdeploy.validation.masks import MASK_TOLERANCES
 from vitdeploy.parity import TOLERANCES, compare
@@ -24,7 +25,7 @@ from vitdeploy.parity import TOLERANCES, compare
 pytest_plugins = ["tests.sam_tiny_fixtures"]
 
 #: the reduced precision policies this CPU has units for (BF16: AMX or AVX512-BF16; FP16: asimdhp or AVX512-FP16)
-REDUCED = sum(bool(cpu_features().policy_units(policy)) for policy in ("bf16", "fp16"))
+REDUCED = sum(bool(cpu_features().policy_units(policy)) for policy in PROVEN_POLICIES)
 
 
 @pytest.fixture()

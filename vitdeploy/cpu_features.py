@@ -84,7 +84,7 @@ class CpuFeatures:
     @property
     def bf16_units(self) -> tuple[str, ...]:
         """The :data:`BF16_FLAGS` this CPU has (empty: no BF16 instructions; BF16 inference would run as f32)."""
-        return tuple(f for f in BF16_FLAGS if self.has(f)) if self.x86 else ()
+        return self.policy_units("bf16")
 
     def policy_units(self, policy: str) -> tuple[str, ...]:
         """The units a reduced precision policy runs on (:data:`~vitdeploy.runtime_facts.PROVEN_POLICIES`: ``bf16``,

@@ -12,6 +12,7 @@ from enum import Enum
 from typing import Any
 
 from vitdeploy.errors import InputError
+from vitdeploy.runtime_facts import PROVEN_POLICIES
 
 
 class Precision(str, Enum):
@@ -61,7 +62,7 @@ class Precision(str, Enum):
 #: inference (OpenVINO on Arm CPUs with FP16 arithmetic, or AVX512-FP16), each judged by its parity budget
 #: (:data:`vitdeploy.parity.TOLERANCES`); the CPU units and the families where a budget is proven are
 #: :data:`vitdeploy.runtime_facts.PROVEN_POLICIES`.
-PRECISION_POLICIES = ("file", "bf16", "fp16")
+PRECISION_POLICIES: tuple[str, ...] = ("file", *PROVEN_POLICIES)
 
 #: Every precision, by name, in the order reports list them.
 PRECISIONS: tuple[str, ...] = tuple(p.value for p in Precision)

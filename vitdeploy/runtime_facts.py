@@ -89,8 +89,6 @@ _FLAGS = FACTS["cpu_flags"]
 REPORTED_FLAGS: tuple[str, ...] = tuple(_FLAGS["reported"])
 #: Flags whose presence means INT8 dot products accumulate in int32 (no int16 saturation).
 INT8_DOT_FLAGS: tuple[str, ...] = tuple(_FLAGS["int8_dot"])
-#: Flags of BF16 matrix or vector instructions (AMX-BF16, AVX512-BF16): where OpenVINO infers in BF16 by default.
-BF16_FLAGS: tuple[str, ...] = tuple(_FLAGS["bf16_units"])
 #: arm64's AT_HWCAP and AT_HWCAP2 bits, bit 0 first, named as /proc/cpuinfo's ``Features`` (the C++ library reads them too).
 ARM64_HWCAP_BITS: tuple[str, ...] = tuple(_FLAGS["arm64_hwcap"])
 ARM64_HWCAP2_BITS: tuple[str, ...] = tuple(_FLAGS["arm64_hwcap2"])
@@ -117,6 +115,9 @@ PROVEN_POLICIES: dict[str, dict[str, Any]] = {
     name: {"units": tuple(row["units"]), "openvino_precision": row["openvino_precision"],
            "families": tuple(row["families"]), "evidence": row["evidence"]}
     for name, row in FACTS["proven_policies"].items()}
+#: Flags of BF16 matrix or vector instructions (AMX-BF16, AVX512-BF16), the BF16 policy's units: where OpenVINO infers
+#: in BF16 by default.
+BF16_FLAGS: tuple[str, ...] = PROVEN_POLICIES["bf16"]["units"]
 
 #: The runner settings 'vitdeploy tune' writes into a deployment profile (each true or false); a profile holding
 #: another is refused (Python) or ignored (C++).

@@ -28,11 +28,6 @@ const TensorInfo& find_info(const std::vector<TensorInfo>& infos, const std::str
                         "): its metadata does not match the model; re-export it with vitdeploy");
 }
 
-std::string upper(std::string text) {
-    std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-    return text;
-}
-
 }  // namespace
 
 std::string cpu_gap(const std::string& runtime, const Metadata& metadata) {

@@ -90,9 +90,7 @@ std::string policy_gap(const std::string& policy, const std::string& flags) {
     if (policy == "file") return "";
     const PolicyFacts* facts = runtime_facts().policy(policy);
     if (!facts) return "'" + policy + "' is not a precision policy";
-    std::string name = policy;
-    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-    return has_any(flags, facts->units) ? "" : "it runs " + name + ", and this CPU has no " + name + " units";
+    return has_any(flags, facts->units) ? "" : "it runs " + upper(policy) + ", and this CPU has no " + upper(policy) + " units";
 }
 
 // What OpenVINO's CPU plugin is asked for under a policy: f32 for the file's own math.
@@ -510,7 +508,7 @@ std::string apply_deployment_profile(const std::string& model_path, BackendOptio
     bool bf16_file_here = false;
     if (precision == "bf16") {
         const std::string flags = machine_fingerprint().flags;
-        bf16_file_here = has_any(flags, runtime_facts().bf16_unit_flags);
+        bf16_file_here = has_any(flags, runtime_facts().policy("bf16")->units);
     }
     options.inference_precision = chosen.precision == "bf16" || bf16_file_here ? "bf16" : "f32";
     return note + name + " runs as " + chosen.runtime + " " + chosen.precision + ": this CPU's default (" + chosen.describe + ")";

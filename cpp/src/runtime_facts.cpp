@@ -31,7 +31,6 @@ RuntimeFacts parse() {
     const Json& flags = at(doc, "cpu_flags");
     facts.reported_flags = strings(at(flags, "reported"));
     facts.int8_dot_flags = strings(at(flags, "int8_dot"));
-    facts.bf16_unit_flags = strings(at(flags, "bf16_units"));
     facts.arm64_hwcap = strings(at(flags, "arm64_hwcap"));
     facts.arm64_hwcap2 = strings(at(flags, "arm64_hwcap2"));
     for (const Json& row : at(doc, "cpu_runtimes").as_array())
@@ -49,8 +48,7 @@ RuntimeFacts parse() {
     const Json& policies = at(doc, "proven_policies");
     for (std::size_t i = 0; i < policies.keys().size(); ++i) {
         const Json& row = policies.values()[i];
-        facts.policies.push_back({policies.keys()[i], strings(at(row, "units")), at(row, "openvino_precision").as_string(),
-                                  strings(at(row, "families"))});
+        facts.policies.push_back({policies.keys()[i], strings(at(row, "units")), at(row, "openvino_precision").as_string()});
     }
     facts.profile_settings = strings(at(doc, "profile_settings"));
     const Json& parts = at(doc, "model_parts");

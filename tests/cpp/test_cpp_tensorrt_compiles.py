@@ -12,6 +12,7 @@ architectures). Skipped, with the reason, where either is missing or the cross c
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -25,8 +26,6 @@ CUDA_INCLUDE = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
 
 def _version(include: Path) -> str:
     """``10.3.0`` from NvInferVersion.h (TensorRT 10's NV_TENSORRT_* or 11's TRT_*_ENTERPRISE defines)."""
-    import re
-
     text = (include / "NvInferVersion.h").read_text()
     parts = [re.search(rf"#define (?:NV_TENSORRT|TRT)_{part}(?:_ENTERPRISE)? (\d+)", text) for part in
              ("MAJOR", "MINOR", "PATCH")]

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cctype>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,15 +29,14 @@ struct GeluApartFacts {  // where OpenVINO runs each GEMM-fed GELU apart (vitdep
     std::vector<std::string> flags, without, file_precisions;
 };
 
-struct PolicyFacts {  // a reduced precision policy the probe may time (proven_policies)
+struct PolicyFacts {  // a reduced precision policy (proven_policies; where each is proven is the Python probe's)
     std::string name;                       // "bf16", "fp16"
     std::vector<std::string> units;         // the CPU flags it runs on (any one)
     std::string openvino_precision;         // what OpenVINO's CPU plugin is asked for ("bf16", "f16")
-    std::vector<std::string> families;      // where its parity budget is proven
 };
 
 struct RuntimeFacts {
-    std::vector<std::string> reported_flags, int8_dot_flags, bf16_unit_flags;
+    std::vector<std::string> reported_flags, int8_dot_flags;
     std::vector<std::string> arm64_hwcap, arm64_hwcap2;  // AT_HWCAP / AT_HWCAP2 bit names, bit 0 first
     std::vector<CpuRuntimeFacts> cpu_runtimes;
     std::vector<CpuDefaultRow> cpu_defaults;
@@ -56,6 +56,12 @@ struct RuntimeFacts {
 /// Whether ``item`` is one of ``items`` (a facts list: flags, precisions, families, settings).
 inline bool listed(const std::vector<std::string>& items, const std::string& item) {
     return std::find(items.begin(), items.end(), item) != items.end();
+}
+
+/// A facts name in sentences: "bf16" -> "BF16".
+inline std::string upper(std::string text) {
+    std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    return text;
 }
 
 /// The facts compiled into this library (parsed once).

@@ -209,7 +209,12 @@ def test_each_candidate_is_opened_and_warmed_up_once(tiny_sam_artifacts: TinySam
         key = (self.name, options.policy, options.threads, tuple(sorted(settings.items())))
         opened.append(key)
         real_close = runner.close
-        runner.close = lambda: (closed.append(key), real_close())[1]
+
+        def close() -> None:
+            closed.append(key)
+            real_close()
+
+        runner.close = close
         return runner
 
     monkeypatch.setattr(RuntimeEntry, "open", counting_open)
@@ -368,7 +373,7 @@ def test_the_video_predictor_opens_each_of_its_four_graphs_through_the_probe(sam
     feeds = probe_part(sam2_video["memory_attention"], metadata, tmp_path).feeds
     assert feeds["memory_features"].shape[1] == metadata["tracker"]["num_maskmem"] <= metadata["frame_slots"]
     assert feeds["pointer_tokens"].shape[1] == metadata["pointer_slots"]
-    bf16_units = any(cpu_features().has(flag) for flag in ("amx_bf16", "avx512_bf16"))
+    bf16_units = bool(cpu_features().bf16_units)
     cached = [json.loads(p.read_text()) for p in (tmp_path / "cache" / "decisions").glob("sam2_*.json")]
     assert len(cached) == 4
     for data in cached:

@@ -45,6 +45,7 @@ from vitdeploy.runtime.forms.openvino_gelu import gelu_apart_from_gemms, keep_ge
 from vitdeploy.metadata import read_onnx_metadata
 from vitdeploy.precisions import Precision
 from vitdeploy.runtime.backends.base import Runner, RunnerOptions, TensorMeta
+from vitdeploy.runtime_facts import PROVEN_POLICIES
 from vitdeploy.runtime.backends.registry import RUNTIMES, FileNeeds
 
 OPENVINO_HINT = "pip install 'vitdeploy[openvino]' (or pip install openvino), or run on ONNX Runtime (--runtime onnxruntime)"
@@ -131,8 +132,6 @@ class OpenVinoRunner(Runner):
         """A runner with the common ``options``: the precision policy ``file`` pins ``f32`` (an FP32 file's math as
         written; a BF16 file's layers in BF16 where the CPU has BF16 units, else in f32 on its BF16 weights),
         ``bf16``/``fp16`` ask the CPU plugin for BF16/FP16 inference; TF32 is CUDA math (refused)."""
-        from vitdeploy.runtime_facts import PROVEN_POLICIES
-
         if options.tf32:
             raise InputError("--tf32 is CUDA math: OpenVINO runs on the CPU in FP32 (leave out --tf32)")
         precision = "f32" if options.policy == "file" else PROVEN_POLICIES[options.policy]["openvino_precision"]

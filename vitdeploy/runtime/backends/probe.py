@@ -409,16 +409,9 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
         timing.reason = (f"could not run: {str(exc).splitlines()[0]}" if isinstance(exc, VitdeployError) else
                          f"could not run: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
-    def time_it(timing: Timing, runner: Any, part: ProbePart) -> None:
-        """The candidate's timed runs on its warm ``runner``."""
-        fastest = min((t.best_ms for t in timings if t.best_ms is not None and not t.reason), default=None)
-        runs = timed_runs(lambda: runner.run(part.feeds), TIMED_RUNS if timing.warmup_ms < LONG_RUN_MS else 1, fastest)
-        timing.best_ms = min(runs)
-
-    def run_one(index: int, timing: Timing, part: ProbePart, timed: bool) -> Any:
-        """Open ``timing``'s candidate, warm it up, judge it (the reference is the judge), and time it when ``timed``
-        and its warm-up is within the cutoff. Not ``timed``: its runner is returned open (None where it failed or
-        missed its budget) for :func:`time_it` later."""
+    def judged(index: int, timing: Timing, part: ProbePart) -> Any:
+        """Open ``timing``'s candidate, warm it up and judge it (the reference is the judge): its runner, still open,
+        where it ran and held its budget; None (closed, the reason recorded) where not."""
         nonlocal best_warmup, reference
         if on_start is not None:
             on_start(index)
@@ -437,48 +430,48 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
                 reference = outputs
             if reference is not None:
                 budget = file_budget if deployment.precision == "file" else deployment.precision
-                timing.cosine, timing.reason = _compare(reference, outputs, budget)
-            if timing.reason:
-                return None  # over its budget: no speed makes up for it
-            if timed and timing.warmup_ms <= CUTOFF * best_warmup:
-                time_it(timing, runner, part)
-            best_warmup = min(best_warmup, timing.warmup_ms)
-            if not timed:
-                runner, kept = None, runner
-                return kept
+                timing.cosine, timing.reason = _compare(reference, outputs, budget)  # over it: no speed makes up for it
         except Exception as exc:  # noqa: BLE001 - a runtime's own failure on one candidate rules out that candidate
             failed(timing, exc)
-        finally:
+        if timing.reason:
             if runner is not None:
                 runner.close()
-        return None
+            return None
+        best_warmup = min(best_warmup, timing.warmup_ms)
+        return runner
+
+    def timed(timing: Timing, runner: Any, part: ProbePart) -> None:
+        """Time a judged candidate on its warm ``runner`` where its warm-up is within the cutoff; close the runner."""
+        try:
+            if timing.warmup_ms <= CUTOFF * best_warmup:
+                fastest = min((t.best_ms for t in timings if t.best_ms is not None and not t.reason), default=None)
+                runs = timed_runs(lambda: runner.run(part.feeds), TIMED_RUNS if timing.warmup_ms < LONG_RUN_MS else 1,
+                                  fastest)
+                timing.best_ms = min(runs)
+        except Exception as exc:  # noqa: BLE001 - as in judged
+            failed(timing, exc)
+        finally:
+            runner.close()
 
     with tempfile.TemporaryDirectory(prefix="vitdeploy-probe-") as own:
         part = probe_part(model, metadata, workdir or own, whole_below)
         first = next((i for i, d in enumerate(candidates) if _is_reference(d)), None)
-        judge = run_one(first, timings[first], part, timed=False) if first is not None else None  # its outputs first
-        try:
-            for index, timing in enumerate(timings):
-                if index != first:
-                    run_one(index, timing, part, timed=True)
-            ref = timings[first] if first is not None else None
-            if judge is not None and ref.warmup_ms <= CUTOFF * best_warmup:
-                if on_start is not None:
-                    on_start(first)  # a crash from here on is the reference's
-                try:  # within reach of the fastest (by its warm-up): timed on the session it warmed up
-                    time_it(ref, judge, part)
-                except Exception as exc:  # noqa: BLE001 - as in run_one
-                    failed(ref, exc)
-        finally:
-            if judge is not None:
-                judge.close()
+        judge = judged(first, timings[first], part) if first is not None else None  # its outputs first
+        for index, timing in enumerate(timings):
+            if index != first and (runner := judged(index, timing, part)) is not None:
+                timed(timing, runner, part)
+        if judge is not None:  # timed last, on the session its warm-up ran, if that warm-up is within reach
+            if on_start is not None:
+                on_start(first)  # a crash from here on is the reference's
+            timed(timings[first], judge, part)
         held = [t for t in timings if t.best_ms is not None and not t.reason]
         leader = min(held, key=lambda t: t.best_ms) if held else None
         if fewer_threads and leader and (leader.best_ms < SHORT_RUN_MS or _shares_cores()):
             fewer = replace(leader.deployment, threads=(leader.deployment.threads or 1) // 2)
             if fewer.threads and fewer not in candidates:
                 timings.append(Timing(fewer))
-                run_one(len(candidates), timings[-1], part, timed=True)
+                if (runner := judged(len(candidates), timings[-1], part)) is not None:
+                    timed(timings[-1], runner, part)
     return timings, part.what
 
 
