@@ -455,7 +455,7 @@ def model_cache() -> str:
     folder = user_cache_dir(f"openvino/{version}", make=False)
     if folder is None:
         return f"off ({CACHE_ENV}=none): every process compiles each model again"
-    files = [p for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
+    files = [p for p in folder.rglob("*") if p.is_file()]  # one folder per inference precision (the runner's)
     held = f"{len(files)} file(s), {sum(p.stat().st_size for p in files) / 1e6:.0f} MB" if files else "empty"
     return f"{folder} ({held}; {CACHE_ENV} moves it, '{CACHE_ENV}=none' turns it off)"
 

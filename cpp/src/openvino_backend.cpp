@@ -105,11 +105,13 @@ TensorInfo describe(const ov::Output<const ov::Node>& port, std::string name) {
 
 }  // namespace
 
-std::string OpenVinoBackend::compile_cache_folder() {
+std::string OpenVinoBackend::compile_cache_folder(const std::string& inference_precision) {
     // The folder the Python runner gives OpenVINO, named by the release ("2026.4.1") as Python names it, so a model
-    // compiled by either is loaded by the other.
+    // compiled by either is loaded by the other; one per inference precision, because OpenVINO's CPU plugin does not
+    // key a blob by its precision hint (an f16 compile loaded an f32 one's blob: vitdeploy/runtime/backends/
+    // openvino_runner.py says what was measured).
     const std::string build = runtime_version();
-    return user_cache_dir("openvino/" + build.substr(0, build.find('-')));
+    return user_cache_dir("openvino/" + build.substr(0, build.find('-')) + "/" + inference_precision);
 }
 
 struct OpenVinoBackend::Impl {
@@ -151,7 +153,7 @@ OpenVinoBackend::OpenVinoBackend(const std::string& path, const BackendOptions& 
         // Pinning puts the plugin's threads on the first cores: two processes of fewer threads would share them.
         if (options.threads < machine_fingerprint().cores) config.emplace(ov::hint::enable_cpu_pinning(false));
     }
-    compile_cache_ = compile_cache_folder();
+    compile_cache_ = compile_cache_folder(precision);
     try {
         if (!compile_cache_.empty()) impl_->core.set_property(ov::cache_dir(compile_cache_));  // OpenVINO's model cache
         std::shared_ptr<ov::Model> model = impl_->core.read_model(path);

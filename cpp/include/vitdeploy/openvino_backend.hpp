@@ -41,10 +41,11 @@ public:
     int gelus_apart() const { return gelus_apart_; }
     /// "2026.4.1-...": the OpenVINO library loaded at run time.
     static std::string runtime_version();
-    /// Where OpenVINO keeps compiled models (its model cache, ``CACHE_DIR``): the folder the Python runner uses, so a
-    /// model compiled by either is loaded by the other; empty where the cache is off (VITDEPLOY_CACHE_DIR=none) or
-    /// cannot be written.
-    static std::string compile_cache_folder();
+    /// Where OpenVINO keeps models compiled at ``inference_precision`` (f32, bf16, f16; its model cache, ``CACHE_DIR``):
+    /// the folder the Python runner uses, so a model compiled by either is loaded by the other; one per precision,
+    /// because OpenVINO does not key a blob by its precision hint; empty where the cache is off
+    /// (VITDEPLOY_CACHE_DIR=none) or cannot be written.
+    static std::string compile_cache_folder(const std::string& inference_precision);
     /// The cache folder this backend's model was compiled with (empty: none).
     const std::string& compile_cache() const { return compile_cache_; }
 

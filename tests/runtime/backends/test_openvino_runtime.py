@@ -484,3 +484,47 @@ def test_a_compiled_model_is_kept_in_the_cache_folder_and_loaded_from_it(encoder
     blocked.write_text("a file where the cache folder would go")
     monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(blocked))
     assert OpenVinoRunner(encoders["generic"], threads=1).compile_cache is None
+
+
+def test_each_inference_precision_has_its_own_cache_folder(encoders: dict[str, Path], tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenVINO keys a cached blob by the model and the device, not by the precision hint (its CPU plugin's
+    CACHING_PROPERTIES name FULL_DEVICE_NAME alone): each precision compiles into a folder of its own."""
+    import openvino as ov
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(cache))
+    folders = {hint: OpenVinoRunner(encoders["generic"], threads=1, inference_precision=hint).compile_cache
+               for hint in ("f32", "bf16", "f16")}
+    assert len(set(folders.values())) == 3 and all(folder.name == hint for hint, folder in folders.items()), folders
+    assert all(any(folder.iterdir()) for folder in folders.values())
+    assert "INFERENCE_PRECISION_HINT" not in ov.Core().get_property("CPU", "CACHING_PROPERTIES")
+
+
+@pytest.mark.parametrize("policy", ["bf16", "fp16"])
+def test_a_cached_model_computes_in_the_precision_asked_in_either_order(encoders: dict[str, Path], tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        policy: str) -> None:
+    """Where the CPU has the policy's units, a model compiled and cached at one precision is never what another
+    precision loads: f32 then the reduced precision, and the reduced one then f32, each give what the same
+    precision gives with no cache (with one folder for all, an f16 compile loaded the f32 blob and the reverse on an
+    Intel Xeon with AVX512-FP16)."""
+    from vitdeploy.cpu_features import cpu_features
+    from vitdeploy.runtime_facts import PROVEN_POLICIES
+
+    if not cpu_features().policy_units(policy):
+        pytest.skip(f"this CPU has none of {', '.join(PROVEN_POLICIES[policy]['units'])}: OpenVINO runs '{policy}' "
+                    "as FP32 here, so the two precisions cannot be told apart")
+    hint = PROVEN_POLICIES[policy]["openvino_precision"]
+    x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    monkeypatch.setenv("VITDEPLOY_CACHE_DIR", "none")
+    alone = {h: OpenVinoRunner(encoders["generic"], threads=1, inference_precision=h).run({"image": x})
+             for h in ("f32", hint)}
+    name = next(iter(alone["f32"]))
+    gap = np.linalg.norm(alone[hint][name] - alone["f32"][name]) / np.linalg.norm(alone["f32"][name])
+    assert gap > 1e-5, f"'{hint}' computed FP32's numbers with no cache (rel. L2 {gap:.2e}): no {policy} arithmetic"
+    for order in (("f32", hint), (hint, "f32")):
+        monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(tmp_path / "-then-".join(order)))
+        for h in order:  # the second compile finds the first one's cache
+            got = OpenVinoRunner(encoders["generic"], threads=1, inference_precision=h).run({"image": x})
+            assert np.array_equal(got[name], alone[h][name]), f"{h} after {order[0]}: not what {h} computes"

@@ -102,14 +102,19 @@ def _port_name(port: Any, declared: set[str]) -> str:
     return next(iter(sorted(names & declared)), port.get_any_name())
 
 
-def _compile_cache(core: Any, ov: Any) -> Path | None:
+def _compile_cache(core: Any, ov: Any, inference_precision: str) -> Path | None:
     """Turn on OpenVINO's model cache (``core.set_property({"CACHE_DIR": ...})``, its documented model caching) under
-    vitdeploy's cache folder, one folder per OpenVINO version; None where the cache is off (``VITDEPLOY_CACHE_DIR=none``)
-    or cannot be written. OpenVINO keys each blob by the model, the device and the compile config, so a changed file,
-    thread count or precision compiles anew."""
+    vitdeploy's cache folder, one folder per OpenVINO version and inference precision; None where the cache is off
+    (``VITDEPLOY_CACHE_DIR=none``) or cannot be written.
+
+    OpenVINO keys a blob by the model and the device but not by ``INFERENCE_PRECISION_HINT``: on an Intel Xeon with
+    AVX512-FP16 (family 6 model 207, OpenVINO 2026.4.1) one folder for every precision gave an ``f16`` compile the FP32
+    blob an ``f32`` compile had left (FP32 numbers, rel. L2 0 against f32, where FP16 is 1.2e-3), and an ``f32``
+    compile after an ``f16`` one FP16 numbers, while the compiled model read its hint back as asked. A changed file
+    (another model hash) or a thread count (applied at load) needs no folder of its own."""
     from vitdeploy.fileio import user_cache_dir
 
-    folder = user_cache_dir(f"openvino/{openvino_version() or ov.__version__}")
+    folder = user_cache_dir(f"openvino/{openvino_version() or ov.__version__}/{inference_precision}")
     if folder is None:
         return None
     core.set_property({"CACHE_DIR": str(folder)})
@@ -157,7 +162,7 @@ class OpenVinoRunner(Runner):
         core = ov.Core()
         #: Where OpenVINO keeps this model compiled for this CPU and config (its documented ``CACHE_DIR``): a new
         #: process loads it from there instead of compiling again; None where the cache is off or cannot be written.
-        self.compile_cache = _compile_cache(core, ov)
+        self.compile_cache = _compile_cache(core, ov, inference_precision)
         #: Seconds to read and compile (or load from the cache) the model.
         self.load_seconds = 0.0
         #: How an INT8 file's weights run here (None: not an INT8 graph).
