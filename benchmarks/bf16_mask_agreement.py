@@ -14,6 +14,7 @@ Usage (full-size ViT-B with random weights; the encoder from ``benchmarks/bench_
     vitdeploy export -r sam_vit_b_decoder --random-weights --seed 0 -o out/speed34/decoder.onnx
     PYTHONPATH=. .venv/bin/python benchmarks/bf16_mask_agreement.py -e out/speed34/vitdeploy_generic.onnx \\
         -d out/speed34/decoder.onnx --clicks 20 --threads 2
+    ... --policy fp16     # the encoder in FP16 instead (a CPU with AVX512-FP16 or Arm FP16 arithmetic)
 """
 
 from __future__ import annotations
@@ -46,27 +47,29 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
+    parser.add_argument("--policy", default="bf16", choices=["bf16", "fp16"], help="the encoder's precision policy")
     args = parser.parse_args()
     images = args.images or [str(p) for p in sorted(bundled_calibration_dir().glob("*.jpg"))[:3]]
     fp32 = SamPredictor(args.encoder, args.decoder, threads=args.threads, runtime="onnxruntime")
-    bf16 = SamPredictor(args.encoder, args.decoder, threads=args.threads, runtime="openvino", inference_precision="bf16")
+    bf16 = SamPredictor(args.encoder, args.decoder, threads=args.threads, runtime="openvino",
+                        inference_precision=args.policy)
     print(f"CPU: {cpu_features().summary()}")
     print(f"FP32: encoder {fp32.encoder.provider or fp32.encoder.name}; decoder {fp32.decoder.name}")
-    print(f"BF16: encoder {bf16.encoder.provider}; decoder {bf16.decoder.provider}")
+    print(f"{args.policy.upper()}: encoder {bf16.encoder.provider}; decoder {bf16.decoder.provider}")
     rng = np.random.default_rng(args.seed)
     embedding_cos, all_iou, stable_iou, all_stability = [], [], [], []
     for path in images:
         image = read_image_rgb(path)
         fp32.set_image(image)
         bf16.set_image(image)
-        emb = compare(fp32.get_image_embedding(), bf16.get_image_embedding(), "bf16", label=Path(path).name)
+        emb = compare(fp32.get_image_embedding(), bf16.get_image_embedding(), args.policy, label=Path(path).name)
         embedding_cos.append(emb.cosine)
         h, w = image.shape[:2]
         for point in seeded_clicks(h, w, args.clicks, rng):
             want, _, _ = fp32.predict(point_coords=point, point_labels=np.array([1]), multimask_output=True, return_logits=True)
             got, _, _ = bf16.predict(point_coords=point, point_labels=np.array([1]), multimask_output=True, return_logits=True)
             scores = stability(want)
-            for value, score in zip(compare_masks(want, got, "bf16").iou, scores):
+            for value, score in zip(compare_masks(want, got, args.policy).iou, scores):
                 all_iou.append(value)
                 all_stability.append(float(score))
                 if score >= STABLE_MIN:
@@ -75,7 +78,7 @@ def main() -> None:
     result = {"images": images, "clicks_per_image": args.clicks, "embedding_cosine": summary(embedding_cos),
               "mask_iou_all": summary(all_iou),
               "mask_iou_stable": summary(stable_iou) if stable_iou else {"count": 0},
-              "stable_min": STABLE_MIN, "cpu": cpu_features().summary()}
+              "stable_min": STABLE_MIN, "cpu": cpu_features().summary(), "policy": args.policy}
     # With random weights few masks reach the official 0.95: the most stable quarter of the FP32 masks stands in.
     quartile = float(np.percentile(all_stability, 75))
     result["stability_p50_p75_max"] = [float(np.percentile(all_stability, 50)), quartile, float(max(all_stability))]

@@ -402,54 +402,72 @@ def test_int8_weights_follow_the_cpu(encoders: dict[str, Path], tmp_path: Path) 
     assert np.abs(got - reference).max() <= 2e-3 * np.abs(reference).max()
 
 
-def _bf16_matrix_engine() -> bool:
-    """What OpenVINO itself sees (``VITDEPLOY_CPU_MASK`` changes vitdeploy's decisions, not OpenVINO's kernels)."""
+def _matrix_engine(policy: str = "bf16") -> bool:
+    """Whether OpenVINO itself has kernels for ``policy`` (``bf16``, ``fp16``) here: its CPU plugin's optimization
+    capabilities (``VITDEPLOY_CPU_MASK`` changes vitdeploy's decisions, not OpenVINO's kernels)."""
     import openvino
 
-    return "BF16" in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    return policy.upper() in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
 
 
-def test_bf16_inference_holds_the_bf16_budget_against_the_official_model(encoders: dict[str, Path]) -> None:
-    """--inference-precision bf16: the FP32 file's layers in BF16 where the CPU has BF16 matrix instructions (else
-    OpenVINO stays in f32 and the runner says so), judged by the named 'bf16' budget on random inputs and images."""
+@pytest.mark.parametrize("policy", ["bf16", "fp16"])
+def test_reduced_inference_holds_its_budget_against_the_official_model(encoders: dict[str, Path], policy: str) -> None:
+    """--inference-precision bf16/fp16: the FP32 file's layers in BF16/FP16 where OpenVINO has the kernels for this
+    CPU (else it runs what it has and the runner says so), judged by the policy's named budget against the official
+    eager model on random inputs and images. Where the kernels ran, the numbers are not FP32's (the reduced
+    arithmetic was shown, not assumed)."""
+    from vitdeploy.runtime_facts import PROVEN_POLICIES
+
     images = tuple(str(p) for p in sorted(bundled_calibration_dir().glob("*.jpg"))[:2])
-    report = validate_model(encoders["generic"], ValidateOptions(runtime="openvino", inference_precision="bf16", runs=0,
+    report = validate_model(encoders["generic"], ValidateOptions(runtime="openvino", inference_precision=policy, runs=0,
                                                                  random_inputs=2, images=images, threads=2))
-    assert report.tolerance.name == "bf16"
+    assert report.tolerance.name == policy
     assert report, report.to_dict()
-    runner = OpenVinoRunner.from_options(encoders["generic"], RunnerOptions(threads=1, policy="bf16"))
-    if _bf16_matrix_engine():
-        assert runner.inference_precision == "bf16" and "inference precision bf16" in runner.provider
-        assert runner.warnings == []
+    hint = PROVEN_POLICIES[policy]["openvino_precision"]
+    runner = OpenVinoRunner.from_options(encoders["generic"], RunnerOptions(threads=1, policy=policy))
+    if runner.inference_precision == hint:
+        assert f"inference precision {hint}" in runner.provider and runner.warnings == []
+        x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
+        fp32 = OpenVinoRunner(encoders["generic"], threads=1).run({"image": x})["image_embeddings"]
+        reduced = runner.run({"image": x})["image_embeddings"]
+        assert np.linalg.norm(reduced - fp32) / np.linalg.norm(fp32) > 1e-5, f"{hint} read back, FP32's numbers"
     else:
-        assert runner.inference_precision == "f32", runner.provider
-        assert "runs inference precision f32, not the bf16 asked for" in runner.warnings[0], runner.warnings
-        assert "AMX or AVX512-BF16" in runner.warnings[0], runner.warnings
+        assert not _matrix_engine(policy) or policy == "fp16", runner.provider  # an FP16 hint may read back bf16
+        assert f"not the {hint} asked for" in runner.warnings[0], runner.warnings
+        assert " or ".join(PROVEN_POLICIES[policy]["units"]).upper().replace("_", "-") in runner.warnings[0].upper(), \
+            runner.warnings
 
 
-def test_sam_predictor_bf16_runs_the_encoder_in_bf16_and_the_decoder_as_written(tiny_sam_artifacts) -> None:
+@pytest.mark.parametrize("policy", ["bf16", "fp16"])
+def test_sam_predictor_runs_the_encoder_in_the_policy_and_the_decoder_as_written(tiny_sam_artifacts,
+                                                                                 policy: str) -> None:
     from vitdeploy.runtime.apps.sam.predictor import SamPredictor
 
     from vitdeploy.runtime import OpenOptions
+    from vitdeploy.runtime_facts import PROVEN_POLICIES
 
     image = sample_image(48, 80, seed=3)
-    # Where OpenVINO has BF16 kernels the CPU has AVX-512, so GELUs are never kept apart there; a VITDEPLOY_CPU_MASK
-    # that hides AVX-512 from vitdeploy (an AVX2-only CPU) cannot take the BF16 kernels from OpenVINO, so the form
-    # such a CPU would use is asked for instead of a mix no real CPU has.
-    gelu_apart = False if _bf16_matrix_engine() else None
-    out = {}
-    for policy in ("file", "bf16"):
+    # Where OpenVINO has BF16/FP16 kernels the CPU has AVX-512 (or is an Arm CPU), so GELUs are never kept apart
+    # there; a VITDEPLOY_CPU_MASK that hides AVX-512 from vitdeploy (an AVX2-only CPU) cannot take those kernels from
+    # OpenVINO, so the form such a CPU would use is asked for instead of a mix no real CPU has.
+    gelu_apart = False if _matrix_engine(policy) else None
+    out, runs = {}, {}
+    for asked in ("file", policy):
         predictor = SamPredictor(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, options=OpenOptions(
-            runtime="openvino", threads=2, policy=policy, gelu_apart=gelu_apart))
+            runtime="openvino", threads=2, policy=asked, gelu_apart=gelu_apart))
         predictor.set_image(image)
-        out[policy] = predictor.predict(point_coords=np.array([[30.0, 20.0]]), point_labels=np.array([1]),
-                                        multimask_output=True, return_logits=True)
-    assert predictor.decoder.inference_precision == "f32"
-    assert predictor.encoder.inference_precision == ("bf16" if _bf16_matrix_engine() else "f32")
-    (fp32_logits, _, _), (bf16_logits, _, _) = out["file"], out["bf16"]
-    result = compare(fp32_logits, bf16_logits, "bf16", label="mask logits")
-    assert result, result.summary()  # the whole bf16 budget; measured cosine 0.999945, rel L2 0.0105 here (AMX Xeon)
-    masks = compare_masks(fp32_logits, bf16_logits, "bf16", label="bf16 encoder masks")
+        out[asked] = predictor.predict(point_coords=np.array([[30.0, 20.0]]), point_labels=np.array([1]),
+                                       multimask_output=True, return_logits=True)
+        runs[asked] = (predictor.encoder.inference_precision, predictor.decoder.inference_precision)
+    hint = PROVEN_POLICIES[policy]["openvino_precision"]
+    assert runs["file"] == ("f32", "f32") and runs[policy][1] == "f32", runs
+    if _matrix_engine(policy) and policy == "bf16":
+        assert runs[policy][0] == hint, runs
+    (fp32_logits, _, _), (reduced_logits, _, _) = out["file"], out[policy]
+    result = compare(fp32_logits, reduced_logits, policy, label="mask logits")
+    # the whole budget; measured bf16: cosine 0.999945, rel L2 0.0105 (AMX Xeon)
+    assert result, result.summary()
+    masks = compare_masks(fp32_logits, reduced_logits, policy, label=f"{policy} encoder masks")
     assert masks, masks.summary()
 
 
@@ -509,12 +527,12 @@ def test_a_cached_model_computes_in_the_precision_asked_in_either_order(encoders
     precision loads: f32 then the reduced precision, and the reduced one then f32, each give what the same
     precision gives with no cache (with one folder for all, an f16 compile loaded the f32 blob and the reverse on an
     Intel Xeon with AVX512-FP16)."""
-    from vitdeploy.cpu_features import cpu_features
     from vitdeploy.runtime_facts import PROVEN_POLICIES
 
-    if not cpu_features().policy_units(policy):
-        pytest.skip(f"this CPU has none of {', '.join(PROVEN_POLICIES[policy]['units'])}: OpenVINO runs '{policy}' "
-                    "as FP32 here, so the two precisions cannot be told apart")
+    if not _matrix_engine(policy):
+        pytest.skip(f"OpenVINO has no {policy.upper()} kernels for this CPU (none of "
+                    f"{', '.join(PROVEN_POLICIES[policy]['units'])}): it runs '{policy}' as FP32, so the two precisions "
+                    "cannot be told apart")
     hint = PROVEN_POLICIES[policy]["openvino_precision"]
     x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
     monkeypatch.setenv("VITDEPLOY_CACHE_DIR", "none")

@@ -226,9 +226,11 @@ class OpenVinoRunner(Runner):
             self.provider += f", {self.gelus_apart} {GELU_APART}" + (" as the file holds them"
                                                                       if self.openvino_form is not None else "")
         if self.inference_precision != inference_precision:
+            units = next((" or ".join(u.upper().replace("_", "-") for u in facts["units"])
+                          for facts in PROVEN_POLICIES.values() if facts["openvino_precision"] == inference_precision), "")
             self.warnings.append(f"OpenVINO runs inference precision {self.inference_precision}, not the {inference_precision} "
-                                 f"asked for: its CPU plugin has no {inference_precision} kernels for this CPU (BF16 needs "
-                                 "AMX or AVX512-BF16)")
+                                 f"asked for: its CPU plugin has no {inference_precision} kernels for this CPU"
+                                 + (f" ({inference_precision} needs {units})" if units else ""))
 
     def input_metadata(self) -> dict[str, TensorMeta]:
         """Each input; a dynamic axis is ``"?"`` (OpenVINO keeps no ONNX axis names)."""
