@@ -40,15 +40,15 @@ def test_tune_judges_every_candidate_and_writes_the_fastest_passing(pair: tuple[
     lines: list[str] = []
     report = tune(encoder, TuneOptions(decoder=str(decoder), max_images=2, clicks=3, runs=2, threads=(1, 2),
                                        finalists=0), echo=lines.append)
-    # ONNX Runtime (the generic file has one attention form) and OpenVINO FP32 with its GELU form each way, BF16 where
-    # this CPU has it; 2 thread counts
+    # ONNX Runtime (the generic file has one attention form) and OpenVINO FP32 with its GELU form each way, BF16 and
+    # FP16 where this CPU has their units; 2 thread counts
     assert len(report.verdicts) == (3 + REDUCED) * 2 == len(lines) - 2
     for v in report.verdicts:
         tolerance, masks = TOLERANCES[v.budget], MASK_TOLERANCES[v.budget]
         assert v.median_ms is not None and v.median_ms > 0 and v.masks == 2 * 3 * 3
         within = v.cosine_min >= tolerance.cosine_min and v.rel_l2_max <= tolerance.rel_l2_max and v.mask_iou_min >= masks.iou_min
         assert v.passed == (within and not v.reason), v.to_dict()  # (max-abs is judged too; a failure names it)
-        assert v.budget == ("bf16" if v.deployment.precision == "bf16" else "fp32")
+        assert v.budget == ("fp32" if v.deployment.precision == "file" else v.deployment.precision)  # bf16, fp16
         if v.deployment.precision == "file":  # the same FP32 math, reordered: passes
             assert v.passed and v.cosine_min > 0.99999
     profile = json.loads(profile_path(encoder).read_text())
@@ -172,8 +172,8 @@ def test_a_bf16_file_is_tuned_on_openvino_against_the_fp32_file(pair: tuple[Path
 
 def test_tune_without_a_passing_candidate_writes_nothing(pair: tuple[Path, Path], monkeypatch) -> None:
     encoder, _ = pair
-    monkeypatch.setitem(TOLERANCES, "fp32", TOLERANCES["fp32"].__class__("fp32", 1.1, 0.0, 0.0))  # nothing can pass
-    monkeypatch.setitem(TOLERANCES, "bf16", TOLERANCES["fp32"])
+    for budget in ("fp32", "bf16", "fp16"):  # nothing can pass, whichever policies this CPU has units for
+        monkeypatch.setitem(TOLERANCES, budget, TOLERANCES[budget].__class__(budget, 1.1, 0.0, 0.0))
     result = CliRunner().invoke(cli, ["tune", str(encoder), "--max-images", "1", "--runs", "1", "--threads", "1"])
     assert result.exit_code == 1 and "no candidate passed its parity budget" in result.output
     assert not profile_path(encoder).exists()

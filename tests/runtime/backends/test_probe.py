@@ -44,7 +44,7 @@ CPUS = {
         {"asimd", "asimddp", "i8mm"}), source="auxv"),
 }
 BF16_UNITS = {"Intel Xeon with AMX", "AMD Zen 4 (AVX512-BF16, no AMX)", "Intel Xeon with AMX and AVX512-FP16"}
-#: FP16 arithmetic: the policy's units are there, its parity budget is proven for no family (runtime_facts.json)
+#: FP16 arithmetic: the policy's units (runtime_facts.json), named as the probe names them
 FP16_UNITS = {"Intel Xeon with AMX and AVX512-FP16": "avx512_fp16",
               "aarch64 with FP16 arithmetic and dot products (Cortex-A76)": "asimdhp",
               "aarch64 with SVE, i8mm and BF16 (Neoverse-V1)": "asimdhp"}
@@ -58,31 +58,32 @@ def _probe_on(monkeypatch) -> None:
 @pytest.mark.parametrize("cpu", list(CPUS))
 def test_the_candidates_on_each_kind_of_cpu_and_why_the_rest_are_left_out(cpu: str,
                                                                          tiny_sam_artifacts: TinySamArtifacts) -> None:
-    """Numerics decide who is eligible, not a list of CPUs: BF16 wherever the CPU has BF16 units and the family's budget
-    is proven, the file's own math on every runtime everywhere; FP16 nowhere yet (the CPU's FP16 units are named, the
-    budget is proven for no family); a decoder (budget not proven) and an INT8 file never get BF16; a file holding
-    vitdeploy's fused kernel stays off OpenVINO."""
+    """Numerics decide who is eligible, not a list of CPUs: BF16 and FP16 wherever the CPU has the policy's units and
+    the family's budget is proven (both for SAM encoders), the file's own math on every runtime everywhere; a decoder
+    (budget not proven) and an INT8 file never get a reduced policy; a file holding vitdeploy's fused kernel stays off
+    OpenVINO."""
+    from vitdeploy.runtime_facts import PROVEN_POLICIES
+
     features = CPUS[cpu]
     encoder = read_onnx_metadata(tiny_sam_artifacts.encoder)
     found = eligible(encoder, features, BOTH, threads=2)
     labels = [d.label() for d in found.candidates]
     no_bf16 = "openvino bf16: this CPU has no BF16 units (amx_bf16 or avx512_bf16)"
-    fp16 = (f"openvino fp16: this CPU has {FP16_UNITS[cpu]}, but its parity budget is proven for no family yet, not for "
-            "{family}" if cpu in FP16_UNITS else "openvino fp16: this CPU has no FP16 units (asimdhp or avx512_fp16)")
-    if cpu in BF16_UNITS:
-        assert labels == ["openvino bf16", "openvino file", "onnxruntime file"], labels
-        assert found.left_out == (fp16.format(family="sam_image_encoder"),), found.left_out
-    else:
-        assert labels == ["openvino file", "onnxruntime file"], labels
-        assert found.left_out == (no_bf16, fp16.format(family="sam_image_encoder")), found.left_out
+    no_fp16 = "openvino fp16: this CPU has no FP16 units (asimdhp or avx512_fp16)"
+    reduced = [f"openvino {policy}" for policy, units in (("bf16", BF16_UNITS), ("fp16", FP16_UNITS)) if cpu in units]
+    assert labels == [*reduced, "openvino file", "onnxruntime file"], labels
+    assert found.left_out == tuple(line for line, has in ((no_bf16, cpu in BF16_UNITS), (no_fp16, cpu in FP16_UNITS))
+                                   if not has), found.left_out
     assert all(d.threads == 2 and d.source == "probe" for d in found.candidates)
 
     decoder = eligible(read_onnx_metadata(tiny_sam_artifacts.decoder), features, BOTH)
     assert [d.label() for d in decoder.candidates] == ["openvino file", "onnxruntime file"]
+    proven = {policy: ", ".join(PROVEN_POLICIES[policy]["families"]) for policy in ("bf16", "fp16")}
     bf16 = (f"openvino bf16: this CPU has {' and '.join(features.policy_units('bf16'))}, but its parity budget is proven "
-            "for sam_image_encoder, timm_vit, sam2_memory_attention, not for sam_mask_decoder") if cpu in BF16_UNITS \
-        else no_bf16
-    assert decoder.left_out == (bf16, fp16.format(family="sam_mask_decoder")), decoder.left_out
+            f"for {proven['bf16']}, not for sam_mask_decoder") if cpu in BF16_UNITS else no_bf16
+    fp16 = (f"openvino fp16: this CPU has {FP16_UNITS[cpu]}, but its parity budget is proven for {proven['fp16']}, not "
+            "for sam_mask_decoder") if cpu in FP16_UNITS else no_fp16
+    assert decoder.left_out == (bf16, fp16), decoder.left_out
     int8 = eligible({**encoder, "precision": "int8"}, features, BOTH)
     assert "openvino bf16: the file is int8, and a policy reduces FP32 files only" in int8.left_out
     form = {"attention": "fused-kernel", "nodes": ["attention_0"], "source": "encoder.onnx", "kernel_path": "avx2"}
@@ -239,7 +240,8 @@ def test_a_candidate_that_misses_its_budget_is_never_chosen(tiny_sam_artifacts: 
     assert decision.chosen.runtime == "onnxruntime", decision.summary()
     for timing in decision.timings:
         if timing.deployment.runtime == "openvino":
-            assert "over its 'fp32' budget" in timing.reason or "over its 'bf16' budget" in timing.reason, timing.reason
+            budget = "fp32" if timing.deployment.precision == "file" else timing.deployment.precision
+            assert f"over its '{budget}' budget" in timing.reason, timing.reason
 
 
 def test_the_decision_is_cached_per_machine_and_runtime_version_and_said_once(tiny_sam_artifacts: TinySamArtifacts,
