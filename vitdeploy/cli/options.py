@@ -273,7 +273,7 @@ _INFERENCE_PRECISION = click.option(
     help="file: the file's own math (an FP32 file in FP32). bf16: BF16 inference of the FP32 layers where the runtime "
          "can (--runtime openvino on CPUs with AMX or AVX512-BF16), judged by the 'bf16' parity budget; SAM's mask "
          "decoder stays in its file's precision. fp16: FP16 inference (--runtime openvino on Arm CPUs with FP16 arithmetic "
-         "or x86 CPUs with AVX512-FP16), judged by the 'fp16' budget: proven for SAM image encoders and timm ViTs, where auto's probe times it. "
+         "or x86 CPUs with AVX512-FP16), judged by the 'fp16' budget: proven for SAM image encoders, timm ViTs and SAM 2's memory graphs, where auto's probe times it. "
          "[default: file; with --runtime auto, its choice]")
 
 

@@ -355,9 +355,16 @@ def test_doctor_says_per_file_kind_what_auto_decides_and_where_it_comes_from(tin
 def test_the_video_predictor_opens_each_of_its_four_graphs_through_the_probe(sam2_video: dict, tmp_path: Path,
                                                                               monkeypatch) -> None:
     """Sam2VideoPredictor's image encoder, decoder, memory encoder and memory attention are each decided on their own
-    (whole graphs: small files), with their own candidates: BF16 is offered to the memory attention only (the one graph
-    whose BF16 holds a clip's masks, test_sam2_video_predictor.py), and only on a CPU with BF16 units."""
+    (whole graphs: small files), with their own candidates: a reduced policy is offered to a graph only where its
+    budget is proven for that graph's family (BF16: the memory attention; FP16: the memory attention and the memory
+    encoder, the graphs whose reduced math holds a clip's masks, test_sam2_video_predictor.py), and only on a CPU with
+    the policy's units."""
     from vitdeploy.runtime.apps.sam2.video_predictor import Sam2VideoPredictor
+    from vitdeploy.runtime_facts import PROVEN_POLICIES
+
+    def offered_to(family: str) -> set[str]:
+        return {"file"} | {policy for policy, proof in PROVEN_POLICIES.items()
+                           if family in proof["families"] and cpu_features().policy_units(policy)}
 
     monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(tmp_path / "cache"))
     predictor = Sam2VideoPredictor(sam2_video["encoder"], sam2_video["decoder"], sam2_video["memory_encoder"],
@@ -368,26 +375,25 @@ def test_the_video_predictor_opens_each_of_its_four_graphs_through_the_probe(sam
         decision = runner.deployment
         assert decision.source.startswith("probe: probed on this CPU in") and "on the whole graph" in decision.source, part
         assert runner.name == f"{decision.runtime}-cpu", (part, runner.name)
-        assert decision.precision == "file" or part == "memory_attention", (part, decision.label())
+        assert decision.precision in offered_to(runner.metadata["family"]), (part, decision.label())
     # the memory attention is timed over the bank a tracked object has once it is full (the cost, and the ranking, grow
     # with it): the prompted frame and num_maskmem - 1 recent ones, every pointer slot
     metadata = read_onnx_metadata(sam2_video["memory_attention"])
     feeds = probe_part(sam2_video["memory_attention"], metadata, tmp_path).feeds
     assert feeds["memory_features"].shape[1] == metadata["tracker"]["num_maskmem"] <= metadata["frame_slots"]
     assert feeds["pointer_tokens"].shape[1] == metadata["pointer_slots"]
-    bf16_units = bool(cpu_features().bf16_units)
     cached = [json.loads(p.read_text()) for p in (tmp_path / "cache" / "decisions").glob("sam2_*.json")]
     assert len(cached) == 4
     for data in cached:
         assert all(not t["reason"] for t in data["timings"]), data["timings"]
+        family = data["key"]["file"]["metadata"]["family"]
         offered = {t["deployment"]["precision"] for t in data["timings"]}
-        if data["key"]["file"]["metadata"]["family"] == "sam2_memory_attention":
-            assert offered == ({"file", "bf16"} if bf16_units else {"file"}), offered
-        else:
-            assert offered == {"file"}, offered
-            why = ("but its parity budget is proven for sam_image_encoder, timm_vit, sam2_memory_attention, not for sam2_"
-                   if bf16_units else "this CPU has no BF16 units")
-            assert any(line.startswith("openvino bf16: ") and why in line for line in data["left_out"]), data["left_out"]
+        assert offered == offered_to(family), (family, offered)
+        for policy in set(PROVEN_POLICIES) - offered:  # each one left out says why
+            why = ("but its parity budget is proven for " if cpu_features().policy_units(policy)
+                   else f"this CPU has no {policy.upper()} units")
+            assert any(line.startswith(f"openvino {policy}: ") and why in line for line in data["left_out"]), \
+                data["left_out"]
 
 
 def test_a_candidate_that_crashes_the_worker_is_ruled_out_and_the_program_goes_on(tiny_sam_artifacts: TinySamArtifacts,
