@@ -206,8 +206,12 @@ int run(const Options& o) {
     std::size_t inside = 0;
     for (auto v : mask) inside += v != 0;
     int gelus_apart = 0;  // OpenVINO's GELU form on the encoder (vitdeploy/runtime/forms/openvino_gelu.py)
+    std::string encoder_precision;  // the inference precision OpenVINO's compiled encoder reads back (empty: not OpenVINO)
 #ifdef VITDEPLOY_WITH_OPENVINO
-    if (auto* ov = dynamic_cast<const OpenVinoBackend*>(&predictor.encoder())) gelus_apart = ov->gelus_apart();
+    if (auto* ov = dynamic_cast<const OpenVinoBackend*>(&predictor.encoder())) {
+        gelus_apart = ov->gelus_apart();
+        encoder_precision = ov->inference_precision();
+    }
 #endif
     if (o.json) {
         std::ostringstream js;
@@ -217,7 +221,8 @@ int run(const Options& o) {
         js << "], \"multimask\": " << (o.single_mask ? "false" : "true") << ", \"image_size\": [" << p.height << ", " << p.width
            << "], \"mask_pixels\": " << inside << ", \"encoder_backend\": " << json_string(predictor.encoder().name())
            << ", \"decoder_backend\": " << json_string(predictor.decoder().name())
-           << ", \"encoder_gelus_apart\": " << gelus_apart << ", \"load_ms\": " << load_ms
+           << ", \"encoder_gelus_apart\": " << gelus_apart
+           << ", \"encoder_inference_precision\": " << json_string(encoder_precision) << ", \"load_ms\": " << load_ms
            << ", \"encode_ms\": " << encode_ms << ", \"decode_ms\": " << decode_ms << "}";
         std::cout << js.str() << '\n';
     } else {

@@ -431,6 +431,50 @@ def test_sam_cli_follows_a_profile_that_chose_openvino(cpp_build: Path, tiny_sam
     _assert_python_openvino_predictor_agrees(encoder, tiny_sam_artifacts.decoder, picture, summary, tmp_path / "mask.png")
 
 
+@pytest.mark.parametrize("policy", ["bf16", "fp16"])
+def test_sam_cli_follows_a_profile_that_chose_a_reduced_policy(cpp_build: Path, tiny_sam_artifacts, tmp_path: Path,  # noqa: F811
+                                                               monkeypatch: pytest.MonkeyPatch, policy: str):
+    """A profile ``tune`` wrote with OpenVINO at a reduced policy (where this CPU has its units and the family's budget
+    is proven): sam_cli compiles the encoder at that precision, into OpenVINO's cache folder for it, and writes the mask
+    Python's SamPredictor gives from the model it loads there (one folder per precision: OpenVINO does not key a blob
+    by its precision hint)."""
+    import shutil
+
+    from vitdeploy.cpu_features import cpu_features
+    from vitdeploy.runtime.backends.deployment import profile_path
+    from vitdeploy.runtime.backends.openvino_runner import openvino_version
+    from vitdeploy.runtime_facts import PROVEN_POLICIES
+    from vitdeploy.tune import TuneOptions, tune
+
+    _require_openvino_backend(cpp_build)
+    if not cpu_features().policy_units(policy):
+        pytest.skip(f"this CPU has none of {', '.join(PROVEN_POLICIES[policy]['units'])}: tune offers no {policy} "
+                    "candidate here")
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(cache))
+    encoder = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
+    picture = sample_image(40, 60, seed=4)
+    Image.fromarray(picture).save(tmp_path / "in.png")
+    tune(encoder, TuneOptions(runtimes=("openvino",), threads=(1,), runs=1, max_images=1, finalists=0),
+         echo=lambda _line: None)
+    profile = json.loads(profile_path(encoder).read_text())
+    profile["chosen"] = next(c["deployment"] for c in profile["candidates"]
+                             if c["passed"] and c["deployment"]["precision"] == policy and not c["deployment"]["settings"])
+    profile_path(encoder).write_text(json.dumps(profile))
+    done = _run_cli(cpp_build, "--encoder", str(encoder), "--decoder", str(tiny_sam_artifacts.decoder), "--image",
+                    str(tmp_path / "in.png"), "--point", "20,10", "--out", str(tmp_path / "mask.png"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert f"note: encoder.profile.json: openvino {policy}, 1 thread(s)" in done.stderr, done.stderr
+    summary = json.loads(done.stdout)
+    hint = PROVEN_POLICIES[policy]["openvino_precision"]
+    assert summary["encoder_backend"] == "openvino-cpu" and summary["encoder_inference_precision"] == hint, summary
+    folder = cache / "openvino" / openvino_version() / hint
+    blobs = sorted(p.name for p in folder.iterdir())
+    assert blobs, f"sam_cli left no compiled model in {folder}"
+    _assert_python_openvino_predictor_agrees(encoder, tiny_sam_artifacts.decoder, picture, summary, tmp_path / "mask.png")
+    assert sorted(p.name for p in folder.iterdir()) == blobs  # Python loaded sam_cli's blob, wrote none of its own
+
+
 def machine_flags() -> set[str]:
     from vitdeploy.cpu_features import cpu_features
 
