@@ -80,13 +80,38 @@ def test_tune_judges_in_full_only_the_fastest_the_probe_ranked(pair: tuple[Path,
     assert profile["chosen"] in held[:2]
 
 
+def test_without_thread_counts_the_probe_ranks_every_core_and_its_threads_step_the_rest(pair: tuple[Path, Path],
+                                                                                     monkeypatch) -> None:
+    """No --threads: the candidates run on every core this process may use, and the probe's threads step adds the
+    leader at half of them only where that can win (SMT siblings, or a run under SHORT_RUN_MS: the tiny model's), as
+    on first use; a 1-thread twin of every candidate is not timed."""
+    from vitdeploy.cpu_features import available_cores
+    from vitdeploy.runtime.backends import probe as probe_module
+
+    encoder, _ = pair
+    cores = available_cores()
+    if cores < 2:
+        pytest.skip("one core: there is no fewer threads to try")
+    tune(encoder, TuneOptions(max_images=1, runs=1), echo=lambda _line: None)
+    timings = json.loads(profile_path(encoder).read_text())["probe"]["timings"]
+    fewer = [t["deployment"] for t in timings if t["deployment"]["threads"] != cores]
+    leader = min((t for t in timings if t["deployment"]["threads"] == cores and t["best_ms"] is not None
+                  and not t["reason"]), key=lambda t: t["best_ms"])
+    assert len(timings) > 1 and all(t["deployment"]["threads"] in (cores, cores // 2) for t in timings), timings
+    if leader["best_ms"] < probe_module.SHORT_RUN_MS or probe_module._shares_cores():
+        assert fewer == [{**leader["deployment"], "threads": cores // 2}], fewer
+    else:
+        assert fewer == [], fewer
+
+
 def test_candidates_follow_the_file_the_cpu_and_the_runtimes() -> None:
     both, options = ["onnxruntime", "openvino"], TuneOptions(threads=(2,))
     avx2 = CpuFeatures("AMD EPYC", "x86_64", frozenset({"avx2", "fma"}))  # where OpenVINO keeps GELUs apart by default
     zen4 = CpuFeatures("AMD EPYC", "x86_64", frozenset({"avx2", "fma", "avx512f", "avx512_bf16"}))
     generic = [d.label() for d in candidates({"precision": "fp32", "target": "generic"}, options, both, features=zen4)]
     assert generic == ["onnxruntime file", "openvino file", "openvino file gelu_apart=True", "openvino bf16"]
-    # FP16 arithmetic: tune judges OpenVINO's FP16 in full (the probe alone would not offer it: proven for no family)
+    # FP16 arithmetic: tune judges OpenVINO's FP16 on any file of a CPU with the units (the first-use probe offers it
+    # only to the families its budget is proven for)
     for cpu in (CpuFeatures("Cortex-A76", "aarch64", frozenset({"fp", "asimd", "fphp", "asimdhp", "asimddp"})),
                 CpuFeatures("Intel Xeon", "x86_64", frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16"}))):
         labels = [d.label() for d in candidates({"precision": "fp32", "target": "generic"}, options, both, features=cpu)]

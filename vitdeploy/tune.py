@@ -57,7 +57,9 @@ FINALIST_MARGIN = 1.5
 class TuneOptions:
     """What ``tune`` runs: ``images`` (files or folders; default the bundled set) or, for models that do not take
     images, ``random_inputs`` seeded sets; ``clicks`` per image through ``decoder``; ``runs`` timed runs after
-    ``warmup``; ``threads`` the thread counts to try (default: 1 and every core this process may use);
+    ``warmup``; ``threads`` the thread counts to try (default: every core this process may use, and the probe's
+    ranking adds the leader at half of them where that can win, as the first-use probe does: SMT siblings or a run
+    under :data:`~vitdeploy.runtime.backends.probe.SHORT_RUN_MS`; with ``finalists=0``, no ranking: 1 and every core);
     ``reference`` the FP32 file of the same model that an INT8 or FP16 file is judged against (default: the file
     itself as written); ``finalists`` how many candidates, ranked by the first-use probe on a part of the graph
     (:mod:`vitdeploy.runtime.backends.probe`), are judged in full at most (only those within
@@ -139,7 +141,7 @@ def candidates(metadata: dict[str, Any], options: TuneOptions, installed: Sequen
     if fp32 and OPENVINO_FORM_KEY not in metadata:  # OpenVINO's GELU form: the runner takes it where it was measured
         # faster; the other reading is tried too (a file written in the form holds one reading only)
         forms.append((("gelu_apart", not keep_gelu_apart(features, Precision.FP32)),))
-    threads = sorted(set(options.threads or (1, available_cores())))
+    threads = sorted(set(options.threads or ((available_cores(),) if options.finalists else (1, available_cores()))))
     found = []
     for runtime in wanted:
         # the attention forms are runner settings; a reduced policy needs an FP32 file and a CPU with its units
@@ -281,8 +283,11 @@ def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | 
                         [Path(s.source).name if s.source else s.label for s in sets])
     found = candidates(metadata, options)
     ranking = None
-    if options.finalists and len(found) > options.finalists:
-        ranking = probe(model, metadata, candidates=Eligible(tuple(found)), require_choice=False)
+    # ranked by the probe where there are more candidates than finalists, and wherever its threads step chooses the
+    # thread counts (none asked for)
+    if options.finalists and (len(found) > options.finalists or not options.threads):
+        ranking = probe(model, metadata, candidates=Eligible(tuple(found)), require_choice=False,
+                        fewer_threads=not options.threads)  # the threads step, where no thread counts were asked
         echo(f"probe: {ranking.summary()}")
         held = [t for t in ranking.ranking() if not t.reason]
         lead = held[0].best_ms if held and held[0].best_ms is not None else None

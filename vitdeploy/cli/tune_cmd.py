@@ -26,7 +26,9 @@ from vitdeploy.runtime.backends.registry import ONNX_RUNTIMES
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Timed runs per candidate.")
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True, help="Untimed runs before them.")
 @click.option("--threads", "threads", multiple=True, type=click.IntRange(min=1),
-              help="Thread counts to try (repeatable). [default: 1 and all cores this process may use]")
+              help="Thread counts to try (repeatable). [default: all cores this process may use, and half of them for the "
+                   "probe's leader where that can win (SMT siblings, or a short run); with --finalists 0, 1 and all "
+                   "cores]")
 @click.option("--runtime", "runtimes", multiple=True, type=click.Choice(ONNX_RUNTIMES),
               help="Runtimes to try (repeatable). [default: every one installed]")
 @click.option("--finalists", type=click.IntRange(min=0), default=3, show_default=True,

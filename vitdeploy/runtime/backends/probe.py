@@ -538,11 +538,13 @@ def _measure_isolated(model: Path, candidates: tuple[Any, ...], whole_below: int
 
 def probe(model: str | Path, metadata: dict[str, Any] | None = None, *, threads: int | None = None,
           features: CpuFeatures | None = None, whole_below: int = WHOLE_GRAPH_BYTES,
-          candidates: Eligible | None = None, require_choice: bool = True, isolate: bool = False) -> Decision:
+          candidates: Eligible | None = None, require_choice: bool = True, isolate: bool = False,
+          fewer_threads: bool | None = None) -> Decision:
     """Time every eligible candidate (:func:`eligible`) on the probe part of ``model`` and choose the fastest that
-    holds its budget (module docstring); ``isolate``: in a worker process (:func:`_measure_isolated`). Raises
-    InputError where no candidate ran to the end and held its budget (``require_choice``; without it the decision's
-    ``chosen`` is then None)."""
+    holds its budget (module docstring); ``isolate``: in a worker process (:func:`_measure_isolated`); ``fewer_threads``:
+    the threads step, the leader once more at half its threads where that can win (default: for the eligible
+    candidates, not for a caller's own, which carry their thread counts). Raises InputError where no candidate ran to
+    the end and held its budget (``require_choice``; without it the decision's ``chosen`` is then None)."""
     from vitdeploy.metadata import read_onnx_metadata
 
     model = Path(model)
@@ -552,7 +554,7 @@ def probe(model: str | Path, metadata: dict[str, Any] | None = None, *, threads:
     if not found.candidates:
         raise InputError(f"no runtime here runs '{model.name}' on the CPU ({'; '.join(found.left_out)})")
     start = time.perf_counter()
-    fewer = candidates is None  # tune's own candidates carry their thread counts already
+    fewer = candidates is None if fewer_threads is None else fewer_threads
     if isolate:
         timings, part = _measure_isolated(model, found.candidates, whole_below, fewer)
     else:
