@@ -2,7 +2,7 @@
 
 The same exported SAM encoder and decoder run twice through ``SamPredictor``: once as written on ONNX
 Runtime (FP32, vitdeploy's default), once with the encoder on OpenVINO at ``--inference-precision bf16``
-(the decoder as written, as ``SamPredictor`` runs it). On each bundled image (or ``--images``) it compares
+(``--policy fp16``: FP16; the decoder as written, as ``SamPredictor`` runs it). On each bundled image (or ``--images``) it compares
 the image embeddings (cosine) and, for ``--clicks`` seeded single clicks, the three multimask outputs
 (IoU of the binary masks). Random weights make masks fragile (logits near the threshold), so masks are
 also reported restricted to the stable ones: the official stability score
@@ -51,23 +51,23 @@ def main() -> None:
     args = parser.parse_args()
     images = args.images or [str(p) for p in sorted(bundled_calibration_dir().glob("*.jpg"))[:3]]
     fp32 = SamPredictor(args.encoder, args.decoder, threads=args.threads, runtime="onnxruntime")
-    bf16 = SamPredictor(args.encoder, args.decoder, threads=args.threads, runtime="openvino",
-                        inference_precision=args.policy)
+    reduced = SamPredictor(args.encoder, args.decoder, threads=args.threads, runtime="openvino",
+                           inference_precision=args.policy)
     print(f"CPU: {cpu_features().summary()}")
     print(f"FP32: encoder {fp32.encoder.provider or fp32.encoder.name}; decoder {fp32.decoder.name}")
-    print(f"{args.policy.upper()}: encoder {bf16.encoder.provider}; decoder {bf16.decoder.provider}")
+    print(f"{args.policy.upper()}: encoder {reduced.encoder.provider}; decoder {reduced.decoder.provider}")
     rng = np.random.default_rng(args.seed)
     embedding_cos, all_iou, stable_iou, all_stability = [], [], [], []
     for path in images:
         image = read_image_rgb(path)
         fp32.set_image(image)
-        bf16.set_image(image)
-        emb = compare(fp32.get_image_embedding(), bf16.get_image_embedding(), args.policy, label=Path(path).name)
+        reduced.set_image(image)
+        emb = compare(fp32.get_image_embedding(), reduced.get_image_embedding(), args.policy, label=Path(path).name)
         embedding_cos.append(emb.cosine)
         h, w = image.shape[:2]
         for point in seeded_clicks(h, w, args.clicks, rng):
             want, _, _ = fp32.predict(point_coords=point, point_labels=np.array([1]), multimask_output=True, return_logits=True)
-            got, _, _ = bf16.predict(point_coords=point, point_labels=np.array([1]), multimask_output=True, return_logits=True)
+            got, _, _ = reduced.predict(point_coords=point, point_labels=np.array([1]), multimask_output=True, return_logits=True)
             scores = stability(want)
             for value, score in zip(compare_masks(want, got, args.policy).iou, scores):
                 all_iou.append(value)

@@ -75,8 +75,8 @@ def run_variant(variant: str, recipe: str, out: Path, frames: int, threads: int,
         frame = outputs["cond_frame_outputs"].get(index) or outputs["non_cond_frame_outputs"][index]
         scores.append(float(np.asarray(frame["object_score_logits"]).reshape(-1)[0]))
     np.savez(out / agreement_file(recipe, variant, policy), masks=np.stack(logits_per_frame) > 0, scores=np.array(scores))
-    return {"variant": variant, "policy": "file" if variant == "fp32" else policy, "load_s": round(load_s, 1), "times_ms": [round(1e3 * t, 1) for t in times],
-            "peak_rss_mb": peak_rss_mb(),
+    return {"variant": variant, "policy": "file" if variant == "fp32" else policy, "load_s": round(load_s, 1),
+            "times_ms": [round(1e3 * t, 1) for t in times], "peak_rss_mb": peak_rss_mb(),
             "chosen": {g: r.deployment.label() if r.deployment else r.name
                        for g, r in zip(GRAPHS, runners)}}
 

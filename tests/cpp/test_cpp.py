@@ -17,6 +17,7 @@ import subprocess
 import shutil
 import sys
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -391,40 +392,47 @@ def _assert_python_openvino_predictor_agrees(encoder: Path, decoder: Path, pictu
     assert summary["mask_index"] == best and int((written != masks[best]).sum()) == 0
 
 
-def test_sam_cli_follows_a_profile_that_chose_openvino(cpp_build: Path, tiny_sam_artifacts, tmp_path: Path):  # noqa: F811
-    """``tune --runtime openvino`` -> sam_cli runs the encoder on the C++ OpenVINO backend, with the profile's threads
-    and GELU form, and writes the mask the Python SamPredictor gives following the same profile."""
-    import shutil
-
-    from vitdeploy.cpu_features import cpu_features
-    from vitdeploy.precisions import Precision
+def _sam_cli_on_a_tuned_choice(cpp_build: Path, tiny_sam_artifacts, tmp_path: Path,  # noqa: F811
+                               pick: Callable[[dict], bool]) -> tuple[Path, np.ndarray, dict, dict]:
+    """``tune --runtime openvino`` of a copy of the tiny encoder (every candidate judged: ``finalists=0``), its profile
+    set to the passing candidate ``pick`` takes (one tune could write: a hand-edited choice is refused), then sam_cli
+    with the tiny decoder on one click: (encoder, picture, the chosen deployment, sam_cli's --json summary), after
+    sam_cli said it followed the profile."""
     from vitdeploy.runtime.backends.deployment import profile_path
-    from vitdeploy.runtime.forms.openvino_gelu import keep_gelu_apart
     from vitdeploy.tune import TuneOptions, tune
 
-    _require_openvino_backend(cpp_build)
     encoder = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
     picture = sample_image(40, 60, seed=4)
     Image.fromarray(picture).save(tmp_path / "in.png")
-    # every candidate judged (finalists=0): the GELU form's is needed below, and where the CPU has units for both
-    # reduced policies (an Intel Xeon with AVX512-FP16) four candidates rank for the three judged by default
+    # every candidate judged: where the CPU has units for both reduced policies (an Intel Xeon with AVX512-FP16) more
+    # candidates rank than the three judged by default, and the one picked must have been judged
     tune(encoder, TuneOptions(runtimes=("openvino",), threads=(1,), runs=1, max_images=1, finalists=0),
          echo=lambda _line: None)
     profile = json.loads(profile_path(encoder).read_text())
     assert profile["chosen"]["runtime"] == "openvino"
-    # the GELU form as a profile setting: both runtimes follow it (here the reading this CPU does not take by default).
-    # tune tried it as a candidate of its own; choosing that passing candidate keeps the profile one tune could write
-    # (a hand-edited choice is refused), whichever candidate was fastest in this run.
-    gelu_apart = not keep_gelu_apart(cpu_features(), Precision.FP32)
-    chosen = next(c["deployment"] for c in profile["candidates"]
-                  if c["passed"] and c["deployment"]["settings"] == {"gelu_apart": gelu_apart})
+    chosen = next(c["deployment"] for c in profile["candidates"] if c["passed"] and pick(c["deployment"]))
     profile["chosen"] = chosen
     profile_path(encoder).write_text(json.dumps(profile))
     done = _run_cli(cpp_build, "--encoder", str(encoder), "--decoder", str(tiny_sam_artifacts.decoder), "--image",
                     str(tmp_path / "in.png"), "--point", "20,10", "--out", str(tmp_path / "mask.png"), "--json")
     assert done.returncode == 0, done.stderr
     assert f"note: encoder.profile.json: openvino {chosen['precision']}, 1 thread(s)" in done.stderr, done.stderr
-    summary = json.loads(done.stdout)
+    return encoder, picture, chosen, json.loads(done.stdout)
+
+
+def test_sam_cli_follows_a_profile_that_chose_openvino(cpp_build: Path, tiny_sam_artifacts, tmp_path: Path):  # noqa: F811
+    """``tune --runtime openvino`` -> sam_cli runs the encoder on the C++ OpenVINO backend, with the profile's threads
+    and GELU form, and writes the mask the Python SamPredictor gives following the same profile."""
+    from vitdeploy.cpu_features import cpu_features
+    from vitdeploy.precisions import Precision
+    from vitdeploy.runtime.forms.openvino_gelu import keep_gelu_apart
+
+    _require_openvino_backend(cpp_build)
+    # the GELU form as a profile setting: both runtimes follow it (here the reading this CPU does not take by default),
+    # whichever candidate was fastest in this run
+    gelu_apart = not keep_gelu_apart(cpu_features(), Precision.FP32)
+    encoder, picture, _, summary = _sam_cli_on_a_tuned_choice(
+        cpp_build, tiny_sam_artifacts, tmp_path, lambda d: d["settings"] == {"gelu_apart": gelu_apart})
     assert summary["encoder_backend"] == "openvino-cpu" and summary["decoder_backend"] == "onnxruntime-cpu"
     assert (summary["encoder_gelus_apart"] > 0) is gelu_apart, summary
     assert SamPredictor(encoder, tiny_sam_artifacts.decoder).encoder.gelus_apart == summary["encoder_gelus_apart"]
@@ -438,13 +446,9 @@ def test_sam_cli_follows_a_profile_that_chose_a_reduced_policy(cpp_build: Path, 
     is proven): sam_cli compiles the encoder at that precision, into OpenVINO's cache folder for it, and writes the mask
     Python's SamPredictor gives from the model it loads there (one folder per precision: OpenVINO does not key a blob
     by its precision hint)."""
-    import shutil
-
     from vitdeploy.cpu_features import cpu_features
-    from vitdeploy.runtime.backends.deployment import profile_path
     from vitdeploy.runtime.backends.openvino_runner import openvino_version
     from vitdeploy.runtime_facts import PROVEN_POLICIES
-    from vitdeploy.tune import TuneOptions, tune
 
     _require_openvino_backend(cpp_build)
     if not cpu_features().policy_units(policy):
@@ -452,20 +456,8 @@ def test_sam_cli_follows_a_profile_that_chose_a_reduced_policy(cpp_build: Path, 
                     "candidate here")
     cache = tmp_path / "cache"
     monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(cache))
-    encoder = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
-    picture = sample_image(40, 60, seed=4)
-    Image.fromarray(picture).save(tmp_path / "in.png")
-    tune(encoder, TuneOptions(runtimes=("openvino",), threads=(1,), runs=1, max_images=1, finalists=0),
-         echo=lambda _line: None)
-    profile = json.loads(profile_path(encoder).read_text())
-    profile["chosen"] = next(c["deployment"] for c in profile["candidates"]
-                             if c["passed"] and c["deployment"]["precision"] == policy and not c["deployment"]["settings"])
-    profile_path(encoder).write_text(json.dumps(profile))
-    done = _run_cli(cpp_build, "--encoder", str(encoder), "--decoder", str(tiny_sam_artifacts.decoder), "--image",
-                    str(tmp_path / "in.png"), "--point", "20,10", "--out", str(tmp_path / "mask.png"), "--json")
-    assert done.returncode == 0, done.stderr
-    assert f"note: encoder.profile.json: openvino {policy}, 1 thread(s)" in done.stderr, done.stderr
-    summary = json.loads(done.stdout)
+    encoder, picture, _, summary = _sam_cli_on_a_tuned_choice(
+        cpp_build, tiny_sam_artifacts, tmp_path, lambda d: d["precision"] == policy and not d["settings"])
     hint = PROVEN_POLICIES[policy]["openvino_precision"]
     assert summary["encoder_backend"] == "openvino-cpu" and summary["encoder_inference_precision"] == hint, summary
     folder = cache / "openvino" / openvino_version() / hint
