@@ -254,3 +254,42 @@ def test_the_default_path_on_this_cpu_meets_the_budget_of_what_it_chose(tiny_sam
         assert result, result.summary()
         masks, _, _ = ours.predict(point_coords=np.array([[20.0, 30.0]]), point_labels=np.array([1]))
         assert masks.shape == (3, 48, 80)
+
+
+@pytest.mark.parametrize(("sets", "warmup", "runs", "calls", "timed"), [
+    (4, 1, 3, 4, [2, 3, 4]),        # SAM's 4 image sets: the first is the warm-up, the next 3 the timed runs
+    (2, 1, 3, 4, [2, 3, 4]),        # fewer sets than runs: two more runs make up the third and fourth samples
+    (2, 3, 1, 4, [4]),              # more warm-up than sets: one untimed run more, then one timed
+    (3, 0, 1, 3, [1, 2, 3]),        # every parity run counts (more samples than asked cost nothing)
+])
+def test_tune_times_its_parity_runs(sets: int, warmup: int, runs: int, calls: int, timed: list[int],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate's parity runs on the input sets are its warm-up and timed runs (a static graph's time does not
+    depend on its inputs' values), and runs on the first set make up what is missing: SAM ViT-B judged in full ran
+    4 image sets, then a warm-up and 3 timed runs again, 4-6 s each."""
+    import time
+
+    from vitdeploy import tune as tune_module
+    from vitdeploy.runtime.processing.input_sets import InputSet
+
+    now = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+
+    class Runner:
+        """Run k takes k seconds on the fake clock, so each sample names the run it timed."""
+        count = 0
+
+        def run(self, feeds):
+            self.count += 1
+            now[0] += self.count
+            return {"y": feeds["x"]}
+
+    inputs = [InputSet(f"set{i}", {"x": np.full((2, 3), i + 1.0, np.float32)}, "seeded") for i in range(sets)]
+    verdict = tune_module.Verdict(Deployment("onnxruntime", "file", 1), "fp32")
+    runner = Runner()
+    tune_module._judge(verdict, runner, inputs, [{"y": s.feeds["x"]} for s in inputs],
+                       None, None, TuneOptions(runs=runs, warmup=warmup))
+    assert runner.count == calls
+    assert verdict.passed and verdict.cosine_min == pytest.approx(1.0)
+    assert verdict.median_ms == pytest.approx(float(np.median(timed)) * 1e3)
+    assert verdict.min_ms == pytest.approx(min(timed) * 1e3)
