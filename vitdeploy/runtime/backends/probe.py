@@ -58,6 +58,14 @@ WHOLE_GRAPH_BYTES = 48 << 20
 #: 2458 against 1555 ms, OpenVINO f32 1621 against 1408, OpenVINO bf16 713 against 544), so such a candidate's best
 #: run is more than 1.1x behind the leader's warm-up already.
 CUTOFF = 1.8
+#: A candidate whose warm-up run took more than this many times the fastest candidate's best timed run is not timed:
+#: by the same bound (a first run at most 1.6x a later one), its best run would be more than 1.1x behind the leader's.
+#: The candidates are timed fastest warm-up first, so the leader's best is usually known before the others are timed
+#: (SAM ViT-B's blocks 0 and 2 on the Xeon with AMX hidden, 2 threads: OpenVINO f32's best 716-734 ms; BF16 warmed
+#: up in 1328 ms and ONNX Runtime in 1408-1494, and their timed runs, 1105-1145 and 1193-1210 ms, were 1.1 s each of a
+#: 15 s probe that could not change its choice). Only where the leader's best run is at least :data:`SHORT_RUN_MS`:
+#: the bound was measured on runs of about a second, and a short run's first has a larger share of one-time work.
+LEADER_CUTOFF = 1.6 * 1.1
 #: Timed runs per candidate after its warm-up (the minimum is kept: the least disturbed run on a shared machine).
 TIMED_RUNS = 2
 #: A candidate whose timed run took more than this many times the fastest candidate's best so far is not run again:
@@ -392,7 +400,7 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
     that misses is closed and not timed. Those that held are then timed on the sessions their warm-ups ran (kept
     open, so none is loaded and warmed up twice: 2.6 s of SAM ViT-B's probe on the Zen 4), the fastest warm-up first,
     so the likely leader sets the bar the others are held to: one whose warm-up is behind the best by more than
-    :data:`CUTOFF` is not timed, and a timed run :data:`BEHIND` the fastest so far is not repeated (on the Xeon with
+    :data:`CUTOFF`, or behind the fastest best run so far by more than :data:`LEADER_CUTOFF`, is not timed, and a timed run :data:`BEHIND` the fastest so far is not repeated (on the Xeon with
     AMX hidden, timing in the eligible order put OpenVINO f32, the leader, third, and BF16 and FP16 ran their second
     runs before it: 2 s of a 15 s probe). ``fewer_threads``: then the fastest once more at
     half its threads (the threads axis, one candidate more), where it can win (:data:`SHORT_RUN_MS`). A candidate
@@ -445,8 +453,9 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
     def timed(timing: Timing, runner: Any, part: ProbePart) -> None:
         """Time a judged candidate on its warm ``runner`` where its warm-up is within the cutoff; close the runner."""
         try:
-            if timing.warmup_ms <= CUTOFF * best_warmup:
-                fastest = min((t.best_ms for t in timings if t.best_ms is not None and not t.reason), default=None)
+            fastest = min((t.best_ms for t in timings if t.best_ms is not None and not t.reason), default=None)
+            behind_leader = fastest is not None and fastest >= SHORT_RUN_MS and timing.warmup_ms > LEADER_CUTOFF * fastest
+            if timing.warmup_ms <= CUTOFF * best_warmup and not behind_leader:
                 runs = timed_runs(lambda: runner.run(part.feeds), TIMED_RUNS if timing.warmup_ms < LONG_RUN_MS else 1,
                                   fastest)
                 timing.best_ms = min(runs)
@@ -731,7 +740,7 @@ def decide(model: str | Path, metadata: dict[str, Any], threads: int | None = No
     return replace(chosen, source=f"probe: {source}")
 
 
-__all__ = ["BEHIND", "CUTOFF", "DECISION_FORMAT", "LONG_RUN_MS", "SHORT_RUN_MS", "PROBE_ENV", "WHOLE_GRAPH_BYTES", "Decision", "Eligible", "ProbePart", "Timing", "timed_runs",
+__all__ = ["BEHIND", "CUTOFF", "LEADER_CUTOFF", "DECISION_FORMAT", "LONG_RUN_MS", "SHORT_RUN_MS", "PROBE_ENV", "WHOLE_GRAPH_BYTES", "Decision", "Eligible", "ProbePart", "Timing", "timed_runs",
            "cached_decisions", "decide", "decision_key", "decision_path", "eligible", "file_identity", "probe", "probe_enabled", "probe_part",
            "read_decision", "write_decision"]
 
