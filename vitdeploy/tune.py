@@ -298,7 +298,7 @@ def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | 
     # ranked by the probe where there are more candidates than finalists, and wherever its threads step chooses the
     # thread counts (none asked for)
     if options.finalists and (len(found) > options.finalists or not options.threads):
-        ranking = probe(model, metadata, candidates=Eligible(tuple(found)), require_choice=False,
+        ranking = probe(model, metadata, candidates=Eligible(tuple(found)), require_choice=False, rank=True,
                         fewer_threads=not options.threads)  # the threads step, where no thread counts were asked
         echo(f"probe: {ranking.summary()}")
         held = [t for t in ranking.ranking() if not t.reason]

@@ -392,7 +392,8 @@ def _is_reference(deployment: Any) -> bool:
 
 
 def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...], whole_below: int,
-             on_start: Any = None, workdir: str | None = None, fewer_threads: bool = False) -> tuple[list[Timing], str]:
+             on_start: Any = None, workdir: str | None = None, fewer_threads: bool = False,
+             rank: bool = False) -> tuple[list[Timing], str]:
     """(every candidate's timing on the probe part of ``model``, in the order of ``candidates``; what the part is).
 
     Every candidate is opened and warmed up first, the reference (the file's math on ONNX Runtime, where it is a
@@ -404,7 +405,8 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
     AMX hidden, timing in the eligible order put OpenVINO f32, the leader, third, and BF16 and FP16 ran their second
     runs before it: 2 s of a 15 s probe). ``fewer_threads``: then the fastest once more at
     half its threads (the threads axis, one candidate more), where it can win (:data:`SHORT_RUN_MS`). A candidate
-    whose warm-up is longer than :data:`LONG_RUN_MS` is timed once.
+    whose warm-up is longer than :data:`LONG_RUN_MS` is timed once. ``rank``: every candidate within :data:`CUTOFF`
+    is timed, those behind the leader too (``tune`` judges the fastest few in full, not only the one that can win).
     ``on_start(i)`` is called before candidate ``i`` is opened (the extra one is ``len(candidates)``); the part is
     written into ``workdir`` (default: a temporary folder of its own)."""
     from vitdeploy.runtime.backends.base import RunnerOptions
@@ -454,7 +456,8 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
         """Time a judged candidate on its warm ``runner`` where its warm-up is within the cutoff; close the runner."""
         try:
             fastest = min((t.best_ms for t in timings if t.best_ms is not None and not t.reason), default=None)
-            behind_leader = fastest is not None and fastest >= SHORT_RUN_MS and timing.warmup_ms > LEADER_CUTOFF * fastest
+            behind_leader = (not rank and fastest is not None and fastest >= SHORT_RUN_MS
+                             and timing.warmup_ms > LEADER_CUTOFF * fastest)
             if timing.warmup_ms <= CUTOFF * best_warmup and not behind_leader:
                 runs = timed_runs(lambda: runner.run(part.feeds), TIMED_RUNS if timing.warmup_ms < LONG_RUN_MS else 1,
                                   fastest)
@@ -511,7 +514,7 @@ def _shares_cores() -> bool:
 
 
 def _measure_isolated(model: Path, candidates: tuple[Any, ...], whole_below: int,
-                      fewer_threads: bool = False) -> tuple[list[Timing], str]:
+                      fewer_threads: bool = False, rank: bool = False) -> tuple[list[Timing], str]:
     """:func:`_measure` in a worker process (``python -m vitdeploy.runtime.backends.probe``): a runtime that crashes
     the process on a candidate (a native fault) rules out that candidate instead of ending the user's program, and
     the parsed graph and each candidate's sessions never count toward the user's process's memory. After a crash the
@@ -525,7 +528,7 @@ def _measure_isolated(model: Path, candidates: tuple[Any, ...], whole_below: int
     while remaining:
         with tempfile.TemporaryDirectory(prefix="vitdeploy-probe-") as workdir:  # removed even when the worker crashed
             spec = {"model": str(model), "whole_below": whole_below, "workdir": workdir, "fewer_threads": fewer_threads,
-                    "candidates": [candidates[i].to_dict() for i in remaining]}
+                    "rank": rank, "candidates": [candidates[i].to_dict() for i in remaining]}
             worker = subprocess.run([sys.executable, "-m", "vitdeploy.runtime.backends.probe"], input=json.dumps(spec),
                                     capture_output=True, text=True)
         lines = [json.loads(line) for line in worker.stdout.splitlines() if line.startswith("{")]
@@ -555,11 +558,12 @@ def _measure_isolated(model: Path, candidates: tuple[Any, ...], whole_below: int
 def probe(model: str | Path, metadata: dict[str, Any] | None = None, *, threads: int | None = None,
           features: CpuFeatures | None = None, whole_below: int = WHOLE_GRAPH_BYTES,
           candidates: Eligible | None = None, require_choice: bool = True, isolate: bool = False,
-          fewer_threads: bool | None = None) -> Decision:
+          fewer_threads: bool | None = None, rank: bool = False) -> Decision:
     """Time every eligible candidate (:func:`eligible`) on the probe part of ``model`` and choose the fastest that
     holds its budget (module docstring); ``isolate``: in a worker process (:func:`_measure_isolated`); ``fewer_threads``:
     the threads step, the leader once more at half its threads where that can win (default: for the eligible
-    candidates, not for a caller's own, which carry their thread counts). Raises InputError where no candidate ran to
+    candidates, not for a caller's own, which carry their thread counts); ``rank``: time every candidate within the
+    warm-up cutoff, not only those that can still win (:func:`_measure`). Raises InputError where no candidate ran to
     the end and held its budget (``require_choice``; without it the decision's ``chosen`` is then None)."""
     from vitdeploy.metadata import read_onnx_metadata
 
@@ -572,9 +576,9 @@ def probe(model: str | Path, metadata: dict[str, Any] | None = None, *, threads:
     start = time.perf_counter()
     fewer = candidates is None if fewer_threads is None else fewer_threads
     if isolate:
-        timings, part = _measure_isolated(model, found.candidates, whole_below, fewer)
+        timings, part = _measure_isolated(model, found.candidates, whole_below, fewer, rank)
     else:
-        timings, part = _measure(model, metadata, found.candidates, whole_below, fewer_threads=fewer)
+        timings, part = _measure(model, metadata, found.candidates, whole_below, fewer_threads=fewer, rank=rank)
     choosable = [t for t in timings if not t.reason and t.best_ms is not None]
     seconds = time.perf_counter() - start
     if not choosable and not require_choice:
@@ -600,7 +604,7 @@ def _worker() -> None:
         print(json.dumps({"start": index}), flush=True)
 
     timings, part = _measure(model, read_onnx_metadata(model), candidates, spec["whole_below"], started, spec["workdir"],
-                             spec["fewer_threads"])
+                             spec["fewer_threads"], spec["rank"])
     print(json.dumps({"result": {"part": part, "timings": [t.to_dict() for t in timings]}}), flush=True)
 
 
