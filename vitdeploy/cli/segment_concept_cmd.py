@@ -207,7 +207,7 @@ def _check_texts(config, texts: list[str | None]) -> None:
 
 def _check_vision_file(path: str) -> None:
     from vitdeploy.metadata import read_onnx_metadata
-    from vitdeploy.runtime.apps.sam3.processor import check_sam3_part
+    from vitdeploy.runtime.apps.sam3.files import check_sam3_part
 
     check_sam3_part(read_onnx_metadata(path), "vision_encoder")
 

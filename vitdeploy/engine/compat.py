@@ -105,7 +105,7 @@ def check_rtx_engine_compat(sidecar: dict[str, Any], env: RunningEnvironment, pl
     12.0: a GPU TensorRT-RTX runs nothing on (9.0 to 11.x, 8.7; :func:`rtx_runs_on`) is refused before the plan is
     read, naming what runs there instead; a GPU below 8.0 that the build did not name is refused too.
     """
-    from vitdeploy.engine.library import RTX_DEFAULT_TARGETS, rtx_runs_on, rtx_unsupported_gpu
+    from vitdeploy.engine.rtx_gpus import RTX_DEFAULT_TARGETS, rtx_runs_on, rtx_unsupported_gpu
 
     built = str(sidecar.get("tensorrt", {}).get("version", ""))
     rebuild = f"rebuild it with 'vitdeploy build-engine --builder tensorrt-rtx' from '{sidecar.get('onnx', {}).get('file', 'its ONNX file')}'"

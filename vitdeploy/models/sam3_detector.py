@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 from torch import nn
 
 from vitdeploy.errors import RecipeError
-from vitdeploy.models.sam3 import GridArchTable, load_official_weights, missing_sam3
+from vitdeploy.models.sam3_common import GridArchTable, load_official_weights, missing_sam3
 
 #: The detector's parts in ``Sam3Image`` (and under ``detector.`` in ``sam3.pt``).
 DETECTOR_PARTS = ("transformer.", "geometry_encoder.", "dot_prod_scoring.", "segmentation_head.")

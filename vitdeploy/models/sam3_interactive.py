@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from vitdeploy.errors import RecipeError
-from vitdeploy.models.sam3 import GridArchTable, load_official_weights, missing_sam3, select_under
+from vitdeploy.models.sam3_common import GridArchTable, load_official_weights, missing_sam3, select_under
 
 #: Where ``sam3.pt`` keeps the tracker, and where ``Sam3Image`` with interactivity keeps the same module.
 CHECKPOINT_PREFIXES = ("tracker.", "inst_interactive_predictor.model.", "detector.inst_interactive_predictor.model.")

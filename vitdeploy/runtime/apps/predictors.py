@@ -86,7 +86,7 @@ def check_concept_files(encoder: Any, text_encoder: Any, detector: Any) -> None:
     if not all(_is_onnx_file(p) for p in (encoder, text_encoder, detector)):
         return
     from vitdeploy.metadata import read_onnx_metadata
-    from vitdeploy.runtime.apps.sam3.processor import check_sam3_files
+    from vitdeploy.runtime.apps.sam3.files import check_sam3_files
 
     check_sam3_files(*(read_onnx_metadata(p) for p in (encoder, text_encoder, detector)))
 

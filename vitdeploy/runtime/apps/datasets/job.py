@@ -197,7 +197,7 @@ def plan_job(config: JobConfig, source: str | os.PathLike, out_dir: str | os.Pat
         identity[role] = {"file": Path(path).name, "sha256": model_digest(path), "family": meta.get("family"),
                           "variant": meta.get("variant"), "input_size": meta.get("input_size")}
     if config.kind == "concepts":
-        from vitdeploy.runtime.apps.sam3.processor import check_sam3_files
+        from vitdeploy.runtime.apps.sam3.files import check_sam3_files
 
         check_sam3_files(*(read_onnx_metadata(path) for path in models.values()))
     elif Path(config.encoder).suffix.lower() == ".onnx":

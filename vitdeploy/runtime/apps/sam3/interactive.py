@@ -28,7 +28,7 @@ from typing import Any
 
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.sam2.image_predictor import IMAGE_FEATURES, Sam2ImagePredictor
-from vitdeploy.runtime.apps.sam3.processor import check_same_model, check_sam3_part
+from vitdeploy.runtime.apps.sam3.files import check_same_model, check_sam3_part
 
 #: The vision encoder's outputs a click reads (``vitdeploy.rewrites.sam3_vision.INTERACTIVE_OUTPUTS``): SAM 2's.
 INTERACTIVE_FEATURES = IMAGE_FEATURES

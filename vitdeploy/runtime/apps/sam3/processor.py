@@ -35,8 +35,7 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
-from vitdeploy.families import model_part
-from vitdeploy.metadata import identity_differences
+from vitdeploy.runtime.apps.sam3.files import check_sam3_files
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
 from vitdeploy.runtime.processing.preprocess import check_rgb_uint8
@@ -49,21 +48,6 @@ VISUAL_PROMPT = "visual"
 TEXT_CACHE_SIZE = 64
 #: The graphs of the model, as ``record_inputs`` names them, and the attribute that runs each.
 GRAPHS = {"vision_encoder": "vision", "text_encoder": "text", "detector": "detector"}
-PARTS = {"vision_encoder": "the vision encoder", "text_encoder": "the text encoder", "detector": "the detector",
-         "interactive_decoder": "the interactive decoder"}
-
-
-def check_sam3_part(metadata: dict[str, Any], part: str, order: str = "vision, text, detector") -> None:
-    """Raise InputError unless ``metadata`` is SAM 3's ``part`` (a key of :data:`PARTS`); ``order`` is the order of
-    the files the caller takes, said in the refusal."""
-    from vitdeploy.families import family_of_part
-
-    what, recipe = PARTS[part], "sam3" + family_of_part("sam3", part).recipe_suffix
-    model, got = model_part(metadata)
-    if (model, got) != ("sam3", part):
-        found = f"SAM 3's {got.replace('_', ' ')}" if model == "sam3" else f"a '{metadata.get('family')}' model"
-        raise InputError(f"{what} is {found}, not SAM 3's {part.replace('_', ' ')}: export it with "
-                         f"'vitdeploy export -r {recipe}' and pass the files in the order {order}")
 
 
 def check_text_prompt(prompt: Any, tokenizer: Any, context_length: int) -> None:
@@ -74,33 +58,6 @@ def check_text_prompt(prompt: Any, tokenizer: Any, context_length: int) -> None:
     if count > context_length:
         raise InputError(f"the text prompt takes {count} tokens but SAM 3's text encoder reads {context_length} (with "
                          "its start and end): shorten it")
-
-
-def check_same_model(vision: dict[str, Any], other: dict[str, Any], name: str, files: str,
-                     same_input_size: bool = True) -> None:
-    """Raise InputError unless ``other`` (SAM 3's ``name``) comes from the vision encoder's model: the same weights
-    (checkpoint or seed) and variant, and (``same_input_size``) built for its input size; ``files`` says which to
-    export."""
-    different = identity_differences(vision, other, ("variant", "random_seed", "checkpoint_sha256"))
-    if different:
-        raise InputError(f"the vision encoder and the {name} come from two different SAM 3 models "
-                         f"({', '.join(different)}): export {files} from the same checkpoint (or seed) and variant")
-    if same_input_size and list(vision.get("input_size", [])) != list(other.get("input_size", [])):
-        raise InputError(f"the vision encoder takes {vision.get('input_size')} images but the {name} was built for "
-                         f"{other.get('input_size')}: export the vision encoder without --input-size")
-
-
-def check_sam3_files(vision: dict[str, Any], text: dict[str, Any], detector: dict[str, Any]) -> None:
-    """Raise InputError unless the three files' metadata are SAM 3's vision encoder, text encoder and detector of one
-    model (the same weights, image size and width)."""
-    for metadata, part in ((vision, "vision_encoder"), (text, "text_encoder"), (detector, "detector")):
-        check_sam3_part(metadata, part)
-    check_same_model(vision, text, "text encoder", "all three", same_input_size=False)
-    check_same_model(vision, detector, "detector", "all three")
-    width = (vision.get("architecture") or {}).get("d_model")
-    if width is not None and width != detector.get("embed_dim"):
-        raise InputError(f"the vision encoder's features are {width} wide but the detector takes "
-                         f"{detector.get('embed_dim')}: export both from one model")
 
 
 class Sam3ImageModel(RecordsInputs):
@@ -401,5 +358,5 @@ class Sam3Processor:
         return state
 
 
-__all__ = ["GRAPHS", "Sam3ImageModel", "Sam3Processor", "check_same_model", "check_sam3_files", "check_sam3_part",
+__all__ = ["GRAPHS", "Sam3ImageModel", "Sam3Processor", "check_sam3_files",
            "check_text_prompt"]
