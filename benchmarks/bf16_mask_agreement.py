@@ -2,10 +2,10 @@
 
 The same exported SAM encoder and decoder run twice through ``SamPredictor``: once as written on ONNX
 Runtime (FP32, vitdeploy's default), once with the encoder on OpenVINO at ``--inference-precision bf16``
-(``--policy fp16``: FP16; the decoder as written, as ``SamPredictor`` runs it). On each bundled image (or ``--images``) it compares
-the image embeddings (cosine) and, for ``--clicks`` seeded single clicks, the three multimask outputs
-(IoU of the binary masks). Random weights make masks fragile (logits near the threshold), so masks are
-also reported restricted to the stable ones: the official stability score
+(``--policy fp16``: FP16; the decoder as written, as ``SamPredictor`` runs it). On each bundled image (or
+``--images``) it compares the image embeddings (cosine) and, for ``--clicks`` seeded single clicks, the three
+multimask outputs (IoU of the binary masks). Random weights make masks fragile (logits near the threshold), so masks
+are also reported restricted to the stable ones: the official stability score
 (``segment_anything.utils.amg.calculate_stability_score``, threshold 0, offset 1) of the FP32 mask at or
 above the official automatic mask generator's default 0.95.
 

@@ -42,7 +42,7 @@ from vitdeploy.metadata import identity_differences, read_onnx_metadata
 from vitdeploy.precisions import Precision
 from vitdeploy.runtime.backends.deployment import (PROFILE_FORMAT, Deployment, machine_fingerprint, model_digest,
                                                    profile_path, runtime_versions)
-from vitdeploy.runtime.backends.probe import Eligible, attention_forms, probe
+from vitdeploy.runtime.backends.probe import Eligible, attention_forms, probe, timed_runs
 from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, RUNTIMES, FileNeeds, cpu_runtimes_for
 from vitdeploy.runtime.forms.openvino_gelu import OPENVINO_FORM_KEY, keep_gelu_apart
 
@@ -56,10 +56,11 @@ FINALIST_MARGIN = 1.5
 @dataclass(frozen=True)
 class TuneOptions:
     """What ``tune`` runs: ``images`` (files or folders; default the bundled set) or, for models that do not take
-    images, ``random_inputs`` seeded sets; ``clicks`` per image through ``decoder``; ``runs`` timed runs (at least) after
-    ``warmup`` (the parity runs on the input sets count as both); ``threads`` the thread counts to try (default: every core this process may use, and the probe's
-    ranking adds the leader at half of them where that can win, as the first-use probe does: SMT siblings or a run
-    under :data:`~vitdeploy.runtime.backends.probe.SHORT_RUN_MS`; with ``finalists=0``, no ranking: 1 and every core);
+    images, ``random_inputs`` seeded sets; ``clicks`` per image through ``decoder``; ``runs`` timed runs (at least)
+    after ``warmup`` (the parity runs on the input sets count as both); ``threads`` the thread counts to try (default:
+    every core this process may use, and the probe's ranking adds the leader at half of them where that can win, as
+    the first-use probe does: SMT siblings or a run under :data:`~vitdeploy.runtime.backends.probe.SHORT_RUN_MS`; with
+    ``finalists=0``, no ranking: 1 and every core);
     ``reference`` the FP32 file of the same model that an INT8 or FP16 file is judged against (default: the file
     itself as written); ``finalists`` how many candidates, ranked by the first-use probe on a part of the graph
     (:mod:`vitdeploy.runtime.backends.probe`), are judged in full at most (only those within
@@ -231,13 +232,11 @@ def _judge(verdict: Verdict, runner: Any, sets: list[Any], want: list[dict[str, 
     # the parity runs are timed runs too (a static graph's time does not depend on its inputs' values): the first
     # 'warmup' of them are not counted, and runs on the first set make up what is missing (SAM ViT-B's 4 image sets
     # gave the 1 warm-up and 3 runs tune timed again afterwards: 4 runs of 4-6 s per finalist saved)
+    feeds = sets[0].feeds
     for _ in range(options.warmup - len(samples)):
-        runner.run(sets[0].feeds)
+        runner.run(feeds)
     timed = samples[options.warmup:]
-    while len(timed) < options.runs:
-        start = time.perf_counter()
-        runner.run(sets[0].feeds)
-        timed.append((time.perf_counter() - start) * 1e3)
+    timed += timed_runs(lambda: runner.run(feeds), options.runs - len(timed))
     stats = stats_from_samples(verdict.deployment.label(), timed, options.warmup)
     verdict.median_ms, verdict.min_ms = stats.median_ms, stats.min_ms
     verdict.passed = not failures

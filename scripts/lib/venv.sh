@@ -8,10 +8,11 @@
 # The locked set is installed by uv (pinned here, put beside the venv in $venv/.uv, not into it), handed the indexes,
 # links, constraints and certificate this machine's pip is configured with (scripts/lib/pip_to_uv.py). The versions
 # are the lock's either way; uv takes 22 s where pip took 115 s for the main install on 2 cores (Intel Xeon, a fresh
-# venv, 2026-11-29): pip spends 30 s matching wheel tags across the indexes before it installs one of the 7 GB. Where
-# uv cannot be installed or pip has a setting it does not translate, pip installs, as before. uv compiles the
-# bytecode as pip does (--compile-bytecode, 5 s on 2 cores): without it the suite's first processes compiled torch's
-# modules each for itself, and .ci/run's pytest took 13 min 40 s instead of 11 min (1377 s of CPU against 1093).
+# venv, an empty uv cache, 2026-11-29): pip spends 30 s matching wheel tags across the indexes before it installs one
+# of the 7 GB. Where uv cannot be installed or pip has a setting it does not translate, pip installs, as before. uv
+# compiles the bytecode as pip does (--compile-bytecode, about 5 s more on 2 cores): without it, where
+# PYTHONDONTWRITEBYTECODE is set, every process of the suite compiled torch's modules again, and .ci/run's pytest took
+# 13 min 40 s instead of 11 min 37 s (1377 s of CPU against 1239).
 VITDEPLOY_UV_VERSION=0.13.8
 
 vitdeploy_venv() {
@@ -25,15 +26,15 @@ vitdeploy_venv() {
     [ -x "$venv/bin/python" ] || "$python" -m venv "$venv" >&2
     install=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
     if [ "$venv" = .venv ] && [ "${VITDEPLOY_INSTALLER:-uv}" = uv ]; then
-        local uv_config=()
+        local uv_out uv_config
         if { [ -x "$venv/.uv/bin/uv" ] && [ "$("$venv/.uv/bin/uv" --version)" = "uv $VITDEPLOY_UV_VERSION" ]; } \
             || "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade --target "$venv/.uv" \
                 "uv==$VITDEPLOY_UV_VERSION" >&2; then
-            if mapfile -t uv_config < <("$venv/bin/python" scripts/lib/pip_to_uv.py && echo ok) \
-                && [ "${uv_config[-1]:-}" = ok ]; then
-                unset 'uv_config[-1]'
+            if uv_out="$("$venv/bin/python" scripts/lib/pip_to_uv.py)"; then
+                mapfile -t uv_config <<< "$uv_out"  # the certificate file, then uv's arguments
                 install=(env ${uv_config[0]:+SSL_CERT_FILE="${uv_config[0]}"} "$venv/.uv/bin/uv" pip install --quiet
-                         --compile-bytecode --python "$venv/bin/python" --index-strategy unsafe-best-match "${uv_config[@]:1}")
+                         --compile-bytecode --python "$venv/bin/python" --index-strategy unsafe-best-match
+                         "${uv_config[@]:1}")
             else
                 echo "note: pip has a setting uv would not follow (above): installing with pip" >&2
             fi

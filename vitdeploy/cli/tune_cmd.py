@@ -23,8 +23,10 @@ from vitdeploy.runtime.backends.registry import ONNX_RUNTIMES
 @click.option("--random-inputs", type=click.IntRange(min=1), default=2, show_default=True,
               help="Models that do not take images (the SAM decoder): seeded random input sets.")
 @click.option("--clicks", type=click.IntRange(min=1), default=5, show_default=True, help="Clicks per image with --decoder.")
-@click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Timed runs per candidate, at least (its parity runs count).")
-@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True, help="Untimed runs before them (its first parity runs).")
+@click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Timed runs per candidate, at least (its parity runs count).")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Untimed runs before them (its first parity runs).")
 @click.option("--threads", "threads", multiple=True, type=click.IntRange(min=1),
               help="Thread counts to try (repeatable). [default: all cores this process may use, and half of them for the "
                    "probe's leader where that can win (SMT siblings, or a short run); with --finalists 0, 1 and all "

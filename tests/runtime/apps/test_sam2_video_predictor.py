@@ -198,8 +198,8 @@ def test_reduced_memory_graphs_keep_the_clips_masks(predictors, sam2_video: dict
     as written: every frame's masks within the clip budget, the object scores within 1e-2, every object still present.
     Full size: ``benchmarks/bf16_video_agreement.py`` (hiera-t, 30 frames: the memory attention in BF16 worst IoU
     0.9959, scores within 2.8e-4, the memory encoder in BF16 too missed, 0.988; both in FP16 (``--policy fp16``, on an
-    AVX512-FP16 Xeon) 0.99956 and 1.3e-4, hiera-b+ 0.99909 and 1.2e-4). On a CPU without the policy's units OpenVINO runs what it has (its runner
-    says so), and this holds trivially."""
+    AVX512-FP16 Xeon) 0.99956 and 1.3e-4, hiera-b+ 0.99909 and 1.2e-4). On a CPU without the policy's units OpenVINO
+    runs what it has (its runner says so), and this holds trivially."""
     pytest.importorskip("openvino")
     from vitdeploy.runtime.apps.sam2.video_predictor import Sam2VideoPredictor
     from vitdeploy.runtime.backends.loader import OpenOptions, open_runner

@@ -401,11 +401,12 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
     that misses is closed and not timed. Those that held are then timed on the sessions their warm-ups ran (kept
     open, so none is loaded and warmed up twice: 2.6 s of SAM ViT-B's probe on the Zen 4), the fastest warm-up first,
     so the likely leader sets the bar the others are held to: one whose warm-up is behind the best by more than
-    :data:`CUTOFF`, or behind the fastest best run so far by more than :data:`LEADER_CUTOFF`, is not timed, and a timed run :data:`BEHIND` the fastest so far is not repeated (on the Xeon with
-    AMX hidden, timing in the eligible order put OpenVINO f32, the leader, third, and BF16 and FP16 ran their second
-    runs before it: 2 s of a 15 s probe). ``fewer_threads``: then the fastest once more at
-    half its threads (the threads axis, one candidate more), where it can win (:data:`SHORT_RUN_MS`). A candidate
-    whose warm-up is longer than :data:`LONG_RUN_MS` is timed once. ``rank``: every candidate within :data:`CUTOFF`
+    :data:`CUTOFF`, or behind the fastest best run so far by more than :data:`LEADER_CUTOFF`, is not timed, and a
+    timed run :data:`BEHIND` the fastest so far is not repeated (on the Xeon with AMX hidden, timing in the eligible
+    order put OpenVINO f32, the leader, third, and BF16 and FP16 ran their second runs before it: 2 s of a 15 s
+    probe). ``fewer_threads``: then the fastest once more at half its threads (the threads axis, one candidate more),
+    where it can win (:data:`SHORT_RUN_MS`). A candidate whose warm-up is longer than :data:`LONG_RUN_MS` is timed
+    once. ``rank``: every candidate within :data:`CUTOFF`
     is timed, those behind the leader too (``tune`` judges the fastest few in full, not only the one that can win).
     ``on_start(i)`` is called before candidate ``i`` is opened (the extra one is ``len(candidates)``); the part is
     written into ``workdir`` (default: a temporary folder of its own)."""
@@ -453,7 +454,7 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
         return runner
 
     def timed(timing: Timing, runner: Any, part: ProbePart) -> None:
-        """Time a judged candidate on its warm ``runner`` where its warm-up is within the cutoff; close the runner."""
+        """Time a judged candidate on its warm ``runner`` where its warm-up is within the cutoffs; close the runner."""
         try:
             fastest = min((t.best_ms for t in timings if t.best_ms is not None and not t.reason), default=None)
             behind_leader = (not rank and fastest is not None and fastest >= SHORT_RUN_MS
@@ -494,9 +495,11 @@ def _measure(model: Path, metadata: dict[str, Any], candidates: tuple[Any, ...],
     return timings, part.what
 
 
-def timed_runs(run: Any, count: int, fastest_ms: float | None = None, clock: Any = time.perf_counter) -> list[float]:
-    """Up to ``count`` timed runs of ``run`` (milliseconds each); it stops after a run more than :data:`BEHIND` times
-    ``fastest_ms`` (the fastest candidate's best so far): so far behind, another run cannot win the choice."""
+def timed_runs(run: Any, count: int, fastest_ms: float | None = None, clock: Any = None) -> list[float]:
+    """Up to ``count`` timed runs of ``run`` (milliseconds each; ``clock`` default ``time.perf_counter``, read at the
+    call); it stops after a run more than :data:`BEHIND` times ``fastest_ms`` (the fastest candidate's best so far):
+    so far behind, another run cannot win the choice."""
+    clock = clock or time.perf_counter
     runs: list[float] = []
     for _ in range(count):
         t0 = clock()
@@ -560,10 +563,10 @@ def probe(model: str | Path, metadata: dict[str, Any] | None = None, *, threads:
           candidates: Eligible | None = None, require_choice: bool = True, isolate: bool = False,
           fewer_threads: bool | None = None, rank: bool = False) -> Decision:
     """Time every eligible candidate (:func:`eligible`) on the probe part of ``model`` and choose the fastest that
-    holds its budget (module docstring); ``isolate``: in a worker process (:func:`_measure_isolated`); ``fewer_threads``:
-    the threads step, the leader once more at half its threads where that can win (default: for the eligible
-    candidates, not for a caller's own, which carry their thread counts); ``rank``: time every candidate within the
-    warm-up cutoff, not only those that can still win (:func:`_measure`). Raises InputError where no candidate ran to
+    holds its budget (module docstring); ``isolate``: in a worker process (:func:`_measure_isolated`);
+    ``fewer_threads``: the threads step, the leader once more at half its threads where that can win (default: for the
+    eligible candidates, not for a caller's own, which carry their thread counts); ``rank``: time every candidate
+    within the warm-up cutoff, not only those that can still win (:func:`_measure`). Raises InputError where no candidate ran to
     the end and held its budget (``require_choice``; without it the decision's ``chosen`` is then None)."""
     from vitdeploy.metadata import read_onnx_metadata
 
@@ -744,7 +747,8 @@ def decide(model: str | Path, metadata: dict[str, Any], threads: int | None = No
     return replace(chosen, source=f"probe: {source}")
 
 
-__all__ = ["BEHIND", "CUTOFF", "LEADER_CUTOFF", "DECISION_FORMAT", "LONG_RUN_MS", "SHORT_RUN_MS", "PROBE_ENV", "WHOLE_GRAPH_BYTES", "Decision", "Eligible", "ProbePart", "Timing", "timed_runs",
+__all__ = ["BEHIND", "CUTOFF", "DECISION_FORMAT", "LEADER_CUTOFF", "LONG_RUN_MS", "SHORT_RUN_MS", "PROBE_ENV",
+           "WHOLE_GRAPH_BYTES", "Decision", "Eligible", "ProbePart", "Timing", "timed_runs",
            "cached_decisions", "decide", "decision_key", "decision_path", "eligible", "file_identity", "probe", "probe_enabled", "probe_part",
            "read_decision", "write_decision"]
 
