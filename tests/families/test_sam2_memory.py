@@ -23,14 +23,48 @@ def model():
 def test_real_rotation_equals_the_official_complex_one() -> None:
     from sam2.modeling.position_encoding import apply_rotary_enc, compute_axial_cis
 
-    from vitdeploy.rewrites.sam2_memory import rotate
+    from vitdeploy.rewrites.sam2_memory import halves_order, rotate
 
     cis = compute_axial_cis(dim=32, end_x=8, end_y=8)
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(1, 2, 64, 32, generator=g), torch.randn(1, 2, 192, 32, generator=g)
     official_q, official_k = apply_rotary_enc(q, k, freqs_cis=cis, repeat_freqs_k=True)
-    assert torch.allclose(rotate(q, cis.real, cis.imag), official_q, atol=1e-6)
-    assert torch.allclose(rotate(k, cis.real.repeat(3, 1), cis.imag.repeat(3, 1)), official_k, atol=1e-6)
+    halves = halves_order(32, 1)  # one head's channels, pairs in halves, in and out
+    assert torch.allclose(rotate(q[..., halves], cis.real, cis.imag), official_q[..., halves], atol=1e-6)
+    assert torch.allclose(rotate(k[..., halves], cis.real.repeat(3, 1), cis.imag.repeat(3, 1)), official_k[..., halves],
+                          atol=1e-6)
+    assert sorted(halves_order(4, 2).tolist()) == list(range(8)) and halves_order(4, 2).tolist() == [0, 2, 1, 3, 4, 6, 5, 7]
+
+
+@pytest.mark.parametrize("heads,kv_in", [(1, 16), (2, 16), (2, 64)])
+def test_attention_equals_the_official_rope_attention(heads: int, kv_in: int) -> None:
+    """``RealRoPEAttention`` (channels in halves; the bank's values weighted before ``v_proj`` where they are narrower
+    than a head, as with 1 and 2 heads of 32 over 16 channels, and after it where not, 64 channels) against the official
+    ``RoPEAttention``: self-attention, and cross-attention to 3 frames of keys plus 5 unrotated pointer tokens."""
+    from sam2.modeling.position_encoding import compute_axial_cis
+    from sam2.modeling.sam.transformer import RoPEAttention
+
+    from vitdeploy.rewrites.sam2_memory import RealRoPEAttention
+
+    torch.manual_seed(heads * 100 + kv_in)
+    dim, grid = 32 * heads, 8
+    cis = compute_axial_cis(dim=32, end_x=grid, end_y=grid, theta=10000.0)
+    official_self = RoPEAttention(dim, heads, 1, rope_theta=10000.0, feat_sizes=(grid, grid)).eval()
+    official_cross = RoPEAttention(dim, heads, 1, rope_theta=10000.0, rope_k_repeat=True, feat_sizes=(grid, grid),
+                                   kv_in_dim=kv_in).eval()
+    mine_self, mine_cross = RealRoPEAttention(official_self), RealRoPEAttention(official_cross)
+    assert mine_cross.values_in_bank_width == (kv_in < 32)
+    q = torch.randn(1, grid * grid, dim)
+    frames, frame_values = torch.randn(1, 3 * grid * grid, kv_in), torch.randn(1, 3 * grid * grid, kv_in)
+    pointers, pointer_values = torch.randn(1, 5, kv_in), torch.randn(1, 5, kv_in)
+    with torch.no_grad():
+        theirs = official_self(q, q, q)
+        mine = mine_self(q, q, q, cis.real, cis.imag)
+        assert float((mine - theirs).abs().max() / theirs.abs().max()) < REL_MAX
+        theirs = official_cross(q, torch.cat([frames, pointers], 1), torch.cat([frame_values, pointer_values], 1),
+                                num_k_exclude_rope=5)
+        mine = mine_cross(q, frames, frame_values, cis.real, cis.imag, pointers, pointer_values)
+        assert float((mine - theirs).abs().max() / theirs.abs().max()) < REL_MAX
 
 
 #: (frame, prompted frames, tracked frames, video length, reverse, stride, max prompted frames in attention)
