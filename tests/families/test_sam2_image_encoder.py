@@ -41,6 +41,23 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return sam2_tiny_pair(tmp_path_factory)[0]
 
 
+def test_split_qkv_attention_is_the_official_attention() -> None:
+    """Each trunk block's attention as the export writes it (q, k, v sliced from the last axis) computes what the
+    official ``MultiScaleAttention`` does, the query-pooling ones at stage changes included: the same numbers."""
+    from vitdeploy.rewrites.sam2_image_encoder import SplitQkvAttention
+
+    g = torch.Generator().manual_seed(0)
+    pooled = 0
+    with torch.no_grad():
+        for block in official_model().image_encoder.trunk.blocks:
+            x = torch.randn(2, 8, 8, block.dim, generator=g)  # two windows of 8 x 8
+            theirs, mine = block.attn(x), SplitQkvAttention(block.attn)(x)
+            pooled += block.attn.q_pool is not None
+            assert mine.shape == theirs.shape
+            assert float((mine - theirs).abs().max()) <= 1e-6 * float(theirs.abs().max())
+    assert pooled == 3  # the three stage changes of the tiny trunk
+
+
 @pytest.mark.parametrize("shape", [(90, 120), (300, 200)])
 def test_features_are_the_official_image_predictors(exported: Path, shape: tuple[int, int]) -> None:
     from sam2.sam2_image_predictor import SAM2ImagePredictor
