@@ -23,17 +23,17 @@ def model():
 def test_real_rotation_equals_the_official_complex_one() -> None:
     from sam2.modeling.position_encoding import apply_rotary_enc, compute_axial_cis
 
-    from vitdeploy.rewrites.sam2_memory import halves_order, rotate
+    from vitdeploy.rewrites.rotary import deinterleave_order, rotate_halves
 
     cis = compute_axial_cis(dim=32, end_x=8, end_y=8)
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(1, 2, 64, 32, generator=g), torch.randn(1, 2, 192, 32, generator=g)
     official_q, official_k = apply_rotary_enc(q, k, freqs_cis=cis, repeat_freqs_k=True)
-    halves = halves_order(32, 1)  # one head's channels, pairs in halves, in and out
-    assert torch.allclose(rotate(q[..., halves], cis.real, cis.imag), official_q[..., halves], atol=1e-6)
-    assert torch.allclose(rotate(k[..., halves], cis.real.repeat(3, 1), cis.imag.repeat(3, 1)), official_k[..., halves],
-                          atol=1e-6)
-    assert sorted(halves_order(4, 2).tolist()) == list(range(8)) and halves_order(4, 2).tolist() == [0, 2, 1, 3, 4, 6, 5, 7]
+    halves = deinterleave_order(1, 32)  # one head's channels, pairs in halves, in and out
+    assert torch.allclose(rotate_halves(q[..., halves], cis.real, cis.imag), official_q[..., halves], atol=1e-6)
+    assert torch.allclose(rotate_halves(k[..., halves], cis.real.repeat(3, 1), cis.imag.repeat(3, 1)),
+                          official_k[..., halves], atol=1e-6)
+    assert deinterleave_order(2, 4).tolist() == [0, 2, 1, 3, 4, 6, 5, 7]
 
 
 @pytest.mark.parametrize("heads,kv_in", [(1, 16), (2, 16), (2, 64)])

@@ -27,7 +27,7 @@ frame's features on the memory bank. The official form and what changes:
   the cross-attention's values are weighted in the bank's own width (``mem_dim``, 64) and ``v_proj`` applied after
   the sum, ``softmax(S) @ (M W^T + b) = (softmax(S) @ M) W^T + b`` as each row of ``softmax(S)`` sums to 1, 4x fewer
   multiply-adds for the product with ~28,700 bank tokens; and queries' and keys' channels are stored in halves
-  (``q_proj``/``k_proj`` rows permuted, :func:`halves_order`), which leaves every ``q . k`` as it is and makes the
+  (``q_proj``/``k_proj`` rows permuted, :mod:`vitdeploy.rewrites.rotary`), which leaves every ``q . k`` as it is and makes the
   rotation two slices and one concatenation instead of an interleave (a slow, unfused copy in OpenVINO).
 * The current frame comes in as the image encoder's ``image_embed`` (which carries ``no_mem_embed``: subtracted
   here to give the frame's own features), and its positional encoding (the neck's sine encoding of the grid) is a
@@ -52,25 +52,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitdeploy.errors import ExportError
+from vitdeploy.rewrites.rotary import deinterleave_order, rotate_halves
 
 #: An additive attention bias that makes a masked token's softmax weight exactly 0 in float32.
 MASKED = -1e9
-
-
-def halves_order(head_dim: int, num_heads: int) -> torch.Tensor:
-    """The channel order that puts each head's pairs in halves: its first elements, then its second elements. The
-    official rotary embedding pairs channels (2i, 2i+1); the same permutation of query and key channels leaves every
-    q . k unchanged, and in halves the rotation is two slices and one concatenation instead of an interleave."""
-    pairs = torch.arange(head_dim).reshape(-1, 2).t().reshape(-1)  # 0, 2, 4, ..., 1, 3, 5, ...
-    return torch.cat([h * head_dim + pairs for h in range(num_heads)])
-
-
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """``view_as_complex(x) * polar(1, angle)`` in real arithmetic, ``x``'s last axis in halves (:func:`halves_order`):
-    real parts, then imaginary parts, in and out."""
-    half = x.shape[-1] // 2
-    x0, x1 = x[..., :half], x[..., half:]
-    return torch.cat([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1)
 
 
 class RealRoPEAttention(nn.Module):
@@ -91,7 +76,7 @@ class RealRoPEAttention(nn.Module):
         self.head_dim = self.internal_dim // self.num_heads
         #: weight the bank's values before ``v_proj`` where they are narrower than a head (module docstring)
         self.values_in_bank_width = int(official.kv_in_dim) < self.head_dim
-        rows = halves_order(self.head_dim, self.num_heads)  # queries' and keys' channels in halves, as rotate takes them
+        rows = deinterleave_order(self.num_heads, self.head_dim)  # queries' and keys' channels in halves
         with torch.no_grad():
             for proj in (self.q_proj, self.k_proj):
                 proj.weight.copy_(proj.weight[rows])
@@ -104,13 +89,13 @@ class RealRoPEAttention(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 extra_k: torch.Tensor | None = None, extra_v: torch.Tensor | None = None,
                 bias: torch.Tensor | None = None) -> torch.Tensor:
-        q = rotate(self._heads(self.q_proj(q)), cos, sin)
+        q = rotate_halves(self._heads(self.q_proj(q)), cos, sin)
         k = self._heads(self.k_proj(k))
         if extra_k is None:  # self-attention: one frame
-            k = rotate(k, cos, sin)
+            k = rotate_halves(k, cos, sin)
         else:  # frames x tokens, each frame with the same angles (broadcast, no repeated table)
             framed = k.reshape(1, self.num_heads, -1, cos.shape[0], self.head_dim)  # 1, heads, F, HW, hd
-            k = rotate(framed, cos, sin).reshape(1, self.num_heads, -1, self.head_dim)
+            k = rotate_halves(framed, cos, sin).reshape(1, self.num_heads, -1, self.head_dim)
             k = torch.cat([k, self._heads(self.k_proj(extra_k))], dim=2)
             v = torch.cat([v, extra_v], dim=1)
         scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.head_dim)
@@ -385,5 +370,5 @@ def tracker_settings(sam2: nn.Module) -> dict:
 
 
 __all__ = ["ExportableMemoryAttention", "ExportableMemoryEncoder", "MASKED", "OfficialMemoryAttentionReference",
-           "OfficialMemoryEncoderReference", "RealRoPEAttention", "check_tracking_config", "halves_order", "rotate",
-           "sine_pe_divisors", "tracker_settings"]
+           "OfficialMemoryEncoderReference", "RealRoPEAttention", "check_tracking_config", "sine_pe_divisors",
+           "tracker_settings"]

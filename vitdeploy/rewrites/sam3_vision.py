@@ -32,16 +32,11 @@ import copy
 import torch
 from torch import nn
 
+from vitdeploy.rewrites.rotary import deinterleave_order, rotate_halves
 from vitdeploy.rewrites.static_shapes import WindowPartition
 
 #: The click predictor's features (SAM 2's image encoder outputs: its decoder graph contract).
 INTERACTIVE_OUTPUTS = ("image_embed", "high_res_feats_0", "high_res_feats_1")
-
-
-def deinterleave_order(num_heads: int, head_dim: int) -> torch.Tensor:
-    """Feature order that puts each head's (x0, x1) pairs as halves: per head ``0, 2, 4, ..., 1, 3, 5, ...``."""
-    per_head = torch.cat([torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)])
-    return torch.cat([h * head_dim + per_head for h in range(num_heads)])
 
 
 class RotaryAttention(nn.Module):
@@ -71,9 +66,7 @@ class RotaryAttention(nn.Module):
         self.register_buffer("sin", freqs.imag.float().contiguous(), persistent=False)
 
     def rotate(self, x: torch.Tensor) -> torch.Tensor:  # B, heads, N, hd (halves layout)
-        half = self.head_dim // 2
-        x1, x2 = x[..., :half], x[..., half:]
-        return torch.cat([x1 * self.cos - x2 * self.sin, x1 * self.sin + x2 * self.cos], dim=-1)
+        return rotate_halves(x, self.cos, self.sin)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # B, h, w, C -> B, h, w, C
         (h, w), heads, hd = self.tokens_hw, self.num_heads, self.head_dim
@@ -202,4 +195,4 @@ def rewrite_sam3_vision_encoder(backbone: nn.Module, heads: nn.Module | None = N
 
 
 __all__ = ["INTERACTIVE_OUTPUTS", "ExportableSam3VisionEncoder", "RotaryAttention", "RotaryBlock", "Sam3VisionEncoder",
-           "deinterleave_order", "rewrite_sam3_vision_encoder"]
+           "rewrite_sam3_vision_encoder"]
