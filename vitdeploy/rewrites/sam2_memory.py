@@ -27,8 +27,9 @@ frame's features on the memory bank. The official form and what changes:
   the cross-attention's values are weighted in the bank's own width (``mem_dim``, 64) and ``v_proj`` applied after
   the sum, ``softmax(S) @ (M W^T + b) = (softmax(S) @ M) W^T + b`` as each row of ``softmax(S)`` sums to 1, 4x fewer
   multiply-adds for the product with ~28,700 bank tokens; and queries' and keys' channels are stored in halves
-  (``q_proj``/``k_proj`` rows permuted, :mod:`vitdeploy.rewrites.rotary`), which leaves every ``q . k`` as it is and makes the
-  rotation two slices and one concatenation instead of an interleave (a slow, unfused copy in OpenVINO).
+  (``q_proj``/``k_proj`` rows permuted, :mod:`vitdeploy.rewrites.rotary`), which leaves every ``q . k`` as it is
+  and makes the rotation two slices and one concatenation instead of an interleave (a slow, unfused copy in
+  OpenVINO).
 * The current frame comes in as the image encoder's ``image_embed`` (which carries ``no_mem_embed``: subtracted
   here to give the frame's own features), and its positional encoding (the neck's sine encoding of the grid) is a
   constant of the graph.
