@@ -11,7 +11,10 @@ once per variant, each in a fresh process:
   the fp32 budget, ``tests/runtime/apps/test_sam2_video.py``);
 * each ``--variants`` entry: the graphs it names (``+``-joined: ``memory_attention``, ``memory_encoder``,
   ``image_encoder``, ``decoder``) on OpenVINO with the precision policy ``--policy`` (``bf16``, or ``fp16`` on a CPU
-  with FP16 arithmetic), the others as in ``fp32``.
+  with FP16 arithmetic), the others as in ``fp32``; or, with ``--policy int8``, their INT8 files on OpenVINO as
+  written (``vitdeploy calibrate -p int8`` on a calibration clip unlike the measured one, made once by
+  :func:`prepare_int8`; ``--policy int8-bank-scores``: the memory attention's query-key products over the bank
+  alone in INT8).
 
 The budget is ``CLIP_MASKS`` and ``CLIP_SCORE_ATOL`` (``vitdeploy/validation/masks.py``).
 
@@ -21,6 +24,10 @@ per variant the worst frame, the median tracked-frame time (after ``--skip`` fra
 Usage (files and clip made once into --out, shared with bench_sam2_video.py):
     PYTHONPATH=. .venv/bin/python benchmarks/bf16_video_agreement.py --sizes tiny --frames 30 --threads 2
     PYTHONPATH=. .venv/bin/python benchmarks/bf16_video_agreement.py --sizes tiny --policy fp16   # AVX512-FP16 / Arm FP16
+    PYTHONPATH=. .venv/bin/python benchmarks/bf16_video_agreement.py --sizes tiny --policy int8 \
+        --variants memory_attention image_encoder image_encoder+memory_attention
+    PYTHONPATH=. .venv/bin/python benchmarks/bf16_video_agreement.py --sizes tiny --policy int8-bank-scores \
+        --variants memory_attention
 """
 
 from __future__ import annotations
@@ -42,6 +49,10 @@ from vitdeploy.validation.masks import CLIP_MASKS, CLIP_SCORE_ATOL, compare_mask
 GRAPHS = ("image_encoder", "decoder", "memory_encoder", "memory_attention")
 DEFAULT_VARIANTS = ("memory_attention", "memory_attention+memory_encoder", "image_encoder",
                     "image_encoder+decoder+memory_encoder+memory_attention")
+#: The INT8 policies: ``int8`` quantizes every GEMM of each graph but the memory attention's value products
+#: (:func:`value_products`); ``int8-bank-scores`` differs in the memory attention only, where just its query-key
+#: products over the bank are INT8 (:func:`bank_scores`).
+INT8_POLICIES = ("int8", "int8-bank-scores")
 
 
 def run_variant(variant: str, recipe: str, out: Path, frames: int, threads: int, policy: str = "bf16") -> dict:
@@ -54,9 +65,15 @@ def run_variant(variant: str, recipe: str, out: Path, frames: int, threads: int,
     start = time.perf_counter()
     runners = []
     for graph, suffix in zip(GRAPHS, ROLES):
-        options = (OpenOptions(runtime="openvino", policy=policy, threads=threads) if graph in reduced
-                   else OpenOptions(runtime="onnxruntime", threads=threads))
-        runners.append(open_runner(out / f"{recipe}{suffix}.onnx", options))
+        path = out / f"{recipe}{suffix}.onnx"
+        if graph in reduced and policy in INT8_POLICIES:  # the calibrated file, run as written
+            path, options = int8_file(path, graph, policy), OpenOptions(runtime="openvino", policy="file",
+                                                                        threads=threads)
+        elif graph in reduced:
+            options = OpenOptions(runtime="openvino", policy=policy, threads=threads)
+        else:
+            options = OpenOptions(runtime="onnxruntime", threads=threads)
+        runners.append(open_runner(path, options))
     predictor = Sam2VideoPredictor(*runners, fill_hole_area=0)
     load_s = time.perf_counter() - start
     state = predictor.init_state(str(out / f"clip_{frames}"))
@@ -79,6 +96,103 @@ def run_variant(variant: str, recipe: str, out: Path, frames: int, threads: int,
             "times_ms": [round(1e3 * t, 1) for t in times], "peak_rss_mb": peak_rss_mb(),
             "chosen": {g: r.deployment.label() if r.deployment else r.name
                        for g, r in zip(GRAPHS, runners)}}
+
+
+def int8_file(path: Path, graph: str, policy: str) -> Path:
+    """Where ``graph``'s INT8 file under ``policy`` is kept (only the memory attention's differs between them)."""
+    return path.with_suffix(f".{policy if graph == 'memory_attention' else 'int8'}.onnx")
+
+
+def value_products(graph) -> list[str]:
+    """The memory attention's MatMuls that weight values by a softmax, and those that project the weighted values:
+    they stay FP32 in its ``int8`` file. A symmetric per-tensor INT8 softmax rounds the probabilities over ~28,700
+    bank tokens to a few levels: with these quantized too, hiera-t's memory attention came out at cosine 0.888
+    against FP32 on held-out recorded inputs (docs/sam2.md)."""
+    producer = {o: n for n in graph.node for o in n.output}
+    kept = []
+    for node in graph.node:
+        sources = [producer.get(i) for i in node.input]
+        if node.op_type == "MatMul" and any(s is not None and (s.op_type == "Softmax" or s.name in kept)
+                                            for s in sources):
+            kept.append(node.name)
+    return kept
+
+
+def bank_scores(model) -> list[str]:
+    """The MatMuls whose (queries x keys) output reaches a Softmax through element-wise nodes only and is not square:
+    the cross-attention's scores over the memory bank, whose length varies with it (the self-attention's are
+    4096 x 4096 at 1024)."""
+    import onnx
+
+    shapes = {v.name: [d.dim_value or d.dim_param or "?" for d in v.type.tensor_type.shape.dim]
+              for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    graph = model.graph
+    consumers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    def reaches_softmax(tensor: str, hops: int = 3) -> bool:
+        return any(c.op_type == "Softmax" or (hops and c.op_type in ("Add", "Mul", "Div", "Where")
+                                              and reaches_softmax(c.output[0], hops - 1))
+                   for c in consumers.get(tensor, []))
+
+    return [n.name for n in graph.node if n.op_type == "MatMul" and reaches_softmax(n.output[0])
+            and len(shapes.get(n.output[0], [])) >= 2 and shapes[n.output[0]][-1] != shapes[n.output[0]][-2]]
+
+
+def kept_fp32(path: Path, policy: str) -> list[str]:
+    """The memory attention's nodes its INT8 file under ``policy`` keeps in FP32."""
+    import onnx
+
+    model = onnx.load(str(path))
+    if policy == "int8":
+        return value_products(model.graph)
+    quantized = set(bank_scores(model))
+    return [n.name for n in model.graph.node if n.op_type in ("MatMul", "Gemm", "Conv") and n.name not in quantized]
+
+
+def write_calibration_clip(folder: Path, frames: int) -> Path:
+    """A clip unlike the measured one (other background, shapes, colours and motion), to calibrate the INT8 files on:
+    a green disc moving left and a yellow box moving right."""
+    from PIL import Image, ImageDraw
+
+    folder.mkdir(parents=True, exist_ok=True)
+    background = np.random.default_rng(7).integers(40, 160, (240, 320, 3)).astype(np.uint8)
+    for t in range(frames):
+        image = Image.fromarray(background.copy())
+        draw = ImageDraw.Draw(image)
+        draw.ellipse([250 - 4 * t, 150, 290 - 4 * t, 190], fill=(40, 200, 60))
+        draw.rectangle([30 + t, 100, 70 + t, 130], fill=(230, 200, 30))
+        image.save(folder / f"{t:05d}.jpg", quality=90)
+    return folder
+
+
+def prepare_int8(recipe: str, out: Path, graphs: set[str], threads: int, policy: str = "int8") -> None:
+    """The INT8 files of ``graphs`` under ``policy`` (:func:`int8_file`), made once with vitdeploy's own commands:
+    the image encoder calibrated on a calibration clip's frames, the other graphs on their inputs recorded while
+    ``vitdeploy track`` (FP32) follows the clicked disc through that clip; the memory attention keeps the nodes
+    :func:`kept_fp32` names in FP32."""
+    paths = {g: out / f"{recipe}{suffix}.onnx" for g, suffix in zip(GRAPHS, ROLES)}
+    missing = sorted(g for g in graphs if not int8_file(paths[g], g, policy).is_file())
+    if not missing:
+        return
+    vitdeploy = [sys.executable, "-m", "vitdeploy"]
+    clip = write_calibration_clip(out / "calibration_clip", 30)
+    recorded = {g: out / f"{recipe}_{g}_inputs.npz" for g in missing if g != "image_encoder"}
+    if any(not p.is_file() for p in recorded.values()):
+        subprocess.run([*vitdeploy, "track", "-e", str(paths["image_encoder"]), "-d", str(paths["decoder"]),
+                        "-m", str(paths["memory_encoder"]), "-a", str(paths["memory_attention"]), "-i", str(clip),
+                        "--point", "0:1:270,170", "-o", str(out / "calibration_tracks"), "--force", "--no-overlay",
+                        "--fill-hole-area", "0", "--runtime", "onnxruntime", "--threads", str(threads),
+                        *(a for g, p in recorded.items() for a in ("--record-inputs", f"{g}:{p}"))], check=True)
+    for graph in missing:
+        source = ["-i", str(clip), "--max-images", "12"] if graph == "image_encoder" else ["--feeds", str(recorded[graph])]
+        keep = [a for n in kept_fp32(paths[graph], policy) for a in ("--keep-fp32", n)] \
+            if graph == "memory_attention" else []
+        subprocess.run([*vitdeploy, "calibrate", str(paths[graph]), "-p", "int8", "-o",
+                        str(int8_file(paths[graph], graph, policy)), "--no-eager", "--threads", str(threads), "--force",
+                        *source, *keep], check=True)
 
 
 def agreement_file(recipe: str, variant: str, policy: str) -> str:
@@ -104,7 +218,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=30)
     parser.add_argument("--skip", type=int, default=6)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--policy", default="bf16", choices=["bf16", "fp16"],
+    parser.add_argument("--policy", default="bf16", choices=["bf16", "fp16", *INT8_POLICIES],
                         help="the precision policy of the variants' graphs (OpenVINO)")
     parser.add_argument("--out", type=Path, default=Path("out/sam2_video_bench"))
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "RECIPE"), help=argparse.SUPPRESS)
@@ -124,6 +238,8 @@ def main() -> None:
     for size in args.sizes:
         recipe = SIZES[size]
         prepare(recipe, args.out, args.frames)
+        if args.policy in INT8_POLICIES:
+            prepare_int8(recipe, args.out, {g for v in args.variants for g in v.split("+")}, args.threads, args.policy)
         rows = []
         for variant in ("fp32", *args.variants):
             done = subprocess.run([sys.executable, __file__, "--child", variant, recipe, "--out", str(args.out),
