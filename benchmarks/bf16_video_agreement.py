@@ -119,25 +119,18 @@ def value_products(graph) -> list[str]:
 
 
 def bank_scores(model) -> list[str]:
-    """The MatMuls whose (queries x keys) output reaches a Softmax through element-wise nodes only and is not square:
-    the cross-attention's scores over the memory bank, whose length varies with it (the self-attention's are
-    4096 x 4096 at 1024)."""
+    """The MatMuls of two computed tensors, other than the value products, whose output is not square: the
+    cross-attention's scores over the memory bank, whose length varies with it (the self-attention's are 4096 x 4096
+    at 1024)."""
     import onnx
+
+    from vitdeploy.precision.int8 import constant_tensors
 
     shapes = {v.name: [d.dim_value or d.dim_param or "?" for d in v.type.tensor_type.shape.dim]
               for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
-    graph = model.graph
-    consumers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-
-    def reaches_softmax(tensor: str, hops: int = 3) -> bool:
-        return any(c.op_type == "Softmax" or (hops and c.op_type in ("Add", "Mul", "Div", "Where")
-                                              and reaches_softmax(c.output[0], hops - 1))
-                   for c in consumers.get(tensor, []))
-
-    return [n.name for n in graph.node if n.op_type == "MatMul" and reaches_softmax(n.output[0])
+    constants, values = constant_tensors(model), set(value_products(model.graph))
+    return [n.name for n in model.graph.node
+            if n.op_type == "MatMul" and n.name not in values and not any(i in constants for i in n.input)
             and len(shapes.get(n.output[0], [])) >= 2 and shapes[n.output[0]][-1] != shapes[n.output[0]][-2]]
 
 
@@ -145,27 +138,26 @@ def kept_fp32(path: Path, policy: str) -> list[str]:
     """The memory attention's nodes its INT8 file under ``policy`` keeps in FP32."""
     import onnx
 
+    from vitdeploy.precision.int8 import QUANTIZED_OPS
+
     model = onnx.load(str(path))
     if policy == "int8":
         return value_products(model.graph)
     quantized = set(bank_scores(model))
-    return [n.name for n in model.graph.node if n.op_type in ("MatMul", "Gemm", "Conv") and n.name not in quantized]
+    return [n.name for n in model.graph.node if n.op_type in QUANTIZED_OPS and n.name not in quantized]
 
 
 def write_calibration_clip(folder: Path, frames: int) -> Path:
     """A clip unlike the measured one (other background, shapes, colours and motion), to calibrate the INT8 files on:
     a green disc moving left and a yellow box moving right."""
-    from PIL import Image, ImageDraw
+    from tests.sam2_video_fixtures import write_frames
 
-    folder.mkdir(parents=True, exist_ok=True)
-    background = np.random.default_rng(7).integers(40, 160, (240, 320, 3)).astype(np.uint8)
-    for t in range(frames):
-        image = Image.fromarray(background.copy())
-        draw = ImageDraw.Draw(image)
+    def shapes(draw, t: int) -> None:
         draw.ellipse([250 - 4 * t, 150, 290 - 4 * t, 190], fill=(40, 200, 60))
         draw.rectangle([30 + t, 100, 70 + t, 130], fill=(230, 200, 30))
-        image.save(folder / f"{t:05d}.jpg", quality=90)
-    return folder
+
+    background = np.random.default_rng(7).integers(40, 160, (240, 320, 3)).astype(np.uint8)
+    return write_frames(folder, background, frames, shapes, quality=90)
 
 
 def prepare_int8(recipe: str, out: Path, graphs: set[str], threads: int, policy: str = "int8") -> None:

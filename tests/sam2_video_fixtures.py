@@ -47,19 +47,26 @@ def write_checkpoint(path: Path) -> Path:
 def write_clip(folder: Path, frames: int = FRAMES, size: tuple[int, int] = CLIP_SIZE) -> Path:
     """``frames`` JPEG frames (00000.jpg, ...) of a red disc moving right and a blue square moving down over a noisy
     background, as a frame folder the official loader reads."""
+
+    def shapes(draw, t: int) -> None:
+        x, y = 10 + 3 * t, 5 + 2 * t
+        draw.ellipse([x, 30, x + 30, 60], fill=(220, 40, 40))
+        draw.rectangle([100, y, 130, y + 25], fill=(40, 40, 220))
+
+    background = np.random.default_rng(0).integers(60, 120, (*size, 3)).astype(np.uint8)
+    return write_frames(folder, background, frames, shapes, quality=95)
+
+
+def write_frames(folder: Path, background: np.ndarray, frames: int, shapes: Any, quality: int) -> Path:
+    """``frames`` JPEG frames (00000.jpg, ...) of ``shapes(draw, t)`` (a ``PIL.ImageDraw`` of frame ``t``) drawn over
+    the (H, W, 3) uint8 ``background``."""
     from PIL import Image, ImageDraw
 
     folder.mkdir(parents=True, exist_ok=True)
-    h, w = size
-    background = np.random.default_rng(0).integers(60, 120, (h, w, 3)).astype(np.uint8)
     for t in range(frames):
         image = Image.fromarray(background.copy())
-        draw = ImageDraw.Draw(image)
-        x = 10 + 3 * t
-        draw.ellipse([x, 30, x + 30, 60], fill=(220, 40, 40))
-        y = 5 + 2 * t
-        draw.rectangle([100, y, 130, y + 25], fill=(40, 40, 220))
-        image.save(folder / f"{t:05d}.jpg", quality=95)
+        shapes(ImageDraw.Draw(image), t)
+        image.save(folder / f"{t:05d}.jpg", quality=quality)
     return folder
 
 
