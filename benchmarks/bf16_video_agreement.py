@@ -19,7 +19,8 @@ once per variant, each in a fresh process:
 The budget is ``CLIP_MASKS`` and ``CLIP_SCORE_ATOL`` (``vitdeploy/validation/masks.py``).
 
 Per variant and frame: the mask IoU against ``fp32``'s, the object score logit's difference, and the frame's time;
-per variant the worst frame, the median tracked-frame time (after ``--skip`` frames, while the bank fills) and the load.
+per variant the worst frame, the median tracked-frame time (after ``--skip`` frames, while the bank fills) and the load;
+on the worst frame, the largest change of a mask logit and how firm ``fp32``'s mask is there (:func:`firmness`).
 
 Usage (files and clip made once into --out, shared with bench_sam2_video.py):
     PYTHONPATH=. .venv/bin/python benchmarks/bf16_video_agreement.py --sizes tiny --frames 30 --threads 2
@@ -44,7 +45,7 @@ import numpy as np
 
 from benchmarks.bench_sam2 import SIZES, peak_rss_mb
 from benchmarks.bench_sam2_video import CLICK, ROLES, prepare
-from vitdeploy.validation.masks import CLIP_MASKS, CLIP_SCORE_ATOL, compare_masks
+from vitdeploy.validation.masks import CLIP_MASKS, CLIP_SCORE_ATOL, compare_masks, stability_score
 
 GRAPHS = ("image_encoder", "decoder", "memory_encoder", "memory_attention")
 DEFAULT_VARIANTS = ("memory_attention", "memory_attention+memory_encoder", "image_encoder",
@@ -91,7 +92,8 @@ def run_variant(variant: str, recipe: str, out: Path, frames: int, threads: int,
     for index in range(len(logits_per_frame)):
         frame = outputs["cond_frame_outputs"].get(index) or outputs["non_cond_frame_outputs"][index]
         scores.append(float(np.asarray(frame["object_score_logits"]).reshape(-1)[0]))
-    np.savez(out / agreement_file(recipe, variant, policy), masks=np.stack(logits_per_frame) > 0, scores=np.array(scores))
+    np.savez(out / agreement_file(recipe, variant, policy), masks=np.stack(logits_per_frame) > 0, scores=np.array(scores),
+             logits=np.stack(logits_per_frame))
     return {"variant": variant, "policy": "file" if variant == "fp32" else policy, "load_s": round(load_s, 1),
             "times_ms": [round(1e3 * t, 1) for t in times], "peak_rss_mb": peak_rss_mb(),
             "chosen": {g: r.deployment.label() if r.deployment else r.name
@@ -194,13 +196,30 @@ def agreement_file(recipe: str, variant: str, policy: str) -> str:
 
 
 def against_fp32(reference: dict, other: dict) -> dict:
-    """The variant's masks and scores against ``fp32``'s, frame by frame, held to the clip budget."""
+    """The variant's masks and scores against ``fp32``'s, frame by frame, held to the clip budget; where both kept
+    their logits, how far the worst frame's logits moved and how firm ``fp32``'s mask was there (:func:`firmness`)."""
     masks = compare_masks(reference["masks"], other["masks"], CLIP_MASKS)
     diffs = np.abs(reference["scores"] - other["scores"])
-    return {"min_iou": round(min(masks.iou), 5), "worst_frame": int(np.argmin(masks.iou)),
-            "mean_iou": round(float(np.mean(masks.iou)), 5), "max_score_diff": round(float(diffs.max()), 5),
-            "presence_flips": int(((reference["scores"] > 0) != (other["scores"] > 0)).sum()),
-            "holds": bool(masks) and bool(diffs.max() <= CLIP_SCORE_ATOL)}
+    worst = int(np.argmin(masks.iou))
+    row = {"min_iou": round(min(masks.iou), 5), "worst_frame": worst,
+           "mean_iou": round(float(np.mean(masks.iou)), 5), "max_score_diff": round(float(diffs.max()), 5),
+           "presence_flips": int(((reference["scores"] > 0) != (other["scores"] > 0)).sum()),
+           "holds": bool(masks) and bool(diffs.max() <= CLIP_SCORE_ATOL)}
+    if "logits" in reference and "logits" in other:
+        moved = float(np.abs(other["logits"][worst] - reference["logits"][worst]).max())
+        row.update({"worst_frame_max_logit_diff": round(moved, 5), **firmness(reference["logits"][worst], moved)})
+    return row
+
+
+def firmness(logits: np.ndarray, moved: float) -> dict:
+    """How firm a reference mask is (``logits``, (H, W)): the official stability score (the generator keeps a mask at
+    ``STABLE_MIN``, 0.95, or more), the median logit over the mask, and the share of the mask within ``moved`` of the
+    threshold, which a change of logits by ``moved`` can flip. A mask of seeded random weights is soft, its logits
+    mostly near 0: a small change of logits then flips much of it, where a firm mask would keep its pixels."""
+    inside = np.abs(logits[logits > 0])
+    return {"reference_stability": round(float(stability_score(logits)), 4),
+            "reference_median_logit": round(float(np.median(inside)), 4) if inside.size else None,
+            "mask_within_moved": round(float(np.mean(inside <= moved)), 4) if inside.size else None}
 
 
 def main() -> None:
