@@ -9,12 +9,15 @@ time, its load time and its peak RSS; the masks of the two are compared frame by
 
 The weights are seeded random ones with the object-score head's bias raised by 1.5 (as the tests do), saved as an
 official checkpoint: with plain random weights every object is scored absent and every mask is the no-object fill.
+``--checkpoint`` takes an official checkpoint instead (one size per run; its files, clip and results go into a folder
+of --out named after it, apart from the seeded ones).
 The official predictor runs with one shim, the tests' (``tests/sam2_video_fixtures.py``: a memory without object
 pointers read as float32, where the official code stops on the CPU); hole filling is off on both sides (the official
 one needs its CUDA extension).
 
 Usage (the files and the clip are made once into --out):
     PYTHONPATH=. .venv/bin/python benchmarks/bench_sam2_video.py --sizes tiny base_plus --rounds 2 --frames 12 --threads 2
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_sam2_video.py --sizes tiny --checkpoint sam2.1_hiera_tiny.pt
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ ROLES = ("", "_decoder", "_memory_encoder", "_memory_attention")
 CLICK = [[40.0, 75.0]]  # on the red disc of frame 0 (tests.sam2_video_fixtures.write_clip, 240 x 320)
 
 
-def prepare(recipe: str, out: Path, frames: int) -> tuple[Path, Path]:
-    """(checkpoint, clip folder): the present-object checkpoint and the four files exported from it, the clip."""
+def prepare(recipe: str, out: Path, frames: int, checkpoint: Path | None = None) -> tuple[Path, Path]:
+    """(checkpoint, clip folder): ``checkpoint`` (default: the present-object checkpoint, made once) and the four
+    files exported from it, the clip."""
     import torch
 
     from tests.sam2_video_fixtures import write_clip
@@ -44,7 +48,7 @@ def prepare(recipe: str, out: Path, frames: int) -> tuple[Path, Path]:
     from vitdeploy.models.sam2 import Sam2Arch, load_sam2
     from vitdeploy.pipeline import export_from_recipe
 
-    checkpoint = out / f"{recipe}_present.pt"
+    checkpoint = checkpoint or seeded_checkpoint(recipe, out)
     if not checkpoint.is_file():
         model = load_sam2(Sam2Arch.from_dict(load_recipe(recipe).architecture), random_seed=0)
         with torch.no_grad():
@@ -60,7 +64,26 @@ def prepare(recipe: str, out: Path, frames: int) -> tuple[Path, Path]:
     return checkpoint, clip
 
 
-def contender(kind: str, recipe: str, out: Path, frames: int, skip: int, threads: int, runtime: str) -> dict:
+def seeded_checkpoint(recipe: str, out: Path) -> Path:
+    """Where :func:`prepare` keeps the present-object checkpoint of seeded weights."""
+    return out / f"{recipe}_present.pt"
+
+
+def official_checkpoint(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Path | None:
+    """``--checkpoint`` checked (a file, one size), and ``args.out`` moved to its own folder; None without it."""
+    if args.checkpoint is None:
+        return None
+    if not args.checkpoint.is_file():
+        parser.error(f"--checkpoint {args.checkpoint}: no such file (an official SAM 2.1 checkpoint, .pt)")
+    if len(args.sizes) != 1:
+        parser.error("--checkpoint is one size's weights: give that size alone with --sizes")
+    args.out = args.out / args.checkpoint.stem
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args.checkpoint.resolve()
+
+
+def contender(kind: str, recipe: str, out: Path, frames: int, skip: int, threads: int, runtime: str,
+              checkpoint: Path | None = None) -> dict:
     """Runs in a fresh process: load, read the clip, click, propagate; per-frame times and the masks."""
     start = time.perf_counter()
     clip = out / f"clip_{frames}"
@@ -73,7 +96,7 @@ def contender(kind: str, recipe: str, out: Path, frames: int, skip: int, threads
 
         torch.set_num_threads(threads)
         arch = Sam2Arch.from_dict(load_recipe(recipe).architecture)
-        predictor = official_video_predictor(out / f"{recipe}_present.pt", arch=arch)
+        predictor = official_video_predictor(checkpoint or seeded_checkpoint(recipe, out), arch=arch)
         predictor.fill_hole_area = 0
         context = torch.inference_mode
         label = "official eager (PyTorch)"
@@ -117,25 +140,30 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runtime", default="auto")
     parser.add_argument("--out", type=Path, default=Path("out/sam2_video_bench"))
+    parser.add_argument("--checkpoint", type=Path, help="an official SAM 2.1 checkpoint of the one size given, "
+                        "instead of the seeded weights")
     parser.add_argument("--contender", nargs=2, metavar=("KIND", "RECIPE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.contender:
-        print(json.dumps(contender(*args.contender, args.out, args.frames, args.skip, args.threads, args.runtime)))
+        print(json.dumps(contender(*args.contender, args.out, args.frames, args.skip, args.threads, args.runtime,
+                                   args.checkpoint)))
         return
+    checkpoint = official_checkpoint(parser, args)
     from vitdeploy.cpu_features import cpu_features
 
     print(f"CPU: {cpu_features().summary()}; {args.threads} thread(s); {args.frames}-frame clip", flush=True)
     report = {"cpu": cpu_features().summary(), "threads": args.threads, "frames": args.frames, "rows": {}}
     for size in args.sizes:
         recipe = SIZES[size]
-        prepare(recipe, args.out, args.frames)
+        prepare(recipe, args.out, args.frames, checkpoint)
         rows: dict[str, list[dict]] = {"official": [], "vitdeploy": []}
         for _ in range(args.rounds):
             for kind in ("official", "vitdeploy"):
                 done = subprocess.run([sys.executable, __file__, "--contender", kind, recipe, "--out", str(args.out),
                                        "--frames", str(args.frames), "--skip", str(args.skip), "--threads",
-                                       str(args.threads), "--runtime", args.runtime],
+                                       str(args.threads), "--runtime", args.runtime,
+                                       *(["--checkpoint", str(checkpoint)] if checkpoint else [])],
                                       capture_output=True, text=True, check=True)
                 rows[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
         a, b = np.load(args.out / f"masks_official_{recipe}.npy"), np.load(args.out / f"masks_vitdeploy_{recipe}.npy")

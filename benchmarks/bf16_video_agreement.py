@@ -29,6 +29,9 @@ Usage (files and clip made once into --out, shared with bench_sam2_video.py):
         --variants memory_attention image_encoder image_encoder+memory_attention
     PYTHONPATH=. .venv/bin/python benchmarks/bf16_video_agreement.py --sizes tiny --policy int8-bank-scores \
         --variants memory_attention
+    # the proof the seeded weights' soft masks cannot give (docs/sam2.md), on trained weights:
+    PYTHONPATH=. .venv/bin/python benchmarks/bf16_video_agreement.py --sizes tiny --checkpoint sam2.1_hiera_tiny.pt \
+        --policy bf16 --variants image_encoder
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.bench_sam2 import SIZES, peak_rss_mb
-from benchmarks.bench_sam2_video import CLICK, ROLES, prepare
+from benchmarks.bench_sam2_video import CLICK, ROLES, official_checkpoint, prepare
 from vitdeploy.validation.masks import CLIP_MASKS, CLIP_SCORE_ATOL, compare_masks, stability_score
 
 GRAPHS = ("image_encoder", "decoder", "memory_encoder", "memory_attention")
@@ -232,12 +235,15 @@ def main() -> None:
     parser.add_argument("--policy", default="bf16", choices=["bf16", "fp16", *INT8_POLICIES],
                         help="the precision policy of the variants' graphs (OpenVINO)")
     parser.add_argument("--out", type=Path, default=Path("out/sam2_video_bench"))
+    parser.add_argument("--checkpoint", type=Path, help="an official SAM 2.1 checkpoint of the one size given, "
+                        "instead of the seeded weights (its files and results in a folder of --out named after it)")
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "RECIPE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.child:
         print(json.dumps(run_variant(*args.child, args.out, args.frames, args.threads, args.policy)))
         return
+    checkpoint = official_checkpoint(parser, args)
     unknown = {g for v in args.variants for g in v.split("+")} - set(GRAPHS)
     if unknown:
         parser.error(f"unknown graph(s) {sorted(unknown)}: use {', '.join(GRAPHS)}")
@@ -248,7 +254,7 @@ def main() -> None:
     print(f"CPU: {report['cpu']}; {args.threads} thread(s); {args.frames}-frame clip", flush=True)
     for size in args.sizes:
         recipe = SIZES[size]
-        prepare(recipe, args.out, args.frames)
+        prepare(recipe, args.out, args.frames, checkpoint)
         if args.policy in INT8_POLICIES:
             prepare_int8(recipe, args.out, {g for v in args.variants for g in v.split("+")}, args.threads, args.policy)
         rows = []
