@@ -48,12 +48,13 @@ def prepare(recipe: str, out: Path, frames: int, checkpoint: Path | None = None)
     from vitdeploy.models.sam2 import Sam2Arch, load_sam2
     from vitdeploy.pipeline import export_from_recipe
 
-    checkpoint = checkpoint or seeded_checkpoint(recipe, out)
-    if not checkpoint.is_file():
-        model = load_sam2(Sam2Arch.from_dict(load_recipe(recipe).architecture), random_seed=0)
-        with torch.no_grad():
-            model.sam_mask_decoder.pred_obj_score_head.layers[-1].bias += 1.5
-        torch.save({"model": model.state_dict()}, checkpoint)
+    if checkpoint is None:
+        checkpoint = seeded_checkpoint(recipe, out)
+        if not checkpoint.is_file():
+            model = load_sam2(Sam2Arch.from_dict(load_recipe(recipe).architecture), random_seed=0)
+            with torch.no_grad():
+                model.sam_mask_decoder.pred_obj_score_head.layers[-1].bias += 1.5
+            torch.save({"model": model.state_dict()}, checkpoint)
     for suffix in ROLES:
         path = out / f"{recipe}{suffix}.onnx"
         if not path.is_file():

@@ -95,8 +95,9 @@ def run_variant(variant: str, recipe: str, out: Path, frames: int, threads: int,
     for index in range(len(logits_per_frame)):
         frame = outputs["cond_frame_outputs"].get(index) or outputs["non_cond_frame_outputs"][index]
         scores.append(float(np.asarray(frame["object_score_logits"]).reshape(-1)[0]))
-    np.savez(out / agreement_file(recipe, variant, policy), masks=np.stack(logits_per_frame) > 0, scores=np.array(scores),
-             logits=np.stack(logits_per_frame))
+    clip_logits = np.stack(logits_per_frame)
+    np.savez(out / agreement_file(recipe, variant, policy), masks=clip_logits > 0, scores=np.array(scores),
+             logits=clip_logits)
     return {"variant": variant, "policy": "file" if variant == "fp32" else policy, "load_s": round(load_s, 1),
             "times_ms": [round(1e3 * t, 1) for t in times], "peak_rss_mb": peak_rss_mb(),
             "chosen": {g: r.deployment.label() if r.deployment else r.name
@@ -219,7 +220,7 @@ def firmness(logits: np.ndarray, moved: float) -> dict:
     ``STABLE_MIN``, 0.95, or more), the median logit over the mask, and the share of the mask within ``moved`` of the
     threshold, which a change of logits by ``moved`` can flip. A mask of seeded random weights is soft, its logits
     mostly near 0: a small change of logits then flips much of it, where a firm mask would keep its pixels."""
-    inside = np.abs(logits[logits > 0])
+    inside = logits[logits > 0]
     return {"reference_stability": round(float(stability_score(logits)), 4),
             "reference_median_logit": round(float(np.median(inside)), 4) if inside.size else None,
             "mask_within_moved": round(float(np.mean(inside <= moved)), 4) if inside.size else None}
