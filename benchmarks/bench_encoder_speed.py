@@ -127,9 +127,9 @@ def _all_contenders(targets: tuple[str, ...], with_compile: bool, with_int8: boo
     rows.append({"name": "ORT, naive export", "kind": "ort", "model": "naive.onnx", "precision": "fp32",
                  "settings": STOCK_ORT_SETTINGS})
     # What vitdeploy runs by default (predict, segment-all, SamPredictor): its default export on --runtime auto, here
-    # without a profile (this CPU's measured default: vitdeploy/runtime/backends/deployment.py), judged by the budget
+    # without a profile (this CPU's measured default: vitdeploy/runtime/deploy/cpu_rows.py), judged by the budget
     # of the precision that default runs at.
-    from vitdeploy.runtime.backends.deployment import cpu_default
+    from vitdeploy.runtime.deploy.cpu_rows import cpu_default
 
     default = cpu_default("sam_image_encoder", "fp32")
     rows.append({"name": f"vitdeploy default (--runtime auto: {default.label()})", "kind": "auto",
@@ -271,7 +271,7 @@ def _build_deployed(spec: dict[str, Any]):
             f"OpenVINO {openvino_version()} CPU plugin, its default inference precision: "
             f"{compiled.get_property('INFERENCE_PRECISION_HINT')}, {compiled.get_property('INFERENCE_NUM_THREADS')} thread(s)")
     if spec["kind"] == "auto":
-        from vitdeploy.runtime.backends.loader import open_runner
+        from vitdeploy.runtime.deploy.loader import open_runner
 
         runner = open_runner(path, threads=spec["threads"], runtime="auto")
         name, out = runner.input_names[0], runner.output_names[0]

@@ -1,5 +1,5 @@
 """vitdeploy's INT8 SAM encoder against the FP32 default as ``--runtime auto`` decides it on this machine, side by side:
-what ``doctor``'s "at INT8 accuracy" line (``INT8_MEASUREMENTS`` in ``vitdeploy/runtime/backends/deployment.py``) says.
+what ``doctor``'s "at INT8 accuracy" line (``INT8_MEASUREMENTS`` in ``vitdeploy/runtime/deploy/cpu_rows.py``) says.
 
 Contenders, each in a fresh process, three rounds in rotated order, 2 threads, one warm-up then ``--runs`` timed runs of
 the encoder graph on one seeded 1024 x 1024 input:
@@ -33,7 +33,7 @@ import numpy as np
 CHILD = r"""
 import json, sys, time
 import numpy as np
-from vitdeploy.runtime.backends.loader import OpenOptions, open_runner
+from vitdeploy.runtime.deploy.loader import OpenOptions, open_runner
 kind, path, out, runs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 t0 = time.perf_counter()
 options = {"auto": OpenOptions(threads=2),

@@ -41,7 +41,7 @@ def main() -> None:
     from vitdeploy.parity import compare
     from vitdeploy.pipeline import export_from_recipe
     from vitdeploy.rewrites.sam3_detector import INPUT_NAMES, Sam3Detector
-    from vitdeploy.runtime.backends.loader import open_runner
+    from vitdeploy.runtime.deploy.loader import open_runner
 
     torch.set_num_threads(args.threads)
     path = args.out / "sam3_detector.onnx"

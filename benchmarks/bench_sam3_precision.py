@@ -43,7 +43,7 @@ def main() -> None:
     from vitdeploy.families import FAMILIES
     from vitdeploy.metadata import read_onnx_metadata
     from vitdeploy.precision.calibration_data import bundled_calibration_dir
-    from vitdeploy.runtime.backends.loader import open_runner
+    from vitdeploy.runtime.deploy.loader import open_runner
     from vitdeploy.runtime.processing.images import read_image_rgb
     from vitdeploy.runtime.processing.sam3_transforms import Sam3Preprocessor
 

@@ -35,7 +35,7 @@ def main() -> None:
     from vitdeploy.models.sam3 import Sam3TextArch, load_sam3_text
     from vitdeploy.parity import compare
     from vitdeploy.pipeline import export_from_recipe
-    from vitdeploy.runtime.backends.loader import open_runner
+    from vitdeploy.runtime.deploy.loader import open_runner
     from vitdeploy.runtime.processing.clip_tokenizer import ClipTokenizer, default_vocab
 
     torch.set_num_threads(args.threads)

@@ -75,7 +75,7 @@ def contender(kind: str, out: Path, warmup: int, runs: int, threads: int, runtim
                 return [t.numpy() for t in module(torch.from_numpy(x))]
         label = "official eager (PyTorch)"
     else:
-        from vitdeploy.runtime.backends.loader import open_runner
+        from vitdeploy.runtime.deploy.loader import open_runner
 
         path = out / ("sam3_plain.onnx" if kind == "plain" else f"{RECIPE}.onnx")
         runner = open_runner(path, threads=threads, runtime="onnxruntime" if kind == "plain" else runtime,

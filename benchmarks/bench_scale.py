@@ -38,8 +38,8 @@ from vitdeploy.cpu_features import available_cores, cpu_features
 from vitdeploy.precision.calibration_data import bundled_calibration_dir
 from vitdeploy.runtime.apps.datasets.job import JobConfig, plan_job, run_in_process, run_job
 from vitdeploy.runtime.apps.datasets.store import read_embedding_shard
-from vitdeploy.runtime.backends.auto import resolve
-from vitdeploy.runtime.backends.deployment import AUTO, Deployment
+from vitdeploy.runtime.deploy.auto import resolve
+from vitdeploy.runtime.deploy.deployment import AUTO, Deployment
 
 
 def embeddings(folder: Path) -> dict[str, np.ndarray]:

@@ -63,7 +63,7 @@ def run_variant(variant: str, recipe: str, out: Path, frames: int, threads: int,
     """In a fresh process: open the four graphs (``variant``'s on OpenVINO at ``policy``), click, propagate; save
     masks and scores, return the times."""
     from vitdeploy.runtime.apps.sam2.video_predictor import Sam2VideoPredictor
-    from vitdeploy.runtime.backends.loader import OpenOptions, open_runner
+    from vitdeploy.runtime.deploy.loader import OpenOptions, open_runner
 
     reduced = set() if variant == "fp32" else set(variant.split("+"))
     start = time.perf_counter()

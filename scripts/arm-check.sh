@@ -172,8 +172,8 @@ if [ "${VITDEPLOY_ARM_CPP:-1}" = 1 ]; then
     chroot "$root" /usr/bin/env -i HOME=/root PATH="$venv/bin:/usr/bin:/bin" PYTHONPATH=/src PYTHONDONTWRITEBYTECODE=1 \
         "$venv/bin/python" -c "
 import json, sys
-from vitdeploy.runtime.backends.deployment import (PROFILE_FORMAT, machine_fingerprint, model_digest, profile_path,
-                                                   runtime_versions)
+from vitdeploy.runtime.deploy.identity import machine_fingerprint, model_digest, runtime_versions
+from vitdeploy.runtime.deploy.profiles import PROFILE_FORMAT, profile_path
 model = sys.argv[1]
 profile = {'format': PROFILE_FORMAT, 'model_sha256': model_digest(model), 'machine': machine_fingerprint(),
            'runtime_versions': runtime_versions(), 'candidates': [],

@@ -49,7 +49,7 @@ def openvino(files: Path, image: np.ndarray, out: dict, record: dict) -> None:
     from vitdeploy.metadata import read_onnx_metadata
     from vitdeploy.parity import compare
     from vitdeploy.runtime import SamPredictor, open_runner
-    from vitdeploy.runtime.backends.probe import probe
+    from vitdeploy.runtime.deploy.probe import probe
 
     predictor = SamPredictor(open_runner(str(files / "sam_enc.onnx"), runtime="openvino", threads=1),
                              open_runner(str(files / "sam_dec.onnx"), runtime="onnxruntime", threads=1))

@@ -132,7 +132,7 @@ def _cache_folder_of_this_run(tmp_path_factory: pytest.TempPathFactory):
 
     os.environ["VITDEPLOY_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "vitdeploy-cache")
     # --runtime auto's first-use probe times runtimes, so on a tiny model its choice can differ between runs: tests of
-    # everything else decide by the documented rows, as on a machine with the probe off; tests/runtime/backends/
+    # everything else decide by the documented rows, as on a machine with the probe off; tests/runtime/deploy/
     # test_probe.py turns it on and tests it
     os.environ["VITDEPLOY_PROBE"] = "0"
     yield

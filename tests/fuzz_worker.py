@@ -129,8 +129,8 @@ def fuzz_profiles(work: Path, rng: random.Random, count: int, case, predict: lis
     """Deployment profiles beside a copy of the encoder, one field removed or of another type, through predict."""
     import shutil
 
-    from vitdeploy.runtime.backends.deployment import (PROFILE_FORMAT, machine_fingerprint, model_digest, profile_path,
-                                                       runtime_versions)
+    from vitdeploy.runtime.deploy.identity import machine_fingerprint, model_digest, runtime_versions
+    from vitdeploy.runtime.deploy.profiles import PROFILE_FORMAT, profile_path
 
     chosen = {"runtime": "onnxruntime", "precision": "file", "threads": 1, "settings": {}}
     for i in range(count):

@@ -1,5 +1,5 @@
 """``vitdeploy tune`` on the tiny SAM: every candidate's verdict, the profile it writes, and that profile's use by
-``predict`` and ``SamPredictor`` (``--runtime auto``). The profile's matching rules: tests/runtime/backends/test_deployment.py."""
+``predict`` and ``SamPredictor`` (``--runtime auto``). The profile's matching rules: tests/runtime/deploy/test_deployment.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ from vitdeploy.cli import cli
 from vitdeploy.cpu_features import CpuFeatures, cpu_features
 from vitdeploy.errors import InputError
 from vitdeploy.runtime import SamPredictor
-from vitdeploy.runtime.backends.deployment import Deployment, cpu_default, model_digest, profile_path
+from vitdeploy.runtime.deploy.cpu_rows import cpu_default
+from vitdeploy.runtime.deploy.deployment import Deployment
+from vitdeploy.runtime.deploy.identity import model_digest
+from vitdeploy.runtime.deploy.profiles import profile_path
 from vitdeploy.runtime_facts import PROVEN_POLICIES
 from vitdeploy.tune import FINALIST_MARGIN, TuneOptions, candidates, tune
 from vitdeploy.validation.masks import MASK_TOLERANCES
@@ -86,7 +89,7 @@ def test_without_thread_counts_the_probe_ranks_every_core_and_its_threads_step_t
     leader at half of them only where that can win (SMT siblings, or a run under SHORT_RUN_MS: the tiny model's), as
     on first use; a 1-thread twin of every candidate is not timed."""
     from vitdeploy.cpu_features import available_cores
-    from vitdeploy.runtime.backends import probe as probe_module
+    from vitdeploy.runtime.deploy import timing as probe_module
 
     encoder, _ = pair
     cores = available_cores()

@@ -22,7 +22,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine",),  # ONNX -> TensorRT engine + sidecar
     ("runtime.processing", "runtime.forms"),  # images and pre/post-processing; load-time CPU graph forms (torch-free)
     ("families",),  # which model is which: every per-model fact, and the one place that dispatches on the family
-    ("runtime.backends",),  # one runner per runtime behind one contract, the runtime registry, the loader
+    ("runtime.backends",),  # one runner per runtime behind one contract, the runtime registry
+    ("runtime.deploy",),  # how each file runs here: the deployment, auto (profile, probe, rows), the loader, the plan
     ("runtime.apps", "runtime"),  # applications on the runners (SAM predictor, mask generator, predict); the public names
     ("validation",),  # parity and latency against the eager official model
     ("precision", "benchmark", "artifact_info", "doctor"),  # FP16/INT8 passes; timing; inspect; doctor

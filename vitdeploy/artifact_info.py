@@ -128,7 +128,7 @@ def inspect_engine(path: str | Path, verify: bool = True) -> dict[str, Any]:
 def inspect_artifact(path: str | Path, verify: bool = True) -> dict[str, Any]:
     """:func:`inspect_onnx` for ``.onnx`` files, :func:`inspect_engine` for engines (a file with a sidecar)."""
     from vitdeploy.engine.sidecar import sidecar_path
-    from vitdeploy.runtime.backends.loader import ENGINE_SUFFIXES, ONNX_SUFFIXES
+    from vitdeploy.runtime.backends.registry import ENGINE_SUFFIXES, ONNX_SUFFIXES
 
     path = Path(path)
     if path.suffix.lower() in ONNX_SUFFIXES:

@@ -365,61 +365,10 @@ class DoctorReport:
         return "\n".join(lines)
 
 
-def best_path(cpu: Any) -> str:
-    """What ``--runtime auto`` runs an FP32 SAM or ViT encoder with on this CPU when no profile is beside it, and why."""
-    from vitdeploy.families import FAMILIES
-    from vitdeploy.runtime.backends.deployment import cpu_default
-
-    measured = [family for family in FAMILIES.values() if family.cpu_default_rows]  # SAM encoders, ViTs
-    chosen_for = {family.title: cpu_default(family.name, "fp32", cpu) for family in measured}
-    if len(set(chosen_for.values())) == 1:
-        one = next(iter(chosen_for.values()))
-        chosen = f"FP32 {' and '.join(chosen_for)} on {one.label()}, from {one.source}"
-    else:
-        chosen = "; ".join(f"FP32 {title} on {d.label()}, from {d.source}" for title, d in chosen_for.items())
-    from vitdeploy.runtime.backends.probe import probe_enabled
-
-    if probe_enabled():
-        return ("measured here on first use of each model (the probe: the candidates below, timed on a part of the "
-                f"graph, cached per machine); with the probe off: {chosen}; 'vitdeploy tune MODEL' gates full candidates")
-    return f"{chosen}; decoders and FP16/INT8 files as written on onnxruntime; 'vitdeploy tune MODEL' measures this machine's own"
-
-
-def auto_decisions(cpu: Any) -> list[str]:
-    """Per file kind (each family's FP32 file): what ``--runtime auto`` decides here without a profile and where it
-    comes from: a decision the probe cached for this machine, the probe on first use (its candidates, and what is
-    left out and why), or, with the probe off, the documented rows."""
-    from vitdeploy.families import FAMILIES
-    from vitdeploy.runtime.backends.deployment import cpu_default
-    from vitdeploy.runtime.backends.probe import PROBE_ENV, cached_decisions, eligible, probe_enabled
-
-    cached: dict[str, dict[str, Any]] = {}
-    for found in cached_decisions(cpu):  # newest first: the first one per family and precision is said
-        meta = found["metadata"]
-        cached.setdefault(f"{meta.get('family')} {meta.get('precision', 'fp32')}", found)
-    lines = []
-    for family in FAMILIES.values():
-        kind = f"{family.name} fp32"
-        if not probe_enabled():
-            chosen = cpu_default(family.name, "fp32", cpu)
-            lines.append(f"{kind}: {chosen.label()}, from {chosen.source} ({PROBE_ENV}=0: the probe is off)")
-            continue
-        if kind in cached:
-            found = cached[kind]
-            variant = found["metadata"].get("variant")
-            lines.append(f"{kind}: {found['chosen']}{f' for {variant}' if variant else ''}, probed {found['created']} in "
-                         f"{found['seconds']} s on {found['part']} (cached {found['path']})")
-            continue
-        choice = eligible({"family": family.name, "precision": "fp32"}, cpu)
-        left = f"; left out: {'; '.join(choice.left_out)}" if choice.left_out else ""
-        lines.append(f"{kind}: probe on first use among {', '.join(d.label() for d in choice.candidates) or 'none'}{left}")
-    return lines
-
-
 def int8_path(cpu: Any) -> str:
     """What an INT8 file measured against the FP32 default on CPUs like this one (``auto`` keeps the accuracy class
     of the file it is given, so this is the user's choice to make), or that it was not measured."""
-    from vitdeploy.runtime.backends.deployment import int8_measurement
+    from vitdeploy.runtime.deploy.cpu_rows import int8_measurement
 
     row = int8_measurement(cpu)
     measured = row.describe() if row is not None else "not measured on a CPU like this one"
@@ -432,13 +381,15 @@ def diagnose(verbs: Iterable[str], deep: bool = False) -> DoctorReport:
     import vitdeploy
     from vitdeploy.cpu_features import cpu_features
     from vitdeploy.runtime.backends.ort_settings import int8_kernels
+    from vitdeploy.runtime.deploy.auto import explain
     from vitdeploy.tested_versions import version_drift
 
     components = probe_components(deep)
     cpu = cpu_features()
+    best_path, auto_decisions = explain(cpu)  # auto says what it decides here, without a file
     cpu_info = {**cpu.to_dict(), "summary": cpu.summary(),
                 "decisions": f"INT8 on ONNX Runtime: {int8_kernels(cpu).description}",
-                "best_path": best_path(cpu), "auto_decisions": auto_decisions(cpu), "int8_path": int8_path(cpu),
+                "best_path": best_path, "auto_decisions": auto_decisions, "int8_path": int8_path(cpu),
                 "model_cache": model_cache()}
     return DoctorReport(vitdeploy.__version__, components, verb_readiness(verbs, components), cpu_info,
                         [str(d) for d in version_drift()])

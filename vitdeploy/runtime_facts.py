@@ -7,7 +7,7 @@ same file in (``cpp/CMakeLists.txt``) and installs it beside itself, so a measur
 
 This module reads and types the file (a default row knows when it applies); the decisions live where they are made
 (:mod:`vitdeploy.cpu_features`, :mod:`vitdeploy.runtime.backends.registry`,
-:mod:`vitdeploy.runtime.backends.deployment`, :mod:`vitdeploy.families`).
+:mod:`vitdeploy.runtime.deploy.cpu_rows`, :mod:`vitdeploy.families`).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ OPENVINO_GELU_APART: dict[str, Any] = FACTS["openvino_gelu_apart"]
 
 #: policy -> {"units": CPU flags (any one), "openvino_precision": the inference precision OpenVINO is asked for,
 #: "families": where its parity budget is proven (none: never timed), "evidence"}: which reduced precision policies the
-#: first-use probe may time for a file (:mod:`vitdeploy.runtime.backends.probe`).
+#: first-use probe may time for a file (:mod:`vitdeploy.runtime.deploy.candidates`).
 PROVEN_POLICIES: dict[str, dict[str, Any]] = {
     name: {"units": tuple(row["units"]), "openvino_precision": row["openvino_precision"],
            "families": tuple(row["families"]), "evidence": row["evidence"]}

@@ -1,7 +1,8 @@
 """``vitdeploy tune``: run every deployment this machine supports on held-out inputs, gate each by its parity budget,
 and write the fastest one that passed as the model's deployment profile.
 
-The candidates (:func:`candidates`) are runtime x precision policy x load-time form x threads, limited to
+The candidates (:func:`candidates`: the first-use probe's list with tune's grid on top) are runtime x precision
+policy x load-time form x threads, limited to
 what is installed and what this CPU runs: OpenVINO's BF16 policy only on CPUs with AVX512-BF16 or AMX, its FP16 policy
 only on CPUs with FP16 arithmetic (Arm's asimdhp, x86's AVX512-FP16; judged here in full even where the probe's
 proven families leave it out), ONNX Runtime's
@@ -17,11 +18,11 @@ run as written. Every mask is gated; the masks the official stability score call
 (random weights make almost no mask stable, so the gate cannot rest on them alone).
 
 Judging a candidate in full costs whole-graph runs (a SAM ViT-B encoder: seconds each), so the candidates are first
-ranked by the first-use probe (:mod:`vitdeploy.runtime.backends.probe`: each one timed on a part of the real graph,
+ranked by the first-use probe (:mod:`vitdeploy.runtime.deploy.probe`: each one timed on a part of the real graph,
 its outputs there held to its budget) and only the fastest ``finalists`` (3 by default) within
 :data:`FINALIST_MARGIN` of the leader's time there are judged in full; the probe's ranking is kept in the profile.
 
-The profile (:mod:`vitdeploy.runtime.backends.deployment` reads it) records the machine, the runtime versions and
+The profile (:mod:`vitdeploy.runtime.deploy.profiles` reads it) records the machine, the runtime versions and
 the model's SHA-256, so that it is used only where it was measured.
 """
 
@@ -40,10 +41,13 @@ from vitdeploy.cpu_features import CpuFeatures, available_cores, cpu_features
 from vitdeploy.errors import InputError, VitdeployError
 from vitdeploy.metadata import identity_differences, read_onnx_metadata
 from vitdeploy.precisions import Precision
-from vitdeploy.runtime.backends.deployment import (PROFILE_FORMAT, Deployment, machine_fingerprint, model_digest,
-                                                   profile_path, runtime_versions)
-from vitdeploy.runtime.backends.probe import Eligible, attention_forms, probe, timed_runs
 from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, RUNTIMES, FileNeeds, cpu_runtimes_for
+from vitdeploy.runtime.deploy.candidates import Eligible, Form, Grid, eligible
+from vitdeploy.runtime.deploy.deployment import Deployment
+from vitdeploy.runtime.deploy.identity import machine_fingerprint, model_digest, runtime_versions
+from vitdeploy.runtime.deploy.probe import probe
+from vitdeploy.runtime.deploy.profiles import PROFILE_FORMAT, profile_path
+from vitdeploy.runtime.deploy.timing import timed_runs
 from vitdeploy.runtime.forms.openvino_gelu import OPENVINO_FORM_KEY, keep_gelu_apart
 
 #: A candidate the probe timed at more than this many times the leader's time on the part is not judged in full: on
@@ -59,11 +63,11 @@ class TuneOptions:
     images, ``random_inputs`` seeded sets; ``clicks`` per image through ``decoder``; ``runs`` timed runs (at least)
     after ``warmup`` (the parity runs on the input sets count as both); ``threads`` the thread counts to try (default:
     every core this process may use, and the probe's ranking adds the leader at half of them where that can win, as
-    the first-use probe does: SMT siblings or a run under :data:`~vitdeploy.runtime.backends.probe.SHORT_RUN_MS`; with
+    the first-use probe does: SMT siblings or a run under :data:`~vitdeploy.runtime.deploy.timing.SHORT_RUN_MS`; with
     ``finalists=0``, no ranking: 1 and every core);
     ``reference`` the FP32 file of the same model that an INT8 or FP16 file is judged against (default: the file
     itself as written); ``finalists`` how many candidates, ranked by the first-use probe on a part of the graph
-    (:mod:`vitdeploy.runtime.backends.probe`), are judged in full at most (only those within
+    (:mod:`vitdeploy.runtime.deploy.probe`), are judged in full at most (only those within
     :data:`FINALIST_MARGIN` of the leader there; 0: every candidate, no probe)."""
 
     images: tuple[str, ...] = ()
@@ -121,8 +125,9 @@ class TuneReport:
 
 def candidates(metadata: dict[str, Any], options: TuneOptions, installed: Sequence[str] | None = None,
                features: CpuFeatures | None = None) -> list[Deployment]:
-    """The deployments to try for a file with ``metadata`` on this machine (see the module docstring); ``features``:
-    this CPU's unless given."""
+    """The deployments to try for a file with ``metadata`` on this machine (see the module docstring): the probe's
+    walk (:func:`~vitdeploy.runtime.deploy.candidates.eligible`) with tune's grid on top; ``features``: this CPU's
+    unless given."""
     features = features or cpu_features()
     if installed is None:
         installed = [name for name, entry in RUNTIMES.items() if entry.reads_onnx and entry.installed()]
@@ -133,25 +138,17 @@ def candidates(metadata: dict[str, Any], options: TuneOptions, installed: Sequen
                          if missing[0] in RUNTIMES else f"unknown runtime {missing[0]}")
     needs = FileNeeds.of(metadata)
     gaps = {r: RUNTIMES[r].cpu_gap(needs) for r in wanted}
-    wanted = tuple(r for r in wanted if gaps[r] is None)
-    if not wanted:
+    if all(gaps.values()):
         able = cpu_runtimes_for(needs)
         raise InputError(f"no candidate: the file {next((g for g in gaps.values() if g), 'has no runtime here')}: tune it on "
                          + (f"--runtime {' or '.join(able)}" if able else "a GPU ('vitdeploy build-engine')"))
-    fp32 = needs.precision is Precision.FP32
-    forms = attention_forms(metadata)
-    if fp32 and OPENVINO_FORM_KEY not in metadata:  # OpenVINO's GELU form: the runner takes it where it was measured
-        # faster; the other reading is tried too (a file written in the form holds one reading only)
-        forms.append((("gelu_apart", not keep_gelu_apart(features, Precision.FP32)),))
-    threads = sorted(set(options.threads or ((available_cores(),) if options.finalists else (1, available_cores()))))
-    found = []
-    for runtime in wanted:
-        # the attention forms are runner settings; a reduced policy needs an FP32 file and a CPU with its units
-        entry = RUNTIMES[runtime]
-        kinds = [("file", form) for form in forms if all(key in entry.settings for key, _ in form)]
-        kinds += [(policy, ()) for policy in entry.policies if policy != "file" and fp32 and features.policy_units(policy)]
-        found += [Deployment(runtime, precision, n, form, source="tune") for precision, form in kinds for n in threads]
-    return found
+    forms: tuple[Form, ...] = ()
+    if needs.precision is Precision.FP32 and OPENVINO_FORM_KEY not in metadata:  # OpenVINO's GELU form: the runner
+        # takes it where it was measured faster; the other reading is tried too (a file written in the form holds one)
+        forms = ((("gelu_apart", not keep_gelu_apart(features, Precision.FP32)),),)
+    threads = tuple(sorted(set(options.threads or ((available_cores(),) if options.finalists else (1, available_cores())))))
+    grid = Grid(runtimes=tuple(wanted), forms=forms, threads=threads)
+    return list(eligible(metadata, features, frozenset(installed), grid=grid).candidates)
 
 
 def _inputs(model: Path, metadata: dict[str, Any], reference: Any, options: TuneOptions) -> tuple[list[Any], list[np.ndarray]]:
@@ -246,10 +243,10 @@ def _judge(verdict: Verdict, runner: Any, sets: list[Any], want: list[dict[str, 
 def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | Path | None = None,
          echo: Callable[[str], None] = print) -> TuneReport:
     """Run every candidate on ``model`` (module docstring) and write the profile to ``output`` (default: beside
-    the model, :func:`~vitdeploy.runtime.backends.deployment.profile_path`). The profile is written whole or not at
+    the model, :func:`~vitdeploy.runtime.deploy.profiles.profile_path`). The profile is written whole or not at
     all; a run where no candidate passes writes none and raises."""
     from vitdeploy.fileio import atomic_write_bytes
-    from vitdeploy.runtime.backends.loader import open_runner
+    from vitdeploy.runtime.deploy.loader import open_runner
 
     model = Path(model)
     if model.suffix.lower() != ".onnx":

@@ -1,4 +1,4 @@
-// Deployment profiles (see vitdeploy/deployment.hpp): the same checks as vitdeploy/runtime/backends/deployment.py.
+// Deployment profiles (see vitdeploy/deployment.hpp): the same checks as vitdeploy/runtime/deploy/profiles.py.
 #include "vitdeploy/deployment.hpp"
 
 #include <fnmatch.h>
@@ -51,7 +51,7 @@ std::string lower(std::string s) {
 }
 
 // The model's SHA-256, and with an external data file '<name>.data' the SHA-256 of "<model digest> <data digest>"
-// (vitdeploy.runtime.backends.deployment.model_digest), each file streamed.
+// (vitdeploy.runtime.deploy.identity.model_digest), each file streamed.
 std::string model_digest(const std::string& model_path) {
     std::string digest = sha256_file_hex(model_path);
     std::string data_path = model_path + ".data";
@@ -125,7 +125,7 @@ std::string openvino_release(const std::string& openvino_version) {
 }
 
 // What 'vitdeploy tune' would not have written, as Python's read_profile and Deployment.from_dict refuse it
-// (vitdeploy/runtime/backends/deployment.py): the types of the profile's parts, the chosen deployment's threads,
+// (vitdeploy/runtime/deploy/profiles.py): the types of the profile's parts, the chosen deployment's threads,
 // settings and precision, and the chosen deployment among the profile's own passing candidates. Empty: none.
 std::string schema_problem(const Json& doc, const Json& chosen, const MachineFingerprint& here) {
     for (const char* key : {"machine", "runtime_versions"})
@@ -346,7 +346,7 @@ DeploymentProfile read_deployment_profile(const std::string& model_path, const s
 namespace {
 
 // The digest of a file's vitdeploy.* metadata entries as written, without the weights' provenance: "key=value" lines
-// in key order, joined by newlines (vitdeploy.runtime.backends.probe.props_digest computes the same).
+// in key order, joined by newlines (vitdeploy.runtime.deploy.identity.props_digest computes the same).
 std::string props_digest(const std::string& model_path) {
     static const std::set<std::string> provenance = {"vitdeploy.checkpoint", "vitdeploy.checkpoint_sha256",
                                                      "vitdeploy.random_seed", "vitdeploy.random_weights"};

@@ -166,7 +166,7 @@ def test_the_torch_extra_hint_shows_only_when_the_pytorch_side_is_missing() -> N
 def test_the_int8_line_is_this_cpu_kinds_measurement(monkeypatch) -> None:
     from vitdeploy.cpu_features import cpu_features
     from vitdeploy.doctor import int8_path
-    from vitdeploy.runtime.backends.deployment import int8_measurement
+    from vitdeploy.runtime.deploy.cpu_rows import int8_measurement
 
     monkeypatch.setenv("VITDEPLOY_CPU_MASK", "amx*,avx512*")  # an x86 machine here decides as an AVX2 CPU
     line = int8_path(cpu_features())
@@ -180,8 +180,11 @@ def test_the_int8_line_is_this_cpu_kinds_measurement(monkeypatch) -> None:
 
 def test_best_path_is_this_cpus_auto_default_with_the_probe_off(monkeypatch) -> None:
     from vitdeploy.cpu_features import cpu_features
-    from vitdeploy.doctor import best_path
-    from vitdeploy.runtime.backends.deployment import cpu_default
+    from vitdeploy.runtime.deploy.auto import explain
+    from vitdeploy.runtime.deploy.cpu_rows import cpu_default
+
+    def best_path(features):  # doctor's "best path" line: auto's own explanation
+        return explain(features)[0]
 
     monkeypatch.setenv("VITDEPLOY_CPU_MASK", "amx*,avx512*,avx2")
     assert best_path(cpu_features()).startswith("FP32 SAM encoders and ViTs on onnxruntime file")

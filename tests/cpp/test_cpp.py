@@ -313,7 +313,7 @@ def test_sam_cli_reads_the_deployment_profile_as_python_does(cpp_build: Path, ti
     take is refused by Python and ignored by C++, for the same reason."""
     import shutil
 
-    from vitdeploy.runtime.backends.deployment import profile_path
+    from vitdeploy.runtime.deploy.profiles import profile_path
     from vitdeploy.tune import TuneOptions, tune
 
     encoder = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
@@ -327,7 +327,7 @@ def test_sam_cli_reads_the_deployment_profile_as_python_does(cpp_build: Path, ti
         env = {**_env_without_ort_ops(), "VITDEPLOY_CPU_MASK": "avx2"}
         masked = subprocess.run([str(cpp_build / "sam_cli"), *args], capture_output=True, text=True, timeout=120, env=env)
         python_view = subprocess.run(
-            [sys.executable, "-c", "import sys; from vitdeploy.runtime.backends.auto import resolve; "
+            [sys.executable, "-c", "import sys; from vitdeploy.runtime.deploy.auto import resolve; "
              "print(resolve(sys.argv[1]).source)", str(encoder)], capture_output=True, text=True, timeout=120, env=env)
         expect = "ignored: it was tuned on another CPU flags"
         assert masked.returncode == 0 and expect in masked.stderr, masked.stderr
@@ -338,7 +338,7 @@ def test_sam_cli_reads_the_deployment_profile_as_python_does(cpp_build: Path, ti
     profile_path(encoder).write_text(json.dumps(profile))
     other = _run_cli(cpp_build, *args)
     python_view = subprocess.run(
-        [sys.executable, "-c", "import sys; from vitdeploy.runtime.backends.auto import resolve; resolve(sys.argv[1])",
+        [sys.executable, "-c", "import sys; from vitdeploy.runtime.deploy.auto import resolve; resolve(sys.argv[1])",
          str(encoder)], capture_output=True, text=True, timeout=120)
     expect = "onnxruntime does not take precision fp16"
     assert other.returncode == 0 and f"encoder.profile.json ignored: {expect}" in other.stderr, other.stderr
@@ -359,9 +359,9 @@ def test_sam_cli_ignores_a_hand_edited_profile_python_refuses(cpp_build: Path, t
     (whose contract is never to fail on a profile's content) says it ignores it, for the same reason, and runs the
     file as written."""
     from vitdeploy.errors import InputError
-    from vitdeploy.runtime.backends.auto import resolve
-    from vitdeploy.runtime.backends.deployment import (PROFILE_FORMAT, machine_fingerprint, model_digest, profile_path,
-                                                       runtime_versions)
+    from vitdeploy.runtime.deploy.auto import resolve
+    from vitdeploy.runtime.deploy.identity import machine_fingerprint, model_digest, runtime_versions
+    from vitdeploy.runtime.deploy.profiles import PROFILE_FORMAT, profile_path
 
     encoder = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
     Image.fromarray(sample_image(40, 60, seed=4)).save(tmp_path / "in.png")
@@ -398,7 +398,7 @@ def _sam_cli_on_a_tuned_choice(cpp_build: Path, tiny_sam_artifacts, tmp_path: Pa
     set to the passing candidate ``pick`` takes (one tune could write: a hand-edited choice is refused), then sam_cli
     with the tiny decoder on one click: (encoder, picture, the chosen deployment, sam_cli's --json summary), after
     sam_cli said it followed the profile."""
-    from vitdeploy.runtime.backends.deployment import profile_path
+    from vitdeploy.runtime.deploy.profiles import profile_path
     from vitdeploy.tune import TuneOptions, tune
 
     encoder = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
@@ -535,7 +535,7 @@ def test_sam_cli_without_a_profile_takes_the_python_default_for_this_cpu(cpp_bui
     Image.fromarray(sample_image(40, 60, seed=6)).save(tmp_path / "in.png")
     env = {**_env_without_ort_ops(), "VITDEPLOY_CPU_MASK": mask}
     python_view = subprocess.run(
-        [sys.executable, "-c", "import sys; from vitdeploy.runtime.backends.auto import resolve; "
+        [sys.executable, "-c", "import sys; from vitdeploy.runtime.deploy.auto import resolve; "
          "d = resolve(sys.argv[1]); print(d.runtime, d.precision)", str(tiny_sam_artifacts.encoder)],
         capture_output=True, text=True, timeout=120, env=env)
     runtime, precision = python_view.stdout.split()
@@ -560,7 +560,7 @@ def test_sam_cli_follows_the_probes_cached_decision_like_python(cpp_build: Path,
     encoder = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
     env = {**_env_without_ort_ops(), "VITDEPLOY_CACHE_DIR": str(tmp_path / "cache"), "VITDEPLOY_PROBE": "1",
            "VITDEPLOY_CPU_MASK": ""}
-    python_view = [sys.executable, "-c", "import sys; from vitdeploy.runtime.backends.auto import resolve; "
+    python_view = [sys.executable, "-c", "import sys; from vitdeploy.runtime.deploy.auto import resolve; "
                    "d = resolve(sys.argv[1], threads=2); print(d.runtime, d.precision, d.source[:6])", str(encoder)]
     first = subprocess.run(python_view, capture_output=True, text=True, timeout=300, env=env)
     assert first.returncode == 0 and first.stdout.split()[2] == "probe:", first.stderr
@@ -719,9 +719,9 @@ def test_sam_cli_runs_an_int8_file_on_onnx_runtime_where_its_profile_chose_openv
     _require_openvino_backend(cpp_build)
     env = {**_env_without_ort_ops(), "VITDEPLOY_CPU_MASK": "avx512*,amx*,avx_vnni"}
     encoder = Path(shutil.copy(tiny_int8_encoder, tmp_path / "encoder.onnx"))
-    write = ("import json, sys; from vitdeploy.runtime.backends import deployment as d; p = sys.argv[1]; "
-             "d.profile_path(p).write_text(json.dumps({'format': d.PROFILE_FORMAT, 'model_sha256': d.model_digest(p), "
-             "'machine': d.machine_fingerprint(), 'runtime_versions': d.runtime_versions(), 'chosen': {'runtime': "
+    write = ("import json, sys; from vitdeploy.runtime.deploy import identity as i, profiles as d; p = sys.argv[1]; "
+             "d.profile_path(p).write_text(json.dumps({'format': d.PROFILE_FORMAT, 'model_sha256': i.model_digest(p), "
+             "'machine': i.machine_fingerprint(), 'runtime_versions': i.runtime_versions(), 'chosen': {'runtime': "
              "'openvino', 'precision': 'file', 'threads': 1, 'settings': {}}, 'candidates': []}))")
     subprocess.run([sys.executable, "-c", write, str(encoder)], check=True, timeout=120, env=env)
     Image.fromarray(sample_image(40, 60, seed=7)).save(tmp_path / "in.png")

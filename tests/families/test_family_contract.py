@@ -22,7 +22,7 @@ from vitdeploy.families import FAMILIES
 from vitdeploy.metadata import REQUIRED_KEYS, metadata_problems, read_onnx_metadata
 from vitdeploy.onnx_export.exporter import ExportResult
 from vitdeploy.onnx_export.hygiene import check_graph_hygiene
-from vitdeploy.runtime.backends.loader import open_runner
+from vitdeploy.runtime.deploy.loader import open_runner
 from vitdeploy.runtime.backends.registry import ONNX_RUNTIMES, RUNTIMES
 from vitdeploy.parity import compare
 from vitdeploy.validation.validate_model import ValidateOptions, validate_model

@@ -185,7 +185,7 @@ def test_the_first_use_probe_cuts_one_windowed_and_one_global_block(exported: Pa
     """A full-size file (1.8 GB) is probed on blocks the family names, cut from the real graph by the exporter's scopes:
     here the tiny file, as if it were large."""
     from vitdeploy.metadata import read_onnx_metadata
-    from vitdeploy.runtime.backends.probe import probe_part
+    from vitdeploy.runtime.deploy.graph_part import probe_part
 
     part = probe_part(exported, read_onnx_metadata(exported), tmp_path, whole_below=0)
     assert part.what == "blocks.0, blocks.1 of 4 blocks, at the file's shapes", part.what

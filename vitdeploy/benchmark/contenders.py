@@ -91,7 +91,7 @@ def deployed_contender(path: str | Path, *, threads: int | None, device: str, gp
                        inference_precision: str | None = None) -> Contender:
     """An ONNX file (ONNX Runtime on ``device``, optionally with the fused rel-pos kernel; FP32 unless ``tf32``;
     or OpenVINO on the CPU with ``runtime="openvino"``) or a TensorRT plan (on CUDA device ``gpu``)."""
-    from vitdeploy.runtime.backends.loader import ENGINE_SUFFIXES, open_runner
+    from vitdeploy.runtime.deploy.loader import ENGINE_SUFFIXES, open_runner
 
     path = Path(path)
     engine = path.suffix.lower() in ENGINE_SUFFIXES  # its math (precision, TF32) was fixed when it was built

@@ -40,7 +40,7 @@ def benchmark_models(models: list[str] | tuple[str, ...], options: BenchmarkOpti
     from vitdeploy.benchmark.report import TIMING, environment
     from vitdeploy.errors import InputError
     from vitdeploy.families import family_of
-    from vitdeploy.runtime.backends.loader import ONNX_SUFFIXES, attention_flag
+    from vitdeploy.runtime.deploy.loader import ONNX_SUFFIXES, attention_flag
 
     if not options.eager and options.eager_precisions:
         raise InputError("--eager-precision needs the eager baseline: drop --no-eager")

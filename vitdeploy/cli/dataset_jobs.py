@@ -42,8 +42,8 @@ def resolve_deployment(model: str, runtime: str, inference_precision: str | None
     driver's cores: the same decision (and the same numbers) as the job in one process with ``--threads`` 1.
     ``check_model(path)`` refuses an ``.onnx`` file of another model from its metadata first, before a first-use probe
     would run on it (default: a SAM encoder, what the dataset jobs take)."""
-    from vitdeploy.runtime.backends.auto import resolve
-    from vitdeploy.runtime.backends.deployment import AUTO, Deployment
+    from vitdeploy.runtime.deploy.auto import resolve
+    from vitdeploy.runtime.deploy.deployment import AUTO, Deployment
 
     if str(model).lower().endswith(".onnx") and Path(model).is_file():
         (check_model or _check_sam_encoder_file)(model)

@@ -16,8 +16,8 @@ import click
 from vitdeploy.cpu_features import available_cores
 from vitdeploy.errors import VitdeployError
 from vitdeploy.precisions import PRECISION_POLICIES
-from vitdeploy.runtime.backends.deployment import AUTO
 from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, ONNX_RUNTIMES
+from vitdeploy.runtime.deploy.deployment import AUTO, AUTO_ORDER
 
 
 class UserError(click.ClickException):
@@ -264,8 +264,7 @@ def ort_device_options(choices: tuple[str, ...], help_text: str = "ONNX Runtime 
 #: ``--runtime`` choices: ``auto``, then the runtimes that open ONNX files, from the registry (it imports no runtime).
 AUTO_RUNTIME_CHOICES = (AUTO, *ONNX_RUNTIMES)
 _OPENVINO_HELP = "openvino: OpenVINO on the CPU, FP32 unless --inference-precision bf16 (pip install 'vitdeploy[openvino]')."
-_AUTO_HELP = ("auto: the deployment profile 'vitdeploy tune' wrote beside the file, else this CPU's measured default "
-              "(vitdeploy doctor says which; on CPUs with AMX and OpenVINO installed, SAM/ViT encoders run in BF16).")
+_AUTO_HELP = f"auto: {AUTO_ORDER}."
 
 
 _INFERENCE_PRECISION = click.option(

@@ -66,7 +66,7 @@ def tune(model: str, decoder: str | None, reference: str | None, images: tuple[s
     from pathlib import Path
 
     from vitdeploy.fileio import claim_outputs, require_onnx_file
-    from vitdeploy.runtime.backends.deployment import profile_path
+    from vitdeploy.runtime.deploy.profiles import profile_path
     from vitdeploy.tune import TuneOptions, summary_lines, tune as run_tune
 
     path = require_onnx_file(model)

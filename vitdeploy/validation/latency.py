@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -52,17 +51,10 @@ def measure_latency(
     ``synchronize`` is called before starting and after finishing each timed run; GPU runners pass a
     stream/device synchronisation so the time covers the work, not just its launch.
     """
+    from vitdeploy.runtime.deploy.timing import timed_runs
+
     if runs < 1:
         raise ValueError("runs must be >= 1")
     for _ in range(warmup):
         fn()
-    samples = []
-    for _ in range(runs):
-        if synchronize is not None:
-            synchronize()
-        start = time.perf_counter()
-        fn()
-        if synchronize is not None:
-            synchronize()
-        samples.append((time.perf_counter() - start) * 1000.0)
-    return stats_from_samples(label, samples, warmup)
+    return stats_from_samples(label, timed_runs(fn, runs, synchronize=synchronize), warmup)

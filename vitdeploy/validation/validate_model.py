@@ -23,7 +23,7 @@ class ValidateOptions:
     warmup: int = 1
     device: str = "cpu"  # ONNX Runtime's execution provider for .onnx files
     tf32: bool = False
-    runtime: str = "onnxruntime"  # or openvino (CPU) for .onnx files, or auto (vitdeploy.runtime.backends.deployment)
+    runtime: str = "onnxruntime"  # or openvino (CPU) for .onnx files, or auto (vitdeploy.runtime.deploy.auto)
     inference_precision: str | None = None  # file (None), or bf16 (OpenVINO): judged by the bf16 budget
     fused_attention: bool | None = None  # None: the runner's default (the kernel where built and faster)
     folded_attention: bool = False
@@ -36,7 +36,7 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
     model rebuilt from its metadata. The report is falsy when a tolerance fails; nothing is raised for that."""
     from vitdeploy.errors import InputError
     from vitdeploy.families import family_of
-    from vitdeploy.runtime.backends.loader import open_runner
+    from vitdeploy.runtime.deploy.loader import open_runner
     from vitdeploy.validation.inputs import image_input_sets, saved_input_sets
     from vitdeploy.parity import TOLERANCES
     from vitdeploy.validation.validate import validate_runner

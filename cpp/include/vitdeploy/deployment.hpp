@@ -1,5 +1,5 @@
 // The deployment profile 'vitdeploy tune' writes beside a model (<stem>.profile.json), read as the Python runtime
-// reads it (vitdeploy/runtime/backends/deployment.py): used only where it was measured -- the same model bytes
+// reads it (vitdeploy/runtime/deploy/profiles.py): used only where it was measured -- the same model bytes
 // (SHA-256), the same CPU (model name, family/model, the reported flags after VITDEPLOY_CPU_MASK), the same
 // number of cores this process may use, and the same version of the runtime it chose. The C++ library follows a
 // profile that chose ONNX Runtime, or OpenVINO when it was built with OpenVINO (f32 or bf16 inference precision);
@@ -40,7 +40,7 @@ DeploymentProfile read_deployment_profile(const std::string& model_path, const s
                                           const std::string& openvino_version = "");
 
 /// The decision the Python runtime's first-use probe cached for ``model_path`` on this machine
-/// (vitdeploy/runtime/backends/probe.py; ``$VITDEPLOY_CACHE_DIR/decisions``): one whose key names this CPU (model
+/// (vitdeploy/runtime/deploy/decisions.py; ``$VITDEPLOY_CACHE_DIR/decisions``): one whose key names this CPU (model
 /// name, family/model, flags, cores), ``threads`` (0: every core), ``ort_version`` (and ``openvino_version`` where this
 /// build has OpenVINO) and the file (its metadata digest and size). ``found`` false: none; ``used`` false with a
 /// ``note``: it chose what this build cannot run. The C++ library follows a decision; it does not probe.
@@ -48,7 +48,7 @@ DeploymentProfile read_cached_decision(const std::string& model_path, int thread
                                        const std::string& openvino_version = "");
 
 /// This CPU's measured default for a file with ``metadata`` (its family, precision and custom ops): the rows of
-/// vitdeploy.runtime.backends.deployment.CPU_DEFAULTS (first match wins; FP32 files only, and only where the row's
+/// vitdeploy.runtime.deploy.cpu_rows.CPU_DEFAULTS (first match wins; FP32 files only, and only where the row's
 /// runtime runs the file: cpu_gap in backend.hpp), else the file as written on ONNX Runtime, or on the first runtime
 /// that runs it where ONNX Runtime's CPU cannot (a BF16 file). ``describe`` is the row as Python's
 /// CpuDefault.describe says it ("avx2 without avx512f: openvino file"), or why ONNX Runtime was passed over;

@@ -202,7 +202,7 @@ def test_reduced_memory_graphs_keep_the_clips_masks(predictors, sam2_video: dict
     runs what it has (its runner says so), and this holds trivially."""
     pytest.importorskip("openvino")
     from vitdeploy.runtime.apps.sam2.video_predictor import Sam2VideoPredictor
-    from vitdeploy.runtime.backends.loader import OpenOptions, open_runner
+    from vitdeploy.runtime.deploy.loader import OpenOptions, open_runner
     from vitdeploy.runtime_facts import PROVEN_POLICIES
 
     _, fp32 = predictors

@@ -19,7 +19,7 @@ import pytest
 from vitdeploy.doctor import tensorrt_unavailable_reason
 from vitdeploy.engine.sidecar import make_sidecar, write_sidecar
 from vitdeploy.errors import EngineError, InputError, MissingDependencyError
-from vitdeploy.runtime.backends.loader import open_runner
+from vitdeploy.runtime.deploy.loader import open_runner
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 from vitdeploy.runtime.backends.tensorrt_runner import TensorRTRunner, check_feed

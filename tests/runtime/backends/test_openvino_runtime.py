@@ -25,7 +25,7 @@ from vitdeploy.metadata import read_onnx_metadata
 from vitdeploy.pipeline import export_from_recipe
 from vitdeploy.precision.calibration_data import bundled_calibration_dir
 from vitdeploy.runtime.backends.base import RunnerOptions
-from vitdeploy.runtime.backends.loader import open_runner
+from vitdeploy.runtime.deploy.loader import open_runner
 from vitdeploy.runtime.backends.openvino_runner import OpenVinoRunner, cpu_config
 from vitdeploy.validation.masks import compare_masks
 from vitdeploy.parity import TOLERANCES, compare
@@ -312,7 +312,7 @@ def test_missing_openvino_is_one_line_naming_the_extra(encoders: dict[str, Path]
 
 
 def test_openvino_refusals(encoders: dict[str, Path], tmp_path: Path) -> None:
-    from vitdeploy.runtime.backends.loader import open_runner
+    from vitdeploy.runtime.deploy.loader import open_runner
 
     with pytest.raises(InputError, match="CPU only"):
         open_runner(encoders["generic"], runtime="openvino", ort_device="cuda")

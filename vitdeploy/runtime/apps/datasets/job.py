@@ -173,7 +173,7 @@ def plan_job(config: JobConfig, source: str | os.PathLike, out_dir: str | os.Pat
     """
     from vitdeploy.fileio import require_model_file
     from vitdeploy.metadata import read_onnx_metadata
-    from vitdeploy.runtime.backends.deployment import model_digest
+    from vitdeploy.runtime.deploy.identity import model_digest
 
     if config.kind not in KINDS:
         raise InputError(f"job kind {config.kind!r} is not one of {', '.join(KINDS)}")
@@ -227,8 +227,8 @@ class ShardWorker:
     """One loaded model that turns shards into :class:`ShardResult` (what Ray actors hold, one each)."""
 
     def __init__(self, config: JobConfig):
-        from vitdeploy.runtime.backends.deployment import Deployment
-        from vitdeploy.runtime.backends.loader import open_deployed
+        from vitdeploy.runtime.deploy.deployment import Deployment
+        from vitdeploy.runtime.deploy.loader import open_deployed
 
         self.config = config
         deployment = Deployment(config.runtime, config.precision, config.threads, config.settings, source="the job's")

@@ -32,7 +32,7 @@ import numpy as np
 from vitdeploy.errors import InputError
 from vitdeploy.families import model_part
 from vitdeploy.runtime.backends.base import Runner
-from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
+from vitdeploy.runtime.deploy.loader import OpenOptions, as_runner
 from vitdeploy.runtime.processing.postprocess import MaskUpscaler
 from vitdeploy.runtime.processing.recorded_inputs import RecordsInputs
 from vitdeploy.runtime.processing.preprocess import (ResizeLongestSide, SamPreprocessor, as_numpy, box_corners, check_rgb_uint8,
@@ -157,7 +157,7 @@ class SamPredictor(RecordsInputs):
             files were verified, see :mod:`vitdeploy.runtime.backends.providers`; ``allow_unverified`` overrides).
         threads: intra-op threads for paths (default: the deployment profile's, else every core this process may use).
         runtime: ``auto`` (default: the deployment profile ``vitdeploy tune`` wrote beside each file, else this CPU's
-            measured default, see :mod:`vitdeploy.runtime.backends.deployment`; on a CPU with AMX and OpenVINO
+            measured default, see :mod:`vitdeploy.runtime.deploy.auto`; on a CPU with AMX and OpenVINO
             installed the encoder runs in BF16), ``onnxruntime`` (each file as written: exact FP32 for FP32 files) or
             ``openvino`` (CPU, the optional ``openvino`` extra) for ``.onnx`` paths.
         tf32: on CUDA, let FP32 GEMMs use TF32 (default: exact FP32; masks then match the CPU's).
@@ -167,7 +167,7 @@ class SamPredictor(RecordsInputs):
             part of the time.
         check_weights: refuse an encoder and decoder whose weights come from different checkpoints or
             seeds (turn off for a decoder fine-tuned apart from its encoder).
-        options: every opening option in one :class:`~vitdeploy.runtime.backends.loader.OpenOptions` (its ``policy``
+        options: every opening option in one :class:`~vitdeploy.runtime.deploy.loader.OpenOptions` (its ``policy``
             is ``inference_precision``), instead of the keywords above.
 
     ``record_inputs("mask_decoder")`` keeps the decoder's real inputs (to calibrate it: ``vitdeploy calibrate --feeds``).

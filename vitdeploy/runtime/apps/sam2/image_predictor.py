@@ -26,7 +26,7 @@ from vitdeploy.errors import InputError
 from vitdeploy.families import model_part
 from vitdeploy.metadata import identity_differences
 from vitdeploy.runtime.apps.sam.predictor import decoder_max_points
-from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
+from vitdeploy.runtime.deploy.loader import OpenOptions, as_runner
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.processing.preprocess import check_rgb_uint8
 from vitdeploy.runtime.processing.recorded_inputs import RecordsInputs

@@ -43,7 +43,7 @@ from vitdeploy.families import family_of_part, model_part
 from vitdeploy.metadata import identity_differences
 from vitdeploy.runtime.apps.sam2.memory_bank import TrackerSettings, select_memory
 from vitdeploy.runtime.apps.sam2.image_predictor import MaskChoice
-from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
+from vitdeploy.runtime.deploy.loader import OpenOptions, as_runner
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.processing.sam2_masks import (MASK_OUT_BIAS, MASK_OUT_SCALE, NO_OBJ_SCORE, downsample_mask_prompt,
                                                      fill_holes, mask_as_output, non_overlapping, resize_mask_input,

@@ -37,7 +37,7 @@ import numpy as np
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.sam3.files import check_sam3_files
 from vitdeploy.runtime.backends.base import Runner
-from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
+from vitdeploy.runtime.deploy.loader import OpenOptions, as_runner
 from vitdeploy.runtime.processing.preprocess import check_rgb_uint8
 from vitdeploy.runtime.processing.recorded_inputs import RecordsInputs
 from vitdeploy.runtime.processing.sam2_transforms import resize_bilinear

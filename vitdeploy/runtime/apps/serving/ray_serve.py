@@ -57,8 +57,8 @@ class RayServeOptions:
 
 def _open(path: str, options: RayServeOptions, precision: str = "file", threads: int | None = None,
           settings: tuple[tuple[str, Any], ...] = ()) -> Any:
-    from vitdeploy.runtime.backends.deployment import Deployment
-    from vitdeploy.runtime.backends.loader import open_deployed
+    from vitdeploy.runtime.deploy.deployment import Deployment
+    from vitdeploy.runtime.deploy.loader import open_deployed
 
     return open_deployed(path, Deployment(options.runtime, precision, threads or options.threads, settings),
                          device=options.device)
@@ -229,7 +229,7 @@ def build_app(options: RayServeOptions) -> Any:
     """The Ray Serve application (bind it with ``serve.run``)."""
     from ray import serve
 
-    from vitdeploy.runtime.backends.deployment import model_digest
+    from vitdeploy.runtime.deploy.identity import model_digest
 
     def scaling(bounds: tuple[int, int]) -> dict[str, Any]:
         low, high = bounds

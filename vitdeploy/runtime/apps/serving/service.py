@@ -36,7 +36,7 @@ from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.serving.metrics import Metrics
 
 if TYPE_CHECKING:  # the loader is imported when a service opens its files
-    from vitdeploy.runtime.backends.loader import OpenOptions
+    from vitdeploy.runtime.deploy.loader import OpenOptions
 
 LOG = logging.getLogger("vitdeploy.serve")
 #: The most prompts one masks request may carry (each is a decoder run).
@@ -256,7 +256,7 @@ class EncoderSide:
 
     def __init__(self, encoder: Any, keep_bytes: bool = False):
         from vitdeploy.runtime.apps.predictors import image_encoder_for
-        from vitdeploy.runtime.backends.deployment import model_digest
+        from vitdeploy.runtime.deploy.identity import model_digest
 
         self.runner = encoder
         self.features_of = image_encoder_for(encoder)
@@ -362,7 +362,7 @@ class SamService:
                  cache_size: int = 64, max_pending: int = 4, text_encoder: Any = None, detector: Any = None,
                  concept_cache_size: int = 4):
         from vitdeploy.runtime.apps.predictors import check_concept_files, check_prompt_pair_files
-        from vitdeploy.runtime.backends.loader import OpenOptions, as_runner
+        from vitdeploy.runtime.deploy.loader import OpenOptions, as_runner
 
         o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
         check_prompt_pair_files(encoder, decoder)

@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.backends.base import Runner, RunnerOptions
-from vitdeploy.runtime.backends.auto import resolve
-from vitdeploy.runtime.backends.deployment import AUTO, Deployment
+from vitdeploy.runtime.deploy.auto import resolve
+from vitdeploy.runtime.deploy.deployment import AUTO, Deployment
 from vitdeploy.runtime.backends.registry import (DEFAULT_RUNTIME, ENGINE_SUFFIXES, ONNX_RUNTIMES, ONNX_SUFFIXES, RUNTIMES,
                                                  runtime_for_file)
 
@@ -109,7 +109,7 @@ def open_runner(path: str | Path, options: OpenOptions | None = None, **keywords
     CPU), an engine (``.plan``/``.engine``/``.trt``) on TensorRT on CUDA device ``gpu`` (its math was fixed when it
     was built).
 
-    ``runtime="auto"``: the :mod:`~vitdeploy.runtime.backends.deployment` choice (the deployment profile beside the
+    ``runtime="auto"``: the :mod:`~vitdeploy.runtime.deploy.auto` choice (the deployment profile beside the
     file, or an explicit ``profile``; else this CPU's measured default); ``policy`` and ``threads``, where given,
     narrow it, an attention flag asks for ONNX Runtime, and a setting asked here wins over the profile's. The
     runner's ``deployment`` says what was chosen and why. The file is opened by :func:`open_deployed`."""
@@ -145,7 +145,7 @@ def open_deployed(path: str | Path, deployment: Deployment, *, device: str = "cp
     """Open ``path`` as a resolved ``deployment`` says: its runtime, precision policy, threads and **every** runner
     setting it holds (a tuned profile's ``io_binding``, ``session_config``, ``gelu_apart``, ...).
 
-    The one translation from a :class:`~vitdeploy.runtime.backends.deployment.Deployment` to a runner:
+    The one translation from a :class:`~vitdeploy.runtime.deploy.deployment.Deployment` to a runner:
     :func:`open_runner` ends here, and so do the routes that decide once and open the file elsewhere (dataset
     workers, Ray Serve replicas), so a profile's setting reaches each of them alike. The file's metadata is checked.
     """

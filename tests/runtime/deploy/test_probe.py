@@ -1,4 +1,4 @@
-"""``--runtime auto``'s first-use probe (vitdeploy/runtime/backends/probe.py): who is eligible on each kind of CPU (and
+"""``--runtime auto``'s first-use probe (vitdeploy/runtime/deploy/probe.py and the modules beside it): who is eligible on each kind of CPU (and
 why the rest is not), the part of the real graph it times, the choice it makes here, and its cache per machine."""
 
 from __future__ import annotations
@@ -15,9 +15,14 @@ import pytest
 from tests.sam_tiny import TinySamArtifacts
 from vitdeploy.cpu_features import CpuFeatures, available_cores, cpu_features
 from vitdeploy.metadata import read_onnx_metadata
-from vitdeploy.runtime.backends import probe as probe_module
-from vitdeploy.runtime.backends.probe import (DECISION_FORMAT, decide, decision_key, decision_path, eligible, probe,
-                                              probe_part)
+from vitdeploy.runtime.deploy import auto as auto_module
+from vitdeploy.runtime.deploy import graph_part as graph_part_module
+from vitdeploy.runtime.deploy import probe as probe_module
+from vitdeploy.runtime.deploy import timing as timing_module
+from vitdeploy.runtime.deploy.candidates import eligible
+from vitdeploy.runtime.deploy.decisions import DECISION_FORMAT, decision_key, decision_path
+from vitdeploy.runtime.deploy.graph_part import probe_part
+from vitdeploy.runtime.deploy.probe import decide, probe
 
 pytest_plugins = ["tests.sam_tiny_fixtures", "tests.sam2_video_fixtures"]
 
@@ -150,7 +155,7 @@ def test_an_int8_files_blocks_are_cut_as_its_fp32_sources_are(tiny_sam_artifacts
     calibrate_onnx(tiny_sam_artifacts.encoder, int8, CalibrateOptions(precision="int8", holdout=4, eager=False,
                                                                       cache_dir=str(tmp_path / "c"), threads=2))
     nodes = onnx.load(str(int8)).graph.node
-    assert any(n.op_type == "DequantizeLinear" and not probe_module._scopes(n) for n in nodes)  # what is tested
+    assert any(n.op_type == "DequantizeLinear" and not graph_part_module._scopes(n) for n in nodes)  # what is tested
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     fp32 = probe_part(tiny_sam_artifacts.encoder, read_onnx_metadata(tiny_sam_artifacts.encoder), tmp_path / "a",
@@ -169,9 +174,9 @@ def test_the_probe_times_every_eligible_candidate_and_chooses_the_fastest_that_h
     pytest.importorskip("openvino")
     # the CPUs this process may use, constructed: two threads per physical core, or one; and the tiny part's runs
     # counted as short (as they are) or, with the bar at 0 ms, as long as a full-size block's
-    monkeypatch.setattr(probe_module, "physical_cores", lambda: available_cores() // 2 if smt else available_cores())
+    monkeypatch.setattr(timing_module, "physical_cores", lambda: available_cores() // 2 if smt else available_cores())
     if not short:
-        monkeypatch.setattr(probe_module, "SHORT_RUN_MS", 0.0)
+        monkeypatch.setattr(timing_module, "SHORT_RUN_MS", 0.0)
     decision = probe(tiny_sam_artifacts.encoder, whole_below=0)
     found = eligible(read_onnx_metadata(tiny_sam_artifacts.encoder))
     n = len(found.candidates)
@@ -218,7 +223,7 @@ def test_each_candidate_is_opened_and_warmed_up_once(tiny_sam_artifacts: TinySam
         return runner
 
     monkeypatch.setattr(RuntimeEntry, "open", counting_open)
-    monkeypatch.setattr(probe_module, "CUTOFF", 1e9)  # every candidate within reach: the reference is timed too
+    monkeypatch.setattr(timing_module, "CUTOFF", 1e9)  # every candidate within reach: the reference is timed too
     decision = probe(tiny_sam_artifacts.encoder, whole_below=0)
     assert len(opened) == len(set(opened)) == len(decision.timings), opened
     assert sorted(closed) == sorted(opened)
@@ -233,9 +238,9 @@ def test_the_fastest_warm_up_is_timed_first_and_sets_the_bar(rank: bool, tiny_sa
     LEADER_CUTOFF is not timed (here the bar is constructed at 0, and the short-run exemption lifted: only the first
     timed candidate, the fastest warm-up, is timed; on SAM ViT-B it spares BF16 and ONNX Runtime 1.1 s each). tune's
     ranking (``rank``) times them all: it judges the fastest few in full, not only the one that can win."""
-    monkeypatch.setattr(probe_module, "LEADER_CUTOFF", 0.0)
-    monkeypatch.setattr(probe_module, "SHORT_RUN_MS", 0.0)
-    monkeypatch.setattr(probe_module, "CUTOFF", 1e9)
+    monkeypatch.setattr(timing_module, "LEADER_CUTOFF", 0.0)
+    monkeypatch.setattr(timing_module, "SHORT_RUN_MS", 0.0)
+    monkeypatch.setattr(timing_module, "CUTOFF", 1e9)
     decision = probe(tiny_sam_artifacts.encoder, whole_below=0, fewer_threads=False, rank=rank)
     held = [t for t in decision.timings if not t.reason]
     assert len(held) > 1, decision.summary()
@@ -295,7 +300,7 @@ def test_the_decision_is_cached_per_machine_and_runtime_version_and_said_once(ti
     avx2 = CpuFeatures("AMD EPYC", "x86_64", frozenset({"avx2", "fma"}))
     assert decision_path(decision_key(model, metadata, available_cores(), avx2)) != path
     assert decision_path(decision_key(model, metadata, available_cores() + 1)) != path
-    monkeypatch.setattr("vitdeploy.runtime.backends.deployment.runtime_versions", lambda: {"onnxruntime": "0.0"})
+    monkeypatch.setattr("vitdeploy.runtime.deploy.decisions.runtime_versions", lambda: {"onnxruntime": "0.0"})
     with pytest.raises(AssertionError, match="probed again"):
         decide(model, metadata)
 
@@ -319,8 +324,8 @@ def test_auto_probes_without_a_profile_and_every_bypass_skips_it(tiny_sam_artifa
                                                                  monkeypatch) -> None:
     """The probe is ``--runtime auto``'s second source: a fitting profile comes first; ``VITDEPLOY_PROBE=0``, an asked
     runtime and an asked precision policy bypass it."""
-    from vitdeploy.runtime.backends.auto import resolve
-    from vitdeploy.runtime.backends.loader import open_runner
+    from vitdeploy.runtime.deploy.auto import resolve
+    from vitdeploy.runtime.deploy.loader import open_runner
 
     monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(tmp_path / "cache"))
     model = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
@@ -332,7 +337,7 @@ def test_auto_probes_without_a_profile_and_every_bypass_skips_it(tiny_sam_artifa
     def no_probe(*args, **kwargs):
         raise AssertionError("probed")
 
-    monkeypatch.setattr(probe_module, "decide", no_probe)
+    monkeypatch.setattr(auto_module, "decide", no_probe)
     asked = resolve(model, precision="file")  # no probe (decide raises): the rows, as before the probe
     assert asked.precision == "file" and not asked.source.startswith("probe"), asked
     with open_runner(model, runtime="onnxruntime") as runner:
@@ -346,7 +351,11 @@ def test_doctor_says_per_file_kind_what_auto_decides_and_where_it_comes_from(tin
                                                                               tmp_path: Path, monkeypatch) -> None:
     """A decision cached for this machine (the probe's), the probe's candidates where none is cached yet, and the rows
     with the probe off; a decision cached for another CPU is not shown."""
-    from vitdeploy.doctor import DoctorReport, auto_decisions
+    from vitdeploy.doctor import DoctorReport
+    from vitdeploy.runtime.deploy.auto import explain
+
+    def auto_decisions(features):  # what doctor shows per file kind: auto's own explanation
+        return explain(features)[1]
 
     monkeypatch.setenv("VITDEPLOY_CACHE_DIR", str(tmp_path / "cache"))
     metadata = read_onnx_metadata(tiny_sam_artifacts.encoder)
@@ -471,9 +480,9 @@ def _left_by_a_cutoff(timing, timings) -> bool:
     or behind the best timed run by more than LEADER_CUTOFF where that run is not short (the rules in _measure)."""
     best_warmup = min(t.warmup_ms for t in timings if t.warmup_ms is not None)
     fastest = min((t.best_ms for t in timings if t.best_ms is not None and not t.reason), default=None)
-    return (timing.warmup_ms > probe_module.CUTOFF * best_warmup
-            or fastest is not None and fastest >= probe_module.SHORT_RUN_MS
-            and timing.warmup_ms > probe_module.LEADER_CUTOFF * fastest)
+    return (timing.warmup_ms > timing_module.CUTOFF * best_warmup
+            or fastest is not None and fastest >= timing_module.SHORT_RUN_MS
+            and timing.warmup_ms > timing_module.LEADER_CUTOFF * fastest)
 
 
 @pytest.mark.parametrize(("durations_ms", "fastest_ms", "runs"), [
@@ -487,6 +496,6 @@ def test_a_timed_run_far_behind_the_fastest_is_not_repeated(durations_ms, fastes
     with another run: the probe does not spend one (its decision is the same, its time shorter)."""
     ticks = iter(t for d in durations_ms for t in (0.0, d / 1e3))  # the clock read before and after each run
     done: list[int] = []
-    got = probe_module.timed_runs(lambda: done.append(1), len(durations_ms), fastest_ms, clock=lambda: next(ticks))
+    got = timing_module.timed_runs(lambda: done.append(1), len(durations_ms), fastest_ms, clock=lambda: next(ticks))
     assert len(got) == len(done) == runs
     assert got == pytest.approx(list(durations_ms[:runs]))

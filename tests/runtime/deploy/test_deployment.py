@@ -1,5 +1,5 @@
 """``--runtime auto`` without a profile: this CPU's measured defaults, and how a profile is matched to a model and a
-machine (vitdeploy/runtime/backends/deployment.py). Tune itself: tests/test_tune.py."""
+machine (vitdeploy/runtime/deploy/profiles.py and cpu_rows.py). Tune itself: tests/test_tune.py."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ import pytest
 from tests.sam_tiny import TinySamArtifacts
 from vitdeploy.cpu_features import CpuFeatures
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.backends.auto import resolve
-from vitdeploy.runtime.backends.deployment import (CPU_DEFAULTS, INT8_MEASUREMENTS, PROFILE_FORMAT, Deployment,
-                                                   cpu_default, int8_measurement, machine_fingerprint, model_digest, profile_path, profile_problems,
-                                                   read_profile, runtime_versions)
+from vitdeploy.runtime.deploy.auto import resolve
+from vitdeploy.runtime.deploy.cpu_rows import CPU_DEFAULTS, INT8_MEASUREMENTS, cpu_default, int8_measurement
+from vitdeploy.runtime.deploy.deployment import Deployment
+from vitdeploy.runtime.deploy.identity import machine_fingerprint, model_digest, runtime_versions
+from vitdeploy.runtime.deploy.profiles import PROFILE_FORMAT, profile_path, profile_problems, read_profile
 
 pytest_plugins = ["tests.sam_tiny_fixtures"]
 
@@ -72,7 +73,7 @@ def test_every_default_row_cites_its_measurement() -> None:
 def test_each_int8_measurement_is_against_what_the_default_still_chooses_there() -> None:
     """An INT8 row's ratio is against the FP32 default of its CPU kind in that run: where ``CPU_DEFAULTS`` later
     changes what such a CPU runs, the row no longer says what INT8 buys there and this fails."""
-    from vitdeploy.runtime.backends.probe import eligible
+    from vitdeploy.runtime.deploy.candidates import eligible
 
     xeon = CpuFeatures("Intel Xeon", "x86_64", AMX.flags | {"avx512_vnni", "amx_int8"})
     icelake = CpuFeatures("Intel Xeon", "x86_64", frozenset({"avx2", "fma", "avx512f", "avx512_vnni"}))
@@ -111,10 +112,10 @@ def test_a_fused_kernel_file_stays_on_onnx_runtime_where_the_default_is_openvino
 
     from vitdeploy.metadata import metadata_of
     from vitdeploy.precision.report import stamp_metadata
-    from vitdeploy.runtime.backends import deployment
+    from vitdeploy.runtime.deploy import cpu_rows
 
-    monkeypatch.setattr(deployment, "cpu_features", lambda: AVX2)
-    if not deployment.RUNTIMES["openvino"].installed():
+    monkeypatch.setattr(cpu_rows, "cpu_features", lambda: AVX2)
+    if not cpu_rows.RUNTIMES["openvino"].installed():
         pytest.skip("openvino is not installed: no CPU default chooses it")
     assert resolve(encoder).runtime == "openvino"  # the plain export: the AVX2 row
     model = onnx.load(str(encoder))
@@ -263,7 +264,7 @@ def test_a_profile_setting_reaches_every_route(tiny_sam_artifacts: TinySamArtifa
 def test_a_ray_job_decides_for_the_threads_each_worker_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """``auto`` on Ray decides for one worker's threads (default 1), not the driver's cores: the same decision,
     and so the same numbers, as the job in one process with ``--threads 1`` (docs/scale.md compares the two)."""
-    import vitdeploy.runtime.backends.auto as auto
+    import vitdeploy.runtime.deploy.auto as auto
     from vitdeploy.cli.dataset_jobs import resolve_deployment
 
     asked: list[int | None] = []
