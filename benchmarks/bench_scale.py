@@ -36,10 +36,11 @@ import numpy as np
 
 from vitdeploy.cpu_features import available_cores, cpu_features
 from vitdeploy.precision.calibration_data import bundled_calibration_dir
-from vitdeploy.runtime.apps.datasets.job import JobConfig, plan_job, run_in_process, run_job
+from vitdeploy.runtime.apps.datasets.job import job_config, plan_job, run_in_process, run_job
 from vitdeploy.runtime.apps.datasets.store import read_embedding_shard
 from vitdeploy.runtime.deploy.auto import resolve
 from vitdeploy.runtime.deploy.deployment import AUTO, Deployment
+from vitdeploy.runtime.deploy.loader import OpenOptions
 
 
 def embeddings(folder: Path) -> dict[str, np.ndarray]:
@@ -59,7 +60,7 @@ def dataset_rows(args: argparse.Namespace, chosen: Deployment, out: Path) -> lis
     images = sorted(str(p) for p in bundled_calibration_dir().glob("*") if p.suffix in (".jpg", ".png"))[: args.images]
     source.write_text("\n".join(images) + "\n")
     cores = available_cores()
-    base = JobConfig("embed", args.encoder, runtime=chosen.runtime, precision=chosen.precision, settings=chosen.settings)
+    asked = OpenOptions(runtime=chosen.runtime, policy=chosen.precision, **dict(chosen.settings))
     runs = [("in process", None, cores, 1), ("Ray, 1 worker", LOCAL, cores, 1), (f"Ray, {cores} workers", LOCAL, 1, cores)]
     rows, reference = [], None
     for label, ray, threads, workers in runs:
@@ -70,7 +71,8 @@ def dataset_rows(args: argparse.Namespace, chosen: Deployment, out: Path) -> lis
             start = time.perf_counter()
             start_ray(ray, cores)
             startup = time.perf_counter() - start
-        plan = plan_job(replace(base, threads=threads), source, folder, shard_size=1)
+        config = job_config("embed", {"encoder": args.encoder}, replace(asked, threads=threads), pooled=bool(ray))
+        plan = plan_job(config, source, folder, shard_size=1)
         report = run_job(plan, run_on_ray(plan, workers) if ray else run_in_process(plan))
         if ray:
             stop_ray()
@@ -123,7 +125,7 @@ def server_rows(args: argparse.Namespace, chosen: Deployment) -> list[dict]:
     from vitdeploy.runtime.apps.datasets.on_ray import LOCAL, start_ray, stop_ray
     from vitdeploy.runtime.apps.serving.service import SamService
     from vitdeploy.runtime.apps.serving.server import Server
-    from vitdeploy.runtime.apps.serving.ray_serve import RayServeOptions, run_app, stop_app
+    from vitdeploy.runtime.apps.serving.ray_serve import RayServeOptions, plan_for_replicas, run_app, stop_app
 
     image = sorted(bundled_calibration_dir().glob("*.jpg"))[0]
     rows = []
@@ -141,8 +143,9 @@ def server_rows(args: argparse.Namespace, chosen: Deployment) -> list[dict]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    options = RayServeOptions(args.encoder, args.decoder, runtime=chosen.runtime, precision=chosen.precision,
-                              threads=1, decoder_replicas=(args.decoder_replicas, args.decoder_replicas))
+    asked = OpenOptions(runtime=chosen.runtime, policy=chosen.precision, threads=1)
+    options = RayServeOptions(plan_for_replicas(args.encoder, args.decoder, asked),
+                              decoder_replicas=(args.decoder_replicas, args.decoder_replicas))
     run_app(options, "127.0.0.1", port)
     key, size, seconds = encode(port, image)
     rows.append({"server": f"Ray Serve, 1 encoder x 1 thread, {args.decoder_replicas} decoder replica(s)",

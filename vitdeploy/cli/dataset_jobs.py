@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -34,67 +35,46 @@ def dataset_job_options(fn: Callable, required: bool = True) -> Callable:
     return fn
 
 
-def resolve_deployment(model: str, runtime: str, inference_precision: str | None, threads: int | None, device: str,
-                       on_ray: bool = False, check_model: Callable[[str], None] | None = None):
-    """The deployment every worker runs (never ``auto``: the driver decides once, so all workers compute alike).
+def job_options(runtime: str, inference_precision: str | None, threads: int | None, device: str) -> Any:
+    """The verb's options as :class:`~vitdeploy.runtime.deploy.loader.OpenOptions`: how every file of the job is
+    decided (:func:`vitdeploy.runtime.apps.datasets.job.job_config` decides them once, for one worker's threads)."""
+    from vitdeploy.runtime.deploy.loader import OpenOptions
 
-    On Ray each worker runs ``threads`` threads (default 1), so ``auto`` decides for that many, not for the
-    driver's cores: the same decision (and the same numbers) as the job in one process with ``--threads`` 1.
-    ``check_model(path)`` refuses an ``.onnx`` file of another model from its metadata first, before a first-use probe
-    would run on it (default: a SAM encoder, what the dataset jobs take)."""
-    from vitdeploy.runtime.deploy.auto import resolve
-    from vitdeploy.runtime.deploy.deployment import AUTO, Deployment
-
-    if str(model).lower().endswith(".onnx") and Path(model).is_file():
-        (check_model or _check_sam_encoder_file)(model)
-    if on_ray:
-        threads = threads or 1
-    if runtime == AUTO:
-        return resolve(model, precision=inference_precision, threads=threads, device=device)
-    return Deployment(runtime, inference_precision or "file", threads, source="asked")
-
-
-def _check_sam_encoder_file(path: str) -> None:
-    from vitdeploy.metadata import read_onnx_metadata
-    from vitdeploy.runtime.apps.sam.predictor import check_sam_encoder
-
-    check_sam_encoder(read_onnx_metadata(path), f"'{path}'")
+    return OpenOptions(runtime=runtime, policy=inference_precision, threads=threads, device=device)
 
 
 def run_dataset_job(config, images: str, out_dir: str, shard_size: int | None, ray_address: str | None,
-                    workers: int | None, chosen, verb: str) -> None:
+                    workers: int | None, verb: str) -> None:
     """Plan, run (in this process or on Ray), print progress and a summary; on a stop, say how to resume.
 
-    ``config.threads`` is what the user asked (None: in this process the deployment's threads, else every core;
-    on Ray one per worker). ``chosen`` is the resolved deployment (its ``source`` is printed)."""
-    from dataclasses import replace
-
+    ``config`` (:func:`~vitdeploy.runtime.apps.datasets.job.job_config`, ``pooled`` on Ray) holds every file
+    decided for the threads one worker runs: on Ray one unless ``--threads``, in this process the deployment's."""
     from vitdeploy.cli.progress import StageProgress, format_seconds
     from vitdeploy.cpu_features import available_cores
     from vitdeploy.runtime.apps.datasets.job import JobReport, plan_job, run_in_process, run_job
 
     started_ray = False
+    source = config.plan.files[0].deployment.source
     if ray_address is not None:
         from vitdeploy.runtime.apps.datasets.on_ray import cluster_cpus, run_on_ray, start_ray
 
-        config = replace(config, threads=config.threads or 1)
-        plan = plan_job(config, images, out_dir, shard_size=shard_size, deployment_source=chosen.source)
+        plan = plan_job(config, images, out_dir, shard_size=shard_size, deployment_source=source)
         started_ray = start_ray(ray_address, available_cores())
-        workers = workers or max(1, cluster_cpus() // config.threads)
-        where = f"on Ray ({'a local cluster' if ray_address == 'local' else ray_address}): {workers} worker(s) x {config.threads} thread(s)"
+        threads = config.threads or 1
+        workers = workers or max(1, cluster_cpus() // threads)
+        where = f"on Ray ({'a local cluster' if ray_address == 'local' else ray_address}): {workers} worker(s) x {threads} thread(s)"
         results = run_on_ray(plan, workers)
     else:
         if workers is not None:
             raise click.UsageError("--workers is for --ray: in this process one model runs with --threads threads")
-        config = replace(config, threads=config.threads or chosen.threads or available_cores())
-        plan = plan_job(config, images, out_dir, shard_size=shard_size, deployment_source=chosen.source)
-        where = f"in this process ({config.threads} thread(s))"
+        plan = plan_job(config, images, out_dir, shard_size=shard_size, deployment_source=source)
+        where = f"in this process ({config.threads or available_cores()} thread(s))"
         results = run_in_process(plan)
     for line in plan.store.redone:
         click.echo(f"warning: {line}", err=True)
     skipped = f", {plan.skipped} done before (skipped)" if plan.skipped else ""
     click.echo(f"{verb} {plan.pending} of {len(plan.images)} image(s){skipped} into {out_dir}: {len(plan.shards)} shard(s), "
-               f"{Path(config.encoder).name} as {plan.deployment}, {where}")
+               f"{Path(config.plan.files[0].path).name} as {plan.deployment}, {where}")
     report = JobReport(total=len(plan.images), skipped=plan.skipped)
     try:
         run_job(plan, results, StageProgress(), report)
@@ -115,4 +95,4 @@ def run_dataset_job(config, images: str, out_dir: str, shard_size: int | None, r
                    f"{plan.store.folder / 'errors.jsonl'}); the next run retries them", err=True)
 
 
-__all__ = ["dataset_job_options", "resolve_deployment", "run_dataset_job"]
+__all__ = ["dataset_job_options", "job_options", "run_dataset_job"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from vitdeploy.cli.dataset_jobs import dataset_job_options, resolve_deployment, run_dataset_job
+from vitdeploy.cli.dataset_jobs import dataset_job_options, job_options, run_dataset_job
 from vitdeploy.cli.options import auto_runtime_option, handle_errors, runtime_threads_option, verbose_option
 
 
@@ -38,12 +38,11 @@ def embed(encoder: str, images: str, out_dir: str, shard_size: int | None, ray_a
       vitdeploy embed -e sam_vit_b.onnx --images list.txt --out-dir emb/ --ray               # a local Ray cluster
       vitdeploy embed -e sam_vit_b.onnx --images list.parquet --out-dir /shared/emb --ray auto --workers 16
     """
-    from vitdeploy.runtime.apps.datasets.job import JobConfig
+    from vitdeploy.runtime.apps.datasets.job import job_config
 
-    chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device, on_ray=ray_address is not None)
-    config = JobConfig(kind="embed", encoder=encoder, runtime=chosen.runtime, precision=chosen.precision,
-                       settings=chosen.settings, threads=threads, device=device, embedding_format=embedding_format)
-    run_dataset_job(config, images, out_dir, shard_size, ray_address, workers, chosen, "embedding")
+    config = job_config("embed", {"encoder": encoder}, job_options(runtime, inference_precision, threads, device),
+                        {"embedding_format": embedding_format}, pooled=ray_address is not None)
+    run_dataset_job(config, images, out_dir, shard_size, ray_address, workers, "embedding")
 
 
 COMMAND = embed

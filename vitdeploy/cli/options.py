@@ -298,9 +298,10 @@ def runtimes_option(fn: Callable) -> Callable:
 
 
 def threads_for(runtime: str, threads: int | None) -> int | None:
-    """The threads a runtime-only verb opens its files with: as given; with ``--runtime auto`` None (the deployment
-    decides: its profile's, else every core); else every core this process may use."""
-    return threads or (None if runtime == AUTO else available_cores())
+    """The threads a runtime-only verb opens its files with (:func:`vitdeploy.runtime.deploy.plan.verb_threads`)."""
+    from vitdeploy.runtime.deploy.plan import verb_threads
+
+    return verb_threads(runtime, threads)
 
 
 def echo_deployments(*runners: Any) -> None:

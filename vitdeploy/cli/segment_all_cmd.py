@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.dataset_jobs import dataset_job_options, resolve_deployment, run_dataset_job
+from vitdeploy.cli.dataset_jobs import dataset_job_options, job_options, run_dataset_job
 from vitdeploy.cli.options import (force_option, handle_errors, ort_device_options, auto_runtime_option, echo_deployments, runtime_threads_option, threads_for,
                                    sam_pair_options, verbose_option)
 
@@ -94,13 +94,12 @@ def segment_all(encoder: str, decoder: str, image: str, output: str, overlay: st
             raise click.UsageError("a dataset job needs both --images and --out-dir")
         if tf32 or allow_unverified or use_m2m:
             raise click.UsageError("--tf32, --allow-unverified and --use-m2m are for one image (--image)")
-        from vitdeploy.runtime.apps.datasets.job import JobConfig
+        from vitdeploy.runtime.apps.datasets.job import job_config
 
-        chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device, on_ray=ray_address is not None)
-        config = JobConfig(kind="masks", encoder=encoder, decoder=decoder, runtime=chosen.runtime,
-                           precision=chosen.precision, settings=chosen.settings, threads=threads, device=device,
-                           mask_options={**options, "output_mode": output_mode or "coco_rle"})
-        run_dataset_job(config, images, out_dir, shard_size, ray_address, workers, chosen, "segmenting")
+        config = job_config("masks", {"encoder": encoder, "decoder": decoder},
+                            job_options(runtime, inference_precision, threads, device),
+                            {**options, "output_mode": output_mode or "coco_rle"}, pooled=ray_address is not None)
+        run_dataset_job(config, images, out_dir, shard_size, ray_address, workers, "segmenting")
         return
     if image is None or output is None:
         raise click.UsageError("give --image and --output (one image), or --images and --out-dir (a dataset job)")

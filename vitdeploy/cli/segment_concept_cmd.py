@@ -160,8 +160,8 @@ def _dataset_job(vision: str, text_encoder: str, detector: str, image: str | Non
                  records: dict[str, str], images: str | None, out_dir: str | None, shard_size: int | None,
                  ray_address: str | None, workers: int | None, runtime: str, inference_precision: str | None,
                  threads: int | None) -> None:
-    from vitdeploy.cli.dataset_jobs import resolve_deployment, run_dataset_job
-    from vitdeploy.runtime.apps.datasets.job import JobConfig, list_images
+    from vitdeploy.cli.dataset_jobs import job_options, run_dataset_job
+    from vitdeploy.runtime.apps.datasets.job import job_config, list_images
     from vitdeploy.runtime.apps.sam3.concept import prompts_per_image, read_concept_prompts
 
     if image is not None or output is not None:
@@ -183,14 +183,10 @@ def _dataset_job(vision: str, text_encoder: str, detector: str, image: str | Non
             click.echo(f"{len(left_out)} image(s) without an entry in {Path(prompts_file).name} left out")
     elif text is None:
         raise click.UsageError("a dataset job needs a --text prompt (or --prompts FILE with a prompt per image)")
-    chosen_deployment = resolve_deployment(vision, runtime, inference_precision, threads, "cpu",
-                                           on_ray=ray_address is not None, check_model=_check_vision_file)
-    config = JobConfig(kind="concepts", encoder=vision, decoder=detector, text_encoder=text_encoder,
-                       runtime=chosen_deployment.runtime, precision=chosen_deployment.precision,
-                       settings=chosen_deployment.settings, threads=threads, mask_options=options)
+    config = job_config("concepts", {"vision": vision, "text": text_encoder, "detector": detector},
+                        job_options(runtime, inference_precision, threads, "cpu"), options, pooled=ray_address is not None)
     _check_texts(config, texts)
-    run_dataset_job(config, images, out_dir, shard_size, ray_address, workers, chosen_deployment,
-                    "finding instances in")
+    run_dataset_job(config, images, out_dir, shard_size, ray_address, workers, "finding instances in")
 
 
 def _check_texts(config, texts: list[str | None]) -> None:
@@ -199,17 +195,10 @@ def _check_texts(config, texts: list[str | None]) -> None:
     from vitdeploy.runtime.apps.sam3.processor import check_text_prompt
     from vitdeploy.runtime.processing.clip_tokenizer import ClipTokenizer
 
-    length = int(read_onnx_metadata(config.decoder).get("context_length", 32))
+    length = int(read_onnx_metadata(config.plan["detector"].path).get("context_length", 32))
     tokenizer = ClipTokenizer(context_length=length)
     for text in sorted({t for t in texts if t is not None}):
         check_text_prompt(text, tokenizer, length)
-
-
-def _check_vision_file(path: str) -> None:
-    from vitdeploy.metadata import read_onnx_metadata
-    from vitdeploy.runtime.apps.sam3.files import check_sam3_part
-
-    check_sam3_part(read_onnx_metadata(path), "vision_encoder")
 
 
 COMMAND = segment_concept

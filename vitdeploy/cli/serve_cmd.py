@@ -103,19 +103,18 @@ def serve(encoder: str, decoder: str, text_encoder: str | None, detector: str | 
     if text_encoder is not None:
         raise click.UsageError("concept prompts (--text-encoder, --detector) are served in one process: leave out --ray "
                                "(on Ray Serve, SAM 3 answers clicks and boxes)")
-    from vitdeploy.cli.dataset_jobs import resolve_deployment
     from vitdeploy.cpu_features import available_cores
     from vitdeploy.runtime.apps.datasets.on_ray import start_ray, stop_ray
-    from vitdeploy.runtime.apps.predictors import check_prompt_pair_files
-    from vitdeploy.runtime.apps.serving.ray_serve import RayServeOptions, run_app, stop_app
+    from vitdeploy.runtime.apps.serving.ray_serve import RayServeOptions, plan_for_replicas, run_app, stop_app
+    from vitdeploy.runtime.deploy.loader import OpenOptions
 
-    # the pair checked on its metadata before a probe or a cluster start (SamService does it in one process)
-    chosen = resolve_deployment(encoder, runtime, inference_precision, threads, device, on_ray=True,
-                                check_model=lambda path: check_prompt_pair_files(path, decoder))
-    options = RayServeOptions(encoder, decoder, runtime=chosen.runtime, precision=chosen.precision,
-                              settings=chosen.settings, threads=threads or 1,
-                              device=device, encoder_replicas=encoder_replicas, decoder_replicas=decoder_replicas,
+    # the pair checked on its metadata and every file decided before a cluster starts (SamService does the same in
+    # one process)
+    plan = plan_for_replicas(encoder, decoder, OpenOptions(runtime=runtime, policy=inference_precision, threads=threads,
+                                                           device=device))
+    options = RayServeOptions(plan, encoder_replicas=encoder_replicas, decoder_replicas=decoder_replicas,
                               cache_size=cache_size, max_pending=max_pending, cors_origins=cors_origins)
+    chosen = plan.files[0].deployment
     if port == 0:  # Ray Serve's proxy takes a fixed port: find a free one
         import socket
 

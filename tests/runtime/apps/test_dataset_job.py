@@ -20,7 +20,8 @@ from PIL import Image
 from tests.cli_helpers import assert_user_error, run
 from tests.sam_tiny import SEED, TinySamArtifacts, sample_image, tiny_official_sam
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.apps.datasets.job import FAULT_SIGINT_AFTER, JobConfig, list_images, plan_job, run_in_process, run_job
+from vitdeploy.runtime.apps.datasets.job import FAULT_SIGINT_AFTER, job_config, list_images, plan_job, run_in_process, run_job
+from vitdeploy.runtime.deploy.loader import OpenOptions
 from vitdeploy.runtime.apps.datasets.store import read_embedding_shard
 from vitdeploy.parity import TOLERANCES, compare
 
@@ -148,7 +149,7 @@ def test_a_fixed_image_is_done_on_the_next_run(tiny_sam_artifacts: TinySamArtifa
 def test_a_torn_manifest_line_is_dropped(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
     """A stop in the middle of appending a line leaves it without its newline: that shard is done again."""
     make_images(tmp_path / "imgs", broken=False)
-    config = JobConfig("embed", str(tiny_sam_artifacts.encoder), threads=1)
+    config = job_config("embed", {"encoder": str(tiny_sam_artifacts.encoder)}, OpenOptions(runtime="onnxruntime", threads=1))
     plan = plan_job(config, tmp_path / "imgs", tmp_path / "out", shard_size=2)
     run_job(plan, run_in_process(plan))
     text = (tmp_path / "out" / "manifest.jsonl").read_text()
@@ -262,7 +263,8 @@ def test_a_job_that_did_no_work_does_not_block_the_next(tiny_sam_artifacts: Tiny
     run takes over, whatever its options; a folder with work done stays refused to another job."""
     make_images(tmp_path / "imgs", broken=False)
     out = tmp_path / "out"
-    plan_job(JobConfig("embed", str(tiny_sam_artifacts.encoder), embedding_format="parquet"), tmp_path / "imgs", out)
+    plan_job(job_config("embed", {"encoder": str(tiny_sam_artifacts.encoder)}, OpenOptions(runtime="onnxruntime"),
+                        {"embedding_format": "parquet"}), tmp_path / "imgs", out)
     assert sorted(p.name for p in out.iterdir()) == ["job.json"]
     code, output = run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs", out))
     assert code == 0 and "embedding 5 of 5 image(s)" in output, output
@@ -353,3 +355,27 @@ def test_a_list_with_a_nul_byte_is_called_not_a_text_list(tmp_path: Path) -> Non
     listing.write_bytes(b"a.jpg\nb\x00c.jpg\n")
     with pytest.raises(InputError, match=r"--images '.*list.txt' line 2 holds a NUL byte, which no path can"):
         list_images(str(listing))
+
+
+def test_every_registered_job_kind_keeps_the_contract() -> None:
+    """The job kinds are registered classes (vitdeploy/runtime/apps/datasets/kinds.py), as the model families are: each
+    names the files it takes (a model package's set, checked when the job is planned), shard files no other kind
+    writes, a default shard size and options its header records as JSON; a name twice, or an unknown one, is refused."""
+    from vitdeploy.errors import InputError
+    from vitdeploy.runtime.apps.common.files import FileSet
+    from vitdeploy.runtime.apps.datasets.kinds import JOB_KINDS, JobKind, job_kind, register
+
+    assert set(JOB_KINDS) >= {"embed", "masks", "concepts"}
+    names = set()
+    for name, kind in JOB_KINDS.items():
+        assert issubclass(kind, JobKind) and kind.name == name and job_kind(name) is kind
+        assert isinstance(kind.files, FileSet) and kind.files.roles, name
+        shard = kind.shard_name(7, {})
+        assert "00007" in shard and shard not in names, (name, shard)
+        names.add(shard)
+        assert kind.shard_size >= 1 and json.loads(json.dumps(kind.header_options({}))) == kind.header_options({})
+        assert kind.record_key or kind.payload is not JobKind.payload, name  # JSON lines, or its own bytes
+    with pytest.raises(RuntimeError, match="registered twice"):
+        register(JOB_KINDS["embed"])
+    with pytest.raises(InputError, match="job kind 'videos' is not one of embed, masks, concepts"):
+        job_kind("videos")

@@ -13,7 +13,8 @@ import pytest
 
 from tests.runtime.apps.test_dataset_job import SHAPES, embed_args, make_images, manifest
 from tests.sam_tiny import TinySamArtifacts
-from vitdeploy.runtime.apps.datasets.job import FAULT_EXIT_WORKER_ONCE, JobConfig, plan_job, run_in_process, run_job
+from vitdeploy.runtime.apps.datasets.job import FAULT_EXIT_WORKER_ONCE, job_config, plan_job, run_in_process, run_job
+from vitdeploy.runtime.deploy.loader import OpenOptions
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'vitdeploy[ray]'; the dev extra has it)")
 
@@ -38,8 +39,8 @@ def test_a_killed_actor_loses_and_repeats_nothing(tiny_sam_artifacts: TinySamArt
     counts = Counter(i["image"] for e in manifest(tmp_path / "out") for i in e["images"])
     assert sorted(counts) == sorted(str(p) for p in paths) and set(counts.values()) == {1}
     whole = tmp_path / "whole"
-    plan = plan_job(JobConfig("embed", str(tiny_sam_artifacts.encoder), runtime="onnxruntime", threads=1),
-                    tmp_path / "imgs", whole, shard_size=2)
+    plan = plan_job(job_config("embed", {"encoder": str(tiny_sam_artifacts.encoder)},
+                               OpenOptions(runtime="onnxruntime", threads=1)), tmp_path / "imgs", whole, shard_size=2)
     run_job(plan, run_in_process(plan))
     assert (tmp_path / "out" / "manifest.jsonl").read_bytes() == (whole / "manifest.jsonl").read_bytes()
 
@@ -65,11 +66,15 @@ def test_ray_writes_what_one_process_writes(tiny_sam_artifacts: TinySamArtifacts
         from tests.sam3_fixtures import sam3_tiny_files
 
         vision, text, detector = sam3_tiny_files(tmp_path_factory)
-        config = JobConfig(kind, str(vision), str(detector), text_encoder=str(text), runtime="onnxruntime", threads=1,
-                           mask_options={"text": "dog", "confidence_threshold": 0.0, "output_mode": "coco_rle"})
+        config = job_config(kind, {"vision": str(vision), "text": str(text), "detector": str(detector)},
+                            OpenOptions(runtime="onnxruntime", threads=1),
+                            {"text": "dog", "confidence_threshold": 0.0, "output_mode": "coco_rle"})
     else:
-        config = JobConfig(kind, str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder), runtime="onnxruntime",
-                           threads=1, mask_options=MASK_OPTIONS if kind == "masks" else {})
+        files = {"encoder": str(tiny_sam_artifacts.encoder)}
+        if kind == "masks":
+            files["decoder"] = str(tiny_sam_artifacts.decoder)
+        config = job_config(kind, files, OpenOptions(runtime="onnxruntime", threads=1),
+                            MASK_OPTIONS if kind == "masks" else {})
     outputs = {}
     for where in ("process", "ray"):
         plan = plan_job(config, tmp_path / "imgs", tmp_path / where, shard_size=2)
@@ -80,3 +85,56 @@ def test_ray_writes_what_one_process_writes(tiny_sam_artifacts: TinySamArtifacts
     assert len([n for n in outputs["ray"] if n.endswith((".npz", ".jsonl")) and n[0] in "emc"]) >= 3
     entries = [json.loads(line) for line in outputs["ray"]["manifest.jsonl"].decode().splitlines()]
     assert [e["index"] for e in entries] == [0, 1, 2]
+
+
+
+def test_a_decision_for_the_second_file_reaches_the_workers_on_ray(tiny_sam_artifacts: TinySamArtifacts,
+                                                                  tmp_path: Path, local_ray,
+                                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A profile beside the decoder (SAM's masks job, a Ray Serve decoder replica) and beside SAM 3's detector (a
+    concepts job) chooses OpenVINO, where this CPU's default for them is the file as written on ONNX Runtime: the
+    actors and replicas Ray starts open them so, from the plan the driver made (tests/runtime/deploy/test_plan.py
+    holds the same in one process)."""
+    import shutil
+
+    pytest.importorskip("openvino")
+    from tests.runtime.deploy.test_deployment import _profile
+    from vitdeploy.runtime.apps.serving.ray_serve import RayServeOptions, plan_for_replicas
+
+    def backends_of_a_job_worker(config: dict) -> dict:  # in a Ray worker process: the runners the job's actor
+        # class opens from the config it is sent, by role (nested: Ray sends it by value, not by module name)
+        from vitdeploy.runtime.apps.datasets.on_ray import RayShardWorker
+
+        return {role: (runner.backend, runner.deployment.source if runner.deployment else None)
+                for role, runner in RayShardWorker(config).worker.runners.items()}
+
+    def backend_of_a_decoder_replica(options) -> tuple:  # in a Ray worker process: what a decoder replica opens
+        from vitdeploy.runtime.apps.serving.ray_serve import DecoderReplica
+
+        decoder = DecoderReplica(options, None).side.predictor.decoder
+        return decoder.backend, decoder.deployment.source
+
+    encoder = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
+    decoder = Path(shutil.copy(tiny_sam_artifacts.decoder, tmp_path / "decoder.onnx"))
+    _profile(decoder, {"runtime": "openvino", "precision": "file", "threads": 1, "settings": {}})
+    masks = job_config("masks", {"encoder": str(encoder), "decoder": str(decoder)}, OpenOptions(), MASK_OPTIONS,
+                       pooled=True)
+    found = ray.get(ray.remote(backends_of_a_job_worker).remote(masks.to_dict()))
+    assert found["decoder"] == ("openvino", "profile decoder.profile.json") and found["encoder"][0] == "onnxruntime"
+    replicas = RayServeOptions(plan_for_replicas(str(encoder), str(decoder), OpenOptions()))
+    assert ray.get(ray.remote(backend_of_a_decoder_replica).remote(replicas)) == ("openvino",
+                                                                                  "profile decoder.profile.json")
+    import importlib.util
+
+    if importlib.util.find_spec("sam3") is not None:
+        from tests.sam3_fixtures import sam3_tiny_files
+
+        vision, text, detector = sam3_tiny_files(tmp_path_factory)
+        detector = Path(shutil.copy(detector, tmp_path / "detector.onnx"))
+        _profile(detector, {"runtime": "openvino", "precision": "file", "threads": 1, "settings": {}})
+        concepts = job_config("concepts", {"vision": str(vision), "text": str(text), "detector": str(detector)},
+                              OpenOptions(), {"text": "dog", "confidence_threshold": 0.0}, pooled=True)
+        found = ray.get(ray.remote(backends_of_a_job_worker).remote(concepts.to_dict()))
+        assert found["detector"] == ("openvino", "profile detector.profile.json"), found
+        assert found["vision"][0] == found["text"][0] == "onnxruntime", found
+

@@ -24,14 +24,16 @@ RECOVERY_S = 90
 @pytest.fixture(scope="module")
 def ray_served(tiny_sam_artifacts: TinySamArtifacts):
     from vitdeploy.runtime.apps.datasets.on_ray import LOCAL, start_ray, stop_ray
-    from vitdeploy.runtime.apps.serving.ray_serve import RayServeOptions, run_app, stop_app
+    from vitdeploy.runtime.apps.serving.ray_serve import RayServeOptions, plan_for_replicas, run_app, stop_app
+    from vitdeploy.runtime.deploy.loader import OpenOptions
 
     started = start_ray(LOCAL, 2)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    options = RayServeOptions(str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder), threads=1, cache_size=8,
-                              cors_origins=("http://page.example",))
+    plan = plan_for_replicas(str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder),
+                             OpenOptions(runtime="onnxruntime", threads=1))
+    options = RayServeOptions(plan, cache_size=8, cors_origins=("http://page.example",))
     run_app(options, "127.0.0.1", port)
     yield Client(port)
     stop_app()
@@ -141,8 +143,12 @@ def test_ray_failures_become_clear_answers() -> None:
 
     from vitdeploy.runtime.apps.serving.service import ApiError
     from vitdeploy.runtime.apps.serving.ray_serve import RayFront, RayServeOptions
+    from vitdeploy.runtime.deploy.deployment import Deployment
+    from vitdeploy.runtime.deploy.plan import ModelPlan, PlannedFile
 
-    front = RayFront(RayServeOptions("e.onnx", "d.onnx", max_pending=2), None, None, None, "x")
+    plan = ModelPlan("SAM's pair", tuple(PlannedFile(role, f"{role[0]}.onnx", Deployment("onnxruntime"))
+                                         for role in ("encoder", "decoder")))
+    front = RayFront(RayServeOptions(plan, max_pending=2), None, None, None, "x")
     for error, needle in ((RayActorError(error_msg="the actor died"), "replica stopped"),
                           (BackPressureError(num_queued_requests=2, max_queued_requests=2), "busy")):
         with pytest.raises(ApiError) as caught:

@@ -231,50 +231,6 @@ def test_a_bf16_file_defaults_to_openvino_on_every_cpu_and_says_where_fp32_is_fa
     assert missing.runtime == "onnxruntime" and "needs openvino on the CPU, which is not installed" in missing.source
 
 
-@pytest.mark.parametrize("apart", [True, False])
-def test_a_profile_setting_reaches_every_route(tiny_sam_artifacts: TinySamArtifacts, encoder: Path, apart: bool) -> None:
-    """A tuned profile's runner setting (OpenVINO's GELU form, both ways, so neither is this CPU's default by luck) is
-    in the runner each route opens: predictors, the one-process service, dataset workers and Ray Serve replicas,
-    which open the file elsewhere from a deployment decided once (loader.open_deployed)."""
-    pytest.importorskip("openvino")
-    from vitdeploy.cli.dataset_jobs import resolve_deployment
-    from vitdeploy.runtime.apps.datasets.job import JobConfig, ShardWorker
-    from vitdeploy.runtime.apps.sam.predictor import SamPredictor
-    from vitdeploy.runtime.apps.serving.service import SamService
-    from vitdeploy.runtime.apps.serving.ray_serve import EncoderReplica, RayServeOptions
-
-    _profile(encoder, {"runtime": "openvino", "precision": "file", "threads": 1, "settings": {"gelu_apart": apart}})
-    decoder = str(tiny_sam_artifacts.decoder)
-    chosen = resolve_deployment(str(encoder), "auto", None, None, "cpu")
-    assert chosen.settings == (("gelu_apart", apart),), chosen
-    runners = {
-        "SamPredictor": SamPredictor(encoder, decoder).encoder,
-        "serve": SamService(encoder, decoder).runners[0],
-        "embed / segment-all --images worker": ShardWorker(JobConfig(
-            kind="embed", encoder=str(encoder), runtime=chosen.runtime, precision=chosen.precision,
-            settings=chosen.settings, threads=1)).embedder.runner,
-        "serve --ray encoder replica": EncoderReplica(RayServeOptions(
-            str(encoder), decoder, runtime=chosen.runtime, precision=chosen.precision,
-            settings=chosen.settings)).side.runner,
-    }
-    for route, runner in runners.items():
-        assert runner.backend == "openvino" and (runner.gelus_apart > 0) is apart, (route, runner.provider)
-
-
-def test_a_ray_job_decides_for_the_threads_each_worker_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``auto`` on Ray decides for one worker's threads (default 1), not the driver's cores: the same decision,
-    and so the same numbers, as the job in one process with ``--threads 1`` (docs/scale.md compares the two)."""
-    import vitdeploy.runtime.deploy.auto as auto
-    from vitdeploy.cli.dataset_jobs import resolve_deployment
-
-    asked: list[int | None] = []
-    monkeypatch.setattr(auto, "resolve", lambda model, precision=None, threads=None, device="cpu": asked.append(threads))
-    resolve_deployment("enc.onnx", "auto", None, None, "cpu", on_ray=True)
-    resolve_deployment("enc.onnx", "auto", None, 3, "cpu", on_ray=True)
-    resolve_deployment("enc.onnx", "auto", None, None, "cpu")
-    assert asked == [1, 3, None]
-
-
 def test_one_options_object_opens_every_part_and_the_old_keywords_stay(tiny_sam_artifacts: TinySamArtifacts) -> None:
     """The applications take one OpenOptions: its runtime and threads reach every file, its precision policy the
     encoder only (a decoder runs its file's math); the keywords of earlier releases make the same options, and

@@ -22,23 +22,32 @@ def attention_flag(fused_attention: bool | None, folded_attention: bool) -> str 
 
 
 def checked(runner: Runner, path: Path) -> Runner:
-    """``runner`` after its file's vitdeploy metadata passed :func:`vitdeploy.metadata.metadata_problems` (each
-    known field's type, and names and ``input_size`` against the graph) and carries every key its family's runtime
-    reads (``runtime_metadata``): an edited or damaged file is refused here in one line naming the field, not deep
-    inside a verb (``KeyError: 'pixel_std'``)."""
+    """``runner`` after its file's vitdeploy metadata passed :func:`metadata_refusal`: an edited or damaged file is
+    refused here in one line naming the field, not deep inside a verb (``KeyError: 'pixel_std'``)."""
+    refusal = metadata_refusal(runner.metadata, runner.input_shapes(), runner.output_names, path.name)
+    if refusal is not None:
+        raise InputError(refusal)
+    return runner
+
+
+def metadata_refusal(metadata: dict[str, Any], input_shapes: dict[str, Any] | None, output_names: Any,
+                     name: str) -> str | None:
+    """The one-line refusal of a file named ``name`` whose vitdeploy metadata is damaged (None where it is not):
+    :func:`vitdeploy.metadata.metadata_problems` (each known field's type, and names and sizes against the graph's
+    ``input_shapes`` and ``output_names``) and every key its family's runtime reads (``runtime_metadata``)."""
     from vitdeploy.families import FAMILIES
     from vitdeploy.metadata import metadata_problems
 
-    problems = metadata_problems(runner.metadata, runner.input_shapes(), runner.output_names)
-    name = runner.metadata.get("family")
-    family = FAMILIES.get(name) if isinstance(name, str) else None
+    problems = metadata_problems(metadata, input_shapes, output_names)
+    family_name = metadata.get("family")
+    family = FAMILIES.get(family_name) if isinstance(family_name, str) else None
     if family is not None:  # what the runtime reads from a file of this family
-        problems += [f"it lacks '{key}', which a {name} file carries" for key in family.runtime_metadata
-                     if runner.metadata.get(key) is None]
-    if problems:
-        raise InputError(f"'{path.name}' has damaged vitdeploy metadata ({'; '.join(problems)}): export it again with "
-                         "'vitdeploy export' (files edited by hand are not trusted)")
-    return runner
+        problems += [f"it lacks '{key}', which a {family_name} file carries" for key in family.runtime_metadata
+                     if metadata.get(key) is None]
+    if not problems:
+        return None
+    return (f"'{name}' has damaged vitdeploy metadata ({'; '.join(problems)}): export it again with 'vitdeploy export' "
+            "(files edited by hand are not trusted)")
 
 
 @dataclass(frozen=True)
@@ -109,13 +118,25 @@ def open_runner(path: str | Path, options: OpenOptions | None = None, **keywords
     CPU), an engine (``.plan``/``.engine``/``.trt``) on TensorRT on CUDA device ``gpu`` (its math was fixed when it
     was built).
 
-    ``runtime="auto"``: the :mod:`~vitdeploy.runtime.deploy.auto` choice (the deployment profile beside the
-    file, or an explicit ``profile``; else this CPU's measured default); ``policy`` and ``threads``, where given,
-    narrow it, an attention flag asks for ONNX Runtime, and a setting asked here wins over the profile's. The
-    runner's ``deployment`` says what was chosen and why. The file is opened by :func:`open_deployed`."""
+    The file is decided by :func:`decide` and opened by :func:`open_deployed`; the runner's ``deployment`` says what
+    ``auto`` chose and why (None where a runtime was asked)."""
     if options is None:
         keywords.setdefault("runtime", DEFAULT_RUNTIME)  # open_runner's own default: the file as written
     o = OpenOptions.of(options, **keywords)
+    deployment, chosen = decide(path, o)
+    runner = open_deployed(path, deployment, device=o.device, gpu=o.gpu, tf32=o.tf32, allow_unverified=o.allow_unverified)
+    runner.deployment = deployment if chosen else None
+    return runner
+
+
+def decide(path: str | Path, options: OpenOptions) -> tuple[Deployment, bool]:
+    """How ``path`` runs as ``options`` say, decided without opening it: (the deployment, whether ``auto`` chose it).
+
+    ``runtime="auto"``: the :mod:`~vitdeploy.runtime.deploy.auto` choice (the deployment profile beside the file, or
+    an explicit ``profile``; else the probe, else this CPU's measured rows); ``policy`` and ``threads``, where given,
+    narrow it, an attention flag asks for ONNX Runtime, and a setting asked here wins over the profile's. Any other
+    runtime: what is asked is what runs."""
+    o = options
     path = Path(path)
     flag = attention_flag(o.fused_attention, o.folded_attention)
     asked = tuple((key, value) for key, value in (("fused_attention", o.fused_attention),
@@ -123,21 +144,15 @@ def open_runner(path: str | Path, options: OpenOptions | None = None, **keywords
                                                   ("gelu_apart", o.gelu_apart)) if value is not None)
     runtime = o.runtime
     if runtime == AUTO and path.suffix.lower() not in ONNX_SUFFIXES:
-        runtime = DEFAULT_RUNTIME  # an engine (or an unknown file, refused below): its suffix decides
+        runtime = DEFAULT_RUNTIME  # an engine (or an unknown file, refused when opened): its suffix decides
     if runtime == AUTO:
         if flag:
-            deployment = Deployment(DEFAULT_RUNTIME, o.policy or "file", o.threads, asked, source=f"asked ({flag})")
-        else:
-            deployment = resolve(path, precision=o.policy, threads=o.threads, device=o.device, profile=o.profile)
-            deployment = replace(deployment, settings=tuple(sorted({**dict(deployment.settings), **dict(asked)}.items())))
-        runner = open_deployed(path, deployment, device=o.device, gpu=o.gpu, tf32=o.tf32,
-                               allow_unverified=o.allow_unverified)
-        runner.deployment = deployment
-        return runner
+            return Deployment(DEFAULT_RUNTIME, o.policy or "file", o.threads, asked, source=f"asked ({flag})"), True
+        deployment = resolve(path, precision=o.policy, threads=o.threads, device=o.device, profile=o.profile)
+        return replace(deployment, settings=tuple(sorted({**dict(deployment.settings), **dict(asked)}.items()))), True
     if o.profile is not None:
         raise InputError("a deployment profile is read by --runtime auto: leave out --runtime or the profile")
-    return open_deployed(path, Deployment(runtime, o.policy or "file", o.threads, asked), device=o.device, gpu=o.gpu,
-                         tf32=o.tf32, allow_unverified=o.allow_unverified)
+    return Deployment(runtime, o.policy or "file", o.threads, asked), False
 
 
 def open_deployed(path: str | Path, deployment: Deployment, *, device: str = "cpu", gpu: int = 0, tf32: bool = False,
@@ -195,4 +210,5 @@ def as_runner(model: Runner | str | os.PathLike, options: OpenOptions | None = N
     raise InputError(f"expected a model path or a Runner (a vitdeploy.runtime.Runner subclass), got {type(model).__name__}")
 
 
-__all__ = ["ENGINE_SUFFIXES", "ONNX_RUNTIMES", "ONNX_SUFFIXES", "OpenOptions", "as_runner", "attention_flag", "checked", "open_deployed", "open_runner"]
+__all__ = ["ENGINE_SUFFIXES", "ONNX_RUNTIMES", "ONNX_SUFFIXES", "OpenOptions", "as_runner", "attention_flag", "checked",
+           "decide", "metadata_refusal", "open_deployed", "open_runner"]

@@ -1,8 +1,9 @@
-"""Jobs over many images: SAM embeddings (``vitdeploy embed``) and automatic masks (``segment-all --images``).
+"""Jobs over many images: SAM embeddings (``vitdeploy embed``), automatic masks (``segment-all --images``) and SAM 3's
+concepts (``segment-concept --images``), each a registered kind (:mod:`vitdeploy.runtime.apps.datasets.kinds`).
 
-A job is planned once (:func:`plan_job`): the images (a folder, a glob, or a ``.txt``/``.parquet`` list,
-:func:`list_images`), the deployment every worker runs (resolved here, so every worker computes the same
-numbers), and what the output folder already holds (:class:`~vitdeploy.runtime.apps.datasets.store.DatasetStore`:
+A job is planned once: its config (:func:`job_config`: the model's files checked and every file decided, so every
+worker computes the same numbers), then (:func:`plan_job`) the images (a folder, a glob, or a ``.txt``/``.parquet``
+list, :func:`list_images`) and what the output folder already holds (:class:`~vitdeploy.runtime.apps.datasets.store.DatasetStore`:
 the images it names as done are skipped). The images left are cut into shards; a *worker*
 (:class:`ShardWorker`: one loaded model) turns a shard into its file's bytes and a manifest line, and the
 driver commits them one at a time. The same worker runs in this process (:func:`run_in_process`, the embedded
@@ -16,27 +17,21 @@ other failure stops the job, and the manifest keeps every shard finished before 
 from __future__ import annotations
 
 import glob
-import hashlib
-import json
 import os
 import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.apps.datasets.store import DatasetStore, ShardResult, npz_bytes, pyarrow_parquet, shards
+from vitdeploy.runtime.apps.datasets.kinds import EMBEDDING_FORMATS, JOB_KINDS, job_kind
+from vitdeploy.runtime.apps.datasets.store import DatasetStore, ShardResult, pyarrow_parquet, shards
+from vitdeploy.runtime.deploy.loader import OpenOptions
+from vitdeploy.runtime.deploy.plan import ModelPlan
 from vitdeploy.runtime.processing.images import IMAGE_SUFFIXES
 
-#: Job kinds -> (shard file name pattern, images per shard by default). An embedding (ViT-B: 256x64x64 float32)
-#: is 4 MiB, so an embeddings shard of 16 is 64 MiB; a masks line is a few kB.
-KINDS = {"embed": ("embeddings-{index:05d}.{ext}", 16), "masks": ("masks-{index:05d}.jsonl", 64),
-         "concepts": ("concepts-{index:05d}.jsonl", 64)}
-EMBEDDING_FORMATS = ("npz", "parquet")
 #: Environment variables that make a run fail on purpose, for the fault tests (never set them otherwise):
 #: the worker exits (as a killed process would) at its first shard, once per marker file; the driver sends itself
 #: SIGINT (as Ctrl-C would) after committing this many shards.
@@ -118,34 +113,53 @@ def _parquet_paths(path: Path) -> list[str]:
 class JobConfig:
     """Everything a worker needs to open the model and run a shard: plain data, so it travels to Ray actors.
 
-    ``runtime``/``precision``/``settings`` are the resolved deployment (never ``auto``): every worker computes the
-    same numbers whichever machine it is on. ``threads`` is per worker.
+    ``kind``: a registered :class:`~vitdeploy.runtime.apps.datasets.kinds.JobKind`'s name; ``plan``: every file of the
+    model decided once, by the driver, for the threads one worker runs (never ``auto``: every worker computes the
+    same numbers whichever machine it is on; :func:`job_config` makes it from checked files); ``options``: the
+    kind's own (an embeddings job's ``embedding_format``, the mask generator's settings, a concept job's prompts).
     """
 
     kind: str
-    encoder: str
-    decoder: str | None = None  # SAM's decoder ("masks"); SAM 3's detector ("concepts")
-    text_encoder: str | None = None  # SAM 3's ("concepts")
-    runtime: str = "onnxruntime"
-    precision: str = "file"
-    settings: tuple[tuple[str, Any], ...] = ()
-    threads: int | None = None
-    device: str = "cpu"
-    embedding_format: str = "npz"
-    mask_options: dict[str, Any] = field(default_factory=dict)
+    plan: ModelPlan
+    options: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"kind": self.kind, "plan": self.plan.to_dict(), "options": self.options}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobConfig:
-        data = dict(data)
-        data["settings"] = tuple(tuple(pair) for pair in data.get("settings", ()))
-        return cls(**data)
+        return cls(data["kind"], ModelPlan.from_dict(data["plan"]), dict(data.get("options", {})))
+
+    @property
+    def threads(self) -> int | None:
+        """The threads a worker runs (the plan's first file's)."""
+        return self.plan.files[0].deployment.threads
+
+    @property
+    def device(self) -> str:
+        return self.plan.device
 
     def shard_name(self, index: int) -> str:
-        pattern = KINDS[self.kind][0]
-        return pattern.format(index=index, ext=self.embedding_format)
+        return job_kind(self.kind).shard_name(index, self.options)
+
+
+def job_config(kind: str, files: dict[str, str], options: OpenOptions, kind_options: dict[str, Any] | None = None,
+               *, pooled: bool = False) -> JobConfig:
+    """A job of ``kind`` on ``files`` (role -> path, the roles its kind's files name): the files checked from their
+    metadata (before any probe, compile or cluster start), then each decided as ``options`` say, for the threads
+    each worker runs (:func:`~vitdeploy.runtime.deploy.plan.worker_threads`: in a pool of workers, ``pooled``, one
+    unless asked)."""
+    from dataclasses import replace
+
+    from vitdeploy.runtime.deploy.plan import worker_threads
+
+    from vitdeploy.cpu_features import available_cores
+
+    found = job_kind(kind)
+    found.check_options(kind_options or {})
+    plan = found.files.plan(files, replace(options, threads=worker_threads(options.threads, pooled)))
+    # in one process an asked runtime runs every core this process may use (auto's deployments carry their own)
+    return JobConfig(kind, plan if pooled else plan.with_threads(available_cores()), dict(kind_options or {}))
 
 
 @dataclass
@@ -166,54 +180,33 @@ class JobPlan:
 
 def plan_job(config: JobConfig, source: str | os.PathLike, out_dir: str | os.PathLike, *, shard_size: int | None = None,
              deployment_source: str = "asked") -> JobPlan:
-    """List the images, check the model files, open (or resume) the output folder and cut what is left into shards.
+    """List the images, open (or resume) the output folder and cut what is left into shards.
 
-    Nothing is run; every problem a user can fix (no images, a model of the wrong kind, a folder holding another
-    job) is an :class:`InputError` here, before any work.
+    Nothing is run; every problem a user can fix (no images, a folder holding another job) is an
+    :class:`InputError` here, before any work (the model's files were checked when the config was made).
     """
     from vitdeploy.fileio import require_model_file
-    from vitdeploy.metadata import read_onnx_metadata
+    from vitdeploy.runtime.apps.common.files import file_metadata
     from vitdeploy.runtime.deploy.identity import model_digest
 
-    if config.kind not in KINDS:
-        raise InputError(f"job kind {config.kind!r} is not one of {', '.join(KINDS)}")
-    if config.embedding_format not in EMBEDDING_FORMATS:
-        raise InputError(f"--format {config.embedding_format!r} is not one of {', '.join(EMBEDDING_FORMATS)}")
-    if config.embedding_format == "parquet":
-        pyarrow_parquet("write Parquet shards")
-    images = list_images(source)
-    prompts = config.mask_options.get("prompts")
-    if prompts is not None:  # a prompt per image (SAM 3's exemplar boxes): the images without one are left out
-        images = [image for image in images if image in prompts]
-    models = {"encoder": config.encoder}
-    if config.kind == "masks":
-        models["decoder"] = config.decoder
-    elif config.kind == "concepts":  # SAM 3: vision encoder, text encoder, detector, in Sam3ImageModel's order
-        models |= {"text_encoder": config.text_encoder, "detector": config.decoder}
+    kind = job_kind(config.kind)
+    kind.check_options(config.options)
+    images = kind.select(list_images(source), config.options)
     identity = {}
-    for role, path in models.items():
-        require_model_file(path)
-        meta = read_onnx_metadata(path) if Path(path).suffix.lower() == ".onnx" else {}
-        identity[role] = {"file": Path(path).name, "sha256": model_digest(path), "family": meta.get("family"),
-                          "variant": meta.get("variant"), "input_size": meta.get("input_size")}
-    if config.kind == "concepts":
-        from vitdeploy.runtime.apps.sam3.files import check_sam3_files
-
-        check_sam3_files(*(read_onnx_metadata(path) for path in models.values()))
-    elif Path(config.encoder).suffix.lower() == ".onnx":
-        from vitdeploy.runtime.apps.sam.predictor import check_sam_encoder
-
-        check_sam_encoder(read_onnx_metadata(config.encoder), f"'{config.encoder}'")
-    deployment = f"{config.runtime} {config.precision}" + "".join(f" {k}={v}" for k, v in config.settings)
-    options = {"embedding_format": config.embedding_format} if config.kind == "embed" else dict(config.mask_options)
-    if prompts is not None:  # the header names the prompts by their digest, not image by image
-        canonical = json.dumps(prompts, sort_keys=True).encode()
-        options["prompts"] = {"images": len(prompts), "sha256": hashlib.sha256(canonical).hexdigest()}
-    size = shard_size or KINDS[config.kind][1]
+    for planned in config.plan.files:
+        require_model_file(planned.path)
+        meta = file_metadata(planned.path) or {}
+        identity[planned.role] = {"file": Path(planned.path).name, "sha256": model_digest(planned.path),
+                                  "family": meta.get("family"), "variant": meta.get("variant"),
+                                  "input_size": meta.get("input_size")}
+    # how every file runs (a job whose decoder ran otherwise computed other numbers: not resumed into this folder)
+    labels = [(f.role, f.deployment.label()) for f in config.plan.files]
+    deployment = labels[0][1] if len(labels) == 1 else "; ".join(f"{role} {label}" for role, label in labels)
+    size = shard_size or kind.shard_size
     if size < 1:
         raise InputError(f"--shard-size must be at least 1, got {size}")
-    header = {"job": config.kind, "models": identity, "deployment": deployment, "device": config.device, "options": options,
-              "shard_size": size}
+    header = {"job": config.kind, "models": identity, "deployment": deployment, "device": config.device,
+              "options": kind.header_options(config.options), "shard_size": size}
     store = DatasetStore.open(out_dir, header)
     done = {os.path.realpath(image) for image in store.done()}  # however --images was spelled, an image is done once
     left = [image for image in images if os.path.realpath(image) not in done]
@@ -224,42 +217,17 @@ def plan_job(config: JobConfig, source: str | os.PathLike, out_dir: str | os.Pat
 # --- the worker: one loaded model, shard in, shard file out ------------------------------------------
 
 class ShardWorker:
-    """One loaded model that turns shards into :class:`ShardResult` (what Ray actors hold, one each)."""
+    """One loaded model (the job's kind, opened from its plan) that turns shards into :class:`ShardResult` (what Ray
+    actors hold, one each)."""
 
     def __init__(self, config: JobConfig):
-        from vitdeploy.runtime.deploy.deployment import Deployment
-        from vitdeploy.runtime.deploy.loader import open_deployed
-
         self.config = config
-        deployment = Deployment(config.runtime, config.precision, config.threads, config.settings, source="the job's")
-        encoder = open_deployed(config.encoder, deployment, device=config.device)
-        if config.kind == "concepts":
-            from vitdeploy.runtime.apps.sam3.concept import ConceptPrompt
-            from vitdeploy.runtime.apps.sam3.processor import Sam3ImageModel, Sam3Processor
+        self.kind = job_kind(config.kind)(config)
 
-            # the text encoder and detector as written, on the job's runtime (the settings are the vision file's)
-            as_written = Deployment(config.runtime, threads=config.threads)
-            model = Sam3ImageModel(encoder, open_deployed(config.text_encoder, as_written, device=config.device),
-                                   open_deployed(config.decoder, as_written, device=config.device))
-            options = dict(config.mask_options)
-            self.processor = Sam3Processor(model, confidence_threshold=float(options["confidence_threshold"]))
-            text = options.get("text")
-            #: each image's prompt (--prompts), else --text's
-            self.prompts = {image: ConceptPrompt.from_dict(p) for image, p in (options.get("prompts") or {}).items()}
-            self.default_prompt = ConceptPrompt(text) if text is not None else None
-            self.output_mode = str(options.get("output_mode", "coco_rle"))
-        elif config.kind == "masks":
-            from vitdeploy.runtime.apps.sam.mask_generator import SamAutomaticMaskGenerator
-            from vitdeploy.runtime.apps.sam.predictor import SamPredictor
-
-            # the decoder as written, on the job's runtime (the encoder's settings are the encoder file's)
-            decoder = open_deployed(config.decoder, Deployment(config.runtime, threads=config.threads), device=config.device)
-            self.predictor = SamPredictor(encoder, decoder)
-            self.generator = SamAutomaticMaskGenerator(self.predictor, **config.mask_options)
-        else:
-            from vitdeploy.runtime.apps.sam.embeddings import SamEmbedder
-
-            self.embedder = SamEmbedder(encoder, f"'{config.encoder}'")
+    @property
+    def runners(self) -> dict[str, Any]:
+        """The files this worker opened, by role."""
+        return self.kind.runners
 
     def run(self, shard: dict[str, Any]) -> ShardResult:
         """The shard's file bytes and manifest line; bad images are in the line's ``errors``."""
@@ -280,62 +248,14 @@ class ShardWorker:
                 continue
             size = [int(picture.shape[0]), int(picture.shape[1])]
             try:
-                outputs.append(self._compute(picture, image_path))
+                outputs.append(self.kind.compute(picture, image_path))
             except InputError as exc:  # this image's prompt does not fit it (a box outside it)
                 errors.append({"image": image_path, "error": str(exc)})
                 continue
             done.append({"image": image_path, "sha256": digest, "size": size})
         entry = {"index": int(shard["index"]), "images": done, "errors": errors}
-        payload = self._payload(done, outputs) if done else None
+        payload = self.kind.payload(done, outputs) if done else None
         return ShardResult(entry, payload)
-
-    def _compute(self, picture: np.ndarray, image_path: str) -> Any:
-        if self.config.kind == "concepts":
-            from vitdeploy.runtime.apps.sam3.concept import concept_records, find_instances
-
-            prompt = self.prompts.get(image_path, self.default_prompt)
-            return concept_records(find_instances(self.processor, picture, prompt, f"'{image_path}'"), self.output_mode)
-        if self.config.kind == "masks":
-            return self.generator.generate(picture)
-        embedding, resized = self.embedder.embed(picture)
-        return embedding[0], resized
-
-    def _payload(self, done: list[dict[str, Any]], outputs: list[Any]) -> bytes:
-        import json
-
-        if self.config.kind in ("masks", "concepts"):
-            key = "masks" if self.config.kind == "masks" else "instances"
-            lines = [json.dumps({"image": d["image"], "image_sha256": d["sha256"], "size": d["size"], key: records},
-                                sort_keys=True) + "\n" for d, records in zip(done, outputs)]
-            return "".join(lines).encode()
-        arrays = {"image": np.array([d["image"] for d in done]),
-                  "image_sha256": np.array([d["sha256"] for d in done]),
-                  "original_size": np.array([d["size"] for d in done], np.int32),
-                  "resized_size": np.array([r for _, r in outputs], np.int32),
-                  "embedding": np.stack([e for e, _ in outputs])}
-        if self.config.embedding_format == "parquet":
-            return _parquet_bytes(arrays)
-        return npz_bytes(arrays)
-
-
-def _parquet_bytes(arrays: dict[str, np.ndarray]) -> bytes:
-    import io
-    import json
-
-    import pyarrow as pa
-
-    pq = pyarrow_parquet("write Parquet shards")
-    embedding = arrays["embedding"]
-    width = int(np.prod(embedding.shape[1:]))
-    table = pa.table({
-        "image": pa.array(arrays["image"].tolist()), "image_sha256": pa.array(arrays["image_sha256"].tolist()),
-        "height": arrays["original_size"][:, 0], "width": arrays["original_size"][:, 1],
-        "resized_height": arrays["resized_size"][:, 0], "resized_width": arrays["resized_size"][:, 1],
-        "embedding": pa.FixedSizeListArray.from_arrays(pa.array(embedding.reshape(-1)), width),
-    }).replace_schema_metadata({"embedding_shape": json.dumps(list(embedding.shape[1:]))})
-    buffer = io.BytesIO()
-    pq.write_table(table, buffer)
-    return buffer.getvalue()
 
 
 def _maybe_exit_worker() -> None:
@@ -406,5 +326,8 @@ def run_in_process(plan: JobPlan) -> Iterator[ShardResult]:
         yield worker.run(shard)
 
 
-__all__ = ["EMBEDDING_FORMATS", "JobConfig", "JobPlan", "JobReport", "KINDS", "ShardWorker", "list_images", "plan_job",
-           "run_in_process", "run_job"]
+#: The registered job kinds, by name (:mod:`vitdeploy.runtime.apps.datasets.kinds`).
+KINDS = JOB_KINDS
+
+__all__ = ["EMBEDDING_FORMATS", "JobConfig", "JobPlan", "JobReport", "KINDS", "ShardWorker", "job_config", "list_images",
+           "plan_job", "run_in_process", "run_job"]

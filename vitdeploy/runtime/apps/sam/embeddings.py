@@ -26,14 +26,13 @@ FORMAT = "vitdeploy-sam-embedding-1"
 
 class SamEmbedder:
     """The image encoder alone: an HxWx3 uint8 RGB picture -> its (1, C, h, w) embedding, as ``SamPredictor.set_image``
-    computes it (the same preprocessing), without a decoder (dataset jobs, a server's encoder replicas)."""
+    computes it (the same preprocessing), without a decoder (dataset jobs, a server's encoder replicas). ``encoder``:
+    the open Runner of a file checked to be SAM's encoder (:data:`vitdeploy.runtime.apps.sam.files.ENCODER`)."""
 
-    def __init__(self, encoder: Any, name: str = "the encoder"):
-        from vitdeploy.runtime.apps.sam.predictor import check_sam_encoder
+    def __init__(self, encoder: Any):
         from vitdeploy.runtime.processing.preprocess import SamPreprocessor
 
         meta = encoder.metadata
-        check_sam_encoder(meta, name)
         self.runner = encoder
         self.input_name = meta.get("input_name") or encoder.input_names[0]
         self.output_name = meta.get("output_name") or encoder.output_names[0]

@@ -30,9 +30,12 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
-from vitdeploy.families import model_part
+from vitdeploy.runtime.apps.common.files import FileSet, OpenModel
+from vitdeploy.runtime.apps.common.prompts import as_float_array, check_box_order, check_inside
+from vitdeploy.runtime.apps.sam.files import PAIR, PAIR_ANY_WEIGHTS
 from vitdeploy.runtime.backends.base import Runner
-from vitdeploy.runtime.deploy.loader import OpenOptions, as_runner
+from vitdeploy.runtime.deploy.loader import OpenOptions
+from vitdeploy.runtime.deploy.plan import ModelPlan
 from vitdeploy.runtime.processing.postprocess import MaskUpscaler
 from vitdeploy.runtime.processing.recorded_inputs import RecordsInputs
 from vitdeploy.runtime.processing.preprocess import (ResizeLongestSide, SamPreprocessor, as_numpy, box_corners, check_rgb_uint8,
@@ -44,74 +47,6 @@ DECODER_OUTPUTS = ("low_res_masks", "iou_predictions")
 #: One image's features by name (``set_image_features``, a server's cache): the encoder's embedding.
 IMAGE_FEATURES = ("image_embeddings",)
 MASK_THRESHOLD = 0.0  # Sam.mask_threshold
-
-
-#: Said where a SAM 2 file reaches what takes SAM 1 files.
-SAM2_HERE = ("a SAM 2 file: SAM 2 runs in Sam2ImagePredictor, Sam2VideoPredictor, predict, segment-all --image and "
-             "track, serve; embed and segment-all --images take SAM 1 files")
-#: Said where a SAM 3 file reaches a predictor or a verb.
-SAM3_HERE = ("a SAM 3 file: 'vitdeploy segment-concept' and vitdeploy.runtime.Sam3Processor take SAM 3's vision "
-             "encoder, text encoder and detector; predict and vitdeploy.runtime.Sam3InteractivePredictor its vision "
-             "encoder and interactive decoder (docs/sam3.md)")
-
-
-def check_sam_encoder(encoder: dict[str, Any], name: str = "the encoder artifact") -> None:
-    """Raise InputError unless ``encoder`` (metadata) is a SAM image encoder's."""
-    model, part = model_part(encoder)
-    if (model, part) != ("sam", "image_encoder"):
-        hint = f" ({SAM2_HERE})" if model == "sam2" else f" ({SAM3_HERE})" if model == "sam3" else ""
-        raise InputError(f"{name} is a '{encoder.get('family')}' model, not a SAM image encoder{hint}: "
-                         "pass the file written by 'vitdeploy export --recipe sam_vit_b' (or _l/_h)")
-
-
-def check_artifact_pair(encoder: dict[str, Any], decoder: dict[str, Any], *, check_weights: bool = True) -> None:
-    """Raise InputError unless the encoder and decoder metadata describe one SAM model.
-
-    Checked: families, variant, input size, embedding grid and channels, and (``check_weights``) that
-    the weights come from the same checkpoint (SHA-256) or the same random seed.
-    """
-    check_sam_encoder(encoder)
-    if model_part(decoder) != ("sam", "mask_decoder"):
-        hint = (" (a SAM 2 decoder beside a SAM 1 encoder: give the SAM 1 decoder, or both SAM 2 files)"
-                if model_part(decoder) == ("sam2", "mask_decoder") else "")
-        raise InputError(f"the decoder artifact is a '{decoder.get('family')}' model, not a SAM mask decoder{hint}: "
-                         "pass the file written by 'vitdeploy export --recipe sam_vit_b_decoder' (or _l/_h)")
-    problems = []
-    if encoder.get("variant") != decoder.get("variant"):
-        problems.append(f"variant {encoder.get('variant')} vs {decoder.get('variant')}")
-    if list(encoder.get("input_size", [])) != list(decoder.get("input_size", [])):
-        problems.append(f"input size {encoder.get('input_size')} vs {decoder.get('input_size')}")
-    arch = encoder.get("architecture") or {}
-    size = int(encoder.get("input_size", [0])[0])
-    if arch.get("patch_size"):
-        grid = size // int(arch["patch_size"])
-        if [grid, grid] != list(decoder.get("image_embedding_size", [])):
-            problems.append(f"embedding grid {[grid, grid]} vs {decoder.get('image_embedding_size')}")
-    if arch.get("out_chans") and int(arch["out_chans"]) != int(decoder.get("embed_dim", -1)):
-        problems.append(f"embedding channels {arch['out_chans']} vs {decoder.get('embed_dim')}")
-    if check_weights and not problems:
-        if bool(encoder.get("random_weights")) != bool(decoder.get("random_weights")):
-            problems.append("random weights in one, a checkpoint in the other")
-        elif encoder.get("random_weights") and encoder.get("random_seed") != decoder.get("random_seed"):
-            problems.append(f"random seed {encoder.get('random_seed')} vs {decoder.get('random_seed')}")
-        elif (encoder.get("checkpoint_sha256") and decoder.get("checkpoint_sha256")
-              and encoder["checkpoint_sha256"] != decoder["checkpoint_sha256"]):
-            problems.append(f"checkpoint {encoder.get('checkpoint')} vs {decoder.get('checkpoint')}")
-    if problems:
-        raise InputError(
-            "the encoder and decoder were not exported from the same SAM model (encoder vs decoder: "
-            + "; ".join(problems) + "): export both from one recipe pair and checkpoint"
-        )
-
-
-def check_encoder_file(encoder: Any) -> None:
-    """:func:`check_sam_encoder` on an ``.onnx`` file's metadata alone, before it is opened: another model's encoder is
-    refused in a second, not after a first-use probe or a compile (at full size, a minute). The rest of the pair's
-    checks, and the seam's own (external data, metadata the runtime reads), run once the files are open."""
-    if isinstance(encoder, (str, os.PathLike)) and str(encoder).lower().endswith(".onnx") and os.path.isfile(encoder):
-        from vitdeploy.metadata import read_onnx_metadata
-
-        check_sam_encoder(read_onnx_metadata(encoder))
 
 
 class ImageEncoderInfo:
@@ -182,28 +117,47 @@ class SamPredictor(RecordsInputs):
                  inference_precision: str | None = None):
         o = OpenOptions.of(options, device=device, threads=threads, tf32=tf32, allow_unverified=allow_unverified,
                            runtime=runtime, inference_precision=inference_precision)
-        check_encoder_file(encoder)
-        self.encoder = as_runner(encoder, o)
-        self.decoder = as_runner(decoder, o.for_part())
-        self._setup(self.encoder.metadata, check_weights)
+        self._open(_files(check_weights).open({"encoder": encoder, "decoder": decoder}, o))
 
     @classmethod
-    def decoder_only(cls, decoder: Runner | str | os.PathLike, encoder_metadata: dict[str, Any], *,
-                     options: OpenOptions | None = None, device: str = "cpu", threads: int | None = None,
-                     check_weights: bool = True, runtime: str = "auto") -> SamPredictor:
-        """A predictor without an encoder: it answers prompts on embeddings given to :meth:`set_image_embedding`
-        (a server's decoder replicas, which never encode). ``encoder_metadata``: the encoder file's metadata
-        (:func:`vitdeploy.metadata.read_onnx_metadata`), checked against the decoder's as in the constructor."""
+    def from_plan(cls, plan: ModelPlan) -> SamPredictor:
+        """The predictor of a plan made from checked files (a dataset worker's, a replica's): each file opened as
+        planned, nothing checked or decided again."""
+        return cls.of_open(PAIR.open(plan=plan))
+
+    @classmethod
+    def of_open(cls, model: OpenModel) -> SamPredictor:
+        """The predictor on runners already opened from checked files (a server's: its encoder side shares the
+        encoder's runner)."""
         predictor = cls.__new__(cls)
-        predictor.encoder = None
-        predictor.decoder = as_runner(decoder, OpenOptions.of(options, device=device, threads=threads,
-                                                              runtime=runtime).for_part())
-        predictor._setup(encoder_metadata, check_weights)
+        predictor._open(model)
         return predictor
 
-    def _setup(self, enc: dict[str, Any], check_weights: bool) -> None:
+    def _open(self, model: OpenModel) -> None:
+        #: How each file runs (what a route passes on: a worker, a replica).
+        self.plan = model.plan
+        self.encoder, self.decoder = model["encoder"], model["decoder"]
+        self._setup(self.encoder.metadata)
+
+    @classmethod
+    def decoder_only(cls, decoder: Runner | str | os.PathLike | None, encoder_metadata: dict[str, Any], *,
+                     options: OpenOptions | None = None, device: str = "cpu", threads: int | None = None,
+                     check_weights: bool = True, runtime: str = "auto", plan: ModelPlan | None = None) -> SamPredictor:
+        """A predictor without an encoder: it answers prompts on embeddings given to :meth:`set_image_embedding`
+        (a server's decoder replicas, which never encode). ``encoder_metadata``: the encoder file's metadata
+        (:func:`vitdeploy.metadata.read_onnx_metadata`), checked against the decoder's as the constructor checks the
+        files; ``plan``: the decoder opened as a plan made from checked files says (nothing checked again)."""
+        predictor = cls.__new__(cls)
+        predictor.encoder = None
+        o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime)
+        model = _files(check_weights).open_beside("decoder", decoder, {"encoder": encoder_metadata}, o, plan)
+        predictor.plan, predictor.decoder = model.plan, model["decoder"]
+        predictor._setup(encoder_metadata)
+        return predictor
+
+    def _setup(self, enc: dict[str, Any]) -> None:
+        """The predictor's facts from the checked files' metadata."""
         dec = self.decoder.metadata
-        check_artifact_pair(enc, dec, check_weights=check_weights)
         missing = [n for n in DECODER_INPUTS if n not in self.decoder.input_names]
         if missing:
             raise InputError(f"the decoder artifact lacks inputs {missing}: re-export it with 'vitdeploy export'")
@@ -362,10 +316,10 @@ class SamPredictor(RecordsInputs):
         template = next((v for v in (point_coords, boxes, mask_input) if v is not None and hasattr(v, "detach")), None)
         if (point_coords is None) != (point_labels is None):
             raise InputError("point_coords and point_labels go together: pass both or neither")
-        pts = None if point_coords is None else _as_float_array(as_numpy(point_coords), "point_coords")
-        lab = None if point_labels is None else _as_float_array(as_numpy(point_labels), "point_labels")
-        bxs = None if boxes is None else _as_float_array(as_numpy(boxes), "boxes")
-        msk = None if mask_input is None else _as_float_array(as_numpy(mask_input), "mask_input")
+        pts = None if point_coords is None else as_float_array(as_numpy(point_coords), "point_coords")
+        lab = None if point_labels is None else as_float_array(as_numpy(point_labels), "point_labels")
+        bxs = None if boxes is None else as_float_array(as_numpy(boxes), "boxes")
+        msk = None if mask_input is None else as_float_array(as_numpy(mask_input), "mask_input")
         if pts is not None and (pts.ndim != 3 or pts.shape[2] != 2 or lab is None or lab.shape != pts.shape[:2]):
             raise InputError(f"point_coords must be (B, N, 2) with point_labels (B, N), got {pts.shape} and "
                              f"{None if lab is None else lab.shape}")
@@ -433,26 +387,26 @@ class SamPredictor(RecordsInputs):
             given = "point_coords" if point_coords is not None else "point_labels"
             raise InputError(f"{given} given without {'point_labels' if given == 'point_coords' else 'point_coords'}: pass both")
         if point_coords is not None:
-            pts = _as_float_array(point_coords, "point_coords")
+            pts = as_float_array(point_coords, "point_coords")
             if pts.ndim != 2 or pts.shape[1] != 2 or pts.shape[0] == 0:
                 raise InputError(f"point_coords must be an (N, 2) array of (x, y) pixels with N >= 1, got shape {pts.shape}")
-            lab = _as_float_array(point_labels, "point_labels").reshape(-1)
+            lab = as_float_array(point_labels, "point_labels").reshape(-1)
             if lab.shape[0] != pts.shape[0]:
                 raise InputError(f"point_labels has {lab.shape[0]} labels for {pts.shape[0]} points: give one label per point")
             bad = sorted({float(v) for v in lab if v not in (0.0, 1.0)})
             if bad:
                 raise InputError(f"point labels must be 1 (foreground) or 0 (background), got {bad}")
-            _check_inside(pts, width, height, "point")
+            check_inside(pts, width, height, "point")
             coords, labels = resize_coords(pts, self.original_size, self.encoder_size), lab
         if box is None and point_coords is None:
             raise InputError("no prompt: give point_coords/point_labels, a box, or both")
         corners = None
         if box is not None:
-            b = _as_float_array(box, "box").reshape(-1)
+            b = as_float_array(box, "box").reshape(-1)
             if b.shape[0] != 4:
                 raise InputError(f"box must hold 4 numbers x0, y0, x1, y1 (one box), got {b.shape[0]}")
             check_box_order(b)
-            _check_inside(b.reshape(2, 2), width, height, "box corner")
+            check_inside(b.reshape(2, 2), width, height, "box corner")
             corners = box_corners(b, self.original_size, self.encoder_size)
         return _prompt_layout(coords, labels, corners)
 
@@ -460,7 +414,7 @@ class SamPredictor(RecordsInputs):
         h, w = self.mask_input_size
         if mask_input is None:
             return np.zeros((1, 1, h, w), dtype=np.float32), np.zeros((1,), dtype=np.float32)
-        mask = _as_float_array(mask_input, "mask_input")
+        mask = as_float_array(mask_input, "mask_input")
         if mask.shape != (1, h, w):
             raise InputError(f"mask_input must have shape (1, {h}, {w}) (low_res logits of a previous predict), got {mask.shape}")
         return mask[None].astype(np.float32), np.ones((1,), dtype=np.float32)
@@ -476,43 +430,7 @@ def _prompt_layout(coords: np.ndarray, labels: np.ndarray, corners: np.ndarray |
     return coords[None].astype(np.float32), labels[None].astype(np.float32)
 
 
-def _as_float_array(value: Any, name: str) -> np.ndarray:
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} must be numeric, got {type(value).__name__}") from exc
-    if not np.all(np.isfinite(arr)):
-        raise InputError(f"{name} holds NaN or infinite values")
-    return arr
-
-
-def check_box_order(box: np.ndarray) -> None:
-    """InputError unless a (4,) box is x0, y0, x1, y1 with x0 <= x1 and y0 <= y1."""
-    if box[0] > box[2] or box[1] > box[3]:
-        flipped = [min(box[0], box[2]), min(box[1], box[3]), max(box[0], box[2]), max(box[1], box[3])]
-        raise InputError(f"box {[float(v) for v in box]} is not x0, y0, x1, y1 with x0 <= x1 and y0 <= y1: "
-                         f"did you mean {[float(v) for v in flipped]}?")
-
-
-def check_prompts_inside(image_hw: tuple[int, int], point_coords: Any = None, box: Any = None) -> None:
-    """Raise InputError if a point or box corner lies outside an image of ``image_hw``, or the box is reversed
-    (checkable before encoding, so a folder run fails before its first encoder call)."""
-    height, width = int(image_hw[0]), int(image_hw[1])
-    if point_coords is not None:
-        _check_inside(_as_float_array(point_coords, "point_coords").reshape(-1, 2), width, height, "point")
-    if box is not None:
-        b = _as_float_array(box, "box").reshape(-1)
-        if b.shape[0] == 4:
-            check_box_order(b)
-        _check_inside(b.reshape(-1, 2), width, height, "box corner")
-
-
-def _check_inside(points: np.ndarray, width: int, height: int, what: str) -> None:
-    """Coordinates are pixels of the original image: x in [0, W], y in [0, H]."""
-    outside = [(float(x), float(y)) for x, y in points if not (0.0 <= x <= width and 0.0 <= y <= height)]
-    if outside:
-        x, y = outside[0]
-        raise InputError(
-            f"{what} ({x:g}, {y:g}) is outside the {width}x{height} image: coordinates are pixels (x, y) "
-            f"with 0 <= x <= {width} and 0 <= y <= {height}"
-        )
+def _files(check_weights: bool) -> FileSet:
+    """The files :class:`SamPredictor` takes: SAM's pair, its weights' provenance compared unless ``check_weights``
+    is off."""
+    return PAIR if check_weights else PAIR_ANY_WEIGHTS

@@ -23,19 +23,18 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
-from vitdeploy.families import model_part
-from vitdeploy.metadata import identity_differences
+from vitdeploy.runtime.apps.common.files import FileSet, OpenModel
 from vitdeploy.runtime.apps.sam.predictor import decoder_max_points
-from vitdeploy.runtime.deploy.loader import OpenOptions, as_runner
+from vitdeploy.runtime.apps.sam2.files import IMAGE_FEATURES, IMAGE_PAIR, check_sam2_pair
 from vitdeploy.runtime.backends.base import Runner
+from vitdeploy.runtime.deploy.loader import OpenOptions
+from vitdeploy.runtime.deploy.plan import ModelPlan
 from vitdeploy.runtime.processing.preprocess import check_rgb_uint8
 from vitdeploy.runtime.processing.recorded_inputs import RecordsInputs
 from vitdeploy.runtime.processing.sam2_transforms import Sam2Transforms
 
 #: The official predictor clamps the low-resolution logits it returns to this range.
 LOW_RES_CLAMP = 32.0
-#: The image encoder's outputs the decoder reads: one image's features, by name.
-IMAGE_FEATURES = ("image_embed", "high_res_feats_0", "high_res_feats_1")
 
 
 def encode_image(encoder: Runner, transforms: Sam2Transforms, image: np.ndarray) -> dict[str, np.ndarray]:
@@ -55,23 +54,6 @@ class Sam2ImageEncoder:
 
     def __call__(self, picture: np.ndarray) -> dict[str, np.ndarray]:
         return encode_image(self.runner, self.transforms, _as_rgb(picture))
-
-
-def check_sam2_pair(encoder: dict[str, Any], decoder: dict[str, Any]) -> None:
-    """Raise InputError unless the two files are a SAM 2 image encoder and decoder of one model."""
-    if model_part(encoder) != ("sam2", "image_encoder"):
-        hint = " (a SAM 1 file: use vitdeploy.runtime.SamPredictor)" if model_part(encoder)[0] == "sam" else ""
-        raise InputError(f"the encoder is a '{encoder.get('family')}' model, not a SAM 2 image encoder{hint}: export one "
-                         "with 'vitdeploy export -r sam2.1_hiera_tiny'")
-    if model_part(decoder) != ("sam2", "mask_decoder"):
-        hint = " (a SAM 1 file: use vitdeploy.runtime.SamPredictor)" if model_part(decoder)[0] == "sam" else ""
-        raise InputError(f"the decoder is a '{decoder.get('family')}' model, not a SAM 2 mask decoder{hint}: export one "
-                         "with 'vitdeploy export -r sam2.1_hiera_tiny_decoder'")
-    different = identity_differences(encoder, decoder, ("variant", "input_size", "random_seed", "checkpoint_sha256"))
-    if different:
-        shown = ", ".join(different)
-        raise InputError(f"the encoder and decoder come from two different SAM 2 models ({shown}): export both from "
-                         "the same checkpoint (or seed) and recipe size")
 
 
 @dataclass(frozen=True)
@@ -123,32 +105,63 @@ class Sam2ImagePredictor(RecordsInputs):
     RECORDABLE = ("mask_decoder",)
     RUNS = "SAM 2's image predictor"
 
+    #: The files it takes, in its (encoder, decoder) order: SAM 2's pair (SAM 3's click predictor takes its own).
+    FILES: FileSet = IMAGE_PAIR
+
     def __init__(self, encoder: Runner | str | os.PathLike, decoder: Runner | str | os.PathLike, *,
                  options: OpenOptions | None = None, device: str = "cpu", threads: int | None = None,
                  runtime: str = "auto", inference_precision: str | None = None, mask_threshold: float = 0.0,
                  max_hole_area: float | None = None, max_sprinkle_area: float | None = None):
         o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
-        self.encoder = as_runner(encoder, o)
-        self.decoder = as_runner(decoder, o.for_part())
+        encoder_role, decoder_role = self.FILES.roles
+        self._open(self.FILES.open({encoder_role: encoder, decoder_role: decoder}, o), mask_threshold, max_hole_area,
+                   max_sprinkle_area)
+
+    @classmethod
+    def from_plan(cls, plan: ModelPlan, *, mask_threshold: float = 0.0, max_hole_area: float | None = None,
+                  max_sprinkle_area: float | None = None) -> Sam2ImagePredictor:
+        """The predictor of a plan made from checked files (a dataset worker's, a replica's): each file opened as
+        planned, nothing checked or decided again."""
+        return cls.of_open(cls.FILES.open(plan=plan), mask_threshold=mask_threshold, max_hole_area=max_hole_area,
+                           max_sprinkle_area=max_sprinkle_area)
+
+    @classmethod
+    def of_open(cls, model: OpenModel, *, mask_threshold: float = 0.0, max_hole_area: float | None = None,
+                max_sprinkle_area: float | None = None) -> Sam2ImagePredictor:
+        """The predictor on runners already opened from checked files (SAM 3's image model shares its vision
+        encoder's runner with its click predictor)."""
+        predictor = cls.__new__(cls)
+        predictor._open(model, mask_threshold, max_hole_area, max_sprinkle_area)
+        return predictor
+
+    def _open(self, model: OpenModel, mask_threshold: float, max_hole_area: float | None,
+              max_sprinkle_area: float | None) -> None:
+        encoder_role, decoder_role = self.FILES.roles
+        #: How each file runs (what a route passes on: a worker, a replica).
+        self.plan = model.plan
+        self.encoder, self.decoder = model[encoder_role], model[decoder_role]
         self._setup(self.encoder.metadata, mask_threshold, max_hole_area, max_sprinkle_area)
 
     @classmethod
-    def decoder_only(cls, decoder: Runner | str | os.PathLike, encoder_metadata: dict[str, Any], *,
+    def decoder_only(cls, decoder: Runner | str | os.PathLike | None, encoder_metadata: dict[str, Any], *,
                      options: OpenOptions | None = None, mask_threshold: float = 0.0, max_hole_area: float | None = None,
-                     max_sprinkle_area: float | None = None) -> Sam2ImagePredictor:
+                     max_sprinkle_area: float | None = None, plan: ModelPlan | None = None) -> Sam2ImagePredictor:
         """A predictor without an encoder: it answers prompts on features given to :meth:`set_image_features` (a
         server's decoder side, which never encodes). ``encoder_metadata``: the encoder file's metadata, checked
-        against the decoder's as in the constructor."""
+        against the decoder's as the constructor checks the files; ``plan``: the decoder opened as a plan made from
+        checked files says (nothing checked again)."""
         predictor = cls.__new__(cls)
         predictor.encoder = None
-        predictor.decoder = as_runner(decoder, OpenOptions.of(options).for_part())
+        encoder_role, decoder_role = cls.FILES.roles
+        model = cls.FILES.open_beside(decoder_role, decoder, {encoder_role: encoder_metadata}, options, plan)
+        predictor.plan, predictor.decoder = model.plan, model[decoder_role]
         predictor._setup(encoder_metadata, mask_threshold, max_hole_area, max_sprinkle_area)
         return predictor
 
     def _setup(self, enc: dict[str, Any], mask_threshold: float, max_hole_area: float | None,
                max_sprinkle_area: float | None) -> None:
+        """The predictor's facts from the checked files' metadata."""
         dec = self.decoder.metadata
-        self.check_pair(enc, dec)
         self.resolution = int(enc["input_size"][0])
         self._transforms = Sam2Transforms(
             self.resolution, enc["pixel_mean"], enc["pixel_std"], mask_threshold,
@@ -160,9 +173,6 @@ class Sam2ImagePredictor(RecordsInputs):
         #: The most points one decoder call takes (the decoder file's shape profile; None where it records none).
         self.max_prompt_points = decoder_max_points(dec)
         self.reset_predictor()
-
-    #: Raise InputError unless the encoder's and decoder's metadata are a pair this predictor runs.
-    check_pair = staticmethod(check_sam2_pair)
 
     # --- images --------------------------------------------------------------------------------------
 

@@ -39,12 +39,13 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
-from vitdeploy.families import family_of_part, model_part
-from vitdeploy.metadata import identity_differences
 from vitdeploy.runtime.apps.sam2.memory_bank import TrackerSettings, select_memory
 from vitdeploy.runtime.apps.sam2.image_predictor import MaskChoice
-from vitdeploy.runtime.deploy.loader import OpenOptions, as_runner
+from vitdeploy.runtime.apps.common.files import OpenModel
+from vitdeploy.runtime.apps.sam2.files import VIDEO, VIDEO_FILES, check_video_files
 from vitdeploy.runtime.backends.base import Runner
+from vitdeploy.runtime.deploy.loader import OpenOptions
+from vitdeploy.runtime.deploy.plan import ModelPlan
 from vitdeploy.runtime.processing.sam2_masks import (MASK_OUT_BIAS, MASK_OUT_SCALE, NO_OBJ_SCORE, downsample_mask_prompt,
                                                      fill_holes, mask_as_output, non_overlapping, resize_mask_input,
                                                      to_bfloat16)
@@ -52,9 +53,6 @@ from vitdeploy.runtime.processing.recorded_inputs import RecordsInputs
 from vitdeploy.runtime.processing.sam2_transforms import resize_bilinear
 from vitdeploy.runtime.processing.video_frames import VideoFrames
 
-#: The four files, in the constructor's order: (the predictor's attribute, the SAM 2 part it holds).
-VIDEO_FILES = (("image_encoder", "image_encoder"), ("decoder", "mask_decoder"), ("memory_encoder", "memory_encoder"),
-               ("memory_attention", "memory_attention"))
 #: The predictor's graphs, by attribute name.
 GRAPHS = tuple(role for role, _ in VIDEO_FILES)
 
@@ -70,30 +68,6 @@ class Logits(np.ndarray):
 
     def numpy(self) -> np.ndarray:
         return self.view(np.ndarray)
-
-
-def check_video_files(metadata: dict[str, dict[str, Any]]) -> None:
-    """Raise InputError unless the four files are SAM 2's image encoder, decoder, memory encoder and memory attention
-    of one model (same variant, weights and image size)."""
-    for role, part in VIDEO_FILES:
-        found = metadata[role].get("family")
-        if model_part(metadata[role]) != ("sam2", part):
-            family = family_of_part("sam2", part)
-            sam1 = " (a SAM 1 file: SAM 1 has no video predictor; use SAM 2 files)" if model_part(metadata[role])[0] == "sam" else ""
-            raise InputError(f"the {role.replace('_', ' ')} is a '{found}' model, not a {family.name} one{sam1}: export "
-                             f"it with 'vitdeploy export -r sam2.1_hiera_tiny{family.recipe_suffix}' (or the size you use)")
-    encoder = metadata["image_encoder"]
-    for role, _ in VIDEO_FILES[1:]:
-        other = metadata[role]
-        different = identity_differences(encoder, other, ("variant", "random_seed", "checkpoint_sha256"))
-        if different:
-            shown = ", ".join(different)
-            raise InputError(f"the image encoder and the {role.replace('_', ' ')} come from two different SAM 2 models "
-                             f"({shown}): export all four files from the same checkpoint (or seed) and model size")
-    sizes = {role: metadata[role].get("input_size") for role, _ in VIDEO_FILES}
-    if len({str(v) for v in sizes.values()}) != 1:
-        raise InputError(f"the four files are for different image sizes ({sizes}): the video path runs at the model's "
-                         "own size; export the image encoder without --input-size")
 
 
 class Sam2VideoPredictor(RecordsInputs):
@@ -117,13 +91,27 @@ class Sam2VideoPredictor(RecordsInputs):
                  non_overlap_masks: bool = False, clear_non_cond_mem_around_input: bool = False,
                  add_all_frames_to_correct_as_cond: bool = False):
         o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
-        self.image_encoder = as_runner(image_encoder, o)
-        self.decoder = as_runner(decoder, o.for_part())
-        self.memory_encoder = as_runner(memory_encoder, o.for_part())
-        self.memory_attention = as_runner(memory_attention, o.for_part())
-        check_video_files({"image_encoder": self.image_encoder.metadata, "decoder": self.decoder.metadata,
-                           "memory_encoder": self.memory_encoder.metadata,
-                           "memory_attention": self.memory_attention.metadata})
+        self._open(VIDEO.open({"image_encoder": image_encoder, "decoder": decoder, "memory_encoder": memory_encoder,
+                               "memory_attention": memory_attention}, o),
+                   fill_hole_area, non_overlap_masks, clear_non_cond_mem_around_input, add_all_frames_to_correct_as_cond)
+
+    @classmethod
+    def from_plan(cls, plan: ModelPlan, *, fill_hole_area: int = 8, non_overlap_masks: bool = False,
+                  clear_non_cond_mem_around_input: bool = False,
+                  add_all_frames_to_correct_as_cond: bool = False) -> Sam2VideoPredictor:
+        """The predictor of a plan made from checked files (a job's worker): each file opened as planned, nothing
+        checked or decided again."""
+        predictor = cls.__new__(cls)
+        predictor._open(VIDEO.open(plan=plan), fill_hole_area, non_overlap_masks, clear_non_cond_mem_around_input,
+                        add_all_frames_to_correct_as_cond)
+        return predictor
+
+    def _open(self, model: OpenModel, fill_hole_area: int, non_overlap_masks: bool,
+              clear_non_cond_mem_around_input: bool, add_all_frames_to_correct_as_cond: bool) -> None:
+        #: How each file runs (what a route passes on).
+        self.plan = model.plan
+        self.image_encoder, self.decoder = model["image_encoder"], model["decoder"]
+        self.memory_encoder, self.memory_attention = model["memory_encoder"], model["memory_attention"]
         attention = self.memory_attention.metadata
         self.settings = TrackerSettings.from_metadata(attention["tracker"])
         self.image_size = int(self.image_encoder.metadata["input_size"][0])  # the official attribute's name

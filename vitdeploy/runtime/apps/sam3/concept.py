@@ -161,7 +161,7 @@ def instances_label_image(masks: np.ndarray, scores: np.ndarray) -> np.ndarray:
 def concept_records(state: dict, output_mode: str = "coco_rle") -> list[dict[str, Any]]:
     """The instances of a ``Sam3Processor`` state as records: score, bbox (XYWH pixels, COCO's), bbox_xyxy, area and
     segmentation (COCO RLE: the compressed string, or ``uncompressed_rle``)."""
-    from vitdeploy.runtime.apps.sam.amg import area_from_rle, coco_encode_rle, mask_to_rle
+    from vitdeploy.runtime.apps.common.rle import area_from_rle, coco_encode_rle, mask_to_rle
 
     records = []
     for k in range(len(state["scores"])):

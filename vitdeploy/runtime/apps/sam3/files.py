@@ -1,6 +1,8 @@
 """Which exported files make one SAM 3 model, and whether they belong together: each file's part, the same weights,
-variant and image size. Read by the image model (:mod:`vitdeploy.runtime.apps.sam3.processor`), the click predictor
-(:mod:`vitdeploy.runtime.apps.sam3.interactive`), the predictor picker and the dataset jobs, before any file is run."""
+variant and image size. The sets (:mod:`vitdeploy.runtime.apps.common.files`): the vision encoder with the text
+encoder and detector (concepts), with the interactive decoder (clicks), or with all three; checked from their
+metadata before any file is opened or probed, for the image model (:mod:`vitdeploy.runtime.apps.sam3.processor`),
+the click predictor (:mod:`vitdeploy.runtime.apps.sam3.interactive`), the verbs, the jobs and the server."""
 
 from __future__ import annotations
 
@@ -9,6 +11,11 @@ from typing import Any
 from vitdeploy.errors import InputError
 from vitdeploy.families import model_part
 from vitdeploy.metadata import identity_differences
+from vitdeploy.runtime.apps.common.files import SAM3_HERE, FileSet, Metadata, Names
+from vitdeploy.runtime.apps.sam2.files import IMAGE_FEATURES
+
+#: The vision encoder's outputs a click reads (``vitdeploy.rewrites.sam3_vision.INTERACTIVE_OUTPUTS``): SAM 2's.
+INTERACTIVE_FEATURES = IMAGE_FEATURES
 
 #: SAM 3's parts, as ``vitdeploy export`` writes them, in words.
 PARTS = {"vision_encoder": "the vision encoder", "text_encoder": "the text encoder", "detector": "the detector",
@@ -53,3 +60,42 @@ def check_sam3_files(vision: dict[str, Any], text: dict[str, Any], detector: dic
     if width is not None and width != detector.get("embed_dim"):
         raise InputError(f"the vision encoder's features are {width} wide but the detector takes "
                          f"{detector.get('embed_dim')}: export both from one model")
+
+
+def check_sam3_interactive_pair(vision: dict[str, Any], decoder: dict[str, Any]) -> None:
+    """Raise InputError unless the files are SAM 3's vision encoder (with the click predictor's features) and
+    interactive decoder of one model."""
+    check_sam3_part(vision, "vision_encoder", order="vision encoder, interactive decoder")
+    check_sam3_part(decoder, "interactive_decoder", order="vision encoder, interactive decoder")
+    if not set(INTERACTIVE_FEATURES) <= set(vision.get("output_names") or ()):
+        raise InputError("the vision encoder has no features for clicks (image_embed, high_res_feats_0/1): it was "
+                         "exported without the interactive neck or by an older vitdeploy; export it again with "
+                         "'vitdeploy export -r sam3'")
+    check_same_model(vision, decoder, "interactive decoder", "both")
+
+
+def _check_concept(metadata: Metadata, _names: Names) -> None:
+    check_sam3_files(metadata["vision"], metadata["text"], metadata["detector"])
+
+
+def _check_clicks(metadata: Metadata, names: Names) -> None:
+    if model_part(metadata["vision"]) == ("sam3", "vision_encoder") and model_part(metadata["interactive"])[0] != "sam3":
+        raise InputError(f"{names['vision']} is {SAM3_HERE}")  # beside another model's decoder: what SAM 3 is for
+    check_sam3_interactive_pair(metadata["vision"], metadata["interactive"])
+
+
+#: SAM 3's vision encoder, text encoder and detector: every instance of a concept (``Sam3Processor``,
+#: ``segment-concept``), in ``Sam3ImageModel``'s order.
+CONCEPT = FileSet("sam3", "SAM 3's vision encoder, text encoder and detector", ("vision", "text", "detector"),
+                  _check_concept)
+#: SAM 3's vision encoder and interactive decoder: clicks and boxes (``Sam3InteractivePredictor``, ``predict``).
+CLICKS = FileSet("sam3", "SAM 3's vision encoder and interactive decoder", ("vision", "interactive"), _check_clicks)
+#: All four (``Sam3ImageModel(..., interactive=)``; ``serve`` with concept prompts), the image encoder and prompt
+#: decoder first, as in every model's pair.
+CONCEPT_AND_CLICKS = FileSet("sam3", "SAM 3's vision encoder, interactive decoder, text encoder and detector",
+                             ("vision", "interactive", "text", "detector"),
+                             lambda metadata, names: (_check_concept(metadata, names), _check_clicks(metadata, names)))
+
+
+__all__ = ["CLICKS", "CONCEPT", "CONCEPT_AND_CLICKS", "INTERACTIVE_FEATURES", "PARTS", "check_sam3_files",
+           "check_sam3_interactive_pair", "check_sam3_part", "check_same_model"]

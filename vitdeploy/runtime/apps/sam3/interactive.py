@@ -24,26 +24,9 @@ scikit-image, and skips the step with a warning without them).
 
 from __future__ import annotations
 
-from typing import Any
-
-from vitdeploy.errors import InputError
-from vitdeploy.runtime.apps.sam2.image_predictor import IMAGE_FEATURES, Sam2ImagePredictor
-from vitdeploy.runtime.apps.sam3.files import check_same_model, check_sam3_part
-
-#: The vision encoder's outputs a click reads (``vitdeploy.rewrites.sam3_vision.INTERACTIVE_OUTPUTS``): SAM 2's.
-INTERACTIVE_FEATURES = IMAGE_FEATURES
-
-
-def check_sam3_interactive_pair(vision: dict[str, Any], decoder: dict[str, Any]) -> None:
-    """Raise InputError unless the files are SAM 3's vision encoder (with the click predictor's features) and
-    interactive decoder of one model."""
-    check_sam3_part(vision, "vision_encoder", order="vision encoder, interactive decoder")
-    check_sam3_part(decoder, "interactive_decoder", order="vision encoder, interactive decoder")
-    if not set(INTERACTIVE_FEATURES) <= set(vision.get("output_names") or ()):
-        raise InputError("the vision encoder has no features for clicks (image_embed, high_res_feats_0/1): it was "
-                         "exported without the interactive neck or by an older vitdeploy; export it again with "
-                         "'vitdeploy export -r sam3'")
-    check_same_model(vision, decoder, "interactive decoder", "both")
+from vitdeploy.runtime.apps.common.files import FileSet
+from vitdeploy.runtime.apps.sam2.image_predictor import Sam2ImagePredictor
+from vitdeploy.runtime.apps.sam3.files import CLICKS, INTERACTIVE_FEATURES, check_sam3_interactive_pair
 
 
 class Sam3InteractivePredictor(Sam2ImagePredictor):
@@ -58,7 +41,7 @@ class Sam3InteractivePredictor(Sam2ImagePredictor):
     MAX_HOLE_AREA = 256.0
     RECORDABLE = ("interactive_decoder",)
     RUNS = "SAM 3's interactive predictor"
-    check_pair = staticmethod(check_sam3_interactive_pair)
+    FILES: FileSet = CLICKS
 
 
-__all__ = ["Sam3InteractivePredictor", "check_sam3_interactive_pair"]
+__all__ = ["INTERACTIVE_FEATURES", "Sam3InteractivePredictor", "check_sam3_interactive_pair"]

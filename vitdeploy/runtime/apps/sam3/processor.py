@@ -35,9 +35,11 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.apps.sam3.files import check_sam3_files
+from vitdeploy.runtime.apps.common.files import OpenModel
+from vitdeploy.runtime.apps.sam3.files import CLICKS, CONCEPT, CONCEPT_AND_CLICKS, check_sam3_files
 from vitdeploy.runtime.backends.base import Runner
-from vitdeploy.runtime.deploy.loader import OpenOptions, as_runner
+from vitdeploy.runtime.deploy.loader import OpenOptions
+from vitdeploy.runtime.deploy.plan import ModelPlan
 from vitdeploy.runtime.processing.preprocess import check_rgb_uint8
 from vitdeploy.runtime.processing.recorded_inputs import RecordsInputs
 from vitdeploy.runtime.processing.sam2_transforms import resize_bilinear
@@ -87,20 +89,40 @@ class Sam3ImageModel(RecordsInputs):
                              "boxes), and/or with the interactive decoder (clicks): give text and detector together, "
                              "or interactive=")
         o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
-        self.vision = as_runner(vision, o)
+        given = {"vision": vision, "text": text, "detector": detector, "interactive": interactive}
+        fileset = (CONCEPT_AND_CLICKS if interactive is not None else CONCEPT) if text is not None else CLICKS
+        self._open(fileset.open({role: given[role] for role in fileset.roles}, o), tokenizer)
+
+    @classmethod
+    def from_plan(cls, plan: ModelPlan, *, tokenizer: Any = None) -> Sam3ImageModel:
+        """The model of a plan made from checked files (a dataset worker's): each file opened as planned, nothing
+        checked or decided again."""
+        fileset = next(f for f in (CONCEPT_AND_CLICKS, CONCEPT, CLICKS) if all(role in plan for role in f.roles))
+        return cls.of_open(fileset.open(plan=plan), tokenizer=tokenizer)
+
+    @classmethod
+    def of_open(cls, model: OpenModel, *, tokenizer: Any = None) -> Sam3ImageModel:
+        """The model on runners already opened from checked files (a server's concept side shares the vision
+        encoder's runner with its click side)."""
+        image_model = cls.__new__(cls)
+        image_model._open(model, tokenizer)
+        return image_model
+
+    def _open(self, model: OpenModel, tokenizer: Any) -> None:
+        #: How each file runs (what a route passes on).
+        self.plan = model.plan
+        self.vision = model["vision"]
         self.text = self.detector = self.inst_interactive_predictor = None
-        if text is not None:
-            self.text = as_runner(text, o.for_part())
-            self.detector = as_runner(detector, o.for_part())
-            check_sam3_files(self.vision.metadata, self.text.metadata, self.detector.metadata)
+        if "text" in model.runners:
+            self.text, self.detector = model["text"], model["detector"]
             meta = self.detector.metadata
             self.max_boxes = int(meta["max_boxes"])
             self.context_length = int(meta["context_length"])
-        if interactive is not None:
+        if "interactive" in model.runners:
             from vitdeploy.runtime.apps.sam3.interactive import Sam3InteractivePredictor
 
             #: The official attribute's name: the click predictor, on this model's vision encoder.
-            self.inst_interactive_predictor = Sam3InteractivePredictor(self.vision, interactive, options=o.for_part())
+            self.inst_interactive_predictor = Sam3InteractivePredictor.of_open(model)
         vision_meta = self.vision.metadata
         self.resolution = int(vision_meta["input_size"][0])
         self.variant = str(vision_meta.get("variant"))

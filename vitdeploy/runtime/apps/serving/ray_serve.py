@@ -29,6 +29,8 @@ from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.serving.metrics import Metrics
 from vitdeploy.runtime.apps.serving.service import (ApiError, Cached, DecoderSide, EmbeddingCache, EncoderSide,
                                                     PromptRequest, unknown_id)
+from vitdeploy.runtime.deploy.loader import OpenOptions
+from vitdeploy.runtime.deploy.plan import ModelPlan
 
 APP_NAME = "vitdeploy"
 #: Embeddings a decoder replica keeps after fetching them from the cache (ViT-B: 4 MiB each).
@@ -37,16 +39,11 @@ DECODER_LOCAL_CACHE = 8
 
 @dataclass(frozen=True)
 class RayServeOptions:
-    """How the application is laid out. ``*_replicas``: (min, max); equal bounds mean a fixed count."""
+    """How the application is laid out: ``plan``, every file of the model decided once on the driver (the encoder for
+    its replicas' threads, the decoder for one thread each: :func:`plan_for_replicas`), opened as it is in every
+    replica; ``*_replicas``: (min, max), equal bounds mean a fixed count."""
 
-    encoder: str
-    decoder: str
-    runtime: str = "onnxruntime"
-    precision: str = "file"
-    #: the encoder's runner settings of the resolved deployment (a tuned profile's), as ``(key, value)`` pairs
-    settings: tuple[tuple[str, Any], ...] = ()
-    threads: int = 1
-    device: str = "cpu"
+    plan: ModelPlan
     encoder_replicas: tuple[int, int] = (1, 1)
     decoder_replicas: tuple[int, int] = (1, 1)
     cache_size: int = 64
@@ -54,14 +51,36 @@ class RayServeOptions:
     #: page origins a browser may call the service from (``--cors-origin``)
     cors_origins: tuple[str, ...] = ()
 
+    @property
+    def encoder(self) -> str:
+        return self.plan.files[0].path
 
-def _open(path: str, options: RayServeOptions, precision: str = "file", threads: int | None = None,
-          settings: tuple[tuple[str, Any], ...] = ()) -> Any:
-    from vitdeploy.runtime.deploy.deployment import Deployment
-    from vitdeploy.runtime.deploy.loader import open_deployed
+    @property
+    def decoder(self) -> str:
+        return self.plan.files[1].path
 
-    return open_deployed(path, Deployment(options.runtime, precision, threads or options.threads, settings),
-                         device=options.device)
+    @property
+    def threads(self) -> int:
+        """CPUs an encoder replica holds: its file's threads."""
+        return self.plan.files[0].deployment.threads or 1
+
+    @property
+    def device(self) -> str:
+        return self.plan.device
+
+
+def plan_for_replicas(encoder: str, decoder: str, options: OpenOptions) -> ModelPlan:
+    """The pair checked (from its metadata, before a probe or a cluster start) and each file decided for the replicas
+    that open it: the encoder for ``options.threads`` (default one: :func:`~vitdeploy.runtime.deploy.plan.
+    worker_threads`), the decoder for one thread (a decoder replica holds half a CPU)."""
+    from dataclasses import replace
+
+    from vitdeploy.runtime.apps.predictors import prompt_files
+    from vitdeploy.runtime.deploy.plan import worker_threads
+
+    files = prompt_files(encoder)
+    options = replace(options, threads=worker_threads(options.threads, pooled=True))
+    return files.plan(dict(zip(files.roles, (encoder, decoder))), options, replace(options.for_part(), threads=1))
 
 
 class CacheReplica:
@@ -87,7 +106,10 @@ class CacheReplica:
 
 class EncoderReplica:
     def __init__(self, options: RayServeOptions):
-        self.side = EncoderSide(_open(options.encoder, options, options.precision, settings=options.settings))
+        from vitdeploy.runtime.apps.predictors import image_encoder_for
+
+        runner = options.plan.open(options.plan.roles[0])  # as the driver decided it
+        self.side = EncoderSide(runner, image_encoder_for(runner))
 
     def encode(self, data: bytes) -> Cached:
         return self.side.encode(data)
@@ -95,9 +117,11 @@ class EncoderReplica:
 
 class DecoderReplica:
     def __init__(self, options: RayServeOptions, cache: Any):
-        from vitdeploy.metadata import read_onnx_metadata
+        from vitdeploy.runtime.apps.common.files import file_metadata
+        from vitdeploy.runtime.apps.predictors import prompt_predictor_for
 
-        self.side = DecoderSide(_open(options.decoder, options, threads=1), read_onnx_metadata(options.encoder))
+        encoder_metadata = file_metadata(options.encoder)  # the pair was checked on the driver: read, not checked
+        self.side = DecoderSide(prompt_predictor_for(None, encoder_metadata, plan=options.plan))
         self.cache, self.capacity = cache, options.cache_size
         self.recent = EmbeddingCache(DECODER_LOCAL_CACHE)
 
@@ -272,4 +296,4 @@ def stop_app() -> None:
     serve.shutdown()
 
 
-__all__ = ["APP_NAME", "RayServeOptions", "build_app", "run_app", "stop_app"]
+__all__ = ["APP_NAME", "RayServeOptions", "build_app", "plan_for_replicas", "run_app", "stop_app"]

@@ -35,8 +35,9 @@ import numpy as np
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.serving.metrics import Metrics
 
-if TYPE_CHECKING:  # the loader is imported when a service opens its files
+if TYPE_CHECKING:  # imported when a service opens its files
     from vitdeploy.runtime.deploy.loader import OpenOptions
+    from vitdeploy.runtime.deploy.plan import ModelPlan
 
 LOG = logging.getLogger("vitdeploy.serve")
 #: The most prompts one masks request may carry (each is a decoder run).
@@ -162,16 +163,13 @@ def _numbers(value: Any, name: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _check_inside(prompt: PromptRequest, size: tuple[int, int], index: int, batch: bool) -> None:
+    """Every model's rule (:func:`~vitdeploy.runtime.apps.common.prompts.check_inside`), as a 400."""
+    from vitdeploy.runtime.apps.common.prompts import check_inside
+
     height, width = size
-    where = f"prompt {index}: " if batch else ""
     for name, xy in (("point", prompt.points), ("box corner", None if prompt.box is None else prompt.box.reshape(2, 2))):
-        if xy is None:
-            continue
-        outside = (xy[:, 0] < 0) | (xy[:, 0] > width) | (xy[:, 1] < 0) | (xy[:, 1] > height)
-        if outside.any():
-            x, y = xy[np.flatnonzero(outside)[0]]
-            raise ApiError(400, f"{where}{name} ({x:g}, {y:g}) lies outside the {width}x{height} image: "
-                                "give pixels of the original image")
+        if xy is not None:
+            _as_bad_request(check_inside, xy, width, height, name, f"prompt {index}: " if batch else "")
 
 
 # --- concept prompts (SAM 3: every instance of a text and/or exemplar boxes) --------------------------
@@ -205,12 +203,12 @@ class ConceptSide:
     detector are computed on the first concept prompt of an image, from the bytes the encoder side kept, under its
     lock (one vision run at a time), and kept in their own cache (full size: 111 MB an image)."""
 
-    def __init__(self, encoder: EncoderSide, text: Any, detector: Any, cache_size: int):
+    def __init__(self, encoder: EncoderSide, model: Any, cache_size: int):
         from vitdeploy.runtime.apps.sam3.processor import Sam3ImageModel
 
-        self.model = Sam3ImageModel(encoder.runner, text, detector)
+        self.model = Sam3ImageModel.of_open(model)  # ``model``: the open files, checked (OpenModel)
         self.encoder = encoder
-        self.names = (_file_name(text), _file_name(detector))
+        self.names = (_file_name(self.model.text), _file_name(self.model.detector))
         self.cache = EmbeddingCache(cache_size)
         self._lock = threading.Lock()
 
@@ -252,14 +250,14 @@ class ConceptSide:
 # --- the service ------------------------------------------------------------------------------------
 
 class EncoderSide:
-    """The image encoder of a service: an image file's bytes -> :class:`Cached`, one call at a time."""
+    """The image encoder of a service: an image file's bytes -> :class:`Cached`, one call at a time. ``features_of``:
+    the pair's encoder half (:func:`~vitdeploy.runtime.apps.predictors.image_encoder_for`) on ``encoder``."""
 
-    def __init__(self, encoder: Any, keep_bytes: bool = False):
-        from vitdeploy.runtime.apps.predictors import image_encoder_for
+    def __init__(self, encoder: Any, features_of: Callable[[np.ndarray], dict[str, np.ndarray]], keep_bytes: bool = False):
         from vitdeploy.runtime.deploy.identity import model_digest
 
         self.runner = encoder
-        self.features_of = image_encoder_for(encoder)
+        self.features_of = features_of
         self.name = _file_name(encoder)
         #: What embedding ids are salted with: the encoder file's SHA-256 (the runner's name for a Runner without a file).
         self.identity = model_digest(encoder.path) if getattr(encoder, "path", None) else encoder.name
@@ -284,13 +282,12 @@ class EncoderSide:
 
 
 class DecoderSide:
-    """The prompt encoder + mask decoder of a service: a cached embedding and prompts -> masks, one call at a time."""
+    """The prompt encoder + mask decoder of a service: a cached embedding and prompts -> masks, one call at a time.
+    ``predictor``: the pair's predictor (:mod:`~vitdeploy.runtime.apps.predictors`), answering on features given."""
 
-    def __init__(self, decoder: Any, encoder_metadata: dict[str, Any]):
-        from vitdeploy.runtime.apps.predictors import prompt_predictor_for
-
-        self.predictor = prompt_predictor_for(decoder, encoder_metadata)
-        self.name = _file_name(decoder)
+    def __init__(self, predictor: Any):
+        self.predictor = predictor
+        self.name = _file_name(predictor.decoder)
         self._lock = threading.Lock()
 
     def browser_decoder(self) -> dict[str, Any] | None:
@@ -310,7 +307,7 @@ class DecoderSide:
 
     def masks(self, item: Cached, prompts: list[PromptRequest]) -> list[dict[str, Any]]:
         """Masks (COCO RLE), scores and areas for each prompt (checked to lie inside the image)."""
-        from vitdeploy.runtime.apps.sam.amg import coco_encode_rle, mask_to_rle
+        from vitdeploy.runtime.apps.common.rle import coco_encode_rle, mask_to_rle
 
         for k, prompt in enumerate(prompts):
             _check_inside(prompt, item.size, k, len(prompts) > 1)
@@ -360,27 +357,31 @@ class SamService:
     def __init__(self, encoder: Any, decoder: Any, *, options: OpenOptions | None = None, runtime: str = "auto",
                  inference_precision: str | None = None, threads: int | None = None, device: str = "cpu",
                  cache_size: int = 64, max_pending: int = 4, text_encoder: Any = None, detector: Any = None,
-                 concept_cache_size: int = 4):
-        from vitdeploy.runtime.apps.predictors import check_concept_files, check_prompt_pair_files
-        from vitdeploy.runtime.deploy.loader import OpenOptions, as_runner
+                 concept_cache_size: int = 4, plan: ModelPlan | None = None):
+        from vitdeploy.runtime.apps.predictors import image_encoder_for, prompt_predictor_of
+        from vitdeploy.runtime.deploy.loader import OpenOptions
 
         o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
-        check_prompt_pair_files(encoder, decoder)
         if (text_encoder is None) != (detector is None):
             raise InputError("concept prompts need SAM 3's text encoder and detector together: give both, or neither")
-        if text_encoder is not None:
-            check_concept_files(encoder, text_encoder, detector)
-        enc = as_runner(encoder, o)
-        dec = as_runner(decoder, o.for_part())
+        files = service_files(encoder, concepts=text_encoder is not None)
+        if plan is not None:
+            model = files.open(plan=plan)
+        else:
+            given = dict(zip(files.roles[:2], (encoder, decoder)))
+            model = files.open({**given, "text": text_encoder, "detector": detector} if text_encoder is not None
+                               else given, o)
+        enc, dec = (model[role] for role in files.roles[:2])
+        #: How each file runs (every file decided: the decoder, text encoder and detector too).
+        self.plan = model.plan
         self.metrics = Metrics()
         self.admission = Admission(max_pending, self.metrics)
-        self.encoder = EncoderSide(enc, keep_bytes=text_encoder is not None)
-        self.decoder = DecoderSide(dec, enc.metadata)
-        self.runners = (enc, dec)
+        self.encoder = EncoderSide(enc, image_encoder_for(enc), keep_bytes=text_encoder is not None)
+        self.decoder = DecoderSide(prompt_predictor_of(model))
+        self.runners = tuple(model.runners.values())
         self.cache = EmbeddingCache(cache_size)
         #: SAM 3's text encoder and detector, for concept prompts (None: clicks and boxes only).
-        self.concept = None if text_encoder is None else ConceptSide(
-            self.encoder, as_runner(text_encoder, o.for_part()), as_runner(detector, o.for_part()), concept_cache_size)
+        self.concept = None if text_encoder is None else ConceptSide(self.encoder, model, concept_cache_size)
         self.started = time.time()
 
     def encode(self, data: bytes) -> dict[str, Any]:
@@ -435,7 +436,7 @@ class SamService:
         return item
 
     def health(self) -> dict[str, Any]:
-        enc, dec = self.runners
+        enc, dec = self.runners[:2]
         chosen = getattr(enc, "deployment", None)
         return {"status": "ok", "encoder": self.encoder.name, "decoder": self.decoder.name,
                 "variant": self.decoder.predictor.variant, "encoder_runtime": enc.name, "decoder_runtime": dec.name,
@@ -449,6 +450,19 @@ class SamService:
     def metrics_text(self) -> str:
         return self.metrics.render({"cache_embeddings": len(self.cache), "cache_capacity": self.cache.capacity,
                                     "encodes_in_flight": self.admission.pending})
+
+
+def service_files(encoder: Any, concepts: bool = False) -> Any:
+    """The files a service takes beside ``encoder`` (a path, a Runner or its metadata): the pair its prompts run on
+    (:func:`~vitdeploy.runtime.apps.predictors.prompt_files`), and with ``concepts`` SAM 3's four files (vision
+    encoder, interactive decoder, text encoder, detector; its check refuses another model's)."""
+    from vitdeploy.runtime.apps.predictors import prompt_files
+
+    if concepts:
+        from vitdeploy.runtime.apps.sam3.files import CONCEPT_AND_CLICKS
+
+        return CONCEPT_AND_CLICKS
+    return prompt_files(encoder)
 
 
 def unknown_id(key: str, capacity: int) -> ApiError:

@@ -194,7 +194,7 @@ def check_jobs(jobs: Sequence[ImageJob], notes: list[str] | None = None) -> None
 
     ``notes`` gets the conversions a user should know of, each with its image's name (bit depth).
     """
-    from vitdeploy.runtime.apps.sam.predictor import check_prompts_inside
+    from vitdeploy.runtime.apps.common.prompts import check_prompts_inside
 
     for job in jobs:
         if job.mask is not None and not job.prompt:

@@ -28,7 +28,7 @@ import numpy as np
 
 from vitdeploy.errors import InputError, MissingDependencyError
 from vitdeploy.fileio import remove_stale_folders
-from vitdeploy.runtime.apps.sam.amg import coco_encode_rle, mask_to_box, mask_to_rle
+from vitdeploy.runtime.apps.common.rle import coco_encode_rle, mask_to_box, mask_to_rle
 
 DIRECTIONS = ("both", "forward", "reverse")
 #: The overlay animation's longest side (pixels); frames are scaled down to it, never up.
@@ -98,7 +98,7 @@ def read_mask_file(path: str | os.PathLike, size: tuple[int, int]) -> np.ndarray
 def check_prompts(prompts: Sequence[FramePrompt], num_frames: int, size: tuple[int, int]) -> list[np.ndarray | None]:
     """Refuse a prompt on a frame the video lacks or outside the frame, and read the mask files, before any tracking;
     returns each prompt's mask (None for clicks/box)."""
-    from vitdeploy.runtime.apps.sam.predictor import check_prompts_inside
+    from vitdeploy.runtime.apps.common.prompts import check_prompts_inside
 
     if not prompts:
         raise InputError("no prompt: give at least one --point FRAME:OBJ:X,Y, --box FRAME:OBJ:X0,Y0,X1,Y1 or "
