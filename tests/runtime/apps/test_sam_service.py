@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 
 from tests.sam_tiny import SEED, TinySamArtifacts, sample_image, tiny_official_sam
-from vitdeploy.runtime.apps.serving import api, server as one_process
+from vitdeploy.runtime.apps.serving import api, front_door, server as one_process
 from vitdeploy.runtime.apps.serving.server import Server
 from vitdeploy.runtime.apps.serving.service import MAX_PROMPTS, SamService
 from vitdeploy.validation.masks import compare_masks
@@ -148,7 +148,7 @@ def test_bad_requests_get_4xx_and_no_traceback(served, monkeypatch: pytest.Monke
         got, _, answer = client(method, path, body)
         assert (got, needle in answer.get("error", "")) == (status, True), (path, body if not isinstance(body, bytes) else body[:20], answer)
         assert "Traceback" not in json.dumps(answer)
-    monkeypatch.setattr(api, "MAX_BODY_BYTES", 1000)
+    monkeypatch.setattr(front_door, "MAX_BODY_BYTES", 1000)
     got, _, answer = client("POST", "/v1/embeddings", b"x" * 2000)
     assert got == 413 and "at most 1000" in answer["error"]
 
@@ -282,7 +282,7 @@ def test_back_pressure_is_503_with_retry_after_before_the_body_is_read(served, m
     import time
 
     service, client = served
-    monkeypatch.setattr(api, "MAX_IN_FLIGHT", 2)
+    monkeypatch.setattr(front_door, "MAX_IN_FLIGHT", 2)
     real = service.encoder.encode
     monkeypatch.setattr(service.encoder, "encode", lambda data: (time.sleep(0.8), real(data))[1])
     monkeypatch.setattr(service.admission, "limit", 8)
@@ -320,7 +320,7 @@ def test_http_framing_is_parsed_not_guessed_and_every_method_answered(served, mo
         head = b"".join(b"Content-Length: " + n + b"\r\n" for n in lengths)
         answer = _raw(port, b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\n" + head + b"\r\nhello" + smuggled)
         assert answer.startswith(b"HTTP/1.1 400") and answer.count(b"HTTP/1.1 ") == 1, (lengths, answer)
-    monkeypatch.setattr(api, "MAX_BODY_BYTES", 1000)
+    monkeypatch.setattr(front_door, "MAX_BODY_BYTES", 1000)
     endless = b"".join(b"100\r\n" + b"x" * 256 + b"\r\n" for _ in range(8)) + b"0\r\n\r\n"
     answer = _raw(port, b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + endless)
     assert answer.startswith(b"HTTP/1.1 413") and b"at most 1000" in answer, answer[:300]
@@ -333,7 +333,7 @@ def test_http_framing_is_parsed_not_guessed_and_every_method_answered(served, mo
         statuses = list(pool.map(lambda _: client("GET", "/healthz")[0], range(50)))
     assert statuses == [200] * 50
     monkeypatch.setattr(one_process, "HEAD_TIMEOUT_S", 1.0)
-    monkeypatch.setattr(api, "BODY_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(front_door, "BODY_TIMEOUT_S", 1.0)
     with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
         conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # half a request head, then nothing
         start = time.monotonic()

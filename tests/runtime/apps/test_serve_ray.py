@@ -11,7 +11,8 @@ import pytest
 from tests.runtime.apps.test_sam_service import PROMPTS, Client, png_bytes
 from tests.sam_tiny import TinySamArtifacts, sample_image
 from vitdeploy.runtime.apps.serving.server import Server
-from vitdeploy.runtime.apps.serving.service import SamService, parse_prompts
+from vitdeploy.runtime.apps.serving.schemas import parse_prompts
+from vitdeploy.runtime.apps.serving.service import SamService
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'vitdeploy[ray]'; the dev extra has it)")
 
@@ -136,12 +137,13 @@ class _Failing:
 
 
 def test_ray_failures_become_clear_answers() -> None:
-    """A replica lost in the middle of a request and Ray Serve's back-pressure are 503 with Retry-After; an ApiError
-    raised in a replica keeps its status."""
+    """A replica lost in the middle of a request and Ray Serve's back-pressure are 503 with Retry-After; a domain error
+    raised in a replica keeps its status (the API's one mapping of the service's errors)."""
     from ray.exceptions import RayActorError
     from ray.serve.exceptions import BackPressureError
 
-    from vitdeploy.runtime.apps.serving.service import ApiError
+    from vitdeploy.runtime.apps.serving.api import STATUSES
+    from vitdeploy.runtime.apps.serving.service import Busy, NotFound
     from vitdeploy.runtime.apps.serving.ray_serve import RayFront, RayServeOptions
     from vitdeploy.runtime.deploy.deployment import Deployment
     from vitdeploy.runtime.deploy.plan import ModelPlan, PlannedFile
@@ -149,14 +151,18 @@ def test_ray_failures_become_clear_answers() -> None:
     plan = ModelPlan("SAM's pair", tuple(PlannedFile(role, f"{role[0]}.onnx", Deployment("onnxruntime"))
                                          for role in ("encoder", "decoder")))
     front = RayFront(RayServeOptions(plan, max_pending=2), None, None, None, "x")
+
+    def status(exc: Exception) -> int:
+        return next(code for kind, code in STATUSES if isinstance(exc, kind))
+
     for error, needle in ((RayActorError(error_msg="the actor died"), "replica stopped"),
                           (BackPressureError(num_queued_requests=2, max_queued_requests=2), "busy")):
-        with pytest.raises(ApiError) as caught:
+        with pytest.raises(Busy) as caught:
             front._call(_Failing(error))
-        assert caught.value.status == 503 and needle in caught.value.message and caught.value.headers == {"Retry-After": "1"}
-    with pytest.raises(ApiError) as caught:
-        front._call(_Failing(ApiError(404, "no embedding")))
-    assert caught.value.status == 404
+        assert status(caught.value) == 503 and needle in str(caught.value) and caught.value.retry_after == 1
+    with pytest.raises(NotFound) as caught:
+        front._call(_Failing(NotFound("no embedding")))
+    assert status(caught.value) == 404
 
 
 def _descendants(pid: int) -> set[int]:

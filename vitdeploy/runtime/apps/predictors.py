@@ -63,13 +63,6 @@ def open_sam_predictor(encoder: str | os.PathLike, decoder: str | os.PathLike, *
     return Sam2ImagePredictor(encoder, decoder, **kept)
 
 
-def check_prompt_pair_files(encoder: Any, decoder: Any) -> None:
-    """Raise InputError unless the files are an image encoder that prompts run on and its prompt decoder, as the pair's
-    predictor checks them (one model, one checkpoint), from their metadata before either is opened: for a route that
-    opens them elsewhere (Ray Serve's replicas)."""
-    prompt_files(encoder).check_files(dict(zip(prompt_files(encoder).roles, (encoder, decoder))))
-
-
 def image_encoder_for(encoder: Any) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
     """The encoder half of the pair's predictor, for an open encoder Runner of checked files: an HxWx3 uint8 RGB
     picture -> its features by name, as the predictor's ``set_image`` computes them and its ``set_image_features``
@@ -117,5 +110,5 @@ def prompt_predictor_for(decoder: Any, encoder_metadata: dict[str, Any], plan: M
     return SamPredictor.decoder_only(decoder, encoder_metadata, plan=plan)
 
 
-__all__ = ["check_prompt_pair_files", "image_encoder_for", "open_sam_predictor", "prompt_files", "prompt_predictor_of",
+__all__ = ["image_encoder_for", "open_sam_predictor", "prompt_files", "prompt_predictor_of",
            "prompt_predictor_for"]

@@ -27,7 +27,7 @@ from typing import Any
 
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.serving.metrics import Metrics
-from vitdeploy.runtime.apps.serving.service import (ApiError, Cached, DecoderSide, EmbeddingCache, EncoderSide,
+from vitdeploy.runtime.apps.serving.service import (Busy, Cached, DecoderSide, EmbeddingCache, EncoderSide, NotFound,
                                                     PromptRequest, unknown_id)
 from vitdeploy.runtime.deploy.loader import OpenOptions
 from vitdeploy.runtime.deploy.plan import ModelPlan
@@ -187,14 +187,14 @@ class RayFront:
     def concepts(self, key: str, prompt: Any, threshold: float) -> dict[str, Any]:
         """Concept prompts run in the one-process server (``serve`` without ``--ray``), which holds SAM 3's text
         encoder and detector beside the vision encoder."""
-        raise ApiError(404, "concept prompts are served in one process: 'vitdeploy serve' without --ray, with "
+        raise NotFound("concept prompts are served in one process: 'vitdeploy serve' without --ray, with "
                             "--text-encoder and --detector (on Ray Serve: clicks and boxes, POST /v1/embeddings/ID/masks)")
 
-    def _unknown(self, key: str) -> ApiError:
+    def _unknown(self, key: str) -> NotFound:
         """404 for an id the cache does not hold, saying when a replaced cache replica lost it."""
         restarted = self._call(self.cache.started_at)
         if self.cache_epoch is not None and restarted != self.cache_epoch:
-            return ApiError(404, f"no embedding with id '{key[:40]}': the cache replica was replaced "
+            return NotFound(f"no embedding with id '{key[:40]}': the cache replica was replaced "
                                  f"{time.time() - restarted:.0f} s ago (it had stopped) and the embeddings sent before "
                                  "were lost with it: POST the image to /v1/embeddings again")
         return unknown_id(key, self.options.cache_size)
@@ -210,30 +210,27 @@ class RayFront:
                                     "cache_capacity": self.options.cache_size})
 
     def _call(self, method: Any, *args: Any) -> Any:
-        """``method.remote(*args).result()``, with Ray's failures as the API's: back-pressure and a lost replica are
-        503 (retry), an ApiError raised in a replica keeps its status."""
+        """``method.remote(*args).result()``, with Ray's failures as the service's errors: back-pressure and a lost
+        replica are :class:`Busy` (retry), a domain error raised in a replica is raised here as it was raised there
+        (its own message, not Ray's wrapping of it with the replica's traceback)."""
         from ray import exceptions as ray_errors
         from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
         try:
             return method.remote(*args).result()
-        except ApiError:
+        except ray_errors.RayTaskError as exc:  # an error raised in a replica (Ray's class is also the cause's): the
+            cause = getattr(exc, "cause", None)  # original, its own message without Ray's wrapping and traceback
+            if isinstance(cause, (InputError, Busy)):
+                raise cause from None
+            raise
+        except (InputError, Busy):
             raise
         except BackPressureError:
             self.metrics.count("rejected_total", reason="busy")
-            raise ApiError(503, f"busy: {self.options.max_pending} request(s) already wait for a replica; retry in 1 s",
-                           {"Retry-After": "1"}) from None
+            raise Busy(f"busy: {self.options.max_pending} request(s) already wait for a replica; retry in 1 s") from None
         except (ray_errors.RayActorError, ray_errors.ActorUnavailableError, DeploymentUnavailableError) as exc:
             self.metrics.count("rejected_total", reason="replica_lost")
-            raise ApiError(503, f"a replica stopped while answering ({type(exc).__name__}); it is being replaced: retry",
-                           {"Retry-After": "1"}) from None
-        except ray_errors.RayTaskError as exc:  # an error raised in a replica: its own type where Ray keeps it
-            cause = exc.as_instanceof_cause() if hasattr(exc, "as_instanceof_cause") else exc
-            if isinstance(cause, ApiError):
-                raise ApiError(cause.status, cause.message, cause.headers) from None
-            if isinstance(cause, InputError):
-                raise ApiError(400, str(cause)) from None
-            raise
+            raise Busy(f"a replica stopped while answering ({type(exc).__name__}); it is being replaced: retry") from None
 
 
 class FrontReplica:

@@ -1,17 +1,21 @@
-"""The service's requests and answers as Pydantic models: what FastAPI validates and what /openapi.json publishes.
+"""The service's requests and answers as Pydantic models: what FastAPI validates (the routes' typed bodies, parsed
+once) and what /openapi.json publishes.
 
-The models check form (types, fields, counts); the service checks meaning against the model files and the image
-(labels 0 or 1, one label per point, a box's corners in order, points inside the image, no more points than the
-decoder's shape profile takes: :func:`~vitdeploy.runtime.apps.serving.service.parse_prompts`).
+The models check form (types, fields, counts); their conversion to the service's requests (:meth:`MasksRequest.
+prompt_requests`, :meth:`ConceptRequest.concept`) checks what the values mean (labels 0 or 1, one label per point, a
+box's corners in order, finite numbers), raising InputError; the service checks the rest against the model files
+and the image (points inside the image, no more points than the decoder's shape profile takes).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from vitdeploy.runtime.apps.serving.service import MAX_CONCEPT_BOXES, MAX_PROMPTS
+from vitdeploy.errors import InputError
+from vitdeploy.runtime.apps.serving.service import MAX_CONCEPT_BOXES, MAX_PROMPTS, PromptRequest
 
 
 class Prompt(BaseModel):
@@ -26,6 +30,30 @@ class Prompt(BaseModel):
     box: tuple[float, float, float, float] | None = Field(None, description="[x0, y0, x1, y1]")
     multimask_output: bool | None = Field(None, description="three candidate masks (default: true for one click "
                                                             "without a box)")
+
+    def prompt_request(self, where: str = "") -> PromptRequest:
+        """The prompt as the service takes it; InputError (``where`` first: ``prompt 1: ``) naming what is wrong."""
+        points = labels = box = None
+        if self.points is not None:
+            points = _finite(self.points, f"{where}'points'", (-1, 2))
+            given = self.labels if self.labels is not None else [1] * len(points)
+            if len(given) != len(points):
+                raise InputError(f"{where}'labels' must be a {len(points)} list, got shape [{len(given)}]")
+            labels = np.asarray(given, np.int64)
+            if not np.isin(labels, (0, 1)).all():
+                raise InputError(f"{where}'labels' must be 1 (foreground) or 0 (background), one per point")
+        elif self.labels is not None:
+            raise InputError(f"{where}'labels' without 'points': give the points they label")
+        if self.box is not None:
+            box = _finite([self.box], f"{where}'box'", (-1, 4))[0]
+            if not (box[0] < box[2] and box[1] < box[3]):
+                raise InputError(f"{where}'box' must be [x0, y0, x1, y1] with x0 < x1 and y0 < y1, got {box.tolist()}")
+        if points is None and box is None:
+            raise InputError(f"{where}give 'points' (with 'labels') and/or a 'box'")
+        multimask = self.multimask_output
+        if multimask is None:  # the official predictor's default: three masks for one click without a box
+            multimask = points is not None and len(points) == 1 and box is None
+        return PromptRequest(points, labels, box, multimask)
 
 
 class MasksRequest(Prompt):
@@ -46,9 +74,11 @@ class MasksRequest(Prompt):
             raise ValueError("give one prompt or 'prompts', not both")
         return self
 
-    def as_dicts(self) -> dict:
-        """The request as plain JSON values (what the service parses), fields not sent left out."""
-        return self.model_dump(exclude_unset=True)
+    def prompt_requests(self) -> list[PromptRequest]:
+        """The prompts as the service takes them (one, or the batch's), each checked for what it means."""
+        if self.prompts is None:
+            return [self.prompt_request()]
+        return [prompt.prompt_request(f"prompt {k}: ") for k, prompt in enumerate(self.prompts)]
 
 
 class ConceptRequest(BaseModel):
@@ -67,9 +97,38 @@ class ConceptRequest(BaseModel):
     confidence_threshold: float = Field(0.5, ge=0, le=1, description="keep instances above this score "
                                                                      "(Sam3Processor's default)")
 
-    def as_dicts(self) -> dict:
-        """The request as plain JSON values (what the service parses), fields not sent left out but the threshold."""
-        return {**self.model_dump(exclude_unset=True), "confidence_threshold": self.confidence_threshold}
+    def concept(self) -> tuple[Any, float]:
+        """(the :class:`~vitdeploy.runtime.apps.sam3.concept.ConceptPrompt`, the confidence threshold); InputError for
+        a box that is not four finite numbers, or neither a text nor a box. The text and the boxes are checked against
+        the model and the image by the service (:meth:`~vitdeploy.runtime.apps.serving.service.ConceptSide.check`)."""
+        from vitdeploy.runtime.apps.sam3.concept import ConceptPrompt
+
+        boxes: list[tuple[float, ...]] = []
+        labels: list[bool] = []
+        for key, given, label in (("boxes", self.boxes, True), ("negative_boxes", self.negative_boxes, False)):
+            if given is not None:
+                array = _finite(given, f"'{key}'", (-1, 4))
+                boxes += [tuple(float(v) for v in box) for box in array]
+                labels += [label] * len(array)
+        if self.text is None and not boxes:
+            raise InputError("give a 'text' and/or exemplar 'boxes' (or 'negative_boxes')")
+        return ConceptPrompt(self.text, tuple(boxes), tuple(labels)), float(self.confidence_threshold)
+
+
+def _finite(values: Any, name: str, shape: tuple[int, int]) -> np.ndarray:
+    """``values`` (numbers, by their type already) as an (N, k) float64 array: at least one row, every value finite."""
+    array = np.asarray(values, dtype=np.float64).reshape(-1, shape[1])
+    if array.size == 0:
+        raise InputError(f"{name} must be a Nx{shape[1]} list, got shape [0]")
+    if not np.isfinite(array).all():
+        raise InputError(f"{name} holds a value that is not a finite number")
+    return array
+
+
+def parse_prompts(body: Any) -> list[PromptRequest]:
+    """The prompts of a masks request's JSON (one prompt, or ``{"prompts": [...]}``) as the API takes them: the same
+    model, the same conversion (a library caller's way to the service's ``masks``)."""
+    return MasksRequest.model_validate(body).prompt_requests()
 
 
 class ImageUpload(BaseModel):
@@ -137,5 +196,5 @@ class ErrorBody(BaseModel):
     error: str = Field(description="one line: what is wrong and what to do")
 
 
-__all__ = ["CocoRle", "ConceptAnswer", "ConceptInstance", "ConceptRequest", "EmbeddingCreated", "EmbeddingInfo",
+__all__ = ["parse_prompts", "CocoRle", "ConceptAnswer", "ConceptInstance", "ConceptRequest", "EmbeddingCreated", "EmbeddingInfo",
            "ErrorBody", "Health", "ImageUpload", "MaskResult", "MasksAnswer", "MasksRequest", "Prompt"]

@@ -11,16 +11,15 @@ application), which :mod:`~vitdeploy.runtime.apps.serving.server` serves with Uv
 :mod:`~vitdeploy.runtime.apps.serving.ray_serve` on Ray Serve, so the routes and errors are the same in both.
 
 An embedding id is the SHA-256 of the image's bytes and of the encoder file: the same upload gets the same id
-(and a cache hit, no encoder run), and an id never names another model's embedding. A problem
-with a request is an :class:`ApiError` naming what to fix (not an image, unknown id, a prompt outside the
-image, a malformed prompt); 503 with ``Retry-After`` when ``max_pending`` images are being
-encoded already (the caller retries; nothing queues without bound).
+(and a cache hit, no encoder run), and an id never names another model's embedding. A problem with a request is a
+domain error naming what to fix, no HTTP status in sight: an InputError (not an image, a prompt outside the image),
+:class:`NotFound` (an unknown or evicted id), :class:`Busy` when ``max_pending`` images are being encoded already
+(the caller retries; nothing queues without bound). The API maps them to 400, 404 and 503 in one handler.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import threading
 import time
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from vitdeploy.errors import InputError
+from vitdeploy.errors import InputError, VitdeployError
 from vitdeploy.runtime.apps.serving.metrics import Metrics
 
 if TYPE_CHECKING:  # imported when a service opens its files
@@ -42,19 +41,27 @@ if TYPE_CHECKING:  # imported when a service opens its files
 LOG = logging.getLogger("vitdeploy.serve")
 #: The most prompts one masks request may carry (each is a decoder run).
 MAX_PROMPTS = 64
-#: Seconds a 503 asks the caller to wait before retrying.
+#: The most exemplar boxes one concept request may carry (the detector file takes its own ``max_boxes`` at most).
+MAX_CONCEPT_BOXES = 64
+#: Seconds a busy answer asks the caller to wait before retrying.
 RETRY_AFTER_S = 1
 
 
-class ApiError(Exception):
-    """An answer other than 200: its HTTP status and a one-line message for the client."""
+class NotFound(InputError):
+    """What a request names is not here: an embedding never sent or evicted, a kind of prompt this server does not
+    answer. (The API answers it 404; a bad request is any other InputError, 400.)"""
 
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+
+class Busy(VitdeployError):
+    """The service is at its bound (encodes in flight, replicas' queues): retry after ``retry_after`` seconds. (The
+    API answers it 503 with ``Retry-After``.)"""
+
+    def __init__(self, message: str, retry_after: int = RETRY_AFTER_S):
         super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers or {}
+        self.retry_after = retry_after
 
-    def __reduce__(self) -> tuple:  # pickled whole: a replica's ApiError reaches the front with its status
-        return (ApiError, (self.status, self.message, self.headers))
+    def __reduce__(self) -> tuple:  # pickled whole: a replica's Busy reaches the front with its wait
+        return (Busy, (str(self), self.retry_after))
 
 
 @dataclass
@@ -109,93 +116,17 @@ class PromptRequest:
     multimask_output: bool
 
 
-def parse_prompts(body: Any) -> list[PromptRequest]:
-    """The prompts of a masks request (one, or ``{"prompts": [...]}``); ApiError 400 naming what is wrong."""
-    if not isinstance(body, dict):
-        raise ApiError(400, "the body must be a JSON object: {\"points\": [[x, y]], \"labels\": [1]} or {\"prompts\": [...]}")
-    raw = body["prompts"] if "prompts" in body else [body]
-    if not isinstance(raw, list) or not raw:
-        raise ApiError(400, "'prompts' must be a non-empty list of prompts")
-    if len(raw) > MAX_PROMPTS:
-        raise ApiError(400, f"{len(raw)} prompts in one request; send at most {MAX_PROMPTS} (split the batch)")
-    return [_parse_prompt(p, k if "prompts" in body else None) for k, p in enumerate(raw)]
-
-
-def _parse_prompt(prompt: Any, index: int | None) -> PromptRequest:
-    where = f"prompt {index}: " if index is not None else ""
-    if not isinstance(prompt, dict):
-        raise ApiError(400, f"{where}a prompt must be a JSON object with 'points'/'labels' and/or 'box'")
-    unknown = sorted(set(prompt) - {"points", "labels", "box", "multimask_output"})
-    if unknown:
-        raise ApiError(400, f"{where}unknown field(s) {', '.join(unknown)}: a prompt has points, labels, box, multimask_output")
-    points = labels = box = None
-    if prompt.get("points") is not None:
-        points = _numbers(prompt["points"], f"{where}'points'", (-1, 2))
-        labels_raw = prompt.get("labels", [1] * len(points))
-        labels = _numbers(labels_raw, f"{where}'labels'", (len(points),)).astype(np.int64)
-        if not np.isin(labels, (0, 1)).all() or not np.array_equal(labels, np.asarray(labels_raw, dtype=float)):
-            raise ApiError(400, f"{where}'labels' must be 1 (foreground) or 0 (background), one per point")
-    elif prompt.get("labels") is not None:
-        raise ApiError(400, f"{where}'labels' without 'points': give the points they label")
-    if prompt.get("box") is not None:
-        box = _numbers(prompt["box"], f"{where}'box'", (4,))
-        if not (box[0] < box[2] and box[1] < box[3]):
-            raise ApiError(400, f"{where}'box' must be [x0, y0, x1, y1] with x0 < x1 and y0 < y1, got {box.tolist()}")
-    if points is None and box is None:
-        raise ApiError(400, f"{where}give 'points' (with 'labels') and/or a 'box'")
-    multimask = prompt.get("multimask_output", points is not None and len(points) == 1 and box is None)
-    if not isinstance(multimask, bool):
-        raise ApiError(400, f"{where}'multimask_output' must be true or false")
-    return PromptRequest(points, labels, box, multimask)
-
-
-def _numbers(value: Any, name: str, shape: tuple[int, ...]) -> np.ndarray:
-    try:
-        array = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ApiError(400, f"{name} must hold numbers, got {json.dumps(value)[:60]}") from None
-    if array.ndim != len(shape) or any(want not in (-1, got) for want, got in zip(shape, array.shape)) or array.size == 0:
-        want = "x".join("N" if d == -1 else str(d) for d in shape)
-        raise ApiError(400, f"{name} must be a {want} list, got shape {list(array.shape)}")
-    if not np.isfinite(array).all():
-        raise ApiError(400, f"{name} holds a value that is not a finite number")
-    return array
-
-
 def _check_inside(prompt: PromptRequest, size: tuple[int, int], index: int, batch: bool) -> None:
-    """Every model's rule (:func:`~vitdeploy.runtime.apps.common.prompts.check_inside`), as a 400."""
+    """Every model's rule (:func:`~vitdeploy.runtime.apps.common.prompts.check_inside`)."""
     from vitdeploy.runtime.apps.common.prompts import check_inside
 
     height, width = size
     for name, xy in (("point", prompt.points), ("box corner", None if prompt.box is None else prompt.box.reshape(2, 2))):
         if xy is not None:
-            _as_bad_request(check_inside, xy, width, height, name, f"prompt {index}: " if batch else "")
+            check_inside(xy, width, height, name, f"prompt {index}: " if batch else "")
 
 
 # --- concept prompts (SAM 3: every instance of a text and/or exemplar boxes) --------------------------
-
-#: The most exemplar boxes one concept request may carry (the detector file takes its own ``max_boxes`` at most).
-MAX_CONCEPT_BOXES = 64
-
-
-def parse_concept(body: dict[str, Any]):
-    """A concept request as :class:`~vitdeploy.runtime.apps.serving.schemas.ConceptRequest` took it (its form checked
-    there: fields, types, box counts, the threshold's range) -> (:class:`~vitdeploy.runtime.apps.sam3.concept.
-    ConceptPrompt`, confidence threshold); ApiError 400 for a box that is not four finite numbers, or neither a text
-    nor a box. The text and the boxes are checked against the model and the image by :meth:`ConceptSide.check`."""
-    from vitdeploy.runtime.apps.sam3.concept import ConceptPrompt
-
-    boxes: list[tuple[float, ...]] = []
-    labels: list[bool] = []
-    for key, label in (("boxes", True), ("negative_boxes", False)):
-        if body.get(key) is not None:
-            array = _numbers(body[key], f"'{key}'", (-1, 4))
-            boxes += [tuple(float(v) for v in box) for box in array]
-            labels += [label] * len(array)
-    if body.get("text") is None and not boxes:
-        raise ApiError(400, "give a 'text' and/or exemplar 'boxes' (or 'negative_boxes')")
-    return _as_bad_request(ConceptPrompt, body.get("text"), tuple(boxes), tuple(labels)), float(body["confidence_threshold"])
-
 
 class ConceptSide:
     """SAM 3's text encoder and detector beside the service's vision encoder: every instance of a concept in a cached
@@ -214,9 +145,9 @@ class ConceptSide:
 
     def check(self, prompt: Any, size: tuple[int, int]) -> list[list[float]]:
         """Before any model runs: the text tokenizes within the context, the boxes fit the detector's slots and lie
-        inside the image; the boxes normalized as the detector takes them. ApiError 400 naming what is wrong."""
-        _as_bad_request(self.model.check_prompt, prompt.text, len(prompt.boxes), "send fewer boxes")
-        return _as_bad_request(prompt.normalized_boxes, size[0], size[1])
+        inside the image; the boxes normalized as the detector takes them. InputError naming what is wrong."""
+        self.model.check_prompt(prompt.text, len(prompt.boxes), "send fewer boxes")
+        return prompt.normalized_boxes(size[0], size[1])
 
     def features(self, key: str) -> dict[str, np.ndarray] | None:
         """The detector's features of a cached image, if they are kept."""
@@ -228,7 +159,7 @@ class ConceptSide:
         from vitdeploy.runtime.processing.images import decode_image_bytes
 
         with self.encoder.lock:
-            picture = _as_bad_request(decode_image_bytes, item.data)
+            picture = decode_image_bytes(item.data)
             features = self.model.encode_image(picture)
         self.cache.put(key, Cached(features, item.size))
         return features
@@ -243,7 +174,7 @@ class ConceptSide:
         state = {"original_height": size[0], "original_width": size[1], "backbone_out": features}
         with self._lock:
             processor = Sam3Processor(self.model, confidence_threshold=threshold)
-            state = _as_bad_request(prompt_instances, processor, state, prompt, boxes)
+            state = prompt_instances(processor, state, prompt, boxes)
         return {"prompt": prompt.to_dict(), "confidence_threshold": threshold, "instances": concept_records(state)}
 
 
@@ -276,7 +207,7 @@ class EncoderSide:
         from vitdeploy.runtime.processing.images import decode_image_bytes
 
         with self.lock:
-            picture = _as_bad_request(decode_image_bytes, data)
+            picture = decode_image_bytes(data)
             features = self.features_of(picture)
         return Cached(features, (int(picture.shape[0]), int(picture.shape[1])), data if self.keep_bytes else None)
 
@@ -336,8 +267,7 @@ class Admission:
         with self._lock:
             if self.pending >= self.limit:
                 self.metrics.count("rejected_total", reason="busy")
-                raise ApiError(503, f"busy: {self.pending} image(s) are being encoded; retry in {RETRY_AFTER_S} s",
-                               {"Retry-After": str(RETRY_AFTER_S)})
+                raise Busy(f"busy: {self.pending} image(s) are being encoded; retry in {RETRY_AFTER_S} s")
             self.pending += 1
         return self
 
@@ -416,7 +346,7 @@ class SamService:
     def concepts(self, key: str, prompt: Any, threshold: float) -> dict[str, Any]:
         """Every instance of a concept prompt in a cached image (404 where this service has no detector)."""
         if self.concept is None:
-            raise ApiError(404, "this server has no SAM 3 text encoder and detector: start it with --text-encoder and "
+            raise NotFound("this server has no SAM 3 text encoder and detector: start it with --text-encoder and "
                                 "--detector for concept prompts (clicks and boxes: POST /v1/embeddings/ID/masks)")
         item = self._cached(key)
         boxes = self.concept.check(prompt, item.size)
@@ -465,20 +395,13 @@ def service_files(encoder: Any, concepts: bool = False) -> Any:
     return prompt_files(encoder)
 
 
-def unknown_id(key: str, capacity: int) -> ApiError:
-    return ApiError(404, f"no embedding with id '{key[:40]}' (never sent, or evicted from the cache of {capacity}): "
+def unknown_id(key: str, capacity: int) -> NotFound:
+    return NotFound(f"no embedding with id '{key[:40]}' (never sent, or evicted from the cache of {capacity}): "
                          "POST the image to /v1/embeddings again")
 
 
 def _file_name(runner: Any) -> str:
     return Path(runner.path).name if getattr(runner, "path", None) else runner.name
-
-
-def _as_bad_request(fn: Callable, *args: Any) -> Any:
-    try:
-        return fn(*args)
-    except InputError as exc:
-        raise ApiError(400, str(exc)) from exc
 
 
 class Service(Protocol):
@@ -497,5 +420,5 @@ class Service(Protocol):
     def metrics_text(self) -> str: ...
 
 
-__all__ = ["Admission", "ApiError", "Cached", "ConceptSide", "DecoderSide", "EncoderSide", "EmbeddingCache",
-           "MAX_CONCEPT_BOXES", "MAX_PROMPTS", "PromptRequest", "SamService", "Service", "parse_concept", "parse_prompts", "unknown_id"]
+__all__ = ["Admission", "Busy", "Cached", "ConceptSide", "DecoderSide", "EncoderSide", "EmbeddingCache", "MAX_CONCEPT_BOXES",
+           "MAX_PROMPTS", "NotFound", "PromptRequest", "SamService", "Service", "service_files", "unknown_id"]
