@@ -43,7 +43,7 @@ def main() -> None:
     from tests.runtime.apps.test_sam3_interactive import cosine, iou, prompts, scipy_connected_components
     from vitdeploy.cpu_features import cpu_features
     from vitdeploy.models.recipes import load_recipe
-    from vitdeploy.models.sam3 import Sam3VisionArch, load_sam3_vision_parts
+    from vitdeploy.models.sam3_vision_encoder import Sam3VisionArch, load_sam3_vision_parts
     from vitdeploy.models.sam3_detector import Sam3DetectorArch, load_sam3_detector
     from vitdeploy.pipeline import export_from_recipe
     from vitdeploy.precision.calibration_data import bundled_calibration_dir

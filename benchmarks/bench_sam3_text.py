@@ -32,7 +32,7 @@ def main() -> None:
 
     from vitdeploy.cpu_features import cpu_features
     from vitdeploy.models.recipes import load_recipe
-    from vitdeploy.models.sam3 import Sam3TextArch, load_sam3_text
+    from vitdeploy.models.sam3_text_encoder import Sam3TextArch, load_sam3_text
     from vitdeploy.parity import compare
     from vitdeploy.pipeline import export_from_recipe
     from vitdeploy.runtime.deploy.loader import open_runner

@@ -37,8 +37,8 @@ def images() -> list[np.ndarray]:
 
 def official_module():
     from vitdeploy.models.recipes import load_recipe
-    from vitdeploy.models.sam3 import Sam3VisionArch, load_sam3_vision_parts
-    from vitdeploy.rewrites.sam3_vision import Sam3VisionEncoder
+    from vitdeploy.models.sam3_vision_encoder import Sam3VisionArch, load_sam3_vision_parts
+    from vitdeploy.rewrites.sam3_vision_encoder import Sam3VisionEncoder
 
     parts = load_sam3_vision_parts(Sam3VisionArch.from_dict(load_recipe(RECIPE).architecture), random_seed=0)
     return Sam3VisionEncoder(parts.backbone, parts.heads)

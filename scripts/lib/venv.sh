@@ -48,7 +48,7 @@ vitdeploy_venv() {
         # build needs torch, so it is built here, after torch, without build isolation and without its optional
         # CUDA extension. Not in pyproject's extras for that reason (pip would fetch torch into an isolated build).
         SAM2_BUILD_CUDA=0 "${install[@]}" --no-build-isolation "${lock[@]}" "sam2>=1.1" "antlr4-python3-runtime==4.9.3" >&2
-        # SAM 3's official package, the reference of the sam3_* families (vitdeploy/models/sam3.py): a wheel that pins
+        # SAM 3's official package, the reference of the sam3_* families (vitdeploy/models/sam3_*.py): a wheel that pins
         # numpy<2.4, tqdm<4.68 and huggingface-hub<2 (older than the lock's, which it runs with), so it is installed
         # without its dependencies, and the ones it imports are named here.
         "${install[@]}" --no-deps "${lock[@]}" "sam3>=0.1.4" ftfy regex einops psutil wcwidth >&2

@@ -36,7 +36,7 @@ def official(seed: int = SEED, tokenizer=None):
     import tomllib
 
     from vitdeploy.models.recipes import RECIPE_DIR
-    from vitdeploy.models.sam3 import Sam3TextArch, load_sam3_text
+    from vitdeploy.models.sam3_text_encoder import Sam3TextArch, load_sam3_text
 
     arch = Sam3TextArch.from_dict(tomllib.loads((RECIPE_DIR / f"{RECIPE}.toml").read_text())["architecture"])
     model = load_sam3_text(arch, random_seed=seed)

@@ -23,7 +23,7 @@ RECIPE = "sam3_tiny"
 
 
 def tiny_arch(**changes):
-    from vitdeploy.models.sam3 import Sam3VisionArch
+    from vitdeploy.models.sam3_vision_encoder import Sam3VisionArch
 
     return Sam3VisionArch.from_dict({**tomllib.loads((RECIPE_DIR / f"{RECIPE}.toml").read_text())["architecture"],
                                      **changes})
@@ -32,8 +32,8 @@ def tiny_arch(**changes):
 def official(arch, seed: int = SEED):
     """The official backbone and interactive heads, wrapped to return ``forward_image``'s feature levels and the click
     predictor's features as a tuple."""
-    from vitdeploy.models.sam3 import load_sam3_vision_parts
-    from vitdeploy.rewrites.sam3_vision import Sam3VisionEncoder
+    from vitdeploy.models.sam3_vision_encoder import load_sam3_vision_parts
+    from vitdeploy.rewrites.sam3_vision_encoder import Sam3VisionEncoder
 
     parts = load_sam3_vision_parts(arch, random_seed=seed)
     return Sam3VisionEncoder(parts.backbone, parts.heads)
@@ -57,7 +57,7 @@ def test_the_rewrite_computes_the_official_forward_image(changes: dict, batch: i
     """Rope in real arithmetic on reordered q/k halves, static windows (112 px: an 8x8 grid padded to 9x9 windows of 3;
     84 px: 6x6, no padding), the tiled position table, the interactive heads' conv_s0/conv_s1 and no_mem_embed: the
     official numbers within the fp32 budget, every output."""
-    from vitdeploy.rewrites.sam3_vision import rewrite_sam3_vision_encoder
+    from vitdeploy.rewrites.sam3_vision_encoder import rewrite_sam3_vision_encoder
 
     arch = tiny_arch(**changes)
     reference = official(arch)
@@ -77,7 +77,7 @@ def test_the_rewrite_computes_the_official_forward_image(changes: dict, batch: i
 def test_the_rotary_tables_are_the_official_complex_rotation() -> None:
     """One attention block alone: ``view_as_complex(q) * freqs_cis`` (official) against ``[q1 c - q2 s, q1 s + q2 c]``
     on the reordered halves (ours), global and windowed."""
-    from vitdeploy.rewrites.sam3_vision import RotaryAttention
+    from vitdeploy.rewrites.sam3_vision_encoder import RotaryAttention
 
     trunk = official(tiny_arch()).backbone.vision_backbone.trunk
     for block in (trunk.blocks[0], trunk.blocks[1]):  # windowed (3x3 tokens), global (8x8)

@@ -3,10 +3,50 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import click
 
-from vitdeploy.cli.options import force_option, handle_errors, report_option, threads_option, verbose_option
+from vitdeploy.cli.groups import Outputs, option_group, outputs_group
+from vitdeploy.cli.options import handle_errors, threads_option, verbose_option
+
+
+@dataclass(frozen=True)
+class Data:
+    """What the ranges are calibrated on: images or recorded feeds, how many, and how many are held out."""
+
+    images: tuple[str, ...]
+    feeds: str | None
+    holdout: int
+    min_images: int
+    max_images: int | None
+
+
+@dataclass(frozen=True)
+class Method:
+    """How ranges become scales, the accuracy target, the nodes kept in FP32, and per-layer sensitivity."""
+
+    method: str
+    percentile: float
+    target_cosine: float | None
+    keep_fp32: tuple[str, ...]
+    sensitivity: bool
+
+
+@dataclass(frozen=True)
+class Cache:
+    """Where the decoded calibration images are kept, or not."""
+
+    cache_dir: str | None
+    no_cache: bool
+
+
+@dataclass(frozen=True)
+class Eager:
+    """The eager official model the result is held to: its checkpoint, or none."""
+
+    checkpoint: str | None
+    no_eager: bool
 
 
 @click.command("calibrate")
@@ -14,42 +54,41 @@ from vitdeploy.cli.options import force_option, handle_errors, report_option, th
 @click.option("--precision", "-p", required=True, type=click.Choice(["fp16", "bf16", "int8"]),
               help="Target precision (bf16: for TensorRT on compute capability 8.0+, ONNX Runtime CUDA and OpenVINO).")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=str), help="ONNX file to write.")
-@click.option("--images", "-i", multiple=True, type=click.Path(path_type=str),
-              help="Calibration image files or folders (repeatable); default: the bundled procedural set, with a warning.")
-@click.option("--feeds", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="Calibrate on input sets recorded in a real run instead of images (.npz, e.g. from 'vitdeploy track "
-                   "--record-inputs memory_attention:FILE'): for graphs that take other graphs' outputs.")
-@click.option("--method", type=click.Choice(["minmax", "percentile", "entropy"]), default="minmax", show_default=True,
-              help="INT8 activation range calibration.")
-@click.option("--percentile", type=click.FloatRange(50, 100), default=99.999, show_default=True,
-              help="Percentile for --method percentile.")
-@click.option("--target-cosine", type=click.FloatRange(0, 1), default=None,
-              help="Accuracy budget: worst cosine vs FP32 on held-out images. INT8: keep the most sensitive layers in "
-                   "FP32 until it holds. FP16/BF16: default the 'fp16'/'bf16' tolerance (0.9999).")
-@click.option("--holdout", type=click.IntRange(min=0), default=4, show_default=True,
-              help="Images held out of calibration to measure parity on.")
-@click.option("--min-images", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Refuse to calibrate on fewer usable images.")
-@click.option("--max-images", type=click.IntRange(min=1), default=None, help="Use at most this many images.")
-@click.option("--keep-fp32", multiple=True, help="Node name to keep in FP32 (repeatable).")
-@click.option("--sensitivity", is_flag=True, help="INT8: measure per-layer sensitivity even when no target is missed.")
-@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
-              help="Cache of decoded images (default ~/.cache/vitdeploy or $VITDEPLOY_CACHE_DIR).")
-@click.option("--no-cache", is_flag=True, help="Decode the images again and do not write the cache.")
-@click.option("--checkpoint", "-c", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="The checkpoint the model was exported from, for parity against the eager model.")
-@click.option("--no-eager", is_flag=True, help="Skip parity against the eager official model.")
+@option_group("data", Data,
+    click.option("--images", "-i", multiple=True, type=click.Path(path_type=str),
+                 help="Calibration image files or folders (repeatable); default: the bundled procedural set, with a warning."),
+    click.option("--feeds", type=click.Path(dir_okay=False, path_type=str), default=None,
+                 help="Calibrate on input sets recorded in a real run instead of images (.npz, e.g. from 'vitdeploy track "
+                      "--record-inputs memory_attention:FILE'): for graphs that take other graphs' outputs."),
+    click.option("--holdout", type=click.IntRange(min=0), default=4, show_default=True,
+                 help="Images held out of calibration to measure parity on."),
+    click.option("--min-images", type=click.IntRange(min=1), default=8, show_default=True,
+                 help="Refuse to calibrate on fewer usable images."),
+    click.option("--max-images", type=click.IntRange(min=1), default=None, help="Use at most this many images."))
+@option_group("method", Method,
+    click.option("--method", type=click.Choice(["minmax", "percentile", "entropy"]), default="minmax", show_default=True,
+                 help="INT8 activation range calibration."),
+    click.option("--percentile", type=click.FloatRange(50, 100), default=99.999, show_default=True,
+                 help="Percentile for --method percentile."),
+    click.option("--target-cosine", type=click.FloatRange(0, 1), default=None,
+                 help="Accuracy budget: worst cosine vs FP32 on held-out images. INT8: keep the most sensitive layers in "
+                      "FP32 until it holds. FP16/BF16: default the 'fp16'/'bf16' tolerance (0.9999)."),
+    click.option("--keep-fp32", multiple=True, help="Node name to keep in FP32 (repeatable)."),
+    click.option("--sensitivity", is_flag=True, help="INT8: measure per-layer sensitivity even when no target is missed."))
+@option_group("cache", Cache,
+    click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
+                 help="Cache of decoded images (default ~/.cache/vitdeploy or $VITDEPLOY_CACHE_DIR)."),
+    click.option("--no-cache", is_flag=True, help="Decode the images again and do not write the cache."))
+@option_group("eager", Eager,
+    click.option("--checkpoint", "-c", type=click.Path(dir_okay=False, path_type=str), default=None,
+                 help="The checkpoint the model was exported from, for parity against the eager model."),
+    click.option("--no-eager", is_flag=True, help="Skip parity against the eager official model."))
 @threads_option
-@report_option
-@force_option
+@outputs_group()
 @verbose_option
 @handle_errors
-def calibrate(model: str, precision: str, output: str, images: tuple[str, ...], feeds: str | None, method: str,
-              percentile: float,
-              target_cosine: float | None, holdout: int, min_images: int, max_images: int | None,
-              keep_fp32: tuple[str, ...], sensitivity: bool, cache_dir: str | None, no_cache: bool,
-              checkpoint: str | None, no_eager: bool, threads: int, report: str | None, force: bool,
-              verbose: bool) -> None:
+def calibrate(model: str, precision: str, output: str, data: Data, method: Method, cache: Cache, eager: Eager,
+              threads: int, outputs: Outputs, verbose: bool) -> None:
     """Convert an FP32 ONNX export to FP16 or BF16 (mixed, FP32 islands) or INT8 (symmetric Q/DQ), calibrated on images.
 
     Images go through the model's own preprocessing (read from its metadata); a graph that takes other graphs'
@@ -65,6 +104,13 @@ def calibrate(model: str, precision: str, output: str, images: tuple[str, ...], 
       vitdeploy calibrate sam_vit_b.onnx -p int8 --method percentile --target-cosine 0.99 -o sam_vit_b.int8.onnx -i photos/
       vitdeploy calibrate sam2_memory_attention.onnx -p fp16 --feeds matt_inputs.npz -o sam2_memory_attention.fp16.onnx
     """
+    images, feeds, holdout, min_images, max_images = (
+        data.images, data.feeds, data.holdout, data.min_images, data.max_images)
+    method, percentile, target_cosine, keep_fp32, sensitivity = (
+        method.method, method.percentile, method.target_cosine, method.keep_fp32, method.sensitivity)
+    cache_dir, no_cache = cache.cache_dir, cache.no_cache
+    checkpoint, no_eager = eager.checkpoint, eager.no_eager
+    report, force = outputs.report, outputs.force
     from vitdeploy.cli.progress import StageProgress, format_seconds
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs, require_model_file
 

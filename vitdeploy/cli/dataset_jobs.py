@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -35,24 +34,17 @@ def dataset_job_options(fn: Callable, required: bool = True) -> Callable:
     return fn
 
 
-def job_options(runtime: str, inference_precision: str | None, threads: int | None, device: str) -> Any:
-    """The verb's options as :class:`~vitdeploy.runtime.deploy.loader.OpenOptions`: how every file of the job is
-    decided (:func:`vitdeploy.runtime.apps.datasets.job.job_config` decides them once, for one worker's threads)."""
-    from vitdeploy.runtime.deploy.loader import OpenOptions
-
-    return OpenOptions(runtime=runtime, policy=inference_precision, threads=threads, device=device)
-
-
-def run_dataset_job(config, images: str, out_dir: str, shard_size: int | None, ray_address: str | None,
-                    workers: int | None, verb: str) -> None:
+def run_dataset_job(config, job, verb: str) -> None:
     """Plan, run (in this process or on Ray), print progress and a summary; on a stop, say how to resume.
 
     ``config`` (:func:`~vitdeploy.runtime.apps.datasets.job.job_config`, ``pooled`` on Ray) holds every file
-    decided for the threads one worker runs: on Ray one unless ``--threads``, in this process the deployment's."""
+    decided for the threads one worker runs: on Ray one unless ``--threads``, in this process the deployment's;
+    ``job``: the job's options (:class:`vitdeploy.cli.groups.Job`)."""
     from vitdeploy.cli.progress import StageProgress, format_seconds
     from vitdeploy.cpu_features import available_cores
     from vitdeploy.runtime.apps.datasets.job import JobReport, plan_job, run_in_process, run_job
 
+    images, out_dir, shard_size, ray_address, workers = job.images, job.out_dir, job.shard_size, job.ray_address, job.workers
     started_ray = False
     source = config.plan.files[0].deployment.source
     if ray_address is not None:
@@ -95,4 +87,4 @@ def run_dataset_job(config, images: str, out_dir: str, shard_size: int | None, r
                    f"{plan.store.folder / 'errors.jsonl'}); the next run retries them", err=True)
 
 
-__all__ = ["dataset_job_options", "job_options", "run_dataset_job"]
+__all__ = ["dataset_job_options", "run_dataset_job"]

@@ -4,26 +4,23 @@ from __future__ import annotations
 
 import click
 
-from vitdeploy.cli.dataset_jobs import dataset_job_options, job_options, run_dataset_job
-from vitdeploy.cli.options import auto_runtime_option, handle_errors, runtime_threads_option, verbose_option
+from vitdeploy.cli.dataset_jobs import run_dataset_job
+from vitdeploy.cli.groups import Deploy, Job, deploy_group, job_group
+from vitdeploy.cli.options import handle_errors, verbose_option
 
 
 @click.command("embed")
 @click.option("--encoder", "-e", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="Exported SAM image encoder (.onnx, or a TensorRT engine).")
-@dataset_job_options
+@job_group()
 @click.option("--format", "embedding_format", type=click.Choice(["npz", "parquet"]), default="npz", show_default=True,
               help="Shard files: NumPy .npz (arrays image, image_sha256, original_size, resized_size, embedding) or "
                    "Parquet (one row per image; the embedding a fixed-size float32 list; needs pyarrow).")
-@click.option("--device", type=click.Choice(["cpu", "cuda", "tensorrt"]), default="cpu", show_default=True,
-              help="ONNX Runtime execution provider for .onnx files (with --ray: one GPU per worker off the CPU).")
-@auto_runtime_option
-@runtime_threads_option
+@deploy_group(devices=("cpu", "cuda", "tensorrt"), tf32=False,
+              device_help="ONNX Runtime execution provider for .onnx files (with --ray: one GPU per worker off the CPU).")
 @verbose_option
 @handle_errors
-def embed(encoder: str, images: str, out_dir: str, shard_size: int | None, ray_address: str | None, workers: int | None,
-          embedding_format: str, device: str, runtime: str, inference_precision: str | None,
-          threads: int | None, verbose: bool) -> None:
+def embed(encoder: str, job: Job, embedding_format: str, deploy: Deploy, verbose: bool) -> None:
     """Encode every image of a dataset once: embeddings for an annotation tool, or for prompting later.
 
     Writes shards of embeddings (with each image's path, SHA-256, original and resized size) and a
@@ -40,9 +37,9 @@ def embed(encoder: str, images: str, out_dir: str, shard_size: int | None, ray_a
     """
     from vitdeploy.runtime.apps.datasets.job import job_config
 
-    config = job_config("embed", {"encoder": encoder}, job_options(runtime, inference_precision, threads, device),
-                        {"embedding_format": embedding_format}, pooled=ray_address is not None)
-    run_dataset_job(config, images, out_dir, shard_size, ray_address, workers, "embedding")
+    config = job_config("embed", {"encoder": encoder}, deploy.options(in_process=False),
+                        {"embedding_format": embedding_format}, pooled=job.ray_address is not None)
+    run_dataset_job(config, job, "embedding")
 
 
 COMMAND = embed

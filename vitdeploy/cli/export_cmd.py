@@ -3,23 +3,46 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
+from vitdeploy.cli.groups import Outputs, option_group, outputs_group
+from vitdeploy.cli.options import handle_errors, model_source_options, verbose_option
 from vitdeploy.targets import DEFAULT_TARGET, TARGET_NAMES, TARGETS
-from vitdeploy.cli.options import force_option, handle_errors, model_source_options, report_option, verbose_option
 
+
+@dataclass(frozen=True)
+class Source:
+    """Where the eager model comes from: a recipe, its weights (a checkpoint, or seeded random ones)."""
+
+    recipe: str
+    checkpoint: str | None
+    random_weights: bool
+    seed: int
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The graph's static input: its size and batch."""
+
+    input_size: int | None
+    old_image_size: int | None
+    batch: int
+    dynamic_batch: bool
 
 
 @click.command("export")
-@model_source_options
+@option_group("source", Source,
+    model_source_options)
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=str), help="ONNX file to write.")
-@click.option("--input-size", type=click.IntRange(min=1), default=None,
-              help="Static input size in pixels (square); default: the recipe's img_size. A multiple of the patch size.")
-@click.option("--image-size", "old_image_size", type=click.IntRange(min=1), default=None, hidden=True)
-@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Static batch size.")
-@click.option("--dynamic-batch", is_flag=True, help="Make the batch axis dynamic (symbolic 'batch').")
+@option_group("shapes", Shapes,
+    click.option("--input-size", type=click.IntRange(min=1), default=None,
+                 help="Static input size in pixels (square); default: the recipe's img_size. A multiple of the patch size."),
+    click.option("--image-size", "old_image_size", type=click.IntRange(min=1), default=None, hidden=True),
+    click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Static batch size."),
+    click.option("--dynamic-batch", is_flag=True, help="Make the batch axis dynamic (symbolic 'batch')."))
 @click.option("--opset", type=click.IntRange(min=17), default=None, help="ONNX opset (default: the recipe's, 18).")
 @click.option("--layernorm2d", type=click.Choice(["matmul", "native"]), default=None,
               help="SAM recipes: LayerNorm2d form (encoder neck, decoder upscaler): channel statistics by MatMul "
@@ -27,13 +50,11 @@ from vitdeploy.cli.options import force_option, handle_errors, model_source_opti
 @click.option("--target", type=click.Choice(TARGET_NAMES), default=DEFAULT_TARGET, show_default=True,
               help="Runtime the SAM encoder graph is written for (same weights and numbers for all). "
                    + " ".join(f"{t.name}: {t.summary}." for t in TARGETS.values()))
-@report_option
-@force_option
+@outputs_group()
 @verbose_option
 @handle_errors
-def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int, output: str, input_size: int | None,
-           old_image_size: int | None, batch: int, dynamic_batch: bool, opset: int | None, layernorm2d: str | None, target: str, report: str | None,
-           force: bool, verbose: bool) -> None:
+def export(source: Source, output: str, shapes: Shapes, opset: int | None, layernorm2d: str | None, target: str,
+           outputs: Outputs, verbose: bool) -> None:
     """Export a model to a static, checked ONNX graph.
 
     \b
@@ -42,6 +63,10 @@ def export(recipe: str, checkpoint: str | None, random_weights: bool, seed: int,
       vitdeploy export --recipe sam_vit_b --random-weights --seed 0 --input-size 512 -o demo_512.onnx
       vitdeploy export --recipe sam_vit_b --checkpoint sam_vit_b_01ec64.pth --target onnxruntime-cpu -o sam_b_cpu.onnx
     """
+    recipe, checkpoint, random_weights, seed = source.recipe, source.checkpoint, source.random_weights, source.seed
+    input_size, old_image_size, batch, dynamic_batch = (
+        shapes.input_size, shapes.old_image_size, shapes.batch, shapes.dynamic_batch)
+    report, force = outputs.report, outputs.force
     from vitdeploy.families import ExportOptions
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs
     from vitdeploy.optional_packages import require_torch_side

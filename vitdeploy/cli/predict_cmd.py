@@ -7,8 +7,10 @@ from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import (force_option, handle_errors, ort_device_options, report_option, auto_runtime_option, echo_deployments, runtime_threads_option, threads_for,
-                                   parse_box, parse_click, sam_pair_options, verbose_option)
+from dataclasses import dataclass
+
+from vitdeploy.cli.groups import Deploy, Outputs, deploy_group, option_group, outputs_group
+from vitdeploy.cli.options import echo_deployments, handle_errors, parse_box, parse_click, sam_pair_options, verbose_option
 
 
 def _parse_point(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[tuple[float, float, int]]:
@@ -24,47 +26,71 @@ def _parse_box(_ctx: click.Context, _param: click.Parameter, values: tuple[str, 
     return list(parse_box(values[0]))
 
 
+@dataclass(frozen=True)
+class Prompting:
+    """The prompt of every image (``--point``, ``--box``) or of each (``--prompts``)."""
+
+    points: list[tuple[float, float, int]]
+    box: list[float] | None = None
+    prompts: str | None = None
+
+
+@dataclass(frozen=True)
+class Written:
+    """Where the masks go, and what else is written."""
+
+    output: str | None = None
+    overlay: str | None = None
+    record_inputs: str | None = None
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    """An embedding saved to reuse, or reused instead of encoding."""
+
+    save_embedding: str | None = None
+    embedding: str | None = None
+
+
 @click.command("predict")
 @sam_pair_options
 @click.option("--image", "-i", required=True, type=click.Path(path_type=str),
               help="Input image (JPEG/PNG/WebP/BMP), or a folder of them (not recursive): one mask per image.")
-@click.option("--point", "-p", "points", multiple=True, callback=_parse_point,
-              help="Prompt point X,Y[,LABEL] in pixels; LABEL 1 foreground (default) or 0 background. Repeatable.")
-@click.option("--box", "-b", multiple=True, callback=_parse_box, help="Prompt box X0,Y0,X1,Y1 in pixels (one).")
-@click.option("--prompts", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help='With a folder: a JSON file of prompts per image, {"photo.jpg": {"points": [[x, y], [x, y, 0]], '
-                   '"box": [x0, y0, x1, y1]}}; images it does not name are left out.')
-@click.option("--output", "-o", type=click.Path(path_type=str), default=None,
-              help="Mask PNG to write (white = object); with a folder of images, the folder for <stem>.png and "
-                   "<stem>.overlay.png. Not needed to only --save-embedding.")
-@click.option("--overlay", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="Overlay picture to write (default: next to --output, named <stem>.overlay.png).")
+@option_group("prompting", Prompting, click.option(
+    "--point", "-p", "points", multiple=True, callback=_parse_point,
+    help="Prompt point X,Y[,LABEL] in pixels; LABEL 1 foreground (default) or 0 background. Repeatable."),
+    click.option("--box", "-b", multiple=True, callback=_parse_box, help="Prompt box X0,Y0,X1,Y1 in pixels (one)."),
+    click.option("--prompts", type=click.Path(dir_okay=False, path_type=str), default=None,
+                 help='With a folder: a JSON file of prompts per image, {"photo.jpg": {"points": [[x, y], [x, y, 0]], '
+                      '"box": [x0, y0, x1, y1]}}; images it does not name are left out.'))
+@option_group("written", Written, click.option(
+    "--output", "-o", type=click.Path(path_type=str), default=None,
+    help="Mask PNG to write (white = object); with a folder of images, the folder for <stem>.png and "
+         "<stem>.overlay.png. Not needed to only --save-embedding."),
+    click.option("--overlay", type=click.Path(dir_okay=False, path_type=str), default=None,
+                 help="Overlay picture to write (default: next to --output, named <stem>.overlay.png)."),
+    click.option("--record-inputs", "record_inputs", type=click.Path(dir_okay=False, path_type=str), default=None,
+                 metavar="FILE", help="Also save up to 16 of the decoder's input sets, spread over the run (.npz), to "
+                                      "calibrate it on real inputs: 'vitdeploy calibrate DECODER.onnx -p fp16 --feeds "
+                                      "FILE'."))
 @click.option("--multimask", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Three candidate masks (the best-scoring one is written) or one; auto: three for a single point "
                    "without a box, as SAM advises for ambiguous clicks.")
-@click.option("--save-embedding", type=click.Path(path_type=str), default=None,
-              help="Also write the image's embedding here (.npz; with a folder of images, a folder of <stem>.npz), "
-                   "to prompt the same image again with --embedding. Without a prompt: encode only.")
-@click.option("--embedding", type=click.Path(path_type=str), default=None,
-              help="Use an embedding saved by --save-embedding for this image (with a folder: the folder of "
-                   "<stem>.npz) instead of running the encoder (the decoder alone: a fraction of a second).")
-@ort_device_options(("cpu", "cuda", "tensorrt"))
-@click.option("--record-inputs", "record_inputs", type=click.Path(dir_okay=False, path_type=str), default=None,
-              metavar="FILE", help="Also save up to 16 of the decoder's input sets, spread over the run (.npz), to "
-                                   "calibrate it on real inputs: 'vitdeploy calibrate DECODER.onnx -p fp16 --feeds FILE'.")
+@option_group("embeddings", Embeddings, click.option(
+    "--save-embedding", type=click.Path(path_type=str), default=None,
+    help="Also write the image's embedding here (.npz; with a folder of images, a folder of <stem>.npz), "
+         "to prompt the same image again with --embedding. Without a prompt: encode only."),
+    click.option("--embedding", type=click.Path(path_type=str), default=None,
+                 help="Use an embedding saved by --save-embedding for this image (with a folder: the folder of "
+                      "<stem>.npz) instead of running the encoder (the decoder alone: a fraction of a second)."))
 @click.option("--no-weight-check", is_flag=True,
               help="Accept an encoder and decoder exported from different checkpoints (e.g. a separately fine-tuned decoder).")
-@auto_runtime_option
-@runtime_threads_option
-@report_option
-@force_option
+@deploy_group(devices=("cpu", "cuda", "tensorrt"))
+@outputs_group()
 @verbose_option
 @handle_errors
-def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, float, int]], box: list[float] | None,
-            prompts: str | None, output: str | None, overlay: str | None, multimask: str, save_embedding: str | None,
-            embedding: str | None, record_inputs: str | None, device: str, tf32: bool, allow_unverified: bool,
-            no_weight_check: bool, runtime: str, inference_precision: str, threads: int, report: str | None, force: bool,
-            verbose: bool) -> None:
+def predict(encoder: str, decoder: str, image: str, prompting: Prompting, written: Written, multimask: str,
+            embeddings: Embeddings, no_weight_check: bool, deploy: Deploy, outputs: Outputs, verbose: bool) -> None:
     """Segment an object: run the exported encoder and decoder on an image with point/box prompts.
 
     Writes the mask as a PNG and the mask blended over the image (prompts drawn), and prints the
@@ -88,6 +114,10 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
     from vitdeploy.runtime.apps.verbs.predict_images import (Prompt, check_jobs, claim_job_outputs, plan_folder, plan_single,
                                                        read_prompts_file)
 
+    points, box, prompts = prompting.points, prompting.box, prompting.prompts
+    output, overlay, record_inputs = written.output, written.overlay, written.record_inputs
+    save_embedding, embedding = embeddings.save_embedding, embeddings.embedding
+    report, force = outputs.report, outputs.force
     prompt = Prompt(tuple(points), tuple(box) if box else None)
     folder = Path(image).is_dir()
     if save_embedding and embedding:
@@ -124,10 +154,8 @@ def predict(encoder: str, decoder: str, image: str, points: list[tuple[float, fl
     for directory in new_dirs:
         directory.mkdir(exist_ok=True)
 
-    results, runners = _run(jobs, encoder, decoder, multimask, folder, record_inputs, device=device,
-                            threads=threads_for(runtime, threads),
-                            check_weights=not no_weight_check, tf32=tf32, allow_unverified=allow_unverified, runtime=runtime,
-                            inference_precision=inference_precision)
+    results, runners = _run(jobs, encoder, decoder, multimask, folder, record_inputs, check_weights=not no_weight_check,
+                            **deploy.predictor_keywords())
     if folder:
         masks = sum(r.mask is not None for r in results)
         saved = sum(r.embedding is not None for r in results)

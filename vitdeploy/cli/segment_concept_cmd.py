@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
-import functools
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from vitdeploy.cli.dataset_jobs import dataset_job_options
-from vitdeploy.cli.options import (auto_runtime_option, echo_deployments, force_option, graph_records, handle_errors,
-                                   parse_box, runtime_threads_option, threads_for, verbose_option)
+from vitdeploy.cli.groups import Deploy, Job, Outputs, deploy_group, job_group, option_group, outputs_group
+from vitdeploy.cli.options import echo_deployments, graph_records, handle_errors, parse_box, verbose_option
 
 
 def _boxes(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> tuple:
     return tuple(parse_box(v) for v in values)
+
+
+@dataclass(frozen=True)
+class Concept:
+    """The concept asked for: a text and/or exemplar boxes, or each image's from a prompts file; the score to keep."""
+
+    text: str | None = None
+    boxes: tuple = ()
+    negative_boxes: tuple = ()
+    prompts_file: str | None = None
+    threshold: float = 0.5
 
 
 def _sam3_graphs() -> tuple[str, ...]:
@@ -32,17 +42,18 @@ def _sam3_graphs() -> tuple[str, ...]:
               help="SAM 3's exported detector (-r sam3_detector).")
 @click.option("--image", "-i", default=None, type=click.Path(exists=False, path_type=str),
               help="An image, or a folder of images (or --images and --out-dir for a dataset job).")
-@click.option("--text", "-t", default=None, help='The concept in words, e.g. "yellow school bus".')
-@click.option("--box", "-b", "boxes", multiple=True, callback=_boxes,
-              help="An exemplar box X0,Y0,X1,Y1 in pixels: an instance of the concept (repeatable).")
-@click.option("--negative-box", "negative_boxes", multiple=True, callback=_boxes,
-              help="A box X0,Y0,X1,Y1 of something that is not the concept (repeatable).")
-@click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help='With a folder or a dataset job: a JSON file of prompts per image, {"shelf.jpg": {"text": "soda can", '
-                   '"boxes": [[x0, y0, x1, y1]], "negative_boxes": [[...]]}} (pixels; an entry without "text" takes '
-                   "--text); images it does not name are left out.")
-@click.option("--threshold", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
-              help="Keep an instance when its score (query score x presence score) exceeds this.")
+@option_group("concept", Concept,
+              click.option("--text", "-t", default=None, help='The concept in words, e.g. "yellow school bus".'),
+              click.option("--box", "-b", "boxes", multiple=True, callback=_boxes,
+                           help="An exemplar box X0,Y0,X1,Y1 in pixels: an instance of the concept (repeatable)."),
+              click.option("--negative-box", "negative_boxes", multiple=True, callback=_boxes,
+                           help="A box X0,Y0,X1,Y1 of something that is not the concept (repeatable)."),
+              click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False, path_type=str), default=None,
+                           help='With a folder or a dataset job: a JSON file of prompts per image, {"shelf.jpg": '
+                                '{"text": "soda can", "boxes": [[x0, y0, x1, y1]], "negative_boxes": [[...]]}} (pixels; '
+                                'an entry without "text" takes --text); images it does not name are left out.'),
+              click.option("--threshold", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
+                           help="Keep an instance when its score (query score x presence score) exceeds this."))
 @click.option("--output", "-o", default=None, type=click.Path(path_type=str),
               help="OUT.json for one image (beside it OUT.masks.png, pixel value = instance number, and "
                    "OUT.overlay.png); a folder for a folder of images (<stem>.json and its PNGs).")
@@ -51,17 +62,14 @@ def _sam3_graphs() -> tuple[str, ...]:
 @click.option("--record-inputs", "records", multiple=True, callback=graph_records(_sam3_graphs), metavar="GRAPH:FILE",
               help="Keep up to 16 of a graph's input sets from this run (vision_encoder, text_encoder, detector) in FILE "
                    "(.npz), to calibrate it on real inputs: 'vitdeploy calibrate GRAPH.onnx --feeds FILE'.")
-@functools.partial(dataset_job_options, required=False)
-@auto_runtime_option
-@runtime_threads_option
-@force_option
+@job_group(required=False)
+@deploy_group()
+@outputs_group(report=False)
 @verbose_option
 @handle_errors
-def segment_concept(vision: str, text_encoder: str, detector: str, image: str, text: str | None, boxes: tuple,
-                    negative_boxes: tuple, prompts_file: str | None, threshold: float, output: str | None, output_mode: str,
-                    records: dict[str, str], images: str | None, out_dir: str | None, shard_size: int | None,
-                    ray_address: str | None, workers: int | None, runtime: str,
-                    inference_precision: str | None, threads: int | None, force: bool, verbose: bool) -> None:
+def segment_concept(vision: str, text_encoder: str, detector: str, image: str, concept: Concept, output: str | None,
+                    output_mode: str, records: dict[str, str], job: Job, deploy: Deploy, outputs: Outputs,
+                    verbose: bool) -> None:
     """Segment every instance of a concept: a text prompt and/or exemplar boxes (SAM 3's Sam3Processor).
 
     \b
@@ -86,21 +94,26 @@ def segment_concept(vision: str, text_encoder: str, detector: str, image: str, t
     """
     from vitdeploy.cli.progress import format_seconds
     from vitdeploy.fileio import check_output_path, claim_outputs, require_model_file
-    from vitdeploy.runtime.apps.sam3.concept import (ConceptPrompt, check_concept_jobs, plan_concept_jobs,
-                                                     prompts_per_image, read_concept_prompts, run_concept_job)
+    from vitdeploy.runtime.apps.sam3.concept import ConceptPrompt
     from vitdeploy.runtime.apps.sam3.processor import GRAPHS, Sam3ImageModel, Sam3Processor
+    from vitdeploy.runtime.apps.verbs.segment_concept import (check_concept_jobs, plan_concept_jobs, prompts_per_image,
+                                                              read_concept_prompts, run_concept_job)
 
+    text, boxes, negative_boxes, prompts_file = concept.text, concept.boxes, concept.negative_boxes, concept.prompts_file
+    threshold, force = concept.threshold, outputs.force
     if prompts_file is not None and (boxes or negative_boxes):
         raise click.UsageError("give the exemplar boxes either in --prompts or as --box/--negative-box, not both")
-    if images is not None or out_dir is not None:
-        _dataset_job(vision, text_encoder, detector, image, text, boxes + negative_boxes, prompts_file, threshold, output,
-                     output_mode, records, images, out_dir, shard_size, ray_address, workers, runtime,
-                     inference_precision, threads)
+    if job.images is not None or job.out_dir is not None:
+        if image is not None or output is not None:
+            raise click.UsageError("give either --image and --output (an image or a folder) or --images and --out-dir "
+                                   "(a dataset job)")
+        _dataset_job({"vision": vision, "text": text_encoder, "detector": detector}, concept, output_mode, records,
+                     job, deploy)
         return
     if image is None or output is None:
         raise click.UsageError("give --image and --output (an image or a folder), or --images and --out-dir (a dataset "
                                "job)")
-    if shard_size is not None or ray_address is not None or workers is not None:
+    if job.shard_size is not None or job.ray_address is not None or job.workers is not None:
         raise click.UsageError("--shard-size, --ray and --workers are for a dataset job (--images and --out-dir)")
     if not Path(image).exists():
         raise click.BadParameter(f"'{image}' does not exist", param_hint="--image")
@@ -126,8 +139,7 @@ def segment_concept(vision: str, text_encoder: str, detector: str, image: str, t
     for path in (vision, text_encoder, detector):
         require_model_file(path)
     check_concept_jobs(jobs, prompts)
-    model = Sam3ImageModel(vision, text_encoder, detector, threads=threads_for(runtime, threads), runtime=runtime,
-                           inference_precision=inference_precision)
+    model = Sam3ImageModel(vision, text_encoder, detector, options=deploy.options())
     echo_deployments(model.vision, model.text, model.detector)
     recorders = {graph: model.record_inputs(graph) for graph in records}
     for text_prompt in sorted({p.text for p in prompts if p.text is not None}):
@@ -155,50 +167,33 @@ def segment_concept(vision: str, text_encoder: str, detector: str, image: str, t
         click.echo(f"recorded {len(recorder.samples)} of {recorder.calls} {graph} input set(s) to {records[graph]}")
 
 
-def _dataset_job(vision: str, text_encoder: str, detector: str, image: str | None, text: str | None, boxes: tuple,
-                 prompts_file: str | None, threshold: float, output: str | None, output_mode: str,
-                 records: dict[str, str], images: str | None, out_dir: str | None, shard_size: int | None,
-                 ray_address: str | None, workers: int | None, runtime: str, inference_precision: str | None,
-                 threads: int | None) -> None:
-    from vitdeploy.cli.dataset_jobs import job_options, run_dataset_job
+def _dataset_job(files: dict[str, str], concept: Concept, output_mode: str, records: dict[str, str], job: Job,
+                 deploy: Deploy) -> None:
+    from vitdeploy.cli.dataset_jobs import run_dataset_job
     from vitdeploy.runtime.apps.datasets.job import job_config, list_images
-    from vitdeploy.runtime.apps.sam3.concept import prompts_per_image, read_concept_prompts
+    from vitdeploy.runtime.apps.verbs.segment_concept import check_text_prompts, prompts_per_image, read_concept_prompts
 
-    if image is not None or output is not None:
-        raise click.UsageError("give either --image and --output (an image or a folder) or --images and --out-dir "
-                               "(a dataset job)")
-    if images is None or out_dir is None:
+    if job.images is None or job.out_dir is None:
         raise click.UsageError("a dataset job needs both --images and --out-dir")
-    if boxes or records:
+    if concept.boxes or concept.negative_boxes or records:
         raise click.UsageError("--box and --record-inputs are for --image: a dataset job takes a --text prompt, and "
                                "exemplar boxes per image in --prompts FILE")
-    options: dict = {"text": text, "confidence_threshold": threshold, "output_mode": output_mode}
+    text = concept.text
+    options: dict = {"text": text, "confidence_threshold": concept.threshold, "output_mode": output_mode}
     texts = [text]
-    if prompts_file is not None:
-        root = images if Path(images).is_dir() else None
-        chosen, left_out = prompts_per_image(list_images(images), root, read_concept_prompts(prompts_file, text))
+    if concept.prompts_file is not None:
+        root = job.images if Path(job.images).is_dir() else None
+        chosen, left_out = prompts_per_image(list_images(job.images), root,
+                                             read_concept_prompts(concept.prompts_file, text))
         options["prompts"] = {image_path: prompt.to_dict() for image_path, prompt in chosen.items()}
         texts = [prompt.text for prompt in chosen.values()]
         if left_out:
-            click.echo(f"{len(left_out)} image(s) without an entry in {Path(prompts_file).name} left out")
+            click.echo(f"{len(left_out)} image(s) without an entry in {Path(concept.prompts_file).name} left out")
     elif text is None:
         raise click.UsageError("a dataset job needs a --text prompt (or --prompts FILE with a prompt per image)")
-    config = job_config("concepts", {"vision": vision, "text": text_encoder, "detector": detector},
-                        job_options(runtime, inference_precision, threads, "cpu"), options, pooled=ray_address is not None)
-    _check_texts(config, texts)
-    run_dataset_job(config, images, out_dir, shard_size, ray_address, workers, "finding instances in")
-
-
-def _check_texts(config, texts: list[str | None]) -> None:
-    """Empty or over-long text prompts are refused before the job starts (not once per image in the workers)."""
-    from vitdeploy.metadata import read_onnx_metadata
-    from vitdeploy.runtime.apps.sam3.processor import check_text_prompt
-    from vitdeploy.runtime.processing.clip_tokenizer import ClipTokenizer
-
-    length = int(read_onnx_metadata(config.plan["detector"].path).get("context_length", 32))
-    tokenizer = ClipTokenizer(context_length=length)
-    for text in sorted({t for t in texts if t is not None}):
-        check_text_prompt(text, tokenizer, length)
+    config = job_config("concepts", files, deploy.options(in_process=False), options, pooled=job.ray_address is not None)
+    check_text_prompts(config.plan["detector"].path, texts)
+    run_dataset_job(config, job, "finding instances in")
 
 
 COMMAND = segment_concept

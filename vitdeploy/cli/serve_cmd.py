@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import click
 
-from vitdeploy.cli.options import (Interrupted, auto_runtime_option, handle_errors, runtime_threads_option, sam_pair_options,
-                                   verbose_option)
+from dataclasses import dataclass
+
+from vitdeploy.cli.groups import Deploy, deploy_group, option_group
+from vitdeploy.cli.options import Interrupted, handle_errors, sam_pair_options, verbose_option
 
 
 def _bounds(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, int]:
@@ -18,45 +20,74 @@ def _bounds(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[i
     return parts[0], parts[-1]
 
 
+@dataclass(frozen=True)
+class Concepts:
+    """SAM 3's text encoder and detector beside the pair (concept prompts), and the images whose features are kept."""
+
+    text_encoder: str | None = None
+    detector: str | None = None
+    concept_cache_size: int = 4
+
+
+@dataclass(frozen=True)
+class Listening:
+    """Where and how the server answers: its address, caches and bounds, origins, log lines."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    cache_size: int = 64
+    max_pending: int = 4
+    cors_origins: tuple[str, ...] = ()
+    log_format: str = "text"
+
+
+@dataclass(frozen=True)
+class OnRay:
+    """Ray Serve: the cluster (None: one process) and each side's replicas."""
+
+    ray_address: str | None = None
+    encoder_replicas: tuple[int, int] = (1, 1)
+    decoder_replicas: tuple[int, int] = (1, 1)
+
+
 @click.command("serve")
 @sam_pair_options
-@click.option("--text-encoder", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="SAM 3's text encoder (with --detector and SAM 3's vision encoder as -e): concept prompts, POST "
-                   "/v1/embeddings/ID/concepts {\"text\": ..., \"boxes\": [...]}, in one process.")
-@click.option("--detector", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="SAM 3's detector (with --text-encoder).")
-@click.option("--concept-cache-size", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Images whose detector features are kept (SAM 3 at 1008 px: 111 MB each).")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on (0.0.0.0: every interface; put a proxy with TLS and auth in front).")
-@click.option("--port", type=click.IntRange(min=0, max=65535), default=8000, show_default=True,
-              help="Port to listen on (0: a free one, printed).")
-@click.option("--cache-size", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Embeddings kept (least recently used dropped first; ViT-B: 4 MiB each).")
-@click.option("--max-pending", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Images being encoded or waiting for the encoder; one more is answered 503 (retry).")
-@click.option("--device", type=click.Choice(["cpu", "cuda", "tensorrt"]), default="cpu", show_default=True,
-              help="ONNX Runtime execution provider for .onnx files.")
-@click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
-              help="Let a page from ORIGIN (https://app.example:8080, or * for any) call the service from a browser: "
-                   "CORS headers and preflight answers. Repeatable. [default: same origin only]")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="The request log on stderr: one line per request, as text or as a JSON object (one-process server).")
-@click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
-              help="Serve on Ray Serve: --ray alone starts a local cluster; --ray ADDRESS joins one. Encoder and decoder "
-                   "replicas scale apart, the embedding cache is shared. Needs 'vitdeploy[ray]'. [default: one process]")
-@click.option("--encoder-replicas", default="1", show_default=True, callback=_bounds,
-              help="With --ray: encoder replicas, N or MIN:MAX (autoscaled on requests in flight).")
-@click.option("--decoder-replicas", default="1", show_default=True, callback=_bounds,
-              help="With --ray: decoder replicas, N or MIN:MAX.")
-@auto_runtime_option
-@runtime_threads_option
+@option_group("concepts", Concepts, click.option(
+    "--text-encoder", type=click.Path(dir_okay=False, path_type=str), default=None,
+    help="SAM 3's text encoder (with --detector and SAM 3's vision encoder as -e): concept prompts, POST "
+         "/v1/embeddings/ID/concepts {\"text\": ..., \"boxes\": [...]}, in one process."),
+    click.option("--detector", type=click.Path(dir_okay=False, path_type=str), default=None,
+                 help="SAM 3's detector (with --text-encoder)."),
+    click.option("--concept-cache-size", type=click.IntRange(min=1), default=4, show_default=True,
+                 help="Images whose detector features are kept (SAM 3 at 1008 px: 111 MB each)."))
+@option_group("listening", Listening, click.option(
+    "--host", default="127.0.0.1", show_default=True,
+    help="Address to listen on (0.0.0.0: every interface; put a proxy with TLS and auth in front)."),
+    click.option("--port", type=click.IntRange(min=0, max=65535), default=8000, show_default=True,
+                 help="Port to listen on (0: a free one, printed)."),
+    click.option("--cache-size", type=click.IntRange(min=1), default=64, show_default=True,
+                 help="Embeddings kept (least recently used dropped first; ViT-B: 4 MiB each)."),
+    click.option("--max-pending", type=click.IntRange(min=1), default=4, show_default=True,
+                 help="Images being encoded or waiting for the encoder; one more is answered 503 (retry)."),
+    click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
+                 help="Let a page from ORIGIN (https://app.example:8080, or * for any) call the service from a "
+                      "browser: CORS headers and preflight answers. Repeatable. [default: same origin only]"),
+    click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+                 help="The request log on stderr: one line per request, as text or as a JSON object (one-process "
+                      "server)."))
+@option_group("on_ray", OnRay, click.option(
+    "--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+    help="Serve on Ray Serve: --ray alone starts a local cluster; --ray ADDRESS joins one. Encoder and decoder "
+         "replicas scale apart, the embedding cache is shared. Needs 'vitdeploy[ray]'. [default: one process]"),
+    click.option("--encoder-replicas", default="1", show_default=True, callback=_bounds,
+                 help="With --ray: encoder replicas, N or MIN:MAX (autoscaled on requests in flight)."),
+    click.option("--decoder-replicas", default="1", show_default=True, callback=_bounds,
+                 help="With --ray: decoder replicas, N or MIN:MAX."))
+@deploy_group(devices=("cpu", "cuda", "tensorrt"), tf32=False)
 @verbose_option
 @handle_errors
-def serve(encoder: str, decoder: str, text_encoder: str | None, detector: str | None, concept_cache_size: int,
-          host: str, port: int, cache_size: int, max_pending: int, device: str,
-          cors_origins: tuple[str, ...], log_format: str, ray_address: str | None, encoder_replicas: tuple[int, int], decoder_replicas: tuple[int, int], runtime: str,
-          inference_precision: str | None, threads: int | None, verbose: bool) -> None:
+def serve(encoder: str, decoder: str, concepts: Concepts, listening: Listening, on_ray: OnRay, deploy: Deploy,
+          verbose: bool) -> None:
     """Serve SAM over HTTP: POST an image, get an embedding id; POST prompts for that id, get masks.
 
     Takes SAM's encoder and decoder, SAM 2's, or SAM 3's vision encoder and interactive decoder (clicks and boxes);
@@ -85,6 +116,8 @@ def serve(encoder: str, decoder: str, text_encoder: str | None, detector: str | 
     from vitdeploy.fileio import require_model_file
     from vitdeploy.optional_packages import require_serve_side
 
+    text_encoder, detector = concepts.text_encoder, concepts.detector
+    ray_address, encoder_replicas, decoder_replicas = on_ray.ray_address, on_ray.encoder_replicas, on_ray.decoder_replicas
     require_model_file(encoder)
     require_model_file(decoder)
     if (text_encoder is None) != (detector is None):
@@ -96,9 +129,7 @@ def serve(encoder: str, decoder: str, text_encoder: str | None, detector: str | 
     if ray_address is None:
         if (encoder_replicas, decoder_replicas) != ((1, 1), (1, 1)):
             raise click.UsageError("--encoder-replicas and --decoder-replicas are for --ray")
-        _serve_in_process(encoder, decoder, host, port, cache_size, max_pending, device, runtime, inference_precision,
-                          threads, verbose, cors_origins, log_format == "json", text_encoder=text_encoder,
-                          detector=detector, concept_cache_size=concept_cache_size)
+        _serve_in_process(encoder, decoder, concepts, listening, deploy, verbose)
         return
     if text_encoder is not None:
         raise click.UsageError("concept prompts (--text-encoder, --detector) are served in one process: leave out --ray "
@@ -106,14 +137,14 @@ def serve(encoder: str, decoder: str, text_encoder: str | None, detector: str | 
     from vitdeploy.cpu_features import available_cores
     from vitdeploy.runtime.apps.datasets.on_ray import start_ray, stop_ray
     from vitdeploy.runtime.apps.serving.ray_serve import RayServeOptions, plan_for_replicas, run_app, stop_app
-    from vitdeploy.runtime.deploy.loader import OpenOptions
 
     # the pair checked on its metadata and every file decided before a cluster starts (SamService does the same in
     # one process)
-    plan = plan_for_replicas(encoder, decoder, OpenOptions(runtime=runtime, policy=inference_precision, threads=threads,
-                                                           device=device))
+    plan = plan_for_replicas(encoder, decoder, deploy.options(in_process=False))
     options = RayServeOptions(plan, encoder_replicas=encoder_replicas, decoder_replicas=decoder_replicas,
-                              cache_size=cache_size, max_pending=max_pending, cors_origins=cors_origins)
+                              cache_size=listening.cache_size, max_pending=listening.max_pending,
+                              cors_origins=listening.cors_origins)
+    host, port = listening.host, listening.port
     chosen = plan.files[0].deployment
     if port == 0:  # Ray Serve's proxy takes a fixed port: find a free one
         import socket
@@ -141,27 +172,26 @@ def serve(encoder: str, decoder: str, text_encoder: str | None, detector: str | 
     click.echo("stopped")
 
 
-def _serve_in_process(encoder: str, decoder: str, host: str, port: int, cache_size: int, max_pending: int, device: str,
-                      runtime: str, inference_precision: str | None, threads: int | None, verbose: bool,
-                      cors_origins: tuple[str, ...] = (), json_lines: bool = False, *, text_encoder: str | None,
-                      detector: str | None, concept_cache_size: int) -> None:
+def _serve_in_process(encoder: str, decoder: str, concepts: Concepts, listening: Listening, deploy: Deploy,
+                      verbose: bool) -> None:
     from pathlib import Path
 
-    from vitdeploy.cli.options import echo_deployments, threads_for
+    from vitdeploy.cli.options import echo_deployments
     from vitdeploy.runtime.apps.serving.server import Server, log_to_stderr
     from vitdeploy.runtime.apps.serving.service import SamService
 
-    service = SamService(encoder, decoder, runtime=runtime, inference_precision=inference_precision,
-                         threads=threads_for(runtime, threads), device=device, cache_size=cache_size, max_pending=max_pending,
-                         text_encoder=text_encoder, detector=detector, concept_cache_size=concept_cache_size)
+    host, port, cache_size, max_pending = listening.host, listening.port, listening.cache_size, listening.max_pending
+    service = SamService(encoder, decoder, options=deploy.options(), cache_size=cache_size, max_pending=max_pending,
+                         text_encoder=concepts.text_encoder, detector=concepts.detector,
+                         concept_cache_size=concepts.concept_cache_size)
     echo_deployments(*service.runners)
     try:
-        server = Server(service, host, port, cors_origins=cors_origins)
+        server = Server(service, host, port, cors_origins=listening.cors_origins)
     except OSError as exc:
         from vitdeploy.errors import InputError
 
         raise InputError(f"cannot listen on {host}:{port} ({exc.strerror}): choose another --port (0: any free one)") from exc
-    log_to_stderr(verbose, json_lines)
+    log_to_stderr(verbose, listening.log_format == "json")
     click.echo(f"serving {Path(encoder).name} + {Path(decoder).name} at http://{host}:{server.port} (one process; cache "
                f"{cache_size} embeddings, at most {max_pending} encodes in flight; the page at /, the API at /docs); "
                "Ctrl-C stops")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
 
-from vitdeploy.cli.options import (auto_runtime_option, echo_deployments, force_option, graph_records, handle_errors,
-                                   parse_box, parse_click, report_option, runtime_threads_option, sam_pair_options, threads_for,
-                                   verbose_option)
+from vitdeploy.cli.groups import Deploy, Outputs, deploy_group, option_group, outputs_group
+from vitdeploy.cli.options import (echo_deployments, graph_records, handle_errors, parse_box, parse_click,
+                                   sam_pair_options, verbose_option)
 from vitdeploy.errors import InputError
 
 
@@ -62,60 +63,114 @@ def _by_position(frames, prompts: list, start_frame: int | None, strict: bool, v
     return moved, start
 
 
+@dataclass(frozen=True)
+class Prompting:
+    """The objects' prompts: clicks, boxes and masks, each on its frame."""
+
+    points: list = field(default_factory=list)
+    boxes: list = field(default_factory=list)
+    masks: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Span:
+    """Which frames are tracked: the direction from the start frame, and how many."""
+
+    direction: str = "both"
+    start_frame: int | None = None
+    max_frames: int | None = None
+
+
+@dataclass(frozen=True)
+class Animation:
+    """The overlay animation: its file (or none) and frame rate."""
+
+    overlay: str = "overlay.gif"
+    no_overlay: bool = False
+    fps: float | None = None
+
+
 def _video_graphs() -> tuple[str, ...]:
     from vitdeploy.runtime.apps.sam2.video_predictor import GRAPHS
 
     return GRAPHS
 
 
+@dataclass(frozen=True)
+class Memory:
+    """SAM 2's memory graphs beside the image encoder and decoder."""
+
+    memory_encoder: str
+    memory_attention: str
+
+
+@dataclass(frozen=True)
+class Frames:
+    """The video or folder of frames, and whether a gap in a folder's numbering is refused."""
+
+    video: str
+    strict: bool
+
+
+@dataclass(frozen=True)
+class Written:
+    """The folder the tracks go to, and the graphs' input sets recorded."""
+
+    out_dir: str
+    records: dict[str, str]
+
+
 @click.command("track")
 @sam_pair_options
-@click.option("--memory-encoder", "-m", required=True, type=click.Path(dir_okay=False, path_type=str),
-              help="Exported SAM 2 memory encoder (vitdeploy export -r sam2.1_hiera_tiny_memory_encoder).")
-@click.option("--memory-attention", "-a", required=True, type=click.Path(dir_okay=False, path_type=str),
-              help="Exported SAM 2 memory attention (vitdeploy export -r sam2.1_hiera_tiny_memory_attention).")
-@click.option("--video", "-i", required=True, type=click.Path(path_type=str),
-              help="A folder of frames named by index (00000.jpg, ...), or a video file (.mp4 and others: needs OpenCV).")
-@click.option("--point", "-p", "points", multiple=True, callback=_parse_points, metavar="FRAME:OBJ:X,Y[,LABEL]",
-              help="A click on object OBJ (1..255) in frame FRAME, pixels; LABEL 1 foreground (default) or 0. Repeatable: "
-                   "clicks of one object on one frame go in together.")
-@click.option("--box", "-b", "boxes", multiple=True, callback=_parse_boxes, metavar="FRAME:OBJ:X0,Y0,X1,Y1",
-              help="A box around object OBJ in frame FRAME (one per object and frame; clicks may refine it).")
-@click.option("--mask", "masks", multiple=True, callback=_parse_masks, metavar="FRAME:OBJ:FILE",
-              help="A mask of object OBJ in frame FRAME: an image of the video's size, nonzero = object.")
-@click.option("--out-dir", "-o", required=True, type=click.Path(file_okay=False, path_type=str),
-              help="Folder to write: masks/NNNNN.png (pixel value = object id), masks.json (COCO RLE), the overlay.")
-@click.option("--direction", type=click.Choice(["both", "forward", "reverse"]), default="both", show_default=True,
-              help="From the first prompted frame (or --start-frame): to the end, to frame 0, or both.")
-@click.option("--start-frame", type=click.IntRange(min=0), default=None,
-              help="Frame (the number in its name) to track from [default: the first prompted].")
-@click.option("--max-frames", type=click.IntRange(min=0), default=None,
-              help="Frames to track after the start frame, per direction [default: to the video's end].")
-@click.option("--overlay", default="overlay.gif", show_default=True, type=click.Path(dir_okay=False, path_type=str),
-              help="Overlay animation: a name inside --out-dir or a path; .gif, or .mp4 (OpenCV).")
-@click.option("--no-overlay", is_flag=True, help="Do not write the overlay animation.")
-@click.option("--fps", type=click.FloatRange(min=0.1), default=None,
-              help="Overlay frame rate [default: the video file's, 10 for a folder of frames].")
-@click.option("--record-inputs", "records", multiple=True, callback=graph_records(_video_graphs), metavar="GRAPH:FILE",
-              help="Also save up to 16 of a graph's input sets, spread over the run (.npz), to calibrate it on real "
-                   "inputs: 'vitdeploy calibrate GRAPH.onnx -p fp16 --feeds FILE'. GRAPH: memory_attention, "
-                   "memory_encoder, decoder or image_encoder. Repeatable.")
-@click.option("--strict", is_flag=True,
-              help="Refuse a folder of frames whose numbering has a gap (00004.jpg missing) instead of tracking the "
-                   "frames there are.")
+@option_group("memory", Memory,
+    click.option("--memory-encoder", "-m", required=True, type=click.Path(dir_okay=False, path_type=str),
+                 help="Exported SAM 2 memory encoder (vitdeploy export -r sam2.1_hiera_tiny_memory_encoder)."),
+    click.option("--memory-attention", "-a", required=True, type=click.Path(dir_okay=False, path_type=str),
+                 help="Exported SAM 2 memory attention (vitdeploy export -r sam2.1_hiera_tiny_memory_attention)."))
+@option_group("frames", Frames,
+    click.option("--video", "-i", required=True, type=click.Path(path_type=str),
+                 help="A folder of frames named by index (00000.jpg, ...), or a video file (.mp4 and others: needs OpenCV)."),
+    click.option("--strict", is_flag=True,
+                 help="Refuse a folder of frames whose numbering has a gap (00004.jpg missing) instead of tracking the "
+                      "frames there are."))
+@option_group("prompting", Prompting, click.option(
+    "--point", "-p", "points", multiple=True, callback=_parse_points, metavar="FRAME:OBJ:X,Y[,LABEL]",
+    help="A click on object OBJ (1..255) in frame FRAME, pixels; LABEL 1 foreground (default) or 0. Repeatable: "
+         "clicks of one object on one frame go in together."),
+    click.option("--box", "-b", "boxes", multiple=True, callback=_parse_boxes, metavar="FRAME:OBJ:X0,Y0,X1,Y1",
+                 help="A box around object OBJ in frame FRAME (one per object and frame; clicks may refine it)."),
+    click.option("--mask", "masks", multiple=True, callback=_parse_masks, metavar="FRAME:OBJ:FILE",
+                 help="A mask of object OBJ in frame FRAME: an image of the video's size, nonzero = object."))
+@option_group("written", Written,
+    click.option("--out-dir", "-o", required=True, type=click.Path(file_okay=False, path_type=str),
+                 help="Folder to write: masks/NNNNN.png (pixel value = object id), masks.json (COCO RLE), the overlay."),
+    click.option("--record-inputs", "records", multiple=True, callback=graph_records(_video_graphs), metavar="GRAPH:FILE",
+                 help="Also save up to 16 of a graph's input sets, spread over the run (.npz), to calibrate it on real "
+                      "inputs: 'vitdeploy calibrate GRAPH.onnx -p fp16 --feeds FILE'. GRAPH: memory_attention, "
+                      "memory_encoder, decoder or image_encoder. Repeatable."))
+@option_group("span", Span, click.option(
+    "--direction", type=click.Choice(["both", "forward", "reverse"]), default="both", show_default=True,
+    help="From the first prompted frame (or --start-frame): to the end, to frame 0, or both."),
+    click.option("--start-frame", type=click.IntRange(min=0), default=None,
+                 help="Frame (the number in its name) to track from [default: the first prompted]."),
+    click.option("--max-frames", type=click.IntRange(min=0), default=None,
+                 help="Frames to track after the start frame, per direction [default: to the video's end]."))
+@option_group("animation", Animation, click.option(
+    "--overlay", default="overlay.gif", show_default=True, type=click.Path(dir_okay=False, path_type=str),
+    help="Overlay animation: a name inside --out-dir or a path; .gif, or .mp4 (OpenCV)."),
+    click.option("--no-overlay", is_flag=True, help="Do not write the overlay animation."),
+    click.option("--fps", type=click.FloatRange(min=0.1), default=None,
+                 help="Overlay frame rate [default: the video file's, 10 for a folder of frames]."))
 @click.option("--fill-hole-area", type=click.IntRange(min=0), default=8, show_default=True,
               help="Fill background holes of up to this many pixels in each low-resolution mask (the official "
                    "video predictor's default; 0: off; needs SciPy).")
-@auto_runtime_option
-@runtime_threads_option
-@report_option
-@force_option
+@deploy_group()
+@outputs_group()
 @verbose_option
 @handle_errors
-def track(encoder: str, decoder: str, memory_encoder: str, memory_attention: str, video: str, points, boxes, masks,
-          out_dir: str, direction: str, start_frame: int | None, max_frames: int | None, overlay: str, no_overlay: bool,
-          fps: float | None, records: dict[str, str], strict: bool, fill_hole_area: int, runtime: str, inference_precision: str | None, threads: int | None,
-          report: str | None, force: bool, verbose: bool) -> None:
+def track(encoder: str, decoder: str, memory: Memory, frames: Frames, prompting: Prompting, written: Written,
+          span: Span, animation: Animation, fill_hole_area: int, deploy: Deploy, outputs: Outputs,
+          verbose: bool) -> None:
     """Follow objects through a video with SAM 2: clicks, boxes or masks on chosen frames, masks on every frame.
 
     Reads every frame first (an unreadable one stops the run before any tracking), applies the
@@ -131,34 +186,40 @@ def track(encoder: str, decoder: str, memory_encoder: str, memory_attention: str
       vitdeploy track ... -i frames/ --mask 12:1:first_mask.png --direction forward -o tracks/ --no-overlay
       vitdeploy track ... -i frames/ -p 0:1:210,350 -o tracks/ --record-inputs memory_attention:matt_inputs.npz
     """
+    memory_encoder, memory_attention = memory.memory_encoder, memory.memory_attention
+    video, strict = frames.video, frames.strict
+    out_dir, records = written.out_dir, written.records
     from vitdeploy.cli.progress import StageProgress, format_seconds
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs
     from vitdeploy.runtime.apps.sam2.video_predictor import Sam2VideoPredictor
     from vitdeploy.runtime.apps.verbs.tracking import (TrackWriter, check_out_dir, object_scores, prompts_from_lists,
                                                     track as track_frames)
 
-    prompts = prompts_from_lists(points, boxes, masks)
+    report, force = outputs.report, outputs.force
+    prompts = prompts_from_lists(prompting.points, prompting.boxes, prompting.masks)
     if not prompts:
         raise click.UsageError("give at least one --point, --box or --mask (FRAME:OBJ:...)")
     check_out_dir(out_dir, force)  # before reading the video
     claim_outputs([report, *records.values()], force)
     started = time.monotonic()
-    predictor = Sam2VideoPredictor(encoder, decoder, memory_encoder, memory_attention, threads=threads_for(runtime, threads),
-                                   runtime=runtime, inference_precision=inference_precision, fill_hole_area=fill_hole_area)
+    predictor = Sam2VideoPredictor(encoder, decoder, memory_encoder, memory_attention, options=deploy.options(),
+                                   fill_hole_area=fill_hole_area)
     echo_deployments(predictor.image_encoder, predictor.decoder, predictor.memory_encoder, predictor.memory_attention)
     recorders = {graph: predictor.record_inputs(graph) for graph in records}
     progress = StageProgress()
     state = predictor.init_state(video, progress=lambda done, total: progress("reading frames", done, total))
     frames = state["images"]
     asked = prompts  # as the user numbered the frames, for the report
-    prompts, start_frame = _by_position(frames, prompts, start_frame, strict, str(video))
+    prompts, start_frame = _by_position(frames, prompts, span.start_frame, strict, str(video))
     click.echo(f"{Path(video).name}: {len(frames)} frames of {frames.width}x{frames.height}; {len(prompts)} prompt(s) "
                f"on {len({p.obj_id for p in prompts})} object(s) with {predictor.variant} ({predictor.image_encoder.name})")
-    with TrackWriter(out_dir, frames, overlay=None if no_overlay else overlay, fps=fps or frames.fps or 10.0, force=force,
+    with TrackWriter(out_dir, frames, overlay=None if animation.no_overlay else animation.overlay,
+                     fps=animation.fps or frames.fps or 10.0, force=force,
                      source=str(video), model=predictor.variant) as writer:
         tracked = 0
-        for frame_idx, obj_ids, logits in track_frames(predictor, state, prompts, direction=direction,
-                                                       start_frame=start_frame, max_frames=max_frames, progress=progress):
+        for frame_idx, obj_ids, logits in track_frames(predictor, state, prompts, direction=span.direction,
+                                                       start_frame=start_frame, max_frames=span.max_frames,
+                                                       progress=progress):
             writer.add(frame_idx, obj_ids, logits, object_scores(state, frame_idx))
             tracked += 1
         summary = writer.commit()

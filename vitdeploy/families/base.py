@@ -113,7 +113,7 @@ class ModelFamily:
 
     def architecture(self, data: dict[str, Any]) -> Any:
         """The architecture a recipe's or file's ``architecture`` table describes, checked (families whose class has
-        ``from_dict``: :class:`vitdeploy.models.sam3.ArchTable`)."""
+        ``from_dict``: :class:`vitdeploy.models.sam3_common.ArchTable`)."""
         return self.architecture_class().from_dict(data)
 
     def architecture_fields(self) -> frozenset[str] | None:

@@ -29,7 +29,7 @@ class Sam3InteractiveDecoder(Sam2MaskDecoder):
             "high_res_feats, clicks/box/mask -> masks, IoU and object scores (Sam3Image.predict_inst)")
 
     def architecture_class(self) -> type:
-        from vitdeploy.models.sam3_interactive import Sam3InteractiveArch
+        from vitdeploy.models.sam3_interactive_decoder import Sam3InteractiveArch
 
         return Sam3InteractiveArch
 
@@ -41,7 +41,7 @@ class Sam3InteractiveDecoder(Sam2MaskDecoder):
         super().check_export(recipe, options)
 
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
-        from vitdeploy.models.sam3_interactive import load_sam3_interactive
+        from vitdeploy.models.sam3_interactive_decoder import load_sam3_interactive
 
         arch = self.architecture(recipe.architecture)
         return arch, load_sam3_interactive(arch, checkpoint, random_seed=random_seed,
@@ -51,7 +51,7 @@ class Sam3InteractiveDecoder(Sam2MaskDecoder):
         """The official heads an export was made from (the seed's, or the checked checkpoint's)."""
         seed = reference_seed(metadata, checkpoint)
 
-        from vitdeploy.models.sam3_interactive import load_sam3_interactive
+        from vitdeploy.models.sam3_interactive_decoder import load_sam3_interactive
 
         return load_sam3_interactive(self.architecture(metadata["architecture"]), checkpoint, random_seed=seed)
 

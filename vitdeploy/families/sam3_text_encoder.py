@@ -35,7 +35,7 @@ class Sam3TextEncoderFamily(ModelFamily):
     required_metadata = ("architecture", "context_length")
 
     def architecture_class(self) -> type:
-        from vitdeploy.models.sam3 import Sam3TextArch
+        from vitdeploy.models.sam3_text_encoder import Sam3TextArch
 
         return Sam3TextArch
 
@@ -45,7 +45,7 @@ class Sam3TextEncoderFamily(ModelFamily):
             raise InputError("--input-size does not apply to a text encoder: its input is token ids of the context length")
 
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
-        from vitdeploy.models.sam3 import load_sam3_text
+        from vitdeploy.models.sam3_text_encoder import load_sam3_text
 
         arch = self.architecture(recipe.architecture)
         return arch, load_sam3_text(arch, checkpoint, random_seed=random_seed,
@@ -57,7 +57,7 @@ class Sam3TextEncoderFamily(ModelFamily):
 
         from vitdeploy.metadata import artifact_metadata
         from vitdeploy.onnx_export.exporter import export_onnx
-        from vitdeploy.rewrites.sam3_text import OUTPUT_NAMES, rewrite_sam3_text_encoder
+        from vitdeploy.rewrites.sam3_text_encoder import OUTPUT_NAMES, rewrite_sam3_text_encoder
 
         input_size = int(recipe_section(recipe, "sam3", {"input_size"}).get("input_size", 1008))  # the model's images
         echo(f"exporting {recipe.name} ({recipe.variant}): tokens (batch, {arch.context_length}) -> {', '.join(OUTPUT_NAMES)}"
@@ -77,8 +77,8 @@ class Sam3TextEncoderFamily(ModelFamily):
         """The official ``VETextEncoder.forward`` with the export's weights, its tokenizer given the ids."""
         seed = reference_seed(metadata, checkpoint)
 
-        from vitdeploy.models.sam3 import load_sam3_text
-        from vitdeploy.rewrites.sam3_text import Sam3TextEncoder
+        from vitdeploy.models.sam3_text_encoder import load_sam3_text
+        from vitdeploy.rewrites.sam3_text_encoder import Sam3TextEncoder
 
         return Sam3TextEncoder(load_sam3_text(self.architecture(metadata["architecture"]), checkpoint, random_seed=seed)).eval()
 

@@ -32,7 +32,7 @@ class Sam3VisionEncoderFamily(ModelFamily):
     required_metadata = ("architecture", "input_size", "pixel_mean", "pixel_std")
 
     def architecture_class(self) -> type:
-        from vitdeploy.models.sam3 import Sam3VisionArch
+        from vitdeploy.models.sam3_vision_encoder import Sam3VisionArch
 
         return Sam3VisionArch
 
@@ -54,7 +54,7 @@ class Sam3VisionEncoderFamily(ModelFamily):
             arch.with_img_size(options.input_size).check()
 
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
-        from vitdeploy.models.sam3 import load_sam3_vision_parts
+        from vitdeploy.models.sam3_vision_encoder import load_sam3_vision_parts
 
         arch = self.architecture(recipe.architecture)
         return arch, load_sam3_vision_parts(arch, checkpoint, random_seed=random_seed,
@@ -65,9 +65,9 @@ class Sam3VisionEncoderFamily(ModelFamily):
         import torch
 
         from vitdeploy.metadata import artifact_metadata
-        from vitdeploy.models.sam3 import vision_backbone_at_size
+        from vitdeploy.models.sam3_vision_encoder import vision_backbone_at_size
         from vitdeploy.onnx_export.exporter import export_onnx
-        from vitdeploy.rewrites.sam3_vision import rewrite_sam3_vision_encoder
+        from vitdeploy.rewrites.sam3_vision_encoder import rewrite_sam3_vision_encoder
 
         size = options.input_size or arch.img_size
         exportable = rewrite_sam3_vision_encoder(vision_backbone_at_size(model.backbone, arch, size), model.heads)
@@ -88,8 +88,8 @@ class Sam3VisionEncoderFamily(ModelFamily):
         the interactive heads' per-image part."""
         seed = reference_seed(metadata, checkpoint)  # refuses a wrong checkpoint before torch is imported
 
-        from vitdeploy.models.sam3 import load_sam3_vision_parts
-        from vitdeploy.rewrites.sam3_vision import Sam3VisionEncoder
+        from vitdeploy.models.sam3_vision_encoder import load_sam3_vision_parts
+        from vitdeploy.rewrites.sam3_vision_encoder import Sam3VisionEncoder
 
         arch = self.architecture(metadata["architecture"]).with_img_size(int(metadata["input_size"][0]))
         parts = load_sam3_vision_parts(arch, checkpoint, random_seed=seed)

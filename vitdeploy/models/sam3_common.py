@@ -1,7 +1,8 @@
-"""What the eager references of SAM 3's parts share (the vision encoder, :mod:`vitdeploy.models.sam3`; the text
-encoder there too; the detector, :mod:`vitdeploy.models.sam3_detector`; the interactive heads,
-:mod:`vitdeploy.models.sam3_interactive`): the official package's install hint and what a failed import of it says,
-a recipe's ``[architecture]`` table as a dataclass, and reading official weights or seeding random ones."""
+"""What the eager references of SAM 3's parts share (one module per part, named as its family:
+:mod:`vitdeploy.models.sam3_vision_encoder`, :mod:`~vitdeploy.models.sam3_text_encoder`,
+:mod:`~vitdeploy.models.sam3_detector`, :mod:`~vitdeploy.models.sam3_interactive_decoder`): the official package's
+install hint and what a failed import of it says, a recipe's ``[architecture]`` table as a dataclass, and reading
+official weights or seeding random ones."""
 
 from __future__ import annotations
 

@@ -64,7 +64,7 @@ def official():
     from sam3.model.sam3_image_processor import Sam3Processor as OfficialProcessor
 
     from vitdeploy.models.recipes import load_recipe
-    from vitdeploy.models.sam3 import Sam3VisionArch, load_sam3_vision_parts
+    from vitdeploy.models.sam3_vision_encoder import Sam3VisionArch, load_sam3_vision_parts
     from vitdeploy.models.sam3_detector import Sam3DetectorArch, load_sam3_detector
 
     parts = load_sam3_vision_parts(Sam3VisionArch.from_dict(load_recipe("sam3_tiny").architecture), random_seed=SEED)
@@ -394,7 +394,7 @@ def test_the_interactive_decoder_exports_from_an_official_checkpoint(files, tmp_
     from tests.cli_helpers import assert_user_error, run
     from vitdeploy.families import FAMILIES
     from vitdeploy.models.recipes import load_recipe
-    from vitdeploy.models.sam3_interactive import Sam3InteractiveArch, load_sam3_interactive
+    from vitdeploy.models.sam3_interactive_decoder import Sam3InteractiveArch, load_sam3_interactive
     from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 
     arch = Sam3InteractiveArch.from_dict(load_recipe("sam3_tiny_interactive").architecture)

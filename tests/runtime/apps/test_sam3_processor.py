@@ -48,7 +48,8 @@ def official():
     from sam3.model.tokenizer_ve import SimpleTokenizer
 
     from vitdeploy.models.recipes import load_recipe
-    from vitdeploy.models.sam3 import Sam3TextArch, Sam3VisionArch, load_sam3_text, load_sam3_vision
+    from vitdeploy.models.sam3_text_encoder import Sam3TextArch, load_sam3_text
+    from vitdeploy.models.sam3_vision_encoder import Sam3VisionArch, load_sam3_vision
     from vitdeploy.models.sam3_detector import Sam3DetectorArch, load_sam3_detector
 
     backbone = load_sam3_vision(Sam3VisionArch.from_dict(load_recipe("sam3_tiny").architecture), random_seed=SEED)

@@ -14,7 +14,7 @@ from vitdeploy.metadata import identity_differences
 from vitdeploy.runtime.apps.common.files import SAM3_HERE, FileSet, Metadata, Names
 from vitdeploy.runtime.apps.sam2.files import IMAGE_FEATURES
 
-#: The vision encoder's outputs a click reads (``vitdeploy.rewrites.sam3_vision.INTERACTIVE_OUTPUTS``): SAM 2's.
+#: The vision encoder's outputs a click reads (``vitdeploy.rewrites.sam3_vision_encoder.INTERACTIVE_OUTPUTS``): SAM 2's.
 INTERACTIVE_FEATURES = IMAGE_FEATURES
 
 #: SAM 3's parts, as ``vitdeploy export`` writes them, in words.

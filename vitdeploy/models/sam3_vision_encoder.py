@@ -28,13 +28,10 @@ from typing import Any, ClassVar
 from torch import nn
 
 from vitdeploy.errors import RecipeError
-from vitdeploy.models.sam3_common import (SAM3_INSTALL_HINT, ArchTable, GridArchTable, load_official_weights,
-                                          missing_sam3, read_weights, select_under)
+from vitdeploy.models.sam3_common import GridArchTable, load_official_weights, missing_sam3, read_weights, select_under
 
 #: Keys of an official checkpoint that hold the vision backbone (``_load_checkpoint`` strips ``detector.``).
 CHECKPOINT_PREFIXES = ("detector.backbone.vision_backbone.", "backbone.vision_backbone.")
-#: ... and the text encoder (``SAM3VLBackbone.language_backbone``).
-TEXT_CHECKPOINT_PREFIXES = ("detector.backbone.language_backbone.", "backbone.language_backbone.")
 
 
 @dataclass(frozen=True)
@@ -88,7 +85,7 @@ class Sam3VisionArch(GridArchTable):
 
     def interactive_arch(self) -> Any:
         """The sizes of the interactive heads that read this encoder's second neck."""
-        from vitdeploy.models.sam3_interactive import Sam3InteractiveArch
+        from vitdeploy.models.sam3_interactive_decoder import Sam3InteractiveArch
 
         return Sam3InteractiveArch(img_size=self.img_size, patch_size=self.patch_size, d_model=self.d_model)
 
@@ -158,7 +155,7 @@ def load_sam3_vision_parts(arch: Sam3VisionArch, checkpoint: str | Path | None =
     or seed."""
     heads = None
     if arch.add_sam2_neck:
-        from vitdeploy.models.sam3_interactive import load_sam3_interactive
+        from vitdeploy.models.sam3_interactive_decoder import load_sam3_interactive
 
         checkpoint = read_weights(checkpoint) if checkpoint is not None else None
         heads = load_sam3_interactive(arch.interactive_arch(), checkpoint, random_seed=random_seed)
@@ -177,47 +174,5 @@ def vision_backbone_at_size(model: nn.Module, arch: Sam3VisionArch, size: int) -
     return resized.eval()
 
 
-@dataclass(frozen=True)
-class Sam3TextArch(ArchTable):
-    """The sizes of SAM 3's text encoder (``VETextEncoder``'s argument names); defaults are ``_create_text_encoder``'s."""
-
-    width: int = 1024
-    heads: int = 16
-    layers: int = 24
-    context_length: int = 32
-    vocab_size: int = 49408
-    d_model: int = 256
-
-    WHAT: ClassVar[str] = "a SAM 3 text encoder"
-
-    def check(self) -> None:
-        if self.width % self.heads:
-            raise RecipeError(f"width {self.width} is not a multiple of heads {self.heads}")
-        if self.vocab_size < 49408:
-            raise RecipeError(f"vocab_size {self.vocab_size}: CLIP's tokenizer gives ids up to 49407")
-
-
-def build_sam3_text(arch: Sam3TextArch) -> nn.Module:
-    """The official ``VETextEncoder`` as ``_create_text_encoder`` builds it, without its tokenizer (the runtime
-    tokenizes: :mod:`vitdeploy.runtime.processing.clip_tokenizer`), eval mode."""
-    try:
-        from sam3.model.text_encoder_ve import VETextEncoder
-    except ImportError as exc:
-        raise missing_sam3(exc) from exc
-    return VETextEncoder(tokenizer=None, d_model=arch.d_model, width=arch.width, heads=arch.heads, layers=arch.layers,
-                         context_length=arch.context_length, vocab_size=arch.vocab_size).eval()
-
-
-def load_sam3_text(arch: Sam3TextArch, checkpoint: str | Path | None = None, *, random_seed: int | None = None,
-                   what: str | None = None) -> nn.Module:
-    """Build the official text encoder and fill it from a checkpoint (its ``language_backbone`` keys) or with seeded
-    random weights."""
-    return load_official_weights(build_sam3_text(arch), checkpoint, random_seed=random_seed,
-                                 what=what or "SAM 3's text encoder",
-                                 hint=": use the official sam3.pt or a state dict of its text encoder",
-                                 select=lambda state: select_under(state, TEXT_CHECKPOINT_PREFIXES))
-
-
-__all__ = ["ArchTable", "GridArchTable", "SAM3_INSTALL_HINT", "Sam3TextArch", "Sam3VisionArch", "Sam3VisionParts",
-           "build_sam3_text", "build_sam3_vision", "load_official_weights", "load_sam3_text", "load_sam3_vision", "load_sam3_vision_parts",
-           "missing_sam3", "read_weights", "select_under", "vision_backbone_at_size"]
+__all__ = ["CHECKPOINT_PREFIXES", "Sam3VisionArch", "Sam3VisionParts", "build_sam3_vision", "load_sam3_vision",
+           "load_sam3_vision_parts", "vision_backbone_at_size"]
