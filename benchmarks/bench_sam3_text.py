@@ -8,78 +8,43 @@ Usage (the file is exported once into --out, 1.4 GB):
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
-import time
-from pathlib import Path
 
-import numpy as np
+from benchmarks.part_harness import agreement, alternate, arguments, exported, runners
 
 PROMPTS = ["yellow school bus", "a person riding a bicycle", "dog", "the red car on the left", "striped umbrella"]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path("out/sam3_bench"))
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = arguments(__doc__, rounds=3, bf16=False)
 
     import torch
     from sam3.model.tokenizer_ve import SimpleTokenizer
 
-    from vitdeploy.cpu_features import cpu_features
     from vitdeploy.models.recipes import load_recipe
     from vitdeploy.models.sam3_text_encoder import Sam3TextArch, load_sam3_text
-    from vitdeploy.parity import compare
-    from vitdeploy.pipeline import export_from_recipe
-    from vitdeploy.runtime.deploy.loader import open_runner
     from vitdeploy.runtime.processing.clip_tokenizer import ClipTokenizer, default_vocab
 
-    torch.set_num_threads(args.threads)
-    path = args.out / "sam3_text.onnx"
-    report: dict = {"cpu": cpu_features().summary(), "threads": args.threads}
-    if not path.is_file():
-        start = time.perf_counter()
-        export_from_recipe("sam3_text", path, random_weights=True, seed=0)
-        report["export_s"] = round(time.perf_counter() - start, 1)
-    report["file_bytes"] = sum(p.stat().st_size for p in args.out.iterdir() if p.name.startswith(path.name))
+    path, report = exported("sam3_text", args.out, args.threads)
     official = load_sam3_text(Sam3TextArch.from_dict(load_recipe("sam3_text").architecture), random_seed=0)
     official.tokenizer = SimpleTokenizer(bpe_path=str(default_vocab()))
     tokenizer = ClipTokenizer()
-    runners = {name: open_runner(path, runtime=name, threads=args.threads) for name in ("onnxruntime", "openvino")}
+    ours = runners(path, args.threads, bf16=False)
 
     def eager(text: str):
         with torch.inference_mode():
             _, memory, embeds = official([text], device=torch.device("cpu"))
         return memory.transpose(0, 1).numpy(), embeds.transpose(0, 1).numpy()
 
-    def ours(name: str, text: str):
-        out = runners[name].run({"tokens": tokenizer([text])})
+    def run(name: str, text: str):
+        out = ours[name].run({"tokens": tokenizer([text])})
         return out["text_memory"], out["text_embeds"]
 
-    contenders = {"official eager": eager, **{f"vitdeploy {n}": (lambda t, n=n: ours(n, t)) for n in runners}}
-    for fn in contenders.values():  # warm-up
-        fn(PROMPTS[0])
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(args.rounds):
-        for name, fn in contenders.items():
-            for text in PROMPTS:
-                t0 = time.perf_counter()
-                fn(text)
-                times[name].append(time.perf_counter() - t0)
-    base = statistics.median(times["official eager"])
-    report["rows"] = {name: {"median_ms": round(1e3 * statistics.median(t), 2),
-                             "vs_official": round(statistics.median(t) / base, 3)} for name, t in times.items()}
+    contenders = {"official eager": eager, **{n: (lambda t, n=n: run(n, t)) for n in ours}}
+    report["rows"] = alternate(contenders, PROMPTS, args.rounds, warm_every_input=False)
     want = eager(PROMPTS[1])
-    for name in runners:
-        got = ours(name, PROMPTS[1])
-        report["rows"][f"vitdeploy {name}"]["agreement"] = [
-            {"output": key, "cosine": round(r.cosine, 8), "rel_l2": float(f"{r.rel_l2:.3g}")}
-            for key, a, b in zip(("text_memory", "text_embeds"), want, got)
-            for r in [compare(a, np.asarray(b), "fp32", label=key)]]
+    for name in ours:
+        report["rows"][name]["agreement"] = agreement(("text_memory", "text_embeds"), want, run(name, PROMPTS[1]))
     print(json.dumps(report, indent=2))
 
 

@@ -27,4 +27,10 @@ run optimize "$out/enc-onnxruntime-cpu-matmul.onnx" --fused-attention -o "$out/e
 run optimize "$out/enc-tensorrt-matmul.onnx" -o "$out/enc-trt-optimized.onnx"
 run export -r timm_deit_small_patch16_224 --random-weights --seed 0 -o "$out/deit-s.onnx"
 run export -r timm_hiera_tiny_224 --random-weights --seed 0 -o "$out/hiera-t.onnx"
+for part in "" _decoder _memory_encoder _memory_attention; do
+  run export -r "sam2_tiny$part" --random-weights --seed 0 -o "$out/sam2$part.onnx"
+done
+for part in "" _text _detector _interactive; do
+  run export -r "sam3_tiny$part" --random-weights --seed 0 -o "$out/sam3$part.onnx"
+done
 cd "$out" && sha256sum -- *.onnx *.onnx.data 2>/dev/null | sort -k2

@@ -6,8 +6,8 @@ imports inside it). Run it on two checkouts to compare a restructuring:
     python scripts/import_graph.py --root /tmp/old      # another checkout (git worktree add /tmp/old REV)
     python scripts/import_graph.py --inside runtime     # floors inside vitdeploy/runtime
 
-It reads imports the way ``tests/test_architecture.py`` does: every import, those inside functions too,
-``if TYPE_CHECKING:`` blocks excepted.
+It reads imports the way ``tests/test_architecture.py`` does: every import, those inside functions and under
+``if TYPE_CHECKING:`` too (``--root`` an older checkout: its graph read the same way).
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ def modules(package: Path) -> dict[str, ast.Module]:
     return out
 
 
-def imports(tree: ast.Module) -> set[str]:
-    skip = {id(c) for n in ast.walk(tree) if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)
-            for c in ast.walk(n)}
+def imports(tree: ast.Module, with_type_checking: bool = True) -> set[str]:
+    skip = set() if with_type_checking else {
+        id(c) for n in ast.walk(tree) if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)
+        for c in ast.walk(n)}
     found = set()
     for node in ast.walk(tree):
         if id(node) in skip:

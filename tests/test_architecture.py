@@ -40,15 +40,11 @@ def _unit(module: str) -> str:
 
 
 def _imports(tree: ast.Module) -> list[tuple[int, str]]:
-    """(line, imported vitdeploy module) for every import, in functions too; ``if TYPE_CHECKING:`` blocks excepted."""
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(child) for child in ast.walk(node))
+    """(line, imported vitdeploy module) for every import: in functions too, and under ``if TYPE_CHECKING:`` (an import
+    for annotations only ties two modules as a reader sees them: it hid the circle of runtime_facts and
+    cpu_features)."""
     found = []
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names if a.name.startswith("vitdeploy.")]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

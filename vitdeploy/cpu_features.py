@@ -51,6 +51,11 @@ class CpuFeatures:
     #: model name can be as bare as "AMD EPYC", the same for a Zen 1 and a Zen 4.
     family_model: str = ""
 
+    def x86_with(self, flags: tuple[str, ...], without: tuple[str, ...] = ()) -> bool:
+        """Whether this is an x86 CPU with every one of ``flags`` and none of ``without`` (a measured row's
+        condition)."""
+        return self.x86 and all(self.has(f) for f in flags) and not any(self.has(f) for f in without)
+
     def has(self, flag: str) -> bool:
         return flag in self.flags
 

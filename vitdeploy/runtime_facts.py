@@ -15,10 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from vitdeploy.cpu_features import CpuFeatures
+from typing import Any, Protocol
 
 FORMAT = "vitdeploy-runtime-facts/1"
 #: Where the file lives inside the package (and, for C++, under ``share/vitdeploy`` once installed).
@@ -47,6 +44,13 @@ class CpuRuntimeFacts:
     policies: tuple[str, ...]
 
 
+class CpuFlags(Protocol):
+    """What a row asks of a CPU (:class:`vitdeploy.cpu_features.CpuFeatures` answers it): the data file's module
+    sits below the one that reads the CPU, so the row names only the question."""
+
+    def x86_with(self, flags: tuple[str, ...], without: tuple[str, ...] = ()) -> bool: ...
+
+
 @dataclass(frozen=True)
 class CpuDefault:
     """One row of this CPU's measured defaults: on x86 CPUs with every one of ``flags`` and none of ``without``, FP32
@@ -65,18 +69,13 @@ class CpuDefault:
         """``amx_bf16``: what a family's ``cpu_default_rows`` names this row by (its CPU flags)."""
         return "+".join(self.flags)
 
-    def applies(self, features: CpuFeatures, family: str | None) -> bool:
+    def applies(self, features: CpuFlags, family: str | None) -> bool:
         """On a CPU like ``features``, for a file of ``family`` (the row says which families it was measured on)."""
-        return x86_with(features, self.flags, self.without) and family in self.measured_on
+        return features.x86_with(self.flags, self.without) and family in self.measured_on
 
     def describe(self) -> str:
         """``avx2 without avx512f: openvino file``: the row's condition and choice, for the verbs' note line."""
         return f"{flag_condition(self.flags, self.without)}: {self.runtime} {self.precision}"
-
-
-def x86_with(features: CpuFeatures, flags: tuple[str, ...], without: tuple[str, ...]) -> bool:
-    """Whether ``features`` is an x86 CPU with every one of ``flags`` and none of ``without``."""
-    return features.x86 and all(features.has(f) for f in flags) and not any(features.has(f) for f in without)
 
 
 def flag_condition(flags: tuple[str, ...], without: tuple[str, ...]) -> str:
@@ -138,4 +137,4 @@ def family_name(model: str, part: str) -> str:
 
 __all__ = ["ARM64_HWCAP2_BITS", "ARM64_HWCAP_BITS", "BF16_FLAGS", "CPU_DEFAULT_ROWS", "CPU_RUNTIMES", "FACTS", "INT8_DOT_FLAGS", "MODEL_PARTS",
            "OPENVINO_GELU_APART", "PROFILE_SETTINGS", "PROVEN_POLICIES", "REPORTED_FLAGS", "CpuDefault", "CpuRuntimeFacts", "family_name",
-           "flag_condition", "x86_with"]
+           "CpuFlags", "flag_condition"]

@@ -49,7 +49,8 @@ Options:
   --decoder-metadata FILE   the same for the decoder
   --runtime NAME            auto (default): the encoder's deployment profile from 'vitdeploy tune' when it fits
                             this machine, else this CPU's measured default (as the Python --runtime auto);
-                            onnxruntime or openvino: the encoder runs there as written (the decoder on ONNX Runtime)
+                            onnxruntime or openvino: the encoder runs there as written (the decoder on ONNX Runtime);
+                            auto decides the decoder too, by its own profile or cached decision
   --threads N               CPU threads (default: the profile's, else the runtime's choice)
   --ort-ops FILE            ONNX Runtime custom-op library (libvitdeploy_ort_ops.so, built by cpp/build.sh), needed
                             by an encoder written by 'vitdeploy optimize --fused-attention' (default: $VITDEPLOY_ORT_OPS)
@@ -169,6 +170,8 @@ int run(const Options& o) {
     // --runtime auto (the default), as in Python: the deployment profile beside an .onnx encoder (vitdeploy tune) --
     // its runtime, inference precision, and threads when --threads is not given -- else this CPU's measured default.
     // The note is said once the mask is written: an error stays the one line on stderr.
+    // Every file of the pair is decided (as Python's plan decides the decoder too): the decoder by its own profile or
+    // cached decision, else this CPU's rows for a decoder (the file as written on ONNX Runtime).
     std::string note;
     if (std::filesystem::path(o.encoder).extension() == ".onnx") {
         if (o.runtime == "auto") {
@@ -176,6 +179,10 @@ int run(const Options& o) {
         } else {
             enc_opts.runtime = o.runtime;
         }
+    }
+    if (std::filesystem::path(o.decoder).extension() == ".onnx" && o.runtime == "auto") {
+        const std::string decoder_note = apply_deployment_profile(o.decoder, dec_opts);
+        if (!decoder_note.empty()) note += (note.empty() ? "" : "; ") + decoder_note;
     }
     enc_opts.device = dec_opts.device = o.device;
     enc_opts.metadata_path = o.encoder_metadata;

@@ -733,6 +733,29 @@ def test_sam_cli_runs_an_int8_file_on_onnx_runtime_where_its_profile_chose_openv
     assert "encoder.profile.json: openvino file, 1 thread(s); but on this CPU (no VNNI/AMX)" in done.stderr, done.stderr
 
 
+def test_sam_cli_reads_the_decoders_own_decision_as_python_does(cpp_build: Path, tiny_sam_artifacts,  # noqa: F811
+                                                                 tmp_path: Path) -> None:
+    """Every file of the pair is decided, in C++ as in Python's plan: a profile beside the decoder (OpenVINO, where
+    this CPU's rows give a decoder ONNX Runtime) is what sam_cli runs the decoder on, and it says so."""
+    import shutil
+
+    _require_openvino_backend(cpp_build)
+    env = _env_without_ort_ops()
+    decoder = Path(shutil.copy(tiny_sam_artifacts.decoder, tmp_path / "decoder.onnx"))
+    write = ("import json, sys; from vitdeploy.runtime.deploy import identity as i, profiles as d; p = sys.argv[1]; "
+             "d.profile_path(p).write_text(json.dumps({'format': d.PROFILE_FORMAT, 'model_sha256': i.model_digest(p), "
+             "'machine': i.machine_fingerprint(), 'runtime_versions': i.runtime_versions(), 'chosen': {'runtime': "
+             "'openvino', 'precision': 'file', 'threads': 1, 'settings': {}}, 'candidates': []}))")
+    subprocess.run([sys.executable, "-c", write, str(decoder)], check=True, timeout=120, env=env)
+    Image.fromarray(sample_image(40, 60, seed=7)).save(tmp_path / "in.png")
+    done = subprocess.run([str(cpp_build / "sam_cli"), "--encoder", str(tiny_sam_artifacts.encoder), "--decoder",
+                           str(decoder), "--image", str(tmp_path / "in.png"), "--point", "20,10", "--out",
+                           str(tmp_path / "mask.png"), "--json"], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["decoder_backend"].startswith("openvino"), done.stdout
+    assert "decoder.profile.json: openvino file, 1 thread(s)" in done.stderr, done.stderr
+
+
 @pytest.fixture(scope="module")
 def tiny_bf16_encoder(tiny_sam_artifacts, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
     """The tiny SAM encoder calibrated to BF16 (FP32 islands) on the bundled images."""

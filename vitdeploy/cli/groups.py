@@ -125,6 +125,14 @@ def job_group(required: bool = True) -> Callable:
 
 
 @dataclass(frozen=True)
+class Timing:
+    """Timed runs after untimed warm-up runs (``validate``, ``tune``: each verb its own defaults and help)."""
+
+    runs: int = 1
+    warmup: int = 0
+
+
+@dataclass(frozen=True)
 class Outputs:
     """What the verb writes besides its results: a JSON report, and whether existing outputs may be replaced."""
 
@@ -139,4 +147,4 @@ def outputs_group(report: bool = True) -> Callable:
     return option_group("outputs", Outputs, *([report_option] if report else []), force_option)
 
 
-__all__ = ["Deploy", "Job", "Outputs", "deploy_group", "job_group", "option_group", "outputs_group"]
+__all__ = ["Deploy", "Job", "Outputs", "Timing", "deploy_group", "job_group", "option_group", "outputs_group"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import click
 
-from vitdeploy.cli.groups import option_group
+from vitdeploy.cli.groups import Timing, option_group
 from vitdeploy.cli.options import force_option, handle_errors, verbose_option
 from vitdeploy.runtime.backends.registry import ONNX_RUNTIMES
 
@@ -20,14 +20,6 @@ class Inputs:
     max_images: int
     random_inputs: int
     clicks: int
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Timed runs after untimed warm-up runs."""
-
-    runs: int
-    warmup: int
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import click
 
-from vitdeploy.cli.groups import Outputs, option_group, outputs_group
+from vitdeploy.cli.groups import Outputs, Timing, option_group, outputs_group
 from vitdeploy.cli.options import (fused_attention_option, handle_errors, ort_device_options, runtime_option,
                                    threads_option, verbose_option)
 
@@ -19,14 +19,6 @@ class Inputs:
     images: tuple[str, ...]
     random_inputs: int
     load_inputs: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Timed runs per backend after untimed warm-up runs."""
-
-    runs: int
-    warmup: int
 
 
 @dataclass(frozen=True)

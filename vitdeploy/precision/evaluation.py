@@ -80,6 +80,7 @@ def run_faithful(model: onnx.ModelProto, feeds_list: Sequence[Feeds], threads: i
     stores every FP16/BF16 tensor in its format in one session (explicit casts around FP32 arithmetic;
     tested against running the graph node by node).
     """
-    from vitdeploy.precision.segments import plain_session, with_half_storage
+    from vitdeploy.precision.half_storage import with_half_storage
+    from vitdeploy.precision.model_io import plain_session
 
     return run_all(plain_session(with_half_storage(model), threads), feeds_list, progress, stage)

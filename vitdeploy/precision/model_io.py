@@ -143,6 +143,26 @@ def inference_session(model: onnx.ModelProto, options, providers=("CPUExecutionP
     return session
 
 
+def plain_session(model: onnx.ModelProto, threads: int | None = None):
+    """A CPU session without graph optimization or memory arena (the kernels a single-node session uses; memory
+    freed at once), for an in-memory model of any size."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = int(threads)
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.enable_cpu_mem_arena = False
+    options.enable_mem_pattern = False
+    # Kahn's order with the node list as tie-break: each statistic runs as soon as its tensor exists, so the
+    # tensor is freed then (ONNX Runtime's default order may leave every reduction for the end).
+    options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
+    return inference_session(model, options)
+
+
 def _ort_value(ort, array: np.ndarray):
     """An OrtValue over ``array`` (no copy); BF16 (``ml_dtypes.bfloat16``, which ONNX Runtime's NumPy bridge does not
     know) is handed over as its 16-bit pattern with its ONNX type."""
@@ -178,5 +198,5 @@ def save_onnx_atomic(model: onnx.ModelProto, path: str | os.PathLike) -> list[Pa
 
 
 __all__ = ["EXTERNAL_MIN_BYTES", "SINGLE_MESSAGE_MAX_BYTES", "check_model", "copy_model", "graph_and_weights",
-           "inline_weight_bytes", "inference_session", "infer_shapes", "is_large", "save_onnx", "save_onnx_atomic",
+           "inline_weight_bytes", "plain_session", "inference_session", "infer_shapes", "is_large", "save_onnx", "save_onnx_atomic",
            "structure_only", "value_types"]

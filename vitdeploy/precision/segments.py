@@ -64,8 +64,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from vitdeploy.errors import PrecisionError
-from vitdeploy.precision.half_formats import HalfFormat, half_format
-from vitdeploy.precision.model_io import copy_model, inference_session, value_types
+from vitdeploy.precision.half_formats import HalfFormat
+from vitdeploy.precision.model_io import plain_session, value_types
 
 Feeds = dict[str, np.ndarray]
 Observer = Callable[[str, np.ndarray], None]
@@ -481,82 +481,5 @@ class SegmentRunner:
                 result.drift[base] = drift
 
 
-def plain_session(model: onnx.ModelProto, threads: int | None = None):
-    """A CPU session without graph optimization or memory arena (the kernels a single-node session uses; memory
-    freed at once), for an in-memory model of any size."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    if threads:
-        options.intra_op_num_threads = int(threads)
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.enable_cpu_mem_arena = False
-    options.enable_mem_pattern = False
-    # Kahn's order with the node list as tie-break: each statistic runs as soon as its tensor exists, so the
-    # tensor is freed then (ONNX Runtime's default order may leave every reduction for the end).
-    options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
-    return inference_session(model, options)
-
-
-def with_half_storage(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of a mixed FP16 or BF16 graph where every node computes in FP32 and every 16-bit tensor is
-    stored in its format (FP16 or BF16).
-
-    Why: on a CPU, ONNX Runtime runs FP16 nodes that lack an FP16 kernel in FP32 between casts it
-    inserts, and removes those cast pairs between such nodes (and runs isolated FP16 nodes in FP32),
-    so in one plain session a chain of them never rounds to FP16 and never overflows; it has no BF16
-    kernels for arithmetic at all. Here each node that reads or writes a 16-bit tensor is rewritten to
-    read FP32 copies (``Cast``) and write an FP32 result that is cast back to the tensor's format:
-    explicit casts, which ONNX Runtime keeps when graph optimization is off. This is 16-bit storage
-    with FP32 arithmetic inside each node, as TensorRT's FP16 and BF16 kernels accumulate in FP32.
-    Typed ops (``Cast``, ``Constant``, ...) are left as they are, and so are data-movement ops
-    (:data:`DATA_MOVEMENT_OPS`; for BF16 the ones ONNX Runtime's CPU has kernels for) on 16-bit
-    tensors: they compute nothing, so they run on the stored tensors without a widen/round pair (ViT-B
-    at 1024 px, AMD EPYC Zen 1 AVX2, 2 threads, FP16: 28.0 s -> 26.2 s per image; the casts that
-    remain take ~5 s of it, the MatMuls ~15 s).
-    """
-    copy = copy_model(model)
-    graph = copy.graph
-    types = {name: t.tensor_type.elem_type for name, t in value_types(copy).items()}
-    types.update({t.name: t.data_type for t in graph.initializer})
-    new_nodes: list[onnx.NodeProto] = []
-    widened: dict[str, str] = {}
-    for node in graph.node:
-        half_in = [n for n in node.input if n and half_format(types.get(n, 0))]
-        half_out = [n for n in node.output if n and half_format(types.get(n, 0))]
-        if node.op_type in TYPED_OPS or not (half_in or half_out):
-            new_nodes.append(node)
-            continue
-        float_in = [n for n in node.input if n and (types.get(n) == TensorProto.FLOAT or half_format(types.get(n, 0)))]
-        moves = BF16_DATA_MOVEMENT_OPS if any(types.get(n) == TensorProto.BFLOAT16 for n in half_in + half_out) \
-            else DATA_MOVEMENT_OPS
-        if node.op_type in moves and float_in == half_in and len(half_out) == len([o for o in node.output if o]):
-            new_nodes.append(node)  # 16-bit in, 16-bit out, nothing computed: nothing to round
-            continue
-        for name in half_in:
-            if name not in widened:
-                widened[name] = name + "::fp32"
-                new_nodes.append(helper.make_node("Cast", [name], [widened[name]], to=TensorProto.FLOAT,
-                                                  name=f"{name}::to_fp32"))
-        for j, name in enumerate(node.input):
-            if name in widened:
-                node.input[j] = widened[name]
-        stored = []
-        for j, name in enumerate(node.output):
-            if name in half_out:
-                fmt = half_format(types[name])
-                node.output[j] = name + "::computed"
-                stored.append(helper.make_node("Cast", [node.output[j]], [name], to=fmt.onnx_type,
-                                               name=f"{name}::to_{fmt.name}"))
-        new_nodes.append(node)
-        new_nodes.extend(stored)
-    del graph.node[:]
-    graph.node.extend(new_nodes)
-    return copy
-
-
-__all__ = ["BF16_DATA_MOVEMENT_OPS", "DATA_MOVEMENT_OPS", "DEFAULT_BUDGET_BYTES", "SAMPLE_FROM_ROWS", "SAMPLE_ROWS", "RunResult", "Segment",
-           "SegmentRunner", "TYPED_OPS", "TensorRange", "ensure_node_names", "plain_session", "with_half_storage"]
+__all__ = ["BF16_DATA_MOVEMENT_OPS", "DATA_MOVEMENT_OPS", "DEFAULT_BUDGET_BYTES", "SAMPLE_FROM_ROWS", "SAMPLE_ROWS",
+           "RunResult", "Segment", "SegmentRunner", "TYPED_OPS", "TensorRange", "ensure_node_names"]

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from vitdeploy.rewrites.rotary import deinterleave_order, rotate_halves
-from vitdeploy.rewrites.static_shapes import WindowPartition
+from vitdeploy.rewrites.static_shapes import WindowPartition, copy_vitdet_block
 
 #: The click predictor's features (SAM 2's image encoder outputs: its decoder graph contract).
 INTERACTIVE_OUTPUTS = ("image_embed", "high_res_feats_0", "high_res_feats_1")
@@ -85,18 +85,8 @@ class RotaryBlock(nn.Module):
         super().__init__()
         if not isinstance(official.ls1, nn.Identity) or not isinstance(official.ls2, nn.Identity):
             raise ValueError("SAM 3's blocks have no layer scale")
-        self.norm1 = copy.deepcopy(official.norm1)
-        self.norm2 = copy.deepcopy(official.norm2)
-        self.mlp = copy.deepcopy(official.mlp)
-        self.window_size = int(official.window_size)
-        dim = official.attn.qkv.in_features
-        if self.window_size > 0:
-            self.windows: WindowPartition | None = WindowPartition(grid_hw, self.window_size, dim)
-            tokens_hw = (self.window_size, self.window_size)
-        else:
-            self.windows = None
-            tokens_hw = grid_hw
-        self.attn = RotaryAttention(official.attn, tokens_hw)
+        self.windows: WindowPartition | None
+        self.attn = RotaryAttention(official.attn, copy_vitdet_block(self, official, grid_hw))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # B, H, W, C
         shortcut = x

@@ -29,7 +29,8 @@ from torch import nn
 
 from vitdeploy.errors import ExportError
 from vitdeploy.rewrites.layernorm2d import LayerNorm2dMode, rewrite_layernorm2d
-from vitdeploy.rewrites.static_shapes import WindowPartition, bicubic_resample_matrix, rel_pos_gather_matrix
+from vitdeploy.rewrites.static_shapes import (WindowPartition, bicubic_resample_matrix, copy_vitdet_block,
+                                              rel_pos_gather_matrix)
 from vitdeploy.sizes import require_patch_multiple
 
 
@@ -90,19 +91,9 @@ class ExportableBlock(nn.Module):
 
     def __init__(self, official: nn.Module, grid_hw: tuple[int, int]):
         super().__init__()
-        self.norm1 = copy.deepcopy(official.norm1)
-        self.norm2 = copy.deepcopy(official.norm2)
-        self.mlp = copy.deepcopy(official.mlp)
-        self.window_size = int(official.window_size)
-        dim = official.attn.qkv.in_features
-        if self.window_size > 0:
-            self.windows: WindowPartition | None = WindowPartition(grid_hw, self.window_size, dim)
-            self.qkv_windows: WindowPartition | None = WindowPartition(grid_hw, self.window_size, 3 * dim)
-            tokens_hw = (self.window_size, self.window_size)
-        else:
-            self.windows = self.qkv_windows = None
-            tokens_hw = grid_hw
-        self.attn = ExportableAttention(official.attn, tokens_hw)
+        self.windows: WindowPartition | None
+        self.qkv_windows: WindowPartition | None
+        self.attn = ExportableAttention(official.attn, copy_vitdet_block(self, official, grid_hw, qkv_windows=True))
 
     def windowed_attention(self, x: torch.Tensor) -> torch.Tensor:  # B, H, W, C -> B, H, W, C
         """Window attention with the ``qkv``/``proj`` GEMMs on the unpadded grid only.

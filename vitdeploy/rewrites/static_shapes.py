@@ -7,6 +7,8 @@ for the static token grid, and stored as non-persistent buffers (so state dicts 
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -74,3 +76,20 @@ def bicubic_resample_matrix(src: int, dst: int) -> torch.Tensor:
         eye = torch.eye(src, dtype=torch.float32).reshape(1, src, src, 1)  # channel i = one-hot at row i
         out = F.interpolate(eye, size=(dst, 1), mode="bicubic", align_corners=False)  # 1, src, dst, 1
         return out[0, :, :, 0].t().contiguous()
+
+
+def copy_vitdet_block(block: nn.Module, official: nn.Module, grid_hw: tuple[int, int],
+                      qkv_windows: bool = False) -> tuple[int, int]:
+    """Set up a rewritten ViTDet ``Block`` (SAM's, SAM 3's) from the official one: its norms and MLP copied (the same
+    parameter names), its window partition fixed for ``grid_hw`` (and, with ``qkv_windows``, one for the qkv's
+    three-times-wider tokens); returns the token grid its attention runs on (a window, or the whole grid)."""
+    block.norm1 = copy.deepcopy(official.norm1)
+    block.norm2 = copy.deepcopy(official.norm2)
+    block.mlp = copy.deepcopy(official.mlp)
+    block.window_size = int(official.window_size)
+    dim = official.attn.qkv.in_features
+    windowed = block.window_size > 0
+    block.windows = WindowPartition(grid_hw, block.window_size, dim) if windowed else None
+    if qkv_windows:
+        block.qkv_windows = WindowPartition(grid_hw, block.window_size, 3 * dim) if windowed else None
+    return (block.window_size, block.window_size) if windowed else grid_hw

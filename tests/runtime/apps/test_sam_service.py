@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 
 from tests.sam_tiny import SEED, TinySamArtifacts, sample_image, tiny_official_sam
-from vitdeploy.runtime.apps.serving import api, front_door, server as one_process
+from vitdeploy.runtime.apps.serving import front_door, server as one_process
 from vitdeploy.runtime.apps.serving.server import Server
 from vitdeploy.runtime.apps.serving.service import MAX_PROMPTS, SamService
 from vitdeploy.validation.masks import compare_masks

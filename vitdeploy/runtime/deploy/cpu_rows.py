@@ -10,7 +10,7 @@ from vitdeploy.cpu_features import CpuFeatures, cpu_features
 from vitdeploy.precisions import Precision
 from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, ONNX_RUNTIMES, RUNTIMES, FileNeeds, cpu_runtimes_for
 from vitdeploy.runtime.deploy.deployment import Deployment
-from vitdeploy.runtime_facts import CPU_DEFAULT_ROWS, CpuDefault, flag_condition, x86_with
+from vitdeploy.runtime_facts import CPU_DEFAULT_ROWS, CpuDefault, flag_condition
 
 #: The measured per-CPU-feature defaults, first match wins, from the data file the C++ library reads too
 #: (``vitdeploy/data/runtime_facts.json``, each row with its evidence). Only what was measured is there: BF16 on
@@ -45,7 +45,7 @@ class Int8Measurement:
     without: tuple[str, ...] = ()
 
     def applies(self, features: CpuFeatures) -> bool:
-        return x86_with(features, self.flags, self.without)
+        return features.x86_with(self.flags, self.without)
 
     def describe(self) -> str:
         """``INT8 (...) took 0.86x (AMD EPYC Zen 3 ...: 6582 against 7656 ms) ... the time of the FP32 default ...``."""
