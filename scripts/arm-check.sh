@@ -2,6 +2,7 @@
 # vitdeploy's torch-free runtime on 64-bit Arm (aarch64), under emulation, against the same files on x86-64.
 #
 #   sudo scripts/arm-check.sh [OUT]        # default OUT: build/arm-check
+#   sudo scripts/arm-check.sh --prepare    # only make (or update) the arm64 root: what scripts/test.sh runs first
 #
 # 1. an arm64 Debian 12 root (Python 3.11, as here), made once with debootstrap and kept in
 #    $VITDEPLOY_ARM_ROOT (default /var/cache/vitdeploy/arm64-root), with the runtime install of
@@ -18,6 +19,8 @@
 # (installed here when apt-get is there). Exit 77: this machine cannot run it (not root, no binfmt_misc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+prepare=0
+if [ "${1:-}" = --prepare ]; then prepare=1; shift; fi
 out="$(realpath -m "${1:-build/arm-check}")"
 root="${VITDEPLOY_ARM_ROOT:-/var/cache/vitdeploy/arm64-root}"
 venv=/opt/vitdeploy-venv
@@ -56,6 +59,10 @@ if [ "$(cat "$root$venv/.lock" 2>/dev/null)" != "$lock_hash" ]; then
     chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/bin:/bin "$venv/bin/pip" install -q --disable-pip-version-check \
         --cert /etc/ssl/certs/ca-certificates.crt -r /tmp/requirements.lock
     echo "$lock_hash" > "$root$venv/.lock"
+fi
+if [ "$prepare" = 1 ]; then
+    say "the arm64 root is ready in $root"
+    exit 0
 fi
 
 python="${PYTHON_X86:-$(source scripts/lib/venv.sh && vitdeploy_venv dev)/bin/python}"
