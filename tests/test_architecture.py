@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -226,8 +227,12 @@ def test_every_registered_family_implements_the_protocol() -> None:
 
     for name, family in FAMILIES.items():
         assert family.name == name
-        for method in ("load_eager", "export", "eager_reference"):
+        for method in ("export", "eager_reference"):
             assert getattr(type(family), method) is not getattr(ModelFamily, method), f"{name} lacks {method}"
+        if type(family).load_eager is ModelFamily.load_eager:  # the generic one, by the named loader
+            module, _, function = family.eager_loader.partition(":")
+            assert function and callable(getattr(importlib.import_module(module), function, None)), \
+                f"{name} lacks load_eager and names no eager_loader that resolves ({family.eager_loader!r})"
 
 
 #: Other names for the model's input side (see vitdeploy/sizes.py); only the official constructors use them.

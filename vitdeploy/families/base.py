@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from vitdeploy.echo import Echo
 from vitdeploy.errors import CheckpointError, InputError, RecipeError
@@ -139,9 +139,22 @@ class ModelFamily:
         """Refuse a recipe or options this family cannot export, without torch (before minutes of work).
         The default checks nothing; families whose architecture parses without torch check it here."""
 
+    #: ``module:function`` that builds this family's eager model from its architecture and fills it, called as
+    #: ``load(arch, checkpoint, random_seed=..., what=...)`` (the SAM 3 parts' references); empty: the family's own
+    #: :meth:`load_eager`.
+    eager_loader: ClassVar[str] = ""
+
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
-        """(architecture, eager official model) of a recipe, from a checkpoint or seeded random weights."""
-        raise NotImplementedError
+        """(architecture, eager official model) of a recipe, from a checkpoint or seeded random weights: by
+        :attr:`eager_loader` where the family names one."""
+        if not self.eager_loader:
+            raise NotImplementedError
+        import importlib
+
+        module, _, function = self.eager_loader.partition(":")
+        arch = self.architecture(recipe.architecture)
+        load = getattr(importlib.import_module(module), function)
+        return arch, load(arch, checkpoint, random_seed=random_seed, what=f"recipe '{recipe.name}' ({recipe.variant})")
 
     def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
                echo: Echo) -> ExportResult:

@@ -31,6 +31,7 @@ CONTEXT_LENGTH = 32
 
 class Sam3DetectorFamily(ModelFamily):
     name = "sam3_detector"
+    eager_loader = "vitdeploy.models.sam3_detector:load_sam3_detector"
     recipe_suffix = "_detector"
     title = "SAM 3 detectors"
     role = ("SAM 3 detector: the vision encoder's feature levels, a text prompt's features and exemplar boxes -> every "
@@ -59,13 +60,6 @@ class Sam3DetectorFamily(ModelFamily):
         if options.input_size:
             raise InputError("--input-size does not apply to SAM 3's detector: it is built for the model's image size "
                              "(set img_size in the recipe's [architecture])")
-
-    def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
-        from vitdeploy.models.sam3_detector import load_sam3_detector
-
-        arch = self.architecture(recipe.architecture)
-        return arch, load_sam3_detector(arch, checkpoint, random_seed=random_seed,
-                                        what=f"recipe '{recipe.name}' ({recipe.variant})")
 
     def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
                echo: Echo) -> ExportResult:

@@ -23,6 +23,7 @@ START_ID, END_ID = 49406, 49407
 
 class Sam3TextEncoderFamily(ModelFamily):
     name = "sam3_text_encoder"
+    eager_loader = "vitdeploy.models.sam3_text_encoder:load_sam3_text"
     recipe_suffix = "_text"
     title = "SAM 3 text encoders"
     verified_on_cuda = (
@@ -43,13 +44,6 @@ class Sam3TextEncoderFamily(ModelFamily):
         self.architecture(recipe.architecture)
         if options.input_size:
             raise InputError("--input-size does not apply to a text encoder: its input is token ids of the context length")
-
-    def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
-        from vitdeploy.models.sam3_text_encoder import load_sam3_text
-
-        arch = self.architecture(recipe.architecture)
-        return arch, load_sam3_text(arch, checkpoint, random_seed=random_seed,
-                                    what=f"recipe '{recipe.name}' ({recipe.variant})")
 
     def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
                echo: Echo) -> ExportResult:

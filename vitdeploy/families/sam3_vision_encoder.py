@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 class Sam3VisionEncoderFamily(ModelFamily):
     name = "sam3_vision_encoder"
+    eager_loader = "vitdeploy.models.sam3_vision_encoder:load_sam3_vision_parts"
     title = "SAM 3 vision encoders"
     verified_on_cuda = (
         (("generic", "fp32"), "H200, onnxruntime-gpu 1.31.1, 2026-11-28: full size, relative L2 2.0e-6 vs the official "
@@ -52,13 +53,6 @@ class Sam3VisionEncoderFamily(ModelFamily):
         if options.input_size:
             require_patch_multiple(options.input_size, arch.patch_size)
             arch.with_img_size(options.input_size).check()
-
-    def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
-        from vitdeploy.models.sam3_vision_encoder import load_sam3_vision_parts
-
-        arch = self.architecture(recipe.architecture)
-        return arch, load_sam3_vision_parts(arch, checkpoint, random_seed=random_seed,
-                                            what=f"recipe '{recipe.name}' ({recipe.variant})")
 
     def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
                echo: Echo) -> ExportResult:
