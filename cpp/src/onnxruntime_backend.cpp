@@ -101,7 +101,7 @@ std::string OnnxRuntimeBackend::runtime_version() {
     return base ? base->GetVersionString() : "unknown";
 }
 
-OnnxRuntimeBackend::OnnxRuntimeBackend(const std::string& path, const BackendOptions& options) : path_(path) {
+OnnxRuntimeBackend::OnnxRuntimeBackend(const std::string& path, const BackendOptions& options) : OpenedFile(path) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(path, ec))
         throw InputError("ONNX file '" + path + "' not found: run 'vitdeploy export' first or check the path");

@@ -125,7 +125,7 @@ std::string OpenVinoBackend::runtime_version() {
     return version.buildNumber ? version.buildNumber : "unknown";
 }
 
-OpenVinoBackend::OpenVinoBackend(const std::string& path, const BackendOptions& options) : path_(path) {
+OpenVinoBackend::OpenVinoBackend(const std::string& path, const BackendOptions& options) : OpenedFile(path) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(path, ec))
         throw InputError("ONNX file '" + path + "' not found: run 'vitdeploy export' first or check the path");

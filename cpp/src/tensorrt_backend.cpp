@@ -111,7 +111,7 @@ std::string TensorRtBackend::runtime_version() {
 }
 
 TensorRtBackend::TensorRtBackend(const std::string& path, const BackendOptions& options)
-    : impl_(std::make_unique<Impl>()), path_(path) {
+    : OpenedFile(path), impl_(std::make_unique<Impl>()) {
     namespace fs = std::filesystem;
     std::error_code ec;
     if (!fs::is_regular_file(path, ec))

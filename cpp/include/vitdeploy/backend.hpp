@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "vitdeploy/metadata.hpp"
@@ -64,6 +65,26 @@ protected:
     Backend() = default;
     /// Throws InputError unless ``feeds`` holds exactly the inputs, with matching shapes and sizes.
     void check_feeds(const std::map<std::string, Tensor>& feeds) const;
+};
+
+/// A backend over one opened file: what it read when it opened (path, inputs, outputs, metadata, warnings), held
+/// here once for every runtime; the runtime's constructor fills it and its run() uses it.
+class OpenedFile : public Backend {
+public:
+    const std::string& path() const final { return path_; }
+    const std::vector<TensorInfo>& inputs() const final { return inputs_; }
+    const std::vector<TensorInfo>& outputs() const final { return outputs_; }
+    const Metadata& metadata() const final { return metadata_; }
+    const std::vector<std::string>& warnings() const final { return warnings_; }
+
+protected:
+    explicit OpenedFile(std::string path) : path_(std::move(path)) {}
+
+    std::string path_;
+    std::vector<TensorInfo> inputs_;
+    std::vector<TensorInfo> outputs_;
+    Metadata metadata_;
+    std::vector<std::string> warnings_;
 };
 
 /// Open ``path`` with the backend its extension calls for: .onnx -> ONNX Runtime (OpenVINO with

@@ -12,7 +12,7 @@
 namespace vitdeploy {
 
 #ifdef VITDEPLOY_WITH_ONNXRUNTIME
-class OnnxRuntimeBackend final : public Backend {
+class OnnxRuntimeBackend final : public OpenedFile {
 public:
     /// Load ``path``; throws InputError (missing file), BackendError (ONNX Runtime cannot load it or
     /// is older than the headers this was compiled with), MetadataError (bad metadata file).
@@ -20,11 +20,6 @@ public:
     ~OnnxRuntimeBackend() override;
 
     std::string name() const override { return "onnxruntime-cpu"; }
-    const std::string& path() const override { return path_; }
-    const std::vector<TensorInfo>& inputs() const override { return inputs_; }
-    const std::vector<TensorInfo>& outputs() const override { return outputs_; }
-    const Metadata& metadata() const override { return metadata_; }
-    const std::vector<std::string>& warnings() const override { return warnings_; }
     std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& feeds) override;
 
     /// "1.31.1": the version of the ONNX Runtime library loaded at run time.
@@ -33,11 +28,6 @@ public:
 private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
-    std::string path_;
-    std::vector<TensorInfo> inputs_;
-    std::vector<TensorInfo> outputs_;
-    Metadata metadata_;
-    std::vector<std::string> warnings_;
 };
 #endif
 

@@ -18,7 +18,7 @@
 namespace vitdeploy {
 
 #ifdef VITDEPLOY_WITH_OPENVINO
-class OpenVinoBackend final : public Backend {
+class OpenVinoBackend final : public OpenedFile {
 public:
     /// Load and compile ``path`` for the CPU; throws InputError (missing file, an INT8 file on a saturating CPU, an
     /// unknown inference precision), BackendError (OpenVINO cannot read or compile it).
@@ -26,11 +26,6 @@ public:
     ~OpenVinoBackend() override;
 
     std::string name() const override { return "openvino-cpu"; }
-    const std::string& path() const override { return path_; }
-    const std::vector<TensorInfo>& inputs() const override { return inputs_; }
-    const std::vector<TensorInfo>& outputs() const override { return outputs_; }
-    const Metadata& metadata() const override { return metadata_; }
-    const std::vector<std::string>& warnings() const override { return warnings_; }
     std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& feeds) override;
 
     /// The inference precision the compiled model runs ("f32", "bf16"), read back from the plugin.
@@ -53,13 +48,8 @@ private:
     std::string compile_cache_;
     struct Impl;
     std::unique_ptr<Impl> impl_;
-    std::string path_;
     std::string inference_precision_;
     int gelus_apart_ = 0;
-    std::vector<TensorInfo> inputs_;
-    std::vector<TensorInfo> outputs_;
-    Metadata metadata_;
-    std::vector<std::string> warnings_;
 };
 #endif
 

@@ -16,17 +16,12 @@
 namespace vitdeploy {
 
 #ifdef VITDEPLOY_WITH_TENSORRT
-class TensorRtBackend final : public Backend {
+class TensorRtBackend final : public OpenedFile {
 public:
     TensorRtBackend(const std::string& path, const BackendOptions& options = {});
     ~TensorRtBackend() override;
 
     std::string name() const override { return "tensorrt"; }
-    const std::string& path() const override { return path_; }
-    const std::vector<TensorInfo>& inputs() const override { return inputs_; }
-    const std::vector<TensorInfo>& outputs() const override { return outputs_; }
-    const Metadata& metadata() const override { return metadata_; }
-    const std::vector<std::string>& warnings() const override { return warnings_; }
     std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& feeds) override;
 
     /// "10.13.0": the TensorRT library loaded at run time (getInferLibVersion).
@@ -35,11 +30,6 @@ public:
 private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
-    std::string path_;
-    std::vector<TensorInfo> inputs_;
-    std::vector<TensorInfo> outputs_;
-    Metadata metadata_;
-    std::vector<std::string> warnings_;
 };
 #endif
 
