@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.options import parsed, timing_options
+
 SIZES = {"tiny": "sam2.1_hiera_tiny", "small": "sam2.1_hiera_small", "base_plus": "sam2.1_hiera_base_plus",
          "large": "sam2.1_hiera_large"}
 CLICK = [[160.0, 120.0]]
@@ -90,16 +92,9 @@ def peak_rss_mb() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=["tiny", "base_plus"], choices=list(SIZES))
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--runtime", default="auto")
-    parser.add_argument("--inference-precision", default=None, help="vitdeploy's encoder precision policy (file, bf16)")
-    parser.add_argument("--out", type=Path, default=Path("out/sam2_bench"))
-    parser.add_argument("--contender", nargs=2, metavar=("KIND", "RECIPE"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    timing_options(parser, out="out/sam2_bench", rounds=2, runs=3, warmup=1, child=("KIND", "RECIPE"),
+                   precision="vitdeploy's encoder precision policy (file, bf16)")
+    args = parsed(parser)
     if args.contender:
         print(json.dumps(contender(*args.contender, args.out, args.warmup, args.runs, args.threads, args.runtime,
                                    args.inference_precision)))

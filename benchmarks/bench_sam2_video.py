@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.bench_sam2 import SIZES, peak_rss_mb
+from benchmarks.options import parsed, timing_options
 
 ROLES = ("", "_decoder", "_memory_encoder", "_memory_attention")
 CLICK = [[40.0, 75.0]]  # on the red disc of frame 0 (tests.sam2_video_fixtures.write_clip, 240 x 320)
@@ -135,17 +136,12 @@ def contender(kind: str, recipe: str, out: Path, frames: int, skip: int, threads
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=["tiny", "base_plus"], choices=list(SIZES))
-    parser.add_argument("--rounds", type=int, default=2)
+    timing_options(parser, out="out/sam2_video_bench", rounds=2, child=("KIND", "RECIPE"))
     parser.add_argument("--frames", type=int, default=12, help="clip length (frame 0 is prompted, the rest tracked)")
     parser.add_argument("--skip", type=int, default=6, help="tracked frames left out of the median (the bank filling)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--runtime", default="auto")
-    parser.add_argument("--out", type=Path, default=Path("out/sam2_video_bench"))
     parser.add_argument("--checkpoint", type=Path, help="an official SAM 2.1 checkpoint of the one size given, "
                         "instead of the seeded weights")
-    parser.add_argument("--contender", nargs=2, metavar=("KIND", "RECIPE"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = parsed(parser)
     if args.contender:
         print(json.dumps(contender(*args.contender, args.out, args.frames, args.skip, args.threads, args.runtime,
                                    args.checkpoint)))

@@ -12,20 +12,15 @@ Usage (the file is exported once into --out):
 
 from __future__ import annotations
 
-import json
-import resource
-
 import numpy as np
 
-from benchmarks.part_harness import agreement, alternate, arguments, exported, runners
+from benchmarks.part_harness import arguments, exported, runners, time_and_compare
 
 OUTPUTS = ("low_res_masks", "iou_predictions", "object_score_logits", "mask_tokens")
 
 
 def main() -> None:
     args = arguments(__doc__, rounds=5)
-
-    import torch
 
     from vitdeploy.families import FAMILIES
     from vitdeploy.metadata import read_onnx_metadata
@@ -40,23 +35,7 @@ def main() -> None:
     prompts["one click"] = {**prompts["one click"], "point_coords": prompts["one click"]["point_coords"][:, :1],
                             "point_labels": np.ones((1, 1), np.float32)}
     ours = runners(path, args.threads, bf16=not args.no_bf16)
-
-    def eager(feeds):
-        with torch.inference_mode():
-            return [t.numpy() for t in official(*(torch.from_numpy(feeds[n]) for n in INPUT_NAMES))]
-
-    def run(name, feeds):
-        out = ours[name].run(feeds)
-        return [out[n] for n in OUTPUTS]
-
-    contenders = {"official eager": eager, **{n: (lambda f, n=n: run(n, f)) for n in ours}}
-    report["rows"] = alternate(contenders, list(prompts.values()), args.rounds)
-    for prompt, feeds in prompts.items():
-        want = eager(feeds)
-        for name in ours:
-            report["rows"][name].setdefault("agreement", {})[prompt] = agreement(OUTPUTS, want, run(name, feeds))
-    report["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    print(json.dumps(report, indent=2))
+    time_and_compare(report, official, ours, prompts, INPUT_NAMES, OUTPUTS, args.rounds)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.bench_sam2 import peak_rss_mb
+from benchmarks.options import parsed, timing_options
 
 RECIPE = "sam3"
 OUTPUTS = tuple(f"backbone_fpn_{i}" for i in range(3)) + ("image_embed", "high_res_feats_0", "high_res_feats_1")
@@ -111,18 +112,11 @@ def agreement(out: Path, kind: str) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--runtime", default="auto")
-    parser.add_argument("--inference-precision", default=None, help="vitdeploy's precision policy (file, bf16)")
+    timing_options(parser, out="out/sam3_bench", rounds=1, runs=2, warmup=1, child=("RECIPE",),
+                   precision="vitdeploy's precision policy (file, bf16)")
     parser.add_argument("--no-plain", action="store_true", help="leave out the plain export of the official module")
     parser.add_argument("--only", nargs="+", choices=["vitdeploy", "plain"], help="these contenders (and the official)")
-    parser.add_argument("--out", type=Path, default=Path("out/sam3_bench"))
-    parser.add_argument("--contender", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = parsed(parser)
     if args.contender:
         print(json.dumps(contender(args.contender, args.out, args.warmup, args.runs, args.threads, args.runtime,
                                    args.inference_precision)))

@@ -10,7 +10,6 @@ all of them alike; reports medians and ratios to eager. Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import tempfile
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.options import write_report
 from vitdeploy.metadata import tool_versions
 from vitdeploy.models.recipes import load_recipe
 from vitdeploy.models.sam_encoder import SamEncoderArch, load_sam_image_encoder
@@ -114,10 +114,7 @@ def main() -> None:
         "naive_hygiene": naive_hygiene, "rewritten_hygiene": rewritten.hygiene.to_dict(),
         "machine": platform.machine(), "processor": platform.processor(), "versions": tool_versions(),
     }
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2))
-        print(f"report: {args.out}")
+    write_report(args.out, report)
 
 
 if __name__ == "__main__":

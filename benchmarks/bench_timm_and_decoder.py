@@ -20,7 +20,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import tempfile
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.options import write_report
 from vitdeploy.metadata import tool_versions
 from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 from vitdeploy.validation.latency import stats_from_samples
@@ -53,14 +53,19 @@ def alternate(contenders: dict[str, Callable[[], object]], rounds: int, warmup: 
     return samples
 
 
-def bench_timm(tmp: Path, threads: int, rounds: int, warmup: int) -> dict:
+def eager_and_exported(recipe: str, path: Path, threads: int):
+    """(the recipe's eager model with seeded weights, its export to ``path``, the export's seconds, an ONNX Runtime
+    runner of it)."""
     from vitdeploy.pipeline import export_from_recipe, load_eager_from_recipe
 
-    _, _, model = load_eager_from_recipe("timm_vit_base_patch16_224", None, True, 0)
+    _, _, model = load_eager_from_recipe(recipe, None, True, 0)
     t0 = time.perf_counter()
-    result = export_from_recipe("timm_vit_base_patch16_224", tmp / "vit_b16.onnx", random_weights=True, seed=0)
-    export_s = time.perf_counter() - t0
-    ort = OnnxRuntimeRunner(result.path, threads=threads)
+    result = export_from_recipe(recipe, path, random_weights=True, seed=0)
+    return model, result, time.perf_counter() - t0, OnnxRuntimeRunner(result.path, threads=threads)
+
+
+def bench_timm(tmp: Path, threads: int, rounds: int, warmup: int) -> dict:
+    model, result, export_s, ort = eager_and_exported("timm_vit_base_patch16_224", tmp / "vit_b16.onnx", threads)
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
     xt = torch.from_numpy(x)
 
@@ -81,15 +86,10 @@ def bench_decoder(tmp: Path, threads: int, rounds: int, warmup: int) -> dict:
     from vitdeploy.models.recipes import load_recipe
     from vitdeploy.models.sam_encoder import SamEncoderArch, build_sam_image_encoder
     from vitdeploy.onnx_export.sam_encoder import sam_encoder_metadata
-    from vitdeploy.pipeline import export_from_recipe, load_eager_from_recipe
     from vitdeploy.runtime.processing.preprocess import preprocess_shape
     from vitdeploy.runtime.apps.sam.predictor import SamPredictor
 
-    _, _, decoder = load_eager_from_recipe("sam_vit_b_decoder", None, True, 0)
-    t0 = time.perf_counter()
-    result = export_from_recipe("sam_vit_b_decoder", tmp / "sam_vit_b_decoder.onnx", random_weights=True, seed=0)
-    export_s = time.perf_counter() - t0
-    ort = OnnxRuntimeRunner(result.path, threads=threads)
+    decoder, result, export_s, ort = eager_and_exported("sam_vit_b_decoder", tmp / "sam_vit_b_decoder.onnx", threads)
     pe, md = decoder.prompt_encoder, decoder.mask_decoder
     rng = np.random.default_rng(0)
     emb = rng.standard_normal((1, 256, 64, 64)).astype(np.float32)
@@ -267,10 +267,7 @@ def main() -> None:
           f"{dec['official_graph_parity']['cosine']:.8f}, 1500x2250 masks min IoU {min(dec['official_graph_mask_parity']['iou']):.5f}")
     for label, medians in dec["graph_contention"].items():
         print(f"{label}: " + ", ".join(f"{setting} {ms:.1f} ms" for setting, ms in medians.items()))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2))
-        print(f"report: {args.out}")
+    write_report(args.out, report)
 
 
 if __name__ == "__main__":

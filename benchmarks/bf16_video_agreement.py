@@ -48,6 +48,7 @@ import numpy as np
 
 from benchmarks.bench_sam2 import SIZES, peak_rss_mb
 from benchmarks.bench_sam2_video import CLICK, ROLES, official_checkpoint, prepare
+from benchmarks.options import parsed, timing_options
 from vitdeploy.validation.masks import CLIP_MASKS, CLIP_SCORE_ATOL, compare_masks, stability_score
 
 GRAPHS = ("image_encoder", "decoder", "memory_encoder", "memory_attention")
@@ -232,15 +233,12 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS))
     parser.add_argument("--frames", type=int, default=30)
     parser.add_argument("--skip", type=int, default=6)
-    parser.add_argument("--threads", type=int, default=2)
+    timing_options(parser, out="out/sam2_video_bench", runtime=None, child=("VARIANT", "RECIPE"), child_flag="--child")
     parser.add_argument("--policy", default="bf16", choices=["bf16", "fp16", *INT8_POLICIES],
                         help="the precision policy of the variants' graphs (OpenVINO)")
-    parser.add_argument("--out", type=Path, default=Path("out/sam2_video_bench"))
     parser.add_argument("--checkpoint", type=Path, help="an official SAM 2.1 checkpoint of the one size given, "
                         "instead of the seeded weights (its files and results in a folder of --out named after it)")
-    parser.add_argument("--child", nargs=2, metavar=("VARIANT", "RECIPE"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = parsed(parser)
     if args.child:
         print(json.dumps(run_variant(*args.child, args.out, args.frames, args.threads, args.policy)))
         return

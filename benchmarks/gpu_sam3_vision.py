@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import re
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+from benchmarks.options import write_report
 
 FP16_MAX = 65504.0
 
@@ -214,8 +215,7 @@ def main() -> None:
         else:
             print(f"{label:<56} {e['worst_cosine']:>13.7f} {e['worst_rel_l2']:>13.3g} {e['nonfinite']:>10} "
                   f"{e['median_ms']:>10.2f} {e['p90_ms']:>8.2f}")
-    if args.report:
-        Path(args.report).write_text(json.dumps(report, indent=2))
+    write_report(args.report, report)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ in alternated rounds in one process, and every output compared with the official
 from __future__ import annotations
 
 import argparse
+import json
+import resource
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -16,15 +18,13 @@ import numpy as np
 
 def arguments(doc: str, rounds: int, bf16: bool = True) -> argparse.Namespace:
     """``--rounds``, ``--threads``, ``--out`` (made), and ``--no-bf16`` where the part is timed at BF16 too."""
-    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=rounds)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path("out/sam3_bench"))
+    from benchmarks.options import parsed, timing_options
+
+    parser = timing_options(argparse.ArgumentParser(description=doc.split("\n\n")[0]), out="out/sam3_bench",
+                            rounds=rounds, runtime=None)
     if bf16:
         parser.add_argument("--no-bf16", action="store_true", help="leave out OpenVINO at BF16")
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    return args
+    return parsed(parser)
 
 
 def exported(recipe: str, out: Path, threads: int) -> tuple[Path, dict[str, Any]]:
@@ -82,3 +82,28 @@ def agreement(names: Sequence[str], want: Sequence[np.ndarray], got: Sequence[np
 
     return [{"output": key, "cosine": round(r.cosine, 8), "rel_l2": float(f"{r.rel_l2:.3g}")}
             for key, a, b in zip(names, want, got) for r in [compare(a, np.asarray(b), "fp32", label=key)]]
+
+
+def time_and_compare(report: dict[str, Any], official: Any, ours: dict[str, Any], prompts: dict[str, dict[str, Any]],
+                     input_names: Sequence[str], outputs: Sequence[str], rounds: int, **alternate_options: Any) -> None:
+    """The official module (called on ``input_names``' tensors) and each of ``ours`` (their ``outputs``) timed on every
+    prompt (:func:`alternate`), each of ours then compared with the official per prompt, and the peak memory: into
+    ``report``, printed as JSON."""
+    import torch
+
+    def eager(feeds):
+        with torch.inference_mode():
+            return [t.numpy() for t in official(*(torch.from_numpy(feeds[n]) for n in input_names))]
+
+    def run(name, feeds):
+        out = ours[name].run(feeds)
+        return [out[n] for n in outputs]
+
+    contenders = {"official eager": eager, **{n: (lambda f, n=n: run(n, f)) for n in ours}}
+    report["rows"] = alternate(contenders, list(prompts.values()), rounds, **alternate_options)
+    for prompt, feeds in prompts.items():
+        want = eager(feeds)
+        for name in ours:
+            report["rows"][name].setdefault("agreement", {})[prompt] = agreement(outputs, want, run(name, feeds))
+    report["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    print(json.dumps(report, indent=2))

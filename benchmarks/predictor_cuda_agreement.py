@@ -12,11 +12,12 @@ the logits' scale. Needs an NVIDIA GPU and onnxruntime-gpu.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks.options import write_report
 
 
 def main() -> None:
@@ -67,8 +68,7 @@ def main() -> None:
     for name, s in summary.items():
         print(f"  {name:16s} masks {s['masks']}: IoU min {s['min_iou']:.5f} mean {s['mean_iou']:.6f}; "
               f"worst logit difference {s['max_logit_rel']:.2e} of the logits' scale")
-    if args.report:
-        Path(args.report).write_text(json.dumps(summary, indent=2))
+    write_report(args.report, summary)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import json
 import math
 import os
@@ -207,6 +208,18 @@ def artifact_metadata(
         "vitdeploy_version": versions["vitdeploy"],
         "tool_versions": versions,
     }
+
+
+def family_metadata(family: str, own_keys: Mapping[str, Any], keys: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`artifact_metadata` of a ``family`` from ``keys``: its keywords (``checkpoint_name`` and
+    ``checkpoint_sha256`` None unless given) and the family's own keys, ``own_keys`` giving their defaults. Another key
+    is refused as a wrong keyword is (TypeError)."""
+    common = set(inspect.signature(artifact_metadata).parameters) - {"family", "family_keys"}
+    unknown = set(keys) - common - set(own_keys)
+    if unknown:
+        raise TypeError(f"{family} metadata has no key {', '.join(sorted(unknown))}")
+    defaults = copy.deepcopy(dict(own_keys))  # a default's list or dict is the file's own, not shared
+    return artifact_metadata(family=family, **{"checkpoint_name": None, "checkpoint_sha256": None, **defaults, **keys})
 
 
 def _positive_ints(value: Any, count: tuple[int, ...]) -> bool:

@@ -70,6 +70,19 @@ inline std::uint8_t clip8(int ss) {
     return static_cast<std::uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
+// dst[0..2] = Pillow's rounded fixed-point sum of n RGB pixels, `stride` bytes apart from p, weighted by k.
+inline void weighted_rgb(const std::uint8_t* p, std::ptrdiff_t stride, const std::int32_t* k, int n, std::uint8_t* dst) {
+    int ss0 = 1 << (kPrecisionBits - 1), ss1 = ss0, ss2 = ss0;
+    for (int i = 0; i < n; ++i, p += stride) {
+        ss0 += p[0] * k[i];
+        ss1 += p[1] * k[i];
+        ss2 += p[2] * k[i];
+    }
+    dst[0] = clip8(ss0);
+    dst[1] = clip8(ss1);
+    dst[2] = clip8(ss2);
+}
+
 // Horizontal pass over input rows [row0, row0 + rows).
 RgbImage resample_horizontal(const RgbImage& in, int row0, int rows, int out_w, const Coefficients& c) {
     RgbImage out(out_w, rows);
@@ -77,19 +90,9 @@ RgbImage resample_horizontal(const RgbImage& in, int row0, int rows, int out_w, 
         const std::uint8_t* line = in.row(yy + row0);
         std::uint8_t* dst = out.row(yy);
         for (int xx = 0; xx < out_w; ++xx) {
-            int xmin = c.bounds[xx * 2 + 0];
-            int xmax = c.bounds[xx * 2 + 1];
-            const std::int32_t* k = &c.k[static_cast<std::size_t>(xx) * c.ksize];
-            int ss0 = 1 << (kPrecisionBits - 1), ss1 = ss0, ss2 = ss0;
-            for (int x = 0; x < xmax; ++x) {
-                const std::uint8_t* p = line + (x + xmin) * 3;
-                ss0 += p[0] * k[x];
-                ss1 += p[1] * k[x];
-                ss2 += p[2] * k[x];
-            }
-            dst[xx * 3 + 0] = clip8(ss0);
-            dst[xx * 3 + 1] = clip8(ss1);
-            dst[xx * 3 + 2] = clip8(ss2);
+            const int xmin = c.bounds[xx * 2 + 0];
+            const int xmax = c.bounds[xx * 2 + 1];
+            weighted_rgb(line + xmin * 3, 3, &c.k[static_cast<std::size_t>(xx) * c.ksize], xmax, dst + xx * 3);
         }
     }
     return out;
@@ -104,18 +107,8 @@ RgbImage resample_vertical(const RgbImage& in, int out_h, const Coefficients& c,
         int ymax = c.bounds[yy * 2 + 1];
         const std::int32_t* k = &c.k[static_cast<std::size_t>(yy) * c.ksize];
         std::uint8_t* dst = out.row(yy);
-        for (int xx = 0; xx < in.width; ++xx) {
-            int ss0 = 1 << (kPrecisionBits - 1), ss1 = ss0, ss2 = ss0;
-            for (int y = 0; y < ymax; ++y) {
-                const std::uint8_t* p = in.row(y + ymin) + xx * 3;
-                ss0 += p[0] * k[y];
-                ss1 += p[1] * k[y];
-                ss2 += p[2] * k[y];
-            }
-            dst[xx * 3 + 0] = clip8(ss0);
-            dst[xx * 3 + 1] = clip8(ss1);
-            dst[xx * 3 + 2] = clip8(ss2);
-        }
+        const std::ptrdiff_t stride = static_cast<std::ptrdiff_t>(in.width) * 3;
+        for (int xx = 0; xx < in.width; ++xx) weighted_rgb(in.row(ymin) + xx * 3, stride, k, ymax, dst + xx * 3);
     }
     return out;
 }

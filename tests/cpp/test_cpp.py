@@ -710,6 +710,16 @@ def test_cpp_openvino_refuses_int8_files_where_u8s8_saturates(cpp_build: Path, t
     assert "INT8 file and this CPU has no VNNI/AMX" in done.stderr and "run it on ONNX Runtime" in done.stderr
 
 
+def _write_openvino_profile(model: Path, env: dict[str, str]) -> None:
+    """A profile beside ``model`` that chose OpenVINO at the file's precision on 1 thread, for this machine as ``env``
+    (its CPU mask) shows it, written by the Python package as ``tune`` writes one."""
+    write = ("import json, sys; from vitdeploy.runtime.deploy import identity as i, profiles as d; p = sys.argv[1]; "
+             "d.profile_path(p).write_text(json.dumps({'format': d.PROFILE_FORMAT, 'model_sha256': i.model_digest(p), "
+             "'machine': i.machine_fingerprint(), 'runtime_versions': i.runtime_versions(), 'chosen': {'runtime': "
+             "'openvino', 'precision': 'file', 'threads': 1, 'settings': {}}, 'candidates': []}))")
+    subprocess.run([sys.executable, "-c", write, str(model)], check=True, timeout=120, env=env)
+
+
 def test_sam_cli_runs_an_int8_file_on_onnx_runtime_where_its_profile_chose_openvino_but_u8s8_saturates(
         cpp_build: Path, tiny_int8_encoder: Path, tiny_sam_artifacts, tmp_path: Path) -> None:  # noqa: F811
     """A profile (written under the same CPU mask, so it fits) that chose OpenVINO for an INT8 file: where u8 x s8
@@ -719,11 +729,7 @@ def test_sam_cli_runs_an_int8_file_on_onnx_runtime_where_its_profile_chose_openv
     _require_openvino_backend(cpp_build)
     env = {**_env_without_ort_ops(), "VITDEPLOY_CPU_MASK": "avx512*,amx*,avx_vnni"}
     encoder = Path(shutil.copy(tiny_int8_encoder, tmp_path / "encoder.onnx"))
-    write = ("import json, sys; from vitdeploy.runtime.deploy import identity as i, profiles as d; p = sys.argv[1]; "
-             "d.profile_path(p).write_text(json.dumps({'format': d.PROFILE_FORMAT, 'model_sha256': i.model_digest(p), "
-             "'machine': i.machine_fingerprint(), 'runtime_versions': i.runtime_versions(), 'chosen': {'runtime': "
-             "'openvino', 'precision': 'file', 'threads': 1, 'settings': {}}, 'candidates': []}))")
-    subprocess.run([sys.executable, "-c", write, str(encoder)], check=True, timeout=120, env=env)
+    _write_openvino_profile(encoder, env)
     Image.fromarray(sample_image(40, 60, seed=7)).save(tmp_path / "in.png")
     done = subprocess.run([str(cpp_build / "sam_cli"), "--encoder", str(encoder), "--decoder", str(tiny_sam_artifacts.decoder),
                            "--image", str(tmp_path / "in.png"), "--point", "20,10", "--out", str(tmp_path / "mask.png"),
@@ -742,11 +748,7 @@ def test_sam_cli_reads_the_decoders_own_decision_as_python_does(cpp_build: Path,
     _require_openvino_backend(cpp_build)
     env = _env_without_ort_ops()
     decoder = Path(shutil.copy(tiny_sam_artifacts.decoder, tmp_path / "decoder.onnx"))
-    write = ("import json, sys; from vitdeploy.runtime.deploy import identity as i, profiles as d; p = sys.argv[1]; "
-             "d.profile_path(p).write_text(json.dumps({'format': d.PROFILE_FORMAT, 'model_sha256': i.model_digest(p), "
-             "'machine': i.machine_fingerprint(), 'runtime_versions': i.runtime_versions(), 'chosen': {'runtime': "
-             "'openvino', 'precision': 'file', 'threads': 1, 'settings': {}}, 'candidates': []}))")
-    subprocess.run([sys.executable, "-c", write, str(decoder)], check=True, timeout=120, env=env)
+    _write_openvino_profile(decoder, env)
     Image.fromarray(sample_image(40, 60, seed=7)).save(tmp_path / "in.png")
     done = subprocess.run([str(cpp_build / "sam_cli"), "--encoder", str(tiny_sam_artifacts.encoder), "--decoder",
                            str(decoder), "--image", str(tmp_path / "in.png"), "--point", "20,10", "--out",

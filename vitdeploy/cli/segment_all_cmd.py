@@ -16,18 +16,19 @@ from vitdeploy.cli.options import echo_deployments, handle_errors, sam_pair_opti
 
 @dataclass(frozen=True)
 class Generator:
-    """The official automatic mask generator's settings, as its keywords (None: the model's generator's default)."""
+    """The official automatic mask generator's settings, as its keywords (None: the model's generator's default).
+    Every field is an option of :data:`generator_options`, whose defaults are the official generator's."""
 
-    points_per_side: int = 32
-    pred_iou_thresh: float | None = None
-    stability_score_thresh: float = 0.95
-    stability_score_offset: float = 1.0
-    box_nms_thresh: float = 0.7
-    crop_n_layers: int = 0
-    crop_nms_thresh: float = 0.7
-    crop_overlap_ratio: float = 512 / 1500
-    crop_n_points_downscale_factor: int = 1
-    min_mask_region_area: int = 0
+    points_per_side: int
+    pred_iou_thresh: float | None
+    stability_score_thresh: float
+    stability_score_offset: float
+    box_nms_thresh: float
+    crop_n_layers: int
+    crop_nms_thresh: float
+    crop_overlap_ratio: float
+    crop_n_points_downscale_factor: int
+    min_mask_region_area: int
 
     def keywords(self) -> dict:
         """What ``SamAutomaticMaskGenerator`` takes (the IoU threshold only where given: SAM 2's default differs)."""

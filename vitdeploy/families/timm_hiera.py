@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from vitdeploy.errors import InputError
 from vitdeploy.families.base import Echo, ExportOptions, reference_seed
-from vitdeploy.families.timm_vit import TimmFamily, timm_mean_std
+from vitdeploy.families.timm_vit import TimmFamily
 from vitdeploy.sizes import require_patch_multiple
 
 if TYPE_CHECKING:
@@ -21,39 +21,19 @@ if TYPE_CHECKING:
 class TimmHiera(TimmFamily):
     name = "timm_hiera"
     title = 'Hiera models'
-    runtime_metadata = ("input_size", "pixel_mean", "pixel_std")
     role = "timm Hiera: an image -> class logits or multi-scale features"
-
-    def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, nn.Module]:
-        from vitdeploy.models.timm_hiera import load_timm_hiera
-        from vitdeploy.models.timm_vit import TimmVitArch
-
-        arch = TimmVitArch.from_recipe(recipe)
-        what = f"recipe '{recipe.name}' ({recipe.variant})"
-        return arch, load_timm_hiera(arch, checkpoint, prefix=recipe.checkpoint_prefix, random_seed=random_seed,
-                                     what=what)
+    eager_loader = "vitdeploy.models.timm_hiera:load_timm_hiera"
 
     def export(self, recipe: Recipe, arch: Any, model: nn.Module, output: str | Path, options: ExportOptions,
                echo: Echo) -> ExportResult:
         import torch
 
-        from vitdeploy.metadata import artifact_metadata
-        from vitdeploy.models.timm_vit import timm_data_config
         from vitdeploy.onnx_export.exporter import export_onnx
         from vitdeploy.rewrites.timm_hiera import rewrite_timm_hiera
 
-        kind = self.output_kind(recipe)
         size = hiera_export_size(model, options.input_size)
-        config = timm_data_config(model)
-        config["input_size"] = [config["input_size"][0], size, size]
-        mean, std = timm_mean_std(recipe, config)
-        echo(f"exporting {recipe.name} ({recipe.variant}, timm {type(model).__name__}) at {size}x{size}, output "
-             f"'{kind}'" + (" with a dynamic batch" if options.dynamic_batch else ""))
-        metadata = artifact_metadata(
-            family=self.name, variant=recipe.variant, input_size=size, pixel_mean=mean, pixel_std=std,
-            architecture=arch.to_dict(), **options.provenance(), output=kind, data_config=config,
-            dynamic_batch=options.dynamic_batch, input_name=recipe.input_name, output_name=kind,
-        )
+        kind, config, metadata = self.export_metadata(recipe, arch, model, size, options, echo,
+                                                      what=f", timm {type(model).__name__}")
         in_chans = int(config["input_size"][0])
         example = torch.randn(options.batch, in_chans, size, size, generator=torch.Generator().manual_seed(0))
         return export_onnx(rewrite_timm_hiera(model, kind), (example,), output, input_names=[recipe.input_name],

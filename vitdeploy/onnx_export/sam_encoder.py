@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from vitdeploy.metadata import artifact_metadata
+from vitdeploy.metadata import family_metadata
 from vitdeploy.onnx_export.exporter import ExportResult, export_onnx
 from vitdeploy.targets import DEFAULT_TARGET, get_target
 from vitdeploy.rewrites.layernorm2d import LayerNorm2dMode
@@ -17,39 +16,16 @@ from vitdeploy.rewrites.sam_encoder import rewrite_sam_image_encoder
 from vitdeploy.runtime_facts import family_name
 
 
-def sam_encoder_metadata(
-    *,
-    variant: str,
-    input_size: int,
-    pixel_mean: Sequence[float],
-    pixel_std: Sequence[float],
-    architecture: dict[str, Any],
-    random_seed: int | None,
-    checkpoint_name: str | None = None,
-    checkpoint_sha256: str | None = None,
-    dynamic_batch: bool = False,
-    input_name: str = "image",
-    output_name: str = "image_embeddings",
-    layernorm2d: str = "matmul",
-    target: str = DEFAULT_TARGET,
-) -> dict[str, Any]:
-    """Metadata for an exported encoder (see :mod:`vitdeploy.metadata` for the contract)."""
-    return artifact_metadata(
-        family=family_name("sam", "image_encoder"),  # the name runtime_facts.json gives the part
-        variant=variant,
-        input_size=input_size,
-        pixel_mean=pixel_mean,
-        pixel_std=pixel_std,
-        architecture=architecture,
-        random_seed=random_seed,
-        checkpoint_name=checkpoint_name,
-        checkpoint_sha256=checkpoint_sha256,
-        dynamic_batch=dynamic_batch,
-        input_name=input_name,
-        output_name=output_name,
-        layernorm2d=layernorm2d,
-        target=target,
-    )
+#: An encoder's own metadata keys and their defaults (the export's).
+SAM_ENCODER_KEYS: dict[str, Any] = {"dynamic_batch": False, "input_name": "image", "output_name": "image_embeddings",
+                                    "layernorm2d": "matmul", "target": DEFAULT_TARGET}
+
+
+def sam_encoder_metadata(**keys: Any) -> dict[str, Any]:
+    """Metadata for an exported encoder (see :mod:`vitdeploy.metadata` for the contract): ``variant``,
+    ``input_size``, ``pixel_mean``, ``pixel_std``, ``architecture``, ``random_seed``, the checkpoint's name and
+    digest, and :data:`SAM_ENCODER_KEYS`."""
+    return family_metadata(family_name("sam", "image_encoder"), SAM_ENCODER_KEYS, keys)  # runtime_facts.json's name
 
 
 def export_sam_image_encoder(
@@ -104,15 +80,6 @@ def export_sam_image_encoder(
     else:
         metadata = {**metadata, "target": spec.name}
     example = torch.randn(batch, exportable.patch_embed.proj.in_channels, size, size, generator=torch.Generator().manual_seed(0))
-    return export_onnx(
-        exportable,
-        (example,),
-        path,
-        input_names=[input_name],
-        output_names=[output_name],
-        metadata=metadata,
-        opset=opset,
-        dynamic_batch=dynamic_batch,
-        external_data=external_data,
-        custom_translation_table=translations,
-    )
+    return export_onnx(exportable, (example,), path, input_names=[input_name], output_names=[output_name],
+                       metadata=metadata, opset=opset, dynamic_batch=dynamic_batch, external_data=external_data,
+                       custom_translation_table=translations)

@@ -3,55 +3,31 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from vitdeploy.metadata import artifact_metadata
+from vitdeploy.metadata import family_metadata
 from vitdeploy.onnx_export.exporter import ExportResult, export_onnx
 from vitdeploy.rewrites.timm_vit import TimmOutput, rewrite_timm_vit
 from vitdeploy.runtime_facts import family_name
 
 
-def timm_vit_metadata(
-    *,
-    variant: str,
-    input_size: int,
-    pixel_mean: Sequence[float],
-    pixel_std: Sequence[float],
-    architecture: dict[str, Any],
-    random_seed: int | None,
-    output: str = "logits",
-    data_config: dict[str, Any] | None = None,
-    checkpoint_name: str | None = None,
-    checkpoint_sha256: str | None = None,
-    dynamic_batch: bool = False,
-    input_name: str = "image",
-    output_name: str = "logits",
-) -> dict[str, Any]:
-    """Metadata for an exported timm ViT (see :mod:`vitdeploy.metadata`).
+#: A timm ViT's own metadata keys and their defaults (the export's).
+TIMM_VIT_KEYS: dict[str, Any] = {"output": "logits", "data_config": {}, "dynamic_batch": False, "input_name": "image",
+                                 "output_name": "logits"}
+
+
+def timm_vit_metadata(**keys: Any) -> dict[str, Any]:
+    """Metadata for an exported timm ViT (see :mod:`vitdeploy.metadata`): ``variant``, ``input_size``,
+    ``pixel_mean``, ``pixel_std``, ``architecture``, ``random_seed``, the checkpoint's name and digest, and
+    :data:`TIMM_VIT_KEYS`.
 
     ``pixel_mean``/``pixel_std`` are on the 0..255 scale like SAM's (timm's own [0, 1] values, crop and
     interpolation are kept in ``data_config``).
     """
-    return artifact_metadata(
-        family=family_name("timm", "vit"),  # the name runtime_facts.json gives the part
-        variant=variant,
-        input_size=input_size,
-        pixel_mean=pixel_mean,
-        pixel_std=pixel_std,
-        architecture=architecture,
-        random_seed=random_seed,
-        checkpoint_name=checkpoint_name,
-        checkpoint_sha256=checkpoint_sha256,
-        output=output,
-        data_config=data_config or {},
-        dynamic_batch=dynamic_batch,
-        input_name=input_name,
-        output_name=output_name,
-    )
+    return family_metadata(family_name("timm", "vit"), TIMM_VIT_KEYS, keys)  # the name runtime_facts.json gives
 
 
 def export_timm_vit(
@@ -88,14 +64,5 @@ def export_timm_vit(
             output=output, data_config=config, dynamic_batch=dynamic_batch, input_name=input_name, output_name=output_name,
         )
     example = torch.randn(batch, exportable.in_chans, size, size, generator=torch.Generator().manual_seed(0))
-    return export_onnx(
-        exportable,
-        (example,),
-        path,
-        input_names=[input_name],
-        output_names=[output_name],
-        metadata=metadata,
-        opset=opset,
-        dynamic_batch=dynamic_batch,
-        external_data=external_data,
-    )
+    return export_onnx(exportable, (example,), path, input_names=[input_name], output_names=[output_name],
+                       metadata=metadata, opset=opset, dynamic_batch=dynamic_batch, external_data=external_data)

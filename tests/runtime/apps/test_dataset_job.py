@@ -363,7 +363,7 @@ def test_every_registered_job_kind_keeps_the_contract() -> None:
     writes, a default shard size and options its header records as JSON; a name twice, or an unknown one, is refused."""
     from vitdeploy.errors import InputError
     from vitdeploy.runtime.apps.common.files import FileSet
-    from vitdeploy.runtime.apps.datasets.kinds import JOB_KINDS, JobKind, job_kind, register
+    from vitdeploy.runtime.apps.datasets.kinds import JOB_KINDS, JobKind, JsonLinesJob, job_kind, register
 
     assert set(JOB_KINDS) >= {"embed", "masks", "concepts"}
     names = set()
@@ -374,7 +374,8 @@ def test_every_registered_job_kind_keeps_the_contract() -> None:
         assert "00007" in shard and shard not in names, (name, shard)
         names.add(shard)
         assert kind.shard_size >= 1 and json.loads(json.dumps(kind.header_options({}))) == kind.header_options({})
-        assert kind.record_key or kind.payload is not JobKind.payload, name  # JSON lines, or its own bytes
+        assert kind.payload is not JobKind.payload, name  # JSON lines (under a record key), or its own bytes
+        assert kind.record_key or not issubclass(kind, JsonLinesJob), name
     with pytest.raises(RuntimeError, match="registered twice"):
         register(JOB_KINDS["embed"])
     with pytest.raises(InputError, match="job kind 'videos' is not one of embed, masks, concepts"):

@@ -43,8 +43,7 @@ class JobKind:
         files: the files it takes (a model package's set: roles, order and the check that they belong together).
         shard_pattern: a shard file's name, ``{index}`` filled in (and an embeddings shard's ``{ext}``, its format).
         shard_size: images per shard by default.
-        record_key: the key of each image's records in a JSON-lines shard (``masks``); empty: the kind writes its
-            own bytes (:meth:`payload`).
+        record_key: the key of each image's records in a JSON-lines shard (``masks``: :class:`JsonLinesJob`).
     """
 
     name: ClassVar[str]
@@ -81,7 +80,22 @@ class JobKind:
         raise NotImplementedError
 
     def payload(self, done: list[dict[str, Any]], outputs: list[Any]) -> bytes:
-        """A shard file's bytes: by default one JSON line per image, its records under :attr:`record_key`."""
+        """A shard file's bytes, of the images ``done`` (their records: ``outputs``)."""
+        raise NotImplementedError
+
+
+class JsonLinesJob(JobKind):
+    """A kind whose shard is one JSON line per image, its records under :attr:`record_key` (a line of a few kB, so
+    64 images a shard), named ``{name}-{index:05d}.jsonl``."""
+
+    shard_size = 64
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if "shard_pattern" not in cls.__dict__:
+            cls.shard_pattern = f"{cls.name}-{{index:05d}}.jsonl"
+
+    def payload(self, done: list[dict[str, Any]], outputs: list[Any]) -> bytes:
         lines = [json.dumps({"image": d["image"], "image_sha256": d["sha256"], "size": d["size"],
                              self.record_key: records}, sort_keys=True) + "\n" for d, records in zip(done, outputs)]
         return "".join(lines).encode()
@@ -154,13 +168,11 @@ class EmbedJob(JobKind):
 
 
 @register
-class MasksJob(JobKind):
-    """The automatic mask generator's masks of each image (a line of a few kB)."""
+class MasksJob(JsonLinesJob):
+    """The automatic mask generator's masks of each image."""
 
     name = "masks"
     files = PAIR
-    shard_pattern = "masks-{index:05d}.jsonl"
-    shard_size = 64
     record_key = "masks"
 
     def __init__(self, config: Any):
@@ -177,14 +189,12 @@ class MasksJob(JobKind):
 
 
 @register
-class ConceptsJob(JobKind):
+class ConceptsJob(JsonLinesJob):
     """Every instance of a concept in each image: a text (``text``) or each image's own prompt (``prompts``: image
     -> a concept prompt; the images without one are left out)."""
 
     name = "concepts"
     files = CONCEPT
-    shard_pattern = "concepts-{index:05d}.jsonl"
-    shard_size = 64
     record_key = "instances"
 
     def __init__(self, config: Any):
