@@ -37,6 +37,8 @@ class Listening:
     port: int = 8000
     cache_size: int = 64
     max_pending: int = 4
+    max_image_pixels: int = 50_000_000
+    body_budget_mib: int = 512
     cors_origins: tuple[str, ...] = ()
     log_format: str = "text"
 
@@ -69,6 +71,13 @@ class OnRay:
                  help="Embeddings kept (least recently used dropped first; ViT-B: 4 MiB each)."),
     click.option("--max-pending", type=click.IntRange(min=1), default=4, show_default=True,
                  help="Images being encoded or waiting for the encoder; one more is answered 503 (retry)."),
+    click.option("--max-image-pixels", type=click.IntRange(min=1), default=50_000_000, show_default=True,
+                 help="The most pixels an uploaded image may have (width x height, read from its header before it is "
+                      "decoded); a larger one is answered 413. The default takes a 48-megapixel photo."),
+    click.option("--body-budget-mib", type=click.IntRange(min=1), default=512, show_default=True,
+                 help="Request bodies the server holds at once, all uploads together (promised by Content-Length or "
+                      "received); an upload that does not fit is answered 503 (retry) before it is read. The "
+                      "server's peak is about twice this (one process)."),
     click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
                  help="Let a page from ORIGIN (https://app.example:8080, or * for any) call the service from a "
                       "browser: CORS headers and preflight answers. Repeatable. [default: same origin only]"),
@@ -143,7 +152,7 @@ def serve(encoder: str, decoder: str, concepts: Concepts, listening: Listening, 
     plan = plan_for_replicas(encoder, decoder, deploy.options(in_process=False))
     options = RayServeOptions(plan, encoder_replicas=encoder_replicas, decoder_replicas=decoder_replicas,
                               cache_size=listening.cache_size, max_pending=listening.max_pending,
-                              cors_origins=listening.cors_origins)
+                              max_image_pixels=listening.max_image_pixels, cors_origins=listening.cors_origins)
     host, port = listening.host, listening.port
     chosen = plan.files[0].deployment
     if port == 0:  # Ray Serve's proxy takes a fixed port: find a free one
@@ -183,10 +192,11 @@ def _serve_in_process(encoder: str, decoder: str, concepts: Concepts, listening:
     host, port, cache_size, max_pending = listening.host, listening.port, listening.cache_size, listening.max_pending
     service = SamService(encoder, decoder, options=deploy.options(), cache_size=cache_size, max_pending=max_pending,
                          text_encoder=concepts.text_encoder, detector=concepts.detector,
-                         concept_cache_size=concepts.concept_cache_size)
+                         concept_cache_size=concepts.concept_cache_size, max_image_pixels=listening.max_image_pixels)
     echo_deployments(*service.runners)
     try:
-        server = Server(service, host, port, cors_origins=listening.cors_origins)
+        server = Server(service, host, port, cors_origins=listening.cors_origins,
+                        body_budget_bytes=listening.body_budget_mib << 20)
     except OSError as exc:
         from vitdeploy.errors import InputError
 

@@ -258,6 +258,45 @@ def test_resume_redoes_missing_and_damaged_shards_and_knows_an_image_by_its_path
     assert code == 0 and "embedding 0 of 5 image(s), 5 done before (skipped)" in output, output
 
 
+def test_a_job_resumed_from_another_folder_does_every_image_once_and_cleans_up(
+        tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 76.5: started with a relative --images from one working directory and resumed with another spelling from
+    another (it did 9 of 9 again and wrote each twice), every image is done once; a killed run's half-written
+    '.tmp' file is removed, a damaged shard does not stay beside the one that replaces it, and a .gif is an image."""
+    paths = make_images(tmp_path / "a" / "imgs", broken=False)
+    gif = tmp_path / "a" / "imgs" / "img_5.gif"
+    Image.fromarray(sample_image(40, 52, seed=5)).save(gif)
+    (tmp_path / "b").mkdir()
+    out = tmp_path / "out"
+    monkeypatch.chdir(tmp_path / "a")
+    code, output = run(*embed_args(tiny_sam_artifacts, Path("imgs/img_[0-3].*"), out))  # 4 images, 2 shards
+    assert code == 0 and "embedding 4 of 4 image(s)" in output, output
+    damaged = manifest(out)[0]["shard"]
+    (out / damaged).write_bytes(b"garbage")
+    (out / f".{damaged}.k1ll3d.tmp").write_bytes(b"half a shard")
+    monkeypatch.chdir(tmp_path / "b")
+    code, output = run(*embed_args(tiny_sam_artifacts, Path("..") / "a" / "imgs", out))
+    assert code == 0, output
+    assert "embedding 4 of 6 image(s), 2 done before (skipped)" in output, output  # the damaged shard's 2 again
+    done = Counter(i["path"] for e in manifest(out) for i in e["images"])
+    assert set(done.values()) == {1} and len(done) == len(paths) + 1, done
+    assert os.path.realpath(gif) in done
+    assert not (out / damaged).exists() or damaged in {e["shard"] for e in manifest(out)}
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_a_manifest_that_is_not_utf8_is_one_line(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
+    """A manifest with bytes that are not UTF-8 (it was a 'vitdeploy bug' line: UnicodeDecodeError) is refused in one
+    line naming the file and the fix."""
+    make_images(tmp_path / "imgs", broken=False)
+    out = tmp_path / "out"
+    assert run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs" / "img_0.*", out))[0] == 0
+    with open(out / "manifest.jsonl", "ab") as handle:
+        handle.write(b'{"index": 9, "images": ["\xff\xfe"]}\n')
+    code, output = run(*embed_args(tiny_sam_artifacts, tmp_path / "imgs", out))
+    assert_user_error(code, output, "manifest.jsonl' is not UTF-8 text", "give a new --out-dir")
+
+
 def test_a_job_that_did_no_work_does_not_block_the_next(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
     """A run that stopped before its first shard (a model that failed to open, say) leaves a folder the corrected
     run takes over, whatever its options; a folder with work done stays refused to another job."""

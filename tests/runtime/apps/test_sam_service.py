@@ -276,9 +276,10 @@ def _raw(port: int, data: bytes, timeout: float = 10) -> bytes:
     return received
 
 
-def test_back_pressure_is_503_with_retry_after_before_the_body_is_read(served, monkeypatch) -> None:
+def test_back_pressure_is_503_with_retry_after_but_never_for_health(served, monkeypatch) -> None:
     """Past MAX_IN_FLIGHT requests at once, one more is answered 503 with Retry-After in JSON (Uvicorn's own limit
-    answers in plain text without it); the ones in flight are answered."""
+    answers in plain text without it); the ones in flight are answered, and /healthz is answered 200 however many are
+    (a liveness probe must not restart a busy server)."""
     import time
 
     service, client = served
@@ -289,16 +290,18 @@ def test_back_pressure_is_503_with_retry_after_before_the_body_is_read(served, m
     with ThreadPoolExecutor(3) as pool:
         slow = [pool.submit(client, "POST", "/v1/embeddings", png_bytes(sample_image(20, 20, seed=60 + k))) for k in range(2)]
         time.sleep(0.3)
-        status, headers, answer = client("GET", "/healthz")
+        status, headers, answer = client("GET", "/v1/embeddings/0123")
+        health = client("GET", "/healthz")[0]
         assert [f.result()[0] for f in slow] == [200, 200]
     assert status == 503 and headers["Retry-After"] == "1" and "busy" in answer["error"]
+    assert health == 200
     assert service.metrics.value("rejected_total", reason="in_flight") >= 1
 
 
 def test_http_framing_is_parsed_not_guessed_and_every_method_answered(served, monkeypatch) -> None:
     """A chunked body is read as its chunks (it was ignored and the chunks taken for the next request) and bounded while
     it streams; two Content-Lengths and '1_0' (read as 10) are refused and the connection closed; PATCH/OPTIONS/
-    TRACE/HEAD get 405 in JSON (they got 501 HTML); a burst of 50 simultaneous requests is answered (a backlog of 5
+    TRACE get 405 in JSON (they got 501 HTML), HEAD is GET without the body; a burst of 50 simultaneous requests is answered (a backlog of 5
     reset clients); a half-sent request head and a stalled body are closed (each held a thread for good)."""
     import socket
     import time
@@ -328,12 +331,12 @@ def test_http_framing_is_parsed_not_guessed_and_every_method_answered(served, mo
         status, headers, body = client(method, "/healthz", {})
         assert status == 405 and headers["Allow"] == "GET" and "takes GET" in body["error"], (method, body)
     answer = _raw(port, b"HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-    assert answer.startswith(b"HTTP/1.1 405") and answer.endswith(b"\r\n\r\n"), answer  # headers, no body
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"\r\n\r\n"), answer  # as GET: headers, no body
     with ThreadPoolExecutor(50) as pool:
         statuses = list(pool.map(lambda _: client("GET", "/healthz")[0], range(50)))
     assert statuses == [200] * 50
     monkeypatch.setattr(one_process, "HEAD_TIMEOUT_S", 1.0)
-    monkeypatch.setattr(front_door, "BODY_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(front_door, "BODY_TIMEOUT_S", 1.0)  # 3 bytes then nothing: 408 after 1 s + 6 ms
     with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
         conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # half a request head, then nothing
         start = time.monotonic()

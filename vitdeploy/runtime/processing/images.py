@@ -6,6 +6,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy as np
 from vitdeploy.cpu_features import available_memory
 from vitdeploy.errors import InputError
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")  # what Pillow reads (a GIF: its first frame)
 
 
 #: PIL modes holding more than 8 bits per sample (16-bit PNG/TIFF, 32-bit integer or float images).
@@ -132,22 +133,44 @@ def not_an_image_file(path: str | os.PathLike) -> str | None:
     return f"is {kind}, not an image file"
 
 
-def decode_image_bytes(data: bytes, name: str = "upload", notes: list[str] | None = None) -> np.ndarray:
-    """:func:`read_image_rgb` for an image's bytes (an HTTP upload); ``name`` is what messages call it."""
+class ImageTooLarge(InputError):
+    """An image over a caller's pixel limit (a server's), found from its header before it is decoded."""
+
+
+@dataclass(frozen=True)
+class PixelLimit:
+    """The most pixels an image may have, and what raises it (a server's option), for :func:`decode_image_bytes`."""
+
+    pixels: int
+    raise_with: str = ""
+
+    def check(self, name: str, width: int, height: int) -> None:
+        if width * height > self.pixels:
+            raise ImageTooLarge(f"image '{name}' is {width}x{height} ({width * height / 1e6:.1f} megapixels), over the "
+                                f"limit of {self.pixels / 1e6:.1f} megapixels: downscale it (SAM works at 1024 pixels on "
+                                f"the long side){f', or {self.raise_with}' if self.raise_with else ''}")
+
+
+def decode_image_bytes(data: bytes, name: str = "upload", notes: list[str] | None = None,
+                       limit: PixelLimit | None = None) -> np.ndarray:
+    """:func:`read_image_rgb` for an image's bytes (an HTTP upload); ``name`` is what messages call it. ``limit``: an
+    image with more pixels is refused from its header (:class:`ImageTooLarge`), before any pixel is decoded."""
     import io
 
     if not data:
         raise InputError(f"image '{name}' is empty: send the bytes of a JPEG/PNG/WebP file")
-    return _decode(io.BytesIO(data), Path(name), notes)
+    return _decode(io.BytesIO(data), Path(name), notes, limit)
 
 
-def _decode(source, path: Path, notes: list[str] | None) -> np.ndarray:
+def _decode(source, path: Path, notes: list[str] | None, limit: PixelLimit | None = None) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
     try:
         with _pil_bomb_check_off():
             img = Image.open(source)
         with img:
+            if limit is not None:
+                limit.check(path.name, *img.size)
             check_pixels(path, *img.size, notes)
             return to_rgb8(img, notes)
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:

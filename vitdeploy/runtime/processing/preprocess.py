@@ -15,9 +15,10 @@ from vitdeploy.errors import InputError
 
 
 def preprocess_shape(old_h: int, old_w: int, long_side: int) -> tuple[int, int]:
-    """Output (h, w) for a longest side of ``long_side`` (``ResizeLongestSide.get_preprocess_shape``)."""
+    """Output (h, w) for a longest side of ``long_side`` (``ResizeLongestSide.get_preprocess_shape``), each side at
+    least 1 pixel: the official rounds a 1x100000 image's short side to 0 and fails; every other shape is its own."""
     scale = long_side * 1.0 / max(old_h, old_w)
-    return int(old_h * scale + 0.5), int(old_w * scale + 0.5)
+    return max(1, int(old_h * scale + 0.5)), max(1, int(old_w * scale + 0.5))
 
 
 @dataclass(frozen=True)

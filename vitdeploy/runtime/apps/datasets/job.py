@@ -208,7 +208,7 @@ def plan_job(config: JobConfig, source: str | os.PathLike, out_dir: str | os.Pat
     header = {"job": config.kind, "models": identity, "deployment": deployment, "device": config.device,
               "options": kind.header_options(config.options), "shard_size": size}
     store = DatasetStore.open(out_dir, header)
-    done = {os.path.realpath(image) for image in store.done()}  # however --images was spelled, an image is done once
+    done = store.done_paths()  # wherever the job ran from and however --images was spelled, an image is done once
     left = [image for image in images if os.path.realpath(image) not in done]
     return JobPlan(config, store, images, len(images) - len(left), shards(left, store.next_index(), size),
                    f"{deployment} ({deployment_source})")
@@ -252,7 +252,7 @@ class ShardWorker:
             except InputError as exc:  # this image's prompt does not fit it (a box outside it)
                 errors.append({"image": image_path, "error": str(exc)})
                 continue
-            done.append({"image": image_path, "sha256": digest, "size": size})
+            done.append({"image": image_path, "path": os.path.realpath(image_path), "sha256": digest, "size": size})
         entry = {"index": int(shard["index"]), "images": done, "errors": errors}
         payload = self.kind.payload(done, outputs) if done else None
         return ShardResult(entry, payload)

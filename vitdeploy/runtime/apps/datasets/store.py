@@ -109,6 +109,9 @@ class DatasetStore:
         folder.mkdir(exist_ok=True)
         header = {"format": FORMAT, **header}
         job_file = folder / JOB_FILE
+        if job_file.is_file():
+            for stale in folder.glob(".*.tmp"):  # a killed run's half-written file (the folder is ours: claimed above)
+                stale.unlink(missing_ok=True)
         idle = not (folder / MANIFEST_FILE).is_file() or (folder / MANIFEST_FILE).stat().st_size == 0
         if job_file.is_file() and idle and set(p.name for p in folder.iterdir()) <= {JOB_FILE, MANIFEST_FILE, ERRORS_FILE}:
             for name in (JOB_FILE, MANIFEST_FILE, ERRORS_FILE):  # a job that did no work: nothing of it to keep
@@ -151,7 +154,12 @@ class DatasetStore:
         if len(good) != len(data):
             with open(path, "r+b") as handle:
                 handle.truncate(len(good))
-        for number, line in enumerate(good.decode().splitlines(), 1):
+        try:
+            text = good.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"'{path}' is not UTF-8 text (byte {exc.start} of it): the folder was edited or damaged; "
+                             "give a new --out-dir") from None
+        for number, line in enumerate(text.splitlines(), 1):
             try:
                 entry = json.loads(line)
                 index = int(entry["index"])
@@ -177,11 +185,19 @@ class DatasetStore:
             else:
                 continue
             del self.entries[index]
+            if path.is_file():  # its images are written again in a new shard: the damaged one does not stay beside it
+                path.unlink()
             self.redone.append(f"shard '{entry['shard']}' {problem}: its {len(entry['images'])} image(s) are done again")
 
     def done(self) -> set[str]:
         """The images a manifest line names as done."""
         return {image["image"] for entry in self.entries.values() for image in entry["images"]}
+
+    def done_paths(self) -> set[str]:
+        """The images done, each as the file it is (its resolved path, recorded by the run that did it: a resumed job
+        finds them from any working directory); an entry of a run that recorded none, resolved here."""
+        return {image.get("path") or os.path.realpath(image["image"]) for entry in self.entries.values()
+                for image in entry["images"]}
 
     def failed(self) -> dict[str, str]:
         """Image -> reason, for the images whose latest attempt failed and that are not done."""

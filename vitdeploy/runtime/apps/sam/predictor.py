@@ -256,6 +256,12 @@ class SamPredictor(RecordsInputs):
             raise InputError(f"the image features lack {IMAGE_FEATURES[0]}: give the encoder's embedding")
         self.set_image_embedding(features[IMAGE_FEATURES[0]], original_size)
 
+    def max_clicks(self, box: bool = False) -> int | None:
+        """The most clicks one prompt may have (with a ``box`` or not), as this decoder's shape profile allows: a box
+        takes 2 of its points, a prompt without one a padding point (the official ``SamPredictor``'s); None: no limit
+        recorded."""
+        return None if self.max_prompt_points is None else max(0, self.max_prompt_points - (2 if box else 1))
+
     def reset_image(self) -> None:
         """Forget the current image."""
         self.is_image_set = False

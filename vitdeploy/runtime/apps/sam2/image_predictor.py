@@ -176,6 +176,11 @@ class Sam2ImagePredictor(RecordsInputs):
 
     # --- images --------------------------------------------------------------------------------------
 
+    def max_clicks(self, box: bool = False) -> int | None:
+        """The most clicks one prompt may have (with a ``box`` or not), as this decoder's shape profile allows: a box
+        takes 2 of its points (SAM 2 pads no point); None: no limit recorded."""
+        return None if self.max_prompt_points is None else max(0, self.max_prompt_points - (2 if box else 0))
+
     def reset_predictor(self) -> None:
         """Forget the image(s)."""
         self._is_image_set = False

@@ -62,6 +62,16 @@ def check_text_prompt(prompt: Any, tokenizer: Any, context_length: int) -> None:
                          "its start and end): shorten it")
 
 
+def _check_box_slots(detector: Any, max_boxes: int) -> None:
+    """InputError where the detector file's graph takes another number of boxes than its metadata's ``max_boxes``
+    (a hand-edited file: ONNX Runtime would fail on the first prompt with its own shape error)."""
+    shape = detector.input_shapes().get("box_padding") if hasattr(detector, "input_shapes") else None
+    slots = shape[1] if isinstance(shape, (list, tuple)) and len(shape) == 2 else None
+    if isinstance(slots, int) and slots != max_boxes:
+        raise InputError(f"detector '{getattr(detector, 'path', detector)}' says max_boxes {max_boxes} in its metadata "
+                         f"but its graph takes {slots} boxes: the file was edited; export it again")
+
+
 class Sam3ImageModel(RecordsInputs):
     """SAM 3's image model as three exported files (what ``build_sam3_image_model`` returns for ``Sam3Processor``).
 
@@ -118,6 +128,7 @@ class Sam3ImageModel(RecordsInputs):
             meta = self.detector.metadata
             self.max_boxes = int(meta["max_boxes"])
             self.context_length = int(meta["context_length"])
+            _check_box_slots(self.detector, self.max_boxes)
         if "interactive" in model.runners:
             from vitdeploy.runtime.apps.sam3.interactive import Sam3InteractivePredictor
 

@@ -13,7 +13,7 @@ In FastAPI's documented form: each route takes its body as a typed parameter (th
 :mod:`~vitdeploy.runtime.apps.serving.schemas`, parsed once; a prompt's body is JSON whatever its Content-Type says,
 :class:`JsonBodyRoute`), gets the service by a dependency (:func:`service_of`) and calls one service method, which
 raises domain errors; one exception handler maps them to statuses (:data:`STATUSES`: an InputError 400,
-``NotFound`` 404, ``Busy`` 503 with ``Retry-After``; anything unexpected, seen by every route's :func:`guarded`, a
+``NotFound`` 404, an image over the pixel limit 413, ``Busy`` 503 with ``Retry-After``; anything unexpected, seen by every route's :func:`guarded`, a
 500 that says only that it happened, its traceback in the server's log). Starlette's CORS middleware answers for ``--cors-origin`` (:class:`Cors`). Every
 request passes :class:`~vitdeploy.runtime.apps.serving.front_door.FrontDoor` first (ids, bounded bodies, logs,
 metrics). Errors are JSON ``{"error": one line}``.
@@ -44,6 +44,7 @@ from vitdeploy.runtime.apps.serving.front_door import (BODY_TIMEOUT_S, MAX_BODY_
                                                        request_id)
 from vitdeploy.runtime.apps.serving.metrics import content_type
 from vitdeploy.runtime.apps.serving.service import Busy, NotFound, Service
+from vitdeploy.runtime.processing.images import ImageTooLarge
 
 LOG = logging.getLogger("vitdeploy.serve")
 #: The page's files (index.html, page.js, page.css), served at / and /page/.
@@ -54,7 +55,8 @@ _MEDIA_TYPES = {".html": "text/html", ".css": "text/css", ".js": "text/javascrip
                 ".wasm": "application/wasm", ".json": "application/json", ".png": "image/png"}
 #: The error answers every API route documents (their body: ErrorBody).
 _ERRORS = ((400, "a body the API does not take (form or meaning), or not an image"), (404, "unknown or evicted id"),
-           (413, "a body over the limit"), (503, "busy: retry after Retry-After seconds"))
+           (413, "a body, or an image's pixels, over the limit (/healthz: limits)"),
+           (503, "busy: retry after Retry-After seconds"))
 #: The error answers as the routes document them.
 ERRORS = {status: {"model": schemas.ErrorBody, "description": text} for status, text in _ERRORS}
 
@@ -68,7 +70,8 @@ class Internal(VitdeployError):
 
 
 #: Domain error -> status, first match wins: the one mapping of the service's errors to HTTP.
-STATUSES: tuple[tuple[type[Exception], int], ...] = ((NotFound, 404), (Busy, 503), (InputError, 400))
+STATUSES: tuple[tuple[type[Exception], int], ...] = ((NotFound, 404), (Busy, 503), (ImageTooLarge, 413),
+                                                    (InputError, 400))
 
 
 def guarded(request: Request) -> Iterator[None]:
@@ -167,9 +170,10 @@ def _handle_errors(app: FastAPI) -> None:
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         if exc.status_code == 405:
             allowed = (exc.headers or {}).get("Allow", "")
-            message = f"this endpoint takes {allowed}, not {request.method}"
+            message = f"this endpoint takes {allowed}, not {request.scope['state'].get('method', request.method)}"
         elif exc.status_code == 404:
-            message = (f"no such endpoint {request.method} {printable(request.url.path, 80)}: see /docs "
+            message = (f"no such endpoint {request.scope['state'].get('method', request.method)} "
+                       f"{printable(request.url.path, 80)}: see /docs "
                        "(/v1/embeddings, /v1/embeddings/ID/masks, /v1/embeddings/ID/concepts, /healthz, /metrics)")
         else:
             message = str(exc.detail)
@@ -217,7 +221,10 @@ def healthz(request: Request, service: Service = Uses) -> Any:
     facts = request.app.state.decoder_facts() if request.app.state.offline_ort else None
     browser = None if facts is None else {**{k: v for k, v in facts.items() if k != "path"},
                                           "url": "v1/models/decoder.onnx", "runtime": "ort/"}
-    return _answer({**service.health(), "browser_decoder": browser})
+    health = service.health()
+    if "limits" in health:  # the body limit is the transport's (FrontDoor)
+        health["limits"] = {"max_body_bytes": MAX_BODY_BYTES, **health["limits"]}
+    return _answer({**health, "browser_decoder": browser})
 
 
 @router.get("/metrics", response_class=PlainTextResponse, name="metrics", summary="Prometheus metrics")

@@ -27,8 +27,8 @@ from typing import Any
 
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.serving.metrics import Metrics
-from vitdeploy.runtime.apps.serving.service import (Busy, Cached, DecoderSide, EmbeddingCache, EncoderSide, NotFound,
-                                                    PromptRequest, unknown_id)
+from vitdeploy.runtime.apps.serving.service import (MAX_IMAGE_PIXELS, Busy, Cached, DecoderSide, EmbeddingCache,
+                                                    EncoderSide, NotFound, PromptRequest, unknown_id)
 from vitdeploy.runtime.deploy.loader import OpenOptions
 from vitdeploy.runtime.deploy.plan import ModelPlan
 
@@ -48,6 +48,8 @@ class RayServeOptions:
     decoder_replicas: tuple[int, int] = (1, 1)
     cache_size: int = 64
     max_pending: int = 4
+    #: the most pixels an uploaded image may have (``--max-image-pixels``)
+    max_image_pixels: int = MAX_IMAGE_PIXELS
     #: page origins a browser may call the service from (``--cors-origin``)
     cors_origins: tuple[str, ...] = ()
 
@@ -109,7 +111,7 @@ class EncoderReplica:
         from vitdeploy.runtime.apps.predictors import image_encoder_for
 
         runner = options.plan.open(options.plan.roles[0])  # as the driver decided it
-        self.side = EncoderSide(runner, image_encoder_for(runner))
+        self.side = EncoderSide(runner, image_encoder_for(runner), max_image_pixels=options.max_image_pixels)
 
     def encode(self, data: bytes) -> Cached:
         return self.side.encode(data)

@@ -1,7 +1,8 @@
 """The service's requests and answers as Pydantic models: what FastAPI validates (the routes' typed bodies, parsed
 once) and what /openapi.json publishes.
 
-The models check form (types, fields, counts); their conversion to the service's requests (:meth:`MasksRequest.
+The models check form (types as the schema says them, strictly: a JSON string or boolean where a number is asked for
+is refused, not converted; fields; counts); their conversion to the service's requests (:meth:`MasksRequest.
 prompt_requests`, :meth:`ConceptRequest.concept`) checks what the values mean (labels 0 or 1, one label per point, a
 box's corners in order, finite numbers), raising InputError; the service checks the rest against the model files
 and the image (points inside the image, no more points than the decoder's shape profile takes).
@@ -12,10 +13,14 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
 
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.serving.service import MAX_CONCEPT_BOXES, MAX_PROMPTS, PromptRequest
+
+
+#: A box's four numbers: JSON numbers only (a string, or true, is refused, not converted: the schema's types).
+Box = tuple[StrictFloat, StrictFloat, StrictFloat, StrictFloat]
 
 
 class Prompt(BaseModel):
@@ -24,12 +29,12 @@ class Prompt(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"points": [[500, 375]], "labels": [1]}, {"box": [100, 80, 620, 400], "multimask_output": False}]})
 
-    points: list[tuple[float, float]] | None = Field(None, description="[[x, y], ...] clicks")
-    labels: list[int] | None = Field(None, description="1 (foreground) or 0 (background), one per point; "
-                                                       "default: all 1")
-    box: tuple[float, float, float, float] | None = Field(None, description="[x0, y0, x1, y1]")
-    multimask_output: bool | None = Field(None, description="three candidate masks (default: true for one click "
-                                                            "without a box)")
+    points: list[tuple[StrictFloat, StrictFloat]] | None = Field(None, description="[[x, y], ...] clicks")
+    labels: list[StrictInt] | None = Field(None, description="1 (foreground) or 0 (background), one per point; "
+                                                             "default: all 1")
+    box: Box | None = Field(None, description="[x0, y0, x1, y1]")
+    multimask_output: StrictBool | None = Field(None, description="three candidate masks (default: true for one "
+                                                                  "click without a box)")
 
     def prompt_request(self, where: str = "") -> PromptRequest:
         """The prompt as the service takes it; InputError (``where`` first: ``prompt 1: ``) naming what is wrong."""
@@ -89,13 +94,13 @@ class ConceptRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"text": "yellow school bus"}, {"text": "soda can", "boxes": [[40, 60, 90, 180]], "confidence_threshold": 0.4}]})
 
-    text: str | None = Field(None, min_length=1, description="the concept, a noun phrase")
-    boxes: list[tuple[float, float, float, float]] | None = Field(
-        None, max_length=MAX_CONCEPT_BOXES, description="[[x0, y0, x1, y1], ...] positive exemplars")
-    negative_boxes: list[tuple[float, float, float, float]] | None = Field(
-        None, max_length=MAX_CONCEPT_BOXES, description="[[x0, y0, x1, y1], ...] negative exemplars")
-    confidence_threshold: float = Field(0.5, ge=0, le=1, description="keep instances above this score "
-                                                                     "(Sam3Processor's default)")
+    text: StrictStr | None = Field(None, min_length=1, description="the concept, a noun phrase")
+    boxes: list[Box] | None = Field(None, max_length=MAX_CONCEPT_BOXES,
+                                    description="[[x0, y0, x1, y1], ...] positive exemplars")
+    negative_boxes: list[Box] | None = Field(None, max_length=MAX_CONCEPT_BOXES,
+                                             description="[[x0, y0, x1, y1], ...] negative exemplars")
+    confidence_threshold: StrictFloat = Field(0.5, ge=0, le=1, description="keep instances above this score "
+                                                                           "(Sam3Processor's default)")
 
     def concept(self) -> tuple[Any, float]:
         """(the :class:`~vitdeploy.runtime.apps.sam3.concept.ConceptPrompt`, the confidence threshold); InputError for

@@ -5,13 +5,15 @@ streams), two different ``Content-Length`` values or one that is not a whole num
 connection closed, so no request hides in another's body. Connections are asyncio, not threads: a slow client
 holds a socket, not a thread. Around that:
 
-- the listen backlog holds :data:`BACKLOG` connections; past :data:`MAX_CONNECTIONS` open connections a request
-  is answered 503;
+- the listen backlog holds :data:`BACKLOG` connections; past :data:`MAX_CONNECTIONS` open connections the one
+  waiting longest for a request head is closed to make room (520 clients trickling request heads made every other
+  request a plain-text 503 under Uvicorn's ``limit_concurrency``), and only where every connection is answering a
+  request is a new one answered 503 (JSON);
 - a connection must deliver a whole request head within :data:`HEAD_TIMEOUT_S` of opening (or of its previous
   answer), else it is closed (a stalled or half-sent request, a TLS hello); an idle keep-alive is closed after
   :data:`KEEP_ALIVE_S`; the body's own limit is the API's;
-- SIGTERM or Ctrl-C stops taking connections, lets the requests in flight finish (at most :data:`GRACE_S`), then
-  re-raises the signal, so ``vitdeploy serve`` exits 143 or 130 like every verb.
+- SIGTERM or Ctrl-C stops taking connections, answers the uploads still arriving 503 at once, lets the requests
+  whose bodies are complete finish (at most :data:`GRACE_S`), then re-raises the signal, so ``vitdeploy serve`` exits 143 or 130 like every verb.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from vitdeploy.runtime.apps.serving.service import Service
 
 #: Connections the kernel queues before the server accepts them.
 BACKLOG = 1024
-#: Open connections served at once; a request on one more is answered 503.
-MAX_CONNECTIONS = 512
+#: Open connections at once; one more closes the connection waiting longest for a request head.
+MAX_CONNECTIONS = 1024
 #: Seconds a connection may take to deliver a whole request head (from opening, or from its previous answer).
 HEAD_TIMEOUT_S = 30.0
 #: Seconds an idle keep-alive connection stays open.
@@ -42,10 +44,29 @@ def _protocol_class() -> type:
 
     class HeadDeadline(H11Protocol):
         _head_timer: Any = None
+        #: When this connection began waiting for a request head (None: a request is being answered).
+        waiting_since: float | None = None
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._arm()
+            if len(self.connections) > MAX_CONNECTIONS:
+                self._make_room()
+
+        def _make_room(self) -> None:
+            """Past MAX_CONNECTIONS open connections, the one waiting longest for a request head is closed (a slow or
+            idle client), so a new client is served; where every other one is answering a request, this one is told
+            503 in JSON and closed."""
+            waiting = [c for c in self.connections if c is not self and getattr(c, "waiting_since", None) is not None
+                       and not c.transport.is_closing()]
+            if waiting:
+                min(waiting, key=lambda c: c.waiting_since).transport.close()
+                return
+            body = b'{"error": "busy: too many connections are being answered; retry in 1 s"}\n'
+            self.transport.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+                                 b"retry-after: 1\r\nconnection: close\r\ncontent-length: "
+                                 + str(len(body)).encode() + b"\r\n\r\n" + body)
+            self.transport.close()
 
         def on_response_complete(self) -> None:
             self._arm()  # before the next pipelined request is parsed (which disarms it)
@@ -64,8 +85,10 @@ def _protocol_class() -> type:
         def _arm(self) -> None:
             self._disarm()
             self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._late)
+            self.waiting_since = self.loop.time()
 
         def _disarm(self) -> None:
+            self.waiting_since = None
             if self._head_timer is not None:
                 self._head_timer.cancel()
                 self._head_timer = None
@@ -81,7 +104,7 @@ class Server:
     """The service's API on ``host:port`` (port 0: a free one, see :attr:`port`), bound at construction."""
 
     def __init__(self, service: Service, host: str = "127.0.0.1", port: int = 8000,
-                 cors_origins: tuple[str, ...] | list[str] = ()):
+                 cors_origins: tuple[str, ...] | list[str] = (), body_budget_bytes: int | None = None):
         import uvicorn
 
         from vitdeploy.runtime.apps.serving.api import build_api
@@ -90,9 +113,17 @@ class Server:
         self.host, self.port = host, self.socket.getsockname()[1]
         config = uvicorn.Config(build_api(service, cors_origins=cors_origins), http=_protocol_class(), ws="none",
                                 lifespan="off", access_log=False, log_config=None, backlog=BACKLOG,
-                                limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=KEEP_ALIVE_S,
+                                timeout_keep_alive=KEEP_ALIVE_S,
                                 timeout_graceful_shutdown=GRACE_S, server_header=False)
-        self.uvicorn = uvicorn.Server(config)
+        front = config.app  # the FrontDoor build_api returned
+        front.body_budget = body_budget_bytes
+
+        class Stopping(uvicorn.Server):
+            async def shutdown(self, sockets: Any = None) -> None:
+                front.stop_uploads()  # bodies still arriving are refused now, not after the grace
+                await super().shutdown(sockets)
+
+        self.uvicorn = Stopping(config)
         self._thread: threading.Thread | None = None
 
     def run(self) -> None:

@@ -43,6 +43,10 @@ LOG = logging.getLogger("vitdeploy.serve")
 MAX_PROMPTS = 64
 #: The most exemplar boxes one concept request may carry (the detector file takes its own ``max_boxes`` at most).
 MAX_CONCEPT_BOXES = 64
+#: The most pixels an uploaded image may have (``serve --max-image-pixels``): a 48-megapixel phone photo fits; a
+#: 20000x20000 PNG of 1.1 MB (400 megapixels) took a SAM 3 server to 10.9 GB before this limit. Refused from the
+#: image's header, before it is decoded.
+MAX_IMAGE_PIXELS = 50_000_000
 #: Seconds a busy answer asks the caller to wait before retrying.
 RETRY_AFTER_S = 1
 
@@ -159,7 +163,7 @@ class ConceptSide:
         from vitdeploy.runtime.processing.images import decode_image_bytes
 
         with self.encoder.lock:
-            picture = decode_image_bytes(item.data)
+            picture = decode_image_bytes(item.data, limit=self.encoder.limit)
             features = self.model.encode_image(picture)
         self.cache.put(key, Cached(features, item.size))
         return features
@@ -184,8 +188,10 @@ class EncoderSide:
     """The image encoder of a service: an image file's bytes -> :class:`Cached`, one call at a time. ``features_of``:
     the pair's encoder half (:func:`~vitdeploy.runtime.apps.predictors.image_encoder_for`) on ``encoder``."""
 
-    def __init__(self, encoder: Any, features_of: Callable[[np.ndarray], dict[str, np.ndarray]], keep_bytes: bool = False):
+    def __init__(self, encoder: Any, features_of: Callable[[np.ndarray], dict[str, np.ndarray]], keep_bytes: bool = False,
+                 max_image_pixels: int = MAX_IMAGE_PIXELS):
         from vitdeploy.runtime.deploy.identity import model_digest
+        from vitdeploy.runtime.processing.images import PixelLimit
 
         self.runner = encoder
         self.features_of = features_of
@@ -196,6 +202,8 @@ class EncoderSide:
         self.lock = threading.Lock()
         #: Keep each image's bytes in its cache entry (a concept side encodes them its own way).
         self.keep_bytes = keep_bytes
+        #: Larger images are refused from their header (413), before they are decoded.
+        self.limit = PixelLimit(max_image_pixels, "start the server with a larger --max-image-pixels")
 
     def embedding_id(self, data: bytes) -> str:
         return hashlib.sha256(self.identity.encode() + b"\0" + data).hexdigest()[:32]
@@ -207,7 +215,7 @@ class EncoderSide:
         from vitdeploy.runtime.processing.images import decode_image_bytes
 
         with self.lock:
-            picture = decode_image_bytes(data)
+            picture = decode_image_bytes(data, limit=self.limit)
             features = self.features_of(picture)
         return Cached(features, (int(picture.shape[0]), int(picture.shape[1])), data if self.keep_bytes else None)
 
@@ -287,7 +295,7 @@ class SamService:
     def __init__(self, encoder: Any, decoder: Any, *, options: OpenOptions | None = None, runtime: str = "auto",
                  inference_precision: str | None = None, threads: int | None = None, device: str = "cpu",
                  cache_size: int = 64, max_pending: int = 4, text_encoder: Any = None, detector: Any = None,
-                 concept_cache_size: int = 4, plan: ModelPlan | None = None):
+                 concept_cache_size: int = 4, plan: ModelPlan | None = None, max_image_pixels: int = MAX_IMAGE_PIXELS):
         from vitdeploy.runtime.apps.predictors import image_encoder_for, prompt_predictor_of
         from vitdeploy.runtime.deploy.loader import OpenOptions
 
@@ -306,7 +314,8 @@ class SamService:
         self.plan = model.plan
         self.metrics = Metrics()
         self.admission = Admission(max_pending, self.metrics)
-        self.encoder = EncoderSide(enc, image_encoder_for(enc), keep_bytes=text_encoder is not None)
+        self.encoder = EncoderSide(enc, image_encoder_for(enc), keep_bytes=text_encoder is not None,
+                                   max_image_pixels=max_image_pixels)
         self.decoder = DecoderSide(prompt_predictor_of(model))
         self.runners = tuple(model.runners.values())
         self.cache = EmbeddingCache(cache_size)
@@ -372,14 +381,29 @@ class SamService:
                 "variant": self.decoder.predictor.variant, "encoder_runtime": enc.name, "decoder_runtime": dec.name,
                 "deployment": chosen.describe() if chosen is not None else None,
                 "max_points": self.decoder.predictor.max_prompt_points,
+                "limits": self.limits(),
                 "concepts": None if self.concept is None else {"text_encoder": self.concept.names[0],
                                                                "detector": self.concept.names[1],
                                                                "max_boxes": self.concept.model.max_boxes},
                 "uptime_s": round(time.time() - self.started, 1)}
 
+    def limits(self) -> dict[str, Any]:
+        """What the service refuses past, as it checks it (/healthz; the transport adds its own body limit)."""
+        return service_limits(self.encoder.limit.pixels, self.decoder.predictor,
+                              None if self.concept is None else self.concept.model.max_boxes)
+
     def metrics_text(self) -> str:
         return self.metrics.render({"cache_embeddings": len(self.cache), "cache_capacity": self.cache.capacity,
                                     "encodes_in_flight": self.admission.pending})
+
+
+def service_limits(max_image_pixels: int, predictor: Any, concept_boxes: int | None) -> dict[str, Any]:
+    """The limits a service enforces, as /healthz tells them: an image's pixels, prompts a request, clicks a prompt
+    (without and with a box: the decoder's points less a box's corners or SAM's padding point), and a concept
+    prompt's boxes (None: no concept prompts)."""
+    return {"max_image_pixels": max_image_pixels, "max_prompts": MAX_PROMPTS, "max_clicks": predictor.max_clicks(False),
+            "max_clicks_with_box": predictor.max_clicks(True),
+            "max_concept_boxes": None if concept_boxes is None else min(concept_boxes, MAX_CONCEPT_BOXES)}
 
 
 def service_files(encoder: Any, concepts: bool = False) -> Any:
