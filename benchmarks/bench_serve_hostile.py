@@ -19,7 +19,6 @@ import io
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from benchmarks.bench_serve_load import Sampler, png, request, tree_rss_mb
+from benchmarks.bench_serve_load import Sampler, png, request, server_parser, stop_server, tree_rss_mb
 from benchmarks.options import write_report
 
 
@@ -105,22 +104,15 @@ def run_contender(name: str, command: list[str], env: dict[str, str], args: argp
         row["bomb"] = {"status": status, "s": round(seconds, 2), "growth_mb": round(max(sampler.peak - before, 0)),
                        "error": json.loads(body).get("error", "")[:120] if body.startswith(b"{") else body[:80].decode()}
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+        stop_server(process)
     return row
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-e", "--encoder", required=True)
-    parser.add_argument("-d", "--decoder", required=True)
+    parser = server_parser(__doc__)
     parser.add_argument("--slow", type=int, default=500)
     parser.add_argument("--big", type=int, default=50)
     parser.add_argument("--big-mb", type=int, default=60)
-    parser.add_argument("--contender", action="append", default=[], metavar="NAME=PYTHONPATH")
     parser.add_argument("--report", default=None)
     args = parser.parse_args()
     bomb = bomb_png()

@@ -103,6 +103,26 @@ def slow_client(port: int, stop: threading.Event, log: list) -> None:
         log.append("closed by the server")
 
 
+def server_parser(doc: str) -> argparse.ArgumentParser:
+    """The options every server benchmark takes: the pair (``-e``, ``-d``) and other checkouts' servers
+    (``--contender NAME=PYTHONPATH``, repeatable)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("-e", "--encoder", required=True)
+    parser.add_argument("-d", "--decoder", required=True)
+    parser.add_argument("--contender", action="append", default=[], metavar="NAME=PYTHONPATH",
+                        help="also measure the one-process server of another checkout")
+    return parser
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    """SIGTERM to the server's process group, SIGKILL after 120 s."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(120)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+
+
 def run_contender(name: str, command: list[str], env: dict[str, str], args: argparse.Namespace) -> dict:
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                start_new_session=True)
@@ -152,17 +172,11 @@ def run_contender(name: str, command: list[str], env: dict[str, str], args: argp
         print(json.dumps(row), flush=True)
         return row
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(120)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+        stop_server(process)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-e", "--encoder", required=True)
-    parser.add_argument("-d", "--decoder", required=True)
+    parser = server_parser(__doc__)
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--slow-clients", type=int, default=8)
@@ -170,8 +184,6 @@ def main() -> None:
     parser.add_argument("--cache-size", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3, help="one-process contenders run alternately this many times")
     parser.add_argument("--ray", action="store_true", help="also measure serve --ray (Ray Serve), once, after the rounds")
-    parser.add_argument("--contender", action="append", default=[], metavar="NAME=PYTHONPATH",
-                        help="also measure the one-process server of another checkout")
     parser.add_argument("--out", type=Path, default=Path("out/serve_load.json"))
     args = parser.parse_args()
     base = [sys.executable, "-m", "vitdeploy", "serve", "-e", args.encoder, "-d", args.decoder, "--port", "0",

@@ -1,4 +1,4 @@
-"""SAM 2's video path for the tests: the shipped tiny SAM 2.1 recipes (256 px), its four exported graphs, a synthetic 30-frame clip of
+"""SAM 2's video path for the tests: the shipped tiny SAM 2.1 recipes (256 px), its four exported graphs, a synthetic 20-frame clip of
 moving shapes, and the official ``SAM2VideoPredictor`` with the same weights (``pytest_plugins``).
 
 The weights are the seeded random ones of :func:`vitdeploy.models.sam2.load_sam2` with one change: the object-score
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 SEED = 3
-FRAMES = 30
+FRAMES = 20  # more than the 16 object pointers the memory attention takes (its cap is exercised) and the 7 memories
 CLIP_SIZE = (120, 160)  # H, W
 #: The four graphs of the video predictor: file stem -> the shipped tiny recipe (256 px, a 16 x 16 memory grid).
 VIDEO_RECIPES = {"encoder": "sam2_tiny", "decoder": "sam2_tiny_decoder", "memory_encoder": "sam2_tiny_memory_encoder",

@@ -171,8 +171,9 @@ def test_the_official_example_runs_unchanged(predictors, sam2_video: dict[str, A
 def test_bad_calls_get_one_line_errors(predictors, sam2_video: dict[str, Any]) -> None:
     _, ours = predictors
     state = ours.init_state(sam2_video["clip"])
-    with pytest.raises(InputError, match=r"frame_idx 30 is not a frame of this video: it has 30 frames, 0 to 29"):
-        ours.add_new_points_or_box(state, frame_idx=30, obj_id=1, **DISC_CLICK)
+    with pytest.raises(InputError, match=rf"frame_idx {FRAMES} is not a frame of this video: it has {FRAMES} frames, "
+                                         rf"0 to {FRAMES - 1}"):
+        ours.add_new_points_or_box(state, frame_idx=FRAMES, obj_id=1, **DISC_CLICK)
     with pytest.raises(InputError, match="points and labels must be provided together"):
         ours.add_new_points_or_box(state, frame_idx=0, obj_id=1, points=[[1, 2]])
     with pytest.raises(InputError, match="cannot add box without clearing old points"):

@@ -71,12 +71,14 @@ class Busy(VitdeployError):
 @dataclass
 class Cached:
     """One cached image: its features by name ((1, C, h, w) float32 each: SAM's embedding, or SAM 2's three arrays)
-    and the original image's (H, W); ``data``: the image file's bytes, kept where a concept side encodes the image
-    its own way on the first concept prompt (``Sam3Processor``'s resize is not the click predictor's)."""
+    and the original image's (H, W); ``data``: what a concept side needs to encode the image its own way on the first
+    concept prompt (``Sam3Processor``'s resize is not the click predictor's): the image resized as ``Sam3Processor``
+    resizes it (uint8, S x S: 3 MB at 1008 px, from which its features are the same to the bit), or the file's bytes
+    where they are smaller."""
 
     features: dict[str, np.ndarray]
     size: tuple[int, int]
-    data: bytes | None = None
+    data: bytes | np.ndarray | None = None
 
 
 class EmbeddingCache:
@@ -158,12 +160,21 @@ class ConceptSide:
         found = self.cache.get(key)
         return None if found is None else found.features
 
+    def kept(self, picture: np.ndarray, data: bytes) -> bytes | np.ndarray:
+        """What a cache entry keeps for this side (:class:`Cached`'s ``data``): the picture resized as the detector's
+        preprocessing resizes it (uint8, which it then leaves as it is), or the file's bytes where they are smaller."""
+        from vitdeploy.runtime.processing.sam3_transforms import resize_uint8_antialiased
+
+        side = self.model.resolution
+        return data if len(data) <= side * side * 3 else resize_uint8_antialiased(picture, (side, side))
+
     def encode(self, key: str, item: Cached) -> dict[str, np.ndarray]:
-        """The detector's features of a cached image, computed from its bytes and kept."""
+        """The detector's features of a cached image, computed from what its entry kept, and kept."""
         from vitdeploy.runtime.processing.images import decode_image_bytes
 
         with self.encoder.lock:
-            picture = decode_image_bytes(item.data, limit=self.encoder.limit)
+            picture = (item.data if isinstance(item.data, np.ndarray)
+                       else decode_image_bytes(item.data, limit=self.encoder.limit))
             features = self.model.encode_image(picture)
         self.cache.put(key, Cached(features, item.size))
         return features
@@ -188,8 +199,8 @@ class EncoderSide:
     """The image encoder of a service: an image file's bytes -> :class:`Cached`, one call at a time. ``features_of``:
     the pair's encoder half (:func:`~vitdeploy.runtime.apps.predictors.image_encoder_for`) on ``encoder``."""
 
-    def __init__(self, encoder: Any, features_of: Callable[[np.ndarray], dict[str, np.ndarray]], keep_bytes: bool = False,
-                 max_image_pixels: int = MAX_IMAGE_PIXELS):
+    def __init__(self, encoder: Any, features_of: Callable[[np.ndarray], dict[str, np.ndarray]],
+                 keep: Callable[[np.ndarray, bytes], Any] | None = None, max_image_pixels: int = MAX_IMAGE_PIXELS):
         from vitdeploy.runtime.deploy.identity import model_digest
         from vitdeploy.runtime.processing.images import PixelLimit
 
@@ -200,8 +211,8 @@ class EncoderSide:
         self.identity = model_digest(encoder.path) if getattr(encoder, "path", None) else encoder.name
         #: One vision run at a time, a concept side's too.
         self.lock = threading.Lock()
-        #: Keep each image's bytes in its cache entry (a concept side encodes them its own way).
-        self.keep_bytes = keep_bytes
+        #: What each cache entry keeps of its image (a concept side's :meth:`ConceptSide.kept`), or nothing.
+        self.keep = keep
         #: Larger images are refused from their header (413), before they are decoded.
         self.limit = PixelLimit(max_image_pixels, "start the server with a larger --max-image-pixels")
 
@@ -217,7 +228,8 @@ class EncoderSide:
         with self.lock:
             picture = decode_image_bytes(data, limit=self.limit)
             features = self.features_of(picture)
-        return Cached(features, (int(picture.shape[0]), int(picture.shape[1])), data if self.keep_bytes else None)
+        kept = None if self.keep is None else self.keep(picture, data)
+        return Cached(features, (int(picture.shape[0]), int(picture.shape[1])), kept)
 
 
 class DecoderSide:
@@ -314,13 +326,14 @@ class SamService:
         self.plan = model.plan
         self.metrics = Metrics()
         self.admission = Admission(max_pending, self.metrics)
-        self.encoder = EncoderSide(enc, image_encoder_for(enc), keep_bytes=text_encoder is not None,
-                                   max_image_pixels=max_image_pixels)
+        self.encoder = EncoderSide(enc, image_encoder_for(enc), max_image_pixels=max_image_pixels)
         self.decoder = DecoderSide(prompt_predictor_of(model))
         self.runners = tuple(model.runners.values())
         self.cache = EmbeddingCache(cache_size)
         #: SAM 3's text encoder and detector, for concept prompts (None: clicks and boxes only).
         self.concept = None if text_encoder is None else ConceptSide(self.encoder, model, concept_cache_size)
+        if self.concept is not None:
+            self.encoder.keep = self.concept.kept
         self.started = time.time()
 
     def encode(self, data: bytes) -> dict[str, Any]:
