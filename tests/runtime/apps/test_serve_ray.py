@@ -105,8 +105,8 @@ def test_a_killed_encoder_replica_is_replaced(ray_served) -> None:
 
 def test_a_killed_cache_replica_says_what_was_lost(ray_served) -> None:
     """The cache's embeddings live in its replica: killed, the replacement starts empty, and a prompt on an image sent
-    before is answered 404 saying the cache was replaced (it said only 'never sent, or evicted'); the image sent
-    again works."""
+    before is answered 404 saying the cache was replaced (it said only 'never sent, or evicted'), its prompts too (a
+    decoder's local copy answered them 200 for about 40 s); the image sent again works."""
     image = png_bytes(sample_image(40, 60, seed=41))
     key = ray_served("POST", "/v1/embeddings", image)[2]["id"]
     (cache,) = [a for a in ray.util.list_named_actors(all_namespaces=True) if "#cache#" in a["name"]]
@@ -119,6 +119,8 @@ def test_a_killed_cache_replica_says_what_was_lost(ray_served) -> None:
             break
         time.sleep(1)
     assert seen[-1] == 404 and "cache replica was replaced" in answer["error"], (seen, answer)
+    status, _, answer = ray_served("POST", f"/v1/embeddings/{key}/masks", {"points": [[10, 10]], "labels": [1]})
+    assert status == 404 and "cache replica was replaced" in answer["error"], answer  # no decoder's copy answers 200
     assert ray_served("POST", "/v1/embeddings", image)[2]["cached"] is False
     assert ray_served("POST", f"/v1/embeddings/{key}/masks", {"points": [[10, 10]], "labels": [1]})[0] == 200
 

@@ -131,13 +131,18 @@ class DecoderReplica:
         return self.side.browser_decoder()
 
     def masks(self, key: str, prompts: list[PromptRequest]) -> list[dict[str, Any]] | None:
-        """The masks, or None when ``key`` is not cached (the front says why)."""
-        item = self.recent.get(key)
-        if item is None:
+        """The masks, or None when ``key`` is not cached (the front says why). A local copy counts only while the
+        cache replica it came from lives: a replaced cache lost the embedding for every replica at once (local copies
+        answered 200 for about 40 s after, where the cache said 404)."""
+        epoch = self.cache.started_at.remote().result()
+        found = self.recent.get(key)
+        if found is not None and found[0] == epoch:
+            item = found[1]
+        else:
             item = self.cache.get.remote(key).result()
             if item is None:
                 return None
-            self.recent.put(key, item)
+            self.recent.put(key, (epoch, item))
         return self.side.masks(item, prompts)
 
 
