@@ -124,6 +124,9 @@ class FrontDoor:
                 timing = f"handle;dur={(time.perf_counter() - start) * 1e3:.1f}"
                 message = {**message, "headers": [*message.get("headers", []), (b"server-timing", timing.encode()),
                                                   *((k.encode(), v.encode()) for k, v in extra.items())]}
+            elif not message.get("more_body", False) and held["in_flight"]:  # the last of the answer: no longer in
+                held["in_flight"] = False  # flight before the client can read it (and send its next request)
+                metrics.in_flight(-1)
             await send(message)
 
         try:
