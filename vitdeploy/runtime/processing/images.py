@@ -61,9 +61,12 @@ def _pil_bomb_check_off() -> Iterator[None]:
             Image.MAX_IMAGE_PIXELS = saved
 
 
-def check_pixels(path: Path, width: int, height: int, notes: list[str] | None) -> None:
+def check_pixels(path: Path, width: int, height: int, notes: list[str] | None, limit: PixelLimit | None = None) -> None:
     """InputError when decoding a ``width`` x ``height`` image would not fit (a huge photo, or a small file that
-    claims gigapixels: a decompression bomb); a note for a large one that fits."""
+    claims gigapixels: a decompression bomb), or :class:`ImageTooLarge` past a caller's ``limit``; a note for a large
+    one that fits."""
+    if limit is not None:
+        limit.check(path.name, width, height)
     pixels = width * height
     limit, why = max_image_pixels()
     need = pixels * PEAK_BYTES_PER_PIXEL / 2**30
@@ -169,9 +172,7 @@ def _decode(source, path: Path, notes: list[str] | None, limit: PixelLimit | Non
         with _pil_bomb_check_off():
             img = Image.open(source)
         with img:
-            if limit is not None:
-                limit.check(path.name, *img.size)
-            check_pixels(path, *img.size, notes)
+            check_pixels(path, *img.size, notes, limit)
             return to_rgb8(img, notes)
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
         raise InputError(f"image '{path}' cannot be decoded ({exc.__class__.__name__}): use a valid JPEG/PNG/WebP file") from exc

@@ -3,8 +3,7 @@
 It gives the request its id (``X-Request-Id``: the client's where it is plain, else a new one) and reads the body
 whole before any route sees it, bounded three ways: a body over :data:`MAX_BODY_BYTES` is answered 413 before it is
 read (what the client still sends is read and dropped first, for at most :data:`LINGER_S`, so that it reads the
-answer); at
-most :data:`MAX_UPLOADS` bodies are received at once and they hold at most :data:`BODY_BUDGET_BYTES` together (one
+answer); at most :data:`MAX_UPLOADS` bodies are received at once and they hold at most :data:`BODY_BUDGET_BYTES` together (one
 more is answered 503 with ``Retry-After`` before it is read); a body must arrive within :data:`BODY_TIMEOUT_S` plus a
 second per :data:`MIN_BODY_RATE` bytes (408). Only a request whose body is complete counts as in flight: past
 :data:`MAX_IN_FLIGHT` of them one more is answered 503, except :data:`NEVER_REFUSED` (health and metrics: a liveness
@@ -175,14 +174,12 @@ class FrontDoor:
         if declared == "0" and "transfer-encoding" not in headers:
             return b"", None
         if int(declared) > MAX_BODY_BYTES:
-            await _drain(receive)
-            return b"", _too_large(int(declared))
+            return await _refused(receive, _too_large(int(declared)))
         if self.uploads >= MAX_UPLOADS:
             self.service.metrics.count("rejected_total", reason="uploads")
-            answer = _json_answer(503, {"error": f"busy: {self.uploads} uploads are being received; retry in 1 s"},
-                                  {"retry-after": "1", "connection": "close"})
-            await _drain(receive)
-            return b"", answer
+            return await _refused(receive, _json_answer(
+                503, {"error": f"busy: {self.uploads} uploads are being received; retry in 1 s"},
+                {"retry-after": "1", "connection": "close"}))
         self.uploads += 1
         try:
             return await self._read_body(int(declared), receive, held)
@@ -202,23 +199,27 @@ class FrontDoor:
         answer refusing it."""
         if not self._hold(declared, held):
             self.service.metrics.count("rejected_total", reason="body_budget")
-            answer = _json_answer(503, {"error": f"busy: the uploads being received hold {self.body_bytes} bytes of "
-                                                 f"the server's {self.budget}; retry in 1 s"},
-                                  {"retry-after": "1", "connection": "close"})
-            await _drain(receive)
-            return b"", answer
+            return await _refused(receive, _json_answer(
+                503, {"error": f"busy: the uploads being received hold {self.body_bytes} bytes of the server's "
+                               f"{self.budget}; retry in 1 s"}, {"retry-after": "1", "connection": "close"}))
+        stopped = asyncio.ensure_future(self._stop_event().wait())  # one watcher for the whole body, not one a piece
+        try:
+            return await self._pieces(receive, held, stopped)
+        finally:
+            stopped.cancel()
+
+    async def _pieces(self, receive: Callable, held: dict, stopped: asyncio.Future) -> tuple[bytes, Any]:
+        """The body's pieces joined, each arriving by the rate's deadline; the answer refusing it otherwise."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         pieces, size = [], 0
-        stopping = self._stop_event()
         while True:
             left = started + BODY_TIMEOUT_S + size / MIN_BODY_RATE - loop.time()
-            arrived, stopped = asyncio.ensure_future(receive()), asyncio.ensure_future(stopping.wait())
+            arrived = asyncio.ensure_future(receive())
             await asyncio.wait((arrived, stopped), timeout=max(left, 0.0), return_when=asyncio.FIRST_COMPLETED)
-            stopped.cancel()
             if not arrived.done():
                 arrived.cancel()
-                if stopping.is_set():
+                if stopped.done():
                     return b"", _json_answer(503, {"error": "the server is stopping: send the request again (to "
                                                             "another replica, or once it is back)"},
                                              {"retry-after": "1", "connection": "close"})
@@ -231,8 +232,7 @@ class FrontDoor:
             piece = message.get("body", b"")
             size += len(piece)
             if size > MAX_BODY_BYTES:  # a chunked body past the limit: refused while it streams
-                await _drain(receive)
-                return b"", _too_large(size)
+                return await _refused(receive, _too_large(size))
             if size > held["bytes"] and not self._hold(size - held["bytes"], held):  # a chunked body grows
                 return b"", _json_answer(503, {"error": "busy: the uploads being received fill the server's body "
                                                         "budget; retry in 1 s"}, {"retry-after": "1", "connection": "close"})
@@ -250,6 +250,12 @@ def _return_freed_memory() -> None:
         ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+async def _refused(receive: Callable, answer: tuple[int, list, bytes]) -> tuple[bytes, Any]:
+    """(no body, ``answer``), once what the client still sends of the refused body is drained (:func:`_drain`)."""
+    await _drain(receive)
+    return b"", answer
 
 
 async def _drain(receive: Callable) -> None:
