@@ -51,6 +51,20 @@ def _slow_uploads(port: int, count: int, declared: int = 1_000_000) -> list[sock
     return conns
 
 
+def _answer(conn: socket.socket) -> bytes:
+    """One whole HTTP response from ``conn``: its head, then as many body bytes as its Content-Length says (one
+    ``recv`` may return the head alone: the body can travel in the next segment)."""
+    answer = b""
+    while b"\r\n\r\n" not in answer and (chunk := conn.recv(65536)):
+        answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")[1:]
+                   if line.lower().startswith(b"content-length:")), 0)
+    while len(body) < length and (chunk := conn.recv(65536)):
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
 def _settled(server: Server) -> None:
     """Wait (at most 10 s) until the server holds no body: the closed connections of a case are released before the
     next one counts on the budget."""
@@ -88,7 +102,7 @@ def test_slow_uploads_starve_nobody_and_are_closed_by_their_rate(served, monkeyp
         assert service.metrics.value("rejected_total", reason="in_flight") == 0
         conns[0].sendall(b"y")  # 2 bytes in: the deadline moves on by 4 ms, not by 20 s
         start = time.monotonic()
-        answer = conns[0].recv(1000)
+        answer = _answer(conns[0])
         assert answer.startswith(b"HTTP/1.1 408") and b"slower than 500 bytes a second" in answer, answer[:200]
         assert time.monotonic() - start < 5
     finally:
@@ -222,7 +236,7 @@ def test_a_stop_refuses_the_uploads_still_arriving_at_once(tiny_sam_artifacts: T
         stopping = threading.Thread(target=server.stop)
         start = time.monotonic()
         stopping.start()
-        answer = conn.recv(1000)
+        answer = _answer(conn)
         assert answer.startswith(b"HTTP/1.1 503") and b"the server is stopping" in answer, answer[:300]
         stopping.join(30)
         assert not server._thread.is_alive() and time.monotonic() - start < 10
@@ -265,7 +279,7 @@ def test_sigterm_during_an_upload_is_a_clean_stop_of_the_verb(tiny_sam_artifacts
         time.sleep(1.0)  # its head read: the upload is arriving
         start = time.monotonic()
         process.send_signal(signal.SIGTERM)
-        answer = conn.recv(1000)
+        answer = _answer(conn)
         conn.close()
         out, err = process.communicate(timeout=30)
     finally:
