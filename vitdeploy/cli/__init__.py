@@ -41,6 +41,7 @@ VERB_MODULES: tuple[str, ...] = (
     "track_cmd",
     "tune_cmd",
     "validate_cmd",
+    "web_cmd",
 )
 
 

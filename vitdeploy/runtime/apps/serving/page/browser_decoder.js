@@ -19,12 +19,17 @@ const browserDecoder = (() => {
     });
   }
 
-  async function load(serverFacts) {
-    // onnxruntime-web from the package (page/ort/), then the decoder file from the server
-    facts = serverFacts;
+  async function loadRuntime(threads = 1) {
+    // onnxruntime-web from the package (page/ort/); more than one thread needs a cross-origin-isolated page
     if (typeof ort === "undefined") await loadScript("page/ort/ort.wasm.min.js");
     ort.env.wasm.wasmPaths = new URL("page/ort/", document.baseURI).href;
-    ort.env.wasm.numThreads = 1;  // threads need a cross-origin-isolated page
+    ort.env.wasm.numThreads = threads;
+  }
+
+  async function load(serverFacts) {
+    // onnxruntime-web, then the decoder file from the server (or the static site's folder)
+    facts = serverFacts;
+    if (typeof ort === "undefined") await loadRuntime(1);
     const bytes = await (await fetch(facts.url)).arrayBuffer();
     session = await ort.InferenceSession.create(bytes, {executionProviders: ["wasm"]});
     return bytes.byteLength;
@@ -40,9 +45,16 @@ const browserDecoder = (() => {
     return shape;
   }
 
+  function useEmbedding(tensor, imageSize) {
+    // an embedding computed in this page (the static site's encoder) for an image of imageSize [height, width]
+    embedding = tensor;
+    size = imageSize;
+    upscale = null;
+  }
+
   function resizedShape(height, width, longSide) {  // ResizeLongestSide.get_preprocess_shape
     const scale = longSide / Math.max(height, width);
-    return [Math.floor(height * scale + 0.5), Math.floor(width * scale + 0.5)];
+    return [Math.max(1, Math.floor(height * scale + 0.5)), Math.max(1, Math.floor(width * scale + 0.5))];
   }
 
   function bilinear(inSize, outSize) {
@@ -129,5 +141,5 @@ const browserDecoder = (() => {
             areas: masks.map((m) => m.reduce((a, b) => a + b, 0))};
   }
 
-  return {load, setImage, decode, ready: () => session !== null && embedding !== null};
+  return {loadRuntime, load, setImage, useEmbedding, decode, ready: () => session !== null && embedding !== null};
 })();

@@ -3,6 +3,9 @@
 // embedding (POST /v1/embeddings/ID/masks); masks come back as COCO RLE, decoded by rle.js. For a SAM decoder that
 // is one .onnx file, the page can decode in the browser instead (browser_decoder.js, onnxruntime-web). A SAM 3
 // server with its text encoder and detector also finds every instance of a text (POST /v1/embeddings/ID/concepts).
+// Served as a static site ('vitdeploy web': <body data-site="site.json">), the page needs no server at all: the
+// image is encoded in the browser too (browser_encoder.js), and a parity check compares both files' answers here with
+// native ONNX Runtime's on the site's sample image.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -29,6 +32,10 @@ const state = {
   answered: 0,          // masks answers shown so far
   where: "server",      // where prompts are decoded: "server" or "browser"
   browserFacts: null,   // /healthz's browser_decoder: what the page needs to decode itself (null: it cannot)
+  site: null,           // the static site's site.json (null: a server serves the page)
+  embedding: null,      // the static site: the open image's embedding, computed in this page
+  threads: 1,           // onnxruntime-web's WebAssembly threads (more than one needs a cross-origin-isolated page)
+  check: null,          // the last parity check's report
 };
 
 // --- the server ---------------------------------------------------------------------------------------------
@@ -80,7 +87,8 @@ async function describeServer() {
 
 async function openImage(file) {
   if (!file) return;
-  if (!file.type.startsWith("image/")) { say(`${file.name} is not an image`, true); return; }
+  if (!file.type.startsWith("image/")) { say(`${file.name} is not an image: open a PNG, JPEG or WebP file`, true); return; }
+  if (state.site) { await openImageHere(file); return; }
   say(`encoding ${file.name}…`);
   document.body.dataset.state = "encoding";
   const bytes = await file.arrayBuffer();
@@ -263,7 +271,10 @@ function imagePoint(event) {
 
 canvas.addEventListener("contextmenu", (event) => event.preventDefault());
 canvas.addEventListener("mousedown", (event) => {
-  if (!state.id) return;
+  if (!state.id) {
+    if (document.body.dataset.state !== "encoding") say("open an image first (the button on the right), then click it", true);
+    return;
+  }
   state.drag = imagePoint(event);
   state.drag.background = event.button === 2 || event.shiftKey;
 });
@@ -436,5 +447,180 @@ window.vitdeployPage = {
   conceptBody: () => state.conceptBody,
 };
 
-describeServer();
+// --- the static site: no server ------------------------------------------------------------------------------
+
+async function isolate() {
+  // WebAssembly threads need SharedArrayBuffer, which a page has only when cross-origin isolated (COOP + COEP
+  // headers). A host that sends them (_headers in the folder: Netlify, Cloudflare Pages) needs nothing; any other
+  // gets them from the site's service worker (coi_worker.js), after one reload. Where neither works: one thread.
+  if (window.crossOriginIsolated) { sessionStorage.removeItem("vitdeploy-reloaded"); return; }
+  if (!("serviceWorker" in navigator) || !window.isSecureContext) return;
+  await navigator.serviceWorker.register("coi_worker.js");
+  await navigator.serviceWorker.ready;
+  if (sessionStorage.getItem("vitdeploy-reloaded")) return;  // reloaded once already: the browser refuses isolation
+  sessionStorage.setItem("vitdeploy-reloaded", "1");
+  location.reload();
+  await new Promise(() => {});  // the page is going away
+}
+
+const megabytes = (bytes) => `${(bytes / 1e6).toFixed(1)} MB`;
+
+async function openSite(url) {
+  document.body.dataset.state = "loading";
+  $("model").textContent = "loading the model into this browser…";
+  try {
+    await isolate();
+    state.site = await (await fetch(url)).json();
+    state.threads = window.crossOriginIsolated ? Math.max(1, Math.min(4, navigator.hardwareConcurrency || 1)) : 1;
+    await browserDecoder.loadRuntime(state.threads);
+    let started = performance.now();
+    await browserEncoder.load(state.site.encoder);
+    showTiming("load encoder (browser)", {elapsed: performance.now() - started, server: null});
+    started = performance.now();
+    await browserDecoder.load(state.site.decoder);
+    showTiming("load decoder (browser)", {elapsed: performance.now() - started, server: null});
+    const {encoder, decoder} = state.site;
+    $("model").textContent = `${encoder.name} (${megabytes(encoder.bytes)}) + ${decoder.name} ` +
+      `(${megabytes(decoder.bytes)}) · SAM ${state.site.variant} · in this browser: onnxruntime-web ` +
+      `${ort.env.versions ? ort.env.versions.web : ""}, WebAssembly, ${state.threads} thread(s)` +
+      (window.crossOriginIsolated ? "" : " (the page is not cross-origin isolated)");
+    state.where = "browser";
+    $("check").hidden = !state.site.check;
+    $("run-check").disabled = false;
+    say("open an image");
+    document.body.dataset.state = "empty";
+  } catch (error) {
+    $("model").textContent = `the model could not be loaded into this browser: ${error.message}`;
+    document.body.dataset.state = "error";
+  }
+}
+
+async function openImageHere(file) {
+  // the static site's openImage: decoded, checked against the pixel limit, encoded, all in this page
+  document.body.dataset.state = "encoding";
+  say(`encoding ${file.name} in this browser…`);
+  try {
+    const picture = await browserEncoder.pixelsOf(file).catch(() => {
+      throw new Error(`${file.name} could not be decoded as an image: is the file damaged?`);
+    });
+    const pixels = picture.width * picture.height, limit = state.site.max_image_pixels;
+    if (limit && pixels > limit) {
+      throw new Error(`${file.name} is ${picture.width}x${picture.height} (${(pixels / 1e6).toFixed(1)} MP), over ` +
+                      `this site's limit of ${(limit / 1e6).toFixed(1)} MP: shrink it first`);
+    }
+    const started = performance.now();
+    const embedding = await browserEncoder.encode(picture);
+    const elapsed = performance.now() - started;
+    const image = new Image();
+    image.src = URL.createObjectURL(file);
+    await image.decode();
+    Object.assign(state, {image, name: file.name.replace(/\.[^.]+$/, ""), id: "here", embedding,
+                          width: picture.width, height: picture.height});
+    browserDecoder.useEmbedding(embedding, [picture.height, picture.width]);
+    reset();
+    canvas.width = state.width;
+    canvas.height = state.height;
+    fit();
+    $("drop").classList.add("loaded");
+    showTiming("encode (browser)", {elapsed, server: null});
+    say(`${file.name}: ${state.width}x${state.height}. Click the object.`);
+    draw();
+    document.body.dataset.state = "ready";
+  } catch (error) {
+    say(`could not open ${file.name}: ${error.message}`, true);
+    document.body.dataset.state = state.id ? "ready" : "error";
+  }
+}
+
+function median(values) {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)];
+}
+
+function agreement(ours, theirs) {
+  // cosine and largest absolute difference of two float arrays (in float64)
+  let dot = 0, a2 = 0, b2 = 0, worst = 0;
+  for (let k = 0; k < theirs.length; k++) {
+    dot += ours[k] * theirs[k];
+    a2 += ours[k] * ours[k];
+    b2 += theirs[k] * theirs[k];
+    worst = Math.max(worst, Math.abs(ours[k] - theirs[k]));
+  }
+  return {cosine: dot / Math.sqrt(a2 * b2), maxAbs: worst};
+}
+
+function maskIou(a, b) {
+  let both = 0, either = 0;
+  for (let k = 0; k < a.length; k++) { both += a[k] & b[k]; either += a[k] | b[k]; }
+  return either ? both / either : 1;
+}
+
+async function runCheck() {
+  // the site's sample image encoded and its click decoded here, against native ONNX Runtime's answers on the same
+  // files (site.json's check, written by 'vitdeploy web'); times: the second encode, the median of five decodes
+  const c = state.site.check, runs = 5;
+  $("run-check").disabled = true;
+  say("checking against native ONNX Runtime…");
+  try {
+    const picture = await browserEncoder.pixelsOf(await (await fetch(c.image)).blob());
+    let started = performance.now();
+    await browserEncoder.encode(picture);
+    const firstEncode = performance.now() - started;
+    started = performance.now();
+    const embedding = await browserEncoder.encode(picture);
+    const encode = performance.now() - started;
+    const reference = new Float32Array(await (await fetch(c.embedding)).arrayBuffer());
+    if (reference.length !== embedding.data.length) throw new Error("the reference embedding has another size");
+    const close = agreement(embedding.data, reference);
+    browserDecoder.useEmbedding(embedding, [picture.height, picture.width]);
+    const times = [];
+    let answer = null;
+    for (let k = 0; k < runs; k++) {
+      started = performance.now();
+      answer = await browserDecoder.decode(c.prompt);
+      times.push(performance.now() - started);
+    }
+    const ious = answer.masks.map((mask, k) => maskIou(mask, cocoRleDecode(c.masks[k])));
+    state.check = {embedding_cosine: close.cosine, embedding_max_abs: close.maxAbs, mask_iou: ious,
+                   scores: Array.from(answer.scores), native_scores: c.scores,
+                   encode_ms: encode, first_encode_ms: firstEncode, decode_ms: median(times),
+                   native_encode_ms: c.native_encode_ms, native_decode_ms: c.native_decode_ms,
+                   threads: state.threads, isolated: window.crossOriginIsolated};
+    const rows = [["embedding cosine", close.cosine.toFixed(7)], ["embedding max |diff|", close.maxAbs.toExponential(2)],
+                  ["mask IoU (worst)", Math.min(...ious).toFixed(4)],
+                  ["encode here / native", `${encode.toFixed(1)} / ${c.native_encode_ms.toFixed(1)} ms`],
+                  ["decode here / native", `${median(times).toFixed(1)} / ${c.native_decode_ms.toFixed(1)} ms`]];
+    const body = $("check-results").tBodies[0];
+    body.replaceChildren();
+    for (const [what, value] of rows) {
+      const row = body.insertRow();
+      row.insertCell().textContent = what;
+      row.insertCell().textContent = value;
+    }
+    say(`parity: embedding cosine ${close.cosine.toFixed(7)}, worst mask IoU ${Math.min(...ious).toFixed(4)}`);
+  } catch (error) {
+    say(`the check could not run: ${error.message}`, true);
+  } finally {
+    if (state.embedding) browserDecoder.useEmbedding(state.embedding, [state.height, state.width]);
+    $("run-check").disabled = false;
+  }
+  return state.check;
+}
+
+$("run-check").onclick = runCheck;
+
+Object.assign(window.vitdeployPage, {
+  check: runCheck,
+  lastCheck: () => state.check,
+  embedding: () => (state.embedding ? Array.from(state.embedding.data) : null),
+  threads: () => state.threads,
+  site: () => state.site,
+  status: () => $("status").textContent,
+});
+
 document.body.dataset.state = "empty";
+if (document.body.dataset.site) {
+  openSite(document.body.dataset.site);
+} else {
+  describeServer();
+}

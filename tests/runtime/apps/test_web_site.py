@@ -1,0 +1,200 @@
+"""``vitdeploy web``'s static site in a real browser (Debian's Chromium, headless, through chromedriver), served by a
+plain static file server on 127.0.0.1 (Python's ``http.server``: no vitdeploy code serves anything): the page
+encodes and decodes in the browser with onnxruntime-web, cross-origin isolated by the site's service worker, and its
+embeddings and masks equal native ONNX Runtime's on the same files. Screenshots go to build/test-artifacts/."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.runtime.apps.test_serve_page import ARTIFACTS, STEP_S, _at, _browser_or_skip, _page_mask, _predicted, _settled, \
+    _state, _wait
+from tests.sam_tiny import TinySamArtifacts, sample_image
+from vitdeploy.runtime import SamPredictor
+from vitdeploy.runtime.apps.serving.site import ORT_FILES, PAGE_DIR
+from vitdeploy.validation.masks import MASK_TOLERANCES, compare_masks
+
+pytest_plugins = ["tests.sam_tiny_fixtures"]
+pytestmark = pytest.mark.skipif(not all((PAGE_DIR / "ort" / n).is_file() for n in ORT_FILES),
+                                reason="onnxruntime-web is not in the package (python scripts/fetch_page_assets.py)")
+
+#: The browser's embedding against native ONNX Runtime's, both FP32 on the CPU (WebAssembly SIMD kernels vs MLAS: other
+#: summation orders). Measured on the tiny model: cosine 1 - 1e-7 or closer.
+EMBEDDING_COSINE_MIN = 0.99999
+#: The most pixels an image may have in the test's site (a 300x300 image is over it).
+PIXEL_LIMIT = 70_000
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # the test's output stays readable
+        pass
+
+
+@pytest.fixture(scope="module")
+def site(tiny_sam_artifacts: TinySamArtifacts, tmp_path_factory: pytest.TempPathFactory):
+    """The tiny model's site, built by the CLI: (its folder, the CLI's output)."""
+    folder = tmp_path_factory.mktemp("web") / "site"
+    done = subprocess.run([sys.executable, "-m", "vitdeploy", "web", "-e", str(tiny_sam_artifacts.encoder), "-d",
+                           str(tiny_sam_artifacts.decoder), "-o", str(folder), "--max-image-pixels", str(PIXEL_LIMIT),
+                           "--threads", "1"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return folder, done.stdout
+
+
+@pytest.fixture(scope="module")
+def page(site, tmp_path_factory: pytest.TempPathFactory):
+    folder, _ = site
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    browser = _browser_or_skip(tmp_path_factory.mktemp("downloads"))
+    try:
+        browser.get(f"http://127.0.0.1:{server.server_address[1]}/")
+        _loaded(browser)
+        yield browser
+    finally:
+        browser.quit()
+        server.shutdown()
+
+
+def _loaded(browser) -> None:
+    """Wait until the page has loaded the model (it reloads once on the way: the service worker's isolation)."""
+    from selenium.common.exceptions import JavascriptException, StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(browser, STEP_S, poll_frequency=0.05,
+                  ignored_exceptions=(StaleElementReferenceException, JavascriptException)).until(
+        lambda b: b.execute_script('return document.body.dataset.state === "empty" && '
+                                   'document.getElementById("model").textContent.includes("in this browser")'),
+        message="the page did not load the model")
+
+
+def _shot(browser, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / name))
+
+
+def _status(browser) -> str:
+    return browser.execute_script("return window.vitdeployPage.status()")
+
+
+def test_the_folder_holds_the_page_the_runtime_and_the_files(site, tiny_sam_artifacts: TinySamArtifacts) -> None:
+    folder, printed = site
+    facts = json.loads((folder / "site.json").read_text())
+    assert (folder / "models" / tiny_sam_artifacts.encoder.name).read_bytes() == tiny_sam_artifacts.encoder.read_bytes()
+    assert facts["encoder"]["bytes"] == tiny_sam_artifacts.encoder.stat().st_size
+    for name in ("index.html", "coi_worker.js", "_headers", "check/sample.png", "check/embedding.f32",
+                 *(f"page/ort/{n}" for n in ORT_FILES)):
+        assert (folder / name).is_file(), name
+    assert 'data-site="site.json"' in (folder / "index.html").read_text()
+    assert "Cross-Origin-Embedder-Policy: require-corp" in (folder / "_headers").read_text()
+    assert f"models/{tiny_sam_artifacts.encoder.name}" in printed and " MB " in printed  # each file named with its size
+    assert facts["max_image_pixels"] == PIXEL_LIMIT and len(facts["check"]["masks"]) == 3
+    assert not list(folder.parent.glob(".site.*"))  # nothing left beside it: no staging folder, no lock
+
+
+def test_clicks_before_an_image_get_a_message(page) -> None:
+    page.find_element("id", "canvas").click()
+    assert "open an image first" in _status(page)
+
+
+def test_the_page_is_isolated_and_matches_native_on_the_sample(page) -> None:
+    """The service worker made the plain file server's page cross-origin isolated (threads), and the page's own parity
+    check: the sample image's embedding and its click's three masks against native ONNX Runtime's."""
+    assert page.execute_script("return window.crossOriginIsolated") is True
+    cores = page.execute_script("return navigator.hardwareConcurrency")
+    assert page.execute_script("return window.vitdeployPage.threads()") == max(1, min(4, cores))
+    report = page.execute_async_script("const done = arguments[arguments.length - 1];"
+                                       "window.vitdeployPage.check().then(done, (e) => done(String(e)));")
+    assert isinstance(report, dict), report
+    assert report["embedding_cosine"] >= EMBEDDING_COSINE_MIN, report
+    assert min(report["mask_iou"]) >= MASK_TOLERANCES["fp32"].iou_min, report
+    assert report["encode_ms"] > 0 and report["decode_ms"] > 0 and report["native_encode_ms"] > 0
+    assert np.allclose(report["scores"], report["native_scores"], atol=1e-4), report
+    _shot(page, "web-site-check.png")
+
+
+@pytest.mark.parametrize("height, width", [(120, 160), (230, 290)], ids=["upscaled", "downscaled"])
+def test_an_opened_image_and_its_clicks_match_native(page, tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path,
+                                                     height: int, width: int) -> None:
+    """An image opened in the page (resized up, or down: both Pillow passes) is encoded and its clicks decoded in the
+    browser: the embedding and every mask as native ONNX Runtime's on the same files."""
+    picture = sample_image(height, width, seed=11)
+    Image.fromarray(picture).save(tmp_path / "picture.png")
+    predictor = SamPredictor(str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder), runtime="onnxruntime")
+    predictor.set_image(picture)
+    answered = page.execute_script("return window.vitdeployPage.answered()")
+    page.find_element("id", "file").send_keys(str(tmp_path / "picture.png"))
+    _wait(page, lambda b: _state(b) == "ready" and b.execute_script("return window.vitdeployPage.size()")
+          == [height, width], "encode the image")
+    ours = np.asarray(page.execute_script("return window.vitdeployPage.embedding()"), np.float32)
+    theirs = predictor.get_image_embedding().reshape(-1)
+    cosine = float(ours @ theirs / np.linalg.norm(ours) / np.linalg.norm(theirs))
+    assert cosine >= EMBEDDING_COSINE_MIN, cosine
+    canvas = page.find_element("id", "canvas")
+    _at(page, canvas, width * 0.4, height * 0.3).click().perform()
+    _settled(page, answered + 1)
+    prompt = page.execute_script("return window.vitdeployPage.prompt()")
+    masks, scores = _predicted(predictor, prompt)
+    agreement = compare_masks(masks[int(np.argmax(scores))], _page_mask(page), "fp32", label="the page's mask")
+    assert agreement, agreement.summary()
+    _shot(page, f"web-site-{height}x{width}.png")
+
+
+@pytest.mark.parametrize("shape", [((37, 53), (90, 64)), ((120, 40), (30, 20)), ((64, 200), (20, 180)),
+                                   ((301, 257), (256, 219))], ids=["up", "down", "vertical-first", "down-odd"])
+def test_the_resize_is_pillows_to_the_bit(page, shape) -> None:
+    """browser_encoder.js's resample against Pillow's Image.resize(BILINEAR), the one SamPreprocessor calls."""
+    (height, width), (out_h, out_w) = shape
+    rgb = np.random.default_rng(height * width).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    theirs = np.asarray(Image.fromarray(rgb).resize((out_w, out_h), Image.BILINEAR))
+    ours = page.execute_script("return Array.from(browserEncoder.resizePillow(Uint8Array.from(arguments[0]), "
+                               "arguments[1], arguments[2], arguments[3], arguments[4]))",
+                               rgb.reshape(-1).tolist(), width, height, out_w, out_h)
+    assert np.array_equal(np.asarray(ours, np.uint8).reshape(out_h, out_w, 3), theirs)
+
+
+def test_bad_files_get_a_message_on_the_page(page, tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not an image")
+    page.find_element("id", "file").send_keys(str(tmp_path / "notes.txt"))
+    _wait(page, lambda b: "is not an image" in _status(b), "refuse a text file")
+    (tmp_path / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40)
+    page.find_element("id", "file").send_keys(str(tmp_path / "broken.png"))
+    _wait(page, lambda b: "could not be decoded" in _status(b), "refuse a damaged image")
+    Image.fromarray(sample_image(300, 300)).save(tmp_path / "huge.png")
+    page.find_element("id", "file").send_keys(str(tmp_path / "huge.png"))
+    _wait(page, lambda b: "over this site's limit" in _status(b), "refuse an image over the pixel limit")
+    _shot(page, "web-site-refusal.png")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vitdeploy", "web", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_the_verb_refuses_in_one_line_and_keeps_what_was_there(site, tiny_sam_artifacts: TinySamArtifacts,
+                                                               tmp_path: Path) -> None:
+    import shutil
+
+    folder = tmp_path / "site"
+    shutil.copytree(site[0], folder)
+    encoder, decoder = str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder)
+    before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+    done = _cli("-e", encoder, "-d", decoder, "-o", str(folder))
+    assert done.returncode == 1 and "already exists and is not empty: pass --force" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    done = _cli("-e", decoder, "-d", decoder, "-o", str(tmp_path / "wrong"))
+    assert done.returncode == 1 and "not a SAM image encoder" in done.stderr and not (tmp_path / "wrong").exists()
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
+    replaced = _cli("-e", encoder, "-d", decoder, "-o", str(folder), "--force", "--max-image-pixels", "123")
+    assert replaced.returncode == 0, replaced.stderr
+    assert json.loads((folder / "site.json").read_text())["max_image_pixels"] == 123
+    assert not list(folder.parent.glob(".site.*"))

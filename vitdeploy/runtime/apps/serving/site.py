@@ -1,0 +1,221 @@
+"""A static site that segments with no server at all (``vitdeploy web``): the page, onnxruntime-web and a SAM model's
+two files in one folder, which any static file host serves as it is.
+
+The page (``page/``, the one ``serve`` offers) runs in its site mode (``<body data-site="site.json">``): it encodes
+the image in the browser (``browser_encoder.js``: vitdeploy's preprocessing to the bit) and decodes the clicks there
+(``browser_decoder.js``), with onnxruntime-web's WebAssembly build, SIMD and, where the page is cross-origin isolated,
+threads. Isolation comes from the host's headers where it sets them (``_headers``: Netlify, Cloudflare Pages) or from
+the site's own service worker (``coi_worker.js``) on any other host.
+
+The folder also holds its proof: native ONNX Runtime's answers on the same two files for a sample image and a click,
+computed here when the site is built (``check/``). The page's "Check parity" encodes and decodes the same image and
+click in the browser and reports the embedding's cosine, the masks' IoU and both times, beside the native ones.
+
+The folder is written whole or not at all: built beside its destination and renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitdeploy.errors import InputError
+
+PAGE_DIR = Path(__file__).with_name("page")
+#: The page's own files, copied to ``page/``.
+PAGE_FILES = ("page.js", "page.css", "rle.js", "browser_decoder.js", "browser_encoder.js")
+#: onnxruntime-web's WebAssembly build (``scripts/fetch_page_assets.py`` puts it in ``page/ort/``), copied to
+#: ``page/ort/``.
+ORT_FILES = ("ort.wasm.min.js", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm", "package.json", "VERSION")
+#: Headers a static host that reads ``_headers`` (Netlify, Cloudflare Pages) sends with every file: cross-origin
+#: isolation for WebAssembly threads, without the service worker's reload.
+HEADERS = "/*\n  Cross-Origin-Opener-Policy: same-origin\n  Cross-Origin-Embedder-Policy: require-corp\n"
+#: A page's WebAssembly memory is 32-bit: onnxruntime-web holds a model's weights in at most 4 GiB with everything
+#: else, so files larger than this together are warned about (SAM ViT-H FP32 is 2.5 GB).
+PAGE_BYTES_WARNING = 2 * 1024 ** 3
+#: The default pixel limit of an opened image: the server's (``serve --max-image-pixels``).
+MAX_IMAGE_PIXELS = 50_000_000
+#: The parity check's default sample image, of the bundled image set (a PNG: every browser decodes it to the same
+#: pixels as Pillow; JPEG decoders may round differently).
+SAMPLE_IMAGE = "calib_01_shapes.png"
+#: Timed runs of each native step for the check's reference times (the median; one warm-up run first).
+NATIVE_RUNS = 5
+
+
+@dataclass(frozen=True)
+class SiteFile:
+    """One file of the site: its path in the folder, its size, what it is."""
+
+    path: str
+    bytes: int
+    what: str
+
+
+@dataclass
+class Site:
+    """What :func:`build_site` wrote."""
+
+    folder: Path
+    files: list[SiteFile] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    #: Native ONNX Runtime's times on the sample image (ms): encode, decode.
+    native_ms: tuple[float, float] = (0.0, 0.0)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.bytes for f in self.files)
+
+
+def _median_ms(step: Any) -> float:
+    step()  # warm-up
+    times = []
+    for _ in range(NATIVE_RUNS):
+        start = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - start) * 1000)
+    return float(sorted(times)[len(times) // 2])
+
+
+def _require_page_assets() -> None:
+    missing = [name for name in ORT_FILES if not (PAGE_DIR / "ort" / name).is_file()]
+    if missing:
+        raise InputError(f"onnxruntime-web is not in this install ({PAGE_DIR / 'ort' / missing[0]} is missing): run "
+                         "'python scripts/fetch_page_assets.py' in the source tree, then install again")
+
+
+def _require_one_file(path: Path, role: str) -> None:
+    from vitdeploy.fileio import require_onnx_file
+
+    require_onnx_file(path)
+    if Path(f"{path}.data").exists() or any(path.parent.glob(f"{path.stem}*.onnx.data")):
+        raise InputError(f"the {role} '{path}' keeps its weights in external data files: a page fetches one file per "
+                         "model; export a model under 2 GB into one .onnx file")
+
+
+def _bundled_sample() -> Path:
+    """The default sample image: a 256x256 PNG of the bundled image set (``vitdeploy._calibration_images``)."""
+    from importlib import resources
+
+    path = Path(str(resources.files("vitdeploy._calibration_images"))) / SAMPLE_IMAGE
+    if not path.is_file():
+        raise InputError(f"the bundled sample image '{path}' is missing: pass --check-image IMAGE")
+    return path
+
+
+def _reference(predictor: Any, image: np.ndarray) -> tuple[dict[str, Any], np.ndarray]:
+    """Native ONNX Runtime's answers on the sample image: the embedding, and the masks of a click at its centre."""
+    from vitdeploy.runtime.apps.common.rle import coco_encode_rle, mask_to_rle
+
+    height, width = image.shape[:2]
+    click = [[width / 2, height / 2]]
+    encode_ms = _median_ms(lambda: predictor.set_image(image))
+    embedding = np.asarray(predictor.get_image_embedding(), dtype=np.float32)
+    decode_ms = _median_ms(lambda: predictor.predict(np.asarray(click), np.asarray([1]), multimask_output=True))
+    masks, scores, _ = predictor.predict(np.asarray(click), np.asarray([1]), multimask_output=True)
+    check = {"image": "check/sample.png", "embedding": "check/embedding.f32", "size": [height, width],
+             "prompt": {"points": click, "labels": [1], "multimask_output": True},
+             "masks": [coco_encode_rle(mask_to_rle(m)) for m in masks], "scores": [float(s) for s in scores],
+             "native_encode_ms": encode_ms, "native_decode_ms": decode_ms, "native": "onnxruntime (CPU, FP32)"}
+    return check, embedding
+
+
+def build_site(encoder: str | os.PathLike, decoder: str | os.PathLike, out: str | os.PathLike, *,
+               force: bool = False, check_image: str | os.PathLike | None = None,
+               max_image_pixels: int = MAX_IMAGE_PIXELS, threads: int | None = None) -> Site:
+    """Write the static site of a SAM encoder and decoder into the folder ``out`` (module docstring).
+
+    ``check_image``: the sample image of the parity check (default: a bundled PNG); ``max_image_pixels``: the most
+    pixels an image opened in the page may have; ``threads``: native ONNX Runtime's threads for the reference.
+    Raises InputError for files that are not one SAM model, a file with external weights, or an existing ``out``
+    without ``force``; nothing is left in ``out`` then.
+    """
+    from PIL import Image
+
+    from vitdeploy.fileio import claim_folder, remove_stale_folders
+    from vitdeploy.runtime.apps.sam.files import PAIR
+    from vitdeploy.runtime.apps.sam.predictor import SamPredictor
+    from vitdeploy.runtime.processing.images import read_image_rgb
+
+    encoder, decoder, out = Path(encoder), Path(decoder), Path(out)
+    _require_page_assets()
+    for path, role in ((encoder, "encoder"), (decoder, "decoder")):
+        _require_one_file(path, role)
+    PAIR.check_files({"encoder": str(encoder), "decoder": str(decoder)})  # one SAM model, before anything opens
+    if out.exists() and not out.is_dir():
+        raise InputError(f"'{out}' is a file, not a folder: choose a folder for the site")
+    if out.exists() and not force and any(out.iterdir()):
+        raise InputError(f"'{out}' already exists and is not empty: pass --force to replace it, or choose another folder")
+    if encoder.name == decoder.name:
+        raise InputError(f"the encoder and decoder are both named '{encoder.name}': the site keeps both in models/; "
+                         "rename one")
+    sample = Path(check_image) if check_image else _bundled_sample()
+    image = read_image_rgb(sample)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    claim_folder(out)
+    remove_stale_folders(out.parent, f".{out.name}.")
+
+    predictor = SamPredictor(str(encoder), str(decoder), runtime="onnxruntime", threads=threads)
+    check, embedding = _reference(predictor, image)
+    facts = {"model": "sam", "variant": predictor.variant, "max_image_pixels": int(max_image_pixels),
+             "encoder": {"name": encoder.name, "url": f"models/{encoder.name}", "bytes": encoder.stat().st_size,
+                         "input_size": predictor.encoder_size, "input_name": predictor.encoder_input,
+                         "output_name": predictor.encoder_output, "pixel_mean": list(predictor.preprocessor.pixel_mean),
+                         "pixel_std": list(predictor.preprocessor.pixel_std)},
+             "decoder": {"name": decoder.name, "url": f"models/{decoder.name}", "bytes": decoder.stat().st_size,
+                         "input_size": predictor.encoder_size, "mask_input_size": list(predictor.mask_input_size),
+                         "mask_output_indices": list(predictor.mask_output_indices),
+                         "max_points": predictor.max_prompt_points},
+             "check": check}
+    building = out.parent / f".{out.name}.{os.getpid()}-building"
+    shutil.rmtree(building, ignore_errors=True)
+    site = Site(out)
+    try:
+        (building / "page" / "ort").mkdir(parents=True)
+        (building / "models").mkdir()
+        (building / "check").mkdir()
+        index = (PAGE_DIR / "index.html").read_text(encoding="utf-8")
+        (building / "index.html").write_text(index.replace("<body>", '<body data-site="site.json">', 1), encoding="utf-8")
+        shutil.copyfile(PAGE_DIR / "coi_worker.js", building / "coi_worker.js")
+        (building / "_headers").write_text(HEADERS, encoding="utf-8")
+        for name in PAGE_FILES:
+            shutil.copyfile(PAGE_DIR / name, building / "page" / name)
+        for name in ORT_FILES:
+            shutil.copyfile(PAGE_DIR / "ort" / name, building / "page" / "ort" / name)
+        shutil.copyfile(encoder, building / "models" / encoder.name)
+        shutil.copyfile(decoder, building / "models" / decoder.name)
+        Image.fromarray(image).save(building / "check" / "sample.png")
+        (building / "check" / "embedding.f32").write_bytes(embedding.astype("<f4").tobytes())
+        (building / "site.json").write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
+        whats = {f"models/{encoder.name}": "the image encoder", f"models/{decoder.name}": "the prompt encoder + mask "
+                 "decoder", "page/ort/ort-wasm-simd-threaded.wasm": "onnxruntime-web (WebAssembly, SIMD, threads)",
+                 "check/embedding.f32": "native ONNX Runtime's embedding of check/sample.png"}
+        for path in sorted(p for p in building.rglob("*") if p.is_file()):
+            name = path.relative_to(building).as_posix()
+            site.files.append(SiteFile(name, path.stat().st_size, whats.get(name, "")))
+        if out.exists():  # --force: the old folder goes only once the new one is whole
+            retired = out.parent / f".{out.name}.{os.getpid()}-old"
+            out.rename(retired)
+            building.rename(out)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            building.rename(out)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    model_bytes = facts["encoder"]["bytes"] + facts["decoder"]["bytes"]
+    if model_bytes > PAGE_BYTES_WARNING:
+        site.warnings.append(f"the two model files are {model_bytes / 1e9:.2f} GB together: a page's WebAssembly memory "
+                             "is 4 GiB in all, so the browser may run out; a reduced-precision file "
+                             "('vitdeploy calibrate -p fp16' or int8) is smaller")
+    site.native_ms = (check["native_encode_ms"], check["native_decode_ms"])
+    return site
+
+
+__all__ = ["Site", "SiteFile", "build_site"]
