@@ -1,4 +1,4 @@
-"""The static site's page (``vitdeploy web``) in headless Chromium against native ONNX Runtime on the same CPU and the
+"""The static site's page (``vitdeploy web``: SAM, SAM 2, SAM 3 clicks) in headless Chromium against native ONNX Runtime on the same CPU and the
 same two files, alternated in one run: the page's parity check (encode the site's sample image twice, decode its
 click five times) once a round, then native ONNX Runtime's encode and decode of the same image and click; per image
 and per click, medians over the rounds, with the page's embedding cosine and mask IoU (issue 77).
@@ -15,6 +15,7 @@ Usage (files exported beforehand, e.g. ``vitdeploy export -r sam_vit_b --random-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import http.server
 import shutil
@@ -48,18 +49,16 @@ def _chromium(threads: int):
 
 
 def _loaded(browser, timeout_s: float = 1800) -> None:
+    from selenium.common.exceptions import WebDriverException
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(WebDriverException):  # the page reloads once (the service worker's isolation)
             if browser.execute_script('return document.body.dataset.state === "empty" && '
                                       'document.getElementById("model").textContent.includes("in this browser")'):
                 return
             if browser.execute_script('return document.body.dataset.state === "error"'):
                 raise RuntimeError(browser.find_element("id", "model").text)
-        except RuntimeError:
-            raise
-        except Exception:  # the page reloads once (the service worker's isolation)
-            pass
         time.sleep(0.2)
     raise TimeoutError("the page did not load the model")
 
@@ -71,7 +70,7 @@ def main() -> None:
     parser.add_argument("--report", default=None)
     args = parsed(parser)
 
-    from vitdeploy.runtime import SamPredictor
+    from vitdeploy.runtime.apps.predictors import open_sam_predictor
     from vitdeploy.runtime.apps.serving.site import build_site
     from vitdeploy.runtime.processing.images import read_image_rgb
 
@@ -82,7 +81,7 @@ def main() -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     browser = _chromium(args.threads)
-    predictor = SamPredictor(args.encoder, args.decoder, runtime="onnxruntime", threads=args.threads)
+    predictor = open_sam_predictor(args.encoder, args.decoder, runtime="onnxruntime", threads=args.threads)
     image = read_image_rgb(folder / "check" / "sample.png")
     click = np.asarray([[image.shape[1] / 2, image.shape[0] / 2]]), np.asarray([1])
     rows = {"page_encode_ms": [], "page_decode_ms": [], "native_encode_ms": [], "native_decode_ms": []}

@@ -74,6 +74,7 @@ LONGEST_FIRST = (
     "tests/test_docs.py",  # 377 s
     "tests/runtime/apps/test_sam2_video_predictor.py",  # 132
     "tests/families/test_family_contract.py",  # 84
+    "tests/runtime/apps/test_web_site.py",  # 70 (one process, 2026-12-02, with the tiny SAM 2 and SAM 3 exports)
     "tests/runtime/apps/test_dataset_ray.py",  # 76
     "tests/families/test_sam2_image_encoder.py",  # 67
     "tests/precision/test_sam2_video_precision.py",  # 62

@@ -9,9 +9,9 @@ from vitdeploy.cli.options import force_option, handle_errors, verbose_option
 
 @click.command("web")
 @click.option("--encoder", "-e", required=True, type=click.Path(dir_okay=False, path_type=str),
-              help="Exported SAM image encoder (one .onnx file).")
+              help="Exported image encoder: SAM's, SAM 2's, or SAM 3's vision encoder (one .onnx file).")
 @click.option("--decoder", "-d", required=True, type=click.Path(dir_okay=False, path_type=str),
-              help="Exported SAM prompt encoder + mask decoder of the same model (one .onnx file).")
+              help="Its decoder: SAM's or SAM 2's mask decoder, or SAM 3's interactive decoder (one .onnx file).")
 @click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=str),
               help="The site's folder (written whole, or not at all).")
 @click.option("--check-image", type=click.Path(dir_okay=False, exists=True, path_type=str), default=None,
@@ -25,7 +25,7 @@ from vitdeploy.cli.options import force_option, handle_errors, verbose_option
 @handle_errors
 def web(encoder: str, decoder: str, output: str, check_image: str | None, max_image_pixels: int,
         threads: int | None, force: bool, verbose: bool) -> None:
-    """Write a static site that segments with no server: open an image, click, see SAM's mask.
+    """Write a static site that segments with no server: open an image, click, see the mask.
 
     The folder holds the page, onnxruntime-web (WebAssembly, SIMD, and threads where the page is
     cross-origin isolated) and the two model files as given: the image is encoded and every click
@@ -37,6 +37,8 @@ def web(encoder: str, decoder: str, output: str, check_image: str | None, max_im
     \b
     Examples:
       vitdeploy web -e sam_vit_b.onnx -d sam_vit_b_decoder.onnx -o site/
+      vitdeploy web -e sam2.1_hiera_tiny.onnx -d sam2.1_hiera_tiny_decoder.onnx -o site/
+      vitdeploy web -e sam3.onnx -d sam3_interactive.onnx -o site/            # SAM 3's clicks
       python -m http.server -d site 8000     # then open http://127.0.0.1:8000/
     """
     from vitdeploy.runtime.apps.serving.site import build_site

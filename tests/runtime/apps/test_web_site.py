@@ -17,8 +17,17 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.runtime.apps.test_serve_page import ARTIFACTS, STEP_S, _at, _browser_or_skip, _page_mask, _predicted, _settled, \
-    _state, _wait
+from tests.runtime.apps.test_serve_page import (
+    ARTIFACTS,
+    STEP_S,
+    _at,
+    _browser_or_skip,
+    _page_mask,
+    _predicted,
+    _settled,
+    _state,
+    _wait,
+)
 from tests.sam_tiny import TinySamArtifacts, sample_image
 from vitdeploy.runtime import SamPredictor
 from vitdeploy.runtime.apps.serving.site import ORT_FILES, PAGE_DIR
@@ -31,6 +40,8 @@ pytestmark = pytest.mark.skipif(not all((PAGE_DIR / "ort" / n).is_file() for n i
 #: The browser's embedding against native ONNX Runtime's, both FP32 on the CPU (WebAssembly SIMD kernels vs MLAS: other
 #: summation orders). Measured on the tiny model: cosine 1 - 1e-7 or closer.
 EMBEDDING_COSINE_MIN = 0.99999
+#: browser_sam2.js's resize against NumPy's (float64 sums of float32 weights vs float32 einsum): measured up to 2e-7.
+RESIZE_ATOL = 1e-5
 #: The most pixels an image may have in the test's site (a 300x300 image is over it).
 PIXEL_LIMIT = 70_000
 
@@ -46,7 +57,7 @@ def site(tiny_sam_artifacts: TinySamArtifacts, tmp_path_factory: pytest.TempPath
     folder = tmp_path_factory.mktemp("web") / "site"
     done = subprocess.run([sys.executable, "-m", "vitdeploy", "web", "-e", str(tiny_sam_artifacts.encoder), "-d",
                            str(tiny_sam_artifacts.decoder), "-o", str(folder), "--max-image-pixels", str(PIXEL_LIMIT),
-                           "--threads", "1"], capture_output=True, text=True, timeout=120)
+                           "--threads", "1"], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     return folder, done.stdout
 
@@ -68,7 +79,10 @@ def page(site, tmp_path_factory: pytest.TempPathFactory):
 
 def _loaded(browser) -> None:
     """Wait until the page has loaded the model (it reloads once on the way: the service worker's isolation)."""
-    from selenium.common.exceptions import JavascriptException, StaleElementReferenceException
+    from selenium.common.exceptions import (
+        JavascriptException,
+        StaleElementReferenceException,
+    )
     from selenium.webdriver.support.ui import WebDriverWait
 
     WebDriverWait(browser, STEP_S, poll_frequency=0.05,
@@ -163,6 +177,47 @@ def test_the_resize_is_pillows_to_the_bit(page, shape) -> None:
     assert np.array_equal(np.asarray(ours, np.uint8).reshape(out_h, out_w, 3), theirs)
 
 
+@pytest.mark.parametrize("size, out, antialias", [((37, 53), (64, 64), True), ((300, 200), (64, 64), True),
+                                                  ((16, 16), (90, 140), False), ((72, 72), (33, 250), False)],
+                         ids=["up-aa", "down-aa", "up", "mixed"])
+def test_sam2s_resize_in_the_page_is_the_predictors(page, size, out, antialias: bool) -> None:
+    """browser_sam2.js's resize (the image: antialiased; the masks: plain bilinear) against Sam2Transforms'."""
+    from vitdeploy.runtime.processing.sam2_transforms import resize_bilinear
+
+    plane = np.random.default_rng(size[0]).random(size, dtype=np.float32)
+    theirs = resize_bilinear(plane, out, antialias=antialias)
+    ours = page.execute_script("return Array.from(browserSam2.resize(Float32Array.from(arguments[0]), arguments[1], "
+                               "arguments[2], arguments[3], arguments[4], arguments[5]))",
+                               plane.reshape(-1).tolist(), *size, *out, antialias)
+    assert np.abs(np.asarray(ours, np.float32).reshape(out) - theirs).max() <= RESIZE_ATOL
+
+
+def test_sam3s_hole_filling_in_the_page_is_the_predictors(page) -> None:
+    """browser_sam2.js's mask post-processing with SAM 3's settings (holes up to 256 pixels, 8-connected, filled) and
+    with sprinkles removed too, against Sam2Transforms.postprocess_masks: logits with holes and specks of many sizes."""
+    pytest.importorskip("scipy", reason="the predictors' hole filling needs SciPy")
+    from vitdeploy.runtime.processing.sam2_transforms import Sam2Transforms
+
+    rng = np.random.default_rng(4)
+    low = np.full((72, 72), 3.0, np.float32)  # the mask on the left, background on the right
+    low[:, 36:] = -2.0
+    holes = ((3, 3, 1), (3, 12, 4), (3, 22, 8), (15, 3, 11), (30, 3, 15), (30, 20, 14), (50, 3, 14), (50, 20, 13))
+    specks = ((3, 40, 2), (3, 48, 5), (3, 58, 9), (15, 40, 12), (32, 40, 14), (32, 58, 13), (52, 40, 17), (52, 60, 10))
+    for (y, x, side), sign in [*((h, -1.0) for h in holes), *((h, 1.0) for h in specks)]:  # 1 to 289 pixels each
+        low[y:y + side, x:x + side] = sign * rng.uniform(0.5, 4.0)
+    for hole, sprinkle in ((256.0, 0.0), (100.0, 40.0), (0.0, 200.0)):
+        transforms = Sam2Transforms(64, (0, 0, 0), (1, 1, 1), 0.0, hole, sprinkle)
+        theirs = transforms.postprocess_masks(low[None], (100, 130))[0] > 0
+        ours = page.execute_script(
+            "return Array.from(browserSam2.maskOf(Float32Array.from(arguments[0]), 72, 72, 100, 130, "
+            "{mask_threshold: 0, max_hole_area: arguments[1], max_sprinkle_area: arguments[2]})).join('')",
+            low.reshape(-1).tolist(), hole, sprinkle)
+        ours = np.frombuffer(ours.encode(), np.uint8).reshape(100, 130) == ord("1")
+        plain = Sam2Transforms(64, (0, 0, 0), (1, 1, 1)).postprocess_masks(low[None], (100, 130))[0] > 0
+        assert (plain != theirs).sum() > 50  # the clean-up changed the mask: the case tests it
+        assert np.array_equal(ours, theirs), (hole, sprinkle, int((ours != theirs).sum()))
+
+
 def test_bad_files_get_a_message_on_the_page(page, tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("not an image")
     page.find_element("id", "file").send_keys(str(tmp_path / "notes.txt"))
@@ -177,7 +232,7 @@ def test_bad_files_get_a_message_on_the_page(page, tmp_path: Path) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vitdeploy", "web", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "vitdeploy", "web", *args], capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_the_verb_refuses_in_one_line_and_keeps_what_was_there(site, tiny_sam_artifacts: TinySamArtifacts,
@@ -198,3 +253,67 @@ def test_the_verb_refuses_in_one_line_and_keeps_what_was_there(site, tiny_sam_ar
     assert replaced.returncode == 0, replaced.stderr
     assert json.loads((folder / "site.json").read_text())["max_image_pixels"] == 123
     assert not list(folder.parent.glob(".site.*"))
+
+
+def _other_model_files(model: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    if model == "sam2":
+        pytest.importorskip("sam2", reason="the official sam2 package is not installed (scripts/test.sh installs it)")
+        from tests.sam2_tiny import sam2_tiny_pair
+
+        return sam2_tiny_pair(tmp_path_factory)
+    pytest.importorskip("sam3", reason="the official sam3 package is not installed (scripts/test.sh installs it)")
+    from tests.sam3_fixtures import sam3_tiny_files, sam3_tiny_interactive_file
+
+    return sam3_tiny_files(tmp_path_factory)[0], sam3_tiny_interactive_file(tmp_path_factory)
+
+
+@pytest.mark.parametrize("model", ["sam2", "sam3"])
+def test_sam2_and_sam3_clicks_in_the_page_match_native(model: str, tmp_path_factory: pytest.TempPathFactory,
+                                                      tmp_path: Path) -> None:
+    """SAM 2's image encoder and decoder, and SAM 3's vision encoder and click decoder (SAM 2's transforms and decoder
+    inputs; holes up to 256 pixels filled), encoded and decoded in the page of their static site: the parity check on
+    the sample image, then an opened image (not square: resized without keeping its aspect ratio) and a click, against
+    the native predictor (Sam2ImagePredictor, Sam3InteractivePredictor) on the same files."""
+    from vitdeploy.runtime.apps.predictors import open_sam_predictor
+
+    encoder, decoder = _other_model_files(model, tmp_path_factory)
+    folder = tmp_path / "site"
+    done = _cli("-e", str(encoder), "-d", str(decoder), "-o", str(folder), "--threads", "1")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((folder / "site.json").read_text())["model"] == model
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    browser = _browser_or_skip(tmp_path / "downloads")
+    try:
+        browser.get(f"http://127.0.0.1:{server.server_address[1]}/")
+        _loaded(browser)
+        report = browser.execute_async_script("const done = arguments[arguments.length - 1];"
+                                              "window.vitdeployPage.check().then(done, (e) => done(String(e)));")
+        assert isinstance(report, dict), report
+        assert report["embedding_cosine"] >= EMBEDDING_COSINE_MIN, report
+        assert min(report["mask_iou"]) >= MASK_TOLERANCES["fp32"].iou_min and len(report["mask_iou"]) == 3, report
+
+        height, width = 90, 140
+        picture = sample_image(height, width, seed=5)
+        Image.fromarray(picture).save(tmp_path / "picture.png")
+        predictor = open_sam_predictor(str(encoder), str(decoder), runtime="onnxruntime")
+        predictor.set_image(picture)
+        browser.find_element("id", "file").send_keys(str(tmp_path / "picture.png"))
+        _wait(browser, lambda b: _state(b) == "ready" and b.execute_script("return window.vitdeployPage.size()")
+              == [height, width], "encode the image")
+        ours = np.asarray(browser.execute_script("return window.vitdeployPage.embedding()"), np.float32)
+        theirs = predictor.get_image_embedding().reshape(-1)
+        assert float(ours @ theirs / np.linalg.norm(ours) / np.linalg.norm(theirs)) >= EMBEDDING_COSINE_MIN
+        canvas = browser.find_element("id", "canvas")
+        for clicks, (x, y) in enumerate([(width * 0.3, height * 0.6), (width * 0.7, height * 0.2)], start=1):
+            _at(browser, canvas, x, y).click().perform()  # one click: three masks; two: one (the file's choice)
+            _settled(browser, clicks)
+            prompt = browser.execute_script("return window.vitdeployPage.prompt()")
+            masks, scores = _predicted(predictor, prompt)
+            best = masks[int(np.argmax(scores))] > 0
+            agreement = compare_masks(best, _page_mask(browser), "fp32", label=f"{model}, {clicks} click(s)")
+            assert agreement, agreement.summary()
+        _shot(browser, f"web-site-{model}.png")
+    finally:
+        browser.quit()
+        server.shutdown()

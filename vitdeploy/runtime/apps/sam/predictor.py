@@ -155,6 +155,15 @@ class SamPredictor(RecordsInputs):
         predictor._setup(encoder_metadata)
         return predictor
 
+    def page_facts(self) -> dict[str, Any]:
+        """What a page needs to compute this predictor's answers itself (``browser_encoder.js`` and
+        ``browser_decoder.js``, the static site of :mod:`vitdeploy.runtime.apps.serving.site`)."""
+        return {"encoder": {"input_size": self.encoder_size, "input_name": self.encoder_input,
+                            "output_name": self.encoder_output, "pixel_mean": list(self.preprocessor.pixel_mean),
+                            "pixel_std": list(self.preprocessor.pixel_std)},
+                "decoder": {"input_size": self.encoder_size, "mask_input_size": list(self.mask_input_size),
+                            "mask_output_indices": list(self.mask_output_indices), "max_points": self.max_prompt_points}}
+
     def _setup(self, enc: dict[str, Any]) -> None:
         """The predictor's facts from the checked files' metadata."""
         dec = self.decoder.metadata

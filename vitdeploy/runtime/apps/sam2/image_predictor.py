@@ -17,7 +17,7 @@ decoder file (``dynamic_multimask_via_stability``), then the best multimask outp
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -173,6 +173,18 @@ class Sam2ImagePredictor(RecordsInputs):
         #: The most points one decoder call takes (the decoder file's shape profile; None where it records none).
         self.max_prompt_points = decoder_max_points(dec)
         self.reset_predictor()
+
+    def page_facts(self) -> dict[str, Any]:
+        """What a page needs to compute this predictor's answers itself (``browser_sam2.js``, the static site of
+        :mod:`vitdeploy.runtime.apps.serving.site`): the transforms' numbers and the decoder's choice of masks."""
+        meta = self.encoder.metadata
+        return {"encoder": {"input_size": self.resolution, "input_name": self.encoder.input_names[0],
+                            "pixel_mean": [float(v) for v in meta["pixel_mean"]],
+                            "pixel_std": [float(v) for v in meta["pixel_std"]]},
+                "decoder": {"mask_threshold": float(self.mask_threshold),
+                            "max_hole_area": float(self._transforms.max_hole_area),
+                            "max_sprinkle_area": float(self._transforms.max_sprinkle_area),
+                            "mask_choice": asdict(self._choose), "max_points": self.max_prompt_points}}
 
     # --- images --------------------------------------------------------------------------------------
 

@@ -1,10 +1,11 @@
-"""A static site that segments with no server at all (``vitdeploy web``): the page, onnxruntime-web and a SAM model's
-two files in one folder, which any static file host serves as it is.
+"""A static site that segments with no server at all (``vitdeploy web``): the page, onnxruntime-web and a model's two
+click files in one folder, which any static file host serves as it is: SAM's encoder and decoder, SAM 2's, or SAM 3's
+vision encoder and interactive decoder (the pair :func:`~vitdeploy.runtime.apps.predictors.prompt_files` names).
 
 The page (``page/``, the one ``serve`` offers) runs in its site mode (``<body data-site="site.json">``): it encodes
-the image in the browser (``browser_encoder.js``: vitdeploy's preprocessing to the bit) and decodes the clicks there
-(``browser_decoder.js``), with onnxruntime-web's WebAssembly build, SIMD and, where the page is cross-origin isolated,
-threads. Isolation comes from the host's headers where it sets them (``_headers``: Netlify, Cloudflare Pages) or from
+the image and decodes the clicks in the browser, as the model's Python predictor does (SAM: ``browser_encoder.js``
+and ``browser_decoder.js``; SAM 2 and SAM 3: ``browser_sam2.js``; each predictor's ``page_facts`` says what the page
+needs), with onnxruntime-web's WebAssembly build, SIMD and, where the page is cross-origin isolated, threads. Isolation comes from the host's headers where it sets them (``_headers``: Netlify, Cloudflare Pages) or from
 the site's own service worker (``coi_worker.js``) on any other host.
 
 The folder also holds its proof: native ONNX Runtime's answers on the same two files for a sample image and a click,
@@ -30,7 +31,7 @@ from vitdeploy.errors import InputError
 
 PAGE_DIR = Path(__file__).with_name("page")
 #: The page's own files, copied to ``page/``.
-PAGE_FILES = ("page.js", "page.css", "rle.js", "browser_decoder.js", "browser_encoder.js")
+PAGE_FILES = ("page.js", "page.css", "rle.js", "browser_decoder.js", "browser_encoder.js", "browser_sam2.js")
 #: onnxruntime-web's WebAssembly build (``scripts/fetch_page_assets.py`` puts it in ``page/ort/``), copied to
 #: ``page/ort/``.
 ORT_FILES = ("ort.wasm.min.js", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm", "package.json", "VERSION")
@@ -42,6 +43,8 @@ HEADERS = "/*\n  Cross-Origin-Opener-Policy: same-origin\n  Cross-Origin-Embedde
 PAGE_BYTES_WARNING = 2 * 1024 ** 3
 #: The default pixel limit of an opened image: the server's (``serve --max-image-pixels``).
 MAX_IMAGE_PIXELS = 50_000_000
+#: How the page names each model.
+TITLES = {"sam": "SAM", "sam2": "SAM 2", "sam3": "SAM 3"}
 #: The parity check's default sample image, of the bundled image set (a PNG: every browser decodes it to the same
 #: pixels as Pillow; JPEG decoders may round differently).
 SAMPLE_IMAGE = "calib_01_shapes.png"
@@ -121,7 +124,7 @@ def _reference(predictor: Any, image: np.ndarray) -> tuple[dict[str, Any], np.nd
     masks, scores, _ = predictor.predict(np.asarray(click), np.asarray([1]), multimask_output=True)
     check = {"image": "check/sample.png", "embedding": "check/embedding.f32", "size": [height, width],
              "prompt": {"points": click, "labels": [1], "multimask_output": True},
-             "masks": [coco_encode_rle(mask_to_rle(m)) for m in masks], "scores": [float(s) for s in scores],
+             "masks": [coco_encode_rle(mask_to_rle(np.asarray(m) > 0)) for m in masks], "scores": [float(s) for s in scores],
              "native_encode_ms": encode_ms, "native_decode_ms": decode_ms, "native": "onnxruntime (CPU, FP32)"}
     return check, embedding
 
@@ -129,25 +132,26 @@ def _reference(predictor: Any, image: np.ndarray) -> tuple[dict[str, Any], np.nd
 def build_site(encoder: str | os.PathLike, decoder: str | os.PathLike, out: str | os.PathLike, *,
                force: bool = False, check_image: str | os.PathLike | None = None,
                max_image_pixels: int = MAX_IMAGE_PIXELS, threads: int | None = None) -> Site:
-    """Write the static site of a SAM encoder and decoder into the folder ``out`` (module docstring).
+    """Write the static site of an encoder and decoder (SAM, SAM 2, SAM 3 clicks) into the folder ``out`` (module
+    docstring).
 
     ``check_image``: the sample image of the parity check (default: a bundled PNG); ``max_image_pixels``: the most
     pixels an image opened in the page may have; ``threads``: native ONNX Runtime's threads for the reference.
-    Raises InputError for files that are not one SAM model, a file with external weights, or an existing ``out``
+    Raises InputError for files that are not one model's click pair, a file with external weights, or an existing ``out``
     without ``force``; nothing is left in ``out`` then.
     """
     from PIL import Image
 
     from vitdeploy.fileio import claim_folder, remove_stale_folders
-    from vitdeploy.runtime.apps.sam.files import PAIR
-    from vitdeploy.runtime.apps.sam.predictor import SamPredictor
+    from vitdeploy.runtime.apps.predictors import open_sam_predictor, prompt_files
     from vitdeploy.runtime.processing.images import read_image_rgb
 
     encoder, decoder, out = Path(encoder), Path(decoder), Path(out)
     _require_page_assets()
     for path, role in ((encoder, "encoder"), (decoder, "decoder")):
         _require_one_file(path, role)
-    PAIR.check_files({"encoder": str(encoder), "decoder": str(decoder)})  # one SAM model, before anything opens
+    files = prompt_files(str(encoder))
+    files.check_files(dict(zip(files.roles, (str(encoder), str(decoder)))))  # one model, before anything opens
     if out.exists() and not out.is_dir():
         raise InputError(f"'{out}' is a file, not a folder: choose a folder for the site")
     if out.exists() and not force and any(out.iterdir()):
@@ -161,17 +165,15 @@ def build_site(encoder: str | os.PathLike, decoder: str | os.PathLike, out: str 
     claim_folder(out)
     remove_stale_folders(out.parent, f".{out.name}.")
 
-    predictor = SamPredictor(str(encoder), str(decoder), runtime="onnxruntime", threads=threads)
+    predictor = open_sam_predictor(str(encoder), str(decoder), runtime="onnxruntime", threads=threads)
     check, embedding = _reference(predictor, image)
-    facts = {"model": "sam", "variant": predictor.variant, "max_image_pixels": int(max_image_pixels),
+    pair = predictor.page_facts()
+    facts = {"model": files.model, "title": f"{TITLES[files.model]} {predictor.variant}",
+             "variant": predictor.variant, "max_image_pixels": int(max_image_pixels),
              "encoder": {"name": encoder.name, "url": f"models/{encoder.name}", "bytes": encoder.stat().st_size,
-                         "input_size": predictor.encoder_size, "input_name": predictor.encoder_input,
-                         "output_name": predictor.encoder_output, "pixel_mean": list(predictor.preprocessor.pixel_mean),
-                         "pixel_std": list(predictor.preprocessor.pixel_std)},
+                         **pair["encoder"]},
              "decoder": {"name": decoder.name, "url": f"models/{decoder.name}", "bytes": decoder.stat().st_size,
-                         "input_size": predictor.encoder_size, "mask_input_size": list(predictor.mask_input_size),
-                         "mask_output_indices": list(predictor.mask_output_indices),
-                         "max_points": predictor.max_prompt_points},
+                         **pair["decoder"]},
              "check": check}
     building = out.parent / f".{out.name}.{os.getpid()}-building"
     shutil.rmtree(building, ignore_errors=True)

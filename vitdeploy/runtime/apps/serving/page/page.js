@@ -159,7 +159,7 @@ async function decodeOnServer(body) {
 
 async function decodeInBrowser(body) {
   const started = performance.now();
-  const answer = await browserDecoder.decode(body);
+  const answer = await (here || browserDecoder).decode(body);
   return {step: "decode (browser)", result: {elapsed: performance.now() - started, server: null}, answer};
 }
 
@@ -465,23 +465,39 @@ async function isolate() {
 
 const megabytes = (bytes) => `${(bytes / 1e6).toFixed(1)} MB`;
 
+// Each model's pair in the page, behind one face: load(site), encode(picture) -> features, use(features, [h, w]),
+// decode(prompt) -> {masks, scores, areas}, embeddingOf(features) -> the embedding's Float32Array.
+const IN_PAGE = {
+  sam: {
+    async load(site) {
+      return (await browserEncoder.load(site.encoder)) + (await browserDecoder.load(site.decoder));
+    },
+    encode: (picture) => browserEncoder.encode(picture),
+    use: (embedding, imageSize) => browserDecoder.useEmbedding(embedding, imageSize),
+    decode: (prompt) => browserDecoder.decode(prompt),
+    embeddingOf: (embedding) => embedding.data,
+  },
+  sam2: browserSam2,
+  sam3: browserSam2,  // SAM 3's vision encoder and click decoder take SAM 2's transforms and decoder inputs
+};
+let here = null;  // the static site's model in the page (IN_PAGE[site.model])
+
 async function openSite(url) {
   document.body.dataset.state = "loading";
   $("model").textContent = "loading the model into this browser…";
   try {
     await isolate();
     state.site = await (await fetch(url)).json();
+    here = IN_PAGE[state.site.model];
+    if (!here) throw new Error(`this page cannot run a '${state.site.model}' model`);
     state.threads = window.crossOriginIsolated ? Math.max(1, Math.min(4, navigator.hardwareConcurrency || 1)) : 1;
     await browserDecoder.loadRuntime(state.threads);
-    let started = performance.now();
-    await browserEncoder.load(state.site.encoder);
-    showTiming("load encoder (browser)", {elapsed: performance.now() - started, server: null});
-    started = performance.now();
-    await browserDecoder.load(state.site.decoder);
-    showTiming("load decoder (browser)", {elapsed: performance.now() - started, server: null});
+    const started = performance.now();
+    await here.load(state.site);
+    showTiming("load model (browser)", {elapsed: performance.now() - started, server: null});
     const {encoder, decoder} = state.site;
     $("model").textContent = `${encoder.name} (${megabytes(encoder.bytes)}) + ${decoder.name} ` +
-      `(${megabytes(decoder.bytes)}) · SAM ${state.site.variant} · in this browser: onnxruntime-web ` +
+      `(${megabytes(decoder.bytes)}) · ${state.site.title} · in this browser: onnxruntime-web ` +
       `${ort.env.versions ? ort.env.versions.web : ""}, WebAssembly, ${state.threads} thread(s)` +
       (window.crossOriginIsolated ? "" : " (the page is not cross-origin isolated)");
     state.where = "browser";
@@ -509,14 +525,14 @@ async function openImageHere(file) {
                       `this site's limit of ${(limit / 1e6).toFixed(1)} MP: shrink it first`);
     }
     const started = performance.now();
-    const embedding = await browserEncoder.encode(picture);
+    const embedding = await here.encode(picture);
     const elapsed = performance.now() - started;
     const image = new Image();
     image.src = URL.createObjectURL(file);
     await image.decode();
     Object.assign(state, {image, name: file.name.replace(/\.[^.]+$/, ""), id: "here", embedding,
                           width: picture.width, height: picture.height});
-    browserDecoder.useEmbedding(embedding, [picture.height, picture.width]);
+    here.use(embedding, [picture.height, picture.width]);
     reset();
     canvas.width = state.width;
     canvas.height = state.height;
@@ -564,20 +580,21 @@ async function runCheck() {
   try {
     const picture = await browserEncoder.pixelsOf(await (await fetch(c.image)).blob());
     let started = performance.now();
-    await browserEncoder.encode(picture);
+    await here.encode(picture);
     const firstEncode = performance.now() - started;
     started = performance.now();
-    const embedding = await browserEncoder.encode(picture);
+    const embedding = await here.encode(picture);
     const encode = performance.now() - started;
     const reference = new Float32Array(await (await fetch(c.embedding)).arrayBuffer());
-    if (reference.length !== embedding.data.length) throw new Error("the reference embedding has another size");
-    const close = agreement(embedding.data, reference);
-    browserDecoder.useEmbedding(embedding, [picture.height, picture.width]);
+    const ours = here.embeddingOf(embedding);
+    if (reference.length !== ours.length) throw new Error("the reference embedding has another size");
+    const close = agreement(ours, reference);
+    here.use(embedding, [picture.height, picture.width]);
     const times = [];
     let answer = null;
     for (let k = 0; k < runs; k++) {
       started = performance.now();
-      answer = await browserDecoder.decode(c.prompt);
+      answer = await here.decode(c.prompt);
       times.push(performance.now() - started);
     }
     const ious = answer.masks.map((mask, k) => maskIou(mask, cocoRleDecode(c.masks[k])));
@@ -601,7 +618,7 @@ async function runCheck() {
   } catch (error) {
     say(`the check could not run: ${error.message}`, true);
   } finally {
-    if (state.embedding) browserDecoder.useEmbedding(state.embedding, [state.height, state.width]);
+    if (state.embedding) here.use(state.embedding, [state.height, state.width]);
     $("run-check").disabled = false;
   }
   return state.check;
@@ -612,7 +629,7 @@ $("run-check").onclick = runCheck;
 Object.assign(window.vitdeployPage, {
   check: runCheck,
   lastCheck: () => state.check,
-  embedding: () => (state.embedding ? Array.from(state.embedding.data) : null),
+  embedding: () => (state.embedding ? Array.from(here.embeddingOf(state.embedding)) : null),
   threads: () => state.threads,
   site: () => state.site,
   status: () => $("status").textContent,
