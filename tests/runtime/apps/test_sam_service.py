@@ -426,7 +426,8 @@ def test_the_openapi_schema_is_valid_and_describes_what_is_answered(served) -> N
     validate(schema)
     assert set(schema["paths"]) == {"/healthz", "/metrics", "/v1/embeddings", "/v1/embeddings/{key}",
                                     "/v1/embeddings/{key}/masks", "/v1/embeddings/{key}/embedding",
-                                    "/v1/embeddings/{key}/concepts", "/v1/models/decoder.onnx"}
+                                    "/v1/embeddings/{key}/concepts", "/v1/models/decoder.onnx",
+                                    "/v1/models/encoder.onnx"}
     masks = schema["paths"]["/v1/embeddings/{key}/masks"]["post"]
     ref = masks["requestBody"]["content"]["application/json"]["schema"]["$ref"]
     answers = {code: r["content"]["application/json"]["schema"]["$ref"] for code, r in masks["responses"].items()

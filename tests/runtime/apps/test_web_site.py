@@ -317,3 +317,46 @@ def test_sam2_and_sam3_clicks_in_the_page_match_native(model: str, tmp_path_fact
     finally:
         browser.quit()
         server.shutdown()
+
+
+def test_serve_offers_the_same_page_with_the_model_in_the_browser(tiny_sam_artifacts: TinySamArtifacts,
+                                                                  tmp_path: Path) -> None:
+    """``serve``'s /web/: the site's page, the model files fetched from the server, isolated by the server's own
+    headers; an image opened there is encoded in the browser (nothing uploaded) and its click's mask is native's."""
+    import urllib.request
+
+    from vitdeploy.runtime.apps.serving.server import Server
+    from vitdeploy.runtime.apps.serving.service import SamService
+
+    service = SamService(tiny_sam_artifacts.encoder, tiny_sam_artifacts.decoder, runtime="onnxruntime", threads=1)
+    server = Server(service, "127.0.0.1", 0).start()
+    browser = _browser_or_skip(tmp_path / "downloads")
+    base = f"http://127.0.0.1:{server.port}/"
+    try:
+        health = json.loads(urllib.request.urlopen(base + "healthz", timeout=10).read())
+        assert health["web_page"] == "web/"
+        facts = json.loads(urllib.request.urlopen(base + "web/site.json", timeout=10).read())
+        assert "paths" not in facts and "check" not in facts and facts["encoder"]["url"] == "../v1/models/encoder.onnx"
+        with urllib.request.urlopen(base + "web/", timeout=10) as answer:
+            assert answer.headers["Cross-Origin-Embedder-Policy"] == "require-corp"
+        browser.get(base + "web")  # redirected to web/
+        _loaded(browser)
+        assert browser.execute_script("return window.crossOriginIsolated") is True
+        assert browser.find_element("id", "check").get_attribute("hidden") is not None  # no parity reference here
+        picture = sample_image(100, 150, seed=9)
+        Image.fromarray(picture).save(tmp_path / "picture.png")
+        browser.find_element("id", "file").send_keys(str(tmp_path / "picture.png"))
+        _wait(browser, lambda b: _state(b) == "ready" and b.execute_script("return window.vitdeployPage.size()")
+              == [100, 150], "encode the image")
+        _at(browser, browser.find_element("id", "canvas"), 60, 40).click().perform()
+        _settled(browser, 1)
+        predictor = SamPredictor(str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder), runtime="onnxruntime")
+        predictor.set_image(picture)
+        masks, scores = _predicted(predictor, browser.execute_script("return window.vitdeployPage.prompt()"))
+        agreement = compare_masks(masks[int(np.argmax(scores))], _page_mask(browser), "fp32", label="serve's /web/")
+        assert agreement, agreement.summary()
+        assert service.metrics.value("requests_total", route="healthz", status="200") >= 1  # the counters count...
+        assert service.metrics.value("encoder_runs_total") == 0  # ...and the server's encoder never ran: nothing uploaded
+    finally:
+        browser.quit()
+        server.stop()

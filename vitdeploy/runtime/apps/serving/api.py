@@ -1,6 +1,7 @@
 """The SAM service as one FastAPI application: what Uvicorn serves in one process and Ray Serve's ingress serves.
 
     GET  /                              the page: open an image, click, see the mask (serving/page/)
+    GET  /web/                          the same page with the whole model in the browser (vitdeploy web's site)
     POST /v1/embeddings                 the image file's bytes (or JSON {"image": base64}) -> EmbeddingCreated
     GET  /v1/embeddings/{id}            -> EmbeddingInfo (404: never sent, or evicted)
     POST /v1/embeddings/{id}/masks      MasksRequest (one prompt, or {"prompts": [...]}) -> MasksAnswer
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -141,6 +142,8 @@ def build_api(service: Service, *, cors_origins: tuple[str, ...] | list[str] = (
     # What the page needs to decode in the browser: asked once (on Ray, of a decoder replica), and offered only where
     # onnxruntime-web is in the package (scripts/fetch_page_assets.py puts it there)
     app.state.decoder_facts = functools.cache(service.browser_decoder)
+    # What the /web/ page needs to run the whole model in the browser (None: it cannot; asked once)
+    app.state.page_model = functools.cache(service.page_model)
     app.state.offline_ort = (PAGE_DIR / "ort" / "ort.wasm.min.js").is_file()
     app.state.title = title
     _handle_errors(app)
@@ -216,6 +219,55 @@ def page_file(name: str) -> Any:
     return FileResponse(path, media_type=_MEDIA_TYPES.get(path.suffix, "application/octet-stream"))
 
 
+#: Headers that make the /web/ page cross-origin isolated (WebAssembly threads), as the static site's _headers does.
+_ISOLATED = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp"}
+
+
+def _page_model(request: Request) -> dict[str, Any]:
+    facts = request.app.state.page_model() if request.app.state.offline_ort else None
+    if facts is None:
+        raise NotFound("this server cannot offer its model to the browser (a file that is not one .onnx file, a Ray "
+                       "deployment, or no onnxruntime-web in the package): use the page at /")
+    return facts
+
+
+@router.get("/web", include_in_schema=False, name="web_redirect")
+def web_redirect() -> Any:
+    return RedirectResponse("web/", status_code=307)
+
+
+@router.get("/web/", include_in_schema=False, name="web_page")
+def web_page(request: Request) -> Any:
+    """The page in its site mode (``vitdeploy web``'s): the image encoded and the clicks decoded in the browser."""
+    _page_model(request)
+    html = (PAGE_DIR / "index.html").read_text(encoding="utf-8").replace("<body>", '<body data-site="site.json">', 1)
+    return HTMLResponse(html, headers=_ISOLATED)
+
+
+@router.get("/web/site.json", include_in_schema=False, name="web_site")
+def web_site(request: Request) -> Any:
+    return _answer({k: v for k, v in _page_model(request).items() if k != "paths"})
+
+
+@router.get("/web/page/{name:path}", include_in_schema=False, name="web_page_file")
+def web_page_file(name: str) -> Any:
+    answer = page_file(name)  # onnxruntime-web's thread workers must be as isolated as the page that starts them
+    answer.headers.update(_ISOLATED)
+    return answer
+
+
+@router.get("/web/coi_worker.js", include_in_schema=False, name="web_worker")
+def web_worker() -> Any:
+    return FileResponse(PAGE_DIR / "coi_worker.js", media_type="text/javascript")
+
+
+@router.get("/v1/models/encoder.onnx", name="encoder_file", summary="the encoder file (for the /web/ page, which "
+            "encodes in the browser)", responses={200: {"content": {"application/octet-stream": {}}}, 404: ERRORS[404]})
+def encoder_file(request: Request) -> Any:
+    return FileResponse(_page_model(request)["paths"]["encoder"], media_type="application/octet-stream",
+                        filename="encoder.onnx")
+
+
 @router.get("/healthz", response_model=schemas.Health, name="healthz", summary="the service is up; its models")
 def healthz(request: Request, service: Service = Uses) -> Any:
     facts = request.app.state.decoder_facts() if request.app.state.offline_ort else None
@@ -224,7 +276,8 @@ def healthz(request: Request, service: Service = Uses) -> Any:
     health = service.health()
     if "limits" in health:  # the body limit is the transport's (FrontDoor)
         health["limits"] = {"max_body_bytes": MAX_BODY_BYTES, **health["limits"]}
-    return _answer({**health, "browser_decoder": browser})
+    web = "web/" if request.app.state.offline_ort and request.app.state.page_model() is not None else None
+    return _answer({**health, "browser_decoder": browser, "web_page": web})
 
 
 @router.get("/metrics", response_class=PlainTextResponse, name="metrics", summary="Prometheus metrics")
@@ -248,9 +301,11 @@ async def embeddings(request: Request, service: Service = Uses) -> Any:
             "in the browser)", responses={200: {"content": {"application/octet-stream": {}}}, 404: ERRORS[404]})
 def decoder_file(request: Request, service: Service = Uses) -> Any:
     facts = request.app.state.decoder_facts()
-    if facts is None:
+    page = request.app.state.page_model() if facts is None else None  # SAM 2's and SAM 3's decoders: the /web/ page's
+    if facts is None and page is None:
         raise NotFound("this server's decoder is not one .onnx file: decode on the server")
-    return FileResponse(facts["path"], media_type="application/octet-stream", filename="decoder.onnx")
+    path = facts["path"] if facts is not None else page["paths"]["decoder"]
+    return FileResponse(path, media_type="application/octet-stream", filename="decoder.onnx")
 
 
 @router.get("/v1/embeddings/{key}/embedding", name="embedding_tensor", responses={

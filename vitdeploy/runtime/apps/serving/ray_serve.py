@@ -184,6 +184,11 @@ class RayFront:
     def browser_decoder(self) -> dict[str, Any] | None:
         return self._call(self.decoder.browser_decoder)  # the same file in every replica (the API asks once)
 
+    def page_model(self) -> dict[str, Any] | None:
+        """None: the /web/ page (the model in the browser) is the one-process server's; on Ray the page at / encodes
+        on the encoder replicas."""
+        return None
+
     def masks(self, key: str, prompts: list[PromptRequest]) -> dict[str, Any]:
         results = self._call(self.decoder.masks, key, prompts)
         if results is None:

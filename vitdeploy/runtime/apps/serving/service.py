@@ -336,6 +336,22 @@ class SamService:
             self.encoder.keep = self.concept.kept
         self.started = time.time()
 
+    def page_model(self) -> dict[str, Any] | None:
+        """What the /web/ page needs to run this service's model in the browser (``vitdeploy web``'s site.json without
+        its parity check; the files fetched from this server) and the two files' paths (``paths``), or None where it
+        cannot: a file is not one self-contained .onnx file."""
+        from vitdeploy.runtime.apps.predictors import prompt_files
+        from vitdeploy.runtime.apps.serving.site import has_external_data, site_facts
+
+        predictor = self.decoder.predictor
+        paths = {role: getattr(runner, "path", None) for role, runner in (("encoder", self.encoder.runner),
+                                                                          ("decoder", predictor.decoder))}
+        if not all(p and Path(p).suffix.lower() == ".onnx" and not has_external_data(p) for p in paths.values()):
+            return None
+        files = {role: (Path(path), f"../v1/models/{role}.onnx") for role, path in paths.items()}
+        facts = site_facts(prompt_files(self.encoder.runner).model, predictor, files, self.encoder.limit.pixels)
+        return {**facts, "paths": {role: str(path) for role, path in paths.items()}}
+
     def encode(self, data: bytes) -> dict[str, Any]:
         """Cache the embedding of an image file's bytes; its id (a cached image is not encoded again)."""
         key = self.encoder.embedding_id(data)
@@ -451,6 +467,7 @@ class Service(Protocol):
     def info(self, key: str) -> dict[str, Any]: ...
     def embedding(self, key: str) -> Cached: ...
     def browser_decoder(self) -> dict[str, Any] | None: ...
+    def page_model(self) -> dict[str, Any] | None: ...
     def masks(self, key: str, prompts: list[PromptRequest]) -> dict[str, Any]: ...
     def concepts(self, key: str, prompt: Any, threshold: float) -> dict[str, Any]: ...
     def health(self) -> dict[str, Any]: ...

@@ -93,11 +93,28 @@ def _require_page_assets() -> None:
                          "'python scripts/fetch_page_assets.py' in the source tree, then install again")
 
 
+def has_external_data(path: str | os.PathLike) -> bool:
+    """Whether an .onnx file keeps its weights beside it (``NAME.onnx.data``): a page fetches one file a model."""
+    path = Path(path)
+    return Path(f"{path}.data").exists() or any(path.parent.glob(f"{path.stem}*.onnx.data"))
+
+
+def site_facts(model: str, predictor: Any, files: dict[str, tuple[Path, str]], max_image_pixels: int) -> dict[str, Any]:
+    """What the page needs to run a model itself (``site.json`` without its check): ``model`` (``sam``, ``sam2``,
+    ``sam3``), its ``predictor`` (whose ``page_facts`` it holds), and each file (``encoder``, ``decoder``) as (its path,
+    the URL the page fetches it from)."""
+    pair = predictor.page_facts()
+    return {"model": model, "title": f"{TITLES[model]} {predictor.variant}", "variant": predictor.variant,
+            "max_image_pixels": int(max_image_pixels),
+            **{role: {"name": path.name, "url": url, "bytes": path.stat().st_size, **pair[role]}
+               for role, (path, url) in files.items()}}
+
+
 def _require_one_file(path: Path, role: str) -> None:
     from vitdeploy.fileio import require_onnx_file
 
     require_onnx_file(path)
-    if Path(f"{path}.data").exists() or any(path.parent.glob(f"{path.stem}*.onnx.data")):
+    if has_external_data(path):
         raise InputError(f"the {role} '{path}' keeps its weights in external data files: a page fetches one file per "
                          "model; export a model under 2 GB into one .onnx file")
 
@@ -167,14 +184,9 @@ def build_site(encoder: str | os.PathLike, decoder: str | os.PathLike, out: str 
 
     predictor = open_sam_predictor(str(encoder), str(decoder), runtime="onnxruntime", threads=threads)
     check, embedding = _reference(predictor, image)
-    pair = predictor.page_facts()
-    facts = {"model": files.model, "title": f"{TITLES[files.model]} {predictor.variant}",
-             "variant": predictor.variant, "max_image_pixels": int(max_image_pixels),
-             "encoder": {"name": encoder.name, "url": f"models/{encoder.name}", "bytes": encoder.stat().st_size,
-                         **pair["encoder"]},
-             "decoder": {"name": decoder.name, "url": f"models/{decoder.name}", "bytes": decoder.stat().st_size,
-                         **pair["decoder"]},
-             "check": check}
+    facts = {**site_facts(files.model, predictor, {"encoder": (encoder, f"models/{encoder.name}"),
+                                                     "decoder": (decoder, f"models/{decoder.name}")},
+                          max_image_pixels), "check": check}
     building = out.parent / f".{out.name}.{os.getpid()}-building"
     shutil.rmtree(building, ignore_errors=True)
     site = Site(out)
@@ -220,4 +232,4 @@ def build_site(encoder: str | os.PathLike, decoder: str | os.PathLike, out: str 
     return site
 
 
-__all__ = ["Site", "SiteFile", "build_site"]
+__all__ = ["Site", "SiteFile", "build_site", "has_external_data", "site_facts"]

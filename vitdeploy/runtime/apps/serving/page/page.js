@@ -75,6 +75,7 @@ async function describeServer() {
     $("model").textContent = `${data.encoder} + ${data.decoder}` + (data.variant ? ` (SAM ${data.variant})` : "") +
       (runtime ? ` · encoder on ${runtime}` : "") + (data.decoder_runtime ? ` · decoder on ${data.decoder_runtime}` : "");
     state.browserFacts = data.browser_decoder || null;
+    $("web-link").hidden = !data.web_page;
     $("where").hidden = !state.browserFacts;
     state.concepts = Boolean(data.concepts);
     $("concept").hidden = !state.concepts;
