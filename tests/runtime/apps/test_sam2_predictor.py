@@ -3,6 +3,8 @@ SAM 2.1: the same calls, the same masks, scores and low-resolution logits."""
 
 from __future__ import annotations
 
+import urllib.request
+
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +156,9 @@ def test_predict_verb_takes_sam2_files(files: tuple[Path, Path], tmp_path: Path)
 
 def test_serve_answers_prompts_as_the_official_predictor(files: tuple[Path, Path], predictors) -> None:
     """``vitdeploy serve``'s service on SAM 2 files, over real HTTP on 127.0.0.1: the image is encoded once (its three
-    feature arrays cached), each prompt's masks and scores are the official predictor's; the embedding route and the
-    browser decoder say the masks are decoded on the server; too many clicks for the decoder get a 400."""
+    feature arrays cached), each prompt's masks and scores are the official predictor's; the embedding route gives each
+    feature array by name (for the page's in-browser decoder, which /healthz describes); too many clicks for the
+    decoder get a 400."""
     from tests.runtime.apps.test_sam_service import Client, decode_rle, png_bytes
     from vitdeploy.metadata import read_onnx_metadata
     from vitdeploy.runtime.apps.serving.server import Server
@@ -189,9 +192,18 @@ def test_serve_answers_prompts_as_the_official_predictor(files: tuple[Path, Path
                 agreement = compare_masks(masks[k] > 0.5, decode_rle(rle), "fp32", label=f"served {name}/{k}")
                 assert agreement, agreement.summary()
         status, _, answer = client("GET", f"/v1/embeddings/{key}/embedding")
-        assert status == 404 and "decoded on the server" in answer["error"], answer
+        assert status == 404 and "ask for one with ?feature=NAME" in answer["error"], answer
+        with urllib.request.urlopen(f"{client.base}/v1/embeddings/{key}/embedding?feature=high_res_feats_0") as got:
+            shape = tuple(int(d) for d in got.headers["X-Embedding-Shape"].split(","))
+            feature = np.frombuffer(got.read(), "<f4").reshape(shape)
+        with torch.no_grad():
+            theirs = official._features["high_res_feats"][0].numpy()
+        close = compare(theirs, feature, FP32, label="the served high_res_feats_0")
+        assert close, close.summary()
         health = client("GET", "/healthz")[2]
-        assert health["browser_decoder"] is None and health["variant"] == read_onnx_metadata(files[0])["variant"], health
+        assert health["browser_decoder"]["model"] == "sam2" and health["browser_decoder"]["features"] == [
+            "image_embed", "high_res_feats_0", "high_res_feats_1"], health
+        assert health["variant"] == read_onnx_metadata(files[0])["variant"], health
         too_many = health["max_points"] + 1
         status, _, answer = client("POST", f"/v1/embeddings/{key}/masks",
                                    {"points": [[10, 10]] * too_many, "labels": [1] * too_many})

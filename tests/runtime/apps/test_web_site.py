@@ -360,3 +360,48 @@ def test_serve_offers_the_same_page_with_the_model_in_the_browser(tiny_sam_artif
     finally:
         browser.quit()
         server.stop()
+
+
+@pytest.mark.parametrize("model", ["sam2", "sam3"])
+def test_the_served_page_decodes_sam2_and_sam3_clicks_in_the_browser(model: str, tmp_path_factory: pytest.TempPathFactory,
+                                                                     tmp_path: Path) -> None:
+    """The page at / with "Decode clicks: in this browser" for SAM 2 and SAM 3: the server encodes, the page fetches
+    the three feature arrays (GET /v1/embeddings/ID/embedding?feature=NAME) and decodes each click itself; its masks
+    are the server's (and the native predictor's) for the same prompt."""
+    from tests.runtime.apps.test_serve_page import _state as state
+    from vitdeploy.runtime.apps.predictors import open_sam_predictor
+    from vitdeploy.runtime.apps.serving.server import Server
+    from vitdeploy.runtime.apps.serving.service import SamService
+
+    encoder, decoder = _other_model_files(model, tmp_path_factory)
+    service = SamService(encoder, decoder, runtime="onnxruntime", threads=1)
+    server = Server(service, "127.0.0.1", 0).start()
+    browser = _browser_or_skip(tmp_path / "downloads")
+    try:
+        browser.get(f"http://127.0.0.1:{server.port}/")
+        _wait(browser, lambda b: not b.find_element("id", "where").get_attribute("hidden"), "offer in-browser decoding")
+        height, width = 90, 140
+        picture = sample_image(height, width, seed=5)
+        Image.fromarray(picture).save(tmp_path / "picture.png")
+        browser.find_element("id", "file").send_keys(str(tmp_path / "picture.png"))
+        _wait(browser, lambda b: state(b) == "ready", "encode the image")
+        browser.find_element("css selector", 'input[name="where"][value="browser"]').click()
+        _wait(browser, lambda b: b.execute_script("return window.vitdeployPage.where()") == "browser"
+              and state(b) == "ready", "load the decoder into the browser")
+        predictor = open_sam_predictor(str(encoder), str(decoder), runtime="onnxruntime")
+        predictor.set_image(picture)
+        canvas = browser.find_element("id", "canvas")
+        for clicks, (x, y) in enumerate([(width * 0.3, height * 0.6), (width * 0.7, height * 0.2)], start=1):
+            _at(browser, canvas, x, y).click().perform()
+            _settled(browser, clicks)
+            prompt = browser.execute_script("return window.vitdeployPage.prompt()")
+            masks, scores = _predicted(predictor, prompt)
+            agreement = compare_masks(masks[int(np.argmax(scores))] > 0, _page_mask(browser), "fp32",
+                                      label=f"{model} in the served page, {clicks} click(s)")
+            assert agreement, agreement.summary()
+        assert service.metrics.value("decoder_runs_total") == 0  # every click decoded in the browser
+        assert service.metrics.value("encoder_runs_total") == 1
+        _shot(browser, f"serve-page-browser-{model}.png")
+    finally:
+        browser.quit()
+        server.stop()

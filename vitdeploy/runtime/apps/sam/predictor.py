@@ -110,6 +110,8 @@ class SamPredictor(RecordsInputs):
 
     RECORDABLE = ("mask_decoder",)
     RUNS = "SAM's predictor"
+    #: The image's features by name, as the encoder gives them and the decoder takes them.
+    FEATURES = IMAGE_FEATURES
 
     def __init__(self, encoder: Runner | str | os.PathLike, decoder: Runner | str | os.PathLike, *,
                  options: OpenOptions | None = None, check_weights: bool = True, device: str = "cpu",
@@ -167,6 +169,8 @@ class SamPredictor(RecordsInputs):
     def _setup(self, enc: dict[str, Any]) -> None:
         """The predictor's facts from the checked files' metadata."""
         dec = self.decoder.metadata
+        #: The encoder file's metadata (a decoder-only predictor has no encoder, but its facts).
+        self.encoder_metadata = enc
         missing = [n for n in DECODER_INPUTS if n not in self.decoder.input_names]
         if missing:
             raise InputError(f"the decoder artifact lacks inputs {missing}: re-export it with 'vitdeploy export'")

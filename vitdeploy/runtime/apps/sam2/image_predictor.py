@@ -102,6 +102,8 @@ class Sam2ImagePredictor(RecordsInputs):
 
     #: The official defaults of the clean-up of the low-resolution masks.
     MAX_HOLE_AREA = MAX_SPRINKLE_AREA = 0.0
+    #: The image's features by name, as the encoder gives them and the decoder takes them.
+    FEATURES = IMAGE_FEATURES
     RECORDABLE = ("mask_decoder",)
     RUNS = "SAM 2's image predictor"
 
@@ -162,6 +164,8 @@ class Sam2ImagePredictor(RecordsInputs):
                max_sprinkle_area: float | None) -> None:
         """The predictor's facts from the checked files' metadata."""
         dec = self.decoder.metadata
+        #: The encoder file's metadata (a decoder-only predictor has no encoder, but its facts).
+        self.encoder_metadata = enc
         self.resolution = int(enc["input_size"][0])
         self._transforms = Sam2Transforms(
             self.resolution, enc["pixel_mean"], enc["pixel_std"], mask_threshold,
@@ -177,8 +181,9 @@ class Sam2ImagePredictor(RecordsInputs):
     def page_facts(self) -> dict[str, Any]:
         """What a page needs to compute this predictor's answers itself (``browser_sam2.js``, the static site of
         :mod:`vitdeploy.runtime.apps.serving.site`): the transforms' numbers and the decoder's choice of masks."""
-        meta = self.encoder.metadata
-        return {"encoder": {"input_size": self.resolution, "input_name": self.encoder.input_names[0],
+        meta = self.encoder_metadata
+        name = self.encoder.input_names[0] if self.encoder is not None else meta.get("input_name", "image")
+        return {"encoder": {"input_size": self.resolution, "input_name": name,
                             "pixel_mean": [float(v) for v in meta["pixel_mean"]],
                             "pixel_std": [float(v) for v in meta["pixel_std"]]},
                 "decoder": {"mask_threshold": float(self.mask_threshold),

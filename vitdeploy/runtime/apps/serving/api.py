@@ -311,14 +311,19 @@ def decoder_file(request: Request, service: Service = Uses) -> Any:
 @router.get("/v1/embeddings/{key}/embedding", name="embedding_tensor", responses={
     200: {"content": {"application/octet-stream": {}},
           "description": "float32 little-endian; its shape in X-Embedding-Shape, the image's in X-Image-Size"},
-    404: ERRORS[404]}, summary="the cached embedding itself (for a page that decodes in the browser)")
-def embedding_tensor(key: str, service: Service = Uses) -> Any:
+    404: ERRORS[404]}, summary="the cached embedding itself, or one feature array (for a page that decodes in the "
+    "browser)")
+def embedding_tensor(key: str, feature: str | None = None, service: Service = Uses) -> Any:
+    """The embedding, or with ``?feature=NAME`` one of the image's feature arrays (SAM 2 and SAM 3 have three:
+    ``image_embed``, ``high_res_feats_0``, ``high_res_feats_1``)."""
     item = service.embedding(key)
-    if len(item.features) != 1:
-        raise NotFound("this model's image features are several arrays (SAM 2, SAM 3): its masks are decoded "
-                       "on the server (POST /v1/embeddings/ID/masks)")
-    (embedding,) = item.features.values()
-    data = np.ascontiguousarray(embedding, dtype="<f4")
+    names = list(item.features)
+    if feature is None and len(names) != 1:
+        raise NotFound(f"this model's image features are several arrays ({', '.join(names)}): ask for one with "
+                       "?feature=NAME")
+    if feature is not None and feature not in item.features:
+        raise NotFound(f"this model's image has no feature '{printable(feature, 40)}': it has {', '.join(names)}")
+    data = np.ascontiguousarray(item.features[feature or names[0]], dtype="<f4")
     return Response(data.tobytes(), media_type="application/octet-stream", headers={
         "X-Embedding-Shape": ",".join(str(d) for d in data.shape), "X-Image-Size": f"{item.size[0]},{item.size[1]}"})
 

@@ -242,19 +242,20 @@ class DecoderSide:
         self._lock = threading.Lock()
 
     def browser_decoder(self) -> dict[str, Any] | None:
-        """What a page needs to run this decoder itself (the file, and how to lay out its inputs and read its outputs),
-        or None where it cannot: the decoder is not one self-contained .onnx file, or not SAM's (the page lays out SAM's
-        decoder inputs: one embedding)."""
-        from vitdeploy.runtime.apps.sam.predictor import SamPredictor
+        """What a page needs to run this decoder itself (the file, and how to lay out its inputs and read its outputs:
+        the predictor's ``page_facts``), or None where it cannot: the decoder is not one self-contained .onnx file.
+        SAM's page decodes on the embedding (``browser_decoder.js``); SAM 2's and SAM 3's on the three feature arrays
+        (``browser_sam2.js``, ``features``)."""
+        from vitdeploy.runtime.apps.predictors import prompt_files
+        from vitdeploy.runtime.apps.serving.site import has_external_data
 
-        if not isinstance(self.predictor, SamPredictor):
-            return None
         path = getattr(self.predictor.decoder, "path", None)
-        if not path or Path(path).suffix.lower() != ".onnx" or Path(f"{path}.data").exists():
+        if not path or Path(path).suffix.lower() != ".onnx" or has_external_data(path):
             return None
-        p = self.predictor
-        return {"path": str(path), "input_size": p.encoder_size, "mask_input_size": list(p.mask_input_size),
-                "mask_output_indices": list(p.mask_output_indices), "max_points": p.max_prompt_points}
+        facts = self.predictor.page_facts()
+        model = prompt_files(self.predictor.encoder_metadata).model
+        return {"path": str(path), "model": model, "input_size": facts["encoder"]["input_size"],
+                "features": list(self.predictor.FEATURES), **facts["decoder"]}
 
     def masks(self, item: Cached, prompts: list[PromptRequest]) -> list[dict[str, Any]]:
         """Masks (COCO RLE), scores and areas for each prompt (checked to lie inside the image)."""

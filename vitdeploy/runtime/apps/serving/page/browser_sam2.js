@@ -6,7 +6,8 @@
 // The masks: the decoder's choice among its tokens (multimask: tokens 1.., else token 0, or the stablest multimask
 // one where the file asks for dynamic_multimask_via_stability), small holes and sprinkles of the low-resolution
 // logits removed where the model does it (SAM 3: holes up to 256 pixels, 8-connected), then PyTorch's bilinear resize
-// (align_corners=False) to the image's size, thresholded. Used by the static site ('vitdeploy web').
+// (align_corners=False) to the image's size, thresholded. Used by the static site ('vitdeploy web') for the whole
+// model, and by the served page to decode clicks on the server's features (loadDecoder, setImage).
 "use strict";
 
 const browserSam2 = (() => {
@@ -125,6 +126,27 @@ const browserSam2 = (() => {
     return bytes;
   }
 
+  async function loadDecoder(serverFacts) {
+    // the served page's in-browser decoding: the decoder file from the server, on the features the server computed
+    facts = {encoder: {input_size: serverFacts.input_size}, decoder: serverFacts};
+    const data = await (await fetch(serverFacts.url)).arrayBuffer();
+    decoder = await ort.InferenceSession.create(data, {executionProviders: ["wasm"]});
+    return data.byteLength;
+  }
+
+  async function setImage(id, imageSize) {
+    // the server's features of embedding `id` (each array as float32, its shape in X-Embedding-Shape)
+    const named = {};
+    for (const name of facts.decoder.features) {
+      const response = await fetch(`v1/embeddings/${id}/embedding?feature=${encodeURIComponent(name)}`);
+      if (!response.ok) throw new Error(`${response.status}: ${(await response.json()).error}`);
+      const shape = response.headers.get("X-Embedding-Shape").split(",").map(Number);
+      named[name] = new ort.Tensor("float32", new Float32Array(await response.arrayBuffer()), shape);
+    }
+    use(named, imageSize);
+    return named.image_embed.dims;
+  }
+
   async function encode(picture) {
     // {rgb, width, height} -> the features by name (ort.Tensors)
     const s = facts.encoder.input_size, {rgb, width, height} = picture, data = new Float32Array(3 * s * s);
@@ -183,5 +205,5 @@ const browserSam2 = (() => {
     return {masks, scores: chosen.map((token) => iou[token]), areas: masks.map((m) => m.reduce((a, b) => a + b, 0))};
   }
 
-  return {load, encode, use, decode, embeddingOf: (encoded) => encoded.image_embed.data, resize, maskOf};
+  return {load, loadDecoder, setImage, encode, use, decode, embeddingOf: (encoded) => encoded.image_embed.data, resize, maskOf};
 })();

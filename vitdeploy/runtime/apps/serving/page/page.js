@@ -401,7 +401,7 @@ $("concept-text").addEventListener("keydown", (event) => { if (event.key === "En
 
 async function fetchEmbedding() {
   const started = performance.now();
-  const shape = await browserDecoder.setImage(state.id, [state.height, state.width]);
+  const shape = await (here || browserDecoder).setImage(state.id, [state.height, state.width]);
   showTiming("embedding to the browser", {elapsed: performance.now() - started, server: null});
   return shape;
 }
@@ -413,7 +413,10 @@ async function decodeWhere(where) {
     say("loading onnxruntime-web and the decoder…");
     try {
       const started = performance.now();
-      const bytes = await browserDecoder.load(state.browserFacts);
+      // SAM's decoder on the embedding (browser_decoder.js); SAM 2's and SAM 3's on the three feature arrays
+      here = (state.browserFacts.model || "sam") === "sam" ? null : browserSam2;
+      if (here && typeof ort === "undefined") await browserDecoder.loadRuntime(1);
+      const bytes = await (here ? here.loadDecoder(state.browserFacts) : browserDecoder.load(state.browserFacts));
       showTiming("load decoder (browser)", {elapsed: performance.now() - started, server: null});
       if (state.id) await fetchEmbedding();
       say(`the decoder (${(bytes / 1e6).toFixed(1)} MB) runs in this browser (onnxruntime-web, WebAssembly)`);
