@@ -20,11 +20,17 @@ from vitdeploy.cli.options import force_option, handle_errors, verbose_option
               help="The most pixels an image opened in the page may have (width x height), as 'serve' takes.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="Threads of native ONNX Runtime for the parity check's reference. [default: all cores]")
+@click.option("--eager", is_flag=True,
+              help="Also hold the official eager model's embedding of the sample image (PyTorch and the official "
+                   "package; random-weight files are rebuilt from their seed): the page's check then measures "
+                   "against it too.")
+@click.option("--checkpoint", type=click.Path(dir_okay=False, exists=True, path_type=str), default=None,
+              help="With --eager: the checkpoint the encoder was exported from (its SHA-256 is checked).")
 @force_option
 @verbose_option
 @handle_errors
 def web(encoder: str, decoder: str, output: str, check_image: str | None, max_image_pixels: int,
-        threads: int | None, force: bool, verbose: bool) -> None:
+        threads: int | None, eager: bool, checkpoint: str | None, force: bool, verbose: bool) -> None:
     """Write a static site that segments with no server: open an image, click, see the mask.
 
     The folder holds the page, onnxruntime-web (WebAssembly, SIMD, and threads where the page is
@@ -41,19 +47,50 @@ def web(encoder: str, decoder: str, output: str, check_image: str | None, max_im
       vitdeploy web -e sam3.onnx -d sam3_interactive.onnx -o site/            # SAM 3's clicks
       python -m http.server -d site 8000     # then open http://127.0.0.1:8000/
     """
+    from vitdeploy.errors import InputError
     from vitdeploy.runtime.apps.serving.site import build_site
 
+    if checkpoint and not eager:
+        raise InputError("--checkpoint is for --eager: add --eager, or drop --checkpoint")
     site = build_site(encoder, decoder, output, force=force, check_image=check_image,
-                      max_image_pixels=max_image_pixels, threads=threads)
+                      max_image_pixels=max_image_pixels, threads=threads,
+                      eager=_official_encoder(encoder, checkpoint, threads) if eager else None)
     for item in site.files:
         if item.what:
             click.echo(f"  {item.path}  {item.bytes / 1e6:.2f} MB  ({item.what})")
     encode_ms, decode_ms = site.native_ms
     click.echo(f"wrote {site.folder}/ ({len(site.files)} files, {site.total_bytes / 1e6:.1f} MB); native ONNX Runtime "
                f"on the sample image: encode {encode_ms:.1f} ms, decode {decode_ms:.1f} ms")
+    if site.eager_cosine is not None:
+        click.echo(f"native ONNX Runtime vs the official eager model on the sample image: embedding cosine "
+                   f"{site.eager_cosine:.7f}")
     for warning in site.warnings:
         click.echo(f"warning: {warning}", err=True)
     click.echo(f"serve it with any static file server, e.g.: python -m http.server -d {site.folder} 8000")
+
+
+def _official_encoder(encoder: str, checkpoint: str | None, threads: int | None):
+    """The official eager encoder the file was made from (the parity path's ``eager_reference``), on the encoder's
+    input array: its outputs by the file's output names."""
+    import torch
+
+    from vitdeploy.families import eager_reference
+    from vitdeploy.fileio import load_onnx_graph
+    from vitdeploy.metadata import read_onnx_metadata
+
+    metadata = read_onnx_metadata(encoder)
+    module = eager_reference(metadata, checkpoint).eval()
+    names = [o.name for o in load_onnx_graph(encoder).graph.output]
+    if threads:
+        torch.set_num_threads(threads)
+
+    def run(inputs):
+        with torch.inference_mode():
+            out = module(torch.from_numpy(inputs))
+        values = list(out.values()) if isinstance(out, dict) else [out] if isinstance(out, torch.Tensor) else list(out)
+        return {name: value.float().numpy() for name, value in zip(names, values)}
+
+    return run
 
 
 COMMAND = web

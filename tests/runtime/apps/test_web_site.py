@@ -29,6 +29,7 @@ from tests.runtime.apps.test_serve_page import (
     _wait,
 )
 from tests.sam_tiny import TinySamArtifacts, sample_image
+from vitdeploy.parity import TOLERANCES
 from vitdeploy.runtime import SamPredictor
 from vitdeploy.runtime.apps.serving.site import ORT_FILES, PAGE_DIR
 from vitdeploy.validation.masks import MASK_TOLERANCES, compare_masks
@@ -57,7 +58,7 @@ def site(tiny_sam_artifacts: TinySamArtifacts, tmp_path_factory: pytest.TempPath
     folder = tmp_path_factory.mktemp("web") / "site"
     done = subprocess.run([sys.executable, "-m", "vitdeploy", "web", "-e", str(tiny_sam_artifacts.encoder), "-d",
                            str(tiny_sam_artifacts.decoder), "-o", str(folder), "--max-image-pixels", str(PIXEL_LIMIT),
-                           "--threads", "1"], capture_output=True, text=True, timeout=120, check=False)
+                           "--threads", "1", "--eager"], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     return folder, done.stdout
 
@@ -107,6 +108,7 @@ def test_the_folder_holds_the_page_the_runtime_and_the_files(site, tiny_sam_arti
     assert (folder / "models" / tiny_sam_artifacts.encoder.name).read_bytes() == tiny_sam_artifacts.encoder.read_bytes()
     assert facts["encoder"]["bytes"] == tiny_sam_artifacts.encoder.stat().st_size
     for name in ("index.html", "coi_worker.js", "_headers", "check/sample.png", "check/embedding.f32",
+                 "check/eager_embedding.f32",
                  *(f"page/ort/{n}" for n in ORT_FILES)):
         assert (folder / name).is_file(), name
     assert 'data-site="site.json"' in (folder / "index.html").read_text()
@@ -132,6 +134,9 @@ def test_the_page_is_isolated_and_matches_native_on_the_sample(page) -> None:
     assert isinstance(report, dict), report
     assert report["embedding_cosine"] >= EMBEDDING_COSINE_MIN, report
     assert min(report["mask_iou"]) >= MASK_TOLERANCES["fp32"].iou_min, report
+    # and against the official eager model (--eager: its embedding of the same image, through the parity path)
+    assert report["eager_cosine"] >= TOLERANCES["fp32"].cosine_min, report
+    assert report["native_eager_cosine"] >= TOLERANCES["fp32"].cosine_min, report
     assert report["encode_ms"] > 0 and report["decode_ms"] > 0 and report["native_encode_ms"] > 0
     assert np.allclose(report["scores"], report["native_scores"], atol=1e-4), report
     _shot(page, "web-site-check.png")

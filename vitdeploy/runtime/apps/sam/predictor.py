@@ -157,6 +157,10 @@ class SamPredictor(RecordsInputs):
         predictor._setup(encoder_metadata)
         return predictor
 
+    def encoder_array(self, image: np.ndarray) -> np.ndarray:
+        """The (1, 3, S, S) float32 array the encoder runs on for an HxWx3 uint8 RGB ``image`` (``set_image``'s)."""
+        return self.preprocessor(image)
+
     def page_facts(self) -> dict[str, Any]:
         """What a page needs to compute this predictor's answers itself (``browser_encoder.js`` and
         ``browser_decoder.js``, the static site of :mod:`vitdeploy.runtime.apps.serving.site`)."""

@@ -178,6 +178,10 @@ class Sam2ImagePredictor(RecordsInputs):
         self.max_prompt_points = decoder_max_points(dec)
         self.reset_predictor()
 
+    def encoder_array(self, image: np.ndarray) -> np.ndarray:
+        """The (1, 3, S, S) float32 array the encoder runs on for an HxWx3 uint8 RGB ``image`` (``set_image``'s)."""
+        return self._transforms(_as_rgb(image))[None]
+
     def page_facts(self) -> dict[str, Any]:
         """What a page needs to compute this predictor's answers itself (``browser_sam2.js``, the static site of
         :mod:`vitdeploy.runtime.apps.serving.site`): the transforms' numbers and the decoder's choice of masks."""

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,8 @@ class Site:
     warnings: list[str] = field(default_factory=list)
     #: Native ONNX Runtime's times on the sample image (ms): encode, decode.
     native_ms: tuple[float, float] = (0.0, 0.0)
+    #: Native ONNX Runtime's embedding against the official eager model's (``eager``), or None.
+    eager_cosine: float | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -148,12 +151,15 @@ def _reference(predictor: Any, image: np.ndarray) -> tuple[dict[str, Any], np.nd
 
 def build_site(encoder: str | os.PathLike, decoder: str | os.PathLike, out: str | os.PathLike, *,
                force: bool = False, check_image: str | os.PathLike | None = None,
-               max_image_pixels: int = MAX_IMAGE_PIXELS, threads: int | None = None) -> Site:
+               max_image_pixels: int = MAX_IMAGE_PIXELS, threads: int | None = None,
+               eager: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None) -> Site:
     """Write the static site of an encoder and decoder (SAM, SAM 2, SAM 3 clicks) into the folder ``out`` (module
     docstring).
 
     ``check_image``: the sample image of the parity check (default: a bundled PNG); ``max_image_pixels``: the most
-    pixels an image opened in the page may have; ``threads``: native ONNX Runtime's threads for the reference.
+    pixels an image opened in the page may have; ``threads``: native ONNX Runtime's threads for the reference;
+    ``eager``: the official eager model on the encoder's input array -> its outputs by the encoder file's output names
+    (the CLI's ``--eager`` makes it; this module stays torch-free), whose embedding the check holds too.
     Raises InputError for files that are not one model's click pair, a file with external weights, or an existing ``out``
     without ``force``; nothing is left in ``out`` then.
     """
@@ -184,6 +190,13 @@ def build_site(encoder: str | os.PathLike, decoder: str | os.PathLike, out: str 
 
     predictor = open_sam_predictor(str(encoder), str(decoder), runtime="onnxruntime", threads=threads)
     check, embedding = _reference(predictor, image)
+    official = None
+    if eager is not None:  # the official eager model's embedding of the same image, beside native's
+        outputs = eager(predictor.encoder_array(image))  # the very array native ONNX Runtime ran on
+        official = np.asarray(outputs[predictor.FEATURES[0]], np.float32).reshape(embedding.shape)
+        a, b = official.astype(np.float64).ravel(), embedding.astype(np.float64).ravel()
+        check["eager"] = {"embedding": "check/eager_embedding.f32", "reference": "official eager PyTorch (FP32)",
+                          "native_cosine": float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))}
     facts = {**site_facts(files.model, predictor, {"encoder": (encoder, f"models/{encoder.name}"),
                                                      "decoder": (decoder, f"models/{decoder.name}")},
                           max_image_pixels), "check": check}
@@ -206,6 +219,8 @@ def build_site(encoder: str | os.PathLike, decoder: str | os.PathLike, out: str 
         shutil.copyfile(decoder, building / "models" / decoder.name)
         Image.fromarray(image).save(building / "check" / "sample.png")
         (building / "check" / "embedding.f32").write_bytes(embedding.astype("<f4").tobytes())
+        if official is not None:
+            (building / "check" / "eager_embedding.f32").write_bytes(official.astype("<f4").tobytes())
         (building / "site.json").write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
         whats = {f"models/{encoder.name}": "the image encoder", f"models/{decoder.name}": "the prompt encoder + mask "
                  "decoder", "page/ort/ort-wasm-simd-threaded.wasm": "onnxruntime-web (WebAssembly, SIMD, threads)",
@@ -229,6 +244,7 @@ def build_site(encoder: str | os.PathLike, decoder: str | os.PathLike, out: str 
                              "is 4 GiB in all, so the browser may run out; a reduced-precision file "
                              "('vitdeploy calibrate -p fp16' or int8) is smaller")
     site.native_ms = (check["native_encode_ms"], check["native_decode_ms"])
+    site.eager_cosine = check["eager"]["native_cosine"] if "eager" in check else None
     return site
 
 

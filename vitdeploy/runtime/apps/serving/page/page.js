@@ -593,6 +593,7 @@ async function runCheck() {
     const ours = here.embeddingOf(embedding);
     if (reference.length !== ours.length) throw new Error("the reference embedding has another size");
     const close = agreement(ours, reference);
+    const eager = c.eager ? agreement(ours, new Float32Array(await (await fetch(c.eager.embedding)).arrayBuffer())) : null;
     here.use(embedding, [picture.height, picture.width]);
     const times = [];
     let answer = null;
@@ -606,9 +607,12 @@ async function runCheck() {
                    scores: Array.from(answer.scores), native_scores: c.scores,
                    encode_ms: encode, first_encode_ms: firstEncode, decode_ms: median(times),
                    native_encode_ms: c.native_encode_ms, native_decode_ms: c.native_decode_ms,
-                   threads: state.threads, isolated: window.crossOriginIsolated};
+                   threads: state.threads, isolated: window.crossOriginIsolated,
+                   eager_cosine: eager ? eager.cosine : null, native_eager_cosine: c.eager ? c.eager.native_cosine : null};
     const rows = [["embedding cosine", close.cosine.toFixed(7)], ["embedding max |diff|", close.maxAbs.toExponential(2)],
                   ["mask IoU (worst)", Math.min(...ious).toFixed(4)],
+                  ...(eager ? [["cosine vs official eager (native's)",
+                                `${eager.cosine.toFixed(7)} (${c.eager.native_cosine.toFixed(7)})`]] : []),
                   ["encode here / native", `${encode.toFixed(1)} / ${c.native_encode_ms.toFixed(1)} ms`],
                   ["decode here / native", `${median(times).toFixed(1)} / ${c.native_decode_ms.toFixed(1)} ms`]];
     const body = $("check-results").tBodies[0];
