@@ -71,16 +71,14 @@ def web(encoder: str, decoder: str, output: str, check_image: str | None, max_im
 
 def _official_encoder(encoder: str, checkpoint: str | None, threads: int | None):
     """The official eager encoder the file was made from (the parity path's ``eager_reference``), on the encoder's
-    input array: its outputs by the file's output names."""
+    input array: its outputs as arrays, in the file's output order."""
     import torch
 
     from vitdeploy.families import eager_reference
-    from vitdeploy.fileio import load_onnx_graph
     from vitdeploy.metadata import read_onnx_metadata
 
     metadata = read_onnx_metadata(encoder)
     module = eager_reference(metadata, checkpoint).eval()
-    names = [o.name for o in load_onnx_graph(encoder).graph.output]
     if threads:
         torch.set_num_threads(threads)
 
@@ -88,7 +86,7 @@ def _official_encoder(encoder: str, checkpoint: str | None, threads: int | None)
         with torch.inference_mode():
             out = module(torch.from_numpy(inputs))
         values = list(out.values()) if isinstance(out, dict) else [out] if isinstance(out, torch.Tensor) else list(out)
-        return {name: value.float().numpy() for name, value in zip(names, values)}
+        return [value.float().numpy() for value in values]
 
     return run
 

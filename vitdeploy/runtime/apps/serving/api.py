@@ -219,10 +219,6 @@ def page_file(name: str) -> Any:
     return FileResponse(path, media_type=_MEDIA_TYPES.get(path.suffix, "application/octet-stream"))
 
 
-#: Headers that make the /web/ page cross-origin isolated (WebAssembly threads), as the static site's _headers does.
-_ISOLATED = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp"}
-
-
 def _page_model(request: Request) -> dict[str, Any]:
     facts = request.app.state.page_model() if request.app.state.offline_ort else None
     if facts is None:
@@ -239,9 +235,10 @@ def web_redirect() -> Any:
 @router.get("/web/", include_in_schema=False, name="web_page")
 def web_page(request: Request) -> Any:
     """The page in its site mode (``vitdeploy web``'s): the image encoded and the clicks decoded in the browser."""
+    from vitdeploy.runtime.apps.serving.site import ISOLATION_HEADERS, site_page_html
+
     _page_model(request)
-    html = (PAGE_DIR / "index.html").read_text(encoding="utf-8").replace("<body>", '<body data-site="site.json">', 1)
-    return HTMLResponse(html, headers=_ISOLATED)
+    return HTMLResponse(site_page_html(), headers=ISOLATION_HEADERS)
 
 
 @router.get("/web/site.json", include_in_schema=False, name="web_site")
@@ -251,8 +248,10 @@ def web_site(request: Request) -> Any:
 
 @router.get("/web/page/{name:path}", include_in_schema=False, name="web_page_file")
 def web_page_file(name: str) -> Any:
+    from vitdeploy.runtime.apps.serving.site import ISOLATION_HEADERS
+
     answer = page_file(name)  # onnxruntime-web's thread workers must be as isolated as the page that starts them
-    answer.headers.update(_ISOLATED)
+    answer.headers.update(ISOLATION_HEADERS)
     return answer
 
 

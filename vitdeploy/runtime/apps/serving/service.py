@@ -247,10 +247,10 @@ class DecoderSide:
         SAM's page decodes on the embedding (``browser_decoder.js``); SAM 2's and SAM 3's on the three feature arrays
         (``browser_sam2.js``, ``features``)."""
         from vitdeploy.runtime.apps.predictors import prompt_files
-        from vitdeploy.runtime.apps.serving.site import has_external_data
+        from vitdeploy.runtime.apps.serving.site import one_onnx_file
 
         path = getattr(self.predictor.decoder, "path", None)
-        if not path or Path(path).suffix.lower() != ".onnx" or has_external_data(path):
+        if not one_onnx_file(path):
             return None
         facts = self.predictor.page_facts()
         model = prompt_files(self.predictor.encoder_metadata).model
@@ -342,12 +342,12 @@ class SamService:
         its parity check; the files fetched from this server) and the two files' paths (``paths``), or None where it
         cannot: a file is not one self-contained .onnx file."""
         from vitdeploy.runtime.apps.predictors import prompt_files
-        from vitdeploy.runtime.apps.serving.site import has_external_data, site_facts
+        from vitdeploy.runtime.apps.serving.site import one_onnx_file, site_facts
 
         predictor = self.decoder.predictor
         paths = {role: getattr(runner, "path", None) for role, runner in (("encoder", self.encoder.runner),
                                                                           ("decoder", predictor.decoder))}
-        if not all(p and Path(p).suffix.lower() == ".onnx" and not has_external_data(p) for p in paths.values()):
+        if not all(one_onnx_file(p) for p in paths.values()):
             return None
         files = {role: (Path(path), f"../v1/models/{role}.onnx") for role, path in paths.items()}
         facts = site_facts(prompt_files(self.encoder.runner).model, predictor, files, self.encoder.limit.pixels)

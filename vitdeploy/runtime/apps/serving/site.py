@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,9 +36,11 @@ PAGE_FILES = ("page.js", "page.css", "rle.js", "browser_decoder.js", "browser_en
 #: onnxruntime-web's WebAssembly build (``scripts/fetch_page_assets.py`` puts it in ``page/ort/``), copied to
 #: ``page/ort/``.
 ORT_FILES = ("ort.wasm.min.js", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm", "package.json", "VERSION")
-#: Headers a static host that reads ``_headers`` (Netlify, Cloudflare Pages) sends with every file: cross-origin
-#: isolation for WebAssembly threads, without the service worker's reload.
-HEADERS = "/*\n  Cross-Origin-Opener-Policy: same-origin\n  Cross-Origin-Embedder-Policy: require-corp\n"
+#: The headers that make a page cross-origin isolated (WebAssembly threads need it): what the site's ``_headers`` asks
+#: of a host that reads it (Netlify, Cloudflare Pages), and what ``serve`` sends its /web/ page.
+ISOLATION_HEADERS = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp"}
+#: ``_headers``: every file with :data:`ISOLATION_HEADERS`, without the service worker's reload.
+HEADERS = "/*\n" + "".join(f"  {name}: {value}\n" for name, value in ISOLATION_HEADERS.items())
 #: A page's WebAssembly memory is 32-bit: onnxruntime-web holds a model's weights in at most 4 GiB with everything
 #: else, so files larger than this together are warned about (SAM ViT-H FP32 is 2.5 GB).
 PAGE_BYTES_WARNING = 2 * 1024 ** 3
@@ -80,13 +82,15 @@ class Site:
 
 
 def _median_ms(step: Any) -> float:
+    from vitdeploy.runtime.deploy.timing import timed_runs
+
     step()  # warm-up
-    times = []
-    for _ in range(NATIVE_RUNS):
-        start = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - start) * 1000)
-    return float(sorted(times)[len(times) // 2])
+    return float(statistics.median(timed_runs(step, NATIVE_RUNS)))
+
+
+def site_page_html() -> str:
+    """The page's index.html in its site mode: it reads ``site.json`` and runs the model itself."""
+    return (PAGE_DIR / "index.html").read_text(encoding="utf-8").replace("<body>", '<body data-site="site.json">', 1)
 
 
 def _require_page_assets() -> None:
@@ -97,9 +101,14 @@ def _require_page_assets() -> None:
 
 
 def has_external_data(path: str | os.PathLike) -> bool:
-    """Whether an .onnx file keeps its weights beside it (``NAME.onnx.data``): a page fetches one file a model."""
-    path = Path(path)
-    return Path(f"{path}.data").exists() or any(path.parent.glob(f"{path.stem}*.onnx.data"))
+    """Whether an .onnx file keeps its weights beside it (``NAME.onnx.data``, as the exporter writes them): a page
+    fetches one file a model."""
+    return Path(f"{path}.data").exists()
+
+
+def one_onnx_file(path: str | os.PathLike | None) -> bool:
+    """Whether ``path`` is one self-contained .onnx file: what a page can fetch and run."""
+    return bool(path) and Path(path).suffix.lower() == ".onnx" and not has_external_data(path)
 
 
 def site_facts(model: str, predictor: Any, files: dict[str, tuple[Path, str]], max_image_pixels: int) -> dict[str, Any]:
@@ -152,13 +161,13 @@ def _reference(predictor: Any, image: np.ndarray) -> tuple[dict[str, Any], np.nd
 def build_site(encoder: str | os.PathLike, decoder: str | os.PathLike, out: str | os.PathLike, *,
                force: bool = False, check_image: str | os.PathLike | None = None,
                max_image_pixels: int = MAX_IMAGE_PIXELS, threads: int | None = None,
-               eager: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None) -> Site:
+               eager: Callable[[np.ndarray], list[np.ndarray]] | None = None) -> Site:
     """Write the static site of an encoder and decoder (SAM, SAM 2, SAM 3 clicks) into the folder ``out`` (module
     docstring).
 
     ``check_image``: the sample image of the parity check (default: a bundled PNG); ``max_image_pixels``: the most
     pixels an image opened in the page may have; ``threads``: native ONNX Runtime's threads for the reference;
-    ``eager``: the official eager model on the encoder's input array -> its outputs by the encoder file's output names
+    ``eager``: the official eager model on the encoder's input array -> its outputs in the encoder file's order
     (the CLI's ``--eager`` makes it; this module stays torch-free), whose embedding the check holds too.
     Raises InputError for files that are not one model's click pair, a file with external weights, or an existing ``out``
     without ``force``; nothing is left in ``out`` then.
@@ -166,6 +175,7 @@ def build_site(encoder: str | os.PathLike, decoder: str | os.PathLike, out: str 
     from PIL import Image
 
     from vitdeploy.fileio import claim_folder, remove_stale_folders
+    from vitdeploy.parity import compare
     from vitdeploy.runtime.apps.predictors import open_sam_predictor, prompt_files
     from vitdeploy.runtime.processing.images import read_image_rgb
 
@@ -192,11 +202,11 @@ def build_site(encoder: str | os.PathLike, decoder: str | os.PathLike, out: str 
     check, embedding = _reference(predictor, image)
     official = None
     if eager is not None:  # the official eager model's embedding of the same image, beside native's
-        outputs = eager(predictor.encoder_array(image))  # the very array native ONNX Runtime ran on
+        # the very array native ONNX Runtime ran on; the outputs in the encoder file's order
+        outputs = dict(zip(predictor.encoder.output_names, eager(predictor.encoder_array(image))))
         official = np.asarray(outputs[predictor.FEATURES[0]], np.float32).reshape(embedding.shape)
-        a, b = official.astype(np.float64).ravel(), embedding.astype(np.float64).ravel()
         check["eager"] = {"embedding": "check/eager_embedding.f32", "reference": "official eager PyTorch (FP32)",
-                          "native_cosine": float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))}
+                          "native_cosine": compare(official, embedding, "fp32", label="native vs eager").cosine}
     facts = {**site_facts(files.model, predictor, {"encoder": (encoder, f"models/{encoder.name}"),
                                                      "decoder": (decoder, f"models/{decoder.name}")},
                           max_image_pixels), "check": check}
@@ -207,8 +217,7 @@ def build_site(encoder: str | os.PathLike, decoder: str | os.PathLike, out: str 
         (building / "page" / "ort").mkdir(parents=True)
         (building / "models").mkdir()
         (building / "check").mkdir()
-        index = (PAGE_DIR / "index.html").read_text(encoding="utf-8")
-        (building / "index.html").write_text(index.replace("<body>", '<body data-site="site.json">', 1), encoding="utf-8")
+        (building / "index.html").write_text(site_page_html(), encoding="utf-8")
         shutil.copyfile(PAGE_DIR / "coi_worker.js", building / "coi_worker.js")
         (building / "_headers").write_text(HEADERS, encoding="utf-8")
         for name in PAGE_FILES:
@@ -248,4 +257,5 @@ def build_site(encoder: str | os.PathLike, decoder: str | os.PathLike, out: str 
     return site
 
 
-__all__ = ["Site", "SiteFile", "build_site", "has_external_data", "site_facts"]
+__all__ = ["ISOLATION_HEADERS", "Site", "SiteFile", "build_site", "has_external_data", "one_onnx_file", "site_facts",
+           "site_page_html"]
