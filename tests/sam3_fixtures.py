@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.once_per_run import once_per_run
@@ -45,4 +46,57 @@ def sam3_tiny_files_with_vocab(tmp_path_factory: pytest.TempPathFactory) -> tupl
     return sam3_tiny_files(tmp_path_factory)
 
 
-__all__ = ["RECIPES", "SEED", "sam3_tiny_files", "sam3_tiny_files_with_vocab", "sam3_tiny_interactive_file"]
+def official_sam3_processor(vocab: Path):
+    """The official ``Sam3Processor`` on the official ``Sam3Image`` with the tiny exports' weights (:data:`SEED`):
+    the vision and text backbones in ``SAM3VLBackbone``, the tokenizer with CLIP's vocabulary at ``vocab``, every
+    query kept (confidence threshold 0)."""
+    from sam3.model.sam3_image_processor import Sam3Processor as OfficialProcessor
+    from sam3.model.tokenizer_ve import SimpleTokenizer
+
+    from vitdeploy.models.recipes import load_recipe
+    from vitdeploy.models.sam3_detector import Sam3DetectorArch, load_sam3_detector
+    from vitdeploy.models.sam3_text_encoder import Sam3TextArch, load_sam3_text
+    from vitdeploy.models.sam3_vision_encoder import Sam3VisionArch, load_sam3_vision
+
+    backbone = load_sam3_vision(Sam3VisionArch.from_dict(load_recipe(RECIPES["vision"]).architecture), random_seed=SEED)
+    text = load_sam3_text(Sam3TextArch.from_dict(load_recipe(RECIPES["text"]).architecture), random_seed=SEED)
+    text.tokenizer = SimpleTokenizer(bpe_path=str(vocab))
+    backbone.language_backbone = text
+    model = load_sam3_detector(Sam3DetectorArch.from_dict(load_recipe(RECIPES["detector"]).architecture),
+                               random_seed=SEED)
+    model.backbone = backbone
+    return OfficialProcessor(model.eval(), resolution=112, device="cpu", confidence_threshold=0.0)
+
+
+def openvino_runs(path: Path, policy: str) -> bool:
+    """Whether OpenVINO runs ``policy`` on this CPU (it reads back the inference precision asked for), else the test
+    that needs it skips."""
+    pytest.importorskip("openvino")
+    from vitdeploy.runtime.backends.base import RunnerOptions
+    from vitdeploy.runtime.backends.openvino_runner import OpenVinoRunner
+    from vitdeploy.runtime_facts import PROVEN_POLICIES
+
+    runner = OpenVinoRunner.from_options(path, RunnerOptions(threads=1, policy=policy))
+    return runner.inference_precision == PROVEN_POLICIES[policy]["openvino_precision"]
+
+
+def at_proven_policy(paths, policy: str, threads: int = 2) -> list:
+    """Each file on OpenVINO at ``policy`` where its family is proven for it (``proven_policies``), else as written:
+    what the first-use probe may choose for each on a CPU with the policy's units."""
+    from vitdeploy.metadata import read_onnx_metadata
+    from vitdeploy.runtime.deploy.loader import open_runner
+    from vitdeploy.runtime_facts import PROVEN_POLICIES
+
+    return [open_runner(path, runtime="openvino", threads=threads,
+                        precision=policy if read_onnx_metadata(path)["family"] in PROVEN_POLICIES[policy]["families"]
+                        else "file") for path in paths]
+
+
+def pooled_rel_l2(want: list[np.ndarray], got: list[np.ndarray]) -> float:
+    """The relative L2 distance of ``got`` from ``want``, each list's arrays pooled into one."""
+    a = np.concatenate([np.asarray(x, np.float64).ravel() for x in want])
+    b = np.concatenate([np.asarray(x, np.float64).ravel() for x in got])
+    return float(np.linalg.norm(b - a) / np.linalg.norm(a))
+
+
+__all__ = ["RECIPES", "SEED", "at_proven_policy", "official_sam3_processor", "openvino_runs", "pooled_rel_l2", "sam3_tiny_files", "sam3_tiny_files_with_vocab", "sam3_tiny_interactive_file"]

@@ -2,6 +2,9 @@
 
 The named budgets (:data:`TOLERANCES`) are facts of each precision, used at every layer that judges numbers: the
 precision passes, ``validate`` (:mod:`vitdeploy.validation`), ``tune`` and the first-use probe of ``--runtime auto``.
+Where a model's official implementation publishes running in a reduced precision (SAM 3's BF16 autocast), a reduced
+policy on its files is judged against that practice instead (:func:`anchored`, :func:`budget_for`;
+``official_precisions`` in ``vitdeploy/data/runtime_facts.json``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from vitdeploy.errors import ParityError
+from vitdeploy.runtime_facts import official_precision
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,31 @@ def compare(reference: object, candidate: object, tolerance: Tolerance | str = "
     if max_abs_rel > tol.max_abs_rel:
         failures.append(f"max-abs/scale {max_abs_rel:.3g} > {tol.max_abs_rel}")
     return ParityResult(label, tol, max_abs, max_abs_rel, rel_l2, cosine, nan_count, inf_count, shape, failures)
+
+
+def anchored(official_cosine: float, official_rel_l2: float, margin: float, rounding: float, guard: Tolerance,
+             name: str) -> Tolerance:
+    """The budget of a reduced precision judged against an official's own (``official_*``: the official autocast's
+    distance from its FP32 on the same inputs): ``margin`` times its relative L2 and ``margin`` squared times its
+    1 - cosine (a cosine's deficit grows as the square of a relative error), neither tighter than one ``rounding`` to
+    the deployed format (its unit roundoff; half its square for 1 - cosine): an output the official computes exactly
+    under autocast may still be rounded once. The largest single element's error is no distance two BF16
+    implementations share (at full size SAM 3's image_embed had 2.07x the official's max-abs/scale at 1.89x its
+    relative L2): it is held to the ``guard`` budget's (the policy's named one), which catches a broken op."""
+    return Tolerance(name, cosine_min=1.0 - max(margin ** 2 * (1.0 - official_cosine), rounding ** 2 / 2),
+                     rel_l2_max=max(margin * official_rel_l2, rounding), max_abs_rel=guard.max_abs_rel)
+
+
+def budget_for(precision: str, family: str | None) -> Tolerance:
+    """The budget a file of ``family`` is held to at ``precision`` (a file precision or a policy) where no official
+    runs beside it (the first-use probe, ``tune``): where the family's official publishes a reduced precision and its
+    own distance is recorded for the family, :func:`anchored` to that record; else :data:`TOLERANCES`."""
+    official = official_precision(family)
+    measured = official.measured.get(family or "") if official is not None else None
+    if measured is None or precision not in official.rounding:
+        return TOLERANCES[precision]
+    return anchored(measured["cosine"], measured["rel_l2"], official.margin, official.rounding[precision],
+                    TOLERANCES[precision], f"{precision} vs official {official.precision} x{official.margin:g}")
 
 
 def raise_on_failures(results: Iterable[ParityResult]) -> None:

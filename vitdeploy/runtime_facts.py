@@ -118,6 +118,31 @@ PROVEN_POLICIES: dict[str, dict[str, Any]] = {
 #: in BF16 by default.
 BF16_FLAGS: tuple[str, ...] = PROVEN_POLICIES["bf16"]["units"]
 
+
+@dataclass(frozen=True)
+class OfficialPrecision:
+    """A model whose official implementation publishes running in a reduced ``precision`` (SAM 3's and SAM 2's BF16
+    autocast, ``published`` says where): its files' reduced policies are judged against that practice
+    (``official_precisions`` in the data file; :mod:`vitdeploy.validation.official_practice`). ``measured``: per
+    family, the official autocast's own worst distance from its FP32 over the recorded runs (``cosine``, ``rel_l2``,
+    and ``evidence``: which runs)."""
+
+    model: str
+    precision: str
+    autocast: str
+    published: str
+    margin: float
+    rounding: dict[str, float]
+    measured: dict[str, dict[str, Any]]
+
+
+_OFFICIAL = FACTS["official_precisions"]
+#: model -> its official reduced precision (``sam3`` -> BF16 autocast).
+OFFICIAL_PRECISIONS: dict[str, OfficialPrecision] = {
+    model: OfficialPrecision(model, row["precision"], row["autocast"], row["published"], float(_OFFICIAL["margin"]),
+                             {k: float(v) for k, v in _OFFICIAL["rounding"].items()}, dict(row["measured"]))
+    for model, row in _OFFICIAL["models"].items()}
+
 #: The runner settings 'vitdeploy tune' writes into a deployment profile (each true or false); a profile holding
 #: another is refused (Python) or ignored (C++).
 PROFILE_SETTINGS: tuple[str, ...] = tuple(FACTS["profile_settings"])
@@ -135,6 +160,13 @@ def family_name(model: str, part: str) -> str:
     raise KeyError(f"runtime_facts.json names no family for the {part} of {model}")
 
 
+def official_precision(family: str | None) -> OfficialPrecision | None:
+    """The reduced precision the official implementation of ``family``'s model publishes (None: it publishes none)."""
+    model = MODEL_PARTS.get(family or "", (None, None))[0]
+    return OFFICIAL_PRECISIONS.get(model) if model else None
+
+
 __all__ = ["ARM64_HWCAP2_BITS", "ARM64_HWCAP_BITS", "BF16_FLAGS", "CPU_DEFAULT_ROWS", "CPU_RUNTIMES", "FACTS", "INT8_DOT_FLAGS", "MODEL_PARTS",
+           "OFFICIAL_PRECISIONS", "OfficialPrecision", "official_precision",
            "OPENVINO_GELU_APART", "PROFILE_SETTINGS", "PROVEN_POLICIES", "REPORTED_FLAGS", "CpuDefault", "CpuRuntimeFacts", "family_name",
            "CpuFlags", "flag_condition"]

@@ -197,13 +197,15 @@ def _click_masks(predictor: Any, embeddings: list[np.ndarray], images: list[np.n
 
 def _judge(verdict: Verdict, runner: Any, sets: list[Any], want: list[dict[str, np.ndarray]],
            masks: Callable[[list[dict[str, np.ndarray]]], list[np.ndarray]] | None, want_masks: list[np.ndarray] | None,
-           options: TuneOptions) -> None:
-    """Fill ``verdict``: every output of ``runner`` on ``sets`` against ``want``, the masks its outputs give (``masks``)
-    against ``want_masks``, then its latency."""
+           options: TuneOptions, family: str | None = None) -> None:
+    """Fill ``verdict``: every output of ``runner`` on ``sets`` against ``want`` (the budget of its precision for
+    ``family``: :func:`~vitdeploy.parity.budget_for`), the masks its outputs give (``masks``) against ``want_masks``,
+    then its latency."""
     from vitdeploy.validation.latency import stats_from_samples
     from vitdeploy.validation.masks import STABLE_MIN, compare_masks, stability_score
-    from vitdeploy.parity import compare
+    from vitdeploy.parity import budget_for, compare
 
+    budget = budget_for(verdict.budget, family)
     failures, cosines, rel_l2, outputs, samples = [], [], [], [], []
     for input_set, reference in zip(sets, want):
         start = time.perf_counter()
@@ -211,7 +213,7 @@ def _judge(verdict: Verdict, runner: Any, sets: list[Any], want: list[dict[str, 
         samples.append((time.perf_counter() - start) * 1e3)
         outputs.append(got)
         for name, value in reference.items():
-            result = compare(value, got[name], verdict.budget, label=f"{input_set.label} {name}")
+            result = compare(value, got[name], budget, label=f"{input_set.label} {name}")
             cosines.append(result.cosine)
             rel_l2.append(result.rel_l2)
             failures += [f"{result.label}: {f}" for f in result.failures]
@@ -312,7 +314,7 @@ def tune(model: str | Path, options: TuneOptions = TuneOptions(), output: str | 
             runner = open_runner(model, threads=deployment.threads, runtime=deployment.runtime,
                                  precision=deployment.precision, **dict(deployment.settings))
             try:
-                _judge(verdict, runner, sets, want, masks, want_masks, options)
+                _judge(verdict, runner, sets, want, masks, want_masks, options, metadata.get("family"))
             finally:
                 runner.close()
         except VitdeployError as exc:

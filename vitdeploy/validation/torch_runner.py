@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -15,19 +16,23 @@ class TorchRunner(Runner):
     """Runs an ``nn.Module`` on CPU (or CUDA) with NumPy in and out; the module is not modified.
 
     An eager module takes whatever its ``forward`` takes: shapes are not known (empty in
-    :meth:`input_metadata`), inputs are float32 and outputs come back as float32.
+    :meth:`input_metadata`), inputs are float32 and outputs come back as float32. ``autocast`` (``bf16``, ``fp16``):
+    the module runs under ``torch.autocast(device, dtype)``, as an official implementation that publishes it runs
+    (SAM 3's notebooks: BF16 autocast for the whole notebook); the module itself is unchanged.
     """
 
     backend = "torch"
 
     def __init__(self, module: nn.Module, input_names: list[str], output_names: list[str],
-                 threads: int | None = None, device: str = "cpu", metadata: dict[str, Any] | None = None):
+                 threads: int | None = None, device: str = "cpu", metadata: dict[str, Any] | None = None,
+                 autocast: str | None = None):
         self.module = module.eval()
         self.input_names = list(input_names)
         self.output_names = list(output_names)
         self.device = torch.device(device)
         self.threads = threads
-        self.name = f"torch-eager-{device}"
+        self.autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}[autocast] if autocast else None
+        self.name = f"torch-eager-{device}" + (f"-{autocast}-autocast" if autocast else "")
         self.provider = ""
         self.version = str(torch.__version__)
         self.warnings: list[str] = []
@@ -43,7 +48,8 @@ class TorchRunner(Runner):
 
     def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         args = [torch.from_numpy(np.ascontiguousarray(feeds[n])).to(self.device) for n in self.input_names]
-        with torch.inference_mode():
+        mixed = torch.autocast(self.device.type, self.autocast) if self.autocast is not None else nullcontext()
+        with torch.inference_mode(), mixed:
             out = self.module(*args)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         if self.device.type == "cuda":

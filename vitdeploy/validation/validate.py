@@ -11,6 +11,7 @@ from vitdeploy.runtime.processing.input_sets import InputSet
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.validation.latency import LatencyStats, measure_latency
 from vitdeploy.parity import ParityResult, Tolerance, compare
+from vitdeploy.validation.official_practice import Beside, PracticeReport, judge
 
 
 @dataclass
@@ -21,6 +22,7 @@ class ValidationReport:
     latency: list[LatencyStats] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)
     inputs: list[dict[str, Any]] = field(default_factory=list)
+    practice: PracticeReport | None = None  # judged against the official's own reduced precision, measured beside it
 
     def __bool__(self) -> bool:
         return all(self.parity)
@@ -42,6 +44,7 @@ class ValidationReport:
             "latency_ratio_candidate_over_eager": self.latency_ratio,
             "environment": self.environment,
             "inputs": self.inputs,
+            "official_practice": self.practice.to_dict() if self.practice is not None else None,
         }
 
 
@@ -55,24 +58,46 @@ def validate_runner(
     latency_warmup: int = 1,
     threads: int | None = None,
     echo: Callable[[str], None] | None = None,
+    beside: Beside | None = None,
 ) -> ValidationReport:
-    """Run every input set through both runners, compare every output, then time both (same inputs)."""
+    """Run every input set through both runners, compare every output, then time both (same inputs).
+
+    ``beside``: the official model under its published autocast: it runs the same inputs too, the candidate is
+    judged against it instead (:mod:`vitdeploy.validation.official_practice`: per output, pooled over the inputs),
+    and it is timed third."""
     from vitdeploy.metadata import tool_versions
 
     parity = []
+    kept: tuple[list, list, list] = ([], [], [])
     for inputs in input_sets:
         ref_out = reference.run(inputs.feeds)
         cand_out = candidate.run(inputs.feeds)
+        named = {name: ref_out[name if name in ref_out else reference.output_names[i]]
+                 for i, name in enumerate(candidate.output_names)}
+        if beside is not None:
+            official = beside.runner.run(inputs.feeds)
+            kept[0].append(named)
+            kept[1].append({name: official[name if name in official else beside.runner.output_names[i]]
+                            for i, name in enumerate(candidate.output_names)})
+            kept[2].append(cand_out)
+            continue
         for name in candidate.output_names:
-            ref_name = name if name in ref_out else reference.output_names[candidate.output_names.index(name)]
-            result = compare(ref_out[ref_name], cand_out[name], tolerance, label=f"{inputs.label}/{name}")
+            result = compare(named[name], cand_out[name], tolerance, label=f"{inputs.label}/{name}")
             parity.append(result)
             if echo:
                 echo("  " + result.summary())
+    practice = None
+    if beside is not None and input_sets:
+        practice = judge(beside.family, beside.policy, beside.practice, list(candidate.output_names), *kept)
+        parity = [row.deployed for row in practice.rows]
+        if echo:
+            for row in practice.rows:
+                echo("  " + row.line())
+            echo("  " + practice.summary())
     latency = []
     if latency_runs > 0 and input_sets:
         feeds = input_sets[0].feeds
-        for runner in (reference, candidate):
+        for runner in (reference, candidate) + ((beside.runner,) if beside is not None else ()):
             if echo:
                 echo(f"  timing {runner.name}: {latency_warmup} warm-up + {latency_runs} runs")
             latency.append(measure_latency(lambda r=runner: r.run(feeds), runner.name, latency_runs, latency_warmup))
@@ -87,4 +112,5 @@ def validate_runner(
         latency=latency,
         environment=env,
         inputs=[{"label": s.label, "source": s.source, "shapes": {k: list(v.shape) for k, v in s.feeds.items()}} for s in input_sets],
+        practice=practice,
     )

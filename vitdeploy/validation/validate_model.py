@@ -24,7 +24,8 @@ class ValidateOptions:
     device: str = "cpu"  # ONNX Runtime's execution provider for .onnx files
     tf32: bool = False
     runtime: str = "onnxruntime"  # or openvino (CPU) for .onnx files, or auto (vitdeploy.runtime.deploy.auto)
-    inference_precision: str | None = None  # file (None), or bf16 (OpenVINO): judged by the bf16 budget
+    inference_precision: str | None = None  # file (None), or bf16 / fp16 (OpenVINO): judged by that budget, or against
+    # the official's own reduced precision where it publishes one (vitdeploy.validation.official_practice)
     fused_attention: bool | None = None  # None: the runner's default (the kernel where built and faster)
     folded_attention: bool = False
     threads: int | None = None
@@ -36,9 +37,11 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
     model rebuilt from its metadata. The report is falsy when a tolerance fails; nothing is raised for that."""
     from vitdeploy.errors import InputError
     from vitdeploy.families import family_of
-    from vitdeploy.runtime.deploy.loader import open_runner
-    from vitdeploy.validation.inputs import image_input_sets, saved_input_sets
     from vitdeploy.parity import TOLERANCES
+    from vitdeploy.runtime.deploy.loader import open_runner
+    from vitdeploy.runtime_facts import official_precision
+    from vitdeploy.validation.inputs import image_input_sets, saved_input_sets
+    from vitdeploy.validation.official_practice import Beside
     from vitdeploy.validation.validate import validate_runner
 
     # .onnx -> ONNX Runtime on the device, .plan -> TensorRT
@@ -71,7 +74,17 @@ def validate_model(model: str | Path, options: ValidateOptions = ValidateOptions
     from vitdeploy.validation.torch_runner import TorchRunner
 
     reference = TorchRunner(eager, candidate.input_names, candidate.output_names, threads=options.threads, metadata=meta)
-    echo(f"parity of {Path(model).name} ({precision}) vs eager official, tolerance '{tol.name}' "
-         f"(cosine >= {tol.cosine_min}, rel L2 <= {tol.rel_l2_max}, max-abs/scale <= {tol.max_abs_rel}):")
+    practice = official_precision(family.name)
+    beside = None
+    if (practice is not None and options.tolerance == "auto" and precision.reduced
+            and precision.value in practice.rounding and policy not in (None, "file")):
+        beside = Beside(TorchRunner(eager, candidate.input_names, candidate.output_names, threads=options.threads,
+                                    metadata=meta, autocast=practice.precision), practice, precision.value, family.name)
+        echo(f"parity of {Path(model).name} ({precision}) vs eager official, judged against the official's own "
+             f"{practice.precision} ({practice.autocast}, measured beside it on the same inputs): each output, pooled "
+             f"over the inputs, within {practice.margin:g}x the official autocast's distance from its FP32:")
+    else:
+        echo(f"parity of {Path(model).name} ({precision}) vs eager official, tolerance '{tol.name}' "
+             f"(cosine >= {tol.cosine_min}, rel L2 <= {tol.rel_l2_max}, max-abs/scale <= {tol.max_abs_rel}):")
     return validate_runner(reference, candidate, input_sets, tol, latency_runs=options.runs,
-                           latency_warmup=options.warmup, threads=options.threads, echo=echo)
+                           latency_warmup=options.warmup, threads=options.threads, echo=echo, beside=beside)

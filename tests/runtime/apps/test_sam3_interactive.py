@@ -154,6 +154,47 @@ def test_predict_inst_is_the_officials_for_clicks_boxes_and_batches_of_boxes(fil
         assert_same(official.model.predict_inst(official_state, **follow), processor.model.predict_inst(state, **follow))
 
 
+@pytest.mark.parametrize("policy", ["bf16", "fp16"])
+def test_reduced_click_masks_are_no_further_from_fp32_than_the_officials_own_bf16(files, official, policy: str) -> None:
+    """The click masks at a reduced policy, judged against the official's published practice: the vision encoder
+    and the interactive decoder on OpenVINO at ``policy`` where each family is proven for it, every prompt of the
+    official example on both images; the scores and low-resolution logits (pooled relative L2) and the masks (mean
+    IoU deficit) against the official in FP32 within the margin (twice) of the official BF16 autocast's own."""
+    from vitdeploy.runtime.apps.sam3.processor import Sam3ImageModel, Sam3Processor
+    from vitdeploy.runtime_facts import official_precision
+    from tests.sam3_fixtures import at_proven_policy, openvino_runs, pooled_rel_l2
+
+    if not openvino_runs(files[0], policy):
+        pytest.skip(f"OpenVINO does not run {policy} on this CPU (it reads back another inference precision)")
+    margin = official_precision("sam3_interactive_decoder").margin
+    vision, interactive = at_proven_policy((files[0], files[3]), policy)
+    processor = Sam3Processor(Sam3ImageModel(vision, interactive=interactive))
+    runs: dict[str, list] = {"fp32": [], "official": [], "deployed": []}
+    with torch.inference_mode(), scipy_connected_components():
+        for name in IMAGES:
+            picture = image(name)
+            state = processor.set_image(picture)
+            official_state = official.set_image(as_tensor(picture))
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                autocast_state = official.set_image(as_tensor(picture))
+            for kwargs in prompts(picture).values():
+                if kwargs.get("return_logits"):
+                    continue
+                runs["fp32"].append(official.model.predict_inst(official_state, **kwargs))
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    runs["official"].append(official.model.predict_inst(autocast_state, **kwargs))
+                runs["deployed"].append(processor.model.predict_inst(state, **kwargs))
+    for index, what in ((1, "scores"), (2, "low-resolution logits")):
+        own, ours_ = (pooled_rel_l2([r[index] for r in runs["fp32"]], [np.asarray(r[index], np.float32) for r in runs[k]])
+                      for k in ("official", "deployed"))
+        assert own > 1e-4 and ours_ <= margin * own, (what, own, ours_)
+    deficit = {k: 1 - np.mean([iou(w, g) for want, got in zip(runs["fp32"], runs[k])
+                               for w, g in zip(want[0].reshape(-1, *want[0].shape[-2:]),
+                                               np.asarray(got[0]).reshape(-1, *want[0].shape[-2:]))])
+               for k in ("official", "deployed")}
+    assert deficit["deployed"] <= margin * deficit["official"], deficit
+
+
 def test_predict_inst_batch_is_the_officials(files, official) -> None:
     """``set_image_batch`` of two images, then one prompt set per image (a click; a box)."""
     from PIL import Image

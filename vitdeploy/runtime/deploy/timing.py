@@ -19,6 +19,7 @@ import numpy as np
 
 from vitdeploy.cpu_features import available_cores, physical_cores
 from vitdeploy.errors import InputError, VitdeployError
+from vitdeploy.parity import Tolerance, budget_for
 from vitdeploy.precisions import Precision
 from vitdeploy.runtime.backends.registry import DEFAULT_RUNTIME, RUNTIMES
 from vitdeploy.runtime.deploy.deployment import Deployment
@@ -114,7 +115,7 @@ class Decision:
         return f"probed on this CPU in {self.seconds:.1f} s on {self.part}: {times}"
 
 
-def _compare(reference: dict[str, np.ndarray], got: dict[str, np.ndarray], budget: str) -> tuple[float, str]:
+def _compare(reference: dict[str, np.ndarray], got: dict[str, np.ndarray], budget: Tolerance) -> tuple[float, str]:
     from vitdeploy.parity import compare
 
     cosines, failures = [], []
@@ -122,7 +123,7 @@ def _compare(reference: dict[str, np.ndarray], got: dict[str, np.ndarray], budge
         result = compare(value, got[name], budget, label=name)
         cosines.append(result.cosine)
         failures += result.failures
-    return min(cosines), (f"over its '{budget}' budget against the file's math ({failures[0]})" if failures else "")
+    return min(cosines), (f"over its '{budget.name}' budget against the file's math ({failures[0]})" if failures else "")
 
 
 def _is_reference(deployment: Deployment) -> bool:
@@ -151,7 +152,7 @@ def measure(model: Path, metadata: dict[str, Any], candidates: tuple[Deployment,
     written into ``workdir`` (default: a temporary folder of its own)."""
     from vitdeploy.runtime.backends.base import RunnerOptions
 
-    file_budget = Precision.of(metadata).value
+    file_budget, family = Precision.of(metadata).value, metadata.get("family")
     timings = [Timing(d) for d in candidates]
     reference: dict[str, np.ndarray] | None = None
     best_warmup = float("inf")
@@ -181,7 +182,7 @@ def measure(model: Path, metadata: dict[str, Any], candidates: tuple[Deployment,
             if _is_reference(deployment) and reference is None:
                 reference = outputs
             if reference is not None:
-                budget = file_budget if deployment.precision == "file" else deployment.precision
+                budget = budget_for(file_budget if deployment.precision == "file" else deployment.precision, family)
                 timing.cosine, timing.reason = _compare(reference, outputs, budget)  # over it: no speed makes up for it
         except Exception as exc:  # noqa: BLE001 - a runtime's own failure on one candidate rules out that candidate
             failed(timing, exc)
