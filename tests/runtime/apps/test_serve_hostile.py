@@ -144,7 +144,9 @@ def test_the_upload_pool_and_the_body_budget_refuse_before_reading(served, monke
 
 def test_connections_trickling_heads_make_room_for_new_clients(served, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past MAX_CONNECTIONS open connections the one waiting longest for its request head is closed, so a new client
-    is served (520 connections trickling heads made every other request Uvicorn's plain-text 503 for 24 s)."""
+    is served (520 connections trickling heads made every other request Uvicorn's plain-text 503 for 24 s), and the
+    ones closed are the oldest (ordered by uvloop's millisecond clock, the 40 accepted in one tick tied and the ones
+    closed were arbitrary: it failed in CI and once in 2 runs here)."""
     _, server, client = served
     monkeypatch.setattr(one_process, "MAX_CONNECTIONS", 30)
     conns = []
@@ -157,10 +159,30 @@ def test_connections_trickling_heads_make_room_for_new_clients(served, monkeypat
         for _ in range(5):
             (status, _, _), took = _timed(client, "GET", "/healthz")
             assert status == 200 and took < ANSWERED_WITHIN_S, (status, took)
-        assert conns[0].recv(100) == b""  # the oldest was closed to make room
+        closed = _closed_by_server(conns, within_s=15.0)
+        assert 0 in closed and len(closed) >= len(conns) - 30, closed  # the oldest ones were closed to make room
     finally:
         for conn in conns:
             conn.close()
+
+
+def _closed_by_server(conns: list[socket.socket], within_s: float) -> list[int]:
+    """The indices of ``conns`` the server closed (EOF or reset) within ``within_s``: waits until the first one is
+    closed or the time is up (a loaded machine can take the server's loop a while to accept 40 connections)."""
+    import select
+
+    closed: set[int] = set()
+    deadline = time.monotonic() + within_s
+    while 0 not in closed and time.monotonic() < deadline:
+        readable, _, _ = select.select([c for i, c in enumerate(conns) if i not in closed], [], [], 0.2)
+        for conn in readable:
+            try:
+                data = conn.recv(100)
+            except OSError:
+                data = b""
+            if not data:
+                closed.add(conns.index(conn))
+    return sorted(closed)
 
 
 def _png_header(width: int, height: int) -> bytes:

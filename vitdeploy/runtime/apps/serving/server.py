@@ -18,6 +18,7 @@ holds a socket, not a thread. Around that:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import socket
 import threading
@@ -42,10 +43,14 @@ def _protocol_class() -> type:
     """Uvicorn's h11 protocol with a deadline for the request head (Uvicorn has a keep-alive timeout only)."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
+    tickets = itertools.count()
+
     class HeadDeadline(H11Protocol):
         _head_timer: Any = None
-        #: When this connection began waiting for a request head (None: a request is being answered).
-        waiting_since: float | None = None
+        #: Which place this connection holds among those waiting for a request head, in the order they began waiting
+        #: (None: a request is being answered). A count, not the loop's clock: uvloop's ``loop.time()`` is in whole
+        #: milliseconds, so the connections accepted in one tick tied and the one closed was arbitrary.
+        waiting_ticket: int | None = None
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -57,10 +62,10 @@ def _protocol_class() -> type:
             """Past MAX_CONNECTIONS open connections, the one waiting longest for a request head is closed (a slow or
             idle client), so a new client is served; where every other one is answering a request, this one is told
             503 in JSON and closed."""
-            waiting = [c for c in self.connections if c is not self and getattr(c, "waiting_since", None) is not None
+            waiting = [c for c in self.connections if c is not self and getattr(c, "waiting_ticket", None) is not None
                        and not c.transport.is_closing()]
             if waiting:
-                min(waiting, key=lambda c: c.waiting_since).transport.close()
+                min(waiting, key=lambda c: c.waiting_ticket).transport.close()
                 return
             body = b'{"error": "busy: too many connections are being answered; retry in 1 s"}\n'
             self.transport.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
@@ -85,10 +90,10 @@ def _protocol_class() -> type:
         def _arm(self) -> None:
             self._disarm()
             self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._late)
-            self.waiting_since = self.loop.time()
+            self.waiting_ticket = next(tickets)
 
         def _disarm(self) -> None:
-            self.waiting_since = None
+            self.waiting_ticket = None
             if self._head_timer is not None:
                 self._head_timer.cancel()
                 self._head_timer = None
