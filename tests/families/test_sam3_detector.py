@@ -186,3 +186,24 @@ def test_fp16_of_the_detector_holds_on_inputs_recorded_from_the_bundled_images(t
                        str(folder / "detector.fp16.onnx"))
     assert code == 0, output
     assert_calibrated_within(output, "fp16", 0.9999)
+
+
+def test_a_full_size_detector_is_probed_on_its_first_fusion_and_decoder_layers(exported: Path, tmp_path: Path) -> None:
+    """The full-size detector (137 MB) is probed on the first fusion-encoder layer and the first decoder layer, cut
+    from the real graph by the exporter's scopes (here the tiny file, as if it were large): fed what the whole graph
+    computes at the layers' inputs, the part gives what the whole graph computes at their outputs."""
+    import onnxruntime as ort
+
+    from tests.runtime.deploy.test_probe import _with_intermediates
+    from vitdeploy.metadata import read_onnx_metadata
+    from vitdeploy.runtime.deploy.graph_part import probe_part
+
+    part = probe_part(exported, read_onnx_metadata(exported), tmp_path, whole_below=0)
+    assert part.what.startswith("fusion_layers.0, decoder_layers.0 of "), part.what
+    outputs = [o.name for o in onnx.load(str(part.path)).graph.output]
+    whole = ort.InferenceSession(str(_with_intermediates(exported, list(part.feeds) + outputs, tmp_path / "full.onnx")),
+                                 providers=["CPUExecutionProvider"])
+    got = dict(zip([o.name for o in whole.get_outputs()], whole.run(None, feeds(boxes=8, seed=3))))
+    cut = ort.InferenceSession(str(part.path), providers=["CPUExecutionProvider"])
+    for name, value in zip(outputs, cut.run(outputs, {name: got[name] for name in part.feeds})):
+        np.testing.assert_allclose(value, got[name], rtol=0, atol=1e-5 * float(np.abs(got[name]).max()), err_msg=name)
