@@ -199,7 +199,7 @@ def test_a_full_size_detector_is_probed_on_its_first_fusion_and_decoder_layers(e
     from vitdeploy.runtime.deploy.graph_part import probe_part
 
     part = probe_part(exported, read_onnx_metadata(exported), tmp_path, whole_below=0)
-    assert part.what.startswith("fusion_layers.0, decoder_layers.0 of "), part.what
+    assert part.what == "fusion_layers.0, decoder_layers.0 of 4 blocks, at the file's shapes", part.what  # 2 + 2
     outputs = [o.name for o in onnx.load(str(part.path)).graph.output]
     whole = ort.InferenceSession(str(_with_intermediates(exported, list(part.feeds) + outputs, tmp_path / "full.onnx")),
                                  providers=["CPUExecutionProvider"])

@@ -95,9 +95,12 @@ def _slice(proto: Any, scopes: tuple[str, ...]) -> tuple[Any, list[Any], tuple[s
         for name in node.input:
             consumers.setdefault(name, []).append(index)
     scopes_of = _with_quantizer_scopes(graph, [_scopes(node) for node in graph.node], consumers)
-    prefix = scopes[0].rstrip("*").rsplit(".", 1)[0] + "."  # 'blocks.'
+    prefixes = {scope.rstrip("*").rsplit(".", 1)[0] + "." for scope in scopes}  # 'blocks.' (a detector: two stacks)
+    prefix = scopes[0].rstrip("*").rsplit(".", 1)[0] + "."
     numbered = sorted({s for found in scopes_of for s in found if s.startswith(prefix) and s[len(prefix):].isdigit()},
                       key=lambda s: int(s[len(prefix):]))
+    blocks_in_file = len({s for found in scopes_of for s in found for pre in prefixes
+                          if s.startswith(pre) and s[len(pre):].isdigit()})
     graph_outputs = {o.name for o in graph.output}
 
     def boundary(scope: str) -> tuple[set[int], list[str], list[str]]:
@@ -141,7 +144,7 @@ def _slice(proto: Any, scopes: tuple[str, ...]) -> tuple[Any, list[Any], tuple[s
     if not scopes or any(not d.HasField("dim_value") for v in values for d in v.type.tensor_type.shape.dim):
         return None
     onnx.helper.set_model_props(sliced, {p.key: p.value for p in proto.metadata_props})
-    return sliced, values, scopes, len(numbered)
+    return sliced, values, scopes, blocks_in_file
 
 
 #: Nodes 'calibrate -p int8' inserts (without the exporter's name scopes) in front of the node they quantize.
