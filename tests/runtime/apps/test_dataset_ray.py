@@ -99,6 +99,7 @@ def test_a_decision_for_the_second_file_reaches_the_workers_on_ray(tiny_sam_arti
 
     pytest.importorskip("openvino")
     from tests.runtime.deploy.test_deployment import _profile
+    from vitdeploy.runtime.apps.sam.files import PAIR
     from vitdeploy.runtime.apps.serving.ray_serve import RayServeOptions, plan_for_replicas
 
     def backends_of_a_job_worker(config: dict) -> dict:  # in a Ray worker process: the runners the job's actor
@@ -116,8 +117,6 @@ def test_a_decision_for_the_second_file_reaches_the_workers_on_ray(tiny_sam_arti
 
     encoder = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))
     decoder = Path(shutil.copy(tiny_sam_artifacts.decoder, tmp_path / "decoder.onnx"))
-    from vitdeploy.runtime.apps.sam.files import PAIR
-
     own = PAIR.plan({"encoder": encoder, "decoder": decoder}, OpenOptions()).files[0].deployment
     _profile(decoder, {"runtime": "openvino", "precision": "file", "threads": 1, "settings": {}})
     masks = job_config("masks", {"encoder": str(encoder), "decoder": str(decoder)}, OpenOptions(), MASK_OPTIONS,
@@ -133,10 +132,9 @@ def test_a_decision_for_the_second_file_reaches_the_workers_on_ray(tiny_sam_arti
 
     if importlib.util.find_spec("sam3") is not None:
         from tests.sam3_fixtures import sam3_tiny_files
-
-        vision, text, detector = sam3_tiny_files(tmp_path_factory)
         from vitdeploy.runtime.apps.sam3.files import CONCEPT
 
+        vision, text, detector = sam3_tiny_files(tmp_path_factory)
         detector = Path(shutil.copy(detector, tmp_path / "detector.onnx"))
         own = {f.role: (f.deployment.runtime, f.deployment.source) for f in CONCEPT.plan(
             {"vision": vision, "text": text, "detector": detector}, OpenOptions()).files}

@@ -95,12 +95,12 @@ def _slice(proto: Any, scopes: tuple[str, ...]) -> tuple[Any, list[Any], tuple[s
         for name in node.input:
             consumers.setdefault(name, []).append(index)
     scopes_of = _with_quantizer_scopes(graph, [_scopes(node) for node in graph.node], consumers)
-    prefixes = {scope.rstrip("*").rsplit(".", 1)[0] + "." for scope in scopes}  # 'blocks.' (a detector: two stacks)
-    prefix = scopes[0].rstrip("*").rsplit(".", 1)[0] + "."
-    numbered = sorted({s for found in scopes_of for s in found if s.startswith(prefix) and s[len(prefix):].isdigit()},
-                      key=lambda s: int(s[len(prefix):]))
-    blocks_in_file = len({s for found in scopes_of for s in found for pre in prefixes
-                          if s.startswith(pre) and s[len(pre):].isdigit()})
+    def blocks_of(scope: str) -> set[str]:  # 'blocks.3' -> every 'blocks.N' the file has
+        stack = scope.rstrip("*").rsplit(".", 1)[0] + "."
+        return {s for found in scopes_of for s in found if s.startswith(stack) and s[len(stack):].isdigit()}
+
+    numbered = sorted(blocks_of(scopes[0]), key=lambda s: int(s.rsplit(".", 1)[1]))
+    blocks_in_file = len(set().union(*map(blocks_of, scopes)))  # over every stack named (a detector has two)
     graph_outputs = {o.name for o in graph.output}
 
     def boundary(scope: str) -> tuple[set[int], list[str], list[str]]:

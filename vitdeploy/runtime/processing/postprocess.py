@@ -76,15 +76,18 @@ class MaskUpscaler:
         return cls(AxisTaps.from_matrix(rows), AxisTaps.from_matrix(cols), (int(height), int(width)))
 
     def __call__(self, low_res: np.ndarray) -> np.ndarray:
-        """(K, h, w) float -> (K, H, W) float32 logits.
+        """(K, h, w) float -> (K, H, W) float32 logits."""
+        return resize_by_taps(low_res, self.rows, self.cols)
 
-        Columns first, on the small array; then rows, gathering whole contiguous rows of the output
-        width (a gather along the last axis of the large array is several times slower).
-        """
-        low = np.ascontiguousarray(np.asarray(low_res, dtype=np.float32).transpose(0, 2, 1))  # K, w, h
-        wide = gather_rows(low, self.cols)  # K, W, h
-        wide = np.ascontiguousarray(wide.transpose(0, 2, 1))  # K, h, W
-        return gather_rows(wide, self.rows)  # K, H, W
+
+def resize_by_taps(x: np.ndarray, rows: AxisTaps, cols: AxisTaps,
+                   finish: Callable[[np.ndarray], Any] | None = None) -> np.ndarray:
+    """(K, h, w) -> (K, H, W) float32 by each axis's taps: columns first, on the small array; then rows, gathering
+    whole contiguous rows of the output width (a gather along the last axis of the large array is several times
+    slower); ``finish`` as :func:`gather_rows` takes it."""
+    low = np.ascontiguousarray(np.asarray(x, dtype=np.float32).transpose(0, 2, 1))  # K, w, h
+    wide = np.ascontiguousarray(gather_rows(low, cols).transpose(0, 2, 1))  # K, h, W
+    return gather_rows(wide, rows, finish)  # K, H, W
 
 
 def gather_rows(x: np.ndarray, taps: AxisTaps, finish: Callable[[np.ndarray], Any] | None = None,

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from vitdeploy.runtime.processing.postprocess import AxisTaps, bilinear_matrix, gather_rows
+from vitdeploy.runtime.processing.postprocess import AxisTaps, bilinear_matrix, resize_by_taps
 
 
 @lru_cache(maxsize=32)
@@ -154,21 +154,19 @@ def resize_bilinear(x: np.ndarray, size: tuple[int, int], antialias: bool,
     ``antialias`` as it takes it (the same array back when the size is already right); ``finish`` is applied in
     place to the result, block by block while each is in cache (a sigmoid).
 
-    Each axis is its banded matrix applied as taps (2 per output without antialiasing), columns first on the small
-    array, then whole rows (:func:`~vitdeploy.runtime.processing.postprocess.gather_rows`): 200 of SAM 3's 288x288
-    mask logits to a 1800x1200 photograph were 144 times the arithmetic as two dense matrix products."""
+    Each axis is its banded matrix applied as its taps (2 per output without antialiasing) by SAM's mask upscaler's
+    :func:`~vitdeploy.runtime.processing.postprocess.resize_by_taps`: as two dense matrix products, 200 of SAM 3's
+    288x288 mask logits to an 1800x1200 photograph were 144 times the arithmetic (1.80 s against 1.26 s)."""
     if x.shape[-2:] == tuple(size):
-        same = np.array(x, np.float32) if finish is not None else np.asarray(x, np.float32)
-        if finish is not None:
-            finish(same)
+        if finish is None:
+            return np.asarray(x, np.float32)
+        same = np.array(x, np.float32)
+        finish(same)
         return same
     height, width = int(size[0]), int(size[1])
-    lead = x.shape[:-2]
-    flat = np.asarray(x, np.float32).reshape(-1, *x.shape[-2:])  # K, h, w
     rows, cols = _axis_taps(x.shape[-2], height, antialias), _axis_taps(x.shape[-1], width, antialias)
-    wide = gather_rows(np.ascontiguousarray(flat.transpose(0, 2, 1)), cols)  # K, W, h
-    out = gather_rows(np.ascontiguousarray(wide.transpose(0, 2, 1)), rows, finish)  # K, H, W
-    return out.reshape(*lead, height, width)
+    out = resize_by_taps(np.asarray(x).reshape(-1, *x.shape[-2:]), rows, cols, finish)
+    return out.reshape(*x.shape[:-2], height, width)
 
 
 __all__ = ["Sam2Preprocessor", "Sam2Transforms", "antialias_bilinear_matrix", "replace_small_regions", "resize_bilinear"]

@@ -393,7 +393,8 @@ class Sam3Processor:
         boxes = np.stack([cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h], axis=-1)
         boxes = boxes * np.array([width, height, width, height], np.float32)
         logits = out["pred_masks"][0][keep][:, None]  # N, 1, 4g, 4g
-        probabilities = resize_bilinear(logits, (height, width), antialias=False, finish=_sigmoid_in_place)  # official
+        # the official's interpolate then sigmoid; the sigmoid on each block of the resize, in place
+        probabilities = resize_bilinear(logits, (height, width), antialias=False, finish=_sigmoid_in_place)
         state["masks_logits"] = probabilities
         state["masks"] = probabilities > 0.5
         state["boxes"] = boxes.astype(np.float32).reshape(-1, 4)
