@@ -171,7 +171,7 @@ int run(const Options& o) {
     if (o.json) {
         std::ostringstream js;
         std::string runtime = model->name();
-        int gelus_apart = 0;
+        int gelus_apart = 0, heads_in_5d = 0;
 #ifdef VITDEPLOY_WITH_ONNXRUNTIME
         if (model->name() == "onnxruntime-cpu") runtime = "onnxruntime " + OnnxRuntimeBackend::runtime_version();
 #endif
@@ -179,10 +179,12 @@ int run(const Options& o) {
         if (auto* ov = dynamic_cast<const OpenVinoBackend*>(model.get())) {
             runtime = "openvino " + OpenVinoBackend::runtime_version() + " " + ov->inference_precision();
             gelus_apart = ov->gelus_apart();
+            heads_in_5d = ov->heads_in_5d();
         }
 #endif
         js << "{\"model\": " << Json::string(o.model).dump() << ", \"backend\": " << Json::string(model->name()).dump()
            << ", \"runtime\": " << Json::string(runtime).dump() << ", \"gelus_apart\": " << gelus_apart
+           << ", \"heads_in_5d\": " << heads_in_5d
            << ", \"threads\": " << o.threads << ", \"load_s\": " << load_s << ", \"first_run_s\": " << first_s
            << ", \"samples_ms\": [";
         for (std::size_t i = 0; i < samples.size(); ++i) js << (i ? ", " : "") << samples[i];

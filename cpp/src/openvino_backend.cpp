@@ -2,6 +2,8 @@
 #include "vitdeploy/openvino_backend.hpp"
 
 #include <openvino/op/constant.hpp>
+#include <openvino/op/reshape.hpp>
+#include <openvino/op/transpose.hpp>
 #include <openvino/openvino.hpp>
 
 #include <filesystem>
@@ -95,6 +97,36 @@ int gelu_apart_from_gemms(ov::Model& model, bool rewrite) {
     return count;
 }
 
+// The form of vitdeploy.runtime.forms.openvino_heads.heads_in_5d: each Transpose(0, 2, 1, 3) of a rank-4 tensor
+// whose axes 1 and 2 may be equal (equal, or either not static) becomes Reshape(0, 0, 0, 0, 1) -> Transpose(0, 2, 1, 3,
+// 4) -> Reshape(0, 0, 0, 0): OpenVINO 2026.4.1's fused attention computed a wrong result from the 4-D one where the
+// tokens equal the heads (that module says what was measured). The same values move; returns how many were rewritten.
+int write_heads_in_5d(ov::Model& model) {
+    int changed = 0;
+    for (const auto& node : model.get_ordered_ops()) {
+        if (std::string(node->get_type_name()) != "Transpose") continue;
+        auto order = std::dynamic_pointer_cast<ov::op::v0::Constant>(node->input_value(1).get_node_shared_ptr());
+        if (!order || order->cast_vector<std::int64_t>() != std::vector<std::int64_t>{0, 2, 1, 3}) continue;
+        const ov::Output<ov::Node> source = node->input_value(0);
+        const ov::PartialShape shape = source.get_partial_shape();
+        if (shape.rank().is_dynamic() || shape.rank().get_length() != 4) continue;
+        if (shape[1].is_static() && shape[2].is_static() && shape[1].get_length() != shape[2].get_length()) continue;
+        auto i64 = [](std::vector<std::int64_t> values) {
+            return ov::op::v0::Constant::create(ov::element::i64, ov::Shape{values.size()}, values);
+        };
+        auto five = std::make_shared<ov::op::v1::Reshape>(source, i64({0, 0, 0, 0, 1}), true);
+        auto moved = std::make_shared<ov::op::v1::Transpose>(five, i64({0, 2, 1, 3, 4}));
+        auto four = std::make_shared<ov::op::v1::Reshape>(moved, i64({0, 0, 0, 0}), true);
+        const auto names = node->output(0).get_names();
+        for (auto target : node->output(0).get_target_inputs()) target.replace_source_output(four->output(0));
+        node->output(0).set_names({});
+        four->output(0).add_names(names);  // a model output keeps its name
+        ++changed;
+    }
+    if (changed) model.validate_nodes_and_infer_types();
+    return changed;
+}
+
 TensorInfo describe(const ov::Output<const ov::Node>& port, std::string name) {
     TensorInfo info;
     info.name = std::move(name);
@@ -160,6 +192,7 @@ OpenVinoBackend::OpenVinoBackend(const std::string& path, const BackendOptions& 
         const bool apart = options.gelu_apart < 0 ? keep_gelu_apart(file_metadata.get_string_or("precision", "fp32"))
                                                   : options.gelu_apart == 1;
         gelus_apart_ = gelu_apart_from_gemms(*model, apart);
+        heads_in_5d_ = write_heads_in_5d(*model);
         impl_->compiled = impl_->core.compile_model(model, "CPU", config);
         impl_->request = impl_->compiled.create_infer_request();
     } catch (const std::exception& e) {

@@ -629,6 +629,33 @@ def test_model_bench_on_openvino_gives_the_python_openvino_runners_numbers(cpp_b
     assert wrong.returncode == 1 and "unknown runtime 'tensorflow'" in wrong.stderr and len(wrong.stderr.splitlines()) == 1
 
 
+def test_model_bench_on_openvino_writes_square_heads_transposes_in_5d_as_python_does(cpp_build: Path,  # noqa: F811
+                                                                                    tmp_path_factory, tmp_path: Path):
+    """SAM 2's tiny image encoder holds two heads transposes whose tokens equal their heads, which OpenVINO's fused
+    attention misreads (vitdeploy/runtime/forms/openvino_heads.py): the C++ backend rewrites the same ones and its
+    image embedding is the Python runner's, in BF16 where this CPU has it (without the form, 0.17 apart there)."""
+    from tests.family_exports import family_export
+    from vitdeploy.runtime.backends.openvino_runner import OpenVinoRunner
+
+    _require_openvino_backend(cpp_build)
+    model, _ = family_export(tmp_path_factory, "sam2_image_encoder")
+    runner = OpenVinoRunner(model, threads=1, inference_precision="bf16")
+    precision = runner.inference_precision  # bf16, or f32 where this CPU has no BF16 kernels
+    feed = np.random.default_rng(6).standard_normal(tuple(runner.input_shapes()[runner.input_names[0]]))
+    np.save(tmp_path / "in.npy", feed.astype(np.float32))
+    done = subprocess.run([str(cpp_build / "model_bench"), "--model", str(model), "--input", str(tmp_path / "in.npy"),
+                           "--output", str(tmp_path / "out.npy"), "--runtime", "openvino", "--inference-precision",
+                           precision, "--threads", "1", "--runs", "1", "--json"],
+                          capture_output=True, text=True, timeout=120, env=_env_without_ort_ops())
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["heads_in_5d"] == runner.heads_in_5d == 2, (report, runner.provider)
+    want = runner.run({runner.input_names[0]: feed.astype(np.float32)})["image_embed"]
+    got = np.load(tmp_path / "out.npy")  # the first output: the image embedding
+    assert got.shape == want.shape
+    assert float(np.linalg.norm(got - want) / np.linalg.norm(want)) <= 1e-3
+
+
 def test_model_bench_times_each_cpu_form_with_the_python_numbers(cpp_build: Path, encoder_cpu_forms,  # noqa: F811
                                                                    tmp_path: Path):
     """``model_bench`` (the benchmark's C++ rows): the first run's output is the Python runner's on the same graph."""

@@ -34,6 +34,9 @@ public:
     /// vitdeploy/runtime/forms/openvino_gelu.py, applied where keep_gelu_apart says it pays), or as the file holds
     /// them ('vitdeploy optimize --runtime openvino').
     int gelus_apart() const { return gelus_apart_; }
+    /// How many heads transposes whose token and head axes may be equal were written in 5-D (the load-time form of
+    /// vitdeploy/runtime/forms/openvino_heads.py: OpenVINO's fused attention misread the 4-D ones).
+    int heads_in_5d() const { return heads_in_5d_; }
     /// "2026.4.1-...": the OpenVINO library loaded at run time.
     static std::string runtime_version();
     /// Where OpenVINO keeps models compiled at ``inference_precision`` (f32, bf16, f16; its model cache, ``CACHE_DIR``):
@@ -50,6 +53,7 @@ private:
     std::unique_ptr<Impl> impl_;
     std::string inference_precision_;
     int gelus_apart_ = 0;
+    int heads_in_5d_ = 0;
 };
 #endif
 

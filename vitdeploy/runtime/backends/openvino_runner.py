@@ -42,6 +42,8 @@ from vitdeploy.fileio import raise_if_weights_missing, require_onnx_file
 from vitdeploy.runtime.forms.cpu_form import read_cpu_form
 from vitdeploy.runtime.forms.openvino_gelu import DESCRIPTION as GELU_APART
 from vitdeploy.runtime.forms.openvino_gelu import gelu_apart_from_gemms, keep_gelu_apart, read_openvino_form
+from vitdeploy.runtime.forms.openvino_heads import DESCRIPTION as HEADS_IN_5D
+from vitdeploy.runtime.forms.openvino_heads import heads_in_5d
 from vitdeploy.metadata import read_onnx_metadata
 from vitdeploy.precisions import Precision
 from vitdeploy.runtime.backends.base import Runner, RunnerOptions, TensorMeta
@@ -194,6 +196,8 @@ class OpenVinoRunner(Runner):
             #: How many GELUs run apart from the GEMM before them (:mod:`vitdeploy.runtime.forms.openvino_gelu`):
             #: kept apart here, or as the file holds them.
             self.gelus_apart = gelu_apart_from_gemms(model, rewrite=bool(gelu_apart))
+            #: How many heads transposes were written in 5-D (:mod:`vitdeploy.runtime.forms.openvino_heads`).
+            self.heads_in_5d = heads_in_5d(model)
             self.compiled = core.compile_model(model, "CPU", config)
         except Exception as exc:  # OpenVINO raises RuntimeError (and its own types) for every unusable file
             raise_if_weights_missing(path, exc)
@@ -225,6 +229,8 @@ class OpenVinoRunner(Runner):
         if self.gelus_apart:
             self.provider += f", {self.gelus_apart} {GELU_APART}" + (" as the file holds them"
                                                                       if self.openvino_form is not None else "")
+        if self.heads_in_5d:
+            self.provider += f", {self.heads_in_5d} {HEADS_IN_5D}"
         if self.inference_precision != inference_precision:
             units = next((" or ".join(u.upper().replace("_", "-") for u in facts["units"])
                           for facts in PROVEN_POLICIES.values() if facts["openvino_precision"] == inference_precision), "")
