@@ -14,7 +14,10 @@ once per variant, each in a fresh process:
   with FP16 arithmetic), the others as in ``fp32``; or, with ``--policy int8``, their INT8 files on OpenVINO as
   written (``vitdeploy calibrate -p int8`` on a calibration clip unlike the measured one, made once by
   :func:`prepare_int8`; ``--policy int8-bank-scores``: the memory attention's query-key products over the bank
-  alone in INT8).
+  alone in INT8);
+* ``official`` and ``official-bf16`` (in that order): the official ``SAM2VideoPredictor`` in FP32, and under the BF16
+  autocast its notebooks enter for the whole run; ``official-bf16`` is held against ``official``: the official's own
+  clip distance, beside which the deployed variants' distance from ``fp32`` is read (issue 75's reference precision).
 
 The budget is ``CLIP_MASKS`` and ``CLIP_SCORE_ATOL`` (``vitdeploy/validation/masks.py``).
 
@@ -25,6 +28,8 @@ on the worst frame, the largest change of a mask logit and how firm ``fp32``'s m
 Usage (files and clip made once into --out, shared with bench_sam2_video.py):
     PYTHONPATH=. .venv/bin/python benchmarks/bf16_video_agreement.py --sizes tiny --frames 30 --threads 2
     PYTHONPATH=. .venv/bin/python benchmarks/bf16_video_agreement.py --sizes tiny --policy fp16   # AVX512-FP16 / Arm FP16
+    PYTHONPATH=. .venv/bin/python benchmarks/bf16_video_agreement.py --sizes tiny \
+        --variants official official-bf16 image_encoder      # the official's own BF16 beside the deployed one
     PYTHONPATH=. .venv/bin/python benchmarks/bf16_video_agreement.py --sizes tiny --policy int8 \
         --variants memory_attention image_encoder image_encoder+memory_attention
     PYTHONPATH=. .venv/bin/python benchmarks/bf16_video_agreement.py --sizes tiny --policy int8-bank-scores \
@@ -47,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.bench_sam2 import SIZES, peak_rss_mb
-from benchmarks.bench_sam2_video import CLICK, ROLES, official_checkpoint, prepare
+from benchmarks.bench_sam2_video import CLICK, ROLES, official_checkpoint, prepare, seeded_checkpoint
 from benchmarks.options import parsed, timing_options
 from vitdeploy.validation.masks import CLIP_MASKS, CLIP_SCORE_ATOL, compare_masks, stability_score
 
@@ -60,12 +65,60 @@ DEFAULT_VARIANTS = ("memory_attention", "memory_attention+memory_encoder", "imag
 INT8_POLICIES = ("int8", "int8-bank-scores")
 
 
+#: The official predictor's own variants: in FP32, and under the BF16 autocast its notebooks enter for the whole run
+#: (on the CPU here); ``official-bf16`` is judged against ``official``, the official's own distance from its FP32,
+#: beside which a deployed reduced precision is judged (``official_precisions`` in vitdeploy/data/runtime_facts.json).
+OFFICIAL = ("official", "official-bf16")
+
+
+def run_official(variant: str, recipe: str, out: Path, frames: int, threads: int) -> dict:
+    """In a fresh process: the official ``SAM2VideoPredictor`` on the same checkpoint, clip and click, in FP32 or
+    under ``torch.autocast("cpu", dtype=torch.bfloat16)``; saves masks, scores and logits as :func:`run_variant`."""
+    import contextlib
+
+    import torch
+
+    from tests.sam2_video_fixtures import official_video_predictor
+    from vitdeploy.models.recipes import load_recipe
+    from vitdeploy.models.sam2 import Sam2Arch
+
+    torch.set_num_threads(threads)
+    start = time.perf_counter()
+    arch = Sam2Arch.from_dict(load_recipe(recipe).architecture)
+    predictor = official_video_predictor(seeded_checkpoint(recipe, out), arch=arch)
+    predictor.fill_hole_area = 0
+    load_s = time.perf_counter() - start
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if variant == "official-bf16" else contextlib.nullcontext()
+    logits_per_frame, times = [], []
+    with torch.inference_mode(), autocast:
+        state = predictor.init_state(str(out / f"clip_{frames}"))
+        predictor.add_new_points_or_box(state, frame_idx=0, obj_id=1, points=np.array(CLICK, np.float32),
+                                        labels=np.array([1], np.int32))
+        t0 = time.perf_counter()
+        for _, _, logits in predictor.propagate_in_video(state):
+            now = time.perf_counter()
+            times.append(now - t0)
+            t0 = now
+            logits_per_frame.append(logits.float().numpy()[0, 0])
+    outputs = state["output_dict_per_obj"][0]
+    scores = [float((outputs["cond_frame_outputs"].get(i) or outputs["non_cond_frame_outputs"][i])
+                    ["object_score_logits"].float().reshape(-1)[0]) for i in range(len(logits_per_frame))]
+    clip_logits = np.stack(logits_per_frame)
+    np.savez(out / agreement_file(recipe, variant, "bf16"), masks=clip_logits > 0, scores=np.array(scores),
+             logits=clip_logits)
+    return {"variant": variant, "policy": "official " + ("bf16 autocast" if variant == "official-bf16" else "fp32"),
+            "load_s": round(load_s, 1), "times_ms": [round(1e3 * t, 1) for t in times], "peak_rss_mb": peak_rss_mb(),
+            "chosen": {g: "official eager (PyTorch)" for g in GRAPHS}}
+
+
 def run_variant(variant: str, recipe: str, out: Path, frames: int, threads: int, policy: str = "bf16") -> dict:
     """In a fresh process: open the four graphs (``variant``'s on OpenVINO at ``policy``), click, propagate; save
-    masks and scores, return the times."""
+    masks and scores, return the times (the :data:`OFFICIAL` variants: :func:`run_official`)."""
     from vitdeploy.runtime.apps.sam2.video_predictor import Sam2VideoPredictor
     from vitdeploy.runtime.deploy.loader import OpenOptions, open_runner
 
+    if variant in OFFICIAL:
+        return run_official(variant, recipe, out, frames, threads)
     reduced = set() if variant == "fp32" else set(variant.split("+"))
     start = time.perf_counter()
     runners = []
@@ -196,7 +249,7 @@ def prepare_int8(recipe: str, out: Path, graphs: set[str], threads: int, policy:
 
 def agreement_file(recipe: str, variant: str, policy: str) -> str:
     """Where a variant's masks and scores are kept: the ``fp32`` reference is one for every policy."""
-    return f"agreement_{recipe}_{variant}.npz" if variant == "fp32" or policy == "bf16" else \
+    return f"agreement_{recipe}_{variant}.npz" if variant in ("fp32", *OFFICIAL) or policy == "bf16" else \
         f"agreement_{recipe}_{variant}_{policy}.npz"
 
 
@@ -214,6 +267,29 @@ def against_fp32(reference: dict, other: dict) -> dict:
         moved = float(np.abs(other["logits"][worst] - reference["logits"][worst]).max())
         row.update({"worst_frame_max_logit_diff": round(moved, 5), **firmness(reference["logits"][worst], moved)})
     return row
+
+
+def policy_is_bf16(policy: str) -> bool:
+    """Whether the official's own autocast (BF16) is the practice a variant at ``policy`` is read beside."""
+    return policy == "bf16"
+
+
+def against_official(out: Path, recipe: str, variant: str, policy: str) -> dict | None:
+    """The variant's clip against the official's own BF16 autocast (vitdeploy.validation.official_practice.judge_clip:
+    each distance from the FP32 clip within the margin of the official's, or within the clip budget), from the kept
+    results of ``fp32``, ``official``, ``official-bf16`` and the variant; None until the official's two are kept."""
+    from vitdeploy.runtime_facts import official_precision
+    from vitdeploy.validation.official_practice import ClipRun, judge_clip
+
+    paths = [out / agreement_file(recipe, v, policy) for v in ("official", "official-bf16", "fp32", variant)]
+    if not all(p.is_file() for p in paths):
+        return None
+    runs = []
+    for path in paths:
+        data = np.load(path)
+        runs.append(ClipRun({t: m[None] for t, m in enumerate(data["masks"])}, dict(enumerate(data["scores"]))))
+    practice = judge_clip(*runs, margin=official_precision("sam2_image_encoder").margin)
+    return {"against_official_bf16": practice.summary(), "holds_against_official": bool(practice)}
 
 
 def firmness(logits: np.ndarray, moved: float) -> dict:
@@ -243,7 +319,9 @@ def main() -> None:
         print(json.dumps(run_variant(*args.child, args.out, args.frames, args.threads, args.policy)))
         return
     checkpoint = official_checkpoint(parser, args)
-    unknown = {g for v in args.variants for g in v.split("+")} - set(GRAPHS)
+    if "official-bf16" in args.variants and "official" not in args.variants[:args.variants.index("official-bf16")]:
+        parser.error("official-bf16 is judged against official: give --variants official official-bf16 ...")
+    unknown = {g for v in args.variants if v not in OFFICIAL for g in v.split("+")} - set(GRAPHS)
     if unknown:
         parser.error(f"unknown graph(s) {sorted(unknown)}: use {', '.join(GRAPHS)}")
     from vitdeploy.cpu_features import cpu_features
@@ -255,7 +333,8 @@ def main() -> None:
         recipe = SIZES[size]
         prepare(recipe, args.out, args.frames, checkpoint)
         if args.policy in INT8_POLICIES:
-            prepare_int8(recipe, args.out, {g for v in args.variants for g in v.split("+")}, args.threads, args.policy)
+            prepare_int8(recipe, args.out, {g for v in args.variants if v not in OFFICIAL for g in v.split("+")},
+                         args.threads, args.policy)
         rows = []
         for variant in ("fp32", *args.variants):
             done = subprocess.run([sys.executable, __file__, "--child", variant, recipe, "--out", str(args.out),
@@ -269,9 +348,12 @@ def main() -> None:
             row["median_ms_per_frame"] = round(statistics.median(tracked), 1)
             data = np.load(args.out / agreement_file(recipe, variant, args.policy))
             row["fg_fraction"] = round(float(data["masks"].mean()), 4)
-            if variant != "fp32":
-                reference = np.load(args.out / agreement_file(recipe, "fp32", args.policy))
-                row.update(against_fp32(reference, data))
+            if variant != "fp32":  # the official BF16 against the official FP32: its own distance
+                against = "official" if variant == "official-bf16" else "fp32"
+                reference = np.load(args.out / agreement_file(recipe, against, args.policy))
+                row.update({"against": against, **against_fp32(reference, data)})
+                if variant not in OFFICIAL and policy_is_bf16(args.policy):
+                    row.update(against_official(args.out, recipe, variant, args.policy) or {})
             rows.append(row)
             print(json.dumps({"size": size, **{k: v for k, v in row.items() if k != "times_ms"}}), flush=True)
         report["sizes"][size] = rows

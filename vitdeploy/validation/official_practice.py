@@ -12,6 +12,11 @@ The verdict is per output: an output the deployed file computes a bit further fr
 autocast does (more than one bit: the margin) fails, whatever the others do. :meth:`PracticeReport.measured` is the
 official's own worst distance, what the data file records per family for the judges that run no official beside
 them (the first-use probe, ``tune``: :func:`vitdeploy.parity.budget_for`).
+
+Through a video pipeline the same reading holds for what the user receives (:func:`judge_clip`): a clip tracked with
+some graphs reduced, against the same clip tracked by the official predictor under its autocast, each measured from
+its own FP32 run (SAM 2: benchmarks/bf16_video_agreement.py at full size, tests/runtime/apps/test_sam2_video_predictor.py
+on the tiny model).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import numpy as np
 from vitdeploy.parity import TOLERANCES, ParityResult, Tolerance, anchored, compare
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime_facts import OfficialPrecision
+from vitdeploy.validation.masks import CLIP_MASKS, CLIP_SCORE_ATOL, compare_masks
 
 #: The official autocast's own distance is measured, not judged.
 MEASURED = Tolerance("measured", cosine_min=-1.0, rel_l2_max=math.inf, max_abs_rel=math.inf, nonfinite_max=2 ** 62)
@@ -114,4 +120,72 @@ def judge(family: str, policy: str, practice: OfficialPrecision, names: list[str
     return PracticeReport(family, policy, practice, len(reference), rows)
 
 
-__all__ = ["Beside", "PracticeReport", "PracticeRow", "judge"]
+@dataclass(frozen=True)
+class ClipDistance:
+    """How far a tracked clip moved from the FP32 clip: the worst and the mean frame's mask distance (1 - IoU, each
+    object on each frame) and the largest object score logit difference."""
+
+    worst: float
+    mean: float
+    score: float
+
+    @classmethod
+    def between(cls, reference: ClipRun, other: ClipRun) -> ClipDistance:
+        if sorted(reference.masks) != sorted(other.masks) or reference.scores.keys() != other.scores.keys():
+            raise ValueError("the two clips differ in frames or objects: track the same prompts on the same clip")
+        ious = [iou for t in reference.masks
+                for iou in compare_masks(reference.masks[t], other.masks[t], CLIP_MASKS).iou]
+        distances = [1.0 - iou for iou in ious]
+        return cls(max(distances), float(np.mean(distances)),
+                   max(abs(reference.scores[k] - other.scores[k]) for k in reference.scores))
+
+
+@dataclass(frozen=True)
+class ClipRun:
+    """One run of a clip: frame -> (objects, H, W) masks, (object, frame) -> object score logit."""
+
+    masks: dict[int, np.ndarray]
+    scores: dict[Any, float]
+
+
+@dataclass(frozen=True)
+class ClipPractice:
+    """A clip tracked with a reduced precision against the official's own autocast on the same clip and prompts, each
+    measured from its FP32 (``official`` from the official FP32, ``deployed`` from the deployed FP32). Each distance
+    of ``deployed`` may be at most ``margin`` times the official's, or within the fixed clip budget (``CLIP_MASKS``,
+    ``CLIP_SCORE_ATOL``) where that is looser: never held tighter than a clip the budget alone passes."""
+
+    official: ClipDistance
+    deployed: ClipDistance
+    margin: float
+
+    def limits(self) -> ClipDistance:
+        floor = 1.0 - CLIP_MASKS.iou_min
+        return ClipDistance(max(self.margin * self.official.worst, floor), max(self.margin * self.official.mean, floor),
+                            max(self.margin * self.official.score, CLIP_SCORE_ATOL))
+
+    def failures(self) -> list[str]:
+        limit = self.limits()
+        return [f"{name} {got:.4g} > {most:.4g}" for name, got, most in (
+            ("worst frame's 1 - IoU", self.deployed.worst, limit.worst),
+            ("mean frame's 1 - IoU", self.deployed.mean, limit.mean),
+            ("object score difference", self.deployed.score, limit.score)) if got > most]
+
+    def __bool__(self) -> bool:
+        return not self.failures()
+
+    def summary(self) -> str:
+        o, d = self.official, self.deployed
+        return (f"clip: official autocast worst/mean 1 - IoU {o.worst:.4g}/{o.mean:.4g}, scores {o.score:.3g}; deployed "
+                f"{d.worst:.4g}/{d.mean:.4g}, scores {d.score:.3g} (within {self.margin:g}x the official's or the clip "
+                f"budget): " + ("holds" if self else "misses: " + "; ".join(self.failures())))
+
+
+def judge_clip(official_fp32: ClipRun, official_reduced: ClipRun, deployed_fp32: ClipRun, deployed_reduced: ClipRun,
+               margin: float) -> ClipPractice:
+    """A tracked clip's masks and scores with a reduced precision against the official's own autocast (ClipPractice)."""
+    return ClipPractice(ClipDistance.between(official_fp32, official_reduced),
+                        ClipDistance.between(deployed_fp32, deployed_reduced), margin)
+
+
+__all__ = ["Beside", "ClipDistance", "ClipPractice", "ClipRun", "PracticeReport", "PracticeRow", "judge", "judge_clip"]

@@ -32,7 +32,7 @@ def attention_chain(path: Path, batch: int, tokens: int, heads: int, dim: int, k
              helper.make_node("MatMul", ["q_scaled", "k_scaled"], ["logits"]),
              helper.make_node("Softmax", ["logits"], ["weights"], axis=-1),
              helper.make_node("MatMul", ["weights", "v"], ["out"])]
-    value = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
+    value = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
     graph = helper.make_graph(nodes, "attention", [value("q", [batch, tokens, heads, dim]),
                                                     value("k", [batch, heads, keys, dim]),
                                                     value("v", [batch, heads, keys, dim])],
