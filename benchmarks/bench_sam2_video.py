@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -64,6 +65,23 @@ def prepare(recipe: str, out: Path, frames: int, checkpoint: Path | None = None)
     if not clip.is_dir():
         write_clip(clip, frames=frames, size=(240, 320))
     return checkpoint, clip
+
+
+def track_click(predictor: Any, clip: Path) -> tuple[dict, list[np.ndarray], list[float]]:
+    """:data:`CLICK` on frame 0 of ``clip``, then ``propagate_in_video`` by either predictor (the official one or
+    vitdeploy's): the state, each frame's mask logits of the object ((H, W) float32) and each frame's seconds."""
+    state = predictor.init_state(str(clip))
+    predictor.add_new_points_or_box(state, frame_idx=0, obj_id=1, points=np.array(CLICK, np.float32),
+                                    labels=np.array([1], np.int32))
+    logits, times = [], []
+    t0 = time.perf_counter()
+    for _, _, frame_logits in predictor.propagate_in_video(state):
+        now = time.perf_counter()
+        times.append(now - t0)
+        t0 = now
+        as_float = frame_logits.float().numpy() if hasattr(frame_logits, "float") else frame_logits  # torch: BF16 too
+        logits.append(np.asarray(as_float, np.float32)[0, 0])
+    return state, logits, times
 
 
 def seeded_checkpoint(recipe: str, out: Path) -> Path:
@@ -115,18 +133,9 @@ def contender(kind: str, recipe: str, out: Path, frames: int, skip: int, threads
             f"{g}: {r.deployment.label() if r.deployment else r.name}"
             for g, r in ((g, getattr(predictor, g)) for g in graphs)) + ")"
     load_s = time.perf_counter() - start
-    masks, times = [], []
     with context():
-        state = predictor.init_state(str(clip))
-        predictor.add_new_points_or_box(state, frame_idx=0, obj_id=1, points=np.array(CLICK, np.float32),
-                                        labels=np.array([1], np.int32))
-        t0 = time.perf_counter()
-        for _, _, logits in predictor.propagate_in_video(state):
-            now = time.perf_counter()
-            times.append(now - t0)
-            t0 = now
-            masks.append(np.asarray(logits)[0, 0] > 0)
-    np.save(out / f"masks_{kind}_{recipe}.npy", np.stack(masks))
+        _, logits, times = track_click(predictor, clip)
+    np.save(out / f"masks_{kind}_{recipe}.npy", np.stack(logits) > 0)
     tracked = times[1 + skip:]  # frame 0 is the prompted one (no tracking); the bank fills over the first frames
     return {"contender": label, "load_s": round(load_s, 2), "median_ms": round(1e3 * statistics.median(tracked), 1),
             "first_tracked_ms": round(1e3 * times[1], 1), "frames_timed": len(tracked),

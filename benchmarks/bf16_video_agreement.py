@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.bench_sam2 import SIZES, peak_rss_mb
-from benchmarks.bench_sam2_video import CLICK, ROLES, official_checkpoint, prepare, seeded_checkpoint
+from benchmarks.bench_sam2_video import ROLES, official_checkpoint, prepare, seeded_checkpoint, track_click
 from benchmarks.options import parsed, timing_options
 from vitdeploy.validation.masks import CLIP_MASKS, CLIP_SCORE_ATOL, compare_masks, stability_score
 
@@ -89,17 +89,8 @@ def run_official(variant: str, recipe: str, out: Path, frames: int, threads: int
     predictor.fill_hole_area = 0
     load_s = time.perf_counter() - start
     autocast = torch.autocast("cpu", dtype=torch.bfloat16) if variant == "official-bf16" else contextlib.nullcontext()
-    logits_per_frame, times = [], []
     with torch.inference_mode(), autocast:
-        state = predictor.init_state(str(out / f"clip_{frames}"))
-        predictor.add_new_points_or_box(state, frame_idx=0, obj_id=1, points=np.array(CLICK, np.float32),
-                                        labels=np.array([1], np.int32))
-        t0 = time.perf_counter()
-        for _, _, logits in predictor.propagate_in_video(state):
-            now = time.perf_counter()
-            times.append(now - t0)
-            t0 = now
-            logits_per_frame.append(logits.float().numpy()[0, 0])
+        state, logits_per_frame, times = track_click(predictor, out / f"clip_{frames}")
     outputs = state["output_dict_per_obj"][0]
     scores = [float((outputs["cond_frame_outputs"].get(i) or outputs["non_cond_frame_outputs"][i])
                     ["object_score_logits"].float().reshape(-1)[0]) for i in range(len(logits_per_frame))]
@@ -134,16 +125,7 @@ def run_variant(variant: str, recipe: str, out: Path, frames: int, threads: int,
         runners.append(open_runner(path, options))
     predictor = Sam2VideoPredictor(*runners, fill_hole_area=0)
     load_s = time.perf_counter() - start
-    state = predictor.init_state(str(out / f"clip_{frames}"))
-    predictor.add_new_points_or_box(state, frame_idx=0, obj_id=1, points=np.array(CLICK, np.float32),
-                                    labels=np.array([1], np.int32))
-    logits_per_frame, times = [], []
-    t0 = time.perf_counter()
-    for _, _, logits in predictor.propagate_in_video(state):
-        now = time.perf_counter()
-        times.append(now - t0)
-        t0 = now
-        logits_per_frame.append(np.asarray(logits, np.float32)[0, 0])
+    state, logits_per_frame, times = track_click(predictor, out / f"clip_{frames}")
     outputs = state["output_dict_per_obj"][0]
     scores = []
     for index in range(len(logits_per_frame)):
