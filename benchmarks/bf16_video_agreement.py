@@ -95,7 +95,7 @@ def run_official(variant: str, recipe: str, out: Path, frames: int, threads: int
     scores = [float((outputs["cond_frame_outputs"].get(i) or outputs["non_cond_frame_outputs"][i])
                     ["object_score_logits"].float().reshape(-1)[0]) for i in range(len(logits_per_frame))]
     clip_logits = np.stack(logits_per_frame)
-    np.savez(out / agreement_file(recipe, variant, "bf16"), masks=clip_logits > 0, scores=np.array(scores),
+    np.savez(out / agreement_file(recipe, variant, "bf16", frames), masks=clip_logits > 0, scores=np.array(scores),
              logits=clip_logits)
     return {"variant": variant, "policy": "official " + ("bf16 autocast" if variant == "official-bf16" else "fp32"),
             "load_s": round(load_s, 1), "times_ms": [round(1e3 * t, 1) for t in times], "peak_rss_mb": peak_rss_mb(),
@@ -132,7 +132,7 @@ def run_variant(variant: str, recipe: str, out: Path, frames: int, threads: int,
         frame = outputs["cond_frame_outputs"].get(index) or outputs["non_cond_frame_outputs"][index]
         scores.append(float(np.asarray(frame["object_score_logits"]).reshape(-1)[0]))
     clip_logits = np.stack(logits_per_frame)
-    np.savez(out / agreement_file(recipe, variant, policy), masks=clip_logits > 0, scores=np.array(scores),
+    np.savez(out / agreement_file(recipe, variant, policy, frames), masks=clip_logits > 0, scores=np.array(scores),
              logits=clip_logits)
     return {"variant": variant, "policy": "file" if variant == "fp32" else policy, "load_s": round(load_s, 1),
             "times_ms": [round(1e3 * t, 1) for t in times], "peak_rss_mb": peak_rss_mb(),
@@ -229,10 +229,11 @@ def prepare_int8(recipe: str, out: Path, graphs: set[str], threads: int, policy:
                         *source, *keep], check=True)
 
 
-def agreement_file(recipe: str, variant: str, policy: str) -> str:
-    """Where a variant's masks and scores are kept: the ``fp32`` reference is one for every policy."""
-    return f"agreement_{recipe}_{variant}.npz" if variant in ("fp32", *OFFICIAL) or policy == "bf16" else \
-        f"agreement_{recipe}_{variant}_{policy}.npz"
+def agreement_file(recipe: str, variant: str, policy: str, frames: int) -> str:
+    """Where a variant's masks and scores on the ``frames``-frame clip are kept: the ``fp32`` reference is one for every
+    policy (a shorter run of the same clip keeps its own)."""
+    stem = f"agreement_{recipe}_{frames}f_{variant}"
+    return f"{stem}.npz" if variant in ("fp32", *OFFICIAL) or policy == "bf16" else f"{stem}_{policy}.npz"
 
 
 def against_fp32(reference: dict, other: dict) -> dict:
@@ -256,14 +257,14 @@ def policy_is_bf16(policy: str) -> bool:
     return policy == "bf16"
 
 
-def against_official(out: Path, recipe: str, variant: str, policy: str) -> dict | None:
+def against_official(out: Path, recipe: str, variant: str, policy: str, frames: int) -> dict | None:
     """The variant's clip against the official's own BF16 autocast (vitdeploy.validation.official_practice.judge_clip:
     each distance from the FP32 clip within the margin of the official's, or within the clip budget), from the kept
     results of ``fp32``, ``official``, ``official-bf16`` and the variant; None until the official's two are kept."""
     from vitdeploy.runtime_facts import official_precision
     from vitdeploy.validation.official_practice import ClipRun, judge_clip
 
-    paths = [out / agreement_file(recipe, v, policy) for v in ("official", "official-bf16", "fp32", variant)]
+    paths = [out / agreement_file(recipe, v, policy, frames) for v in ("official", "official-bf16", "fp32", variant)]
     if not all(p.is_file() for p in paths):
         return None
     runs = []
@@ -328,14 +329,14 @@ def main() -> None:
             row = json.loads(done.stdout.strip().splitlines()[-1])
             tracked = row["times_ms"][1 + args.skip:]
             row["median_ms_per_frame"] = round(statistics.median(tracked), 1)
-            data = np.load(args.out / agreement_file(recipe, variant, args.policy))
+            data = np.load(args.out / agreement_file(recipe, variant, args.policy, args.frames))
             row["fg_fraction"] = round(float(data["masks"].mean()), 4)
             if variant != "fp32":  # the official BF16 against the official FP32: its own distance
                 against = "official" if variant == "official-bf16" else "fp32"
-                reference = np.load(args.out / agreement_file(recipe, against, args.policy))
+                reference = np.load(args.out / agreement_file(recipe, against, args.policy, args.frames))
                 row.update({"against": against, **against_fp32(reference, data)})
                 if variant not in OFFICIAL and policy_is_bf16(args.policy):
-                    row.update(against_official(args.out, recipe, variant, args.policy) or {})
+                    row.update(against_official(args.out, recipe, variant, args.policy, args.frames) or {})
             rows.append(row)
             print(json.dumps({"size": size, **{k: v for k, v in row.items() if k != "times_ms"}}), flush=True)
         report["sizes"][size] = rows
