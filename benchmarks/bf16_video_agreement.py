@@ -91,15 +91,23 @@ def run_official(variant: str, recipe: str, out: Path, frames: int, threads: int
     autocast = torch.autocast("cpu", dtype=torch.bfloat16) if variant == "official-bf16" else contextlib.nullcontext()
     with torch.inference_mode(), autocast:
         state, logits_per_frame, times = track_click(predictor, out / f"clip_{frames}")
-    outputs = state["output_dict_per_obj"][0]
-    scores = [float((outputs["cond_frame_outputs"].get(i) or outputs["non_cond_frame_outputs"][i])
-                    ["object_score_logits"].float().reshape(-1)[0]) for i in range(len(logits_per_frame))]
-    clip_logits = np.stack(logits_per_frame)
-    np.savez(out / agreement_file(recipe, variant, "bf16", frames), masks=clip_logits > 0, scores=np.array(scores),
-             logits=clip_logits)
+    keep_clip(out / agreement_file(recipe, variant, "bf16", frames), state, logits_per_frame)
     return {"variant": variant, "policy": "official " + ("bf16 autocast" if variant == "official-bf16" else "fp32"),
             "load_s": round(load_s, 1), "times_ms": [round(1e3 * t, 1) for t in times], "peak_rss_mb": peak_rss_mb(),
             "chosen": {g: "official eager (PyTorch)" for g in GRAPHS}}
+
+
+def keep_clip(path: Path, state: dict, logits_per_frame: list[np.ndarray]) -> None:
+    """A tracked clip's masks, object scores (read from either predictor's state: torch tensors, BF16 too, or arrays)
+    and logits, kept in ``path``."""
+    outputs = state["output_dict_per_obj"][0]
+    scores = []
+    for index in range(len(logits_per_frame)):
+        frame = outputs["cond_frame_outputs"].get(index) or outputs["non_cond_frame_outputs"][index]
+        score = frame["object_score_logits"]
+        scores.append(float(np.asarray(score.float() if hasattr(score, "float") else score).reshape(-1)[0]))
+    clip_logits = np.stack(logits_per_frame)
+    np.savez(path, masks=clip_logits > 0, scores=np.array(scores), logits=clip_logits)
 
 
 def run_variant(variant: str, recipe: str, out: Path, frames: int, threads: int, policy: str = "bf16") -> dict:
@@ -126,14 +134,7 @@ def run_variant(variant: str, recipe: str, out: Path, frames: int, threads: int,
     predictor = Sam2VideoPredictor(*runners, fill_hole_area=0)
     load_s = time.perf_counter() - start
     state, logits_per_frame, times = track_click(predictor, out / f"clip_{frames}")
-    outputs = state["output_dict_per_obj"][0]
-    scores = []
-    for index in range(len(logits_per_frame)):
-        frame = outputs["cond_frame_outputs"].get(index) or outputs["non_cond_frame_outputs"][index]
-        scores.append(float(np.asarray(frame["object_score_logits"]).reshape(-1)[0]))
-    clip_logits = np.stack(logits_per_frame)
-    np.savez(out / agreement_file(recipe, variant, policy, frames), masks=clip_logits > 0, scores=np.array(scores),
-             logits=clip_logits)
+    keep_clip(out / agreement_file(recipe, variant, policy, frames), state, logits_per_frame)
     return {"variant": variant, "policy": "file" if variant == "fp32" else policy, "load_s": round(load_s, 1),
             "times_ms": [round(1e3 * t, 1) for t in times], "peak_rss_mb": peak_rss_mb(),
             "chosen": {g: r.deployment.label() if r.deployment else r.name
@@ -252,11 +253,6 @@ def against_fp32(reference: dict, other: dict) -> dict:
     return row
 
 
-def policy_is_bf16(policy: str) -> bool:
-    """Whether the official's own autocast (BF16) is the practice a variant at ``policy`` is read beside."""
-    return policy == "bf16"
-
-
 def against_official(out: Path, recipe: str, variant: str, policy: str, frames: int) -> dict | None:
     """The variant's clip against the official's own BF16 autocast (vitdeploy.validation.official_practice.judge_clip:
     each distance from the FP32 clip within the margin of the official's, or within the clip budget), from the kept
@@ -335,7 +331,7 @@ def main() -> None:
                 against = "official" if variant == "official-bf16" else "fp32"
                 reference = np.load(args.out / agreement_file(recipe, against, args.policy, args.frames))
                 row.update({"against": against, **against_fp32(reference, data)})
-                if variant not in OFFICIAL and policy_is_bf16(args.policy):
+                if variant not in OFFICIAL and args.policy == "bf16":  # the official's own autocast is BF16
                     row.update(against_official(args.out, recipe, variant, args.policy, args.frames) or {})
             rows.append(row)
             print(json.dumps({"size": size, **{k: v for k, v in row.items() if k != "times_ms"}}), flush=True)

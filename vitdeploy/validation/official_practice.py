@@ -15,8 +15,8 @@ them (the first-use probe, ``tune``: :func:`vitdeploy.parity.budget_for`).
 
 Through a video pipeline the same reading holds for what the user receives (:func:`judge_clip`): a clip tracked with
 some graphs reduced, against the same clip tracked by the official predictor under its autocast, each measured from
-its own FP32 run (SAM 2: benchmarks/bf16_video_agreement.py at full size, tests/runtime/apps/test_sam2_video_predictor.py
-on the tiny model).
+its own FP32 run (SAM 2: benchmarks/bf16_video_agreement.py at full size,
+tests/runtime/apps/test_sam2_video_predictor.py on the tiny model).
 """
 
 from __future__ import annotations
@@ -121,6 +121,14 @@ def judge(family: str, policy: str, practice: OfficialPrecision, names: list[str
 
 
 @dataclass(frozen=True)
+class ClipRun:
+    """One run of a clip: frame -> (objects, H, W) masks, (object, frame) -> object score logit."""
+
+    masks: dict[int, np.ndarray]
+    scores: dict[Any, float]
+
+
+@dataclass(frozen=True)
 class ClipDistance:
     """How far a tracked clip moved from the FP32 clip: the worst and the mean frame's mask distance (1 - IoU, each
     object on each frame) and the largest object score logit difference."""
@@ -133,19 +141,10 @@ class ClipDistance:
     def between(cls, reference: ClipRun, other: ClipRun) -> ClipDistance:
         if sorted(reference.masks) != sorted(other.masks) or reference.scores.keys() != other.scores.keys():
             raise ValueError("the two clips differ in frames or objects: track the same prompts on the same clip")
-        ious = [iou for t in reference.masks
-                for iou in compare_masks(reference.masks[t], other.masks[t], CLIP_MASKS).iou]
-        distances = [1.0 - iou for iou in ious]
+        distances = [1.0 - iou for t in reference.masks
+                     for iou in compare_masks(reference.masks[t], other.masks[t], CLIP_MASKS).iou]
         return cls(max(distances), float(np.mean(distances)),
                    max(abs(reference.scores[k] - other.scores[k]) for k in reference.scores))
-
-
-@dataclass(frozen=True)
-class ClipRun:
-    """One run of a clip: frame -> (objects, H, W) masks, (object, frame) -> object score logit."""
-
-    masks: dict[int, np.ndarray]
-    scores: dict[Any, float]
 
 
 @dataclass(frozen=True)
@@ -176,9 +175,9 @@ class ClipPractice:
 
     def summary(self) -> str:
         o, d = self.official, self.deployed
-        return (f"clip: official autocast worst/mean 1 - IoU {o.worst:.4g}/{o.mean:.4g}, scores {o.score:.3g}; deployed "
-                f"{d.worst:.4g}/{d.mean:.4g}, scores {d.score:.3g} (within {self.margin:g}x the official's or the clip "
-                f"budget): " + ("holds" if self else "misses: " + "; ".join(self.failures())))
+        return (f"clip: official autocast worst/mean 1 - IoU {o.worst:.4g}/{o.mean:.4g}, scores {o.score:.3g}; "
+                f"deployed {d.worst:.4g}/{d.mean:.4g}, scores {d.score:.3g} (within {self.margin:g}x the official's or "
+                f"the clip budget): " + ("holds" if self else "misses: " + "; ".join(self.failures())))
 
 
 def judge_clip(official_fp32: ClipRun, official_reduced: ClipRun, deployed_fp32: ClipRun, deployed_reduced: ClipRun,

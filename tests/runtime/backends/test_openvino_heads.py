@@ -52,8 +52,6 @@ def exact_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize(("tokens", "heads", "square"), [(4, 4, True), (16, 16, True), (4, 2, False), (16, 4, False)])
 def test_a_square_heads_transpose_runs_in_5d_and_the_attention_is_right(tmp_path: Path, precision: str, tokens: int,
                                                                        heads: int, square: bool) -> None:
-    import openvino as ov
-
     from vitdeploy.runtime.backends.openvino_runner import OpenVinoRunner
 
     path = attention_chain(tmp_path / "attention.onnx", 64, tokens, heads, 16, keys=4 * tokens)
@@ -69,10 +67,4 @@ def test_a_square_heads_transpose_runs_in_5d_and_the_attention_is_right(tmp_path
     assert ("written in 5-D" in runner.provider) is square
     budget = TOLERANCES["fp32" if precision == "f32" else "bf16"]
     got = compare(want, runner.run(feeds)["out"], budget, label=f"attention, {tokens} tokens, {heads} heads")
-    # OpenVINO as it stands on the same file, for the record of why the form exists: wrong on the Xeon with AMX
-    # (OpenVINO 2026.4.1) in f32 where tokens == heads; the form makes it right wherever that is so.
-    core = ov.Core()
-    stock = core.compile_model(core.read_model(str(path)), "CPU",
-                               {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": 2})
-    stock_result = compare(want, stock(feeds)[0], budget, label="stock")
-    assert got, (got.summary(), "stock OpenVINO:", stock_result.summary())
+    assert got, got.summary()  # stock OpenVINO 2026.4.1 on this file, AMX Xeon, f32, tokens == heads: cosine 0.54-0.64
