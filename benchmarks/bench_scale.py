@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import statistics
 import time
 import urllib.error
@@ -140,17 +139,16 @@ def server_rows(args: argparse.Namespace, chosen: Deployment) -> list[dict]:
     del service
 
     start_ray(LOCAL, available_cores())
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     asked = OpenOptions(runtime=chosen.runtime, policy=chosen.precision, threads=1)
     options = RayServeOptions(plan_for_replicas(args.encoder, args.decoder, asked),
                               decoder_replicas=(args.decoder_replicas, args.decoder_replicas))
-    run_app(options, "127.0.0.1", port)
+    front = run_app(options, "127.0.0.1", 0).start()
+    port = front.port
     key, size, seconds = encode(port, image)
     rows.append({"server": f"Ray Serve, 1 encoder x 1 thread, {args.decoder_replicas} decoder replica(s)",
                  "encode_s": round(seconds, 2), **load(port, key, size, args.requests, args.concurrency)})
     print(json.dumps(rows[-1]), flush=True)
+    front.stop()
     stop_app()
     stop_ray()
     return rows

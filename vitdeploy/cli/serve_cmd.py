@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import click
-
 from dataclasses import dataclass
+
+import click
 
 from vitdeploy.cli.groups import Deploy, deploy_group, option_group
 from vitdeploy.cli.options import Interrupted, handle_errors, sam_pair_options, verbose_option
@@ -146,6 +146,7 @@ def serve(encoder: str, decoder: str, concepts: Concepts, listening: Listening, 
     from vitdeploy.cpu_features import available_cores
     from vitdeploy.runtime.apps.datasets.on_ray import start_ray, stop_ray
     from vitdeploy.runtime.apps.serving.ray_serve import RayServeOptions, plan_for_replicas, run_app, stop_app
+    from vitdeploy.runtime.apps.serving.server import log_to_stderr
 
     # the pair checked on its metadata and every file decided before a cluster starts (SamService does the same in
     # one process)
@@ -155,29 +156,24 @@ def serve(encoder: str, decoder: str, concepts: Concepts, listening: Listening, 
                               max_image_pixels=listening.max_image_pixels, cors_origins=listening.cors_origins)
     host, port = listening.host, listening.port
     chosen = plan.files[0].deployment
-    if port == 0:  # Ray Serve's proxy takes a fixed port: find a free one
-        import socket
-
-        with socket.socket() as probe:
-            probe.bind((host, 0))
-            port = probe.getsockname()[1]
     started = start_ray(ray_address, available_cores())
     stop: Interrupted | None = None
     try:
-        run_app(options, host, port)
-        click.echo(f"serving {Path(encoder).name} + {Path(decoder).name} on Ray Serve at http://{host}:{port} "
+        server = run_app(options, host, port, body_budget_bytes=listening.body_budget_mib << 20)
+        log_to_stderr(verbose, listening.log_format == "json")
+        click.echo(f"serving {Path(encoder).name} + {Path(decoder).name} on Ray Serve at http://{host}:{server.port} "
                    f"(encoder replicas {encoder_replicas[0]}..{encoder_replicas[1]} x {options.threads} thread(s) as "
                    f"{chosen.runtime} {chosen.precision}, decoder replicas {decoder_replicas[0]}..{decoder_replicas[1]}); "
                    "Ctrl-C stops")
-        _wait_for_stop()
-    except Interrupted as caught:  # Ray Serve and the local cluster are stopped below, then the verb exits 143/130
-        stop = caught
+        server.run()
+    except Interrupted as caught:  # raised again by the server once the requests in flight were answered; Ray Serve
+        stop = caught              # and the local cluster are stopped below, then the verb exits 143/130
     finally:
         stop_app()
         if started:
             stop_ray()
     if stop is not None:
-        _stopped_by(stop, "Ray Serve and the cluster it started are down")
+        _stopped_by(stop, "the requests in flight were answered; Ray Serve and the cluster it started are down")
     click.echo("stopped")
 
 
@@ -186,7 +182,7 @@ def _serve_in_process(encoder: str, decoder: str, concepts: Concepts, listening:
     from pathlib import Path
 
     from vitdeploy.cli.options import echo_deployments
-    from vitdeploy.runtime.apps.serving.server import Server, log_to_stderr
+    from vitdeploy.runtime.apps.serving.server import listen, log_to_stderr
     from vitdeploy.runtime.apps.serving.service import SamService
 
     host, port, cache_size, max_pending = listening.host, listening.port, listening.cache_size, listening.max_pending
@@ -194,13 +190,8 @@ def _serve_in_process(encoder: str, decoder: str, concepts: Concepts, listening:
                          text_encoder=concepts.text_encoder, detector=concepts.detector,
                          concept_cache_size=concepts.concept_cache_size, max_image_pixels=listening.max_image_pixels)
     echo_deployments(*service.runners)
-    try:
-        server = Server(service, host, port, cors_origins=listening.cors_origins,
-                        body_budget_bytes=listening.body_budget_mib << 20)
-    except OSError as exc:
-        from vitdeploy.errors import InputError
-
-        raise InputError(f"cannot listen on {host}:{port} ({exc.strerror}): choose another --port (0: any free one)") from exc
+    server = listen(service, host, port, cors_origins=listening.cors_origins,
+                    body_budget_bytes=listening.body_budget_mib << 20)
     log_to_stderr(verbose, listening.log_format == "json")
     click.echo(f"serving {Path(encoder).name} + {Path(decoder).name} at http://{host}:{server.port} (one process; cache "
                f"{cache_size} embeddings, at most {max_pending} encodes in flight; the page at /, the API at /docs); "
@@ -218,14 +209,6 @@ def _stopped_by(stop: Interrupted, done: str) -> None:
 
     click.echo(f"stopped by {signal.Signals(stop.signum).name} ({done})")
     raise SystemExit(128 + stop.signum) from None
-
-
-def _wait_for_stop() -> None:
-    """Until SIGTERM or SIGINT (raised as :class:`Interrupted`)."""
-    import time
-
-    while True:
-        time.sleep(1)
 
 
 COMMAND = serve

@@ -1,9 +1,8 @@
-"""``vitdeploy serve --ray``: Ray Serve (a local 2-CPU cluster) answers as the one-process server, and survives a killed
-encoder replica."""
+"""``vitdeploy serve --ray``: Ray Serve (a local 2-CPU cluster) answers as the one-process server, through the same
+front door in this process (Ray Serve runs no HTTP proxy), and survives a killed encoder or cache replica."""
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
@@ -29,14 +28,12 @@ def ray_served(tiny_sam_artifacts: TinySamArtifacts):
     from vitdeploy.runtime.deploy.loader import OpenOptions
 
     started = start_ray(LOCAL, 2)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     plan = plan_for_replicas(str(tiny_sam_artifacts.encoder), str(tiny_sam_artifacts.decoder),
                              OpenOptions(runtime="onnxruntime", threads=1))
-    options = RayServeOptions(plan, cache_size=8, cors_origins=("http://page.example",))
-    run_app(options, "127.0.0.1", port)
-    yield Client(port)
+    options = RayServeOptions(plan, cache_size=8, cors_origins=("http://page.example",), max_image_pixels=1_000_000)
+    server = run_app(options, "127.0.0.1", 0).start()
+    yield Client(server.port)
+    server.stop()
     stop_app()
     if started:
         stop_ray()
@@ -65,11 +62,13 @@ def test_ray_serve_answers_as_one_process(tiny_sam_artifacts: TinySamArtifacts, 
             local_status, _, local_body = local_client(method, path, body)
             assert got == code == local_status, body_out
             assert body_out["error"] == local_body["error"].replace("cache of 64", "cache of 8")
-            assert len(head["X-Request-Id"]) >= 32  # Ray Serve's proxy gives each request a UUID first: kept
+            assert len(head["X-Request-Id"]) >= 32
         assert ray_served("GET", "/")[2] == local_client("GET", "/")[2]  # the page
         ray_schema, local_schema = ray_served("GET", "/openapi.json")[2], local_client("GET", "/openapi.json")[2]
         assert ray_schema == local_schema
-        assert ray_served("GET", "/healthz")[2]["browser_decoder"] == local_client("GET", "/healthz")[2]["browser_decoder"]
+        ray_health, local_health = ray_served("GET", "/healthz")[2], local_client("GET", "/healthz")[2]
+        assert ray_health["browser_decoder"] == local_health["browser_decoder"]
+        assert ray_health["limits"] == {**local_health["limits"], "max_image_pixels": 1_000_000}  # the enforced ones
     finally:
         one_process.stop()
     status, _, text = ray_served("GET", "/metrics")
@@ -80,6 +79,48 @@ def test_ray_serve_answers_as_one_process(tiny_sam_artifacts: TinySamArtifacts, 
     answer = _raw(port, b"OPTIONS /v1/embeddings HTTP/1.1\r\nHost: x\r\nOrigin: http://page.example\r\n"
                         b"Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n").lower()
     assert answer.startswith(b"http/1.1 204") and b"access-control-allow-origin: http://page.example" in answer, answer
+
+
+def test_the_front_is_this_process_with_the_one_process_guards(ray_served) -> None:
+    """Issue 76.3: Ray Serve runs no HTTP proxy (its proxy answered a killed ingress replica's requests with a
+    plain-text 500, had none of the front door's guards, and listened beside it): the front door is this process's, so
+    100 uploads trickling their bodies starve nobody, a PNG claiming 20000x20000 is refused 413 from its header in
+    under a second, and the one socket serving HTTP listens on the address asked for."""
+    from tests.runtime.apps.test_serve_hostile import (ANSWERED_WITHIN_S, _png_header, _slow_uploads, _timed,
+                                                       _upload_and_prompt)
+
+    named = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+    assert not [name for name in named if "PROXY" in name.upper()], named
+    port = int(ray_served.base.rsplit(":", 1)[1])
+    assert _listening_on(port) == {"127.0.0.1"}
+    conns = _slow_uploads(port, 100)
+    try:
+        time.sleep(0.5)
+        (status, _, _), took = _timed(ray_served, "GET", "/healthz")
+        assert status == 200 and took < ANSWERED_WITHIN_S, (status, took)
+        statuses, took = _timed(_upload_and_prompt, ray_served)
+        assert statuses == (200, 200) and took < 2 * ANSWERED_WITHIN_S, (statuses, took)
+    finally:
+        for conn in conns:
+            conn.close()
+    (status, _, body), took = _timed(ray_served, "POST", "/v1/embeddings", _png_header(20000, 20000))
+    assert status == 413 and took < 1.0, (status, took, body)
+    assert "over the limit of 1.0 megapixels" in body["error"] and "--max-image-pixels" in body["error"], body
+
+
+def _listening_on(port: int) -> set[str]:
+    """The addresses a TCP socket listens on ``port`` at, from /proc/net/tcp and tcp6 (IPv4 ones only written out)."""
+    import ipaddress
+    from pathlib import Path
+
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:
+                found.add(str(ipaddress.IPv4Address(bytes.fromhex(address)[::-1])) if len(address) == 8 else address)
+    return found
 
 
 def test_a_killed_encoder_replica_is_replaced(ray_served) -> None:

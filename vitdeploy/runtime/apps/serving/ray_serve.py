@@ -1,9 +1,11 @@
 """``vitdeploy serve --ray``: the same API on Ray Serve, encoder and decoder replicas scaled apart.
 
-Four deployments in one application:
+The HTTP front is this process's server (:class:`~vitdeploy.runtime.apps.serving.server.Server`, the one-process
+server's transport and FastAPI application, so its limits, errors, /metrics and page are the same), answering for a
+:class:`RayFront` that calls three Ray Serve applications through deployment handles. Ray Serve runs no HTTP proxy
+(``ProxyLocation.Disabled``): its proxy answered a killed ingress replica's requests with a plain-text 500 and had
+none of the front door's guards against slow clients or large bodies.
 
-    front     the HTTP ingress: the one-process server's FastAPI application (serving/api.py) through Ray Serve's
-              FastAPI ingress, so the API, its errors, /metrics and the page are the same; 0 CPUs
     encoder   replicas of :class:`~vitdeploy.runtime.apps.serving.service.EncoderSide`, one image at a time each,
               ``threads`` CPUs each; autoscaled between ``encoder_replicas`` bounds on requests in flight;
               at most ``max_pending`` requests wait (more are answered 503, Ray Serve's back-pressure)
@@ -32,7 +34,8 @@ from vitdeploy.runtime.apps.serving.service import (MAX_IMAGE_PIXELS, Busy, Cach
 from vitdeploy.runtime.deploy.loader import OpenOptions
 from vitdeploy.runtime.deploy.plan import ModelPlan
 
-APP_NAME = "vitdeploy"
+#: The Ray Serve applications, one per deployment (the front is not one: it is this process's server).
+CACHE_APP, ENCODER_APP, DECODER_APP = "vitdeploy-cache", "vitdeploy-encoder", "vitdeploy-decoder"
 #: Embeddings a decoder replica keeps after fetching them from the cache (ViT-B: 4 MiB each).
 DECODER_LOCAL_CACHE = 8
 
@@ -118,17 +121,24 @@ class EncoderReplica:
 
 
 class DecoderReplica:
-    def __init__(self, options: RayServeOptions, cache: Any):
+    def __init__(self, options: RayServeOptions):
+        from ray import serve
+
         from vitdeploy.runtime.apps.common.files import file_metadata
         from vitdeploy.runtime.apps.predictors import prompt_predictor_for
 
         encoder_metadata = file_metadata(options.encoder)  # the pair was checked on the driver: read, not checked
         self.side = DecoderSide(prompt_predictor_for(None, encoder_metadata, plan=options.plan))
-        self.cache, self.capacity = cache, options.cache_size
+        self.cache, self.capacity = serve.get_deployment_handle("cache", app_name=CACHE_APP), options.cache_size
         self.recent = EmbeddingCache(DECODER_LOCAL_CACHE)
 
     def browser_decoder(self) -> dict[str, Any] | None:
         return self.side.browser_decoder()
+
+    def limits(self, max_image_pixels: int) -> dict[str, Any]:
+        from vitdeploy.runtime.apps.serving.service import service_limits
+
+        return service_limits(max_image_pixels, self.side.predictor, None)
 
     def masks(self, key: str, prompts: list[PromptRequest]) -> list[dict[str, Any]] | None:
         """The masks, or None when ``key`` is not cached (the front says why). A local copy counts only while the
@@ -155,6 +165,7 @@ class RayFront:
         self.metrics = Metrics()
         self.started = time.time()
         self.cache_epoch: float | None = None
+        self.limits: dict[str, Any] | None = None
 
     def encode(self, data: bytes) -> dict[str, Any]:
         if self.cache_epoch is None:  # the cache replica this front put embeddings into: a replacement starts later
@@ -214,8 +225,11 @@ class RayFront:
     def health(self) -> dict[str, Any]:
         from pathlib import Path
 
+        if self.limits is None:  # the decoder's (the same file in every replica): asked once
+            self.limits = self._call(self.decoder.limits, self.options.max_image_pixels)
         return {"status": "ok", "mode": "ray serve", "encoder": Path(self.options.encoder).name,
-                "decoder": Path(self.options.decoder).name, "uptime_s": round(time.time() - self.started, 1)}
+                "decoder": Path(self.options.decoder).name, "limits": self.limits,
+                "uptime_s": round(time.time() - self.started, 1)}
 
     def metrics_text(self) -> str:
         return self.metrics.render({"cache_embeddings": self._call(self.cache.size),
@@ -245,21 +259,9 @@ class RayFront:
             raise Busy(f"a replica stopped while answering ({type(exc).__name__}); it is being replaced: retry") from None
 
 
-class FrontReplica:
-    """The HTTP ingress: the one-process server's FastAPI application (:func:`~vitdeploy.runtime.apps.serving.api.build_api`)
-    answering for a :class:`RayFront`, so the routes, models, errors and page are the same."""
-
-    def __init__(self, options: RayServeOptions, encoder: Any, decoder: Any, cache: Any, identity: str):
-        self.front = RayFront(options, encoder, decoder, cache, identity)
-
-    def __serve_build_asgi_app__(self) -> Any:  # Ray Serve calls it after __init__, in the replica
-        from vitdeploy.runtime.apps.serving.api import build_api
-
-        return build_api(self.front, cors_origins=self.front.options.cors_origins)
-
-
-def build_app(options: RayServeOptions) -> Any:
-    """The Ray Serve application (bind it with ``serve.run``)."""
+def deploy(options: RayServeOptions) -> RayFront:
+    """Ray Serve started without an HTTP proxy, the three deployments run (each its own application, waited for until
+    it is running), and the front that calls them (Ray must be started)."""
     from ray import serve
 
     from vitdeploy.runtime.deploy.identity import model_digest
@@ -271,6 +273,7 @@ def build_app(options: RayServeOptions) -> Any:
         return {"autoscaling_config": {"min_replicas": low, "max_replicas": high, "target_ongoing_requests": 1,
                                        "upscale_delay_s": 2, "downscale_delay_s": 60}}
 
+    serve.start(proxy_location="Disabled")  # the front is this process's server, on the address asked for
     cache = serve.deployment(CacheReplica, name="cache", num_replicas=1, ray_actor_options={"num_cpus": 0},
                              max_ongoing_requests=64).bind(options.cache_size)
     encoder = serve.deployment(EncoderReplica, name="encoder", max_ongoing_requests=1, max_queued_requests=options.max_pending,
@@ -278,25 +281,25 @@ def build_app(options: RayServeOptions) -> Any:
                                **scaling(options.encoder_replicas)).bind(options)
     decoder = serve.deployment(DecoderReplica, name="decoder", max_ongoing_requests=1, max_queued_requests=64,
                                ray_actor_options={"num_cpus": 0.5, **_gpu(options)},
-                               **scaling(options.decoder_replicas)).bind(options, cache)
-    front = serve.deployment(serve.ingress()(FrontReplica), name="front", num_replicas=1,
-                             ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
-    return front.bind(options, encoder, decoder, cache, model_digest(options.encoder))
+                               **scaling(options.decoder_replicas)).bind(options)
+    handles = [serve.run(app, name=name, route_prefix=None)
+               for app, name in ((cache, CACHE_APP), (encoder, ENCODER_APP), (decoder, DECODER_APP))]
+    return RayFront(options, handles[1], handles[2], handles[0], model_digest(options.encoder))
 
 
 def _gpu(options: RayServeOptions) -> dict[str, Any]:
     return {"num_gpus": 0.5} if options.device != "cpu" else {}
 
 
-def run_app(options: RayServeOptions, host: str, port: int) -> None:
-    """Start Ray Serve's HTTP proxy on ``host:port`` and deploy the application (Ray must be started)."""
-    from ray import serve
+def run_app(options: RayServeOptions, host: str, port: int, body_budget_bytes: int | None = None) -> Any:
+    """The deployments run (:func:`deploy`) and the server answering for them bound to ``host:port`` (port 0: a free
+    one), not yet serving: ``.run()`` serves until a signal, ``.start()`` from a thread."""
+    from vitdeploy.runtime.apps.serving.server import listen
 
     if not options.encoder.lower().endswith(".onnx") or not options.decoder.lower().endswith(".onnx"):
         raise InputError("--ray serves .onnx files (its replicas open them on any node); serve TensorRT engines "
                          "without --ray")
-    serve.start(http_options={"host": host, "port": port})
-    serve.run(build_app(options), name=APP_NAME, route_prefix="/")
+    return listen(deploy(options), host, port, cors_origins=options.cors_origins, body_budget_bytes=body_budget_bytes)
 
 
 def stop_app() -> None:
@@ -305,4 +308,5 @@ def stop_app() -> None:
     serve.shutdown()
 
 
-__all__ = ["APP_NAME", "RayServeOptions", "build_app", "plan_for_replicas", "run_app", "stop_app"]
+__all__ = ["CACHE_APP", "DECODER_APP", "ENCODER_APP", "RayFront", "RayServeOptions", "deploy", "plan_for_replicas", "run_app",
+           "stop_app"]

@@ -152,6 +152,18 @@ class Server:
             self._thread.join(GRACE_S + 5)
 
 
+def listen(service: Service, host: str, port: int, cors_origins: tuple[str, ...] | list[str] = (),
+           body_budget_bytes: int | None = None) -> Server:
+    """:class:`Server` bound to ``host:port``, or one line saying why it cannot be (the address taken, or not
+    this machine's)."""
+    try:
+        return Server(service, host, port, cors_origins=cors_origins, body_budget_bytes=body_budget_bytes)
+    except OSError as exc:
+        from vitdeploy.errors import InputError
+
+        raise InputError(f"cannot listen on {host}:{port} ({exc.strerror}): choose another --port (0: any free one)") from exc
+
+
 def log_to_stderr(verbose: bool, json_lines: bool = False) -> None:
     """One line per request on stderr (``--verbose``: the HTTP layer's own lines too); ``json_lines``: each line a
     JSON object (time, method, path, status, ms, route, request_id, client), for a log collector."""
@@ -180,4 +192,5 @@ class JsonLines(logging.Formatter):
         return json.dumps(line)
 
 
-__all__ = ["BACKLOG", "JsonLines", "GRACE_S", "HEAD_TIMEOUT_S", "KEEP_ALIVE_S", "MAX_CONNECTIONS", "Server", "log_to_stderr"]
+__all__ = ["BACKLOG", "JsonLines", "GRACE_S", "HEAD_TIMEOUT_S", "KEEP_ALIVE_S", "MAX_CONNECTIONS", "Server", "listen",
+           "log_to_stderr"]
