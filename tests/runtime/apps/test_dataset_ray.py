@@ -112,7 +112,7 @@ def test_a_decision_for_the_second_file_reaches_the_workers_on_ray(tiny_sam_arti
     def backend_of_a_decoder_replica(options) -> tuple:  # in a Ray worker process: what a decoder replica opens
         from vitdeploy.runtime.apps.serving.ray_serve import DecoderReplica
 
-        decoder = DecoderReplica(options, None).side.predictor.decoder
+        decoder = DecoderReplica(options).side.predictor.decoder
         return decoder.backend, decoder.deployment.source
 
     encoder = Path(shutil.copy(tiny_sam_artifacts.encoder, tmp_path / "encoder.onnx"))

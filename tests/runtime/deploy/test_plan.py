@@ -48,7 +48,7 @@ def routes(encoder: Path, decoder: Path) -> dict[str, dict]:
             "serve": dict(zip(("encoder", "decoder"), service.runners)),
             "segment-all --images worker": worker.runners,
             "serve --ray replicas": {"encoder": EncoderReplica(options).side.runner,
-                                     "decoder": DecoderReplica(options, None).side.predictor.decoder}}
+                                     "decoder": DecoderReplica(options).side.predictor.decoder}}
 
 
 @pytest.mark.parametrize("apart", [True, False])

@@ -122,15 +122,23 @@ class EncoderReplica:
 
 class DecoderReplica:
     def __init__(self, options: RayServeOptions):
-        from ray import serve
-
         from vitdeploy.runtime.apps.common.files import file_metadata
         from vitdeploy.runtime.apps.predictors import prompt_predictor_for
 
         encoder_metadata = file_metadata(options.encoder)  # the pair was checked on the driver: read, not checked
         self.side = DecoderSide(prompt_predictor_for(None, encoder_metadata, plan=options.plan))
-        self.cache, self.capacity = serve.get_deployment_handle("cache", app_name=CACHE_APP), options.cache_size
+        self.capacity = options.cache_size
+        self._cache: Any = None
         self.recent = EmbeddingCache(DECODER_LOCAL_CACHE)
+
+    @property
+    def cache(self) -> Any:
+        """The cache deployment's handle, looked up by name when first used (a replica opened outside Serve has none)."""
+        if self._cache is None:
+            from ray import serve
+
+            self._cache = serve.get_deployment_handle("cache", app_name=CACHE_APP)
+        return self._cache
 
     def browser_decoder(self) -> dict[str, Any] | None:
         return self.side.browser_decoder()
