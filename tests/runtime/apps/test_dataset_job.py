@@ -286,6 +286,27 @@ def test_a_job_resumed_from_another_folder_does_every_image_once_and_cleans_up(
     assert not list(out.glob(".*.tmp"))
 
 
+def test_a_moved_folder_is_known_by_content_and_a_copy_is_still_done(
+        tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
+    """Issue 76.5, by content: the images folder moved after the job ran is recognised by the SHA-256 the manifest
+    recorded (by path, all 5 were done again), while a second copy of one of its images, new in the folder, is done:
+    a done record stands for one image."""
+    import shutil
+
+    make_images(tmp_path / "a" / "imgs", broken=False)
+    out = tmp_path / "out"
+    assert run(*embed_args(tiny_sam_artifacts, tmp_path / "a" / "imgs", out))[0] == 0
+    (tmp_path / "c").mkdir()
+    moved = Path(shutil.move(tmp_path / "a" / "imgs", tmp_path / "c" / "imgs"))
+    shutil.copy(moved / "img_0.jpg", moved / "img_0_copy.jpg")
+    code, output = run(*embed_args(tiny_sam_artifacts, moved, out))
+    assert code == 0 and "embedding 1 of 6 image(s), 5 done before (skipped)" in output, output
+    done = Counter(i["image"] for e in manifest(out) for i in e["images"])
+    assert len(done) == 6 and set(done.values()) == {1} and str(moved / "img_0_copy.jpg") in done, done
+    code, output = run(*embed_args(tiny_sam_artifacts, moved, out))
+    assert code == 0 and "embedding 0 of 6 image(s), 6 done before (skipped)" in output, output
+
+
 def test_a_manifest_that_is_not_utf8_is_one_line(tiny_sam_artifacts: TinySamArtifacts, tmp_path: Path) -> None:
     """A manifest with bytes that are not UTF-8 (it was a 'vitdeploy bug' line: UnicodeDecodeError) is refused in one
     line naming the file and the fix."""

@@ -208,8 +208,7 @@ def plan_job(config: JobConfig, source: str | os.PathLike, out_dir: str | os.Pat
     header = {"job": config.kind, "models": identity, "deployment": deployment, "device": config.device,
               "options": kind.header_options(config.options), "shard_size": size}
     store = DatasetStore.open(out_dir, header)
-    done = store.done_paths()  # wherever the job ran from and however --images was spelled, an image is done once
-    left = [image for image in images if os.path.realpath(image) not in done]
+    left = store.left_to_do(images)  # by resolved path, or by content for a moved folder: an image is done once
     return JobPlan(config, store, images, len(images) - len(left), shards(left, store.next_index(), size),
                    f"{deployment} ({deployment_source})")
 

@@ -199,6 +199,36 @@ class DatasetStore:
         return {image.get("path") or os.path.realpath(image["image"]) for entry in self.entries.values()
                 for image in entry["images"]}
 
+    def left_to_do(self, images: list[str]) -> list[str]:
+        """``images`` less those done. An image is done when its resolved path is recorded as done (wherever the job
+        runs from, however ``--images`` spells it), or when its bytes are those of a done image whose recorded file is
+        not among ``images`` (the folder was moved or renamed): the same SHA-256, each such record standing for one
+        image, so two copies of one image in a dataset are both done. Its results keep the path it was done under.
+        Only then are pending images read to be hashed, and only until every such record is matched."""
+        from collections import Counter
+
+        from vitdeploy.fileio import sha256_file
+
+        resolved = [os.path.realpath(image) for image in images]
+        done, inputs = self.done_paths(), set(resolved)
+        left = [image for image, path in zip(images, resolved) if path not in done]
+        moved = Counter(image["sha256"] for entry in self.entries.values() for image in entry["images"]
+                        if image.get("sha256") and (image.get("path") or os.path.realpath(image["image"])) not in inputs)
+        kept = []
+        for image in left:
+            if moved:
+                try:
+                    digest = sha256_file(image)
+                except OSError:  # unreadable now: the worker records why
+                    digest = None
+                if moved[digest] > 0:
+                    moved[digest] -= 1
+                    if not moved[digest]:
+                        del moved[digest]
+                    continue
+            kept.append(image)
+        return kept
+
     def failed(self) -> dict[str, str]:
         """Image -> reason, for the images whose latest attempt failed and that are not done."""
         done, out = self.done(), {}
