@@ -10,6 +10,9 @@
 
     python benchmarks/bench_serve_hostile.py -e tiny.onnx -d tiny_decoder.onnx \\
         --contender "190bee5=/tmp/old"     # NAME=PYTHONPATH of another checkout
+
+``--ray``: every server as ``vitdeploy serve --ray`` (a local Ray cluster, started by each; its processes count in the
+server's memory).
 """
 
 from __future__ import annotations
@@ -113,12 +116,13 @@ def main() -> None:
     parser.add_argument("--slow", type=int, default=500)
     parser.add_argument("--big", type=int, default=50)
     parser.add_argument("--big-mb", type=int, default=60)
+    parser.add_argument("--ray", action="store_true", help="serve with --ray (a local Ray cluster each)")
     parser.add_argument("--report", default=None)
     args = parser.parse_args()
     bomb = bomb_png()
     print(f"bomb PNG: {len(bomb) / 1e6:.2f} MB for 20000x20000", flush=True)
     serve = ["-m", "vitdeploy", "serve", "-e", args.encoder, "-d", args.decoder, "--port", "0", "--runtime",
-             "onnxruntime", "--threads", "1"]
+             "onnxruntime", "--threads", "1", *(["--ray"] if args.ray else [])]
     here = str(Path(__file__).resolve().parents[1])
     contenders = [("this checkout", {**os.environ, "PYTHONPATH": here})]
     for spec in args.contender:
