@@ -5,14 +5,17 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
 from vitdeploy.cpu_features import available_memory
 from vitdeploy.errors import InputError
+
+T = TypeVar("T")
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")  # what Pillow reads (a GIF: its first frame)
 
@@ -158,14 +161,31 @@ def decode_image_bytes(data: bytes, name: str = "upload", notes: list[str] | Non
                        limit: PixelLimit | None = None) -> np.ndarray:
     """:func:`read_image_rgb` for an image's bytes (an HTTP upload); ``name`` is what messages call it. ``limit``: an
     image with more pixels is refused from its header (:class:`ImageTooLarge`), before any pixel is decoded."""
+    return _opened(_upload(data, name), Path(name), notes, limit, lambda img: to_rgb8(img, notes))
+
+
+def check_image_bytes(data: bytes, name: str = "upload", limit: PixelLimit | None = None) -> tuple[int, int]:
+    """The (width, height) of an image's bytes from its header, refused as :func:`decode_image_bytes` refuses it (not
+    an image, over ``limit``) without decoding a pixel: where the bytes would travel before they are decoded (a Ray
+    Serve front sends them to an encoder replica through Ray's object store), what cannot be decoded stays here."""
+    return _opened(_upload(data, name), Path(name), None, limit, lambda img: img.size)
+
+
+def _upload(data: bytes, name: str) -> Any:
     import io
 
     if not data:
         raise InputError(f"image '{name}' is empty: send the bytes of a JPEG/PNG/WebP file")
-    return _decode(io.BytesIO(data), Path(name), notes, limit)
+    return io.BytesIO(data)
 
 
 def _decode(source, path: Path, notes: list[str] | None, limit: PixelLimit | None = None) -> np.ndarray:
+    return _opened(source, path, notes, limit, lambda img: to_rgb8(img, notes))
+
+
+def _opened(source, path: Path, notes: list[str] | None, limit: PixelLimit | None, then: Callable[[Any], T]) -> T:
+    """``then(image)`` on the image at ``source`` once its header is read and its size checked (:func:`check_pixels`);
+    InputError naming the file where it is not an image PIL can read."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -173,7 +193,7 @@ def _decode(source, path: Path, notes: list[str] | None, limit: PixelLimit | Non
             img = Image.open(source)
         with img:
             check_pixels(path, *img.size, notes, limit)
-            return to_rgb8(img, notes)
+            return then(img)
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
         raise InputError(f"image '{path}' cannot be decoded ({exc.__class__.__name__}): use a valid JPEG/PNG/WebP file") from exc
 
