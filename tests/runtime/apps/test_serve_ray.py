@@ -240,7 +240,8 @@ def test_the_front_refuses_what_cannot_be_decoded_before_it_enters_ray() -> None
     encode = _Answering(None)
     cache = SimpleNamespace(started_at=_Answering(1.0), get=_Answering(None), put=_Answering(None))
     front = RayFront(RayServeOptions(plan, max_image_pixels=64 * 64), SimpleNamespace(encode=encode), None, cache, "x")
-    for body, code, needle in ((b"\x00" * 4096, 400, "cannot be decoded"), (png_bytes(np.zeros((64, 65, 3), np.uint8)), 413, "--max-image-pixels"),
+    over_limit = png_bytes(np.zeros((64, 65, 3), np.uint8))
+    for body, code, needle in ((b"\x00" * 4096, 400, "cannot be decoded"), (over_limit, 413, "--max-image-pixels"),
                                (b"", 400, "empty")):
         with pytest.raises(InputError) as caught:
             front.encode(body)

@@ -161,7 +161,7 @@ def decode_image_bytes(data: bytes, name: str = "upload", notes: list[str] | Non
                        limit: PixelLimit | None = None) -> np.ndarray:
     """:func:`read_image_rgb` for an image's bytes (an HTTP upload); ``name`` is what messages call it. ``limit``: an
     image with more pixels is refused from its header (:class:`ImageTooLarge`), before any pixel is decoded."""
-    return _opened(_upload(data, name), Path(name), notes, limit, lambda img: to_rgb8(img, notes))
+    return _decode(_upload(data, name), Path(name), notes, limit)
 
 
 def check_image_bytes(data: bytes, name: str = "upload", limit: PixelLimit | None = None) -> tuple[int, int]:

@@ -30,6 +30,7 @@ import io
 import json
 import os
 import zipfile
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,8 +197,7 @@ class DatasetStore:
     def done_paths(self) -> set[str]:
         """The images done, each as the file it is (its resolved path, recorded by the run that did it: a resumed job
         finds them from any working directory); an entry of a run that recorded none, resolved here."""
-        return {image.get("path") or os.path.realpath(image["image"]) for entry in self.entries.values()
-                for image in entry["images"]}
+        return {_recorded_path(image) for entry in self.entries.values() for image in entry["images"]}
 
     def left_to_do(self, images: list[str]) -> list[str]:
         """``images`` less those done. An image is done when its resolved path is recorded as done (wherever the job
@@ -205,28 +205,19 @@ class DatasetStore:
         not among ``images`` (the folder was moved or renamed): the same SHA-256, each such record standing for one
         image, so two copies of one image in a dataset are both done. Its results keep the path it was done under.
         Only then are pending images read to be hashed, and only until every such record is matched."""
-        from collections import Counter
-
-        from vitdeploy.fileio import sha256_file
-
         resolved = [os.path.realpath(image) for image in images]
         done, inputs = self.done_paths(), set(resolved)
         left = [image for image, path in zip(images, resolved) if path not in done]
         moved = Counter(image["sha256"] for entry in self.entries.values() for image in entry["images"]
-                        if image.get("sha256") and (image.get("path") or os.path.realpath(image["image"])) not in inputs)
+                        if image.get("sha256") and _recorded_path(image) not in inputs)
         kept = []
         for image in left:
-            if moved:
-                try:
-                    digest = sha256_file(image)
-                except OSError:  # unreadable now: the worker records why
-                    digest = None
-                if moved[digest] > 0:
-                    moved[digest] -= 1
-                    if not moved[digest]:
-                        del moved[digest]
-                    continue
-            kept.append(image)
+            digest = _sha256_or_none(image) if moved else None
+            if moved[digest] > 0:
+                moved[digest] -= 1
+                moved = +moved  # the records still unmatched: once none is left, nothing more is hashed
+            else:
+                kept.append(image)
         return kept
 
     def failed(self) -> dict[str, str]:
@@ -272,6 +263,21 @@ class DatasetStore:
         text = "".join(json.dumps(self.entries[i], sort_keys=True) + "\n" for i in sorted(self.entries))
         atomic_write_bytes(self.manifest_path, text.encode())
         self.write_errors()
+
+
+def _recorded_path(image: dict[str, Any]) -> str:
+    """A done image's file: the resolved path its run recorded, or (a run that recorded none) its path resolved here."""
+    return image.get("path") or os.path.realpath(image["image"])
+
+
+def _sha256_or_none(path: str) -> str | None:
+    """The file's SHA-256; None where it cannot be read now (the worker records why)."""
+    from vitdeploy.fileio import sha256_file
+
+    try:
+        return sha256_file(path)
+    except OSError:
+        return None
 
 
 def _short(value: Any) -> str:

@@ -25,15 +25,17 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.serving.metrics import Metrics
 from vitdeploy.runtime.apps.serving.service import (MAX_IMAGE_PIXELS, Busy, Cached, DecoderSide, EmbeddingCache,
-                                                    EncoderSide, NotFound, PromptRequest, unknown_id)
+                                                    EncoderSide, NotFound, PromptRequest, unknown_id,
+                                                    upload_limit)
 from vitdeploy.runtime.deploy.loader import OpenOptions
 from vitdeploy.runtime.deploy.plan import ModelPlan
-from vitdeploy.runtime.processing.images import PixelLimit, check_image_bytes
+from vitdeploy.runtime.processing.images import check_image_bytes
 
 #: The Ray Serve applications, one per deployment (the front is not one: it is this process's server).
 CACHE_APP, ENCODER_APP, DECODER_APP = "vitdeploy-cache", "vitdeploy-encoder", "vitdeploy-decoder"
@@ -129,17 +131,14 @@ class DecoderReplica:
         encoder_metadata = file_metadata(options.encoder)  # the pair was checked on the driver: read, not checked
         self.side = DecoderSide(prompt_predictor_for(None, encoder_metadata, plan=options.plan))
         self.capacity = options.cache_size
-        self._cache: Any = None
         self.recent = EmbeddingCache(DECODER_LOCAL_CACHE)
 
-    @property
+    @cached_property
     def cache(self) -> Any:
         """The cache deployment's handle, looked up by name when first used (a replica opened outside Serve has none)."""
-        if self._cache is None:
-            from ray import serve
+        from ray import serve
 
-            self._cache = serve.get_deployment_handle("cache", app_name=CACHE_APP)
-        return self._cache
+        return serve.get_deployment_handle("cache", app_name=CACHE_APP)
 
     def browser_decoder(self) -> dict[str, Any] | None:
         return self.side.browser_decoder()
@@ -176,7 +175,7 @@ class RayFront:
         self.cache_epoch: float | None = None
         self.limits: dict[str, Any] | None = None
         #: The replicas' pixel limit, checked here from an upload's header first (:meth:`encode`).
-        self.limit = PixelLimit(options.max_image_pixels, "start the server with a larger --max-image-pixels")
+        self.limit = upload_limit(options.max_image_pixels)
 
     def encode(self, data: bytes) -> dict[str, Any]:
         if self.cache_epoch is None:  # the cache replica this front put embeddings into: a replacement starts later

@@ -37,6 +37,7 @@ from vitdeploy.runtime.apps.serving.metrics import Metrics
 if TYPE_CHECKING:  # imported when a service opens its files
     from vitdeploy.runtime.deploy.loader import OpenOptions
     from vitdeploy.runtime.deploy.plan import ModelPlan
+    from vitdeploy.runtime.processing.images import PixelLimit
 
 LOG = logging.getLogger("vitdeploy.serve")
 #: The most prompts one masks request may carry (each is a decoder run).
@@ -202,7 +203,6 @@ class EncoderSide:
     def __init__(self, encoder: Any, features_of: Callable[[np.ndarray], dict[str, np.ndarray]],
                  keep: Callable[[np.ndarray, bytes], Any] | None = None, max_image_pixels: int = MAX_IMAGE_PIXELS):
         from vitdeploy.runtime.deploy.identity import model_digest
-        from vitdeploy.runtime.processing.images import PixelLimit
 
         self.runner = encoder
         self.features_of = features_of
@@ -214,7 +214,7 @@ class EncoderSide:
         #: What each cache entry keeps of its image (a concept side's :meth:`ConceptSide.kept`), or nothing.
         self.keep = keep
         #: Larger images are refused from their header (413), before they are decoded.
-        self.limit = PixelLimit(max_image_pixels, "start the server with a larger --max-image-pixels")
+        self.limit = upload_limit(max_image_pixels)
 
     def embedding_id(self, data: bytes) -> str:
         return hashlib.sha256(self.identity.encode() + b"\0" + data).hexdigest()[:32]
@@ -425,6 +425,14 @@ class SamService:
     def metrics_text(self) -> str:
         return self.metrics.render({"cache_embeddings": len(self.cache), "cache_capacity": self.cache.capacity,
                                     "encodes_in_flight": self.admission.pending})
+
+
+def upload_limit(max_image_pixels: int) -> PixelLimit:
+    """A server's pixel limit for uploads (``--max-image-pixels``), checked from an image's header before it is
+    decoded: 413 naming the option."""
+    from vitdeploy.runtime.processing.images import PixelLimit
+
+    return PixelLimit(max_image_pixels, "start the server with a larger --max-image-pixels")
 
 
 def service_limits(max_image_pixels: int, predictor: Any, concept_boxes: int | None) -> dict[str, Any]:
