@@ -51,7 +51,7 @@ def main(out: str, library: str, encoder: str | None = None) -> None:
         x = np.random.default_rng(0).standard_normal(fused.input_shapes()["image"]).astype(np.float32)
         a, b = fused.run({"image": x})["image_embeddings"], plain.run({"image": x})["image_embeddings"]
         fusion = fused.fusion
-        record["encoder"] = {"swapped": list(fusion.swapped) if fusion else [],
+        record["encoder"] = {"swapped": list(fusion.changed) if fusion else [],
                              "paths": sorted(set(fusion.paths.values())) if fusion else [],
                              "max_abs_rel": float(np.abs(a - b).max() / np.abs(b).max())}
     Path(out).write_text(json.dumps(record, indent=1))

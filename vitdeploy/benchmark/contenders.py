@@ -109,7 +109,7 @@ def deployed_contender(path: str | Path, *, threads: int | None, device: str, gp
             synchronize=runner.synchronize,
         )
     fusion = getattr(runner, "fusion", None)  # ONNX Runtime's: the default takes the kernel where it is built
-    attention = " + fused rel-pos kernel" if fusion is not None and fusion.swapped else " folded attention" if folded_attention else ""
+    attention = " + fused rel-pos kernel" if fusion is not None and fusion.changed else " folded attention" if folded_attention else ""
     math = " tf32" if tf32 and device != "cpu" and precision == "fp32" else ""
     chosen = runner.deployment  # --runtime auto: what it chose
     policy = chosen.precision if chosen is not None else inference_precision or "file"

@@ -58,12 +58,12 @@ def test_unfolded_form_is_what_the_runner_runs(exports: dict[str, Path], tmp_pat
     in_memory = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2, fused_attention=False)  # the default without the kernel
     runner = _check_against_official_and_runner(out, in_memory)
     assert runner.cpu_form.attention == "unfolded"
-    assert runner.unfold.unfolded == in_memory.unfold.unfolded  # the same node, named the same
+    assert runner.unfold.changed == in_memory.unfold.changed  # the same node, named the same
     model = onnx.load(str(out))
     bias_nodes = [n for n in model.graph.node if n.op_type == "MultiHeadAttention" and len(n.input) == 6 and n.input[5]]
-    assert [n.name for n in bias_nodes] == in_memory.unfold.unfolded
+    assert [n.name for n in bias_nodes] == in_memory.unfold.changed
     form = decode({p.key: p.value for p in model.metadata_props})[CPU_FORM_KEY]
-    assert form == {"attention": "unfolded", "nodes": in_memory.unfold.unfolded, "source": "onnxruntime-cpu.onnx"}
+    assert form == {"attention": "unfolded", "nodes": in_memory.unfold.changed, "source": "onnxruntime-cpu.onnx"}
     onnx.checker.check_model(model)
     inspected = CliRunner().invoke(cli, ["inspect", str(out)])
     assert "CPU form ('vitdeploy optimize' of onnxruntime-cpu.onnx): unfolded attention in 1 node(s)" in inspected.output
@@ -88,7 +88,7 @@ def test_weights_kept_beside_the_source_are_written_with_the_form(exports: dict[
                     location="encoder.onnx.data", size_threshold=1024)  # as the exporter writes ViT-H
     # The one-hot tables the check reads are external too: read from the model's folder, not the working directory.
     in_memory = OnnxRuntimeRunner(source_dir / "encoder.onnx", threads=2, fused_attention=False)
-    assert in_memory.unfold.unfolded
+    assert in_memory.unfold.changed
     result = write_cpu_form(source_dir / "encoder.onnx", out_dir / "encoder.cpu.onnx")
     assert result.files == [out_dir / "encoder.cpu.onnx"]
     _check_against_official_and_runner(out_dir / "encoder.cpu.onnx", in_memory)
@@ -179,8 +179,8 @@ def test_fused_form_is_what_the_runner_runs_with_the_kernel(cpp_build: Path, exp
     in_memory = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2, fused_attention=True)
     runner = _check_against_official_and_runner(out, in_memory)
     assert runner.cpu_form.attention == "fused-kernel"
-    assert runner.fusion.swapped == in_memory.fusion.swapped
-    assert runner.cpu_form.kernel_path == in_memory.fusion.paths[in_memory.fusion.swapped[0]]
+    assert runner.fusion.changed == in_memory.fusion.changed
+    assert runner.cpu_form.kernel_path == in_memory.fusion.paths[in_memory.fusion.changed[0]]
     model = onnx.load(str(out))
     node = next(n for n in model.graph.node if n.op_type == relpos_kernel.OP_TYPE)
     isa = next(a for a in node.attribute if a.name == "isa")

@@ -32,7 +32,7 @@ def test_runner_unfolds_the_global_block_with_the_official_numbers(exports: dict
     unfolded = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2, fused_attention=False)
     folded = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2, folded_attention=True)
     # 8x8 global grid: 8 + 8 rel-pos columns >= head size 16, unfolded; 3x3 windows: 6 < 16, left folded.
-    assert len(unfolded.unfold.unfolded) == len(arch.global_attn_indexes)
+    assert len(unfolded.unfold.changed) == len(arch.global_attn_indexes)
     assert len(unfolded.unfold.kept) == arch.depth - len(arch.global_attn_indexes)
     assert all("the folded form is as fast there" in why for why in unfolded.unfold.kept.values())
     assert folded.unfold is None
@@ -51,7 +51,7 @@ def test_unfolded_graph_takes_the_bias_and_the_plain_keys(exports: dict[str, Pat
     global_block = [f for f in found if pays_to_unfold(f)]
     assert [(f.grid_h, f.grid_w, f.head_dim) for f in global_block] == [(8, 8, 16)]
     model, report = unfold_relpos_attention(model)
-    assert report.unfolded == [global_block[0].label]
+    assert report.changed == [global_block[0].label]
     onnx.checker.check_model(model)  # topologically sorted, every value defined
     node = next(n for n in model.graph.node if n.name == global_block[0].label)
     assert node.op_type == "MultiHeadAttention" and len(node.input) == 6 and node.input[5]  # attention_bias
@@ -62,7 +62,7 @@ def test_unfold_needs_the_exact_one_hot_keys(exports: dict[str, Path]) -> None:
     model = onnx.load(str(exports["onnxruntime-cpu"]))
     assert tamper_onehot_tables(model)  # one key in two columns
     _, report = unfold_relpos_attention(model)
-    assert report.unfolded == []
+    assert report.changed == []
     assert set(report.kept.values()) == {"the key table is not the one-hot rel-pos layout"}
 
 

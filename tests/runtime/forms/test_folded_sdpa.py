@@ -42,9 +42,9 @@ def test_runner_runs_tensorrt_attention_as_multihead_attention(exports: dict[str
     arch = TINY_ARCHS[ARCH]
     runner = OnnxRuntimeRunner(exports["tensorrt"], threads=2, fused_attention=False)
     written = OnnxRuntimeRunner(exports["tensorrt"], threads=2, folded_attention=True)
-    assert len(runner.sdpa.converted) == arch.depth and runner.sdpa.kept == {}
+    assert len(runner.sdpa.changed) == arch.depth and runner.sdpa.kept == {}
     # ... then the onnxruntime-cpu target's default: the global block takes its rel-pos term as a bias.
-    assert len(runner.unfold.unfolded) == len(arch.global_attn_indexes)
+    assert len(runner.unfold.changed) == len(arch.global_attn_indexes)
     assert written.sdpa is None and written.unfold is None  # the file as written: TensorRT's pattern
     assert any("run as ONNX Runtime's MultiHeadAttention" in note for note in runner.notes())
     official = tiny_encoder(ARCH, seed=SEED)
@@ -63,7 +63,7 @@ def test_converted_graph_is_the_onnxruntime_cpu_form(exports: dict[str, Path]) -
     reference, _ = find_folded_attention(onnx.load(str(exports["onnxruntime-cpu"])).graph)
     layouts = sorted((f.num_heads, f.head_dim, f.grid_h, f.grid_w) for f in converted)
     assert layouts == sorted((f.num_heads, f.head_dim, f.grid_h, f.grid_w) for f in reference)
-    assert sorted(f.label for f in converted) == sorted(report.converted)
+    assert sorted(f.label for f in converted) == sorted(report.changed)
     # The values reach the attention unpadded: no Pad is left but the keys' (one per block).
     pads = [n for n in model.graph.node if n.op_type == "Pad"]
     padded_keys = {f.keys for f in converted}
@@ -100,7 +100,7 @@ def test_only_the_proven_pattern_is_converted(exports: dict[str, Path], tmp_path
     onnx.save_model(model, str(path))
     runner = OnnxRuntimeRunner(path, threads=2)
     assert len(runner.sdpa.kept) == changed and set(runner.sdpa.kept.values()) == {reason}
-    assert len(runner.sdpa.converted) == TINY_ARCHS[ARCH].depth - changed
+    assert len(runner.sdpa.changed) == TINY_ARCHS[ARCH].depth - changed
     written = OnnxRuntimeRunner(path, threads=2, folded_attention=True)
     x = _image(1, 3).numpy()
     out = runner.run({"image": x})["image_embeddings"]
@@ -112,7 +112,7 @@ def test_optimize_writes_the_tensorrt_exports_cpu_form(exports: dict[str, Path],
     out = tmp_path / "tensorrt.cpu.onnx"
     result = write_cpu_form(exports["tensorrt"], out)
     in_memory = OnnxRuntimeRunner(exports["tensorrt"], threads=2, fused_attention=False)
-    assert list(result.form.nodes) == in_memory.unfold.unfolded
+    assert list(result.form.nodes) == in_memory.unfold.changed
     runner = OnnxRuntimeRunner(out, threads=2)
     assert runner.cpu_form is not None and runner.sdpa is None  # run as written: nothing left to convert
     x = _image(1, 4).numpy()

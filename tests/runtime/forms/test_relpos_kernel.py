@@ -97,18 +97,18 @@ def test_fused_runner_matches_official_and_mha(library: Path, exports: dict[str,
     plain = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2, fused_attention=False)
     default = OnnxRuntimeRunner(exports["onnxruntime-cpu"], threads=2)
     arch = TINY_ARCHS[ARCH]
-    assert plain.fusion is None and len(plain.unfold.unfolded) == len(arch.global_attn_indexes)
+    assert plain.fusion is None and len(plain.unfold.changed) == len(arch.global_attn_indexes)
     assert default.warnings == []
     if expected == "portable":
-        assert fused.fusion.swapped == [] and fused.warnings and "running ONNX Runtime's attention" in fused.warnings[0]
-        assert default.fusion is None and default.unfold.unfolded == plain.unfold.unfolded
+        assert fused.fusion.changed == [] and fused.warnings and "running ONNX Runtime's attention" in fused.warnings[0]
+        assert default.fusion is None and default.unfold.changed == plain.unfold.changed
     else:
-        assert len(fused.fusion.swapped) == len(arch.global_attn_indexes)  # the global block
+        assert len(fused.fusion.changed) == len(arch.global_attn_indexes)  # the global block
         assert set(fused.fusion.paths.values()) == {expected} and fused.warnings == []
-        assert default.unfold is None and default.fusion.swapped == fused.fusion.swapped
+        assert default.unfold is None and default.fusion.changed == fused.fusion.changed
         assert default.fusion.paths == fused.fusion.paths
     # The windowed blocks (9 tokens) always, the global block too where the CPU has no vector path: one reason.
-    assert len(fused.fusion.kept) == arch.depth - len(fused.fusion.swapped)
+    assert len(fused.fusion.kept) == arch.depth - len(fused.fusion.changed)
     reasons = {r.split(":")[1] for r in fused.fusion.kept.values()}
     assert len(reasons) == 1 and "only the kernel's portable path" in reasons.pop()
     official = tiny_encoder(ARCH, seed=7)
@@ -126,9 +126,9 @@ def test_tensorrt_export_takes_the_kernel_too(library: Path, tmp_path: Path) -> 
     path = export_tiny_targets(tmp_path, ARCH, seed=7, targets=("tensorrt",))["tensorrt"]
     fused = OnnxRuntimeRunner(path, threads=2, fused_attention=True)
     arch = TINY_ARCHS[ARCH]
-    assert len(fused.sdpa.converted) == arch.depth
+    assert len(fused.sdpa.changed) == arch.depth
     expected = _expected_path(*_global_block_shape(), relpos_kernel.requested_path())
-    assert len(fused.fusion.swapped) == (0 if expected == "portable" else len(arch.global_attn_indexes))
+    assert len(fused.fusion.changed) == (0 if expected == "portable" else len(arch.global_attn_indexes))
     official = tiny_encoder(ARCH, seed=7)
     x = torch.randn(1, 3, arch.img_size, arch.img_size, generator=torch.Generator().manual_seed(5))
     assert_matches_official(official, fused, x, "tensorrt target, fused")
@@ -141,10 +141,10 @@ def test_swap_needs_the_exact_one_hot_keys(library: Path, exports: dict[str, Pat
     model = onnx.load(str(exports["onnxruntime-cpu"]))
     _, report = relpos_kernel.fuse_relpos_attention(onnx.load(str(exports["onnxruntime-cpu"])), library)
     # Untouched, the global block passes the layout check (swapped, or on a CPU without a vector path kept for that) ...
-    assert len(report.swapped) + len(report.portable_only) == 3 and len(report.swapped) <= 1
+    assert len(report.changed) + len(report.portable_only) == 3 and len(report.changed) <= 1
     assert tamper_onehot_tables(model)  # one key in two columns
     _, report = relpos_kernel.fuse_relpos_attention(model, library)  # ... tampered, nothing is
-    assert report.swapped == []
+    assert report.changed == []
     assert set(report.kept.values()) == {"the key table is not the one-hot rel-pos layout"}
 
 
@@ -163,12 +163,12 @@ def test_the_default_without_a_usable_library(exports: dict[str, Path], tmp_path
     model = str(exports["onnxruntime-cpu"])
     monkeypatch.setenv(relpos_kernel.LIBRARY_ENV, str(tmp_path / "nowhere.so"))
     absent = OnnxRuntimeRunner(model, threads=2)
-    assert absent.fusion is None and absent.unfold.unfolded and absent.warnings == []
+    assert absent.fusion is None and absent.unfold.changed and absent.warnings == []
     broken = tmp_path / relpos_kernel.LIBRARY_NAME
     broken.write_bytes(b"not an ELF file")
     monkeypatch.setenv(relpos_kernel.LIBRARY_ENV, str(broken))
     stale = OnnxRuntimeRunner(model, threads=2)
-    assert stale.fusion is None and stale.unfold.unfolded == absent.unfold.unfolded
+    assert stale.fusion is None and stale.unfold.changed == absent.unfold.changed
     assert len(stale.warnings) == 1 and "cannot be loaded" in stale.warnings[0] and "cpp/build.sh" in stale.warnings[0]
     # A file with no folded attention never looks for the library, so it has nothing to say about it.
     assert OnnxRuntimeRunner(exports["generic"], threads=2).warnings == []
@@ -221,7 +221,7 @@ def test_int8_graph_takes_the_kernel_with_the_same_numbers(library: Path, export
     assert done.exit_code == 0, done.output
     fused = OnnxRuntimeRunner(int8, threads=2, fused_attention=True)
     plain = OnnxRuntimeRunner(int8, threads=2, fused_attention=False)
-    assert len(fused.fusion.swapped) == (0 if expected == "portable" else len(arch.global_attn_indexes))
+    assert len(fused.fusion.changed) == (0 if expected == "portable" else len(arch.global_attn_indexes))
     x = torch.randn(1, 3, arch.img_size, arch.img_size, generator=torch.Generator().manual_seed(3)).numpy()
     out, ref = fused.run({"image": x})["image_embeddings"], plain.run({"image": x})["image_embeddings"]
     assert max_abs_rel(out, ref) <= FUSED_VS_MHA_MAX_ABS_REL
@@ -232,7 +232,7 @@ def test_swap_imports_no_torch(library: Path, exports: dict[str, Path]) -> None:
     code = ("import sys\n"
             "from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner\n"
             f"runner = OnnxRuntimeRunner({str(exports['onnxruntime-cpu'])!r}, fused_attention=True)\n"
-            "assert len(runner.fusion.swapped) + len(runner.fusion.portable_only) == 3, runner.fusion\n"
+            "assert len(runner.fusion.changed) + len(runner.fusion.portable_only) == 3, runner.fusion\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, **{relpos_kernel.LIBRARY_ENV: str(library)}))

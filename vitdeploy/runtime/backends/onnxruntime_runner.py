@@ -204,12 +204,12 @@ class OnnxRuntimeRunner(Runner):
                 library = require_library()
                 _register_kernel(options, library)
                 nodes = list(self.cpu_form.nodes)
-                self.fusion = FusionReport(swapped=nodes,
+                self.fusion = FusionReport(changed=nodes,
                                            paths=dict.fromkeys(nodes, capped_path(self.cpu_form.kernel_path, library)))
             else:
                 from vitdeploy.runtime.forms.folded_attention import UnfoldReport
 
-                self.unfold = UnfoldReport(unfolded=list(self.cpu_form.nodes))
+                self.unfold = UnfoldReport(changed=list(self.cpu_form.nodes))
         elif device == "cpu":
             from vitdeploy.runtime.forms.cpu_attention import cpu_attention
 
@@ -247,11 +247,11 @@ class OnnxRuntimeRunner(Runner):
             notes.append(f"rel-pos attention as written in the file: {self.cpu_form.summary()}"
                          + (f"; this CPU runs the kernel's {', '.join(taken)} path" if taken else ""))
             fusion = unfold = None
-        if self.sdpa is not None and self.sdpa.converted:
+        if self.sdpa is not None and self.sdpa.changed:
             notes.append(f"attention: {self.sdpa.summary()}")
         if fusion is not None:
             notes.append(f"fused rel-pos attention: {fusion.summary()}")
-        if unfold is not None and unfold.unfolded:
+        if unfold is not None and unfold.changed:
             notes.append(f"rel-pos attention: {unfold.summary()} (--folded-attention runs the file's form as written)")
         notes += [f"warning: {warning}" for warning in self.warnings]
         held = read_openvino_form(self.metadata, f"'{self.path.name}'")

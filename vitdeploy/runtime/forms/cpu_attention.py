@@ -100,22 +100,22 @@ def cpu_attention(path: Path, target: ExportTarget | None, *, fused_attention: b
 
         model, fusion = fuse_relpos_attention(model, library, base_dir=path.parent)  # unchanged where nothing swapped
         if fused_attention is True:
-            if not fusion.swapped and not fusion.portable_only:
+            if not fusion.changed and not fusion.portable_only:
                 raise InputError(f"'{path.name}' has no attention the fused kernel can take "
                                  f"({kept_reasons(fusion.kept)}): export with --target onnxruntime-cpu (or tensorrt), "
                                  "or run without fused attention")
-            if not fusion.swapped:
+            if not fusion.changed:
                 result.warnings.append("fused attention: no attention node can take one of the kernel's vector paths "
                                        f"on this CPU ({kept_reasons(fusion.kept)}): running ONNX Runtime's attention")
-        if fusion.swapped or fused_attention:
-            result.fusion, changed = fusion, fusion.swapped
-        result.library = library if fusion.swapped else None
+        if fusion.changed or fused_attention:
+            result.fusion, changed = fusion, fusion.changed
+        result.library = library if fusion.changed else None
     if result.fusion is None:
         from vitdeploy.runtime.forms.folded_attention import unfold_relpos_attention
 
         model, result.unfold = unfold_relpos_attention(model, path.parent)
-        changed = result.unfold.unfolded
-    if changed or sdpa.converted:
+        changed = result.unfold.changed
+    if changed or sdpa.changed:
         result.source = model.SerializeToString()  # external weights stay in their file
     return result
 

@@ -102,16 +102,16 @@ def cpu_form_graph(model: onnx.ModelProto, attention: str, source: str = "",
         from vitdeploy.runtime.forms.relpos_kernel import PATHS, fuse_relpos_attention
 
         model, fusion = fuse_relpos_attention(model, base_dir=base_dir)
-        if not fusion.swapped:
+        if not fusion.changed:
             raise InputError(f"no attention node of '{source or 'the model'}' can take the fused kernel on this CPU "
                              f"({kept_reasons(fusion.kept)}): write the unfolded form (without --fused-attention)")
         widest = max(fusion.paths.values(), key=PATHS.index)  # one path in practice: one CPU, one request
-        return model, CpuForm(FUSED_KERNEL, tuple(fusion.swapped), widest, source, dict(fusion.kept))
+        return model, CpuForm(FUSED_KERNEL, tuple(fusion.changed), widest, source, dict(fusion.kept))
     model, unfold = unfold_relpos_attention(model, base_dir)
-    if not unfold.unfolded:
+    if not unfold.changed:
         raise InputError(f"no attention node of '{source or 'the model'}' is worth unfolding ({kept_reasons(unfold.kept)}): "
                          "the exported file is already the form to run")
-    return model, CpuForm(UNFOLDED, tuple(unfold.unfolded), None, source, dict(unfold.kept))
+    return model, CpuForm(UNFOLDED, tuple(unfold.changed), None, source, dict(unfold.kept))
 
 
 __all__ = ["CPU_FORM_KEY", "FORMS", "FUSED_KERNEL", "UNFOLDED", "CpuForm", "check_requested_form", "cpu_form_graph",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import ClassVar
 from pathlib import Path
 
 import numpy as np
@@ -167,15 +168,25 @@ def find_folded_attention(graph: onnx.GraphProto, base_dir: str | Path = "") -> 
 
 
 @dataclass
-class UnfoldReport:
-    """Which folded attention nodes now take their rel-pos term as an attention bias."""
+class RewriteReport:
+    """What one rewrite of the folded form did: the nodes it changed, and why it left the others (label -> reason)."""
 
-    unfolded: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
     kept: dict[str, str] = field(default_factory=dict)
 
+    #: How :meth:`summary` names the changed nodes and the kept ones.
+    CHANGED: ClassVar[str] = "node(s) rewritten"
+    KEPT: ClassVar[str] = "left as they are"
+
     def summary(self) -> str:
-        return (f"{len(self.unfolded)} folded attention node(s) on ONNX Runtime's kernel with the rel-pos term as "
-                f"an attention bias, {len(self.kept)} left as they are")
+        return f"{len(self.changed)} {self.CHANGED}, {len(self.kept)} {self.KEPT}"
+
+
+@dataclass
+class UnfoldReport(RewriteReport):
+    """Which folded attention nodes now take their rel-pos term as an attention bias."""
+
+    CHANGED: ClassVar[str] = "folded attention node(s) on ONNX Runtime's kernel with the rel-pos term as an attention bias"
 
 
 def _unfold_nodes(found: FoldedAttention, node: onnx.NodeProto) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
@@ -233,7 +244,7 @@ def unfold_relpos_attention(model: onnx.ModelProto, base_dir: str | Path = "") -
     if not by_index:
         return model, report
     splice_nodes(graph, {index: _unfold_nodes(item, graph.node[index]) for index, item in by_index.items()})
-    report.unfolded += [by_index[index].label for index in sorted(by_index)]
+    report.changed += [by_index[index].label for index in sorted(by_index)]
     return model, report
 
 
@@ -255,6 +266,6 @@ def splice_nodes(graph: onnx.GraphProto, replacements: dict[int, tuple[list[onnx
     graph.initializer.extend(inits)
 
 
-__all__ = ["FoldedAttention", "UnfoldReport", "constant_value", "find_folded_attention", "folded_key_layout",
+__all__ = ["FoldedAttention", "RewriteReport", "UnfoldReport", "constant_value", "find_folded_attention", "folded_key_layout",
            "kept_reasons", "node_attr", "onehot_layout", "pays_to_unfold", "splice_nodes",
            "unfold_relpos_attention", "zeros_after_last_axis"]

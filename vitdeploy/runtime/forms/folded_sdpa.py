@@ -23,29 +23,27 @@ provider only (the file stays TensorRT's).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from vitdeploy.runtime.forms.folded_attention import (constant_value, folded_key_layout, node_attr, splice_nodes,
-                                                      zeros_after_last_axis)
+from vitdeploy.runtime.forms.folded_attention import (RewriteReport, constant_value, folded_key_layout, node_attr,
+                                                      splice_nodes, zeros_after_last_axis)
 
 MS_DOMAIN = "com.microsoft"
 
 
 @dataclass
-class SdpaReport:
+class SdpaReport(RewriteReport):
     """Which folded MatMul-Softmax-MatMul chains now run as ``MultiHeadAttention``, and why others were left."""
 
-    converted: list[str] = field(default_factory=list)
-    kept: dict[str, str] = field(default_factory=dict)
-
-    def summary(self) -> str:
-        return (f"{len(self.converted)} folded MatMul-Softmax-MatMul attention(s) of the tensorrt export run as ONNX "
-                f"Runtime's MultiHeadAttention, {len(self.kept)} left as written")
+    CHANGED: ClassVar[str] = "folded MatMul-Softmax-MatMul attention(s) of the tensorrt export run as ONNX Runtime's " \
+                             "MultiHeadAttention"
+    KEPT: ClassVar[str] = "left as written"
 
 
 @dataclass(frozen=True)
@@ -219,7 +217,7 @@ def sdpa_as_multihead_attention(model: onnx.ModelProto, base_dir: str | Path = "
         return model, report
     dropped = {i for chain, _ in chains.values() for i in chain.nodes}
     splice_nodes(graph, {index: _replacement(chain, label) for index, (chain, label) in chains.items()}, dropped)
-    report.converted += [chains[index][1] for index in sorted(chains)]
+    report.changed += [chains[index][1] for index in sorted(chains)]
     if not any(o.domain == MS_DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     return model, report

@@ -29,13 +29,14 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import ClassVar
 
 import onnx
 from onnx import helper
 
 from vitdeploy.cpu_features import CpuFeatures, cpu_features
 from vitdeploy.errors import InputError, MissingDependencyError
-from vitdeploy.runtime.forms.folded_attention import find_folded_attention
+from vitdeploy.runtime.forms.folded_attention import RewriteReport, find_folded_attention
 
 DOMAIN = "ai.vitdeploy"
 OP_TYPE = "RelPosAttention"
@@ -124,14 +125,14 @@ def capped_path(cap: str, library: Path | None = None) -> str:
 
 
 @dataclass
-class FusionReport:
-    """Which MultiHeadAttention nodes were swapped (and the kernel path each takes), and why the others were not."""
+class FusionReport(RewriteReport):
+    """Which MultiHeadAttention nodes were swapped for the kernel (the path each takes), and why the others were not."""
 
-    swapped: list[str] = field(default_factory=list)
-    kept: dict[str, str] = field(default_factory=dict)
     paths: dict[str, str] = field(default_factory=dict)
     #: Nodes in the folded form that only the portable path would take (shape or CPU): left to ONNX Runtime.
     portable_only: list[str] = field(default_factory=list)
+
+    KEPT: ClassVar[str] = "left to ONNX Runtime"
 
     @property
     def taken(self) -> list[str]:
@@ -140,7 +141,7 @@ class FusionReport:
 
     def summary(self) -> str:
         taken = f" ({', '.join(self.taken)} path)" if self.taken else ""
-        return f"{len(self.swapped)} attention node(s) on vitdeploy's kernel{taken}, {len(self.kept)} left to ONNX Runtime"
+        return f"{len(self.changed)} attention node(s) on vitdeploy's kernel{taken}, {len(self.kept)} {self.KEPT}"
 
 
 def fuse_relpos_attention(model: onnx.ModelProto, library: Path | None = None, requested: str | None = None,
@@ -168,9 +169,9 @@ def fuse_relpos_attention(model: onnx.ModelProto, library: Path | None = None, r
         fused = helper.make_node(OP_TYPE, list(node.input)[:3], list(node.output)[:1], name=label, domain=DOMAIN,
                                  num_heads=item.num_heads, grid_h=item.grid_h, grid_w=item.grid_w, isa=PATHS.index(path))
         graph.node[item.index].CopyFrom(fused)
-        report.swapped.append(label)
+        report.changed.append(label)
         report.paths[label] = path
-    if report.swapped and not any(o.domain == DOMAIN for o in model.opset_import):
+    if report.changed and not any(o.domain == DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return model, report
 
