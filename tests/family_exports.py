@@ -37,6 +37,8 @@ TINY_RECIPES: dict[str, tuple[str, int | None]] = {
     "sam3_text_encoder": ("sam3_tiny_text", None),
     "sam3_detector": ("sam3_tiny_detector", None),
     "sam3_interactive_decoder": ("sam3_tiny_interactive", None),
+    "sam3_memory_encoder": ("sam3_tiny_memory_encoder", None),
+    "sam3_memory_attention": ("sam3_tiny_memory_attention", None),
 }
 
 

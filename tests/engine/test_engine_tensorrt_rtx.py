@@ -50,7 +50,8 @@ def gpu_present() -> bool:
 #: the files named here -> their family's tiny export, shared with the family contract (tests/family_exports.py)
 SHARED = {"sam_encoder": "sam_image_encoder", "sam_decoder": "sam_mask_decoder", "timm_vit": "timm_vit",
           "timm_hiera": "timm_hiera", "sam3_vision": "sam3_vision_encoder", "sam3_detector": "sam3_detector",
-          "sam3_interactive": "sam3_interactive_decoder"}
+          "sam3_interactive": "sam3_interactive_decoder", "sam3_memory_encoder": "sam3_memory_encoder",
+          "sam3_memory_attention": "sam3_memory_attention"}
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +89,8 @@ CASES = {
     "sam3_vision": ("sam3_vision_encoder", "fp32", {"fp32"}, {"fp16", "int8"}),
     "sam3_detector": ("sam3_detector", "fp32", {"fp32"}, {"fp16", "int8"}),
     "sam3_interactive": ("sam3_interactive_decoder", "fp32", {"fp32"}, {"fp16", "int8"}),
+    "sam3_memory_encoder": ("sam3_memory_encoder", "fp32", {"fp32"}, {"fp16", "int8"}),
+    "sam3_memory_attention": ("sam3_memory_attention", "fp32", {"fp32"}, {"fp16", "int8"}),
 }
 
 

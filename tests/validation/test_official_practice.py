@@ -75,13 +75,15 @@ def test_each_sam3_file_is_offered_the_policies_its_evidence_proves_on_each_kind
 
 @pytest.fixture(scope="module")
 def official_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """family -> its tiny seeded file: SAM 3's four, and SAM 2's four (tests/family_exports.py, shared by the run)."""
+    """family -> its tiny seeded file: SAM 3's image files (the same model), and SAM 3's tracker files and SAM 2's
+    four (tests/family_exports.py, shared by the run)."""
     pytest.importorskip("sam3", reason="the official sam3 package is not installed (scripts/test.sh installs it)")
     pytest.importorskip("sam2", reason="the official sam2 package is not installed (scripts/test.sh installs it)")
     vision, text, detector = sam3_tiny_files(tmp_path_factory)
-    return {"sam3_vision_encoder": vision, "sam3_text_encoder": text, "sam3_detector": detector,
-            "sam3_interactive_decoder": sam3_tiny_interactive_file(tmp_path_factory),
-            **{family: family_export(tmp_path_factory, family)[0] for family in SAM2_FAMILIES}}
+    image = {"sam3_vision_encoder": vision, "sam3_text_encoder": text, "sam3_detector": detector,
+             "sam3_interactive_decoder": sam3_tiny_interactive_file(tmp_path_factory)}
+    return {**image, **{family: family_export(tmp_path_factory, family)[0]
+                        for family in SAM3_FAMILIES + SAM2_FAMILIES if family not in image}}
 
 
 #: The image encoders, judged on the bundled images too (16 of them) beside the random inputs.

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from vitdeploy.errors import InputError, RecipeError
 from vitdeploy.families import (sam2_image_encoder, sam2_mask_decoder, sam2_memory_attention, sam2_memory_encoder,
-                                sam3_detector, sam3_interactive_decoder, sam3_text_encoder, sam3_vision_encoder,
-                                sam_image_encoder, sam_mask_decoder, timm_hiera, timm_vit)
+                                sam3_detector, sam3_interactive_decoder, sam3_memory_attention, sam3_memory_encoder,
+                                sam3_text_encoder, sam3_vision_encoder, sam_image_encoder, sam_mask_decoder, timm_hiera,
+                                timm_vit)
 from vitdeploy.families.base import ExportOptions, ModelFamily
 
 if TYPE_CHECKING:
@@ -22,7 +23,8 @@ FAMILIES: dict[str, ModelFamily] = {
     module.FAMILY.name: module.FAMILY for module in (sam_image_encoder, sam_mask_decoder, timm_vit, timm_hiera,
                                                   sam2_image_encoder, sam2_mask_decoder, sam2_memory_encoder,
                                                   sam2_memory_attention, sam3_vision_encoder,
-                                                  sam3_text_encoder, sam3_detector, sam3_interactive_decoder)
+                                                  sam3_text_encoder, sam3_detector, sam3_interactive_decoder,
+                                                  sam3_memory_encoder, sam3_memory_attention)
 }
 
 

@@ -40,7 +40,6 @@ class Sam2MemoryEncoder(Sam2Family):
 
         from vitdeploy.metadata import artifact_metadata
         from vitdeploy.onnx_export.exporter import export_onnx
-        from vitdeploy.rewrites.sam2_memory import ExportableMemoryEncoder
 
         size, grid = int(model.image_size), int(model.sam_image_embedding_size)
         echo(f"exporting {recipe.name} ({recipe.variant}): {4 * grid}x{4 * grid} mask logits (upsampled to {size}x{size}) "
@@ -58,8 +57,14 @@ class Sam2MemoryEncoder(Sam2Family):
         gen = torch.Generator().manual_seed(0)
         example = (torch.randn(1, int(model.hidden_dim), grid, grid, generator=gen),
                    torch.randn(1, 1, 4 * grid, 4 * grid, generator=gen), torch.tensor([[0.5]]), torch.zeros(1))
-        return export_onnx(ExportableMemoryEncoder(model).eval(), example, output, input_names=list(INPUT_NAMES),
+        return export_onnx(self.exportable(model).eval(), example, output, input_names=list(INPUT_NAMES),
                            output_names=list(OUTPUT_NAMES), metadata=metadata, opset=options.opset or recipe.opset)
+
+    def exportable(self, model: Any) -> nn.Module:
+        """The graph's module for the official model :meth:`load_eager` gave."""
+        from vitdeploy.rewrites.sam2_memory import ExportableMemoryEncoder
+
+        return ExportableMemoryEncoder(model)
 
     def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
         from vitdeploy.rewrites.sam2_memory import OfficialMemoryEncoderReference

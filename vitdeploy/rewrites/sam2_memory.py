@@ -146,8 +146,6 @@ class ExportableMemoryAttention(nn.Module):
 
     def __init__(self, sam2: nn.Module, grid_hw: tuple[int, int]):
         super().__init__()
-        from sam2.modeling.position_encoding import compute_axial_cis
-
         check_tracking_config(sam2)
         official = sam2.memory_attention
         layer0 = official.layers[0]
@@ -193,8 +191,8 @@ class ExportableMemoryAttention(nn.Module):
         if len(angles) != 1:
             raise ExportError(f"the memory attention's rotary embeddings differ between attentions ({sorted(angles)}): "
                               "this rewrite shares one table")
-        dim, theta = angles.pop()
-        cis = compute_axial_cis(dim=dim, end_x=w, end_y=h, theta=theta)  # the official table: cos + i sin of each angle
+        # the official table, cos + i sin of each angle, by the official package's own compute_axial_cis
+        cis = official.layers[0].self_attn.compute_cis(end_x=w, end_y=h)
         self.register_buffer("rope_cos", cis.real.float().contiguous(), persistent=False)
         self.register_buffer("rope_sin", cis.imag.float().contiguous(), persistent=False)
         self.norm = copy.deepcopy(official.norm)
