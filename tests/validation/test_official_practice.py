@@ -17,6 +17,7 @@ from tests.sam3_fixtures import (
     sam3_tiny_files,
     sam3_tiny_interactive_file,
 )
+from vitdeploy.cpu_features import cpu_features
 from vitdeploy.parity import TOLERANCES, anchored, budget_for
 from vitdeploy.runtime.deploy.candidates import eligible
 from vitdeploy.runtime_facts import MODEL_PARTS, PROVEN_POLICIES, official_precision
@@ -121,7 +122,11 @@ def test_validate_judges_each_file_against_the_official_bf16_measured_beside_it(
     if family in PROVEN_POLICIES[policy]["families"]:  # (one left out may hold here and miss at full size: the
         assert report, [row.line() for row in practice.rows]  # interactive decoder in BF16, 1.22x tiny, 2.53x full)
     record = official_precision(family).measured.get(family)
-    if record is not None:  # the record covers this run: the probe's budget is no tighter than what was measured here
+    # The record covers this run where the policy is offered at all, on a CPU with its units: the probe's budget is no
+    # tighter than what was measured here. Without them PyTorch's BF16 autocast rounds by another path and moves
+    # further (the tiny SAM 2 decoder on an Intel Xeon Ice Lake, AVX-512 without BF16: 0.0209 against the 0.0164
+    # recorded on the AMX Xeon), and the probe offers no BF16 there.
+    if record is not None and cpu_features().policy_units(policy):
         measured = practice.measured()
         assert measured["rel_l2"] <= record["rel_l2"] and measured["cosine"] >= record["cosine"], (measured, record)
     assert all(math.isfinite(row.deployed.rel_l2) for row in practice.rows)
