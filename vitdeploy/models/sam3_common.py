@@ -49,21 +49,29 @@ class ArchTable:
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
+    #: (field, what it must be a multiple of: a number or another field, why) for :meth:`check`; a subclass extends
+    #: its parent's.
+    MULTIPLES: ClassVar[tuple[tuple[str, int | str, str], ...]] = ()
+
     def check(self) -> None:
-        """Refuse sizes the official classes cannot build or run (nothing by default)."""
+        """Refuse sizes the official classes cannot build or run: every rule of :attr:`MULTIPLES` (subclasses add
+        the rules that are not multiples)."""
+        for name, divisor, why in self.MULTIPLES:
+            value, by = getattr(self, name), getattr(self, divisor) if isinstance(divisor, str) else divisor
+            if value % by:
+                of = f"{divisor} {by}" if isinstance(divisor, str) else str(by)
+                raise RecipeError(f"{name} {value} is not a multiple of {of}" + (f" ({why})" if why else ""))
 
 
 class GridArchTable(ArchTable):
     """An :class:`ArchTable` of a model over an image's token grid (``img_size`` and ``patch_size`` fields)."""
 
+    MULTIPLES: ClassVar[tuple[tuple[str, int | str, str], ...]] = (("img_size", "patch_size", ""),)
+
     @property
     def grid(self) -> int:
         """Tokens per side."""
         return self.img_size // self.patch_size
-
-    def check(self) -> None:
-        if self.img_size % self.patch_size:
-            raise RecipeError(f"img_size {self.img_size} is not a multiple of patch_size {self.patch_size}")
 
 
 def select_under(state: Mapping[str, Any], prefixes: tuple[str, ...]) -> dict[str, Any]:

@@ -57,11 +57,11 @@ class Sam3DetectorArch(GridArchTable):
 
     WHAT: ClassVar[str] = "a SAM 3 detector"
 
+    MULTIPLES = GridArchTable.MULTIPLES + (("d_model", "num_heads", ""),
+                                           ("d_model", 8, "the pixel decoder's GroupNorm has 8 groups"))
+
     def check(self) -> None:
         super().check()
-        if self.d_model % self.num_heads or self.d_model % 8 or self.d_model % 2:
-            raise RecipeError(f"d_model {self.d_model} must be a multiple of num_heads {self.num_heads} and of 8 "
-                              "(the pixel decoder's GroupNorm has 8 groups)")
         if self.grid < self.roi_size:
             raise RecipeError(f"a {self.grid}x{self.grid} grid is smaller than roi_size {self.roi_size}")
         if min(self.encoder_layers, self.decoder_layers, self.num_queries, self.geometry_layers) < 1:

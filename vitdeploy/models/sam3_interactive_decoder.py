@@ -26,7 +26,6 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from vitdeploy.errors import RecipeError
 from vitdeploy.models.sam3_common import GridArchTable, load_official_weights, missing_sam3, select_under
 
 #: Where ``sam3.pt`` keeps the tracker, and where ``Sam3Image`` with interactivity keeps the same module.
@@ -48,11 +47,7 @@ class Sam3InteractiveArch(GridArchTable):
     d_model: int = 256
 
     WHAT: ClassVar[str] = "SAM 3's interactive predictor"
-
-    def check(self) -> None:
-        super().check()
-        if self.d_model % 8:
-            raise RecipeError(f"d_model {self.d_model} must be a multiple of 8 (conv_s0 makes d_model/8 channels)")
+    MULTIPLES = GridArchTable.MULTIPLES + (("d_model", 8, "conv_s0 makes d_model/8 channels"),)
 
 
 class Sam3InteractiveHeads(nn.Module):

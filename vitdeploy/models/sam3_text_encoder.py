@@ -31,9 +31,10 @@ class Sam3TextArch(ArchTable):
 
     WHAT: ClassVar[str] = "a SAM 3 text encoder"
 
+    MULTIPLES = (("width", "heads", ""),)
+
     def check(self) -> None:
-        if self.width % self.heads:
-            raise RecipeError(f"width {self.width} is not a multiple of heads {self.heads}")
+        super().check()
         if self.vocab_size < 49408:
             raise RecipeError(f"vocab_size {self.vocab_size}: CLIP's tokenizer gives ids up to 49407")
 

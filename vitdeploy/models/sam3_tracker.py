@@ -26,51 +26,40 @@ from typing import Any, ClassVar
 
 from torch import nn
 
-from vitdeploy.errors import RecipeError
-from vitdeploy.models.sam3_common import GridArchTable, load_official_weights, missing_sam3, select_under
-from vitdeploy.models.sam3_interactive_decoder import MASK_DECODER_EXTRA_ARGS
+from vitdeploy.models.sam3_common import load_official_weights, missing_sam3, select_under
+from vitdeploy.models.sam3_interactive_decoder import MASK_DECODER_EXTRA_ARGS, Sam3InteractiveArch
 
 #: Where ``sam3.pt`` keeps the tracker (its backbone is the detector's, under ``detector.backbone.``).
 CHECKPOINT_PREFIXES = ("tracker.",)
 
 
 @dataclass(frozen=True)
-class Sam3TrackerArch(GridArchTable):
-    """The sizes of SAM 3's tracker, named as ``build_tracker`` and its helpers name them; the defaults are theirs.
+class Sam3TrackerArch(Sam3InteractiveArch):
+    """The sizes of SAM 3's tracker: its SAM heads' (:class:`Sam3InteractiveArch`: ``img_size``, ``patch_size``,
+    ``d_model``, the memory attention's width too) and the memory's, named as ``build_tracker`` and its helpers name
+    them; the defaults are theirs. ``mem_dim`` is the memory encoder's ``out_dim``; the mask is resized to
+    ``16 * grid`` pixels a side before the downsampler's four stride-2 convolutions (``interpol_size``: 1152 at
+    1008 px). The bank's sizes are the builder's constants (:data:`BANK`)."""
 
-    ``d_model`` is the memory attention's and the SAM heads' width (the vision neck's), ``mem_dim`` the memory
-    encoder's ``out_dim``; the mask is resized to ``16 * grid`` pixels a side before the downsampler's four stride-2
-    convolutions (``interpol_size``: 1152 at 1008 px)."""
-
-    img_size: int = 1008
-    patch_size: int = 14
-    d_model: int = 256
     mem_dim: int = 64
-    num_maskmem: int = 7
     attention_layers: int = 4
-    attention_heads: int = 1
     dim_feedforward: int = 2048
-    fuser_layers: int = 2
-    max_obj_ptrs_in_encoder: int = 16
-    max_cond_frames_in_attn: int = 4
 
     WHAT: ClassVar[str] = "SAM 3's tracker"
-
-    def check(self) -> None:
-        super().check()
-        if self.d_model % self.attention_heads or (self.d_model // self.attention_heads) % 4:
-            raise RecipeError(f"d_model {self.d_model} over attention_heads {self.attention_heads} must be a multiple "
-                              "of 4 (the axial rotary embedding splits each head in four)")
-        if self.d_model % 8 or self.mem_dim % 2 or self.d_model % self.mem_dim:
-            raise RecipeError(f"d_model {self.d_model} must be a multiple of 8 and of mem_dim {self.mem_dim} (an "
-                              "object pointer is split into d_model / mem_dim memory tokens), mem_dim even")
-        if self.num_maskmem < 2 or self.max_obj_ptrs_in_encoder < 2:
-            raise RecipeError("num_maskmem and max_obj_ptrs_in_encoder must be at least 2 (a memory bank)")
+    MULTIPLES = Sam3InteractiveArch.MULTIPLES + (
+        ("mem_dim", 2, "the memory's sine encoding has two halves"),
+        ("d_model", "mem_dim", "an object pointer is split into d_model / mem_dim memory tokens"))
 
     @property
     def mask_size(self) -> int:
         """The side the memory encoder resizes a mask to (``SimpleMaskDownSampler``'s ``interpol_size``)."""
         return 16 * self.grid
+
+
+#: ``build_tracker``'s constants of the bank and the memory attention: memories, prompted frames in attention,
+#: object pointers, the attention's heads and the memory fuser's ConvNeXt blocks.
+BANK = {"num_maskmem": 7, "max_cond_frames_in_attn": 4, "max_obj_ptrs_in_encoder": 16}
+ATTENTION_HEADS, FUSER_LAYERS = 1, 2
 
 
 def build_sam3_tracker(arch: Sam3TrackerArch) -> nn.Module:
@@ -94,8 +83,8 @@ def build_sam3_tracker(arch: Sam3TrackerArch) -> nn.Module:
                                         interpol_size=[arch.mask_size, arch.mask_size])
     block = CXBlock(dim=d, kernel_size=7, padding=3, layer_scale_init_value=1.0e-06, use_dwconv=True)
     memory_encoder = SimpleMaskEncoder(out_dim=arch.mem_dim, position_encoding=positions, mask_downsampler=downsampler,
-                                       fuser=SimpleFuser(layer=block, num_layers=arch.fuser_layers), in_dim=d)
-    attention = dict(embedding_dim=d, num_heads=arch.attention_heads, downsample_rate=1, dropout=0.1,
+                                       fuser=SimpleFuser(layer=block, num_layers=FUSER_LAYERS), in_dim=d)
+    attention = dict(embedding_dim=d, num_heads=ATTENTION_HEADS, downsample_rate=1, dropout=0.1,
                      rope_theta=10000.0, feat_sizes=[grid, grid], use_fa3=False, use_rope_real=False)
     layer = TransformerDecoderLayerv2(
         cross_attention_first=False, activation="relu", dim_feedforward=arch.dim_feedforward, dropout=0.1,
@@ -108,11 +97,10 @@ def build_sam3_tracker(arch: Sam3TrackerArch) -> nn.Module:
                                                num_layers=arch.attention_layers, use_act_checkpoint=False)
     return Sam3TrackerBase(
         backbone=None, transformer=TransformerWrapper(encoder=encoder, decoder=None, d_model=d),
-        maskmem_backbone=memory_encoder, num_maskmem=arch.num_maskmem, image_size=arch.img_size,
-        backbone_stride=arch.patch_size, max_cond_frames_in_attn=arch.max_cond_frames_in_attn,
+        maskmem_backbone=memory_encoder, image_size=arch.img_size, backbone_stride=arch.patch_size, **BANK,
         multimask_output_in_sam=True, forward_backbone_per_frame_for_eval=True, trim_past_non_cond_mem_for_eval=False,
         multimask_output_for_tracking=True, multimask_min_pt_num=0, multimask_max_pt_num=1,
-        non_overlap_masks_for_mem_enc=False, max_obj_ptrs_in_encoder=arch.max_obj_ptrs_in_encoder,
+        non_overlap_masks_for_mem_enc=False,
         sam_mask_decoder_extra_args=dict(MASK_DECODER_EXTRA_ARGS), use_memory_selection=False,
     ).eval()
 
@@ -141,5 +129,5 @@ def load_sam3_tracker(arch: Sam3TrackerArch, checkpoint: str | Path | Mapping[st
                                  randomize=randomize_prompt_decoder)
 
 
-__all__ = ["CHECKPOINT_PREFIXES", "Sam3TrackerArch", "build_sam3_tracker", "image_position_encoding",
-           "load_sam3_tracker"]
+__all__ = ["ATTENTION_HEADS", "BANK", "CHECKPOINT_PREFIXES", "FUSER_LAYERS", "Sam3TrackerArch", "build_sam3_tracker",
+           "image_position_encoding", "load_sam3_tracker"]

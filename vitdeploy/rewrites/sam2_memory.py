@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -284,50 +285,64 @@ class ExportableMemoryEncoder(nn.Module):
         return features, pos
 
 
+def official_bank(model: Any, sine_pe: Any, memory_features, memory_tpos, memory_mask, pointer_tokens, pointer_presence,
+                  pointer_tpos, pointer_mask) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(memory, memory_pos, pointer tokens): the bank entries the graph's masks keep, encoded and concatenated as
+    ``_prepare_memory_conditioned_features`` does (frames, then pointers), by the official modules of ``model``
+    (``SAM2Base`` or a tracker under its names) and its package's ``get_1d_sine_pe`` (``sine_pe``)."""
+    c, m = int(model.hidden_dim), int(model.mem_dim)
+    memory, memory_pos = [], []
+    for f in range(memory_features.shape[1]):
+        if float(memory_mask[0, f]) > 0.5:
+            feats = memory_features[:, f]  # 1, m, h, w
+            enc = model.memory_encoder.position_encoding(feats).flatten(2).permute(2, 0, 1)
+            memory.append(feats.flatten(2).permute(2, 0, 1))
+            memory_pos.append(enc + model.maskmem_tpos_enc[model.num_maskmem - int(memory_tpos[0, f]) - 1])
+    keep = [p for p in range(pointer_tokens.shape[1]) if float(pointer_mask[0, p]) > 0.5]
+    pointers = 0
+    if keep:
+        obj_ptr = model.obj_ptr_proj(pointer_tokens[0, keep])  # P, C (as _forward_sam_heads makes it)
+        if model.pred_obj_scores:
+            presence = pointer_presence[0, keep].unsqueeze(-1)
+            obj_ptr = presence * obj_ptr + (1 - presence) * model.no_obj_ptr
+        tpos_dim = c if model.proj_tpos_enc_in_obj_ptrs else m
+        obj_pos = model.obj_ptr_tpos_proj(sine_pe(pointer_tpos[0, keep], dim=tpos_dim)).unsqueeze(1)
+        obj_ptrs = obj_ptr.unsqueeze(1)
+        if m < c:
+            obj_ptrs = obj_ptrs.reshape(-1, 1, c // m, m).permute(0, 2, 1, 3).flatten(0, 1)
+            obj_pos = obj_pos.repeat_interleave(c // m, dim=0)
+        memory.append(obj_ptrs)
+        memory_pos.append(obj_pos)
+        pointers = obj_ptrs.shape[0]
+    return torch.cat(memory), torch.cat(memory_pos), pointers
+
+
+def official_current_frame(model: Any, image_embed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the frame's own features, their position encoding), (HW, 1, C) each: ``image_embed`` less ``no_mem_embed``,
+    and the image neck's sine encoding."""
+    c, (h, w) = int(model.hidden_dim), image_embed.shape[-2:]
+    raw = image_embed.reshape(1, c, h * w).permute(2, 0, 1) - model.no_mem_embed.reshape(1, 1, c)
+    return raw, model.image_encoder.neck.position_encoding(image_embed).flatten(2).permute(2, 0, 1)
+
+
 class OfficialMemoryAttentionReference(nn.Module):
-    """The official modules behind the graph's inputs and outputs, for ``validate``: the entries the masks keep,
-    encoded and concatenated as ``_prepare_memory_conditioned_features`` does (frames, then pointers), through the
-    official ``MemoryAttention``."""
+    """The official modules behind the graph's inputs and outputs, for ``validate``: the bank (:func:`official_bank`)
+    through the official ``MemoryAttention``."""
 
     def __init__(self, sam2: nn.Module, grid_hw: tuple[int, int]):
         super().__init__()
         self.model = sam2
         self.grid_hw = grid_hw
 
-    def forward(self, image_embed, memory_features, memory_tpos, memory_mask, pointer_tokens, pointer_presence,
-                pointer_tpos, pointer_mask):
+    def forward(self, image_embed, *bank):
         from sam2.modeling.sam2_utils import get_1d_sine_pe
 
         model, (h, w) = self.model, self.grid_hw
-        c, m = int(model.hidden_dim), int(model.mem_dim)
-        memory, memory_pos = [], []
-        for f in range(memory_features.shape[1]):
-            if float(memory_mask[0, f]) > 0.5:
-                feats = memory_features[:, f]  # 1, m, h, w
-                enc = model.memory_encoder.position_encoding(feats).flatten(2).permute(2, 0, 1)
-                memory.append(feats.flatten(2).permute(2, 0, 1))
-                memory_pos.append(enc + model.maskmem_tpos_enc[model.num_maskmem - int(memory_tpos[0, f]) - 1])
-        keep = [p for p in range(pointer_tokens.shape[1]) if float(pointer_mask[0, p]) > 0.5]
-        pointers = 0
-        if keep:
-            obj_ptr = model.obj_ptr_proj(pointer_tokens[0, keep])  # P, C (as _forward_sam_heads makes it)
-            if model.pred_obj_scores:
-                presence = pointer_presence[0, keep].unsqueeze(-1)
-                obj_ptr = presence * obj_ptr + (1 - presence) * model.no_obj_ptr
-            tpos_dim = c if model.proj_tpos_enc_in_obj_ptrs else m
-            obj_pos = model.obj_ptr_tpos_proj(get_1d_sine_pe(pointer_tpos[0, keep], dim=tpos_dim)).unsqueeze(1)
-            obj_ptrs = obj_ptr.unsqueeze(1)
-            if m < c:
-                obj_ptrs = obj_ptrs.reshape(-1, 1, c // m, m).permute(0, 2, 1, 3).flatten(0, 1)
-                obj_pos = obj_pos.repeat_interleave(c // m, dim=0)
-            memory.append(obj_ptrs)
-            memory_pos.append(obj_pos)
-            pointers = obj_ptrs.shape[0]
-        raw = image_embed.reshape(1, c, h * w).permute(2, 0, 1) - model.no_mem_embed.reshape(1, 1, c)
-        curr_pos = model.image_encoder.neck.position_encoding(image_embed).flatten(2).permute(2, 0, 1)
-        out = model.memory_attention(curr=[raw], curr_pos=[curr_pos], memory=torch.cat(memory),
-                                     memory_pos=torch.cat(memory_pos), num_obj_ptr_tokens=pointers)
-        return out.permute(1, 2, 0).reshape(1, c, h, w)
+        memory, memory_pos, pointers = official_bank(model, get_1d_sine_pe, *bank)
+        raw, curr_pos = official_current_frame(model, image_embed)
+        out = model.memory_attention(curr=[raw], curr_pos=[curr_pos], memory=memory, memory_pos=memory_pos,
+                                     num_obj_ptr_tokens=pointers)
+        return out.permute(1, 2, 0).reshape(1, int(model.hidden_dim), h, w)
 
 
 class OfficialMemoryEncoderReference(nn.Module):
@@ -369,5 +384,5 @@ def tracker_settings(sam2: nn.Module) -> dict:
 
 
 __all__ = ["ExportableMemoryAttention", "ExportableMemoryEncoder", "MASKED", "OfficialMemoryAttentionReference",
-           "OfficialMemoryEncoderReference", "RealRoPEAttention", "check_tracking_config", "sine_pe_divisors",
-           "tracker_settings"]
+           "OfficialMemoryEncoderReference", "RealRoPEAttention", "check_tracking_config", "official_bank",
+           "official_current_frame", "sine_pe_divisors", "tracker_settings"]

@@ -20,9 +20,10 @@ sam2_base.py``:
   (``TransformerEncoderCrossAttention``, batch first, applying its ``norm`` after every layer of which only the last
   is kept), the memory encoder ``maskmem_backbone`` (``SimpleMaskEncoder``, whose mask downsampler first resizes the
   1008 px mask to 1152 px, bilinear with ``antialias=True``: :class:`EnlargingMaskDownSampler`, the same numbers
-  without the antialiasing TensorRT-RTX does not parse); SAM 2's flags are fixed in code rather than set by a config (:class:`TrackerAsSam2` names each). The
-  current frame's position encoding is the vision neck's sine encoding (``vision_pos_enc``), not an image encoder
-  attribute of the tracker: it is given (:func:`~vitdeploy.models.sam3_tracker.image_position_encoding`).
+  without the antialiasing TensorRT-RTX does not parse); SAM 2's flags are fixed in code rather than set by a
+  config (:class:`TrackerAsSam2` names each). The current frame's position encoding is the vision neck's sine
+  encoding (``vision_pos_enc``), not an image encoder attribute of the tracker: it is given
+  (:func:`~vitdeploy.models.sam3_tracker.image_position_encoding`).
 * The vision encoder's ``image_embed`` carries ``no_mem_embed`` (the tracker's; :mod:`vitdeploy.rewrites.
   sam3_vision_encoder`), as SAM 2's image encoder's does, so both graphs subtract it as SAM 2's do.
 
@@ -39,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitdeploy.rewrites.sam2_memory import ExportableMemoryEncoder
+from vitdeploy.rewrites.sam2_memory import ExportableMemoryEncoder, official_bank, official_current_frame
 
 
 class TrackerAsSam2:
@@ -99,49 +100,26 @@ def tracker_memory_encoder(tracker: TrackerAsSam2) -> ExportableMemoryEncoder:
 
 class OfficialSam3MemoryAttentionReference(nn.Module):
     """The official modules behind the memory attention graph's inputs and outputs: the entries the masks keep,
-    encoded and concatenated as ``Sam3TrackerBase._prepare_memory_conditioned_features`` does (frames, then
-    pointers), through the official ``transformer.encoder``. ``_get_tpos_enc`` is written out (its
-    ``torch.tensor(...).pin_memory()`` needs CUDA): ``get_1d_sine_pe`` of the distance, then ``obj_ptr_tpos_proj``."""
+    encoded and concatenated as ``Sam3TrackerBase._prepare_memory_conditioned_features`` does (SAM 2's
+    :func:`~vitdeploy.rewrites.sam2_memory.official_bank` on the tracker's own modules and ``sam3``'s
+    ``get_1d_sine_pe``: ``_get_tpos_enc`` written out, as its ``torch.tensor(...).pin_memory()`` needs CUDA), through
+    the official ``transformer.encoder``."""
 
     def __init__(self, tracker: nn.Module, image_position_encoding: nn.Module):
         super().__init__()
         self.model = tracker
         self.image_position_encoding = image_position_encoding
 
-    def forward(self, image_embed, memory_features, memory_tpos, memory_mask, pointer_tokens, pointer_presence,
-                pointer_tpos, pointer_mask):
+    def forward(self, image_embed, *bank):
         from sam3.model.sam3_tracker_utils import get_1d_sine_pe
 
-        model = self.model
-        (h, w), c, m = image_embed.shape[-2:], int(model.hidden_dim), int(model.mem_dim)
-        memory, memory_pos = [], []
-        for f in range(memory_features.shape[1]):
-            if float(memory_mask[0, f]) > 0.5:
-                feats = memory_features[:, f]  # 1, m, h, w
-                enc = model.maskmem_backbone.position_encoding(feats).flatten(2).permute(2, 0, 1)
-                memory.append(feats.flatten(2).permute(2, 0, 1))
-                memory_pos.append(enc + model.maskmem_tpos_enc[model.num_maskmem - int(memory_tpos[0, f]) - 1])
-        keep = [p for p in range(pointer_tokens.shape[1]) if float(pointer_mask[0, p]) > 0.5]
-        pointers = 0
-        if keep:
-            obj_ptr = model.obj_ptr_proj(pointer_tokens[0, keep])  # P, C (as _forward_sam_heads makes it)
-            presence = pointer_presence[0, keep].unsqueeze(-1)
-            obj_ptr = presence * obj_ptr + (1 - presence) * model.no_obj_ptr
-            obj_pos = model.obj_ptr_tpos_proj(get_1d_sine_pe(pointer_tpos[0, keep], dim=c)).unsqueeze(1)
-            obj_ptrs = obj_ptr.unsqueeze(1)
-            if m < c:
-                obj_ptrs = obj_ptrs.reshape(-1, 1, c // m, m).permute(0, 2, 1, 3).flatten(0, 1)
-                obj_pos = obj_pos.repeat_interleave(c // m, dim=0)
-            memory.append(obj_ptrs)
-            memory_pos.append(obj_pos)
-            pointers = obj_ptrs.shape[0]
-        raw = image_embed.reshape(1, c, h * w).permute(2, 0, 1) - model.no_mem_embed.reshape(1, 1, c)
-        curr_pos = self.image_position_encoding(image_embed).flatten(2).permute(2, 0, 1)
-        out = model.transformer.encoder(src=[raw], src_key_padding_mask=[None], src_pos=[curr_pos],
-                                        prompt=torch.cat(memory), prompt_pos=torch.cat(memory_pos),
-                                        prompt_key_padding_mask=None, feat_sizes=[(h, w)],
-                                        num_obj_ptr_tokens=pointers)["memory"]
-        return out.permute(1, 2, 0).reshape(1, c, h, w)
+        view, (h, w) = TrackerAsSam2(self.model, self.image_position_encoding), image_embed.shape[-2:]
+        memory, memory_pos, pointers = official_bank(view, get_1d_sine_pe, *bank)
+        raw, curr_pos = official_current_frame(view, image_embed)
+        out = self.model.transformer.encoder(src=[raw], src_key_padding_mask=[None], src_pos=[curr_pos], prompt=memory,
+                                             prompt_pos=memory_pos, prompt_key_padding_mask=None, feat_sizes=[(h, w)],
+                                             num_obj_ptr_tokens=pointers)["memory"]
+        return out.permute(1, 2, 0).reshape(1, int(self.model.hidden_dim), h, w)
 
 
 class OfficialSam3MemoryEncoderReference(nn.Module):
