@@ -5,8 +5,8 @@ exported graphs on ONNX Runtime and OpenVINO (FP32, and OpenVINO at BF16, its ow
 alternated in one process, every output compared with the official (issue 74).
 
 Memory encoder: a present object's sigmoid mask and an absent object's clicked (binarized) one. Memory attention: an
-early bank (the prompted frame and one recent, two pointers in use, beside a masked slot of each) and the full bank
-(the prompted frame and 6 recent ones, 16 pointers), from about the 16th tracked frame on.
+early bank (the prompted frame and one recent, two pointers in use, beside a masked slot of each) and the full bank's
+slots (7 frames, 16 pointers, the probe's bank; the last slot of each masked), from about the 16th tracked frame on.
 
 Usage (the files are exported once into --out):
     PYTHONPATH=. .venv/bin/python benchmarks/bench_sam3_tracker.py --rounds 3 --threads 2

@@ -24,12 +24,12 @@ class Sam3MemoryAttention(Sam3TrackerFamily, Sam2MemoryAttention):
             "interactive decoder's input; carries the tracker's settings")
 
     def eager_reference(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
-        from vitdeploy.models.sam3_tracker import image_position_encoding
+        from vitdeploy.models.sam3_common import build_position_encoding
         from vitdeploy.rewrites.sam3_tracker import OfficialSam3MemoryAttentionReference
 
         arch = self.architecture(metadata["architecture"])
         return OfficialSam3MemoryAttentionReference(self.reference_model(metadata, checkpoint),
-                                                    image_position_encoding(arch)).eval()
+                                                    build_position_encoding(arch.d_model)).eval()
 
 
 FAMILY = Sam3MemoryAttention()

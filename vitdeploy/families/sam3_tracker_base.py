@@ -25,13 +25,14 @@ class Sam3TrackerFamily:
 
     def load_eager(self, recipe: Recipe, checkpoint: str | None, random_seed: int | None) -> tuple[Any, Any]:
         """(the architecture, the official tracker under SAM 2's names): what SAM 2's export reads."""
-        from vitdeploy.models.sam3_tracker import image_position_encoding, load_sam3_tracker
+        from vitdeploy.models.sam3_common import build_position_encoding
+        from vitdeploy.models.sam3_tracker import load_sam3_tracker
         from vitdeploy.rewrites.sam3_tracker import TrackerAsSam2
 
         arch = self.architecture(recipe.architecture)
         tracker = load_sam3_tracker(arch, checkpoint, random_seed=random_seed,
                                     what=f"recipe '{recipe.name}' ({recipe.variant})")
-        return arch, TrackerAsSam2(tracker, image_position_encoding(arch))
+        return arch, TrackerAsSam2(tracker, build_position_encoding(arch.d_model))
 
     def reference_model(self, metadata: dict[str, Any], checkpoint: str | None) -> nn.Module:
         """The official tracker an export was made from (the seed's, or the checked checkpoint's)."""

@@ -74,6 +74,20 @@ class GridArchTable(ArchTable):
         return self.img_size // self.patch_size
 
 
+def build_position_encoding(num_pos_feats: int) -> nn.Module:
+    """The official sine position encoding as ``sam3.model_builder`` makes each one (``PositionEmbeddingSine``,
+    normalized, temperature 10000): the vision neck's (``num_pos_feats=d_model``: the ``vision_pos_enc`` the detector
+    and the tracker read), the geometry encoder's and the tracker memory's (``mem_dim``). The one shim, named and
+    changing no arithmetic: the builder's ``precompute_resolution=1008`` fills the cache on "cuda"; None computes it
+    on the first call, on this device, by the same code."""
+    try:
+        from sam3.model.position_encoding import PositionEmbeddingSine
+    except ImportError as exc:
+        raise missing_sam3(exc) from exc
+    return PositionEmbeddingSine(num_pos_feats=num_pos_feats, normalize=True, scale=None, temperature=10000,
+                                 precompute_resolution=None)
+
+
 def select_under(state: Mapping[str, Any], prefixes: tuple[str, ...]) -> dict[str, Any]:
     """The keys under the first of ``prefixes`` the checkpoint has, with it stripped (all keys when it has none)."""
     from vitdeploy.models.checkpoints import select_prefix

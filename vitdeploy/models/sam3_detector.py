@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 from torch import nn
 
 from vitdeploy.errors import RecipeError
-from vitdeploy.models.sam3_common import GridArchTable, load_official_weights, missing_sam3
+from vitdeploy.models.sam3_common import GridArchTable, build_position_encoding, load_official_weights, missing_sam3
 
 #: The detector's parts in ``Sam3Image`` (and under ``detector.`` in ``sam3.pt``).
 DETECTOR_PARTS = ("transformer.", "geometry_encoder.", "dot_prod_scoring.", "segmentation_head.")
@@ -70,17 +70,16 @@ class Sam3DetectorArch(GridArchTable):
 
 def _official():
     try:
-        from sam3.model import (decoder, encoder, geometry_encoders, maskformer_segmentation, model_misc,
-                                position_encoding, sam3_image)
+        from sam3.model import decoder, encoder, geometry_encoders, maskformer_segmentation, model_misc, sam3_image
     except ImportError as exc:
         raise missing_sam3(exc) from exc
-    return decoder, encoder, geometry_encoders, maskformer_segmentation, model_misc, position_encoding, sam3_image
+    return decoder, encoder, geometry_encoders, maskformer_segmentation, model_misc, sam3_image
 
 
 def build_sam3_detector(arch: Sam3DetectorArch) -> nn.Module:
     """The official ``Sam3Image`` as ``sam3.model_builder._create_sam3_model`` builds it for images, without the
     backbone (``forward_grounding`` reads the backbone's outputs) and without the interactive predictor, eval mode."""
-    decoder, encoder, geometry, segmentation, misc, position_encoding, sam3_image = _official()
+    decoder, encoder, geometry, segmentation, misc, sam3_image = _official()
     arch.check()
     d, heads, ffn = arch.d_model, arch.num_heads, arch.dim_feedforward
 
@@ -115,8 +114,7 @@ def build_sam3_detector(arch: Sam3DetectorArch) -> nn.Module:
         self_attention=attention(False), pos_enc_at_cross_attn_queries=False, pos_enc_at_cross_attn_keys=True,
         cross_attention=attention(False))
     geometry_encoder = geometry.SequenceGeometryEncoder(
-        pos_enc=position_encoding.PositionEmbeddingSine(num_pos_feats=d, normalize=True, scale=None, temperature=10000,
-                                                        precompute_resolution=None),
+        pos_enc=build_position_encoding(d),
         encode_boxes_as_points=False, points_direct_project=True, points_pool=True, points_pos_enc=True,
         boxes_direct_project=True, boxes_pool=True, boxes_pos_enc=True, d_model=d, num_layers=arch.geometry_layers,
         layer=geometry_layer, use_act_ckpt=True, add_cls=True, add_post_encode_proj=True, roi_size=arch.roi_size)
@@ -124,14 +122,6 @@ def build_sam3_detector(arch: Sam3DetectorArch) -> nn.Module:
         backbone=None, transformer=transformer, input_geometry_encoder=geometry_encoder,
         segmentation_head=segmentation_head, num_feature_levels=1, o2m_mask_predict=True, dot_prod_scoring=scoring,
         use_instance_query=False, multimask_output=True, inst_interactive_predictor=None, matcher=None).eval()
-
-
-def build_position_encoding(d_model: int) -> nn.Module:
-    """The official sine position encoding of the image tokens (``_create_position_encoding``, as the vision
-    backbone's neck computes ``vision_pos_enc``)."""
-    position_encoding = _official()[5]
-    return position_encoding.PositionEmbeddingSine(num_pos_feats=d_model, normalize=True, scale=None,
-                                                   temperature=10000, precompute_resolution=None)
 
 
 def load_sam3_detector(arch: Sam3DetectorArch, checkpoint: str | Path | None = None, *,

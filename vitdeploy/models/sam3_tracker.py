@@ -7,8 +7,7 @@ from frame to frame).
 official classes (``SimpleMaskEncoder`` with ``SimpleMaskDownSampler``, ``SimpleFuser`` and ``CXBlock``;
 ``TransformerEncoderCrossAttention`` of ``TransformerDecoderLayerv2`` with ``RoPEAttention``; ``Sam3TrackerBase``)
 with ``build_tracker``'s own arguments, of which a recipe may change the sizes (:class:`Sam3TrackerArch`: the tests'
-tiny model). The one shim, on the reference side, is named and changes no arithmetic: ``precompute_resolution=None``,
-so the position encoding computes its table on the first call, on this device, by the code the precomputation runs.
+tiny model). The one shim, on the reference side, is :func:`~vitdeploy.models.sam3_common.build_position_encoding`'s.
 At the default sizes the module is ``build_tracker(apply_temporal_disambiguation=False)``'s, parameter for
 parameter (``tests/families/test_sam3_tracker.py`` compares the two).
 
@@ -26,7 +25,7 @@ from typing import Any, ClassVar
 
 from torch import nn
 
-from vitdeploy.models.sam3_common import load_official_weights, missing_sam3, select_under
+from vitdeploy.models.sam3_common import build_position_encoding, load_official_weights, missing_sam3, select_under
 from vitdeploy.models.sam3_interactive_decoder import MASK_DECODER_EXTRA_ARGS, Sam3InteractiveArch
 
 #: Where ``sam3.pt`` keeps the tracker (its backbone is the detector's, under ``detector.backbone.``).
@@ -69,21 +68,18 @@ def build_sam3_tracker(arch: Sam3TrackerArch) -> nn.Module:
         from sam3.model.decoder import TransformerDecoderLayerv2, TransformerEncoderCrossAttention
         from sam3.model.memory import CXBlock, SimpleFuser, SimpleMaskDownSampler, SimpleMaskEncoder
         from sam3.model.model_misc import TransformerWrapper
-        from sam3.model.position_encoding import PositionEmbeddingSine
         from sam3.model.sam3_tracker_base import Sam3TrackerBase
         from sam3.sam.transformer import RoPEAttention
     except ImportError as exc:
         raise missing_sam3(exc) from exc
     arch.check()
     d, grid = arch.d_model, arch.grid
-    # The shim: the builder's precompute_resolution=1008 fills the cache on "cuda"; None computes it on first use.
-    positions = PositionEmbeddingSine(num_pos_feats=arch.mem_dim, normalize=True, scale=None, temperature=10000,
-                                      precompute_resolution=None)
     downsampler = SimpleMaskDownSampler(embed_dim=d, kernel_size=3, stride=2, padding=1,
                                         interpol_size=[arch.mask_size, arch.mask_size])
     block = CXBlock(dim=d, kernel_size=7, padding=3, layer_scale_init_value=1.0e-06, use_dwconv=True)
-    memory_encoder = SimpleMaskEncoder(out_dim=arch.mem_dim, position_encoding=positions, mask_downsampler=downsampler,
-                                       fuser=SimpleFuser(layer=block, num_layers=FUSER_LAYERS), in_dim=d)
+    memory_encoder = SimpleMaskEncoder(out_dim=arch.mem_dim, position_encoding=build_position_encoding(arch.mem_dim),
+                                       mask_downsampler=downsampler, in_dim=d,
+                                       fuser=SimpleFuser(layer=block, num_layers=FUSER_LAYERS))
     attention = dict(embedding_dim=d, num_heads=ATTENTION_HEADS, downsample_rate=1, dropout=0.1,
                      rope_theta=10000.0, feat_sizes=[grid, grid], use_fa3=False, use_rope_real=False)
     layer = TransformerDecoderLayerv2(
@@ -105,15 +101,6 @@ def build_sam3_tracker(arch: Sam3TrackerArch) -> nn.Module:
     ).eval()
 
 
-def image_position_encoding(arch: Sam3TrackerArch) -> nn.Module:
-    """The vision neck's sine encoding of the grid (``_create_position_encoding``, ``num_pos_feats=d_model``): the
-    ``vision_pos_enc`` the tracker's memory attention reads for the current frame."""
-    from sam3.model.position_encoding import PositionEmbeddingSine
-
-    return PositionEmbeddingSine(num_pos_feats=arch.d_model, normalize=True, scale=None, temperature=10000,
-                                 precompute_resolution=None)
-
-
 def load_sam3_tracker(arch: Sam3TrackerArch, checkpoint: str | Path | Mapping[str, Any] | None = None, *,
                       random_seed: int | None = None, what: str | None = None) -> nn.Module:
     """Build the official tracker and fill it from a checkpoint (the ``tracker.*`` keys; a path or the state dict
@@ -130,4 +117,4 @@ def load_sam3_tracker(arch: Sam3TrackerArch, checkpoint: str | Path | Mapping[st
 
 
 __all__ = ["ATTENTION_HEADS", "BANK", "CHECKPOINT_PREFIXES", "FUSER_LAYERS", "Sam3TrackerArch", "build_sam3_tracker",
-           "image_position_encoding", "load_sam3_tracker"]
+           "load_sam3_tracker"]

@@ -28,7 +28,8 @@ from typing import Any, ClassVar
 from torch import nn
 
 from vitdeploy.errors import RecipeError
-from vitdeploy.models.sam3_common import GridArchTable, load_official_weights, missing_sam3, read_weights, select_under
+from vitdeploy.models.sam3_common import (GridArchTable, build_position_encoding, load_official_weights, missing_sam3,
+                                          read_weights, select_under)
 
 #: Keys of an official checkpoint that hold the vision backbone (``_load_checkpoint`` strips ``detector.``).
 CHECKPOINT_PREFIXES = ("detector.backbone.vision_backbone.", "backbone.vision_backbone.")
@@ -92,17 +93,17 @@ class Sam3VisionArch(GridArchTable):
 
 def _sam3():
     try:
-        from sam3.model import necks, position_encoding, vitdet, vl_combiner
+        from sam3.model import necks, vitdet, vl_combiner
     except ImportError as exc:
         raise missing_sam3(exc) from exc
-    return vitdet, necks, position_encoding, vl_combiner
+    return vitdet, necks, vl_combiner
 
 
 def build_sam3_vision(arch: Sam3VisionArch) -> nn.Module:
     """The official ``SAM3VLBackbone`` holding only the vision side (``forward_image``), as
     ``sam3.model_builder`` builds it (``_create_vit_backbone``, ``_create_vit_neck``, ``_create_vl_backbone``), eval mode.
     """
-    vitdet, necks, position_encoding, vl_combiner = _sam3()
+    vitdet, necks, vl_combiner = _sam3()
     arch.check()
     trunk = vitdet.ViT(
         img_size=arch.img_size, pretrain_img_size=arch.pretrain_img_size, patch_size=arch.patch_size,
@@ -112,10 +113,7 @@ def build_sam3_vision(arch: Sam3VisionArch) -> nn.Module:
         window_size=arch.window_size, pretrain_use_cls_token=True, retain_cls_token=False, ln_pre=True, ln_post=False,
         return_interm_layers=False, bias_patch_embed=False, compile_mode=None,
     )
-    # The shim: the builder's precompute_resolution=1008 fills the cache on "cuda"; None computes it on first use.
-    positions = position_encoding.PositionEmbeddingSine(num_pos_feats=arch.d_model, normalize=True, scale=None,
-                                                        temperature=10000, precompute_resolution=None)
-    neck = necks.Sam3DualViTDetNeck(position_encoding=positions, d_model=arch.d_model,
+    neck = necks.Sam3DualViTDetNeck(position_encoding=build_position_encoding(arch.d_model), d_model=arch.d_model,
                                     scale_factors=list(arch.scale_factors), trunk=trunk, add_sam2_neck=arch.add_sam2_neck)
     return vl_combiner.SAM3VLBackbone(visual=neck, text=None, scalp=arch.scalp).eval()
 

@@ -23,7 +23,7 @@ sam2_base.py``:
   without the antialiasing TensorRT-RTX does not parse); SAM 2's flags are fixed in code rather than set by a
   config (:class:`TrackerAsSam2` names each). The current frame's position encoding is the vision neck's sine
   encoding (``vision_pos_enc``), not an image encoder attribute of the tracker: it is given
-  (:func:`~vitdeploy.models.sam3_tracker.image_position_encoding`).
+  (:func:`~vitdeploy.models.sam3_common.build_position_encoding` of ``d_model``).
 * The vision encoder's ``image_embed`` carries ``no_mem_embed`` (the tracker's; :mod:`vitdeploy.rewrites.
   sam3_vision_encoder`), as SAM 2's image encoder's does, so both graphs subtract it as SAM 2's do.
 
@@ -75,8 +75,8 @@ class TrackerAsSam2:
 class EnlargingMaskDownSampler(nn.Module):
     """The official ``SimpleMaskDownSampler`` with its first resize as plain bilinear where it enlarges the mask (1008
     to 1152 px), the same numbers as its ``antialias=True`` (antialiasing widens the filter only when shrinking; on
-    masks of 112 and 1008 px the two differ by 6e-8 relative, float32 rounding). TensorRT-RTX parses no antialiased
-    ``Resize``. A resize that shrinks keeps the official antialiasing."""
+    masks of 112 and 1008 px the resizes differ by 6e-8 relative, the whole downsampler by 5.7e-7 at most, float32
+    rounding). TensorRT-RTX parses no antialiased ``Resize``. A resize that shrinks keeps the official antialiasing."""
 
     def __init__(self, official: nn.Module):
         super().__init__()
@@ -108,14 +108,14 @@ class OfficialSam3MemoryAttentionReference(nn.Module):
     def __init__(self, tracker: nn.Module, image_position_encoding: nn.Module):
         super().__init__()
         self.model = tracker
-        self.image_position_encoding = image_position_encoding
+        self.as_sam2 = TrackerAsSam2(tracker, image_position_encoding)
 
     def forward(self, image_embed, *bank):
         from sam3.model.sam3_tracker_utils import get_1d_sine_pe
 
-        view, (h, w) = TrackerAsSam2(self.model, self.image_position_encoding), image_embed.shape[-2:]
-        memory, memory_pos, pointers = official_bank(view, get_1d_sine_pe, *bank)
-        raw, curr_pos = official_current_frame(view, image_embed)
+        h, w = image_embed.shape[-2:]
+        memory, memory_pos, pointers = official_bank(self.as_sam2, get_1d_sine_pe, *bank)
+        raw, curr_pos = official_current_frame(self.as_sam2, image_embed)
         out = self.model.transformer.encoder(src=[raw], src_key_padding_mask=[None], src_pos=[curr_pos], prompt=memory,
                                              prompt_pos=memory_pos, prompt_key_padding_mask=None, feat_sizes=[(h, w)],
                                              num_obj_ptr_tokens=pointers)["memory"]

@@ -38,7 +38,7 @@ def test_the_video_detectors_scores_are_the_image_files_joint_score(tmp_path_fac
     from vitdeploy.metadata import read_onnx_metadata
     from vitdeploy.models.sam3_detector import build_position_encoding
     from vitdeploy.rewrites.sam3_detector import INPUT_NAMES, Sam3Detector
-    from vitdeploy.runtime.apps.sam3.video_detection import video_detection_logits, video_detection_scores
+    from vitdeploy.runtime.apps.sam3.scores import video_detection_logits, video_detection_scores
     from vitdeploy.runtime.backends.onnxruntime_runner import OnnxRuntimeRunner
 
     path: Path = family_export(tmp_path_factory, "sam3_detector")[0]
@@ -65,7 +65,7 @@ def test_the_joint_logit_is_clamped_as_the_officials() -> None:
     to [-10, 10] is never reached from a product of probabilities."""
     from sam3.model.model_misc import inverse_sigmoid
 
-    from vitdeploy.runtime.apps.sam3.video_detection import video_detection_logits
+    from vitdeploy.runtime.apps.sam3.scores import video_detection_logits
 
     logits = np.array([[-30.0, -8.0, 0.0, 3.0, 30.0]], np.float32)
     presence = np.array([[4.0]], np.float32)

@@ -37,7 +37,7 @@ def test_resize_matches_torch(shape: tuple, size: tuple, antialias: bool) -> Non
 def test_finish_is_applied_to_every_block_once() -> None:
     """SAM 3's sigmoid, applied block by block while each is in cache, equals the sigmoid of the whole resize: every
     output pixel once (a block done twice or missed would show), on a shape of many blocks."""
-    from vitdeploy.runtime.apps.sam3.processor import _sigmoid, _sigmoid_in_place
+    from vitdeploy.runtime.apps.sam3.scores import sigmoid as _sigmoid, sigmoid_in_place as _sigmoid_in_place
 
     x = (np.random.default_rng(4).standard_normal((7, 1, 30, 20)) * 40).astype(np.float32)  # saturates both ways
     after = _sigmoid(resize_bilinear(x, (300, 2500), antialias=False))

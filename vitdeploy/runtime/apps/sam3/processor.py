@@ -37,6 +37,7 @@ import numpy as np
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.common.files import OpenModel
 from vitdeploy.runtime.apps.sam3.files import CLICKS, CONCEPT, CONCEPT_AND_CLICKS, check_sam3_files
+from vitdeploy.runtime.apps.sam3.scores import instance_scores, sigmoid_in_place
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.deploy.loader import OpenOptions
 from vitdeploy.runtime.deploy.plan import ModelPlan
@@ -262,20 +263,6 @@ def _check_box(box: Any) -> list[float]:
     return [float(v) for v in values]
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return _sigmoid_in_place(np.array(x, np.float32))
-
-
-def _sigmoid_in_place(x: np.ndarray) -> np.ndarray:
-    """``1 / (1 + exp(-x))`` in float32, written over ``x`` (a float32 array): the masks of every kept instance at
-    the image's size are the largest arrays of a prompt (1.7 GB for 200 at 1800x1200), so no temporary copies."""
-    np.negative(x, out=x)
-    with np.errstate(over="ignore"):  # exp(-x) overflows to inf for x < -88: the probability is then 0, as torch's
-        np.exp(x, out=x)
-    x += np.float32(1.0)
-    return np.reciprocal(x, out=x)
-
-
 class Sam3Processor:
     """``Sam3Processor`` on :class:`Sam3ImageModel` (see the module docstring).
 
@@ -386,7 +373,7 @@ class Sam3Processor:
         prompt = state["geometric_prompt"] if prompt is None else prompt
         out = self.model.detect(state["backbone_out"], text, prompt["boxes"], prompt["labels"])
         state["text_prompt"], state["geometric_prompt"] = text, prompt
-        scores = _sigmoid(out["pred_logits"][0]) * _sigmoid(out["presence_logit"][0])  # Q
+        scores = instance_scores(out["pred_logits"][0], out["presence_logit"][0])  # Q
         keep = scores > self.confidence_threshold
         height, width = state["original_height"], state["original_width"]
         cx, cy, w, h = np.moveaxis(out["pred_boxes"][0][keep].astype(np.float32), -1, 0)
@@ -394,7 +381,7 @@ class Sam3Processor:
         boxes = boxes * np.array([width, height, width, height], np.float32)
         logits = out["pred_masks"][0][keep][:, None]  # N, 1, 4g, 4g
         # the official's interpolate then sigmoid; the sigmoid on each block of the resize, in place
-        probabilities = resize_bilinear(logits, (height, width), antialias=False, finish=_sigmoid_in_place)
+        probabilities = resize_bilinear(logits, (height, width), antialias=False, finish=sigmoid_in_place)
         state["masks_logits"] = probabilities
         state["masks"] = probabilities > 0.5
         state["boxes"] = boxes.astype(np.float32).reshape(-1, 4)
