@@ -5,7 +5,9 @@ Per frame = one frame of ``propagate_in_video`` for one object after a click on 
 attention over the bank (up to 6 recent frames and the prompted one, up to 16 object pointers), the mask decoder and
 the memory encoder. Each contender process loads its model, reads the clip, adds the click, propagates through the
 clip, and reports the median time of the frames after ``--skip`` (the bank fills during the first 7), the first frame's
-time, its load time and its peak RSS; the masks of the two are compared frame by frame (IoU).
+time, its load time, its peak RSS and how its RSS grew per 100 tracked frames after the skipped ones (a long clip,
+``--frames 500``, shows what a long video costs in memory: issue 74); the masks of the two are compared frame by frame
+(IoU). ``--sizes test`` is the tests' 256 px model (``sam2_tiny``), for long clips in minutes.
 
 The weights are seeded random ones with the object-score head's bias raised by 1.5 (as the tests do), saved as an
 official checkpoint: with plain random weights every object is scored absent and every mask is the no-object fill.
@@ -18,6 +20,7 @@ one needs its CUDA extension).
 Usage (the files and the clip are made once into --out):
     PYTHONPATH=. .venv/bin/python benchmarks/bench_sam2_video.py --sizes tiny base_plus --rounds 2 --frames 12 --threads 2
     PYTHONPATH=. .venv/bin/python benchmarks/bench_sam2_video.py --sizes tiny --checkpoint sam2.1_hiera_tiny.pt
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_sam2_video.py --sizes test --frames 500 --rounds 1 --threads 2
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.bench_sam2 import SIZES, peak_rss_mb
+from benchmarks.bench_sam2 import SIZES as FULL_SIZES
+from benchmarks.bench_sam2 import peak_rss_mb
 from benchmarks.options import parsed, timing_options
 
+SIZES = {**FULL_SIZES, "test": "sam2_tiny"}  # the tests' 256 px recipes (tests/sam2_video_fixtures.py)
 ROLES = ("", "_decoder", "_memory_encoder", "_memory_attention")
 CLICK = [[40.0, 75.0]]  # on the red disc of frame 0 (tests.sam2_video_fixtures.write_clip, 240 x 320)
 
@@ -67,9 +72,19 @@ def prepare(recipe: str, out: Path, frames: int, checkpoint: Path | None = None)
     return checkpoint, clip
 
 
-def track_click(predictor: Any, clip: Path) -> tuple[dict, list[np.ndarray], list[float]]:
+def rss_mb() -> float:
+    """This process's resident memory now (``VmRSS``)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def track_click(predictor: Any, clip: Path, rss: list[float] | None = None,
+                keep: Any = None) -> tuple[dict, list[np.ndarray], list[float]]:
     """:data:`CLICK` on frame 0 of ``clip``, then ``propagate_in_video`` by either predictor (the official one or
-    vitdeploy's): the state, each frame's mask logits of the object ((H, W) float32) and each frame's seconds."""
+    vitdeploy's): the state, each frame's mask logits of the object ((H, W) float32, or what ``keep`` makes of them)
+    and each frame's seconds (and the RSS after each frame appended to ``rss``)."""
     state = predictor.init_state(str(clip))
     predictor.add_new_points_or_box(state, frame_idx=0, obj_id=1, points=np.array(CLICK, np.float32),
                                     labels=np.array([1], np.int32))
@@ -80,7 +95,10 @@ def track_click(predictor: Any, clip: Path) -> tuple[dict, list[np.ndarray], lis
         times.append(now - t0)
         t0 = now
         as_float = frame_logits.float().numpy() if hasattr(frame_logits, "float") else frame_logits  # torch: BF16 too
-        logits.append(np.asarray(as_float, np.float32)[0, 0])
+        frame = np.asarray(as_float, np.float32)[0, 0]
+        logits.append(frame if keep is None else keep(frame))
+        if rss is not None:
+            rss.append(rss_mb())
     return state, logits, times
 
 
@@ -134,12 +152,18 @@ def contender(kind: str, recipe: str, out: Path, frames: int, skip: int, threads
             for g, r in ((g, getattr(predictor, g)) for g in graphs)) + ")"
     load_s = time.perf_counter() - start
     with context():
-        _, logits, times = track_click(predictor, clip)
-    np.save(out / f"masks_{kind}_{recipe}.npy", np.stack(logits) > 0)
+        rss: list[float] = []
+        # each frame's mask kept as packed bits (10 KB a frame), so that what the benchmark keeps barely moves the RSS
+        _, masks, times = track_click(predictor, clip, rss, keep=lambda frame: np.packbits(frame > 0))
+    np.save(out / f"masks_{kind}_{recipe}.npy", np.stack(masks))
+    first = 1 + skip
+    growth = (rss[-1] - rss[first]) / max(len(rss) - 1 - first, 1) * 100
     tracked = times[1 + skip:]  # frame 0 is the prompted one (no tracking); the bank fills over the first frames
     return {"contender": label, "load_s": round(load_s, 2), "median_ms": round(1e3 * statistics.median(tracked), 1),
             "first_tracked_ms": round(1e3 * times[1], 1), "frames_timed": len(tracked),
-            "runs_ms": [round(1e3 * t, 1) for t in times], "peak_rss_mb": peak_rss_mb()}
+            "runs_ms": [round(1e3 * t, 1) for t in times], "peak_rss_mb": peak_rss_mb(),
+            "rss_growth_mb_per_100_frames": round(growth, 1), "rss_after_skip_mb": round(rss[first], 1),
+            "rss_last_mb": round(rss[-1], 1)}
 
 
 def main() -> None:
@@ -172,7 +196,8 @@ def main() -> None:
                                        *(["--checkpoint", str(checkpoint)] if checkpoint else [])],
                                       capture_output=True, text=True, check=True)
                 rows[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
-        a, b = np.load(args.out / f"masks_official_{recipe}.npy"), np.load(args.out / f"masks_vitdeploy_{recipe}.npy")
+        a, b = (np.unpackbits(np.load(args.out / f"masks_{kind}_{recipe}.npy"), axis=1).astype(bool)
+                for kind in ("official", "vitdeploy"))
         ious = [float((x & y).sum() / max((x | y).sum(), 1)) for x, y in zip(a, b)]
         eager = statistics.median(r["median_ms"] for r in rows["official"])
         for kind, results in rows.items():
@@ -181,6 +206,7 @@ def main() -> None:
                     "x_eager": round(median / eager, 3),
                     "first_tracked_ms": statistics.median(r["first_tracked_ms"] for r in results),
                     "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
+                    "rss_growth_mb_per_100_frames": max(r["rss_growth_mb_per_100_frames"] for r in results),
                     "load_s": statistics.median(r["load_s"] for r in results), "min_mask_iou": round(min(ious), 5),
                     "round_medians_ms": [r["median_ms"] for r in results],
                     "fg_fraction_official": round(float(a.mean()), 3)}

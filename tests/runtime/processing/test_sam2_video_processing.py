@@ -32,6 +32,43 @@ def test_frames_are_the_official_loaders_bit_for_bit(tmp_path: Path) -> None:
     assert frames.original(1).shape == (90, 130, 3)
 
 
+def test_frames_are_not_held_in_memory_and_read_back_the_same(tmp_path: Path) -> None:
+    """A folder's frames are read from their files when asked for, a video file's from a temporary file: opening 40
+    frames holds less than one frame (tracemalloc sees NumPy's allocations), and each frame reads back as decoded."""
+    import tracemalloc
+
+    cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is not installed")
+    from PIL import Image
+
+    clip = write_clip(tmp_path / "clip", frames=40, size=(90, 130))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        frames = VideoFrames(clip, 256)
+        held = tracemalloc.get_traced_memory()[0] - before  # the frame files' names and numbers
+    finally:
+        tracemalloc.stop()
+    assert held < 256 * 256 * 3, held  # less than one resized frame, for 40 of them
+    assert np.array_equal(frames.resized(7), np.asarray(Image.open(clip / "00007.jpg").convert("RGB").resize((256, 256))))
+
+    video = tmp_path / "clip.mp4"
+    writer = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"mp4v"), 10, (130, 90))
+    for i in range(12):
+        writer.write(np.asarray(Image.open(clip / f"{i:05d}.jpg"))[:, :, ::-1])
+    writer.release()
+    capture, decoded = cv2.VideoCapture(str(video)), []
+    while True:
+        ok, bgr = capture.read()
+        if not ok:
+            break
+        decoded.append(np.ascontiguousarray(bgr[:, :, ::-1]))
+    from_file = VideoFrames(video, 64)
+    assert len(from_file) == len(decoded) == 12
+    for i in (0, 5, 11):
+        assert np.array_equal(from_file.original(i), decoded[i]), i
+        assert np.array_equal(from_file.resized(i), np.asarray(Image.fromarray(decoded[i]).resize((64, 64)))), i
+
+
 def test_bad_frame_folders_are_refused_by_name(tmp_path: Path) -> None:
     clip = write_clip(tmp_path / "clip", frames=4)
     (clip / "00002.jpg").write_bytes(b"\xff\xd8 not a jpeg")

@@ -10,13 +10,17 @@
   resizes inside FFmpeg: the same meaning, not the same pixels.
 
 Every frame is decoded when the video is opened (as the official loader does by default), so an unreadable frame is
-reported before any tracking, and kept resized as uint8 (a quarter of the official float32 frames' memory); the
-float32 input of a frame is made when the model asks for it.
+reported before any tracking; but no frame is kept in memory, so a long video takes the memory of one frame, not of
+all of them (the official loader holds every frame as float32: 12 MB a frame at 1024 px). A frame of a folder is read
+from its file again when the model asks for it (the same decode, the same pixels); a video file's frames, resized and
+as decoded, go to an unnamed temporary file (deleted when the frames are) and are read back from there. The float32
+input of a frame is made when the model asks for it.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -80,8 +84,9 @@ class VideoFrames:
                              f"give a folder of JPEG frames ({EXTRACT_HINT}) or a video")
         else:
             raise InputError(f"no video or frame folder at '{path}'")
-        self._resized: list[np.ndarray] = []
-        self._decoded: list[np.ndarray] | None = None if self.files is not None else []
+        #: A video file's frames, resized then as decoded, one fixed-size record per frame (None for a folder).
+        self._spill: _FrameSpill | None = None if self.files is not None else _FrameSpill()
+        self._count = 0
         self.height = self.width = 0
         for index, frame in enumerate(frames):
             height, width = frame.shape[:2]
@@ -90,12 +95,12 @@ class VideoFrames:
             elif (height, width) != (self.height, self.width):
                 raise InputError(f"frame {index} is {width}x{height} but frame 0 is {self.width}x{self.height}: every frame "
                                  "of a video must have one size")
-            self._resized.append(self.resize(frame))
-            if self._decoded is not None:
-                self._decoded.append(frame)
+            if self._spill is not None:
+                self._spill.append(self.resize(frame), frame)
+            self._count += 1
             if progress is not None:
                 progress(index + 1, count)
-        if not self._resized:
+        if not self._count:
             raise InputError(f"'{path}' holds no frames")
         #: Each frame's number as the user sees it: the number in a frame file's name, a video frame's position.
         self.numbers: list[int] = [int(f.stem) for f in self.files] if self.files is not None else list(range(len(self)))
@@ -123,18 +128,50 @@ class VideoFrames:
         return np.asarray(Image.fromarray(frame).resize((self.input_size, self.input_size)))
 
     def __len__(self) -> int:
-        return len(self._resized)
+        return self._count
+
+    def resized(self, index: int) -> np.ndarray:
+        """Frame ``index`` resized for the model, S x S x 3 uint8."""
+        if self._spill is not None:
+            return self._spill.read(index, 0)
+        return self.resize(_read_frame(self.files[index], index))
 
     def model_input(self, index: int) -> np.ndarray:
         """Frame ``index`` as the official loader hands it to the model: (1, 3, S, S) float32."""
-        x = (self._resized[index] / 255.0).astype(np.float32).transpose(2, 0, 1)  # float64 division, float32 storage
+        x = (self.resized(index) / 255.0).astype(np.float32).transpose(2, 0, 1)  # float64 division, float32 storage
         return ((x - self._mean) / self._std)[None]
 
     def original(self, index: int) -> np.ndarray:
         """Frame ``index`` at its own size, HxWx3 uint8 RGB."""
-        if self._decoded is not None:
-            return self._decoded[index]
+        if self._spill is not None:
+            return self._spill.read(index, 1)
         return _read_frame(self.files[index], index)
+
+
+class _FrameSpill:
+    """Frames in an unnamed temporary file (removed by the system when it is closed, or when the process ends): per
+    frame one record of fixed-shape uint8 arrays, appended once and read back by position."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile(prefix="vitdeploy-frames-")
+        self._shapes: list[tuple[int, ...]] = []
+        self._record = 0
+        self._count = 0
+
+    def append(self, *arrays: np.ndarray) -> None:
+        shapes = [a.shape for a in arrays]
+        if not self._shapes:
+            self._shapes, self._record = shapes, sum(int(np.prod(s)) for s in shapes)
+        data = b"".join(np.ascontiguousarray(a, np.uint8).tobytes() for a in arrays)
+        self._file.seek(self._count * self._record)
+        self._file.write(data)
+        self._count += 1
+
+    def read(self, index: int, part: int) -> np.ndarray:
+        offset = index * self._record + sum(int(np.prod(s)) for s in self._shapes[:part])
+        shape = self._shapes[part]
+        self._file.seek(offset)
+        return np.frombuffer(self._file.read(int(np.prod(shape))), np.uint8).reshape(shape)
 
 
 def describe_numbers(numbers: list[int]) -> str:

@@ -82,7 +82,8 @@ class TrackStep:
             presence = float(1.0 / (1.0 + np.exp(-score[0, 0]))) if self.settings.soft_no_obj_ptr else float(appearing)
         best = int(np.argmax(iou)) if multimask else 0
         token = sam_tokens[best] if multimask and len(sam_tokens) > 1 else sam_tokens[0]
-        return logits[best][None, None], token, presence, score
+        # copies: a view would keep the runtime's whole output (every candidate mask) alive in the state
+        return logits[best][None, None].copy(), token.copy(), presence, score.copy()
 
     def _mask_as_output(self, feats: dict[str, np.ndarray], mask_inputs: np.ndarray):
         """``_use_mask_as_output``: the mask itself as logits; the pointer from the decoder on the frame's own features

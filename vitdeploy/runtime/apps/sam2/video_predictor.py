@@ -8,7 +8,9 @@ a video file), ``add_new_points_or_box`` (several objects, several frames; click
 ``remove_object``, ``reset_state``. The inference state is the official dictionary (the same keys: per-object inputs,
 prompted and tracked frame outputs, temporary outputs until the next propagation), its tensors NumPy arrays, and
 memories are kept as the official predictor keeps them: in bfloat16, per object, the most recent frame's features
-cached.
+cached. Unlike the official predictor, memory stays flat on a long video: no frame's pixels are held
+(:mod:`vitdeploy.runtime.processing.video_frames`), and the outputs of frames further back than the next frame reads
+go to a temporary file, read back only when a later call needs them (:mod:`vitdeploy.runtime.apps.sam2.past_outputs`).
 
 Each official model call is one graph: the image encoder per frame, memory attention (the bank chosen by
 :mod:`vitdeploy.runtime.apps.sam2.memory_bank`), the prompt encoder + mask decoder, the memory encoder; the choices
@@ -40,6 +42,7 @@ import numpy as np
 
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.sam2.memory_bank import TrackerSettings
+from vitdeploy.runtime.apps.sam2.past_outputs import memory_reach, move_past_output
 from vitdeploy.runtime.apps.sam2.track_step import TrackStep
 from vitdeploy.runtime.apps.sam2.image_predictor import MaskChoice
 from vitdeploy.runtime.apps.common.files import OpenModel
@@ -78,6 +81,9 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
             applies to the image encoder).
         fill_hole_area, non_overlap_masks, clear_non_cond_mem_around_input, add_all_frames_to_correct_as_cond: the
             official predictor's options, with ``build_sam2_video_predictor``'s values by default.
+        frames_in_memory: how many of the most recently tracked frames' outputs (per object) stay in memory; older
+            ones go to the session's temporary file and are read back when a later call needs them
+            (:mod:`vitdeploy.runtime.apps.sam2.past_outputs`). None: as many as the next frame may read.
     """
 
     RECORDABLE = GRAPHS
@@ -88,25 +94,28 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
                  options: OpenOptions | None = None, device: str = "cpu", threads: int | None = None,
                  runtime: str = "auto", inference_precision: str | None = None, fill_hole_area: int = 8,
                  non_overlap_masks: bool = False, clear_non_cond_mem_around_input: bool = False,
-                 add_all_frames_to_correct_as_cond: bool = False):
+                 add_all_frames_to_correct_as_cond: bool = False, frames_in_memory: int | None = None):
         o = OpenOptions.of(options, device=device, threads=threads, runtime=runtime, inference_precision=inference_precision)
         self._open(VIDEO.open({"image_encoder": image_encoder, "decoder": decoder, "memory_encoder": memory_encoder,
                                "memory_attention": memory_attention}, o),
-                   fill_hole_area, non_overlap_masks, clear_non_cond_mem_around_input, add_all_frames_to_correct_as_cond)
+                   fill_hole_area, non_overlap_masks, clear_non_cond_mem_around_input, add_all_frames_to_correct_as_cond,
+                   frames_in_memory)
 
     @classmethod
     def from_plan(cls, plan: ModelPlan, *, fill_hole_area: int = 8, non_overlap_masks: bool = False,
                   clear_non_cond_mem_around_input: bool = False,
-                  add_all_frames_to_correct_as_cond: bool = False) -> Sam2VideoPredictor:
+                  add_all_frames_to_correct_as_cond: bool = False,
+                  frames_in_memory: int | None = None) -> Sam2VideoPredictor:
         """The predictor of a plan made from checked files (a job's worker): each file opened as planned, nothing
         checked or decided again."""
         predictor = cls.__new__(cls)
         predictor._open(VIDEO.open(plan=plan), fill_hole_area, non_overlap_masks, clear_non_cond_mem_around_input,
-                        add_all_frames_to_correct_as_cond)
+                        add_all_frames_to_correct_as_cond, frames_in_memory)
         return predictor
 
     def _open(self, model: OpenModel, fill_hole_area: int, non_overlap_masks: bool,
-              clear_non_cond_mem_around_input: bool, add_all_frames_to_correct_as_cond: bool) -> None:
+              clear_non_cond_mem_around_input: bool, add_all_frames_to_correct_as_cond: bool,
+              frames_in_memory: int | None) -> None:
         #: How each file runs (what a route passes on).
         self.plan = model.plan
         self.image_encoder, self.decoder = model["image_encoder"], model["decoder"]
@@ -123,6 +132,11 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
         self.non_overlap_masks = bool(non_overlap_masks)
         self.clear_non_cond_mem_around_input = bool(clear_non_cond_mem_around_input)
         self.add_all_frames_to_correct_as_cond = bool(add_all_frames_to_correct_as_cond)
+        if frames_in_memory is not None and (isinstance(frames_in_memory, bool) or not isinstance(frames_in_memory, int)
+                                             or frames_in_memory < 1):
+            raise InputError(f"frames_in_memory must be a whole number of frames, at least 1, or None (as many as the "
+                             f"next frame reads), not {frames_in_memory!r}")
+        self.frames_in_memory = memory_reach(self.settings) if frames_in_memory is None else frames_in_memory
 
     @property
     def device(self) -> str:
@@ -315,6 +329,8 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
                     out, pred_masks = self._run_single_frame_inference(state, output_dict, frame_idx, False, None, None,
                                                                        reverse, run_mem_encoder=True)
                     output_dict["non_cond_frame_outputs"][frame_idx] = out
+                    behind = frame_idx + self.frames_in_memory if reverse else frame_idx - self.frames_in_memory
+                    move_past_output(state, output_dict["non_cond_frame_outputs"], behind)
                 state["frames_tracked_per_obj"][obj_idx][frame_idx] = {"reverse": reverse}
                 masks.append(pred_masks)
             yield frame_idx, state["obj_ids"], self._video_res(state, np.concatenate(masks))
@@ -375,6 +391,7 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
                      "output_dict_per_obj", "temp_output_dict_per_obj", "frames_tracked_per_obj"):
             state[name].clear()
         state["obj_ids"] = []
+        state.pop("past_outputs", None)  # the moved outputs' file, deleted with its last reference
 
     def remove_object(self, inference_state: dict[str, Any], obj_id: Any, strict: bool = False, need_output: bool = True):
         """Remove an object; returns (remaining obj_ids, [(frame_idx, masks)] of the frames it had prompts on)."""

@@ -203,7 +203,10 @@ class TrackWriter:
         self._staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=parent))
         (self._staging / "masks").mkdir()
         self._annotations: list[dict[str, Any]] = []
-        self._overlays: dict[int, np.ndarray] = {}
+        #: Each overlay frame is written here as it comes (not kept in memory: a long video's would not fit) and the
+        #: animation is assembled from them by :meth:`commit`.
+        self._overlay_frames = self._staging / "overlay_frames"
+        self._overlay_frames.mkdir()
         self._objects: list = []
 
     def __enter__(self) -> TrackWriter:
@@ -244,7 +247,9 @@ class TrackWriter:
                                       "segmentation": coco_encode_rle(rle), "area": int(masks[k].sum()),
                                       "bbox": [x0, y0, x1 - x0 + 1, y1 - y0 + 1], "object_score": float(scores[k])})
         if self.overlay is not None:
-            self._overlays[self._number(frame_idx)] = _overlay(self.frames.original(frame_idx), masks, obj_ids)
+            number = self._number(frame_idx)
+            picture = Image.fromarray(_overlay(self.frames.original(frame_idx), masks, obj_ids))
+            picture.save(self._overlay_frames / f"{number}.png", compress_level=1)
 
     def commit(self) -> dict[str, Any]:
         """Write masks.json and the overlay, then rename the staging folder onto ``out_dir``; returns a summary."""
@@ -258,8 +263,9 @@ class TrackWriter:
         if self.overlay is not None:
             inside = not self.overlay.is_absolute() and len(self.overlay.parts) == 1
             target = self._staging / self.overlay if inside else self.overlay
-            _write_animation([self._overlays[f] for f in frames], target, self.fps)
+            _write_animation([self._overlay_frames / f"{f}.png" for f in frames], target, self.fps)
             overlay_out = self.out_dir / self.overlay if inside else self.overlay
+        shutil.rmtree(self._overlay_frames)
         if self.out_dir.exists():
             shutil.rmtree(self.out_dir)
         os.replace(self._staging, self.out_dir)
@@ -288,22 +294,27 @@ def _overlay(image: np.ndarray, masks: np.ndarray, obj_ids: Sequence[int]) -> np
     return np.asarray(picture)
 
 
-def _write_animation(frames: list[np.ndarray], path: Path, fps: float) -> None:
+def _write_animation(frames: list[Path], path: Path, fps: float) -> None:
+    """The overlay frames (PNG files, in order) as one GIF or MP4 at ``path``, each frame read when it is written."""
     from PIL import Image
 
     from vitdeploy.fileio import atomic_output
 
+    def picture(frame: Path) -> Image.Image:
+        with Image.open(frame) as opened:
+            return opened.convert("RGB")
+
     with atomic_output(path, suffix=path.suffix) as tmp:
+        first = picture(frames[0])
         if path.suffix.lower() == ".gif":
-            first, *rest = [Image.fromarray(f) for f in frames]
-            first.save(tmp, format="GIF", save_all=True, append_images=rest, duration=round(1000 / fps), loop=0)
+            first.save(tmp, format="GIF", save_all=True, append_images=(picture(f) for f in frames[1:]),
+                       duration=round(1000 / fps), loop=0)
         else:
             cv2 = _require_cv2("writing an MP4 overlay")
-            h, w = frames[0].shape[:2]
-            writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
+            writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, first.size)
             try:
                 for frame in frames:
-                    writer.write(np.ascontiguousarray(frame[:, :, ::-1]))
+                    writer.write(np.ascontiguousarray(np.asarray(picture(frame))[:, :, ::-1]))
             finally:
                 writer.release()
 

@@ -1,0 +1,119 @@
+"""Where a video session keeps the outputs of the frames it tracked: in memory while the next frames read them, then
+in a temporary file, so that a session's memory stays flat however long the video.
+
+A tracked frame's output holds its memory features (bfloat16, ``mem_dim`` x 64 x 64 at 1024 px: 512 KB) and its
+mask logits (256 x 256 float32: 256 KB), per object. The official predictor keeps every frame's in memory (with
+every frame's pixels), which is why its users run out of memory on long videos. Tracking frame ``t`` reads the
+memories of the ``num_maskmem - 1`` frames before it (every ``memory_temporal_stride_for_eval``-th) and the object
+pointers of the ``max_obj_ptrs_in_encoder - 1`` before it (:mod:`vitdeploy.runtime.apps.sam2.memory_bank`), so a
+propagation needs in memory only the outputs of the last :func:`memory_reach` frames. Older ones are moved to the
+session's unnamed temporary file (deleted by the system when the session's state is dropped), their small parts (the
+object score, the pointer's token) staying in memory; a call that reads one later (a propagation the other way, a
+click on a tracked frame, a bank that reaches back) reads it back from the file: the same bytes, so the same masks.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: The parts of a frame's output that go to the file (the large ones).
+SPILLED = ("maskmem_features", "pred_masks")
+
+
+def memory_reach(settings: Any) -> int:
+    """How many of the most recently tracked frames a propagation's next frame may read (its memories and pointers):
+    ``max(max_obj_ptrs_in_encoder, memory_temporal_stride_for_eval * num_maskmem)``."""
+    return max(int(settings.max_obj_ptrs_in_encoder),
+               int(settings.memory_temporal_stride_for_eval) * int(settings.num_maskmem))
+
+
+@dataclass(frozen=True)
+class _Record:
+    offset: int
+    dtype: Any
+    shape: tuple[int, ...]
+
+
+class PastOutput(dict):
+    """A frame's output whose large parts are in a :class:`PastOutputs` file: reading one reads it back."""
+
+    def __init__(self, out: dict[str, Any], store: PastOutputs) -> None:
+        super().__init__(out)
+        self._store = store
+
+    def __getitem__(self, key: str) -> Any:
+        value = super().__getitem__(key)
+        return self._store.read(value) if isinstance(value, _Record) else value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def values(self):
+        return [self[key] for key in self]
+
+    def items(self):
+        return [(key, self[key]) for key in self]
+
+
+class PastOutputs:
+    """A session's file of past frame outputs (module docstring); appended to, never rewritten."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile(prefix="vitdeploy-outputs-")
+        self._end = 0
+        #: How many outputs were moved here.
+        self.moved = 0
+
+    def keep(self, out: dict[str, Any]) -> PastOutput:
+        """``out`` with its large parts written to the file."""
+        if isinstance(out, PastOutput):
+            return out
+        kept = dict(out)
+        for key in SPILLED:
+            value = kept.get(key)
+            if isinstance(value, np.ndarray):
+                data = np.ascontiguousarray(value)
+                self._file.seek(self._end)
+                self._file.write(data.tobytes())
+                kept[key] = _Record(self._end, data.dtype, data.shape)
+                self._end += data.nbytes
+        self.moved += 1
+        return PastOutput(kept, self)
+
+    def read(self, record: _Record) -> np.ndarray:
+        self._file.seek(record.offset)
+        count = int(np.prod(record.shape))
+        data = self._file.read(count * np.dtype(record.dtype).itemsize)
+        return np.frombuffer(data, record.dtype).reshape(record.shape)
+
+
+def move_past_output(state: dict[str, Any], outputs: dict[int, Any], frame_idx: int) -> None:
+    """Move ``outputs[frame_idx]`` (a tracked frame's output of one object), if there and still in memory, to the
+    session's file (made on first use)."""
+    out = outputs.get(frame_idx)
+    if out is None or isinstance(out, PastOutput):
+        return
+    store = state.get("past_outputs")
+    if store is None:
+        store = state["past_outputs"] = PastOutputs()
+    outputs[frame_idx] = store.keep(out)
+
+
+def resident_bytes(state: dict[str, Any]) -> int:
+    """The bytes of the NumPy arrays a session's per-object outputs hold in memory (what grows with a video where
+    outputs are not moved)."""
+    total = 0
+    for name in ("output_dict_per_obj", "temp_output_dict_per_obj"):
+        for per_obj in state[name].values():
+            for frames in per_obj.values():
+                for out in frames.values():
+                    for value in dict.values(out):
+                        total += value.nbytes if isinstance(value, np.ndarray) else 0
+    return total
+
+
+__all__ = ["PastOutput", "PastOutputs", "SPILLED", "memory_reach", "move_past_output", "resident_bytes"]
