@@ -178,6 +178,13 @@ def test_bad_calls_get_one_line_errors(predictors, sam2_video: dict[str, Any]) -
         ours.add_new_points_or_box(state, frame_idx=0, obj_id=1, points=[[1, 2]])
     with pytest.raises(InputError, match="cannot add box without clearing old points"):
         ours.add_new_points_or_box(state, frame_idx=0, obj_id=1, box=SQUARE_BOX, clear_old_points=False)
+    with pytest.raises(InputError, match=r"point \(500, 45\) is outside the 160x120 image: coordinates are pixels"):
+        ours.add_new_points_or_box(state, frame_idx=0, obj_id=1, points=[[500, 45]], labels=[1])
+    with pytest.raises(InputError, match=r"box \[130.0, 25.0, 100.0, 50.0\] is not x0, y0, x1, y1"):
+        ours.add_new_points_or_box(state, frame_idx=0, obj_id=1, box=[130, 25, 100, 50])
+    with pytest.raises(InputError, match=r"points holds NaN or infinite values"):
+        ours.add_new_points_or_box(state, frame_idx=0, obj_id=1, points=[[0.5, float("nan")]], labels=[1],
+                                   normalize_coords=False)
     with pytest.raises(InputError, match=r"mask must be one \(H, W\) mask"):
         ours.add_new_mask(state, frame_idx=0, obj_id=1, mask=np.zeros((1, 120, 160), bool))
     ours.add_new_points_or_box(state, frame_idx=0, obj_id=1, **DISC_CLICK)

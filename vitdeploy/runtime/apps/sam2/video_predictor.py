@@ -46,6 +46,7 @@ from vitdeploy.runtime.apps.sam2.past_outputs import memory_reach, move_past_out
 from vitdeploy.runtime.apps.sam2.track_step import TrackStep
 from vitdeploy.runtime.apps.sam2.image_predictor import MaskChoice
 from vitdeploy.runtime.apps.common.files import OpenModel
+from vitdeploy.runtime.apps.common.prompts import as_float_array, check_prompts_inside
 from vitdeploy.runtime.apps.sam2.files import VIDEO, VIDEO_FILES, check_video_files
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.deploy.loader import OpenOptions
@@ -198,7 +199,9 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
             raise InputError("points and labels must be provided together")
         if points is None and box is None:
             raise InputError("at least one of points or box must be provided as input")
-        coords = np.zeros((1, 0, 2), np.float32) if points is None else np.asarray(points, np.float32)
+        if normalize_coords:  # pixels of the video's frames: inside them, a box in order, as every predictor's
+            check_prompts_inside((state["video_height"], state["video_width"]), points, box)
+        coords = np.zeros((1, 0, 2), np.float32) if points is None else as_float_array(points, "points").astype(np.float32)
         labels_ = np.zeros((1, 0), np.int32) if labels is None else np.asarray(labels, np.int32)
         coords = coords[None] if coords.ndim == 2 else coords
         labels_ = labels_[None] if labels_.ndim == 1 else labels_
