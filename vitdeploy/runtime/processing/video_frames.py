@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -150,10 +151,11 @@ class VideoFrames:
 
 class _FrameSpill:
     """Frames in an unnamed temporary file (removed by the system when it is closed, or when the process ends): per
-    frame one record of fixed-shape uint8 arrays, appended once and read back by position."""
+    frame one record of fixed-shape uint8 arrays, appended once and read back by position (from any thread)."""
 
     def __init__(self) -> None:
         self._file = tempfile.TemporaryFile(prefix="vitdeploy-frames-")
+        self._lock = threading.Lock()
         self._shapes: list[tuple[int, ...]] = []
         self._record = 0
         self._count = 0
@@ -163,15 +165,18 @@ class _FrameSpill:
         if not self._shapes:
             self._shapes, self._record = shapes, sum(int(np.prod(s)) for s in shapes)
         data = b"".join(np.ascontiguousarray(a, np.uint8).tobytes() for a in arrays)
-        self._file.seek(self._count * self._record)
-        self._file.write(data)
+        with self._lock:
+            self._file.seek(self._count * self._record)
+            self._file.write(data)
         self._count += 1
 
     def read(self, index: int, part: int) -> np.ndarray:
         offset = index * self._record + sum(int(np.prod(s)) for s in self._shapes[:part])
         shape = self._shapes[part]
-        self._file.seek(offset)
-        return np.frombuffer(self._file.read(int(np.prod(shape))), np.uint8).reshape(shape)
+        with self._lock:
+            self._file.seek(offset)
+            data = self._file.read(int(np.prod(shape)))
+        return np.frombuffer(data, np.uint8).reshape(shape)
 
 
 def describe_numbers(numbers: list[int]) -> str:

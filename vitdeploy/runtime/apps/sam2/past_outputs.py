@@ -15,6 +15,7 @@ click on a tracked frame, a bank that reaches back) reads it back from the file:
 from __future__ import annotations
 
 import tempfile
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,10 +61,12 @@ class PastOutput(dict):
 
 
 class PastOutputs:
-    """A session's file of past frame outputs (module docstring); appended to, never rewritten."""
+    """A session's file of past frame outputs (module docstring); appended to, never rewritten. Safe to read and
+    write from several threads (a server's sessions)."""
 
     def __init__(self) -> None:
         self._file = tempfile.TemporaryFile(prefix="vitdeploy-outputs-")
+        self._lock = threading.Lock()
         self._end = 0
         #: How many outputs were moved here.
         self.moved = 0
@@ -77,17 +80,19 @@ class PastOutputs:
             value = kept.get(key)
             if isinstance(value, np.ndarray):
                 data = np.ascontiguousarray(value)
-                self._file.seek(self._end)
-                self._file.write(data.tobytes())
-                kept[key] = _Record(self._end, data.dtype, data.shape)
-                self._end += data.nbytes
+                with self._lock:
+                    self._file.seek(self._end)
+                    self._file.write(data.tobytes())
+                    kept[key] = _Record(self._end, data.dtype, data.shape)
+                    self._end += data.nbytes
         self.moved += 1
         return PastOutput(kept, self)
 
     def read(self, record: _Record) -> np.ndarray:
-        self._file.seek(record.offset)
         count = int(np.prod(record.shape))
-        data = self._file.read(count * np.dtype(record.dtype).itemsize)
+        with self._lock:
+            self._file.seek(record.offset)
+            data = self._file.read(count * np.dtype(record.dtype).itemsize)
         return np.frombuffer(data, record.dtype).reshape(record.shape)
 
 
