@@ -80,13 +80,26 @@ def contender(kind: str, recipe: str, out: Path, warmup: int, runs: int, threads
             "peak_rss_mb": peak_rss_mb()}
 
 
+def _status_mb(field: str) -> float | None:
+    """A memory field of this process's ``/proc/self/status`` in MB, or None where there is none (not Linux)."""
+    status = Path("/proc/self/status")
+    for line in status.read_text().splitlines() if status.is_file() else ():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    return None
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident memory: ``VmHWM`` (``ru_maxrss`` survives exec on Linux, so a child started by a
     process that had exported a model would report that process's peak)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    peak = _status_mb("VmHWM")
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 if peak is None else peak, 1)
+
+
+def rss_mb() -> float:
+    """This process's resident memory now (``VmRSS``; NaN where there is no /proc)."""
+    now = _status_mb("VmRSS")
+    return float("nan") if now is None else now
 
 
 def main() -> None:

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.bench_sam2 import SIZES as FULL_SIZES
-from benchmarks.bench_sam2 import peak_rss_mb
+from benchmarks.bench_sam2 import peak_rss_mb, rss_mb
 from benchmarks.options import parsed, timing_options
 
 SIZES = {**FULL_SIZES, "test": "sam2_tiny"}  # the tests' 256 px recipes (tests/sam2_video_fixtures.py)
@@ -70,14 +70,6 @@ def prepare(recipe: str, out: Path, frames: int, checkpoint: Path | None = None)
     if not clip.is_dir():
         write_clip(clip, frames=frames, size=(240, 320))
     return checkpoint, clip
-
-
-def rss_mb() -> float:
-    """This process's resident memory now (``VmRSS``)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def track_click(predictor: Any, clip: Path, rss: list[float] | None = None,
@@ -156,9 +148,9 @@ def contender(kind: str, recipe: str, out: Path, frames: int, skip: int, threads
         # each frame's mask kept as packed bits (10 KB a frame), so that what the benchmark keeps barely moves the RSS
         _, masks, times = track_click(predictor, clip, rss, keep=lambda frame: np.packbits(frame > 0))
     np.save(out / f"masks_{kind}_{recipe}.npy", np.stack(masks))
-    first = 1 + skip
+    first = 1 + skip  # frame 0 is the prompted one (no tracking); the bank fills over the first frames
     growth = (rss[-1] - rss[first]) / max(len(rss) - 1 - first, 1) * 100
-    tracked = times[1 + skip:]  # frame 0 is the prompted one (no tracking); the bank fills over the first frames
+    tracked = times[first:]
     return {"contender": label, "load_s": round(load_s, 2), "median_ms": round(1e3 * statistics.median(tracked), 1),
             "first_tracked_ms": round(1e3 * times[1], 1), "frames_timed": len(tracked),
             "runs_ms": [round(1e3 * t, 1) for t in times], "peak_rss_mb": peak_rss_mb(),

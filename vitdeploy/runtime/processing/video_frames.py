@@ -20,14 +20,13 @@ input of a frame is made when the model asks for it.
 from __future__ import annotations
 
 import os
-import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from vitdeploy.errors import InputError, MissingDependencyError
+from vitdeploy.runtime.processing.array_file import ArrayFile, ArrayRecord
 
 #: Frame files the folder reader takes (the official one takes the JPEG ones).
 FRAME_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -85,8 +84,9 @@ class VideoFrames:
                              f"give a folder of JPEG frames ({EXTRACT_HINT}) or a video")
         else:
             raise InputError(f"no video or frame folder at '{path}'")
-        #: A video file's frames, resized then as decoded, one fixed-size record per frame (None for a folder).
-        self._spill: _FrameSpill | None = None if self.files is not None else _FrameSpill()
+        #: A video file's frames out of memory, and each frame's (resized, as decoded) records there (a folder: None).
+        self._spill: ArrayFile | None = None if self.files is not None else ArrayFile("vitdeploy-frames-")
+        self._records: list[tuple[ArrayRecord, ArrayRecord]] = []
         self._count = 0
         self.height = self.width = 0
         for index, frame in enumerate(frames):
@@ -97,7 +97,7 @@ class VideoFrames:
                 raise InputError(f"frame {index} is {width}x{height} but frame 0 is {self.width}x{self.height}: every frame "
                                  "of a video must have one size")
             if self._spill is not None:
-                self._spill.append(self.resize(frame), frame)
+                self._records.append((self._spill.append(self.resize(frame)), self._spill.append(frame)))
             self._count += 1
             if progress is not None:
                 progress(index + 1, count)
@@ -134,7 +134,7 @@ class VideoFrames:
     def resized(self, index: int) -> np.ndarray:
         """Frame ``index`` resized for the model, S x S x 3 uint8."""
         if self._spill is not None:
-            return self._spill.read(index, 0)
+            return self._spill.read(self._records[index][0])
         return self.resize(_read_frame(self.files[index], index))
 
     def model_input(self, index: int) -> np.ndarray:
@@ -145,38 +145,8 @@ class VideoFrames:
     def original(self, index: int) -> np.ndarray:
         """Frame ``index`` at its own size, HxWx3 uint8 RGB."""
         if self._spill is not None:
-            return self._spill.read(index, 1)
+            return self._spill.read(self._records[index][1])
         return _read_frame(self.files[index], index)
-
-
-class _FrameSpill:
-    """Frames in an unnamed temporary file (removed by the system when it is closed, or when the process ends): per
-    frame one record of fixed-shape uint8 arrays, appended once and read back by position (from any thread)."""
-
-    def __init__(self) -> None:
-        self._file = tempfile.TemporaryFile(prefix="vitdeploy-frames-")
-        self._lock = threading.Lock()
-        self._shapes: list[tuple[int, ...]] = []
-        self._record = 0
-        self._count = 0
-
-    def append(self, *arrays: np.ndarray) -> None:
-        shapes = [a.shape for a in arrays]
-        if not self._shapes:
-            self._shapes, self._record = shapes, sum(int(np.prod(s)) for s in shapes)
-        data = b"".join(np.ascontiguousarray(a, np.uint8).tobytes() for a in arrays)
-        with self._lock:
-            self._file.seek(self._count * self._record)
-            self._file.write(data)
-        self._count += 1
-
-    def read(self, index: int, part: int) -> np.ndarray:
-        offset = index * self._record + sum(int(np.prod(s)) for s in self._shapes[:part])
-        shape = self._shapes[part]
-        with self._lock:
-            self._file.seek(offset)
-            data = self._file.read(int(np.prod(shape)))
-        return np.frombuffer(data, np.uint8).reshape(shape)
 
 
 def describe_numbers(numbers: list[int]) -> str:

@@ -14,12 +14,11 @@ click on a tracked frame, a bank that reaches back) reads it back from the file:
 
 from __future__ import annotations
 
-import tempfile
-import threading
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from vitdeploy.runtime.processing.array_file import ArrayFile, ArrayRecord
 
 #: The parts of a frame's output that go to the file (the large ones).
 SPILLED = ("maskmem_features", "pred_masks")
@@ -32,23 +31,18 @@ def memory_reach(settings: Any) -> int:
                int(settings.memory_temporal_stride_for_eval) * int(settings.num_maskmem))
 
 
-@dataclass(frozen=True)
-class _Record:
-    offset: int
-    dtype: Any
-    shape: tuple[int, ...]
-
-
 class PastOutput(dict):
-    """A frame's output whose large parts are in a :class:`PastOutputs` file: reading one reads it back."""
+    """A frame's output whose large parts are in the session's
+    :class:`~vitdeploy.runtime.processing.array_file.ArrayFile`: reading one reads it back."""
 
-    def __init__(self, out: dict[str, Any], store: PastOutputs) -> None:
-        super().__init__(out)
+    def __init__(self, out: dict[str, Any], store: ArrayFile) -> None:
+        super().__init__({key: store.append(value) if key in SPILLED and isinstance(value, np.ndarray) else value
+                          for key, value in out.items()})
         self._store = store
 
     def __getitem__(self, key: str) -> Any:
         value = super().__getitem__(key)
-        return self._store.read(value) if isinstance(value, _Record) else value
+        return self._store.read(value) if isinstance(value, ArrayRecord) else value
 
     def get(self, key: str, default: Any = None) -> Any:
         return self[key] if key in self else default
@@ -60,42 +54,6 @@ class PastOutput(dict):
         return [(key, self[key]) for key in self]
 
 
-class PastOutputs:
-    """A session's file of past frame outputs (module docstring); appended to, never rewritten. Safe to read and
-    write from several threads (a server's sessions)."""
-
-    def __init__(self) -> None:
-        self._file = tempfile.TemporaryFile(prefix="vitdeploy-outputs-")
-        self._lock = threading.Lock()
-        self._end = 0
-        #: How many outputs were moved here.
-        self.moved = 0
-
-    def keep(self, out: dict[str, Any]) -> PastOutput:
-        """``out`` with its large parts written to the file."""
-        if isinstance(out, PastOutput):
-            return out
-        kept = dict(out)
-        for key in SPILLED:
-            value = kept.get(key)
-            if isinstance(value, np.ndarray):
-                data = np.ascontiguousarray(value)
-                with self._lock:
-                    self._file.seek(self._end)
-                    self._file.write(data.tobytes())
-                    kept[key] = _Record(self._end, data.dtype, data.shape)
-                    self._end += data.nbytes
-        self.moved += 1
-        return PastOutput(kept, self)
-
-    def read(self, record: _Record) -> np.ndarray:
-        count = int(np.prod(record.shape))
-        with self._lock:
-            self._file.seek(record.offset)
-            data = self._file.read(count * np.dtype(record.dtype).itemsize)
-        return np.frombuffer(data, record.dtype).reshape(record.shape)
-
-
 def move_past_output(state: dict[str, Any], outputs: dict[int, Any], frame_idx: int) -> None:
     """Move ``outputs[frame_idx]`` (a tracked frame's output of one object), if there and still in memory, to the
     session's file (made on first use)."""
@@ -104,21 +62,8 @@ def move_past_output(state: dict[str, Any], outputs: dict[int, Any], frame_idx: 
         return
     store = state.get("past_outputs")
     if store is None:
-        store = state["past_outputs"] = PastOutputs()
-    outputs[frame_idx] = store.keep(out)
+        store = state["past_outputs"] = ArrayFile("vitdeploy-outputs-")
+    outputs[frame_idx] = PastOutput(out, store)
 
 
-def resident_bytes(state: dict[str, Any]) -> int:
-    """The bytes of the NumPy arrays a session's per-object outputs hold in memory (what grows with a video where
-    outputs are not moved)."""
-    total = 0
-    for name in ("output_dict_per_obj", "temp_output_dict_per_obj"):
-        for per_obj in state[name].values():
-            for frames in per_obj.values():
-                for out in frames.values():
-                    for value in dict.values(out):
-                        total += value.nbytes if isinstance(value, np.ndarray) else 0
-    return total
-
-
-__all__ = ["PastOutput", "PastOutputs", "SPILLED", "memory_reach", "move_past_output", "resident_bytes"]
+__all__ = ["PastOutput", "SPILLED", "memory_reach", "move_past_output"]

@@ -313,8 +313,8 @@ def _write_animation(frames: list[Path], path: Path, fps: float) -> None:
             cv2 = _require_cv2("writing an MP4 overlay")
             writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, first.size)
             try:
-                for frame in frames:
-                    writer.write(np.ascontiguousarray(np.asarray(picture(frame))[:, :, ::-1]))
+                for rgb in (first, *(picture(f) for f in frames[1:])):
+                    writer.write(np.ascontiguousarray(np.asarray(rgb)[:, :, ::-1]))
             finally:
                 writer.release()
 
