@@ -28,6 +28,10 @@ class Sam2MemoryEncoder(Sam2Family):
     title = 'SAM 2 memory encoders'
     role = "SAM 2 memory encoder (video): a frame's features and mask -> the memory later frames attend to"
     required_metadata = ("architecture", "input_size", "image_embedding_size")
+    #: Whether ``pred_masks`` may also come at the model's image size (``dynamic_axes`` on its two sides, 4 x grid
+    #: to the image size): where the official predictor makes a frame's memories from masks it changed at that size
+    #: (SAM 3's tracker, the non-overlap of objects); the graph's own resize is then the identity.
+    full_size_masks = False
 
     def check_export(self, recipe: Recipe, options: ExportOptions) -> None:
         if options.batch != 1 or options.dynamic_batch or options.input_size:
@@ -52,13 +56,23 @@ class Sam2MemoryEncoder(Sam2Family):
             binarize_mask_from_pts_for_mem_enc=bool(model.binarize_mask_from_pts_for_mem_enc),
             sigmoid_scale_for_mem_enc=float(model.sigmoid_scale_for_mem_enc),
             sigmoid_bias_for_mem_enc=float(model.sigmoid_bias_for_mem_enc),
-            input_names=list(INPUT_NAMES), output_names=list(OUTPUT_NAMES),
+            input_names=list(INPUT_NAMES), output_names=list(OUTPUT_NAMES), **self._mask_axes(grid, size),
         )
         gen = torch.Generator().manual_seed(0)
         example = (torch.randn(1, int(model.hidden_dim), grid, grid, generator=gen),
                    torch.randn(1, 1, 4 * grid, 4 * grid, generator=gen), torch.tensor([[0.5]]), torch.zeros(1))
+        axes = {"pred_masks": {2: "mask_height", 3: "mask_width"}} if self.full_size_masks else None
         return export_onnx(self.exportable(model).eval(), example, output, input_names=list(INPUT_NAMES),
-                           output_names=list(OUTPUT_NAMES), metadata=metadata, opset=options.opset or recipe.opset)
+                           output_names=list(OUTPUT_NAMES), metadata=metadata, opset=options.opset or recipe.opset,
+                           dynamic_axes=axes)
+
+    def _mask_axes(self, grid: int, size: int) -> dict[str, Any]:
+        """The metadata of a mask input that may come at either size (:attr:`full_size_masks`)."""
+        if not self.full_size_masks:
+            return {}
+        return {"dynamic_axes": {"pred_masks": {"2": "mask_height", "3": "mask_width"}},
+                "shape_profile": {"pred_masks": {"min": [1, 1, 4 * grid, 4 * grid], "opt": [1, 1, 4 * grid, 4 * grid],
+                                                 "max": [1, 1, size, size]}}}
 
     def exportable(self, model: Any) -> nn.Module:
         """The graph's module for the official model :meth:`load_eager` gave."""

@@ -20,6 +20,7 @@ class Sam3MemoryEncoder(Sam3TrackerFamily, Sam2MemoryEncoder):
     recipe_suffix = "_memory_encoder"
     title = "SAM 3 memory encoders"
     role = "SAM 3 memory encoder (video tracker): a frame's features and mask -> the memory later frames attend to"
+    full_size_masks = True  # Sam3TrackerPredictor encodes prompted frames from masks made non-overlapping at 1008 px
 
     def exportable(self, model: Any) -> nn.Module:
         from vitdeploy.rewrites.sam3_tracker import tracker_memory_encoder

@@ -61,14 +61,20 @@ BANK = {"num_maskmem": 7, "max_cond_frames_in_attn": 4, "max_obj_ptrs_in_encoder
 ATTENTION_HEADS, FUSER_LAYERS = 1, 2
 
 
-def build_sam3_tracker(arch: Sam3TrackerArch) -> nn.Module:
+def build_sam3_tracker(arch: Sam3TrackerArch, predictor: bool = False,
+                       apply_temporal_disambiguation: bool = False) -> nn.Module:
     """The official ``Sam3TrackerBase`` without a backbone, built as ``build_tracker(apply_temporal_disambiguation=
-    False)`` builds it (``_create_tracker_maskmem_backbone``, ``_create_tracker_transformer``), eval mode."""
+    False)`` builds it (``_create_tracker_maskmem_backbone``, ``_create_tracker_transformer``), eval mode.
+    ``predictor``: the class ``build_tracker`` returns, ``Sam3TrackerPredictor``, with its predictor arguments and
+    ``use_memory_selection=apply_temporal_disambiguation`` (``build_sam3_video_model`` passes True): the eager
+    reference of :class:`vitdeploy.runtime.apps.sam3.tracker_predictor.Sam3TrackerPredictor` (the same parameters;
+    memory selection has none)."""
     try:
         from sam3.model.decoder import TransformerDecoderLayerv2, TransformerEncoderCrossAttention
         from sam3.model.memory import CXBlock, SimpleFuser, SimpleMaskDownSampler, SimpleMaskEncoder
         from sam3.model.model_misc import TransformerWrapper
         from sam3.model.sam3_tracker_base import Sam3TrackerBase
+        from sam3.model.sam3_tracking_predictor import Sam3TrackerPredictor
         from sam3.sam.transformer import RoPEAttention
     except ImportError as exc:
         raise missing_sam3(exc) from exc
@@ -91,13 +97,19 @@ def build_sam3_tracker(arch: Sam3TrackerArch) -> nn.Module:
     encoder = TransformerEncoderCrossAttention(remove_cross_attention_layers=[], batch_first=True, d_model=d,
                                                frozen=False, pos_enc_at_input=True, layer=layer,
                                                num_layers=arch.attention_layers, use_act_checkpoint=False)
-    return Sam3TrackerBase(
+    # build_tracker's class (the predictor, with its own arguments) or the base class the graphs are made from
+    Sam3Tracker = Sam3TrackerPredictor if predictor else Sam3TrackerBase  # noqa: N806
+    extra = dict(always_start_from_first_ann_frame=False, non_overlap_masks_for_output=False,
+                 offload_output_to_cpu_for_eval=False, clear_non_cond_mem_around_input=True,
+                 fill_hole_area=0) if predictor else {}
+    return Sam3Tracker(
         backbone=None, transformer=TransformerWrapper(encoder=encoder, decoder=None, d_model=d),
         maskmem_backbone=memory_encoder, image_size=arch.img_size, backbone_stride=arch.patch_size, **BANK,
         multimask_output_in_sam=True, forward_backbone_per_frame_for_eval=True, trim_past_non_cond_mem_for_eval=False,
         multimask_output_for_tracking=True, multimask_min_pt_num=0, multimask_max_pt_num=1,
         non_overlap_masks_for_mem_enc=False,
-        sam_mask_decoder_extra_args=dict(MASK_DECODER_EXTRA_ARGS), use_memory_selection=False,
+        sam_mask_decoder_extra_args=dict(MASK_DECODER_EXTRA_ARGS), use_memory_selection=apply_temporal_disambiguation,
+        **extra,
     ).eval()
 
 

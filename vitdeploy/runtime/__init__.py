@@ -30,6 +30,7 @@ _WHERE = {
     "Sam3ImageModel": "apps.sam3.processor",
     "Sam3InteractivePredictor": "apps.sam3.interactive",
     "Sam3Processor": "apps.sam3.processor",
+    "Sam3TrackerPredictor": "apps.sam3.tracker_predictor",
     "SamPreprocessor": "processing.preprocess",
     "preprocess_shape": "processing.preprocess",
     "read_image_rgb": "processing.images",

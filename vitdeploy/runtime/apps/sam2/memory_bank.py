@@ -121,8 +121,12 @@ class MemoryBank:
 
 
 def select_memory(frame_idx: int, output_dict: dict[str, dict[int, Any]], settings: TrackerSettings, num_frames: int,
-                  reverse: bool) -> MemoryBank:
-    """The bank of a frame that is not an initial conditioning frame (``_prepare_memory_conditioned_features``)."""
+                  reverse: bool, selected_frames: list[int] | None = None) -> MemoryBank:
+    """The bank of a frame that is not an initial conditioning frame (``_prepare_memory_conditioned_features``).
+
+    ``selected_frames``: SAM 3's memory selection (``use_memory_selection``; :func:`frame_filter`'s list, oldest
+    first): the recent memories and pointers are taken from it, as ``Sam3TrackerBase`` takes them, instead of from
+    the last frames in tracking order."""
     cond = output_dict["cond_frame_outputs"]
     non_cond = output_dict["non_cond_frame_outputs"]
     if not cond:
@@ -132,7 +136,11 @@ def select_memory(frame_idx: int, output_dict: dict[str, dict[int, Any]], settin
     stride = settings.memory_temporal_stride_for_eval
     for t_pos in range(1, settings.num_maskmem):
         t_rel = settings.num_maskmem - t_pos  # how many frames before the current one
-        if t_rel == 1:
+        if selected_frames is not None:
+            if t_rel > len(selected_frames):
+                continue
+            prev = selected_frames[-t_rel]
+        elif t_rel == 1:
             prev = frame_idx + 1 if reverse else frame_idx - 1
         elif not reverse:
             prev = ((frame_idx - 2) // stride) * stride - (t_rel - 2) * stride
@@ -151,13 +159,47 @@ def select_memory(frame_idx: int, output_dict: dict[str, dict[int, Any]], settin
     pointers = [((frame_idx - t) * sign if settings.use_signed_tpos_enc_to_obj_ptrs else abs(frame_idx - t), out)
                 for t, out in pointer_cond.items()]
     for t_diff in range(1, max_pointers):
-        t = frame_idx + t_diff if reverse else frame_idx - t_diff
-        if t < 0 or t >= num_frames:
-            break
+        if selected_frames is not None:
+            if t_diff >= len(selected_frames):  # as the official loop stops: the oldest selected frame gives none
+                break
+            t = selected_frames[-t_diff]
+        else:
+            t = frame_idx + t_diff if reverse else frame_idx - t_diff
+            if t < 0 or t >= num_frames:
+                break
         out = non_cond.get(t, unselected.get(t))
         if out is not None:
             pointers.append((t_diff, out))
     return MemoryBank(frames, pointers, max_pointers - 1)
 
 
-__all__ = ["MemoryBank", "TrackerSettings", "select_closest_cond_frames", "select_memory"]
+def frame_filter(output_dict: dict[str, dict[int, Any]], reverse: bool, frame_idx: int, num_frames: int,
+                 settings: TrackerSettings, threshold: float) -> list[int]:
+    """``Sam3TrackerBase.frame_filter``: the tracked frames (every ``memory_temporal_stride_for_eval``-th, back from
+    the previous one in tracking order) whose ``eff_iou_score`` is above ``threshold`` (``mf_threshold``), at most
+    ``max_obj_ptrs_in_encoder - 1`` of them, oldest first, and the previous frame always; none on the first frame of
+    the direction tracked."""
+    if (frame_idx == 0 and not reverse) or (frame_idx == num_frames - 1 and reverse):
+        return []
+    max_num = min(num_frames, settings.max_obj_ptrs_in_encoder)
+    stride = settings.memory_temporal_stride_for_eval
+    if not reverse:
+        order, must_include = range(frame_idx - 1, 0, -stride), frame_idx - 1
+    else:
+        order, must_include = range(frame_idx + 1, num_frames, stride), frame_idx + 1
+    non_cond = output_dict["non_cond_frame_outputs"]
+    valid: list[int] = []
+    for i in order:
+        out = non_cond.get(i)
+        if out is None or "eff_iou_score" not in out:
+            continue
+        if out["eff_iou_score"] > threshold:
+            valid.insert(0, i)
+        if len(valid) >= max_num - 1:
+            break
+    if must_include not in valid:
+        valid.append(must_include)
+    return valid
+
+
+__all__ = ["MemoryBank", "TrackerSettings", "frame_filter", "select_closest_cond_frames", "select_memory"]

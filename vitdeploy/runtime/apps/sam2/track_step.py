@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from vitdeploy.runtime.apps.sam2.memory_bank import select_memory
+from vitdeploy.runtime.apps.sam2.memory_bank import MemoryBank, select_memory
 from vitdeploy.runtime.processing.sam2_masks import (MASK_OUT_BIAS, MASK_OUT_SCALE, NO_OBJ_SCORE, downsample_mask_prompt,
                                                      fill_holes, mask_as_output, to_bfloat16)
 from vitdeploy.runtime.processing.sam2_transforms import resize_bilinear
@@ -25,26 +25,42 @@ class TrackStep:
                                     mask_inputs: np.ndarray | None, reverse: bool, run_mem_encoder: bool,
                                     prev_sam_mask_logits: np.ndarray | None = None) -> tuple[dict[str, Any], np.ndarray]:
         """``track_step`` on one object: (the compact output the state keeps, the mask logits to show)."""
-        feats = self._get_image_feature(state, frame_idx)
-        if mask_inputs is not None and self.settings.use_mask_input_as_output_without_sam:
+        bank = None
+        if not is_init_cond_frame and not self._mask_is_output(mask_inputs):
+            bank = select_memory(frame_idx, output_dict, self.settings, state["num_frames"], reverse)
+        out, _ = self._track_one(self._get_image_feature(state, frame_idx), bank, is_init_cond_frame, point_inputs,
+                                 mask_inputs, run_mem_encoder, prev_sam_mask_logits)
+        if self.fill_hole_area > 0:
+            out["pred_masks"] = fill_holes(out["pred_masks"], self.fill_hole_area)
+        return out, out["pred_masks"]
+
+    def _mask_is_output(self, mask_inputs: np.ndarray | None) -> bool:
+        """Whether a mask prompt is the output itself (``_use_mask_as_output``), with no memory read."""
+        return mask_inputs is not None and self.settings.use_mask_input_as_output_without_sam
+
+    def _track_one(self, feats: dict[str, np.ndarray], bank: MemoryBank | None, is_init_cond_frame: bool,
+                   point_inputs: dict[str, np.ndarray] | None, mask_inputs: np.ndarray | None, run_mem_encoder: bool,
+                   prev_sam_mask_logits: np.ndarray | None) -> tuple[dict[str, Any], float]:
+        """One object on a frame's features, conditioned on ``bank`` (None: the frame's own features with
+        ``no_mem_embed``, as a prompted frame is): (its output, the IoU estimate of its mask, ``ious.max(-1)``)."""
+        if self._mask_is_output(mask_inputs):
             low_res, token, presence, score = self._mask_as_output(feats, mask_inputs)
+            iou = 1.0  # _use_mask_as_output's dummy IoU
         else:
-            if is_init_cond_frame:  # directly_add_no_mem_embed: the encoder's output already carries it
+            if bank is None:  # directly_add_no_mem_embed: the encoder's output already carries it
                 pix_feat = feats["image_embed"]
             else:
-                bank = select_memory(frame_idx, output_dict, self.settings, state["num_frames"], reverse)
                 feeds = bank.feeds(*self._bank_slots) | {"image_embed": feats["image_embed"]}
                 pix_feat = np.asarray(self._run("memory_attention", feeds)["pix_feat_with_mem"], np.float32)
             prompt = prev_sam_mask_logits if prev_sam_mask_logits is not None else mask_inputs
-            low_res, token, presence, score = self._sam_heads(pix_feat, feats, point_inputs, prompt,
-                                                              self._use_multimask(is_init_cond_frame, point_inputs))
+            low_res, token, presence, score, iou = self._sam_heads(pix_feat, feats, point_inputs, prompt,
+                                                                   self._use_multimask(is_init_cond_frame, point_inputs))
         maskmem = None
         if run_mem_encoder:
             maskmem = self._encode_memory(feats, low_res, score, is_mask_from_pts=point_inputs is not None)
-        pred_masks = fill_holes(low_res, self.fill_hole_area) if self.fill_hole_area > 0 else low_res
-        out = {"maskmem_features": maskmem, "pred_masks": pred_masks, "obj_token": token, "obj_presence": presence,
+        out = {"maskmem_features": maskmem, "pred_masks": low_res, "obj_token": token, "obj_presence": presence,
                "object_score_logits": score}
-        return out, pred_masks
+        return out, iou
 
     def _use_multimask(self, is_init_cond_frame: bool, point_inputs: dict[str, np.ndarray] | None) -> bool:
         s = self.settings
@@ -55,7 +71,7 @@ class TrackStep:
     def _sam_heads(self, pix_feat: np.ndarray, feats: dict[str, np.ndarray], point_inputs: dict[str, np.ndarray] | None,
                    mask_prompt: np.ndarray | None, multimask: bool):
         """``_forward_sam_heads``: (low-res logits (1, 1, 4h, 4w) of the chosen mask, its SAM output token (C,), the
-        object's presence lambda, the object score logits (1, 1))."""
+        object's presence lambda, the object score logits (1, 1), the best IoU estimate of the masks it chose from)."""
         if point_inputs is None:  # no clicks: one padding point, as the official heads add
             coords, labels = np.zeros((1, 1, 2), np.float32), -np.ones((1, 1), np.float32)
         else:
@@ -83,7 +99,7 @@ class TrackStep:
         best = int(np.argmax(iou)) if multimask else 0
         token = sam_tokens[best] if multimask and len(sam_tokens) > 1 else sam_tokens[0]
         # copies: a view would keep the runtime's whole output (every candidate mask) alive in the state
-        return logits[best][None, None].copy(), token.copy(), presence, score.copy()
+        return logits[best][None, None].copy(), token.copy(), presence, score.copy(), float(np.max(iou))
 
     def _mask_as_output(self, feats: dict[str, np.ndarray], mask_inputs: np.ndarray):
         """``_use_mask_as_output``: the mask itself as logits; the pointer from the decoder on the frame's own features
@@ -91,7 +107,7 @@ class TrackStep:
         low_res = mask_as_output(mask_inputs)
         own = (feats["image_embed"] - self._no_mem_embed).astype(np.float32)
         prompt = downsample_mask_prompt(mask_inputs, self.settings.mask_downsample)
-        _, token, presence, _ = self._sam_heads(own, feats, None, prompt, multimask=False)
+        _, token, presence, _, _ = self._sam_heads(own, feats, None, prompt, multimask=False)
         appearing = float(np.any(mask_inputs > 0))
         score = np.array([[MASK_OUT_SCALE * appearing + MASK_OUT_BIAS]], np.float32)
         return low_res, token, presence * appearing if self.settings.pred_obj_scores else presence, score

@@ -19,7 +19,10 @@ INTERACTIVE_FEATURES = IMAGE_FEATURES
 
 #: SAM 3's parts, as ``vitdeploy export`` writes them, in words.
 PARTS = {"vision_encoder": "the vision encoder", "text_encoder": "the text encoder", "detector": "the detector",
-         "interactive_decoder": "the interactive decoder"}
+         "interactive_decoder": "the interactive decoder", "memory_encoder": "the memory encoder",
+         "memory_attention": "the memory attention"}
+#: The order the tracker's files are given in, in words.
+TRACKER_ORDER = "vision encoder, interactive decoder, memory encoder, memory attention"
 
 
 def check_sam3_part(metadata: dict[str, Any], part: str, order: str = "vision, text, detector") -> None:
@@ -74,6 +77,21 @@ def check_sam3_interactive_pair(vision: dict[str, Any], decoder: dict[str, Any])
     check_same_model(vision, decoder, "interactive decoder", "both")
 
 
+def check_sam3_tracker_files(metadata: Metadata) -> None:
+    """Raise InputError unless the four files are SAM 3's vision encoder (with the interactive features),
+    interactive decoder, memory encoder and memory attention of one model, the memory encoder one that takes masks at
+    the image size (``Sam3TrackerPredictor``'s consolidated prompts)."""
+    for role, part in (("vision", "vision_encoder"), ("interactive", "interactive_decoder"),
+                       ("memory_encoder", "memory_encoder"), ("memory_attention", "memory_attention")):
+        check_sam3_part(metadata[role], part, order=TRACKER_ORDER)
+    check_sam3_interactive_pair(metadata["vision"], metadata["interactive"])
+    for role in ("memory_encoder", "memory_attention"):
+        check_same_model(metadata["vision"], metadata[role], role.replace("_", " "), "all four")
+    if "pred_masks" not in (metadata["memory_encoder"].get("dynamic_axes") or {}):
+        raise InputError("the memory encoder takes only low-resolution masks (an older vitdeploy's export): export it "
+                         "again with 'vitdeploy export -r sam3_memory_encoder' (or the size you use)")
+
+
 def _check_concept(metadata: Metadata, _names: Names) -> None:
     check_sam3_files(metadata["vision"], metadata["text"], metadata["detector"])
 
@@ -96,6 +114,12 @@ CONCEPT_AND_CLICKS = FileSet("sam3", "SAM 3's vision encoder, interactive decode
                              ("vision", "interactive", "text", "detector"),
                              lambda metadata, names: (_check_concept(metadata, names), _check_clicks(metadata, names)))
 
+#: SAM 3's tracker used as SAM 2 (``Sam3TrackerPredictor``): the vision encoder, the interactive decoder, the memory
+#: encoder and the memory attention.
+TRACKER = FileSet("sam3", "SAM 3's tracker files", ("vision", "interactive", "memory_encoder", "memory_attention"),
+                  lambda metadata, _names: check_sam3_tracker_files(metadata))
 
-__all__ = ["CLICKS", "CONCEPT", "CONCEPT_AND_CLICKS", "INTERACTIVE_FEATURES", "PARTS", "check_sam3_files",
-           "check_sam3_interactive_pair", "check_sam3_part", "check_same_model"]
+
+__all__ = ["CLICKS", "CONCEPT", "CONCEPT_AND_CLICKS", "INTERACTIVE_FEATURES", "PARTS", "TRACKER", "TRACKER_ORDER",
+           "check_sam3_files", "check_sam3_interactive_pair", "check_sam3_part", "check_sam3_tracker_files",
+           "check_same_model"]
