@@ -37,18 +37,19 @@ def _arch(recipe: str, cls: Any) -> Any:
     return cls.from_dict(load_recipe(recipe).architecture)
 
 
-def write_checkpoint(path: Path) -> Path:
-    """The seeded tiny SAM 3 (vision backbone and tracker) with the raised object score (module docstring), as
-    ``sam3.pt`` keeps them."""
+def write_checkpoint(path: Path, recipes: dict[str, str] = TRACKER_RECIPES, bias: float = OBJECT_SCORE_BIAS,
+                     seed: int = SEED) -> Path:
+    """The seeded SAM 3 of ``recipes`` (vision backbone and tracker; the tiny one by default) with the object score
+    moved by ``bias`` (module docstring), as ``sam3.pt`` keeps them."""
     import torch
 
     from vitdeploy.models.sam3_tracker import Sam3TrackerArch, load_sam3_tracker
     from vitdeploy.models.sam3_vision_encoder import Sam3VisionArch, load_sam3_vision
 
-    vision = load_sam3_vision(_arch(TRACKER_RECIPES["vision"], Sam3VisionArch), random_seed=SEED)
-    tracker = load_sam3_tracker(_arch(TRACKER_RECIPES["memory_attention"], Sam3TrackerArch), random_seed=SEED)
+    vision = load_sam3_vision(_arch(recipes["vision"], Sam3VisionArch), random_seed=seed)
+    tracker = load_sam3_tracker(_arch(recipes["memory_attention"], Sam3TrackerArch), random_seed=seed)
     with torch.no_grad():
-        tracker.sam_mask_decoder.pred_obj_score_head.layers[-1].bias += OBJECT_SCORE_BIAS
+        tracker.sam_mask_decoder.pred_obj_score_head.layers[-1].bias += bias
     state = {f"detector.backbone.{k}": v for k, v in vision.state_dict().items()}
     state.update({f"tracker.{k}": v for k, v in tracker.state_dict().items()})
     torch.save({"model": state}, path)
@@ -72,21 +73,21 @@ def write_clip(folder: Path, frames: int = FRAMES, size: tuple[int, int] = CLIP_
     return write_frames(folder, background, frames, shapes, quality=95)
 
 
-def official_tracker(checkpoint: Path, use_memory_selection: bool = True):
+def official_tracker(checkpoint: Path, use_memory_selection: bool = True, recipes: dict[str, str] = TRACKER_RECIPES):
     """The official ``Sam3TrackerPredictor`` as ``build_tracker(apply_temporal_disambiguation=...)`` builds it, at the
-    tiny recipes' sizes, with the checkpoint's tracker weights and, as the official example gives it
+    sizes of ``recipes`` (the tiny ones by default), with the checkpoint's tracker weights and, as the official example gives it
     (``predictor.backbone = sam3_model.detector.backbone``), the official vision backbone with the checkpoint's."""
     import torch
 
     from vitdeploy.models.sam3_tracker import Sam3TrackerArch, build_sam3_tracker
     from vitdeploy.models.sam3_vision_encoder import Sam3VisionArch, load_sam3_vision
 
-    predictor = build_sam3_tracker(_arch(TRACKER_RECIPES["memory_attention"], Sam3TrackerArch), predictor=True,
+    predictor = build_sam3_tracker(_arch(recipes["memory_attention"], Sam3TrackerArch), predictor=True,
                                    apply_temporal_disambiguation=use_memory_selection)
     state = torch.load(checkpoint, weights_only=True)["model"]
     predictor.load_state_dict({k[len("tracker."):]: v for k, v in state.items() if k.startswith("tracker.")},
                               strict=True)
-    predictor.backbone = load_sam3_vision(_arch(TRACKER_RECIPES["vision"], Sam3VisionArch), checkpoint).eval()
+    predictor.backbone = load_sam3_vision(_arch(recipes["vision"], Sam3VisionArch), checkpoint).eval()
     return predictor.eval()
 
 

@@ -46,7 +46,7 @@ def test_track_writes_the_predictors_masks(sam2_video: dict[str, Any], tmp_path:
                                    sam2_video["memory_attention"], threads=2)
     state = predictor.init_state(sam2_video["clip"])
     prompts = [FramePrompt(0, 1, points=[(25.0, 45.0, 1)]), FramePrompt(10, 2, box=(100.0, 25.0, 130.0, 50.0))]
-    expected = {frame: logits[:, 0] > 0 for frame, _, logits in track(predictor, state, prompts)}
+    expected = {frame: logits[:, 0] > 0 for frame, _, logits, _ in track(predictor, state, prompts)}
     assert sorted(expected) == list(range(FRAMES))
     for entry in data["annotations"]:
         mask = expected[entry["frame"]][entry["object_id"] - 1]
@@ -128,7 +128,7 @@ def test_a_gap_in_the_frame_numbers_keeps_every_mask_on_its_frame(sam2_video: di
     predictor = Sam2VideoPredictor(sam2_video["encoder"], sam2_video["decoder"], sam2_video["memory_encoder"],
                                    sam2_video["memory_attention"], threads=2)
     state = predictor.init_state(str(clip))
-    expected = {i: logits[0, 0] > 0 for i, _, logits in track(predictor, state, [FramePrompt(4, 1, points=[(40.0, 45.0, 1)])])}
+    expected = {i: logits[0, 0] > 0 for i, _, logits, _ in track(predictor, state, [FramePrompt(4, 1, points=[(40.0, 45.0, 1)])])}
     label = np.asarray(Image.open(out / "masks" / "00005.png"))
     assert np.array_equal(label > 0, expected[4])
 

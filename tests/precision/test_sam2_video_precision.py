@@ -30,7 +30,7 @@ def tracked_masks(files: dict[str, Any], **replace: Path) -> dict[int, np.ndarra
     predictor = Sam2VideoPredictor(*chosen, threads=2, runtime="onnxruntime")
     state = predictor.init_state(files["clip"])
     prompts = [FramePrompt(0, 1, points=[(25.0, 45.0, 1)]), FramePrompt(10, 2, box=(100.0, 25.0, 130.0, 50.0))]
-    return {frame: logits[:, 0] > 0 for frame, _, logits in track(predictor, state, prompts)}
+    return {frame: logits[:, 0] > 0 for frame, _, logits, _ in track(predictor, state, prompts)}
 
 
 @pytest.fixture(scope="module")

@@ -124,9 +124,11 @@ class Written:
 @sam_pair_options
 @option_group("memory", Memory,
     click.option("--memory-encoder", "-m", required=True, type=click.Path(dir_okay=False, path_type=str),
-                 help="Exported SAM 2 memory encoder (vitdeploy export -r sam2.1_hiera_tiny_memory_encoder)."),
+                 help="Exported memory encoder (vitdeploy export -r sam2.1_hiera_tiny_memory_encoder, or "
+                      "sam3_memory_encoder beside SAM 3's vision encoder and interactive decoder)."),
     click.option("--memory-attention", "-a", required=True, type=click.Path(dir_okay=False, path_type=str),
-                 help="Exported SAM 2 memory attention (vitdeploy export -r sam2.1_hiera_tiny_memory_attention)."))
+                 help="Exported memory attention (vitdeploy export -r sam2.1_hiera_tiny_memory_attention, or "
+                      "sam3_memory_attention)."))
 @option_group("frames", Frames,
     click.option("--video", "-i", required=True, type=click.Path(path_type=str),
                  help="A folder of frames named by index (00000.jpg, ...), or a video file (.mp4 and others: needs OpenCV)."),
@@ -161,17 +163,19 @@ class Written:
     click.option("--no-overlay", is_flag=True, help="Do not write the overlay animation."),
     click.option("--fps", type=click.FloatRange(min=0.1), default=None,
                  help="Overlay frame rate [default: the video file's, 10 for a folder of frames]."))
-@click.option("--fill-hole-area", type=click.IntRange(min=0), default=8, show_default=True,
-              help="Fill background holes of up to this many pixels in each low-resolution mask (the official "
-                   "video predictor's default; 0: off; needs SciPy).")
+@click.option("--fill-hole-area", type=click.IntRange(min=0), default=None,
+              help="Fill background holes of up to this many pixels (0: off; needs SciPy) [default: the official "
+                   "predictor's: 8 for SAM 2, in each low-resolution mask; 0 for SAM 3, whose filling is at the "
+                   "video's size].")
 @deploy_group()
 @outputs_group()
 @verbose_option
 @handle_errors
 def track(encoder: str, decoder: str, memory: Memory, frames: Frames, prompting: Prompting, written: Written,
-          span: Span, animation: Animation, fill_hole_area: int, deploy: Deploy, outputs: Outputs,
+          span: Span, animation: Animation, fill_hole_area: int | None, deploy: Deploy, outputs: Outputs,
           verbose: bool) -> None:
-    """Follow objects through a video with SAM 2: clicks, boxes or masks on chosen frames, masks on every frame.
+    """Follow objects through a video with SAM 2 or SAM 3's tracker: clicks, boxes (or, SAM 2, masks) on chosen
+    frames, masks on every frame.
 
     Reads every frame first (an unreadable one stops the run before any tracking), applies the
     prompts, tracks forward and backward from the first prompted frame, and writes the masks of every
@@ -185,15 +189,16 @@ def track(encoder: str, decoder: str, memory: Memory, frames: Frames, prompting:
       vitdeploy track ... -i clip.mp4 --point 0:1:210,350 --point 0:1:260,300,0 -o tracks/ --overlay tracks.mp4
       vitdeploy track ... -i frames/ --mask 12:1:first_mask.png --direction forward -o tracks/ --no-overlay
       vitdeploy track ... -i frames/ -p 0:1:210,350 -o tracks/ --record-inputs memory_attention:matt_inputs.npz
+      vitdeploy track -e sam3.onnx -d sam3_interactive.onnx -m sam3_menc.onnx -a sam3_matt.onnx \\
+          -i clip.mp4 --box 0:1:300,0,500,400 -o tracks/
     """
     memory_encoder, memory_attention = memory.memory_encoder, memory.memory_attention
     video, strict = frames.video, frames.strict
     out_dir, records = written.out_dir, written.records
     from vitdeploy.cli.progress import StageProgress, format_seconds
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs
-    from vitdeploy.runtime.apps.sam2.video_predictor import Sam2VideoPredictor
-    from vitdeploy.runtime.apps.verbs.tracking import (TrackWriter, check_out_dir, object_scores, prompts_from_lists,
-                                                    track as track_frames)
+    from vitdeploy.runtime.apps.predictors import open_video_predictor
+    from vitdeploy.runtime.apps.verbs.tracking import TrackWriter, check_out_dir, prompts_from_lists, track as track_frames
 
     report, force = outputs.report, outputs.force
     prompts = prompts_from_lists(prompting.points, prompting.boxes, prompting.masks)
@@ -202,12 +207,12 @@ def track(encoder: str, decoder: str, memory: Memory, frames: Frames, prompting:
     check_out_dir(out_dir, force)  # before reading the video
     claim_outputs([report, *records.values()], force)
     started = time.monotonic()
-    predictor = Sam2VideoPredictor(encoder, decoder, memory_encoder, memory_attention, options=deploy.options(),
-                                   fill_hole_area=fill_hole_area)
+    predictor = open_video_predictor(encoder, decoder, memory_encoder, memory_attention, options=deploy.options(),
+                                     fill_hole_area=fill_hole_area)
     echo_deployments(predictor.image_encoder, predictor.decoder, predictor.memory_encoder, predictor.memory_attention)
     recorders = {graph: predictor.record_inputs(graph) for graph in records}
     progress = StageProgress()
-    state = predictor.init_state(video, progress=lambda done, total: progress("reading frames", done, total))
+    state = predictor.init_state(video_path=video, progress=lambda done, total: progress("reading frames", done, total))
     frames = state["images"]
     asked = prompts  # as the user numbered the frames, for the report
     prompts, start_frame = _by_position(frames, prompts, span.start_frame, strict, str(video))
@@ -217,10 +222,10 @@ def track(encoder: str, decoder: str, memory: Memory, frames: Frames, prompting:
                      fps=animation.fps or frames.fps or 10.0, force=force,
                      source=str(video), model=predictor.variant) as writer:
         tracked = 0
-        for frame_idx, obj_ids, logits in track_frames(predictor, state, prompts, direction=span.direction,
-                                                       start_frame=start_frame, max_frames=span.max_frames,
-                                                       progress=progress):
-            writer.add(frame_idx, obj_ids, logits, object_scores(state, frame_idx))
+        for frame_idx, obj_ids, logits, scores in track_frames(predictor, state, prompts, direction=span.direction,
+                                                               start_frame=start_frame, max_frames=span.max_frames,
+                                                               progress=progress):
+            writer.add(frame_idx, obj_ids, logits, scores)
             tracked += 1
         summary = writer.commit()
     for graph, recorder in recorders.items():

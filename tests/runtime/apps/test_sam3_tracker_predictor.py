@@ -5,6 +5,7 @@ come back; then a reverse pass, a correction on a tracked frame and ``remove_obj
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -218,3 +219,45 @@ def test_memory_stays_flat_with_the_same_answers(sam3_tracker_files: dict[str, P
         assert sum(not isinstance(o, PastOutput) for o in per_obj["non_cond_frame_outputs"].values()) <= 1
     with pytest.raises(Exception, match="frames_in_memory"):
         ours(sam3_tracker_files, frames_in_memory=0)
+
+
+def test_the_track_verb_takes_sam3_files(sam3_tracker_files: dict[str, Path], tmp_path: Path) -> None:
+    """``vitdeploy track`` on SAM 3's four files: pixels of the video in, the tracker's masks on every frame out (the
+    Python predictor called as the official example calls it, fractions of the frame), each object's score; a mask
+    prompt is refused in one line, with nothing written."""
+    from pycocotools import mask as coco_mask
+
+    from tests.cli_helpers import assert_user_error, run
+
+    files = sam3_tracker_files
+    height, width = CLIP_SIZE
+    args = ["-e", str(files["vision"]), "-d", str(files["interactive"]), "-m", str(files["memory_encoder"]),
+            "-a", str(files["memory_attention"]), "--threads", "2", "-i", str(files["clip"])]
+    out = tmp_path / "tracks"
+    code, output = run("track", *args, "--point", "0:1:30,35", "--box", "0:2:95,25,118,55", "-o", str(out),
+                       "--no-overlay")
+    assert code == 0, output
+    assert f"tracked 2 object(s) over {FRAMES} frame(s)" in output
+    data = json.loads((out / "masks.json").read_text())
+
+    predictor = ours(files)
+    state = predictor.init_state(video_path=str(files["clip"]))
+    predictor.add_new_points_or_box(state, 0, 1, points=[[30 / width, 35 / height]], labels=[1])
+    predictor.add_new_points_or_box(state, 0, 2, box=[95 / width, 25 / height, 118 / width, 55 / height])
+    expected = {f: (masks[:, 0] > 0, scores.reshape(-1)) for f, _, _, masks, scores in
+                predictor.propagate_in_video(state, 0, None, False, propagate_preflight=True)}
+    assert sorted(expected) == list(range(FRAMES)) and len(data["annotations"]) == 2 * FRAMES
+    for entry in data["annotations"]:
+        masks, scores = expected[entry["frame"]]
+        decoded = coco_mask.decode({"size": entry["segmentation"]["size"],
+                                    "counts": entry["segmentation"]["counts"].encode()}).astype(bool)
+        assert np.array_equal(decoded, masks[entry["object_id"] - 1]), entry["frame"]
+        assert entry["object_score"] == pytest.approx(float(scores[entry["object_id"] - 1]), abs=1e-6)
+
+    mask_file = tmp_path / "mask.png"
+    from PIL import Image
+
+    Image.fromarray(np.zeros(CLIP_SIZE, np.uint8)).save(mask_file)
+    assert_user_error(*run("track", *args, "--mask", f"0:1:{mask_file}", "-o", str(tmp_path / "no")),
+                      "--mask prompts are for SAM 2 files")
+    assert not (tmp_path / "no").exists()

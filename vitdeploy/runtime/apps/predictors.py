@@ -110,5 +110,22 @@ def prompt_predictor_for(decoder: Any, encoder_metadata: dict[str, Any], plan: M
     return SamPredictor.decoder_only(decoder, encoder_metadata, plan=plan)
 
 
-__all__ = ["image_encoder_for", "open_sam_predictor", "prompt_files", "prompt_predictor_of",
+def open_video_predictor(encoder: FileRef, decoder: FileRef, memory_encoder: FileRef, memory_attention: FileRef, *,
+                         fill_hole_area: int | None = None, **options: Any):
+    """The video predictor for four exported files: SAM 3's tracker (:class:`Sam3TrackerPredictor`) for SAM 3's
+    vision encoder, else :class:`Sam2VideoPredictor` (whose check refuses any other model's files, naming them).
+    ``fill_hole_area`` None: the official default of each (8 for SAM 2, 0 for SAM 3)."""
+    metadata = file_metadata(encoder)
+    model = model_part(metadata)[0] if metadata is not None else None
+    settings = {} if fill_hole_area is None else {"fill_hole_area": fill_hole_area}
+    if model == "sam3":
+        from vitdeploy.runtime.apps.sam3.tracker_predictor import Sam3TrackerPredictor
+
+        return Sam3TrackerPredictor(encoder, decoder, memory_encoder, memory_attention, **options, **settings)
+    from vitdeploy.runtime.apps.sam2.video_predictor import Sam2VideoPredictor
+
+    return Sam2VideoPredictor(encoder, decoder, memory_encoder, memory_attention, **options, **settings)
+
+
+__all__ = ["image_encoder_for", "open_sam_predictor", "open_video_predictor", "prompt_files", "prompt_predictor_of",
            "prompt_predictor_for"]

@@ -42,11 +42,12 @@ import numpy as np
 
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.sam2.memory_bank import TrackerSettings
-from vitdeploy.runtime.apps.sam2.past_outputs import memory_reach, move_past_output
+from vitdeploy.runtime.apps.sam2.past_outputs import move_past_output
+from vitdeploy.runtime.apps.sam2.video_calls import bank_slots, check_frame, frames_kept, prompt_arrays
 from vitdeploy.runtime.apps.sam2.track_step import TrackStep
 from vitdeploy.runtime.apps.sam2.image_predictor import MaskChoice
 from vitdeploy.runtime.apps.common.files import OpenModel
-from vitdeploy.runtime.apps.common.prompts import as_float_array, check_prompts_inside
+from vitdeploy.runtime.apps.common.prompts import check_prompts_inside
 from vitdeploy.runtime.apps.sam2.files import VIDEO, VIDEO_FILES, check_video_files
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.deploy.loader import OpenOptions
@@ -127,17 +128,12 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
         self.variant = str(self.image_encoder.metadata.get("variant"))
         self._choose = MaskChoice.from_metadata(self.decoder.metadata)
         self._no_mem_embed = np.asarray(self.settings.no_mem_embed, np.float32).reshape(1, -1, 1, 1)
-        shapes = self.memory_attention.input_shapes()
-        self._bank_slots = tuple(_static(shapes[name][1]) for name in ("memory_features", "pointer_tokens"))
+        self._bank_slots = bank_slots(self.memory_attention)
         self.fill_hole_area = int(fill_hole_area)
         self.non_overlap_masks = bool(non_overlap_masks)
         self.clear_non_cond_mem_around_input = bool(clear_non_cond_mem_around_input)
         self.add_all_frames_to_correct_as_cond = bool(add_all_frames_to_correct_as_cond)
-        if frames_in_memory is not None and (isinstance(frames_in_memory, bool) or not isinstance(frames_in_memory, int)
-                                             or frames_in_memory < 1):
-            raise InputError(f"frames_in_memory must be a whole number of frames, at least 1, or None (as many as the "
-                             f"next frame reads), not {frames_in_memory!r}")
-        self.frames_in_memory = memory_reach(self.settings) if frames_in_memory is None else frames_in_memory
+        self.frames_in_memory = frames_kept(frames_in_memory, self.settings)
 
     @property
     def device(self) -> str:
@@ -180,13 +176,6 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
         state["frames_tracked_per_obj"][obj_idx] = {}
         return obj_idx
 
-    @staticmethod
-    def _check_frame(state: dict[str, Any], frame_idx: Any, what: str = "frame_idx") -> int:
-        count = state["num_frames"]
-        if isinstance(frame_idx, bool) or not isinstance(frame_idx, (int, np.integer)) or not 0 <= frame_idx < count:
-            raise InputError(f"{what} {frame_idx!r} is not a frame of this video: it has {count} frames, 0 to {count - 1}")
-        return int(frame_idx)
-
     # --- prompts ------------------------------------------------------------------------------------
 
     def add_new_points_or_box(self, inference_state: dict[str, Any], frame_idx: int, obj_id: Any, points: Any = None,
@@ -194,19 +183,10 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
                               box: Any = None):
         """Clicks (and/or a box) for one object on one frame -> (frame_idx, obj_ids, masks of every object there)."""
         state = inference_state
-        frame_idx = self._check_frame(state, frame_idx)
-        if (points is not None) != (labels is not None):
-            raise InputError("points and labels must be provided together")
-        if points is None and box is None:
-            raise InputError("at least one of points or box must be provided as input")
+        frame_idx = check_frame(state, frame_idx)
+        coords, labels_ = prompt_arrays(points, labels, box)
         if normalize_coords:  # pixels of the video's frames: inside them, a box in order, as every predictor's
             check_prompts_inside((state["video_height"], state["video_width"]), points, box)
-        coords = np.zeros((1, 0, 2), np.float32) if points is None else as_float_array(points, "points").astype(np.float32)
-        labels_ = np.zeros((1, 0), np.int32) if labels is None else np.asarray(labels, np.int32)
-        coords = coords[None] if coords.ndim == 2 else coords
-        labels_ = labels_[None] if labels_.ndim == 1 else labels_
-        if coords.ndim != 3 or coords.shape[0] != 1 or coords.shape[-1] != 2 or labels_.shape != coords.shape[:2]:
-            raise InputError(f"points must be (N, 2) with labels (N,), got {np.shape(points)} and {np.shape(labels)}")
         if box is not None:
             if not clear_old_points:
                 raise InputError("cannot add box without clearing old points, since box prompt must be provided before "
@@ -235,7 +215,7 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
     def add_new_mask(self, inference_state: dict[str, Any], frame_idx: int, obj_id: Any, mask: Any):
         """A mask (H, W) for one object on one frame -> (frame_idx, obj_ids, masks of every object there)."""
         state = inference_state
-        frame_idx = self._check_frame(state, frame_idx)
+        frame_idx = check_frame(state, frame_idx)
         mask = np.asarray(mask)
         if mask.ndim != 2:
             raise InputError(f"mask must be one (H, W) mask, got shape {mask.shape}")
@@ -311,7 +291,7 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
         num_frames, objects = state["num_frames"], len(state["obj_ids"])
         if start_frame_idx is None:
             start_frame_idx = min(t for out in state["output_dict_per_obj"].values() for t in out["cond_frame_outputs"])
-        start_frame_idx = self._check_frame(state, start_frame_idx, "start_frame_idx")
+        start_frame_idx = check_frame(state, start_frame_idx, "start_frame_idx")
         if max_frame_num_to_track is None:
             max_frame_num_to_track = num_frames
         if reverse:
@@ -369,7 +349,7 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
                                    need_output: bool = True):
         """Remove one object's clicks or mask on a frame (its output there, if any, becomes a tracked frame's)."""
         state = inference_state
-        frame_idx = self._check_frame(state, frame_idx)
+        frame_idx = check_frame(state, frame_idx)
         obj_idx = self._obj_id_to_idx(state, obj_id)
         state["point_inputs_per_obj"][obj_idx].pop(frame_idx, None)
         state["mask_inputs_per_obj"][obj_idx].pop(frame_idx, None)
@@ -436,11 +416,6 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
         non_cond = state["output_dict_per_obj"][obj_idx]["non_cond_frame_outputs"]
         for t in range(frame_idx - reach, frame_idx + reach + 1):
             non_cond.pop(t, None)
-
-
-def _static(dim: Any) -> int | None:
-    """A fixed bank size, or None where the graph takes any (a named or unknown axis)."""
-    return int(dim) if isinstance(dim, (int, np.integer)) and int(dim) > 0 else None
 
 
 __all__ = ["GRAPHS", "Logits", "Sam2VideoPredictor", "VIDEO_FILES", "check_video_files"]

@@ -62,9 +62,10 @@ from vitdeploy.runtime.apps.common.files import OpenModel
 from vitdeploy.runtime.apps.common.prompts import as_float_array, check_box_order
 from vitdeploy.runtime.apps.sam2.image_predictor import MaskChoice
 from vitdeploy.runtime.apps.sam2.memory_bank import MemoryBank, TrackerSettings, frame_filter, select_memory
-from vitdeploy.runtime.apps.sam2.past_outputs import PastOutput, memory_reach, move_past_output
+from vitdeploy.runtime.apps.sam2.past_outputs import PastOutput, move_past_output
+from vitdeploy.runtime.apps.sam2.video_calls import bank_slots, check_frame, frames_kept, prompt_arrays
 from vitdeploy.runtime.apps.sam2.track_step import TrackStep
-from vitdeploy.runtime.apps.sam2.video_predictor import Logits, _static
+from vitdeploy.runtime.apps.sam2.video_predictor import Logits
 from vitdeploy.runtime.apps.sam3.files import TRACKER
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.deploy.loader import OpenOptions
@@ -121,6 +122,9 @@ class Sam3TrackerPredictor(TrackStep, RecordsInputs):
 
     RECORDABLE = GRAPHS
     RUNS = "SAM 3's tracker"
+    #: The official *batched* predictor's calls (relative coordinates, 5-tuples, a preflight): what the ``track``
+    #: verb's library asks of a predictor before calling it.
+    BATCHED = True
 
     def __init__(self, vision: Runner | str | os.PathLike, interactive: Runner | str | os.PathLike,
                  memory_encoder: Runner | str | os.PathLike, memory_attention: Runner | str | os.PathLike, *,
@@ -164,8 +168,7 @@ class Sam3TrackerPredictor(TrackStep, RecordsInputs):
         self.variant = str(self.image_encoder.metadata.get("variant"))
         self._choose = MaskChoice.from_metadata(self.decoder.metadata)
         self._no_mem_embed = np.asarray(self.settings.no_mem_embed, np.float32).reshape(1, -1, 1, 1)
-        shapes = self.memory_attention.input_shapes()
-        self._bank_slots = tuple(_static(shapes[name][1]) for name in ("memory_features", "pointer_tokens"))
+        self._bank_slots = bank_slots(self.memory_attention)
         self.fill_hole_area = int(fill_hole_area)
         self.non_overlap_masks_for_output = bool(non_overlap_masks_for_output)
         self.clear_non_cond_mem_around_input = bool(clear_non_cond_mem_around_input)
@@ -179,11 +182,7 @@ class Sam3TrackerPredictor(TrackStep, RecordsInputs):
         self.mf_threshold = float(mf_threshold)
         self.add_all_frames_to_correct_as_cond = True  # set in the official constructor
         self.low_res_mask_size = 4 * int(self.memory_encoder.metadata["image_embedding_size"][0])
-        if frames_in_memory is not None and (isinstance(frames_in_memory, bool) or not isinstance(frames_in_memory, int)
-                                             or frames_in_memory < 1):
-            raise InputError(f"frames_in_memory must be a whole number of frames, at least 1, or None (as many as the "
-                             f"next frame reads), not {frames_in_memory!r}")
-        self.frames_in_memory = memory_reach(self.settings) if frames_in_memory is None else frames_in_memory
+        self.frames_in_memory = frames_kept(frames_in_memory, self.settings)
 
     @property
     def device(self) -> str:
@@ -233,13 +232,6 @@ class Sam3TrackerPredictor(TrackStep, RecordsInputs):
         state["temp_output_dict_per_obj"][obj_idx] = {COND: {}, NON_COND: {}}
         return obj_idx
 
-    @staticmethod
-    def _check_frame(state: dict[str, Any], frame_idx: Any, what: str = "frame_idx") -> int:
-        count = state["num_frames"]
-        if isinstance(frame_idx, bool) or not isinstance(frame_idx, (int, np.integer)) or not 0 <= frame_idx < count:
-            raise InputError(f"{what} {frame_idx!r} is not a frame of this video: it has {count} frames, 0 to {count - 1}")
-        return int(frame_idx)
-
     # --- prompts ------------------------------------------------------------------------------------
 
     def add_new_points_or_box(self, inference_state: dict[str, Any], frame_idx: int, obj_id: Any, points: Any = None,
@@ -248,18 +240,9 @@ class Sam3TrackerPredictor(TrackStep, RecordsInputs):
         """Clicks (and/or a box first) for one object on one frame -> (frame_idx, obj_ids, None, every object's mask
         logits on this frame at the video's size)."""
         state = inference_state
-        frame_idx = self._check_frame(state, frame_idx)
-        if (points is not None) != (labels is not None):
-            raise InputError("points and labels must be provided together")
-        if points is None and box is None:
-            raise InputError("at least one of points or box must be provided as input")
+        frame_idx = check_frame(state, frame_idx)
+        coords, labels_ = prompt_arrays(points, labels, box)
         self._check_inside(points, box, rel_coordinates)
-        coords = np.zeros((1, 0, 2), np.float32) if points is None else as_float_array(points, "points").astype(np.float32)
-        labels_ = np.zeros((1, 0), np.int32) if labels is None else np.asarray(labels, np.int32)
-        coords = coords[None] if coords.ndim == 2 else coords
-        labels_ = labels_[None] if labels_.ndim == 1 else labels_
-        if coords.ndim != 3 or coords.shape[0] != 1 or coords.shape[-1] != 2 or labels_.shape != coords.shape[:2]:
-            raise InputError(f"points must be (N, 2) with labels (N,), got {np.shape(points)} and {np.shape(labels)}")
         if rel_coordinates:
             coords = coords * np.float32(self.image_size)
         if box is not None:
@@ -435,7 +418,7 @@ class Sam3TrackerPredictor(TrackStep, RecordsInputs):
             start_frame_idx = state["first_ann_frame_idx"]
         if start_frame_idx is None:
             start_frame_idx = min(state["output_dict"][COND])
-        start_frame_idx = self._check_frame(state, start_frame_idx, "start_frame_idx")
+        start_frame_idx = check_frame(state, start_frame_idx, "start_frame_idx")
         if max_frame_num_to_track is None:
             max_frame_num_to_track = num_frames
         if isinstance(max_frame_num_to_track, bool) or not isinstance(max_frame_num_to_track, (int, np.integer)) \
@@ -552,7 +535,7 @@ class Sam3TrackerPredictor(TrackStep, RecordsInputs):
                                   need_output: bool = True):
         """Remove one object's points on a frame; a frame left without any prompt stops being a prompted one."""
         state = inference_state
-        frame_idx = self._check_frame(state, frame_idx)
+        frame_idx = check_frame(state, frame_idx)
         obj_idx = self._obj_id_to_idx(state, obj_id)
         state["point_inputs_per_obj"][obj_idx].pop(frame_idx, None)
         state["mask_inputs_per_obj"][obj_idx].pop(frame_idx, None)

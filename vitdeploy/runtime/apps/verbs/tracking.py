@@ -1,5 +1,7 @@
 """``vitdeploy track``'s library: objects followed through a video from clicks, boxes or masks on chosen frames, and
-what the verb writes (torch-free, on :class:`vitdeploy.runtime.apps.sam2.video_predictor.Sam2VideoPredictor`).
+what the verb writes (torch-free, on :class:`vitdeploy.runtime.apps.sam2.video_predictor.Sam2VideoPredictor` or
+SAM 3's :class:`vitdeploy.runtime.apps.sam3.tracker_predictor.Sam3TrackerPredictor`, each called as its official
+predictor is: pixels or fractions of the frame, masks or none, the scores read from the state or yielded).
 
 * :func:`prompts_from_lists` groups the verb's ``--point``/``--box``/``--mask`` per (frame, object): one official call
   each (``add_new_points_or_box`` or ``add_new_mask``).
@@ -118,20 +120,28 @@ def check_prompts(prompts: Sequence[FramePrompt], num_frames: int, size: tuple[i
 
 def track(predictor: Any, state: dict[str, Any], prompts: Sequence[FramePrompt], *, direction: str = "both",
           start_frame: int | None = None, max_frames: int | None = None,
-          progress: Callable[[str, int, int], None] | None = None) -> Iterator[tuple[int, list, np.ndarray]]:
-    """Apply the prompts, then yield (frame_idx, obj_ids, mask logits (N, 1, H, W)) for every frame tracked, each once
-    (see the module docstring). ``progress(stage, done, total)`` is called per frame."""
+          progress: Callable[[str, int, int], None] | None = None) -> Iterator[tuple[int, list, np.ndarray, list]]:
+    """Apply the prompts, then yield (frame_idx, obj_ids, mask logits (N, 1, H, W), each object's score logit) for
+    every frame tracked, each once (see the module docstring). ``progress(stage, done, total)`` is called per frame."""
     if direction not in DIRECTIONS:
         raise InputError(f"direction '{direction}' is not one of {', '.join(DIRECTIONS)}")
-    masks = check_prompts(prompts, state["num_frames"], (state["video_height"], state["video_width"]))
+    size = (state["video_height"], state["video_width"])
+    masks = check_prompts(prompts, state["num_frames"], size)
+    batched = bool(getattr(predictor, "BATCHED", False))
+    if batched and any(m is not None for m in masks):
+        raise InputError("--mask prompts are for SAM 2 files: SAM 3's tracker takes clicks and boxes (--point, --box)")
+    scale = np.array([size[1], size[0]], np.float32)  # SAM 3's tracker takes fractions of the frame
     for prompt, mask in zip(prompts, masks):
         if mask is not None:
             predictor.add_new_mask(state, prompt.frame, prompt.obj_id, mask)
-        else:
-            points = np.array([p[:2] for p in prompt.points], np.float32) if prompt.points else None
-            labels = np.array([p[2] for p in prompt.points], np.int32) if prompt.points else None
-            predictor.add_new_points_or_box(state, prompt.frame, prompt.obj_id, points=points, labels=labels,
-                                            box=None if prompt.box is None else np.asarray(prompt.box, np.float32))
+            continue
+        points = np.array([p[:2] for p in prompt.points], np.float32) if prompt.points else None
+        labels = np.array([p[2] for p in prompt.points], np.int32) if prompt.points else None
+        box = None if prompt.box is None else np.asarray(prompt.box, np.float32)
+        if batched:
+            points = None if points is None else points / scale
+            box = None if box is None else (box.reshape(2, 2) / scale).reshape(4)
+        predictor.add_new_points_or_box(state, prompt.frame, prompt.obj_id, points=points, labels=labels, box=box)
     count = state["num_frames"]
     start = min(p.frame for p in prompts) if start_frame is None else start_frame
     if not 0 <= start < count:
@@ -142,15 +152,27 @@ def track(predictor: Any, state: dict[str, Any], prompts: Sequence[FramePrompt],
     planned -= 1 if direction == "both" else 0  # the start frame once
     done, seen = 0, set()
     for _, reverse in passes:
-        for frame_idx, obj_ids, logits in predictor.propagate_in_video(state, start_frame_idx=start,
-                                                                       max_frame_num_to_track=budget, reverse=reverse):
+        for frame_idx, obj_ids, logits, scores in _propagate(predictor, state, start, budget, reverse, batched):
             if frame_idx in seen:
                 continue
             seen.add(frame_idx)
             done += 1
             if progress is not None:
                 progress("tracking", done, planned)
-            yield frame_idx, list(obj_ids), np.asarray(logits)
+            yield frame_idx, list(obj_ids), np.asarray(logits), scores
+
+
+def _propagate(predictor: Any, state: dict[str, Any], start: int, budget: int, reverse: bool,
+               batched: bool) -> Iterator[tuple[int, list, Any, list]]:
+    """Either predictor's ``propagate_in_video`` as its official one is called: (frame, ids, logits, scores)."""
+    if batched:  # the official batched predictor: consolidate first, 5-tuples with the objects' scores
+        for frame_idx, obj_ids, _, logits, scores in predictor.propagate_in_video(
+                state, start_frame_idx=start, max_frame_num_to_track=budget, reverse=reverse, propagate_preflight=True):
+            yield frame_idx, obj_ids, logits, [float(v) for v in np.asarray(scores).reshape(-1)]
+        return
+    for frame_idx, obj_ids, logits in predictor.propagate_in_video(state, start_frame_idx=start,
+                                                                   max_frame_num_to_track=budget, reverse=reverse):
+        yield frame_idx, obj_ids, logits, object_scores(state, frame_idx)
 
 
 def check_out_dir(out_dir: str | os.PathLike, force: bool) -> Path:

@@ -1,0 +1,61 @@
+"""What the two video predictors' official calls check and read the same way (SAM 2's
+:class:`~vitdeploy.runtime.apps.sam2.video_predictor.Sam2VideoPredictor` and SAM 3's tracker,
+:class:`~vitdeploy.runtime.apps.sam3.tracker_predictor.Sam3TrackerPredictor`): a frame index, a prompt's points and
+labels, how many tracked frames' outputs stay in memory, the memory attention file's bank. Torch-free."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vitdeploy.errors import InputError
+from vitdeploy.runtime.apps.common.prompts import as_float_array
+from vitdeploy.runtime.apps.sam2.past_outputs import memory_reach
+
+
+def bank_slots(memory_attention: Any) -> tuple[int | None, int | None]:
+    """The memory attention graph's bank sizes (frames, pointers): fixed ones, or None where it takes any (a named
+    or unknown axis)."""
+    shapes = memory_attention.input_shapes()
+    dims = (shapes[name][1] for name in ("memory_features", "pointer_tokens"))
+    return tuple(int(d) if isinstance(d, (int, np.integer)) and int(d) > 0 else None for d in dims)  # type: ignore
+
+
+def check_frame(state: dict[str, Any], frame_idx: Any, what: str = "frame_idx") -> int:
+    """``frame_idx`` as an int, or an InputError unless it is a frame of the state's video."""
+    count = state["num_frames"]
+    if isinstance(frame_idx, bool) or not isinstance(frame_idx, (int, np.integer)) or not 0 <= frame_idx < count:
+        raise InputError(f"{what} {frame_idx!r} is not a frame of this video: it has {count} frames, 0 to {count - 1}")
+    return int(frame_idx)
+
+
+def prompt_arrays(points: Any, labels: Any, box: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``add_new_points_or_box``'s points and labels as (1, N, 2) float32 and (1, N) int32 (N may be 0 with a box),
+    refused in the official words when only one of them is given, or neither they nor a box."""
+    if (points is not None) != (labels is not None):
+        raise InputError("points and labels must be provided together")
+    if points is None and box is None:
+        raise InputError("at least one of points or box must be provided as input")
+    coords = np.zeros((1, 0, 2), np.float32) if points is None else as_float_array(points, "points").astype(np.float32)
+    labels_ = np.zeros((1, 0), np.int32) if labels is None else np.asarray(labels, np.int32)
+    coords = coords[None] if coords.ndim == 2 else coords
+    labels_ = labels_[None] if labels_.ndim == 1 else labels_
+    if coords.ndim != 3 or coords.shape[0] != 1 or coords.shape[-1] != 2 or labels_.shape != coords.shape[:2]:
+        raise InputError(f"points must be (N, 2) with labels (N,), got {np.shape(points)} and {np.shape(labels)}")
+    return coords, labels_
+
+
+def frames_kept(frames_in_memory: Any, settings: Any) -> int:
+    """How many of the most recently tracked frames' outputs stay in memory: ``frames_in_memory`` (a whole number, at
+    least 1), or None for as many as the next frame reads (:func:`~vitdeploy.runtime.apps.sam2.past_outputs.
+    memory_reach`)."""
+    if frames_in_memory is None:
+        return memory_reach(settings)
+    if isinstance(frames_in_memory, bool) or not isinstance(frames_in_memory, int) or frames_in_memory < 1:
+        raise InputError(f"frames_in_memory must be a whole number of frames, at least 1, or None (as many as the "
+                         f"next frame reads), not {frames_in_memory!r}")
+    return frames_in_memory
+
+
+__all__ = ["bank_slots", "check_frame", "frames_kept", "prompt_arrays"]
