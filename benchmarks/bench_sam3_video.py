@@ -6,7 +6,9 @@ Each contender loads its model, reads the clip, clicks one object on frame 0 (fr
 example), propagates with ``propagate_preflight=True`` and reports: the click's time (the vision encoder on frame 0
 and the interactive decoder), the preflight's (the memory encoder), the median time per tracked frame (the vision
 encoder, memory attention over the bank, the interactive decoder and the memory encoder, one object), its load time
-and peak RSS. The masks are compared frame by frame (IoU), the object scores too.
+its peak RSS and how its RSS grew per 100 tracked frames once the bank's reach (16 frames) has filled (a long clip,
+``--sizes test --frames 500``, shows what a long video costs in memory). The masks are compared frame by frame
+(IoU), the object scores too.
 
 The weights are seeded random ones saved as one ``sam3.pt``-format checkpoint (``tests/sam3_video_fixtures.py``),
 the object-score bias moved by ``--score-bias`` (0 by default: at full size the seeded tracker's scores are what they
@@ -14,7 +16,7 @@ are, and the report gives them). ``--sizes test`` is the tests' tiny model.
 
 Usage (the files and the clip are made once into --out):
     PYTHONPATH=. .venv/bin/python benchmarks/bench_sam3_video.py --sizes full --frames 4 --rounds 1 --threads 2
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_sam3_video.py --sizes test --frames 32 --rounds 2 --threads 2
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_sam3_video.py --sizes test --frames 500 --rounds 1 --threads 2
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.bench_sam2 import peak_rss_mb
+from benchmarks.bench_sam2 import peak_rss_mb, rss_mb
 from benchmarks.options import parsed, timing_options
 
 #: The four files per size: role -> recipe.
@@ -98,7 +100,7 @@ def contender(kind: str, size: str, out: Path, frames: int, threads: int, runtim
         predictor.add_new_points_or_box(inference_state=state, frame_idx=0, obj_id=1,
                                         points=np.array(CLICK, np.float32), labels=np.array([1], np.int32))
         click_s = time.perf_counter() - t0
-        times, masks, scores = [], [], []
+        times, masks, scores, rss = [], [], [], []
         t0 = time.perf_counter()
         for _, _, _, video_res, obj_scores in predictor.propagate_in_video(state, start_frame_idx=0,
                                                                            max_frame_num_to_track=frames,
@@ -110,12 +112,15 @@ def contender(kind: str, size: str, out: Path, frames: int, threads: int, runtim
             masks.append(np.packbits(np.asarray(logits)[0, 0] > 0))
             scores.append(float(np.asarray(obj_scores.float().numpy() if hasattr(obj_scores, "float") else obj_scores)
                                 .reshape(-1)[0]))
+            rss.append(rss_mb())
     np.save(folder / f"masks_{kind}.npy", np.stack(masks))
     tracked = times[1:]  # frame 0 is the prompted one: its time is the preflight's (the memory encoder)
+    settled = min(17, len(rss) - 2) if len(rss) > 3 else 0  # after the bank's 16 frames of reach have filled
+    growth = (rss[-1] - rss[settled]) / max(len(rss) - 1 - settled, 1) * 100
     return {"contender": label, "load_s": round(load_s, 2), "click_ms": round(1e3 * click_s, 1),
             "preflight_ms": round(1e3 * times[0], 1), "median_ms": round(1e3 * statistics.median(tracked), 1),
             "runs_ms": [round(1e3 * t, 1) for t in times], "scores": [round(s, 6) for s in scores],
-            "peak_rss_mb": peak_rss_mb()}
+            "peak_rss_mb": peak_rss_mb(), "rss_growth_mb_per_100_frames": round(growth, 1)}
 
 
 def main() -> None:
@@ -157,8 +162,9 @@ def main() -> None:
                     "click_ms": statistics.median(r["click_ms"] for r in results),
                     "preflight_ms": statistics.median(r["preflight_ms"] for r in results),
                     "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
+                    "rss_growth_mb_per_100_frames": max(r["rss_growth_mb_per_100_frames"] for r in results),
                     "load_s": statistics.median(r["load_s"] for r in results), "min_mask_iou": round(min(ious), 5),
-                    "max_score_diff": score_diff, "scores": results[0]["scores"],
+                    "max_score_diff": score_diff, "scores": results[0]["scores"][:8],
                     "fg_fraction_official": round(float(a.mean()), 4),
                     "round_medians_ms": [r["median_ms"] for r in results]}
             report["rows"].setdefault(size, []).append(line)
