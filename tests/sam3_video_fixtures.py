@@ -126,22 +126,38 @@ def official_tracker_on_the_cpu(predictor: Any):
         encoder.forward = encode
 
 
-@pytest.fixture(scope="session")
-def sam3_tracker_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """{"checkpoint", "clip", and the four exported files by role (TRACKER_RECIPES)}, made once per test run."""
+def _tracker_files(tmp_path_factory: pytest.TempPathFactory, bias: float) -> dict[str, Path]:
+    """{"checkpoint", "clip", and the four exported files by role (TRACKER_RECIPES)} of the tiny checkpoint with the
+    object score moved by ``bias``, made once per test run."""
     pytest.importorskip("sam3", reason="the official sam3 package is not installed (scripts/test.sh installs it)")
     from tests.once_per_run import once_per_run
     from vitdeploy.pipeline import export_from_recipe
 
     def make(root: Path) -> dict[str, Path]:
-        checkpoint = write_checkpoint(root / "tiny_sam3.pt")
+        checkpoint = write_checkpoint(root / "tiny_sam3.pt", bias=bias)
         files = {"checkpoint": checkpoint, "clip": write_clip(root / "clip")}
         for role, recipe in TRACKER_RECIPES.items():
             files[role] = export_from_recipe(recipe, root / f"{recipe}.onnx", checkpoint=str(checkpoint)).path
         return files
 
-    return once_per_run(tmp_path_factory, "sam3_tracker", make)
+    return once_per_run(tmp_path_factory, "sam3_tracker" if bias == OBJECT_SCORE_BIAS else f"sam3_tracker_{bias:g}",
+                        make)
+
+
+@pytest.fixture(scope="session")
+def sam3_tracker_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tracker's files with the object scores straddling 0 (:data:`OBJECT_SCORE_BIAS`): both branches of every
+    decision run, each far from float32's noise."""
+    return _tracker_files(tmp_path_factory, OBJECT_SCORE_BIAS)
+
+
+@pytest.fixture(scope="session")
+def sam3_tracker_files_present(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tracker's files from the seeded weights as they are: every object firmly present (scores +0.15 to +0.29 on the clip), so
+    a reduced precision's clip is judged by its masks, not by which side of 0 BF16 rounds a score straddling it."""
+    return _tracker_files(tmp_path_factory, 0.0)
 
 
 __all__ = ["CLIP_SIZE", "FRAMES", "OBJECT_SCORE_BIAS", "SEED", "TRACKER_RECIPES", "official_tracker",
-           "official_tracker_on_the_cpu", "sam3_tracker_files", "write_checkpoint", "write_clip"]
+           "official_tracker_on_the_cpu", "sam3_tracker_files", "sam3_tracker_files_present",
+           "write_checkpoint", "write_clip"]
