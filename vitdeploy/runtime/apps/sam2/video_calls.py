@@ -5,6 +5,7 @@ labels, how many tracked frames' outputs stay in memory, the memory attention fi
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -58,4 +59,37 @@ def frames_kept(frames_in_memory: Any, settings: Any) -> int:
     return frames_in_memory
 
 
-__all__ = ["bank_slots", "check_frame", "frames_kept", "prompt_arrays"]
+def processing_order(state: dict[str, Any], start_frame_idx: Any, max_frame_num_to_track: Any, reverse: bool, *,
+                     zero_in_reverse: bool) -> list[int]:
+    """The frames ``propagate_in_video`` visits from ``start_frame_idx``: at most ``max_frame_num_to_track`` (None:
+    every frame) after it, forward or in ``reverse``. Starting in reverse at frame 0 visits frame 0 where
+    ``zero_in_reverse`` (SAM 3's tracker), no frame where not (SAM 2's predictor), as officially."""
+    start = check_frame(state, start_frame_idx, "start_frame_idx")
+    if max_frame_num_to_track is None:
+        max_frame_num_to_track = state["num_frames"]
+    if isinstance(max_frame_num_to_track, bool) or not isinstance(max_frame_num_to_track, (int, np.integer)) \
+            or max_frame_num_to_track < 0:
+        raise InputError(f"max_frame_num_to_track must be a whole number of frames, at least 0, or None (every "
+                         f"frame), not {max_frame_num_to_track!r}")
+    if reverse:
+        end = max(start - max_frame_num_to_track, 0)
+        return list(range(start, end - 1, -1)) if start > 0 else ([0] if zero_in_reverse else [])
+    end = min(start + max_frame_num_to_track, state["num_frames"] - 1)
+    return list(range(start, end + 1))
+
+
+def drop_object(state: dict[str, Any], obj_idx: int, per_object: tuple[str, ...]) -> list[int]:
+    """Renumber the state's objects without ``obj_idx`` (``remove_object``): the ids, both id maps and each per-object
+    dict named in ``per_object``; returns the old indices kept, in order."""
+    old_ids = state["obj_ids"]
+    kept = [i for i in range(len(old_ids)) if i != obj_idx]
+    new_of_old = {old: new for new, old in enumerate(kept)}
+    state["obj_ids"] = [old_ids[i] for i in kept]
+    state["obj_id_to_idx"] = OrderedDict((obj, i) for i, obj in enumerate(state["obj_ids"]))
+    state["obj_idx_to_id"] = OrderedDict((i, obj) for i, obj in enumerate(state["obj_ids"]))
+    for name in per_object:
+        state[name] = {new_of_old[k]: v for k, v in state[name].items() if k in new_of_old}
+    return kept
+
+
+__all__ = ["bank_slots", "check_frame", "drop_object", "frames_kept", "processing_order", "prompt_arrays"]

@@ -43,7 +43,8 @@ import numpy as np
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.sam2.memory_bank import TrackerSettings
 from vitdeploy.runtime.apps.sam2.past_outputs import move_past_output
-from vitdeploy.runtime.apps.sam2.video_calls import bank_slots, check_frame, frames_kept, prompt_arrays
+from vitdeploy.runtime.apps.sam2.video_calls import (bank_slots, check_frame, drop_object, frames_kept, processing_order,
+                                                     prompt_arrays)
 from vitdeploy.runtime.apps.sam2.track_step import TrackStep
 from vitdeploy.runtime.apps.sam2.image_predictor import MaskChoice
 from vitdeploy.runtime.apps.common.files import OpenModel
@@ -288,18 +289,10 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
         at most."""
         state = inference_state
         self.propagate_in_video_preflight(state)
-        num_frames, objects = state["num_frames"], len(state["obj_ids"])
+        objects = len(state["obj_ids"])
         if start_frame_idx is None:
             start_frame_idx = min(t for out in state["output_dict_per_obj"].values() for t in out["cond_frame_outputs"])
-        start_frame_idx = check_frame(state, start_frame_idx, "start_frame_idx")
-        if max_frame_num_to_track is None:
-            max_frame_num_to_track = num_frames
-        if reverse:
-            end = max(start_frame_idx - max_frame_num_to_track, 0)
-            order = range(start_frame_idx, end - 1, -1) if start_frame_idx > 0 else range(0)
-        else:
-            end = min(start_frame_idx + max_frame_num_to_track, num_frames - 1)
-            order = range(start_frame_idx, end + 1)
+        order = processing_order(state, start_frame_idx, max_frame_num_to_track, reverse, zero_in_reverse=False)
         for frame_idx in order:
             masks = []
             for obj_idx in range(objects):
@@ -392,16 +385,8 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
         prompted = set(state["point_inputs_per_obj"][old_idx]) | set(state["mask_inputs_per_obj"][old_idx])
         for frame_idx in prompted:
             self.clear_all_prompts_in_frame(state, frame_idx, obj_id, need_output=False)
-        old_ids = state["obj_ids"]
-        kept = [i for i in range(len(old_ids)) if i != old_idx]
-        new_of_old = {old: new for new, old in enumerate(kept)}
-        state["obj_ids"] = [old_ids[i] for i in kept]
-        state["obj_id_to_idx"] = OrderedDict((obj, i) for i, obj in enumerate(state["obj_ids"]))
-        state["obj_idx_to_id"] = OrderedDict((i, obj) for i, obj in enumerate(state["obj_ids"]))
-        for name in ("point_inputs_per_obj", "mask_inputs_per_obj", "output_dict_per_obj", "temp_output_dict_per_obj",
-                     "frames_tracked_per_obj"):
-            old = state[name]
-            state[name] = {new_of_old[k]: v for k, v in old.items() if k in new_of_old}
+        drop_object(state, old_idx, ("point_inputs_per_obj", "mask_inputs_per_obj", "output_dict_per_obj",
+                                     "temp_output_dict_per_obj", "frames_tracked_per_obj"))
         if need_output:
             temp_all = state["temp_output_dict_per_obj"]
             for frame_idx in prompted:

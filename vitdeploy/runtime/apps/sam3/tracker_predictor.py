@@ -63,10 +63,14 @@ from vitdeploy.runtime.apps.common.prompts import as_float_array, check_box_orde
 from vitdeploy.runtime.apps.sam2.image_predictor import MaskChoice
 from vitdeploy.runtime.apps.sam2.memory_bank import MemoryBank, TrackerSettings, frame_filter, select_memory
 from vitdeploy.runtime.apps.sam2.past_outputs import PastOutput, move_past_output
-from vitdeploy.runtime.apps.sam2.video_calls import bank_slots, check_frame, frames_kept, prompt_arrays
+from vitdeploy.runtime.apps.sam2.video_calls import (bank_slots, check_frame, frames_kept, processing_order,
+                                                     prompt_arrays)
 from vitdeploy.runtime.apps.sam2.track_step import TrackStep
 from vitdeploy.runtime.apps.sam2.video_predictor import Logits
 from vitdeploy.runtime.apps.sam3.files import TRACKER
+from vitdeploy.runtime.apps.sam3.tracker_edits import TrackerEdits
+from vitdeploy.runtime.apps.sam3.tracker_outputs import (COND, MISSING_OBJECT_SCORE, NON_COND, memory_score,
+                                                        object_slice)
 from vitdeploy.runtime.backends.base import Runner
 from vitdeploy.runtime.deploy.loader import OpenOptions
 from vitdeploy.runtime.deploy.plan import ModelPlan
@@ -77,35 +81,7 @@ from vitdeploy.runtime.processing.video_frames import VideoFrames
 
 #: The graphs, by the attribute names :class:`TrackStep` runs them under.
 GRAPHS = ("image_encoder", "decoder", "memory_encoder", "memory_attention")
-#: ``_consolidate_temp_output_across_obj``'s object score for an object without an output on a frame (present).
-MISSING_OBJECT_SCORE = 10.0
-#: The two keys of every output dict.
-COND, NON_COND = "cond_frame_outputs", "non_cond_frame_outputs"
-
-
-def memory_score(object_score_logits: np.ndarray, iou_score: np.ndarray) -> float:
-    """``Sam3TrackerBase.cal_mem_score``: the mean over objects of the IoU estimate times the object score rescaled to
-    [0, 1] (``sigmoid * 2 - 1`` where the object is present, 0 where not), in float32."""
-    s = np.asarray(object_score_logits, np.float32)
-    norm = np.where(s > 0, (np.float32(1.0) / (np.float32(1.0) + np.exp(-s))) * np.float32(2.0) - np.float32(1.0),
-                    np.float32(0.0)).astype(np.float32)
-    return float(np.mean(norm * np.asarray(iou_score, np.float32), dtype=np.float32))
-
-
-def object_slice(out: dict[str, Any], i: int, copy: bool = False) -> dict[str, Any]:
-    """``_add_output_per_object``'s slice of one object from a frame's output for all objects (views, or ``copy``;
-    no ``eff_iou_score``, as officially, so a click's memory selection sees none)."""
-    def part(name: str, index: Any) -> Any:
-        value = out[name]
-        return None if value is None else (value[index].copy() if copy else value[index])
-
-    return {"maskmem_features": part("maskmem_features", slice(i, i + 1)), "pred_masks": part("pred_masks", slice(i, i + 1)),
-            "obj_token": part("obj_token", i), "obj_presence": float(out["obj_presence"][i]),
-            "object_score_logits": part("object_score_logits", slice(i, i + 1)),
-            "iou_score": part("iou_score", slice(i, i + 1))}
-
-
-class Sam3TrackerPredictor(TrackStep, RecordsInputs):
+class Sam3TrackerPredictor(TrackerEdits, TrackStep, RecordsInputs):
     """``Sam3TrackerPredictor`` on exported files (see the module docstring).
 
     Args:
@@ -413,23 +389,11 @@ class Sam3TrackerPredictor(TrackStep, RecordsInputs):
     def _processing_order(self, state: dict[str, Any], start_frame_idx: int | None, max_frame_num_to_track: int | None,
                           reverse: bool) -> list[int]:
         """``_get_processing_order``."""
-        num_frames = state["num_frames"]
         if self.always_start_from_first_ann_frame:
             start_frame_idx = state["first_ann_frame_idx"]
         if start_frame_idx is None:
             start_frame_idx = min(state["output_dict"][COND])
-        start_frame_idx = check_frame(state, start_frame_idx, "start_frame_idx")
-        if max_frame_num_to_track is None:
-            max_frame_num_to_track = num_frames
-        if isinstance(max_frame_num_to_track, bool) or not isinstance(max_frame_num_to_track, (int, np.integer)) \
-                or max_frame_num_to_track < 0:
-            raise InputError(f"max_frame_num_to_track must be a whole number of frames, at least 0, or None (every "
-                             f"frame), not {max_frame_num_to_track!r}")
-        if reverse:
-            end = max(start_frame_idx - max_frame_num_to_track, 0)
-            return list(range(start_frame_idx, end - 1, -1)) if start_frame_idx > 0 else [0]
-        end = min(start_frame_idx + max_frame_num_to_track, num_frames - 1)
-        return list(range(start_frame_idx, end + 1))
+        return processing_order(state, start_frame_idx, max_frame_num_to_track, reverse, zero_in_reverse=True)
 
     def propagate_in_video(self, inference_state: dict[str, Any], start_frame_idx: int | None = None,
                            max_frame_num_to_track: int | None = None, reverse: bool = False,
@@ -528,124 +492,6 @@ class Sam3TrackerPredictor(TrackStep, RecordsInputs):
         if self.fill_hole_area > 0:
             masks = fill_holes(masks, self.fill_hole_area)
         return np.ascontiguousarray(masks, np.float32).view(Logits)
-
-    # --- editing ------------------------------------------------------------------------------------
-
-    def clear_all_points_in_frame(self, inference_state: dict[str, Any], frame_idx: int, obj_id: Any,
-                                  need_output: bool = True):
-        """Remove one object's points on a frame; a frame left without any prompt stops being a prompted one."""
-        state = inference_state
-        frame_idx = check_frame(state, frame_idx)
-        obj_idx = self._obj_id_to_idx(state, obj_id)
-        state["point_inputs_per_obj"][obj_idx].pop(frame_idx, None)
-        state["mask_inputs_per_obj"][obj_idx].pop(frame_idx, None)
-        temp_all = state["temp_output_dict_per_obj"]
-        temp_all[obj_idx][COND].pop(frame_idx, None)
-        temp_all[obj_idx][NON_COND].pop(frame_idx, None)
-        objects = len(state["obj_ids"])
-        has_input = any(frame_idx in state["point_inputs_per_obj"][i] or frame_idx in state["mask_inputs_per_obj"][i]
-                        for i in range(objects))
-        if not has_input:
-            output_dict, consolidated = state["output_dict"], state["consolidated_frame_inds"]
-            consolidated[COND].discard(frame_idx)
-            consolidated[NON_COND].discard(frame_idx)
-            out = output_dict[COND].pop(frame_idx, None)
-            if out is not None:  # downgraded to a tracked frame's output
-                output_dict[NON_COND][frame_idx] = out
-                state["frames_already_tracked"].pop(frame_idx, None)
-            for i in range(objects):
-                per_obj = state["output_dict_per_obj"][i]
-                obj_out = per_obj[COND].pop(frame_idx, None)
-                if obj_out is not None:
-                    per_obj[NON_COND][frame_idx] = obj_out
-            if not output_dict[COND]:
-                self._reset_tracking_results(state)
-        if not need_output:
-            return None
-        is_cond = any(frame_idx in t[COND] for t in temp_all.values())
-        masks = self._consolidate_at_video_res(state, frame_idx, is_cond)
-        return frame_idx, state["obj_ids"], None, self._video_res(state, masks)
-
-    def clear_all_points_in_video(self, inference_state: dict[str, Any]) -> None:
-        """Forget every object, prompt and result (the frames stay)."""
-        state = inference_state
-        self._reset_tracking_results(state)
-        state["obj_id_to_idx"].clear()
-        state["obj_idx_to_id"].clear()
-        state["obj_ids"] = []
-        for name in ("point_inputs_per_obj", "mask_inputs_per_obj", "output_dict_per_obj", "temp_output_dict_per_obj"):
-            state[name].clear()
-        state.pop("past_outputs", None)  # the moved outputs' file, deleted with its last reference
-
-    def _reset_tracking_results(self, state: dict[str, Any]) -> None:
-        for name in ("point_inputs_per_obj", "mask_inputs_per_obj"):
-            for v in state[name].values():
-                v.clear()
-        for name in ("output_dict_per_obj", "temp_output_dict_per_obj"):
-            for v in state[name].values():
-                v[COND].clear()
-                v[NON_COND].clear()
-        for name in ("output_dict", "consolidated_frame_inds"):
-            state[name][COND].clear()
-            state[name][NON_COND].clear()
-        state["tracking_has_started"] = False
-        state["frames_already_tracked"].clear()
-        state["first_ann_frame_idx"] = None
-
-    def remove_object(self, inference_state: dict[str, Any], obj_id: Any, strict: bool = False,
-                      need_output: bool = True):
-        """Remove an object -> (remaining obj_ids, [(frame_idx, masks)] of the frames it had prompts on); the frames'
-        outputs keep the other objects' slices, and each frame's memory score is computed again without it."""
-        state = inference_state
-        old_idx = state["obj_id_to_idx"].get(obj_id)
-        updated: list[tuple[int, Logits]] = []
-        if old_idx is None:
-            if not strict:
-                return state["obj_ids"], updated
-            raise InputError(f"cannot remove object id {obj_id!r}: it does not exist (the objects are "
-                             f"{state['obj_ids']})")
-        if len(state["obj_id_to_idx"]) == 1:
-            self.clear_all_points_in_video(state)
-            return state["obj_ids"], updated
-        prompted = set(state["point_inputs_per_obj"][old_idx]) | set(state["mask_inputs_per_obj"][old_idx])
-        for frame_idx in sorted(prompted):
-            self.clear_all_points_in_frame(state, frame_idx, obj_id, need_output=False)
-        old_ids = state["obj_ids"]
-        kept = [i for i in range(len(old_ids)) if i != old_idx]
-        new_of_old = {old: new for new, old in enumerate(kept)}
-        state["obj_ids"] = [old_ids[i] for i in kept]
-        state["obj_id_to_idx"] = OrderedDict((obj, i) for i, obj in enumerate(state["obj_ids"]))
-        state["obj_idx_to_id"] = OrderedDict((i, obj) for i, obj in enumerate(state["obj_ids"]))
-        for name in ("point_inputs_per_obj", "mask_inputs_per_obj", "output_dict_per_obj", "temp_output_dict_per_obj"):
-            state[name] = {new_of_old[k]: v for k, v in state[name].items() if k in new_of_old}
-        for key in (COND, NON_COND):
-            for frame_idx, old in list(state["output_dict"][key].items()):
-                out = {name: old[name] for name in old}  # read back if it was moved to the session's file
-                for name in ("pred_masks", "obj_token", "obj_presence", "object_score_logits", "iou_score"):
-                    out[name] = out[name][kept]
-                if out["maskmem_features"] is not None:
-                    out["maskmem_features"] = out["maskmem_features"][kept]
-                # set on every frame, the consolidated ones too, as the official does: they may now be selected
-                out["eff_iou_score"] = memory_score(out["object_score_logits"], out["iou_score"])
-                state["output_dict"][key][frame_idx] = out
-                self._add_output_per_object(state, frame_idx, out, key)
-                if isinstance(old, PastOutput):
-                    self._move_past_output(state, frame_idx)  # back to the file: memory stays flat
-        if need_output:
-            temp_all = state["temp_output_dict_per_obj"]
-            for frame_idx in sorted(prompted):
-                is_cond = any(frame_idx in t[COND] for t in temp_all.values())
-                updated.append((frame_idx, self._video_res(state, self._consolidate_at_video_res(state, frame_idx,
-                                                                                                   is_cond))))
-        return state["obj_ids"], updated
-
-    def _clear_non_cond_mem_around_input(self, state: dict[str, Any], frame_idx: int) -> None:
-        """Drop every object's own tracked-frame slices within ``stride * num_maskmem`` frames of a prompted frame
-        (the frames' outputs for all objects stay: tracking reads those)."""
-        reach = self.settings.memory_temporal_stride_for_eval * self.settings.num_maskmem
-        for per_obj in state["output_dict_per_obj"].values():
-            for t in range(frame_idx - reach, frame_idx + reach + 1):
-                per_obj[NON_COND].pop(t, None)
 
 
 __all__ = ["GRAPHS", "Sam3TrackerPredictor", "memory_score", "object_slice"]
