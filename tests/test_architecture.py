@@ -281,3 +281,48 @@ def test_every_verb_module_is_in_the_registered_list() -> None:
     from vitdeploy.cli import VERB_MODULES
 
     assert sorted(VERB_MODULES) == sorted(p.stem for p in (PACKAGE / "cli").glob("*_cmd.py"))
+
+
+#: The largest a package module may grow before it is split (issue 73: a module of two ideas is two modules).
+MODULE_MAX_LINES = 500
+#: The most parameters a verb's function may take: option groups are reusable decorators (``vitdeploy/cli/groups.py``)
+#: that hand a verb one object per group, not one parameter per option.
+VERB_MAX_PARAMETERS = 12
+
+
+def _too_long(paths: list[Path], limit: int) -> list[str]:
+    """'name (N lines)' for each file over ``limit`` lines."""
+    return [f"{p.name} ({n} lines)" for p in paths if (n := len(p.read_text().splitlines())) > limit]
+
+
+def test_no_package_module_is_over_the_size_limit() -> None:
+    long = [f"{p.relative_to(ROOT)}" for p in sorted(PACKAGE.rglob("*.py"))
+            if _too_long([p], MODULE_MAX_LINES)]
+    assert not long, f"modules over {MODULE_MAX_LINES} lines: {long}; split each by the ideas it holds"
+
+
+def test_the_size_check_would_catch_a_long_module(tmp_path: Path) -> None:
+    (tmp_path / "long.py").write_text("x = 1\n" * (MODULE_MAX_LINES + 1))
+    (tmp_path / "short.py").write_text("x = 1\n" * MODULE_MAX_LINES)
+    assert _too_long(sorted(tmp_path.glob("*.py")), MODULE_MAX_LINES) == [f"long.py ({MODULE_MAX_LINES + 1} lines)"]
+
+
+def _parameter_counts(tree: ast.Module) -> dict[str, int]:
+    """Top-level function name -> how many parameters it takes (positional, keyword-only, ``*args``, ``**kwargs``)."""
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            a = node.args
+            out[node.name] = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + bool(a.vararg) + bool(a.kwarg)
+    return out
+
+
+def test_no_verb_function_takes_more_than_twelve_parameters() -> None:
+    wide = [f"{p.name}:{name} ({n})" for p in sorted((PACKAGE / "cli").glob("*_cmd.py"))
+            for name, n in _parameter_counts(ast.parse(p.read_text())).items() if n > VERB_MAX_PARAMETERS]
+    assert not wide, f"verb functions over {VERB_MAX_PARAMETERS} parameters: {wide}; take an option group's object"
+
+
+def test_the_parameter_count_sees_every_kind_of_parameter() -> None:
+    tree = ast.parse("def verb(a, /, b, *c, d, **e):\n    pass\n")
+    assert _parameter_counts(tree) == {"verb": 5}
