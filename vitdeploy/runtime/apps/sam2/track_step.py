@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from vitdeploy.runtime.apps.sam2.memory_bank import MemoryBank, select_memory
+from vitdeploy.runtime.apps.sam2.image_predictor import MaskChoice
+from vitdeploy.runtime.apps.sam2.memory_bank import MemoryBank, TrackerSettings, select_memory
+from vitdeploy.runtime.apps.sam2.video_calls import bank_slots, frames_kept
 from vitdeploy.runtime.processing.sam2_masks import (MASK_OUT_BIAS, MASK_OUT_SCALE, NO_OBJ_SCORE, downsample_mask_prompt,
                                                      fill_holes, mask_as_output, to_bfloat16)
 from vitdeploy.runtime.processing.sam2_transforms import resize_bilinear
@@ -19,6 +21,23 @@ from vitdeploy.runtime.processing.sam2_transforms import resize_bilinear
 
 class TrackStep:
     """The per-frame computation (module docstring)."""
+
+    def _take_graphs(self, model: Any, names: tuple[str, str, str, str], frames_in_memory: int | None) -> None:
+        """An opened model's four graphs (its image encoder, decoder, memory encoder and memory attention, by the
+        file names ``names``) and what their metadata says: the tracker's settings, the model's input size and
+        variant, the decoder's mask choice, the bank's slots, how many tracked frames' outputs stay in memory."""
+        #: How each file runs (what a route passes on).
+        self.plan = model.plan
+        image_encoder, decoder, memory_encoder, memory_attention = (model[name] for name in names)
+        self.image_encoder, self.decoder = image_encoder, decoder
+        self.memory_encoder, self.memory_attention = memory_encoder, memory_attention
+        self.settings = TrackerSettings.from_metadata(memory_attention.metadata["tracker"])
+        self.image_size = int(image_encoder.metadata["input_size"][0])  # the official attribute's name
+        self.variant = str(image_encoder.metadata.get("variant"))
+        self._choose = MaskChoice.from_metadata(decoder.metadata)
+        self._no_mem_embed = np.asarray(self.settings.no_mem_embed, np.float32).reshape(1, -1, 1, 1)
+        self._bank_slots = bank_slots(memory_attention)
+        self.frames_in_memory = frames_kept(frames_in_memory, self.settings)
 
     def _run_single_frame_inference(self, state: dict[str, Any], output_dict: dict[str, dict[int, Any]], frame_idx: int,
                                     is_init_cond_frame: bool, point_inputs: dict[str, np.ndarray] | None,

@@ -92,4 +92,38 @@ def drop_object(state: dict[str, Any], obj_idx: int, per_object: tuple[str, ...]
     return kept
 
 
-__all__ = ["bank_slots", "check_frame", "drop_object", "frames_kept", "processing_order", "prompt_arrays"]
+def object_to_remove(state: dict[str, Any], obj_id: Any, strict: bool, missing: str) -> tuple[int | None, set[int]]:
+    """``remove_object``'s object index and the frames it has prompts on: (None, no frames) for an id the state does
+    not have, refused in one line saying ``missing`` where ``strict``."""
+    obj_idx = state["obj_id_to_idx"].get(obj_id)
+    if obj_idx is None:
+        if strict:
+            raise InputError(f"cannot remove object id {obj_id!r}: {missing} (the objects are {state['obj_ids']})")
+        return None, set()
+    return obj_idx, set(state["point_inputs_per_obj"][obj_idx]) | set(state["mask_inputs_per_obj"][obj_idx])
+
+
+def clear_frame_prompts(state: dict[str, Any], obj_idx: int, frame_idx: int) -> None:
+    """``clear_all_points_in_frame``'s first step: one object's points, mask and not yet consolidated outputs on a
+    frame, dropped."""
+    state["point_inputs_per_obj"][obj_idx].pop(frame_idx, None)
+    state["mask_inputs_per_obj"][obj_idx].pop(frame_idx, None)
+    temp = state["temp_output_dict_per_obj"][obj_idx]
+    temp["cond_frame_outputs"].pop(frame_idx, None)
+    temp["non_cond_frame_outputs"].pop(frame_idx, None)
+
+
+def store_points(state: dict[str, Any], obj_idx: int, frame_idx: int, coords: np.ndarray, labels: np.ndarray,
+                 clear_old_points: bool) -> dict[str, np.ndarray]:
+    """An object's points on a frame, after the ones it had there unless ``clear_old_points``, kept in the state and
+    returned as the decoder's ``point_inputs`` (float32 coordinates)."""
+    per_frame = state["point_inputs_per_obj"][obj_idx]
+    old = None if clear_old_points else per_frame.get(frame_idx)
+    if old is not None:
+        coords = np.concatenate([old["point_coords"], coords], axis=1)
+        labels = np.concatenate([old["point_labels"], labels], axis=1)
+    per_frame[frame_idx] = {"point_coords": coords.astype(np.float32), "point_labels": labels}
+    return per_frame[frame_idx]
+
+
+__all__ = ["bank_slots", "check_frame", "clear_frame_prompts", "drop_object", "frames_kept", "object_to_remove", "processing_order", "prompt_arrays", "store_points"]

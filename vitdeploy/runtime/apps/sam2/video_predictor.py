@@ -41,12 +41,10 @@ from typing import Any
 import numpy as np
 
 from vitdeploy.errors import InputError
-from vitdeploy.runtime.apps.sam2.memory_bank import TrackerSettings
 from vitdeploy.runtime.apps.sam2.past_outputs import move_past_output
-from vitdeploy.runtime.apps.sam2.video_calls import (bank_slots, check_frame, drop_object, frames_kept, processing_order,
-                                                     prompt_arrays)
+from vitdeploy.runtime.apps.sam2.video_calls import (check_frame, clear_frame_prompts, drop_object, object_to_remove,
+                                                     processing_order, prompt_arrays, store_points)
 from vitdeploy.runtime.apps.sam2.track_step import TrackStep
-from vitdeploy.runtime.apps.sam2.image_predictor import MaskChoice
 from vitdeploy.runtime.apps.common.files import OpenModel
 from vitdeploy.runtime.apps.common.prompts import check_prompts_inside
 from vitdeploy.runtime.apps.sam2.files import VIDEO, VIDEO_FILES, check_video_files
@@ -119,22 +117,11 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
     def _open(self, model: OpenModel, fill_hole_area: int, non_overlap_masks: bool,
               clear_non_cond_mem_around_input: bool, add_all_frames_to_correct_as_cond: bool,
               frames_in_memory: int | None) -> None:
-        #: How each file runs (what a route passes on).
-        self.plan = model.plan
-        self.image_encoder, self.decoder = model["image_encoder"], model["decoder"]
-        self.memory_encoder, self.memory_attention = model["memory_encoder"], model["memory_attention"]
-        attention = self.memory_attention.metadata
-        self.settings = TrackerSettings.from_metadata(attention["tracker"])
-        self.image_size = int(self.image_encoder.metadata["input_size"][0])  # the official attribute's name
-        self.variant = str(self.image_encoder.metadata.get("variant"))
-        self._choose = MaskChoice.from_metadata(self.decoder.metadata)
-        self._no_mem_embed = np.asarray(self.settings.no_mem_embed, np.float32).reshape(1, -1, 1, 1)
-        self._bank_slots = bank_slots(self.memory_attention)
+        self._take_graphs(model, ("image_encoder", "decoder", "memory_encoder", "memory_attention"), frames_in_memory)
         self.fill_hole_area = int(fill_hole_area)
         self.non_overlap_masks = bool(non_overlap_masks)
         self.clear_non_cond_mem_around_input = bool(clear_non_cond_mem_around_input)
         self.add_all_frames_to_correct_as_cond = bool(add_all_frames_to_correct_as_cond)
-        self.frames_in_memory = frames_kept(frames_in_memory, self.settings)
 
     @property
     def device(self) -> str:
@@ -199,13 +186,7 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
             coords = coords / np.array([state["video_width"], state["video_height"]], np.float32)
         coords = (coords * np.float32(self.image_size)).astype(np.float32)
         obj_idx = self._obj_id_to_idx(state, obj_id)
-        per_frame = state["point_inputs_per_obj"][obj_idx]
-        old = None if clear_old_points else per_frame.get(frame_idx)
-        if old is not None:
-            coords = np.concatenate([old["point_coords"], coords], axis=1)
-            labels_ = np.concatenate([old["point_labels"], labels_], axis=1)
-        point_inputs = {"point_coords": coords, "point_labels": labels_}
-        per_frame[frame_idx] = point_inputs
+        point_inputs = store_points(state, obj_idx, frame_idx, coords, labels_, clear_old_points)
         state["mask_inputs_per_obj"][obj_idx].pop(frame_idx, None)
         return self._prompted(state, frame_idx, obj_idx, point_inputs, None)
 
@@ -344,11 +325,8 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
         state = inference_state
         frame_idx = check_frame(state, frame_idx)
         obj_idx = self._obj_id_to_idx(state, obj_id)
-        state["point_inputs_per_obj"][obj_idx].pop(frame_idx, None)
-        state["mask_inputs_per_obj"][obj_idx].pop(frame_idx, None)
+        clear_frame_prompts(state, obj_idx, frame_idx)
         temp_all = state["temp_output_dict_per_obj"]
-        temp_all[obj_idx]["cond_frame_outputs"].pop(frame_idx, None)
-        temp_all[obj_idx]["non_cond_frame_outputs"].pop(frame_idx, None)
         output_dict = state["output_dict_per_obj"][obj_idx]
         out = output_dict["cond_frame_outputs"].pop(frame_idx, None)
         if out is not None:
@@ -372,17 +350,13 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
     def remove_object(self, inference_state: dict[str, Any], obj_id: Any, strict: bool = False, need_output: bool = True):
         """Remove an object; returns (remaining obj_ids, [(frame_idx, masks)] of the frames it had prompts on)."""
         state = inference_state
-        old_idx = state["obj_id_to_idx"].get(obj_id)
+        old_idx, prompted = object_to_remove(state, obj_id, strict, "it was never prompted")
         updated: list[tuple[int, Logits]] = []
         if old_idx is None:
-            if not strict:
-                return state["obj_ids"], updated
-            raise InputError(f"cannot remove object id {obj_id!r}: it was never prompted (the objects are "
-                             f"{state['obj_ids']})")
+            return state["obj_ids"], updated
         if len(state["obj_id_to_idx"]) == 1:
             self.reset_state(state)
             return state["obj_ids"], updated
-        prompted = set(state["point_inputs_per_obj"][old_idx]) | set(state["mask_inputs_per_obj"][old_idx])
         for frame_idx in prompted:
             self.clear_all_prompts_in_frame(state, frame_idx, obj_id, need_output=False)
         drop_object(state, old_idx, ("point_inputs_per_obj", "mask_inputs_per_obj", "output_dict_per_obj",

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.sam2.past_outputs import PastOutput
-from vitdeploy.runtime.apps.sam2.video_calls import check_frame, drop_object
+from vitdeploy.runtime.apps.sam2.video_calls import check_frame, clear_frame_prompts, drop_object, object_to_remove
 from vitdeploy.runtime.apps.sam2.video_predictor import Logits
 from vitdeploy.runtime.apps.sam3.tracker_outputs import COND, NON_COND, memory_score
 
@@ -28,11 +27,8 @@ class TrackerEdits:
         state = inference_state
         frame_idx = check_frame(state, frame_idx)
         obj_idx = self._obj_id_to_idx(state, obj_id)
-        state["point_inputs_per_obj"][obj_idx].pop(frame_idx, None)
-        state["mask_inputs_per_obj"][obj_idx].pop(frame_idx, None)
+        clear_frame_prompts(state, obj_idx, frame_idx)
         temp_all = state["temp_output_dict_per_obj"]
-        temp_all[obj_idx][COND].pop(frame_idx, None)
-        temp_all[obj_idx][NON_COND].pop(frame_idx, None)
         objects = len(state["obj_ids"])
         has_input = any(frame_idx in state["point_inputs_per_obj"][i] or frame_idx in state["mask_inputs_per_obj"][i]
                         for i in range(objects))
@@ -88,17 +84,13 @@ class TrackerEdits:
         """Remove an object -> (remaining obj_ids, [(frame_idx, masks)] of the frames it had prompts on); the frames'
         outputs keep the other objects' slices, and each frame's memory score is computed again without it."""
         state = inference_state
-        old_idx = state["obj_id_to_idx"].get(obj_id)
+        old_idx, prompted = object_to_remove(state, obj_id, strict, "it does not exist")
         updated: list[tuple[int, Logits]] = []
         if old_idx is None:
-            if not strict:
-                return state["obj_ids"], updated
-            raise InputError(f"cannot remove object id {obj_id!r}: it does not exist (the objects are "
-                             f"{state['obj_ids']})")
+            return state["obj_ids"], updated
         if len(state["obj_id_to_idx"]) == 1:
             self.clear_all_points_in_video(state)
             return state["obj_ids"], updated
-        prompted = set(state["point_inputs_per_obj"][old_idx]) | set(state["mask_inputs_per_obj"][old_idx])
         for frame_idx in sorted(prompted):
             self.clear_all_points_in_frame(state, frame_idx, obj_id, need_output=False)
         kept = drop_object(state, old_idx, ("point_inputs_per_obj", "mask_inputs_per_obj", "output_dict_per_obj",

@@ -60,11 +60,9 @@ import numpy as np
 from vitdeploy.errors import InputError
 from vitdeploy.runtime.apps.common.files import OpenModel
 from vitdeploy.runtime.apps.common.prompts import as_float_array, check_box_order
-from vitdeploy.runtime.apps.sam2.image_predictor import MaskChoice
-from vitdeploy.runtime.apps.sam2.memory_bank import MemoryBank, TrackerSettings, frame_filter, select_memory
+from vitdeploy.runtime.apps.sam2.memory_bank import MemoryBank, frame_filter, select_memory
 from vitdeploy.runtime.apps.sam2.past_outputs import PastOutput, move_past_output
-from vitdeploy.runtime.apps.sam2.video_calls import (bank_slots, check_frame, frames_kept, processing_order,
-                                                     prompt_arrays)
+from vitdeploy.runtime.apps.sam2.video_calls import check_frame, processing_order, prompt_arrays, store_points
 from vitdeploy.runtime.apps.sam2.track_step import TrackStep
 from vitdeploy.runtime.apps.sam2.video_predictor import Logits
 from vitdeploy.runtime.apps.sam3.files import TRACKER
@@ -135,16 +133,7 @@ class Sam3TrackerPredictor(TrackerEdits, TrackStep, RecordsInputs):
               always_start_from_first_ann_frame: bool = False, max_point_num_in_prompt_enc: int = 16,
               use_memory_selection: bool = True, mf_threshold: float = 0.01,
               frames_in_memory: int | None = None) -> None:
-        #: How each file runs (what a route passes on).
-        self.plan = model.plan
-        self.image_encoder, self.decoder = model["vision"], model["interactive"]
-        self.memory_encoder, self.memory_attention = model["memory_encoder"], model["memory_attention"]
-        self.settings = TrackerSettings.from_metadata(self.memory_attention.metadata["tracker"])
-        self.image_size = int(self.image_encoder.metadata["input_size"][0])  # the official attribute's name
-        self.variant = str(self.image_encoder.metadata.get("variant"))
-        self._choose = MaskChoice.from_metadata(self.decoder.metadata)
-        self._no_mem_embed = np.asarray(self.settings.no_mem_embed, np.float32).reshape(1, -1, 1, 1)
-        self._bank_slots = bank_slots(self.memory_attention)
+        self._take_graphs(model, ("vision", "interactive", "memory_encoder", "memory_attention"), frames_in_memory)
         self.fill_hole_area = int(fill_hole_area)
         self.non_overlap_masks_for_output = bool(non_overlap_masks_for_output)
         self.clear_non_cond_mem_around_input = bool(clear_non_cond_mem_around_input)
@@ -158,7 +147,6 @@ class Sam3TrackerPredictor(TrackerEdits, TrackStep, RecordsInputs):
         self.mf_threshold = float(mf_threshold)
         self.add_all_frames_to_correct_as_cond = True  # set in the official constructor
         self.low_res_mask_size = 4 * int(self.memory_encoder.metadata["image_embedding_size"][0])
-        self.frames_in_memory = frames_kept(frames_in_memory, self.settings)
 
     @property
     def device(self) -> str:
@@ -231,13 +219,7 @@ class Sam3TrackerPredictor(TrackerEdits, TrackStep, RecordsInputs):
             coords = np.concatenate([corners, coords], axis=1)
             labels_ = np.concatenate([np.array([[2, 3]], np.int32), labels_], axis=1)
         obj_idx = self._obj_id_to_idx(state, obj_id)
-        per_frame = state["point_inputs_per_obj"][obj_idx]
-        old = None if clear_old_points else per_frame.get(frame_idx)
-        if old is not None:
-            coords = np.concatenate([old["point_coords"], coords], axis=1)
-            labels_ = np.concatenate([old["point_labels"], labels_], axis=1)
-        point_inputs = {"point_coords": coords.astype(np.float32), "point_labels": labels_}
-        per_frame[frame_idx] = point_inputs
+        point_inputs = store_points(state, obj_idx, frame_idx, coords, labels_, clear_old_points)
         state["mask_inputs_per_obj"][obj_idx].pop(frame_idx, None)
         tracked = state["frames_already_tracked"]
         is_init_cond_frame = frame_idx not in tracked
