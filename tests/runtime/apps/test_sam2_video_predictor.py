@@ -190,6 +190,8 @@ def test_bad_calls_get_one_line_errors(predictors, sam2_video: dict[str, Any]) -
     ours.add_new_points_or_box(state, frame_idx=0, obj_id=1, **DISC_CLICK)
     with pytest.raises(InputError, match=r"start_frame_idx -1 is not a frame"):
         next(ours.propagate_in_video(state, start_frame_idx=-1))
+    with pytest.raises(InputError, match=r"max_frame_num_to_track must be a whole number of frames, at least 0, or None"):
+        next(ours.propagate_in_video(state, max_frame_num_to_track=-1))
     ours.clear_all_prompts_in_frame(state, frame_idx=0, obj_id=9)  # an id never prompted joins, without prompts
     with pytest.raises(InputError, match=r"object id 9 has no points, box or mask on any frame: prompt it"):
         next(ours.propagate_in_video(state))

@@ -1,11 +1,13 @@
 """What the two video predictors' official calls check and read the same way (SAM 2's
 :class:`~vitdeploy.runtime.apps.sam2.video_predictor.Sam2VideoPredictor` and SAM 3's tracker,
 :class:`~vitdeploy.runtime.apps.sam3.tracker_predictor.Sam3TrackerPredictor`): a frame index, a prompt's points and
-labels, how many tracked frames' outputs stay in memory, the memory attention file's bank. Torch-free."""
+labels, how many tracked frames' outputs stay in memory, the memory attention file's bank, the frames a propagation
+visits, and the state's bookkeeping when points are stored or cleared and an object is removed. Torch-free."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -103,14 +105,19 @@ def object_to_remove(state: dict[str, Any], obj_id: Any, strict: bool, missing: 
     return obj_idx, set(state["point_inputs_per_obj"][obj_idx]) | set(state["mask_inputs_per_obj"][obj_idx])
 
 
-def clear_frame_prompts(state: dict[str, Any], obj_idx: int, frame_idx: int) -> None:
-    """``clear_all_points_in_frame``'s first step: one object's points, mask and not yet consolidated outputs on a
-    frame, dropped."""
+def clear_frame_prompts(state: dict[str, Any], frame_idx: Any, obj_id: Any,
+                        index_of: Callable[[dict[str, Any], Any], int]) -> tuple[int, int]:
+    """``clear_all_points_in_frame``'s first step: the frame checked, then the object's index (``index_of``, the
+    predictor's ``_obj_id_to_idx``), and that object's points, mask and not yet consolidated outputs on the frame
+    dropped; returns (frame_idx, obj_idx)."""
+    frame_idx = check_frame(state, frame_idx)
+    obj_idx = index_of(state, obj_id)
     state["point_inputs_per_obj"][obj_idx].pop(frame_idx, None)
     state["mask_inputs_per_obj"][obj_idx].pop(frame_idx, None)
     temp = state["temp_output_dict_per_obj"][obj_idx]
     temp["cond_frame_outputs"].pop(frame_idx, None)
     temp["non_cond_frame_outputs"].pop(frame_idx, None)
+    return frame_idx, obj_idx
 
 
 def store_points(state: dict[str, Any], obj_idx: int, frame_idx: int, coords: np.ndarray, labels: np.ndarray,
@@ -126,4 +133,7 @@ def store_points(state: dict[str, Any], obj_idx: int, frame_idx: int, coords: np
     return per_frame[frame_idx]
 
 
-__all__ = ["bank_slots", "check_frame", "clear_frame_prompts", "drop_object", "frames_kept", "object_to_remove", "processing_order", "prompt_arrays", "store_points"]
+__all__ = [
+    "bank_slots", "check_frame", "clear_frame_prompts", "drop_object", "frames_kept", "object_to_remove",
+    "processing_order", "prompt_arrays", "store_points",
+]

@@ -323,9 +323,7 @@ class Sam2VideoPredictor(TrackStep, RecordsInputs):
                                    need_output: bool = True):
         """Remove one object's clicks or mask on a frame (its output there, if any, becomes a tracked frame's)."""
         state = inference_state
-        frame_idx = check_frame(state, frame_idx)
-        obj_idx = self._obj_id_to_idx(state, obj_id)
-        clear_frame_prompts(state, obj_idx, frame_idx)
+        frame_idx, obj_idx = clear_frame_prompts(state, frame_idx, obj_id, self._obj_id_to_idx)
         temp_all = state["temp_output_dict_per_obj"]
         output_dict = state["output_dict_per_obj"][obj_idx]
         out = output_dict["cond_frame_outputs"].pop(frame_idx, None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from vitdeploy.runtime.apps.sam2.past_outputs import PastOutput
-from vitdeploy.runtime.apps.sam2.video_calls import check_frame, clear_frame_prompts, drop_object, object_to_remove
+from vitdeploy.runtime.apps.sam2.video_calls import clear_frame_prompts, drop_object, object_to_remove
 from vitdeploy.runtime.apps.sam2.video_predictor import Logits
 from vitdeploy.runtime.apps.sam3.tracker_outputs import COND, NON_COND, memory_score
 
@@ -19,15 +19,11 @@ from vitdeploy.runtime.apps.sam3.tracker_outputs import COND, NON_COND, memory_s
 class TrackerEdits:
     """Removing prompts and objects from a tracking session (see the module docstring)."""
 
-    # --- editing ------------------------------------------------------------------------------------
-
     def clear_all_points_in_frame(self, inference_state: dict[str, Any], frame_idx: int, obj_id: Any,
                                   need_output: bool = True):
         """Remove one object's points on a frame; a frame left without any prompt stops being a prompted one."""
         state = inference_state
-        frame_idx = check_frame(state, frame_idx)
-        obj_idx = self._obj_id_to_idx(state, obj_id)
-        clear_frame_prompts(state, obj_idx, frame_idx)
+        frame_idx, obj_idx = clear_frame_prompts(state, frame_idx, obj_id, self._obj_id_to_idx)
         temp_all = state["temp_output_dict_per_obj"]
         objects = len(state["obj_ids"])
         has_input = any(frame_idx in state["point_inputs_per_obj"][i] or frame_idx in state["mask_inputs_per_obj"][i]
