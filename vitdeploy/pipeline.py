@@ -86,6 +86,27 @@ def export_checked(recipe: Recipe, family: ModelFamily, output: str | Path, opti
     return family.export(recipe, arch, model, output, options, echo)
 
 
+def export_checked_all(requests: list[tuple[Recipe, ModelFamily, str | Path]], options: ExportOptions,
+                       echo: Echo = quiet) -> list[ExportResult]:
+    """:func:`export_checked` for each (recipe, family, output) in order, in one process, the checkpoint read once
+    (:func:`~vitdeploy.models.checkpoints.reading_each_checkpoint_once`). All or nothing: when one fails, the files
+    the earlier ones wrote are removed before the error goes on, so the same command can run again."""
+    from vitdeploy.models.checkpoints import reading_each_checkpoint_once
+
+    results: list[ExportResult] = []
+    try:
+        with reading_each_checkpoint_once():
+            for recipe, family, output in requests:
+                results.append(export_checked(recipe, family, output, options, echo))
+    except BaseException:
+        for result in results:
+            for path in (result.path, result.external_data):
+                if path is not None:
+                    Path(path).unlink(missing_ok=True)
+        raise
+    return results
+
+
 def export_from_recipe(
     recipe_name: str,
     output: str | Path,

@@ -176,3 +176,44 @@ def test_old_option_name_still_works_and_must_agree(tiny_recipe: Path, tmp_path:
                        "-o", str(tmp_path / "both.onnx"))
     assert code == 1 and "--input-size 56 and --image-size 48 disagree" in output
     assert not (tmp_path / "both.onnx").exists()
+
+
+def test_several_recipes_in_one_run_read_the_checkpoint_once_and_write_what_separate_runs_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``-r A -o a -r B -o b -c sam.pth``: both parts of one official SAM checkpoint, the file read once, the second part's
+    file byte for byte what its own run writes; the report lists both."""
+    from tests.sam_tiny import DECODER_RECIPE, ENCODER_RECIPE, tiny_official_sam
+    from vitdeploy.models import checkpoints
+
+    (tmp_path / "enc.toml").write_text(ENCODER_RECIPE)
+    (tmp_path / "dec.toml").write_text(DECODER_RECIPE)
+    torch.save(tiny_official_sam(seed=4).state_dict(), tmp_path / "sam.pth")
+    source = ["-c", str(tmp_path / "sam.pth")]
+    code, output = run("export", "-r", str(tmp_path / "dec.toml"), *source, "-o", str(tmp_path / "dec1.onnx"))
+    assert code == 0, output
+    reads = []
+    real_read = checkpoints._read
+    monkeypatch.setattr(checkpoints, "_read", lambda path: reads.append(path) or real_read(path))
+    code, output = run("export", "-r", str(tmp_path / "enc.toml"), "-o", str(tmp_path / "enc2.onnx"),
+                       "-r", str(tmp_path / "dec.toml"), "-o", str(tmp_path / "dec2.onnx"), *source,
+                       "--report", str(tmp_path / "both.json"))
+    assert code == 0, output
+    assert len(reads) == 1, reads
+    # the decoder is the part filled from the dict read for the encoder: byte for byte its own run's file
+    assert (tmp_path / "dec2.onnx").read_bytes() == (tmp_path / "dec1.onnx").read_bytes()
+    report = json.loads((tmp_path / "both.json").read_text())
+    assert [Path(e["path"]).name for e in report["exports"]] == ["enc2.onnx", "dec2.onnx"]
+
+
+def test_several_recipes_are_all_or_nothing(tmp_path: Path, tiny_recipe: Path, tiny_checkpoint: Path) -> None:
+    """A count that does not pair, or one output twice, is refused before any work; a later part that fails (here a
+    ViT-B decoder the tiny checkpoint cannot fill) takes the files the earlier parts wrote with it."""
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    assert_user_error(*run("export", "-r", str(tiny_recipe), "-r", "sam_vit_b_decoder", "-o", str(a), "--random-weights"),
+                      "2 recipe(s) and 1 output(s)", "one -o per -r")
+    assert_user_error(*run("export", "-r", str(tiny_recipe), "-o", str(a), "-r", str(tiny_recipe), "-o", str(a),
+                           "--random-weights"), "the same -o file")
+    code, output = run("export", "-r", str(tiny_recipe), "-o", str(a), "-r", "sam_vit_b_decoder", "-o", str(b),
+                       "-c", str(tiny_checkpoint))
+    assert code == 1 and "wrote" not in output, output
+    assert sorted(p.name for p in tmp_path.iterdir()) == [tiny_checkpoint.name, tiny_recipe.name], output

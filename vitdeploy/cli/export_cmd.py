@@ -17,7 +17,7 @@ from vitdeploy.targets import DEFAULT_TARGET, TARGET_NAMES, TARGETS
 class Source:
     """Where the eager model comes from: a recipe, its weights (a checkpoint, or seeded random ones)."""
 
-    recipe: str
+    recipes: tuple[str, ...]
     checkpoint: str | None
     random_weights: bool
     seed: int
@@ -36,7 +36,8 @@ class Shapes:
 @click.command("export")
 @option_group("source", Source,
     model_source_options)
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=str), help="ONNX file to write.")
+@click.option("--output", "-o", "outputs_written", required=True, multiple=True,
+              type=click.Path(dir_okay=False, path_type=str), help="ONNX file to write (one per --recipe, in order).")
 @option_group("shapes", Shapes,
     click.option("--input-size", type=click.IntRange(min=1), default=None,
                  help="Static input size in pixels (square); default: the recipe's img_size. A multiple of the patch size."),
@@ -53,8 +54,8 @@ class Shapes:
 @outputs_group()
 @verbose_option
 @handle_errors
-def export(source: Source, output: str, shapes: Shapes, opset: int | None, layernorm2d: str | None, target: str,
-           outputs: Outputs, verbose: bool) -> None:
+def export(source: Source, outputs_written: tuple[str, ...], shapes: Shapes, opset: int | None, layernorm2d: str | None,
+           target: str, outputs: Outputs, verbose: bool) -> None:
     """Export a model to a static, checked ONNX graph.
 
     \b
@@ -62,29 +63,37 @@ def export(source: Source, output: str, shapes: Shapes, opset: int | None, layer
       vitdeploy export --recipe sam_vit_b --checkpoint sam_vit_b_01ec64.pth -o sam_vit_b.onnx
       vitdeploy export --recipe sam_vit_b --random-weights --seed 0 --input-size 512 -o demo_512.onnx
       vitdeploy export --recipe sam_vit_b --checkpoint sam_vit_b_01ec64.pth --target onnxruntime-cpu -o sam_b_cpu.onnx
+      vitdeploy export -r sam_vit_b -o sam_b.onnx -r sam_vit_b_decoder -o sam_b_decoder.onnx -c sam_vit_b_01ec64.pth
     """
-    recipe, checkpoint, random_weights, seed = source.recipe, source.checkpoint, source.random_weights, source.seed
-    input_size, old_image_size, batch, dynamic_batch = (
-        shapes.input_size, shapes.old_image_size, shapes.batch, shapes.dynamic_batch)
-    report, force = outputs.report, outputs.force
+    from vitdeploy.errors import InputError
     from vitdeploy.families import ExportOptions
     from vitdeploy.fileio import atomic_write_bytes, claim_outputs
     from vitdeploy.optional_packages import require_torch_side
-    from vitdeploy.pipeline import check_export_request, export_checked
+    from vitdeploy.pipeline import check_export_request, export_checked_all
 
+    recipes, report = source.recipes, outputs.report
+    if len(recipes) != len(outputs_written):
+        raise InputError(f"{len(recipes)} recipe(s) and {len(outputs_written)} output(s): give one -o per -r, "
+                         "in the same order")
+    if len({Path(o).resolve() for o in outputs_written}) < len(outputs_written):
+        raise InputError("two recipes are given the same -o file: give each its own")
     # What a user can get wrong is checked before torch is imported (seconds): the answer comes at once.
-    input_size = _renamed_option(input_size, old_image_size)
-    claim_outputs([output, report], force)
-    options = ExportOptions(checkpoint=checkpoint, random_seed=seed if random_weights else None, input_size=input_size,
-                            batch=batch, dynamic_batch=dynamic_batch, opset=opset, layernorm2d=layernorm2d, target=target)
-    checked_recipe, family = check_export_request(recipe, output, options)
+    input_size = _renamed_option(shapes.input_size, shapes.old_image_size)
+    claim_outputs([*outputs_written, report], outputs.force)
+    options = ExportOptions(checkpoint=source.checkpoint, random_seed=source.seed if source.random_weights else None,
+                            input_size=input_size, batch=shapes.batch, dynamic_batch=shapes.dynamic_batch, opset=opset,
+                            layernorm2d=layernorm2d, target=target)
+    checked = [(*check_export_request(recipe, output, options), output) for recipe, output in zip(recipes, outputs_written)]
     require_torch_side("'vitdeploy export' (the eager official model)")
-    result = export_checked(checked_recipe, family, output, options, echo=click.echo)
-    ops = ", ".join(f"{k} {v}" for k, v in sorted(result.hygiene.op_counts.items()))
-    click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB): inputs {result.input_shapes}, outputs {result.output_shapes}")
-    click.echo(f"graph hygiene: clean; nodes: {ops}")
-    if report:
-        atomic_write_bytes(report, json.dumps(result.to_dict(), indent=2).encode())
+    results = export_checked_all(checked, options, echo=click.echo)
+    for result in results:
+        ops = ", ".join(f"{k} {v}" for k, v in sorted(result.hygiene.op_counts.items()))
+        click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB): inputs {result.input_shapes}, "
+                   f"outputs {result.output_shapes}")
+        click.echo(f"graph hygiene: clean; nodes: {ops}")
+    if report:  # one export: its report; several: {"exports": [each report, in order]}
+        body = results[0].to_dict() if len(results) == 1 else {"exports": [r.to_dict() for r in results]}
+        atomic_write_bytes(report, json.dumps(body, indent=2).encode())
         click.echo(f"report: {Path(report)}")
 
 

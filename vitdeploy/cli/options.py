@@ -178,9 +178,10 @@ def graph_records(graphs: Callable[[], Sequence[str]]) -> Callable:
 def model_source_options(fn: Callable) -> Callable:
     """--recipe, --checkpoint, --random-weights, --seed: where the eager model comes from."""
     options = [
-        click.option("--recipe", "-r", default="sam_vit_b", show_default=True,
+        click.option("--recipe", "-r", "recipes", multiple=True, default=("sam_vit_b",), show_default=True,
                      help="Recipe name under export/ (sam_vit_b|l|h, sam_vit_b|l|h_decoder, timm_vit_base_patch16_224, ...) "
-                          "or a path to a .toml file."),
+                          "or a path to a .toml file. Repeat it, with one -o each in the same order, to export several "
+                          "parts in one run (one checkpoint read once)."),
         click.option("--checkpoint", "-c", type=click.Path(dir_okay=False, path_type=str), default=None,
                      help="Weights: full SAM checkpoint, encoder-only state dict (.pth) or .safetensors."),
         click.option("--random-weights", is_flag=True,

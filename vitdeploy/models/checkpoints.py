@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import pickle
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import torch
@@ -13,6 +15,23 @@ from vitdeploy.errors import CheckpointError, first_line
 
 #: Keys under which training scripts commonly nest the state dict.
 _NESTED_KEYS = ("state_dict", "model", "module")
+
+
+#: Within :func:`reading_each_checkpoint_once`: (path, size, mtime) -> the state dict read; else None (read each time).
+_READ: contextvars.ContextVar[dict | None] = contextvars.ContextVar("vitdeploy_checkpoints_read", default=None)
+
+
+@contextlib.contextmanager
+def reading_each_checkpoint_once() -> Iterator[None]:
+    """Inside it, :func:`load_state_dict_file` reads a file once (the same path, size and modification time) and
+    gives each later caller its own dict of the same tensors: one ``sam_vit_h_4b8939.pth`` (2.5 GB) or ``sam3.pt``
+    (3.4 GB) filling several exported parts is read once. Loading into a module copies the tensors, so no part
+    sees another's changes."""
+    token = _READ.set({})
+    try:
+        yield
+    finally:
+        _READ.reset(token)
 
 
 def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
@@ -24,6 +43,17 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
     from vitdeploy.fileio import require_checkpoint_file
 
     path = require_checkpoint_file(path)
+    read = _READ.get()
+    if read is None:
+        return _read(path)
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in read:
+        read[key] = _read(path)
+    return dict(read[key])
+
+
+def _read(path: Path) -> dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
         state = _load_safetensors(path)
     else:
