@@ -115,6 +115,25 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(cores, available // WORKER_PEAK_BYTES))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """In a pytest-xdist worker: torch (and OpenMP in every process the worker starts: the CLI runs, the docs' blocks)
+    on this worker's share of the cores, ``OMP_NUM_THREADS``. ``-n auto`` starts one worker per core, and each worker's
+    torch took both cores of a 2-core machine: four busy OpenMP threads on two cores. Four torch-heavy test files
+    (tests/families/test_sam2_image_encoder.py, tests/runtime/apps/test_sam3_tracker_predictor.py,
+    tests/onnx_export/test_export_sam_encoder.py, tests/families/test_timm_hiera.py) took 128-140 s in two workers
+    with two threads each, 98-108 s with one (AMD EPYC Zen 4, 2026-12-05, alternated runs). Pinning each worker to its
+    core instead (``sched_setaffinity``: ONNX Runtime and OpenVINO on one thread too) took 109-115 s. A thread count
+    the user set is kept."""
+    import os
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if os.environ.get("PYTEST_XDIST_WORKER") and workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        from vitdeploy.cpu_features import available_cores
+
+        os.environ["OMP_NUM_THREADS"] = str(max(1, available_cores() // workers))
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # this process: torch was imported before
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """:data:`LONGEST_FIRST` first; every other file, and the tests within each file, in their order."""
     root = Path(str(config.rootpath))
@@ -141,7 +160,9 @@ def _cache_folder_of_this_run(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(autouse=True)
 def _torch_threads():
-    torch.set_num_threads(2)
+    import os
+
+    torch.set_num_threads(min(2, int(os.environ.get("OMP_NUM_THREADS", "2"))))  # a worker's share: pytest_configure
 
 
 def tiny_encoder(name: str = "padded_windows", seed: int = 0) -> torch.nn.Module:
