@@ -40,12 +40,14 @@ class NpmPackage:
 
 
 PACKAGES = (
-    # the WebAssembly CPU build (ort.wasm.min.js, its module and binary); package.json carries the version and the
-    # license (MIT: the npm package ships no LICENSE file)
+    # the WebAssembly CPU build (ort.wasm.min.js, its module and binary) and the WebGPU build (ort.webgpu.min.js, whose
+    # asyncify module and binary hold its WebGPU execution provider and WebAssembly's); package.json carries the
+    # version and the license (MIT: the npm package ships no LICENSE file)
     NpmPackage("onnxruntime-web", "1.30.0",
                "sha512-q0y+JrrtukXSzsBWEMccVfqX25LRmosXHF+CaRJmg8pZClzcV7svNc4rKY3jL02Vb7QmRMDs1SigqR4CXAfKYQ==",
                ("dist/ort.wasm.min.js", "dist/ort-wasm-simd-threaded.mjs", "dist/ort-wasm-simd-threaded.wasm",
-                "package.json"), "ort"),
+                "dist/ort.webgpu.min.js", "dist/ort-wasm-simd-threaded.asyncify.mjs",
+                "dist/ort-wasm-simd-threaded.asyncify.wasm", "package.json"), "ort"),
     NpmPackage("swagger-ui-dist", "5.35.0",
                "sha512-U06rpMtW9V3XPGOBeamTUSr0Z09jMX4IJuANpE/EZbAhw0G8CgwrzU4YmXkn/h0wCDNsXdGarTNNHC3sU8yVUQ==",
                ("swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png", "LICENSE", "NOTICE"), "swagger"),

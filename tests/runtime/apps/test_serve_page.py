@@ -28,7 +28,7 @@ ARTIFACTS = Path(os.environ.get("VITDEPLOY_TEST_ARTIFACTS", Path(__file__).paren
 STEP_S = 30
 
 
-def _browser_or_skip(downloads: Path):
+def _browser_or_skip(downloads: Path, flags: tuple[str, ...] = ()):
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the dev extra has it)")
     from selenium.webdriver.chrome.service import Service
 
@@ -39,7 +39,8 @@ def _browser_or_skip(downloads: Path):
                     "scripts/test.sh installs them when it runs as root)")
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,860"):
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,860",
+                 *flags):
         options.add_argument(flag)
     options.add_experimental_option("prefs", {"download.default_directory": str(downloads),
                                               "download.prompt_for_download": False})

@@ -11,6 +11,8 @@ import json
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +48,11 @@ EMBEDDING_COSINE_MIN = 0.99999
 RESIZE_ATOL = 1e-5
 #: The most pixels an image may have in the test's site (a 300x300 image is over it).
 PIXEL_LIMIT = 70_000
+#: Headless Chromium's WebGPU without a GPU: Dawn on SwiftShader (Vulkan on the CPU), a software adapter that WebGPU
+#: reports as a fallback one. The page's WebGPU path runs on it for real; the page picks it only when asked.
+WEBGPU_FLAGS = ("--enable-unsafe-webgpu", "--use-webgpu-adapter=swiftshader")
+#: The parity check on SwiftShader's WebGPU (shaders on the CPU, compiled on first use): seconds it may take.
+WEBGPU_CHECK_S = 240
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -411,3 +418,68 @@ def test_the_served_page_decodes_sam2_and_sam3_clicks_in_the_browser(model: str,
     finally:
         browser.quit()
         server.stop()
+
+
+@contextmanager
+def _served(folder: Path) -> Iterator[str]:
+    """``folder`` served by Python's plain file server on 127.0.0.1: its URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+
+
+def _check(browser) -> dict:
+    report = browser.execute_async_script("const done = arguments[arguments.length - 1];"
+                                          "window.vitdeployPage.check().then(done, (e) => done(String(e)));")
+    assert isinstance(report, dict), report
+    return report
+
+
+#: SAM 2's tiny pair is left out: on SwiftShader one of the page's calls ran past chromedriver's 120 s read timeout
+#: (2026-12-05, Intel Xeon with AMX, Chromium 150); SAM's and SAM 3's checks took under 6 s each there.
+@pytest.mark.parametrize("model", ["sam", "sam3"])
+def test_the_encoder_on_webgpu_matches_native(model: str, site, tmp_path_factory: pytest.TempPathFactory,
+                                             tmp_path: Path) -> None:
+    """The site's WebGPU build: the page keeps WebAssembly on a software adapter (SwiftShader's) and names why; asked
+    for WebGPU in its address, it runs the encoder on WebGPU (the clicks on WebAssembly) and its parity check holds
+    the same budgets against native ONNX Runtime as WebAssembly's; an unknown ?backend= gets a line on the page."""
+    from vitdeploy.runtime.apps.serving.site import WEBGPU_FILES
+
+    if model == "sam":
+        folder = site[0]
+    else:
+        encoder, decoder = _other_model_files(model, tmp_path_factory)
+        folder = tmp_path / "site"
+        done = _cli("-e", str(encoder), "-d", str(decoder), "-o", str(folder), "--threads", "1")
+        assert done.returncode == 0, done.stderr
+    if not all((folder / "page" / "ort" / name).is_file() for name in WEBGPU_FILES):
+        pytest.skip("onnxruntime-web's WebGPU build is not in the package (python scripts/fetch_page_assets.py)")
+    assert json.loads((folder / "site.json").read_text())["backends"] == ["wasm", "webgpu"]
+    with _served(folder) as url:
+        browser = _browser_or_skip(tmp_path / "downloads", WEBGPU_FLAGS)
+        try:
+            browser.get(url + "?backend=tpu")
+            _wait(browser, lambda b: "no 'tpu' runtime" in b.execute_script(
+                "const line = document.getElementById('model'); return line ? line.textContent : ''"),
+                  "refuse an unknown backend")  # read by script: the page reloads once on the way (isolation)
+            browser.get(url)
+            _loaded(browser)
+            choice = browser.execute_script("return window.vitdeployPage.backend()")
+            if choice["why"] == "this browser has no WebGPU adapter":
+                pytest.skip("this Chromium offers no WebGPU adapter, not even SwiftShader's")
+            assert choice == {"backend": "wasm", "why": "this browser's WebGPU adapter is a software one"}, choice
+            browser.get(url + "?backend=webgpu")
+            _loaded(browser)
+            assert browser.execute_script("return window.vitdeployPage.backend()")["backend"] == "webgpu"
+            assert "WebGPU for the encoder" in browser.find_element("id", "model").text
+            browser.set_script_timeout(WEBGPU_CHECK_S)
+            report = _check(browser)
+            assert report["backend"] == "webgpu", report
+            assert report["embedding_cosine"] >= EMBEDDING_COSINE_MIN, report
+            assert min(report["mask_iou"]) >= MASK_TOLERANCES["fp32"].iou_min, report
+            _shot(browser, f"web-site-webgpu-{model}.png")
+        finally:
+            browser.quit()

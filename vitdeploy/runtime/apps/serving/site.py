@@ -5,7 +5,8 @@ vision encoder and interactive decoder (the pair :func:`~vitdeploy.runtime.apps.
 The page (``page/``, the one ``serve`` offers) runs in its site mode (``<body data-site="site.json">``): it encodes
 the image and decodes the clicks in the browser, as the model's Python predictor does (SAM: ``browser_encoder.js``
 and ``browser_decoder.js``; SAM 2 and SAM 3: ``browser_sam2.js``; each predictor's ``page_facts`` says what the page
-needs), with onnxruntime-web's WebAssembly build, SIMD and, where the page is cross-origin isolated, threads. Isolation comes from the host's headers where it sets them (``_headers``: Netlify, Cloudflare Pages) or from
+needs), with onnxruntime-web's WebAssembly build, SIMD and, where the page is cross-origin isolated, threads; the
+encoder on WebGPU where the browser has a hardware adapter (``browser_runtime.js``). Isolation comes from the host's headers where it sets them (``_headers``: Netlify, Cloudflare Pages) or from
 the site's own service worker (``coi_worker.js``) on any other host.
 
 The folder also holds its proof: native ONNX Runtime's answers on the same two files for a sample image and a click,
@@ -32,10 +33,15 @@ from vitdeploy.errors import InputError
 
 PAGE_DIR = Path(__file__).with_name("page")
 #: The page's own files, copied to ``page/``.
-PAGE_FILES = ("page.js", "page.css", "rle.js", "browser_decoder.js", "browser_encoder.js", "browser_sam2.js")
+PAGE_FILES = ("page.js", "page.css", "rle.js", "browser_runtime.js", "browser_decoder.js", "browser_encoder.js",
+              "browser_sam2.js")
 #: onnxruntime-web's WebAssembly build (``scripts/fetch_page_assets.py`` puts it in ``page/ort/``), copied to
 #: ``page/ort/``.
 ORT_FILES = ("ort.wasm.min.js", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm", "package.json", "VERSION")
+#: onnxruntime-web's WebGPU build (its WebGPU execution provider, and WebAssembly for the rest), copied beside it where
+#: the package has it: the page runs the encoder on WebGPU where the browser has a hardware adapter
+#: (``browser_runtime.js``).
+WEBGPU_FILES = ("ort.webgpu.min.js", "ort-wasm-simd-threaded.asyncify.mjs", "ort-wasm-simd-threaded.asyncify.wasm")
 #: The headers that make a page cross-origin isolated (WebAssembly threads need it): what the site's ``_headers`` asks
 #: of a host that reads it (Netlify, Cloudflare Pages), and what ``serve`` sends its /web/ page.
 ISOLATION_HEADERS = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp"}
@@ -100,6 +106,13 @@ def _require_page_assets() -> None:
                          "'python scripts/fetch_page_assets.py' in the source tree, then install again")
 
 
+def page_backends() -> list[str]:
+    """The onnxruntime-web builds this install can offer a page: ``wasm`` (always, once
+    ``scripts/fetch_page_assets.py`` ran), and ``webgpu`` where its files are there too."""
+    ort = PAGE_DIR / "ort"
+    return ["wasm"] + (["webgpu"] if all((ort / name).is_file() for name in WEBGPU_FILES) else [])
+
+
 def has_external_data(path: str | os.PathLike) -> bool:
     """Whether an .onnx file keeps its weights beside it (``NAME.onnx.data``, as the exporter writes them): a page
     fetches one file a model."""
@@ -117,7 +130,7 @@ def site_facts(model: str, predictor: Any, files: dict[str, tuple[Path, str]], m
     the URL the page fetches it from)."""
     pair = predictor.page_facts()
     return {"model": model, "title": f"{TITLES[model]} {predictor.variant}", "variant": predictor.variant,
-            "max_image_pixels": int(max_image_pixels),
+            "max_image_pixels": int(max_image_pixels), "backends": page_backends(),
             **{role: {"name": path.name, "url": url, "bytes": path.stat().st_size, **pair[role]}
                for role, (path, url) in files.items()}}
 
@@ -222,7 +235,7 @@ def build_site(encoder: str | os.PathLike, decoder: str | os.PathLike, out: str 
         (building / "_headers").write_text(HEADERS, encoding="utf-8")
         for name in PAGE_FILES:
             shutil.copyfile(PAGE_DIR / name, building / "page" / name)
-        for name in ORT_FILES:
+        for name in ORT_FILES + (WEBGPU_FILES if "webgpu" in facts["backends"] else ()):
             shutil.copyfile(PAGE_DIR / "ort" / name, building / "page" / "ort" / name)
         shutil.copyfile(encoder, building / "models" / encoder.name)
         shutil.copyfile(decoder, building / "models" / decoder.name)
@@ -233,6 +246,8 @@ def build_site(encoder: str | os.PathLike, decoder: str | os.PathLike, out: str 
         (building / "site.json").write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
         whats = {f"models/{encoder.name}": "the image encoder", f"models/{decoder.name}": "the prompt encoder + mask "
                  "decoder", "page/ort/ort-wasm-simd-threaded.wasm": "onnxruntime-web (WebAssembly, SIMD, threads)",
+                 "page/ort/ort-wasm-simd-threaded.asyncify.wasm": "onnxruntime-web's WebGPU build (where the browser "
+                 "has a GPU)",
                  "check/embedding.f32": "native ONNX Runtime's embedding of check/sample.png"}
         for path in sorted(p for p in building.rglob("*") if p.is_file()):
             name = path.relative_to(building).as_posix()
@@ -257,5 +272,5 @@ def build_site(encoder: str | os.PathLike, decoder: str | os.PathLike, out: str 
     return site
 
 
-__all__ = ["ISOLATION_HEADERS", "Site", "SiteFile", "build_site", "has_external_data", "one_onnx_file", "site_facts",
-           "site_page_html"]
+__all__ = ["ISOLATION_HEADERS", "Site", "SiteFile", "build_site", "has_external_data", "one_onnx_file", "page_backends",
+           "site_facts", "site_page_html"]

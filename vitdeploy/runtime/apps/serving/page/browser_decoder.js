@@ -9,29 +9,12 @@
 const browserDecoder = (() => {
   let facts = null, session = null, embedding = null, size = null, upscale = null;
 
-  function loadScript(src) {
-    return new Promise((resolve, reject) => {
-      const script = document.createElement("script");
-      script.src = src;
-      script.onload = resolve;
-      script.onerror = () => reject(new Error(`could not load ${src}`));
-      document.head.append(script);
-    });
-  }
-
-  async function loadRuntime(threads = 1) {
-    // onnxruntime-web from the package (page/ort/); more than one thread needs a cross-origin-isolated page
-    if (typeof ort === "undefined") await loadScript("page/ort/ort.wasm.min.js");
-    ort.env.wasm.wasmPaths = new URL("page/ort/", document.baseURI).href;
-    ort.env.wasm.numThreads = threads;
-  }
-
   async function load(serverFacts) {
     // onnxruntime-web, then the decoder file from the server (or the static site's folder)
     facts = serverFacts;
-    if (typeof ort === "undefined") await loadRuntime(1);
+    if (typeof ort === "undefined") await browserRuntime.load(1);
     const bytes = await (await fetch(facts.url)).arrayBuffer();
-    session = await ort.InferenceSession.create(bytes, {executionProviders: ["wasm"]});
+    session = await ort.InferenceSession.create(bytes, {executionProviders: browserRuntime.decoderProviders()});
     return bytes.byteLength;
   }
 
@@ -141,5 +124,5 @@ const browserDecoder = (() => {
             areas: masks.map((m) => m.reduce((a, b) => a + b, 0))};
   }
 
-  return {loadRuntime, load, setImage, useEmbedding, decode, ready: () => session !== null && embedding !== null};
+  return {load, setImage, useEmbedding, decode, ready: () => session !== null && embedding !== null};
 })();

@@ -116,7 +116,7 @@ const browserEncoder = (() => {
   async function load(encoderFacts) {
     facts = encoderFacts;
     const bytes = await (await fetch(facts.url)).arrayBuffer();
-    session = await ort.InferenceSession.create(bytes, {executionProviders: ["wasm"]});
+    session = await ort.InferenceSession.create(bytes, {executionProviders: browserRuntime.encoderProviders()});
     return bytes.byteLength;
   }
 

@@ -119,7 +119,8 @@ const browserSam2 = (() => {
     let bytes = 0;
     for (const [role, file] of [["encoder", site.encoder], ["decoder", site.decoder]]) {
       const data = await (await fetch(file.url)).arrayBuffer();
-      const session = await ort.InferenceSession.create(data, {executionProviders: ["wasm"]});
+      const providers = role === "encoder" ? browserRuntime.encoderProviders() : browserRuntime.decoderProviders();
+      const session = await ort.InferenceSession.create(data, {executionProviders: providers});
       if (role === "encoder") encoder = session; else decoder = session;
       bytes += data.byteLength;
     }
@@ -130,7 +131,7 @@ const browserSam2 = (() => {
     // the served page's in-browser decoding: the decoder file from the server, on the features the server computed
     facts = {encoder: {input_size: serverFacts.input_size}, decoder: serverFacts};
     const data = await (await fetch(serverFacts.url)).arrayBuffer();
-    decoder = await ort.InferenceSession.create(data, {executionProviders: ["wasm"]});
+    decoder = await ort.InferenceSession.create(data, {executionProviders: browserRuntime.decoderProviders()});
     return data.byteLength;
   }
 

@@ -35,6 +35,7 @@ const state = {
   site: null,           // the static site's site.json (null: a server serves the page)
   embedding: null,      // the static site: the open image's embedding, computed in this page
   threads: 1,           // onnxruntime-web's WebAssembly threads (more than one needs a cross-origin-isolated page)
+  backend: null,        // the static site: {backend: "wasm" or "webgpu", why} (browser_runtime.js's choice)
   check: null,          // the last parity check's report
 };
 
@@ -415,7 +416,7 @@ async function decodeWhere(where) {
       const started = performance.now();
       // SAM's decoder on the embedding (browser_decoder.js); SAM 2's and SAM 3's on the three feature arrays
       here = (state.browserFacts.model || "sam") === "sam" ? null : browserSam2;
-      if (here && typeof ort === "undefined") await browserDecoder.loadRuntime(1);
+      if (here && typeof ort === "undefined") await browserRuntime.load(1);
       const bytes = await (here ? here.loadDecoder(state.browserFacts) : browserDecoder.load(state.browserFacts));
       showTiming("load decoder (browser)", {elapsed: performance.now() - started, server: null});
       if (state.id) await fetchEmbedding();
@@ -495,15 +496,18 @@ async function openSite(url) {
     here = IN_PAGE[state.site.model];
     if (!here) throw new Error(`this page cannot run a '${state.site.model}' model`);
     state.threads = window.crossOriginIsolated ? Math.max(1, Math.min(4, navigator.hardwareConcurrency || 1)) : 1;
-    await browserDecoder.loadRuntime(state.threads);
+    state.backend = await browserRuntime.choose(state.site.backends || ["wasm"]);
+    await browserRuntime.load(state.threads, state.backend.backend);
     const started = performance.now();
     await here.load(state.site);
     showTiming("load model (browser)", {elapsed: performance.now() - started, server: null});
     const {encoder, decoder} = state.site;
     $("model").textContent = `${encoder.name} (${megabytes(encoder.bytes)}) + ${decoder.name} ` +
       `(${megabytes(decoder.bytes)}) · ${state.site.title} · in this browser: onnxruntime-web ` +
-      `${ort.env.versions ? ort.env.versions.web : ""}, WebAssembly, ${state.threads} thread(s)` +
-      (window.crossOriginIsolated ? "" : " (the page is not cross-origin isolated)");
+      `${ort.env.versions ? ort.env.versions.web : ""}, ` +
+      (state.backend.backend === "webgpu" ? "WebGPU for the encoder, WebAssembly for the clicks, " : "WebAssembly, ") +
+      `${state.threads} thread(s)` + (window.crossOriginIsolated ? "" : " (the page is not cross-origin isolated)") +
+      ` (${state.backend.why})`;
     state.where = "browser";
     $("check").hidden = !state.site.check;
     $("run-check").disabled = false;
@@ -607,9 +611,11 @@ async function runCheck() {
                    scores: Array.from(answer.scores), native_scores: c.scores,
                    encode_ms: encode, first_encode_ms: firstEncode, decode_ms: median(times),
                    native_encode_ms: c.native_encode_ms, native_decode_ms: c.native_decode_ms,
-                   threads: state.threads, isolated: window.crossOriginIsolated,
+                   threads: state.threads, isolated: window.crossOriginIsolated, backend: state.backend.backend,
                    eager_cosine: eager ? eager.cosine : null, native_eager_cosine: c.eager ? c.eager.native_cosine : null};
-    const rows = [["embedding cosine", close.cosine.toFixed(7)], ["embedding max |diff|", close.maxAbs.toExponential(2)],
+    const rows = [["in this browser", state.backend.backend === "webgpu" ? "WebGPU (encoder), WebAssembly (clicks)"
+                                                                        : "WebAssembly"],
+                  ["embedding cosine", close.cosine.toFixed(7)], ["embedding max |diff|", close.maxAbs.toExponential(2)],
                   ["mask IoU (worst)", Math.min(...ious).toFixed(4)],
                   ...(eager ? [["cosine vs official eager (native's)",
                                 `${eager.cosine.toFixed(7)} (${c.eager.native_cosine.toFixed(7)})`]] : []),
@@ -639,6 +645,7 @@ Object.assign(window.vitdeployPage, {
   lastCheck: () => state.check,
   embedding: () => (state.embedding ? Array.from(here.embeddingOf(state.embedding)) : null),
   threads: () => state.threads,
+  backend: () => state.backend,
   site: () => state.site,
   status: () => $("status").textContent,
 });
